@@ -1,0 +1,101 @@
+"""loadgen's exception tree. Foreign exceptions are translated once, where they occur.
+
+::
+
+    LoadgenError                    base of everything loadgen raises on purpose
+    ├── ConfigError                 bad user input: a flag, a workload or profile file
+    │   ├── WorkloadError           workload file / length distribution (names file and key)
+    │   └── ProfileError            profile file (names file and key)
+    ├── TargetError                 the server cannot be used: unreachable, no model, bad /v1/models
+    ├── TransportError              one request failed; caught in the client and turned into
+    │   │                           an ErrorKind on its RequestRecord — never escapes the runner
+    │   ├── HTTPStatusError         non-2xx answer
+    │   ├── RequestTimeout          no byte within the read timeout / total timeout exceeded
+    │   ├── Disconnected            connection refused, reset or closed mid-stream
+    │   └── InvalidResponse         malformed SSE or JSON, or a stream without [DONE]/finish
+    └── ServerError                 reference-server side problems
+        └── EngineError             the engine cannot take or run a request (bad config, OOM)
+
+The CLI catches ``LoadgenError`` and prints its message as one line (exit code 2);
+nothing else is caught there, so bugs still show a traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LoadgenError",
+    "ConfigError",
+    "WorkloadError",
+    "ProfileError",
+    "TargetError",
+    "TransportError",
+    "HTTPStatusError",
+    "RequestTimeout",
+    "Disconnected",
+    "InvalidResponse",
+    "ServerError",
+    "EngineError",
+]
+
+
+class LoadgenError(Exception):
+    """Base class; ``str(exc)`` is a complete one-line message for the user."""
+
+
+class ConfigError(LoadgenError):
+    """Invalid user input. ``source`` is the file (or ``--flag``), ``key`` the offending key."""
+
+    def __init__(self, message: str, *, source: str | None = None, key: str | None = None) -> None:
+        self.source = source
+        self.key = key
+        prefix = ""
+        if source and key:
+            prefix = f"{source}: {key}: "
+        elif source:
+            prefix = f"{source}: "
+        elif key:
+            prefix = f"{key}: "
+        super().__init__(prefix + message)
+
+
+class WorkloadError(ConfigError):
+    """A workload file or length distribution is invalid."""
+
+
+class ProfileError(ConfigError):
+    """A profile file is invalid."""
+
+
+class TargetError(LoadgenError):
+    """The target server cannot be used (unreachable, no model, bad discovery answer)."""
+
+
+class TransportError(LoadgenError):
+    """A single request failed in transport; mapped to an ``ErrorKind`` on its record."""
+
+
+class HTTPStatusError(TransportError):
+    def __init__(self, status: int, body: str) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(f"HTTP {status}: {body[:300]}")
+
+
+class RequestTimeout(TransportError):
+    pass
+
+
+class Disconnected(TransportError):
+    pass
+
+
+class InvalidResponse(TransportError):
+    pass
+
+
+class ServerError(LoadgenError):
+    """Problems on the reference-server side."""
+
+
+class EngineError(ServerError):
+    """The engine cannot take or run a request."""

@@ -1,0 +1,142 @@
+"""The data model shared by every part of loadgen: what to send and what happened.
+
+Stdlib only; nothing here imports the rest of the project.
+
+- :class:`RequestSpec` — one request to send (prompt, target lengths, class, offset).
+- :class:`RequestRecord` — what happened to it: monotonic timestamps of the schedule,
+  the send, every output-carrying SSE event and the end, plus status and counts.
+- :class:`ErrorKind` — the status of a finished request.
+
+All ``*_ns`` times are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+__all__ = [
+    "ErrorKind",
+    "TokenSource",
+    "ChatMessage",
+    "Prompt",
+    "RequestSpec",
+    "RequestRecord",
+    "record_to_json",
+    "record_from_json",
+]
+
+
+class ErrorKind(str, enum.Enum):
+    """Status of a finished request (``ok`` or why it failed)."""
+
+    OK = "ok"
+    HTTP_ERROR = "http_error"
+    TIMEOUT = "timeout"
+    DISCONNECTED = "disconnected"
+    CANCELLED = "cancelled"
+    INVALID_RESPONSE = "invalid_response"
+
+
+class TokenSource(str, enum.Enum):
+    """How the output tokens of each event were counted."""
+
+    USAGE_DELTA = "usage_delta"  # per-event usage (continuous_usage_stats)
+    EVENTS = "events"  # one token per output-carrying event, no final usage seen
+    EVENTS_CORRECTED = "events_corrected"  # one per event, rescaled to final usage
+
+
+ChatMessage = dict  # {"role": str, "content": str}
+Prompt = Union[str, list]  # completion text, or a list of chat messages
+
+
+@dataclass(slots=True)
+class RequestSpec:
+    """One request of a workload.
+
+    ``prompt`` is text for the completions API; the chat dialect wraps it in a user
+    message unless it already is a list of messages. ``prompt_tokens`` is the *target*
+    length the synthesiser aimed at; ``max_tokens`` the requested output length.
+    ``offset_s`` is the scheduled send time relative to the level start (traces and
+    precomputed open-loop schedules); ``None`` means "as soon as a user is free".
+    """
+
+    index: int
+    prompt: Prompt
+    prompt_tokens: int
+    max_tokens: int
+    request_class: str = "default"
+    offset_s: float | None = None
+    group: int | None = None  # shared-prefix group, if any
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request. Appended to ``records.jsonl`` when it finishes.
+
+    ``events`` holds one ``[t_ns, n_tokens]`` pair per SSE event that carried output,
+    stamped when its bytes were read (events from one read share a timestamp; the
+    metrics count those as coalesced instead of zero gaps).
+    """
+
+    index: int
+    level: int = 0
+    worker: int = 0
+    request_class: str = "default"
+    target_prompt_tokens: int = 0
+    target_output_tokens: int = 0
+    scheduled_ns: int = 0
+    sent_ns: int = 0
+    done_ns: int = 0
+    events: list[list[int]] = field(default_factory=list)
+    status: ErrorKind = ErrorKind.OK
+    http_status: int | None = None
+    error: str | None = None
+    prompt_tokens: int | None = None  # server-reported usage.prompt_tokens
+    completion_tokens: int | None = None  # server-reported usage.completion_tokens
+    token_source: TokenSource = TokenSource.EVENTS
+    warmup: bool = False
+    server: dict[str, Any] | None = None  # vendor timings (reference server's "loadgen")
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ErrorKind.OK
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens received, as counted per ``token_source``."""
+        return sum(n for _, n in self.events)
+
+    def fail(self, kind: ErrorKind, message: str, now_ns: int, http_status: int | None = None) -> None:
+        """Mark the request failed (the first failure wins; later ones are ignored)."""
+        if self.status is not ErrorKind.OK:
+            return
+        self.status = kind
+        self.error = message[:500]
+        if http_status is not None:
+            self.http_status = http_status
+        if not self.done_ns:
+            self.done_ns = now_ns
+
+
+def record_to_json(rec: RequestRecord) -> str:
+    """One compact JSON line for ``records.jsonl``."""
+    d = dataclasses.asdict(rec)
+    d["status"] = rec.status.value
+    d["token_source"] = rec.token_source.value
+    return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+
+
+_FIELDS = {f.name for f in dataclasses.fields(RequestRecord)}
+
+
+def record_from_json(line: str | dict[str, Any]) -> RequestRecord:
+    """Parse one ``records.jsonl`` line; unknown keys (from newer versions) are ignored."""
+    d = json.loads(line) if isinstance(line, str) else dict(line)
+    kw = {k: v for k, v in d.items() if k in _FIELDS}
+    kw["status"] = ErrorKind(kw.get("status", "ok"))
+    kw["token_source"] = TokenSource(kw.get("token_source", "events"))
+    return RequestRecord(**kw)
