@@ -15,6 +15,8 @@
     │   └── InvalidResponse         malformed SSE or JSON, or a stream without [DONE]/finish
     └── ServerError                 reference-server side problems
         └── EngineError             the engine cannot take or run a request (bad config, OOM)
+            ├── PromptTooLong       prompt + max_tokens over the context length (HTTP 400)
+            └── QueueFull           the waiting queue is full (HTTP 429)
 
 The CLI catches ``LoadgenError`` and prints its message as one line (exit code 2);
 nothing else is caught there, so bugs still show a traceback.
@@ -35,6 +37,8 @@ __all__ = [
     "InvalidResponse",
     "ServerError",
     "EngineError",
+    "PromptTooLong",
+    "QueueFull",
 ]
 
 
@@ -99,3 +103,11 @@ class ServerError(LoadgenError):
 
 class EngineError(ServerError):
     """The engine cannot take or run a request."""
+
+
+class PromptTooLong(EngineError):
+    """The prompt (plus requested output) does not fit the model's context length."""
+
+
+class QueueFull(EngineError):
+    """The engine's waiting queue is full; the API answers 429."""
