@@ -1,0 +1,137 @@
+"""API dialects: how to build a streaming request body and read one SSE event's JSON.
+
+Two OpenAI dialects are supported: ``completions`` (``/v1/completions``) and ``chat``
+(``/v1/chat/completions``). Both ask for ``stream_options.include_usage`` so the final
+event carries ``usage``; ``continuous_usage_stats`` (vLLM, SGLang) is opt-in and gives
+per-event token counts. ``ignore_eos``/``min_tokens`` make vLLM-style servers produce the
+requested output length; strict servers (OpenAI itself) reject unknown fields, so
+``strict=True`` leaves them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from loadgen.errors import ConfigError
+from loadgen.records import RequestSpec
+
+__all__ = ["DialectOptions", "Dialect", "EventInfo", "DIALECTS", "get_dialect"]
+
+
+@dataclass(slots=True)
+class DialectOptions:
+    model: str = ""
+    strict: bool = False  # no ignore_eos / min_tokens / continuous_usage_stats
+    continuous_usage: bool = False
+    temperature: float | None = 0.0
+    max_tokens_field: str = "max_tokens"
+    extra_body: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class EventInfo:
+    """What one event's JSON says: output present, its usage, finish reason, errors."""
+
+    has_output: bool
+    usage: dict[str, Any] | None
+    finish_reason: str | None
+    error: str | None = None
+    vendor: dict[str, Any] | None = None
+
+
+def _common_body(spec: RequestSpec, opts: DialectOptions) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": opts.model,
+        "stream": True,
+        opts.max_tokens_field: spec.max_tokens,
+        "stream_options": {"include_usage": True},
+    }
+    if opts.temperature is not None:
+        body["temperature"] = opts.temperature
+    if not opts.strict:
+        body["ignore_eos"] = True
+        body["min_tokens"] = spec.max_tokens
+        if opts.continuous_usage:
+            body["stream_options"]["continuous_usage_stats"] = True
+    if opts.extra_body:
+        body.update(opts.extra_body)
+    return body
+
+
+def _completions_body(spec: RequestSpec, opts: DialectOptions) -> dict[str, Any]:
+    body = _common_body(spec, opts)
+    prompt = spec.prompt
+    if isinstance(prompt, list):  # chat messages sent to a completions endpoint: join contents
+        prompt = "\n".join(str(m.get("content", "")) for m in prompt)
+    body["prompt"] = prompt
+    return body
+
+
+def _chat_body(spec: RequestSpec, opts: DialectOptions) -> dict[str, Any]:
+    body = _common_body(spec, opts)
+    prompt = spec.prompt
+    body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    return body
+
+
+def _error_text(obj: dict[str, Any]) -> str | None:
+    err = obj.get("error")
+    if err is None:
+        return None
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err)
+
+
+def _completions_event(obj: dict[str, Any]) -> EventInfo:
+    has_output = False
+    finish = None
+    for ch in obj.get("choices") or ():
+        if not isinstance(ch, dict):
+            continue
+        if ch.get("text") or ch.get("token_ids"):
+            has_output = True
+        finish = ch.get("finish_reason") or finish
+    return EventInfo(has_output, obj.get("usage"), finish, _error_text(obj), obj.get("loadgen"))
+
+
+def _chat_event(obj: dict[str, Any]) -> EventInfo:
+    has_output = False
+    finish = None
+    for ch in obj.get("choices") or ():
+        if not isinstance(ch, dict):
+            continue
+        delta = ch.get("delta") or {}
+        if isinstance(delta, dict) and (
+            delta.get("content")
+            or delta.get("reasoning_content")  # vLLM / DeepSeek reasoning parsers
+            or delta.get("reasoning")
+            or delta.get("tool_calls")
+        ):
+            has_output = True
+        if ch.get("token_ids"):
+            has_output = True
+        finish = ch.get("finish_reason") or finish
+    return EventInfo(has_output, obj.get("usage"), finish, _error_text(obj), obj.get("loadgen"))
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: str
+    path: str
+    build_body: Callable[[RequestSpec, DialectOptions], dict[str, Any]]
+    parse_event: Callable[[dict[str, Any]], EventInfo]
+
+
+DIALECTS: dict[str, Dialect] = {
+    "completions": Dialect("completions", "/v1/completions", _completions_body, _completions_event),
+    "chat": Dialect("chat", "/v1/chat/completions", _chat_body, _chat_event),
+}
+
+
+def get_dialect(name: str) -> Dialect:
+    try:
+        return DIALECTS[name]
+    except KeyError:
+        raise ConfigError(f"unknown API {name!r}; choose one of: {', '.join(DIALECTS)}", key="--api") from None

@@ -1,0 +1,79 @@
+"""Before any load: normalise the target URL, check it answers, find the model.
+
+Small synchronous calls with httpx; any failure is one :class:`TargetError` line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from loadgen.errors import ConfigError, TargetError
+
+__all__ = ["ServerInfo", "normalize_url", "redact_url", "discover"]
+
+
+@dataclass(slots=True)
+class ServerInfo:
+    base_url: str
+    model: str
+    models: list[str]
+    max_model_len: int | None = None
+
+
+def normalize_url(url: str) -> str:
+    """``http://h:8000/v1/`` → ``http://h:8000``; credentials kept (they are used, not stored)."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"not an http(s) URL: {url!r} (example: http://127.0.0.1:8000)", key="--url")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password and without a query string (may hold keys)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def discover(base_url: str, headers: dict[str, str], model: str | None = None, timeout_s: float = 10.0) -> ServerInfo:
+    """GET ``/v1/models``; pick ``model`` (checked when the server lists it) or the first one."""
+    url = base_url + "/v1/models"
+    shown = redact_url(url)
+    try:
+        resp = httpx.get(url, headers=headers, timeout=timeout_s)
+    except httpx.ConnectError as exc:
+        raise TargetError(f"cannot reach {shown}: {exc}. Is the server running?") from exc
+    except httpx.TimeoutException as exc:
+        raise TargetError(f"{shown} did not answer within {timeout_s:g} s") from exc
+    except httpx.HTTPError as exc:
+        raise TargetError(f"cannot reach {shown}: {type(exc).__name__}: {exc}") from exc
+    if resp.status_code in (401, 403):
+        raise TargetError(f"{shown} answered {resp.status_code}: set the API key (--api-key-env NAME)")
+    if resp.status_code != 200:
+        if model:  # some servers lack /v1/models; trust the user's model name
+            return ServerInfo(base_url, model, [model])
+        raise TargetError(f"{shown} answered HTTP {resp.status_code}; pass --model explicitly")
+    try:
+        data = resp.json()
+        entries = data["data"]
+        ids = [str(e["id"]) for e in entries]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TargetError(f"{shown} returned an unexpected body (not an OpenAI model list)") from exc
+    if model is None:
+        if not ids:
+            raise TargetError(f"{shown} lists no models; pass --model")
+        model = ids[0]
+    max_len = None
+    for e in entries:
+        if isinstance(e, dict) and str(e.get("id")) == model and isinstance(e.get("max_model_len"), int):
+            max_len = e["max_model_len"]
+    return ServerInfo(base_url, model, ids, max_len)

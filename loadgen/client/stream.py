@@ -1,0 +1,125 @@
+"""Turns the bytes of one streamed response into a :class:`RequestRecord`.
+
+Shared by every transport: a transport stamps each read with ``perf_counter_ns()``
+*before* anything is parsed and hands ``(chunk, t_ns)`` to :meth:`StreamState.feed`.
+All events decoded from one read carry that read's timestamp.
+
+Token counting (DESIGN.md): per-event usage deltas when the server streams cumulative
+usage on every event, else one token per output-carrying event, rescaled to the final
+``usage.completion_tokens`` when present. ``record.token_source`` says which.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loadgen.client.dialects import Dialect
+from loadgen.client.sse import SSEDecoder, SSEEvent
+from loadgen.errors import Disconnected, HTTPStatusError, InvalidResponse
+from loadgen.records import RequestRecord, TokenSource
+
+__all__ = ["StreamState", "distribute"]
+
+
+def distribute(total: int, n: int) -> list[int]:
+    """Split ``total`` tokens over ``n`` events as evenly as integers allow."""
+    return [((i + 1) * total) // n - (i * total) // n for i in range(n)]
+
+
+class StreamState:
+    """Decodes one response stream into ``record`` (events, usage, completion)."""
+
+    __slots__ = ("record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_done_ns")
+
+    def __init__(self, record: RequestRecord, dialect: Dialect) -> None:
+        self.record = record
+        self.dialect = dialect
+        self._sse = SSEDecoder()
+        self._done = False  # saw [DONE]
+        self._finish: str | None = None
+        self._deltas: list[int | None] = []  # usage delta per output event, None when absent
+        self._last_cum = 0
+        self._usage: dict[str, Any] | None = None
+        self._done_ns = 0
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def feed(self, chunk: bytes, t_ns: int) -> None:
+        """Consume one read; raises InvalidResponse / HTTPStatusError on a bad event."""
+        for ev in self._sse.feed(chunk):
+            self._event(ev, t_ns)
+
+    def close(self, t_ns: int) -> None:
+        """End of the byte stream: flush the decoder, check completion, settle tokens."""
+        for ev in self._sse.close():
+            self._event(ev, t_ns)
+        rec = self.record
+        rec.done_ns = self._done_ns or t_ns
+        if not self._done and self._finish is None:
+            raise Disconnected("stream ended before [DONE] or a finish_reason")
+        self._settle_tokens()
+
+    def _event(self, ev: SSEEvent, t_ns: int) -> None:
+        if self._done:
+            return  # anything after [DONE] is ignored
+        data = ev.data
+        if data == "[DONE]":
+            self._done = True
+            self._done_ns = t_ns
+            return
+        if ev.event == "error":
+            raise HTTPStatusError(0, f"error event: {data[:300]}")
+        try:
+            obj = json.loads(data)
+        except ValueError as exc:
+            raise InvalidResponse(f"malformed JSON in SSE event: {data[:120]!r}") from exc
+        if not isinstance(obj, dict):
+            raise InvalidResponse(f"SSE event is not a JSON object: {data[:120]!r}")
+        info = self.dialect.parse_event(obj)
+        if info.error is not None:
+            raise HTTPStatusError(0, f"error in stream: {info.error}")
+        usage = info.usage if isinstance(info.usage, dict) else None
+        if info.has_output:
+            delta = None
+            if usage is not None and isinstance(usage.get("completion_tokens"), int):
+                cum = usage["completion_tokens"]
+                delta = cum - self._last_cum
+                self._last_cum = cum
+            self._deltas.append(delta)
+            self.record.events.append([t_ns, 1])
+        elif usage is not None and isinstance(usage.get("completion_tokens"), int):
+            self._last_cum = max(self._last_cum, usage["completion_tokens"])
+        if usage is not None:
+            self._usage = usage
+        if info.finish_reason:
+            self._finish = info.finish_reason
+        if info.vendor is not None:
+            self.record.server = info.vendor
+
+    def _settle_tokens(self) -> None:
+        rec = self.record
+        usage = self._usage
+        if usage is not None:
+            pt = usage.get("prompt_tokens")
+            ct = usage.get("completion_tokens")
+            rec.prompt_tokens = pt if isinstance(pt, int) else None
+            rec.completion_tokens = ct if isinstance(ct, int) else None
+        events = rec.events
+        if not events:
+            rec.token_source = TokenSource.EVENTS
+            return
+        deltas = self._deltas
+        if all(d is not None and d >= 1 for d in deltas):
+            for ev, d in zip(events, deltas):
+                ev[1] = d  # type: ignore[assignment]
+            rec.token_source = TokenSource.USAGE_DELTA
+        elif rec.completion_tokens is not None and rec.completion_tokens >= len(events):
+            # fewer tokens than output events would leave events with none: keep 1 each
+            for ev, n in zip(events, distribute(rec.completion_tokens, len(events))):
+                ev[1] = n
+            rec.token_source = TokenSource.EVENTS_CORRECTED
+        else:
+            rec.token_source = TokenSource.EVENTS

@@ -1,0 +1,178 @@
+"""A scripted OpenAI-style streaming server for client tests (aiohttp.web on loopback).
+
+Every request follows a :class:`Script` (the server default, overridden per request by a
+``"script": {...}`` field in the JSON body): time to first event, gap between events,
+tokens per event, usage reporting, and faults. Events are sent on an absolute schedule
+(arrival + ttft + k * itl), so the client-measured gaps can be checked against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["Script", "ScriptedServer"]
+
+
+@dataclass
+class Script:
+    ttft_s: float = 0.02
+    itl_s: float = 0.01
+    tokens_per_event: int = 1
+    output_tokens: int | None = None  # default: the request's max_tokens
+    include_usage: bool | None = None  # None: as the request asks (stream_options)
+    usage_tokens: int | None = None  # report this completion_tokens instead of the truth
+    status: int = 200
+    disconnect_after: int | None = None  # close the connection after this many events
+    malformed_after: int | None = None  # send broken JSON after this many events
+    role_event: bool = True  # chat: a first role-only event (no output)
+    line_end: str = "\n"
+    done: bool = True  # send [DONE]
+    events_per_write: int = 1  # >1: several events written at once (coalesced)
+
+
+class ScriptedServer:
+    def __init__(self, script: Script | None = None, prompt_tokens: int = 7) -> None:
+        self.script = script or Script()
+        self.prompt_tokens = prompt_tokens
+        self.requests: list[dict[str, Any]] = []
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> "ScriptedServer":
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._handle)
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "scripted-model", "object": "model"}]})
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        t0 = time.perf_counter()
+        body = await request.json()
+        self.requests.append(body)
+        sc = self.script
+        if isinstance(body.get("script"), dict):
+            known = {f.name for f in fields(Script)}
+            sc = replace(sc, **{k: v for k, v in body["script"].items() if k in known})
+        if sc.status != 200:
+            return web.json_response({"error": {"message": "scripted failure"}}, status=sc.status)
+        chat = request.path.endswith("/chat/completions")
+        n_out = sc.output_tokens if sc.output_tokens is not None else int(body.get("max_tokens", 16))
+        opts = body.get("stream_options") or {}
+        usage_final = opts.get("include_usage", False) if sc.include_usage is None else sc.include_usage
+        continuous = bool(opts.get("continuous_usage_stats"))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        nl = sc.line_end
+        pending: list[bytes] = []
+
+        async def emit(obj: Any, at: float | None = None) -> None:
+            data = obj if isinstance(obj, str) else json.dumps(obj)
+            pending.append(f"data: {data}{nl}{nl}".encode())
+            if len(pending) >= sc.events_per_write:
+                if at is not None:
+                    delay = at - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                await resp.write(b"".join(pending))
+                pending.clear()
+
+        def chunk(text: str, finish: str | None, cum: int) -> dict[str, Any]:
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": text, "finish_reason": finish}
+            obj: dict[str, Any] = {"id": "x", "object": "chunk", "model": "scripted-model", "choices": [choice]}
+            if continuous:
+                obj["usage"] = {"prompt_tokens": self.prompt_tokens, "completion_tokens": cum}
+            return obj
+
+        if chat and sc.role_event:
+            await emit({"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        sent = 0
+        k = 0
+        while sent < n_out:
+            if sc.disconnect_after is not None and k >= sc.disconnect_after:
+                if pending:
+                    await resp.write(b"".join(pending))
+                request.transport.close()  # type: ignore[union-attr]
+                return resp
+            if sc.malformed_after is not None and k >= sc.malformed_after:
+                await emit("{not json", t0 + sc.ttft_s + k * sc.itl_s)
+                break
+            n = min(sc.tokens_per_event, n_out - sent)
+            sent += n
+            finish = "length" if sent >= n_out else None
+            await emit(chunk(" tok" * n, finish, sent), t0 + sc.ttft_s + k * sc.itl_s)
+            k += 1
+        if usage_final:
+            ct = sc.usage_tokens if sc.usage_tokens is not None else sent
+            await emit({"id": "x", "choices": [], "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": ct}})
+        if sc.done:
+            await emit("[DONE]")
+        if pending:
+            await resp.write(b"".join(pending))
+        await resp.write_eof()
+        return resp
+
+
+async def _serve_forever(script: Script) -> None:
+    async with ScriptedServer(script) as srv:
+        print(srv.url, flush=True)
+        await asyncio.Event().wait()
+
+
+class ScriptedServerProcess:
+    """The scripted server in its own process (so it does not share the client's loop)."""
+
+    def __init__(self, script: Script | None = None) -> None:
+        self.script = script or Script()
+        self.url = ""
+        self._proc: Any = None
+
+    def __enter__(self) -> "ScriptedServerProcess":
+        import subprocess
+        import sys
+        from dataclasses import asdict
+
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.scripted_server", json.dumps(asdict(self.script))],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.url = self._proc.stdout.readline().strip()
+        if not self.url:
+            raise RuntimeError("scripted server process did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._proc.terminate()
+        self._proc.wait(timeout=10)
+        self._proc.stdout.close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    try:
+        asyncio.run(_serve_forever(Script(**json.loads(sys.argv[1]))))
+    except KeyboardInterrupt:
+        pass
