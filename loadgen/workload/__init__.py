@@ -1,0 +1,37 @@
+"""Workloads: length distributions, workload files, prompt synthesis -> RequestSpec stream.
+
+- :mod:`.distributions` — seeded length distributions and their spec-text parser.
+- :mod:`.spec` — :class:`Workload` / :class:`RequestClass` and the strict TOML loader.
+- :mod:`.prompts` — prompt text of a target token length, calibration, exact counts.
+- :mod:`.generate` — :func:`generate_specs` / :func:`spec_stream`.
+
+Pure: numpy and the stdlib only; no network, no CLI.
+"""
+
+from loadgen.workload.distributions import Distribution, parse_distribution
+from loadgen.workload.generate import generate_specs, spec_stream
+from loadgen.workload.prompts import PromptSynthesizer, TokenCounter, TokenizerCounter
+from loadgen.workload.spec import (
+    RequestClass,
+    Workload,
+    default_search_dirs,
+    list_workloads,
+    load_workload,
+    workload_from_flags,
+)
+
+__all__ = [
+    "Distribution",
+    "parse_distribution",
+    "RequestClass",
+    "Workload",
+    "load_workload",
+    "workload_from_flags",
+    "list_workloads",
+    "default_search_dirs",
+    "PromptSynthesizer",
+    "TokenCounter",
+    "TokenizerCounter",
+    "generate_specs",
+    "spec_stream",
+]

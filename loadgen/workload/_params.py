@@ -1,0 +1,128 @@
+"""Distribution parameters: declarations, parsing context, and text/TOML value coercion."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from loadgen.errors import WorkloadError
+
+if TYPE_CHECKING:
+    from loadgen.workload.distributions import Distribution
+
+__all__ = ["Param", "Kind", "Ctx", "usage", "parse_int", "convert", "split_params", "NUMBER_RE"]
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: str
+    type: str  # "int" | "float" | "ints" | "floats" | "str"
+    required: bool = False
+
+
+class Kind(Protocol):
+    KIND: ClassVar[str]
+    PARAMS: ClassVar[tuple[Param, ...]]
+    EXAMPLE: ClassVar[str]
+
+    @classmethod
+    def build(cls, p: dict[str, Any], ctx: Ctx) -> Distribution: ...
+
+
+def usage(cls: type[Kind]) -> str:
+    req = [p.name for p in cls.PARAMS if p.required]
+    opt = [p.name for p in cls.PARAMS if not p.required]
+    text = f"{cls.KIND} takes {', '.join(req) or 'no required parameters'} (required)"
+    if opt:
+        text += f", {', '.join(opt)} (optional)"
+    return f"{text}, e.g. '{cls.EXAMPLE}'"
+
+
+@dataclass(slots=True)
+class Ctx:
+    source: str
+    key: str
+    base_dir: Path | None
+
+    def error(self, message: str, cls: type[Kind] | None = None) -> WorkloadError:
+        if cls is not None:
+            message = f"{message}; {usage(cls)}"
+        return WorkloadError(message, source=self.source, key=self.key)
+
+
+INT_RE = re.compile(r"[+-]?\d+")
+NUMBER_RE = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def parse_int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    text = text.strip()
+    if INT_RE.fullmatch(text):
+        return int(text)
+    try:
+        f = float(text)
+    except ValueError:
+        return None
+    return int(f) if f.is_integer() else None
+
+
+TYPE_WORDS = {"int": "a whole number", "float": "a number", "ints": "a list of whole numbers",
+               "floats": "a list of numbers", "str": "a string"}
+
+
+def convert(raw: Any, prm: Param, cls: type[Kind], ctx: Ctx) -> Any:
+    """Coerce one parameter (spec-text string or TOML value) to its declared type."""
+    bad = ctx.error(f"{cls.KIND}: parameter {prm.name!r} must be {TYPE_WORDS[prm.type]}, got {raw!r}", cls)
+    if prm.type == "str":
+        if not isinstance(raw, str) or not raw.strip():
+            raise bad
+        return raw.strip()
+    if prm.type in ("ints", "floats"):
+        items = raw.split(";") if isinstance(raw, str) else raw
+        if not isinstance(items, list):
+            raise bad
+        one = Param(prm.name, prm.type[:-1])
+        try:
+            return [convert(x, one, cls, ctx) for x in items]
+        except WorkloadError:
+            raise bad from None
+    if isinstance(raw, bool):
+        raise bad
+    if isinstance(raw, str):
+        value: float | int | None
+        if prm.type == "int":
+            value = parse_int(raw)
+        else:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = None
+        if value is None:
+            raise bad
+        raw = value
+    if not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise bad
+    if prm.type == "int":
+        if not float(raw).is_integer():
+            raise bad
+        return int(raw)
+    return float(raw)
+
+
+def split_params(rest: str, cls: type[Kind], ctx: Ctx) -> dict[str, str]:
+    params: dict[str, str] = {}
+    if not rest.strip():
+        return params
+    for part in rest.split(","):
+        name, eq, value = part.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise ctx.error(f"{cls.KIND}: expected PARAM=VALUE, got {part.strip()!r}", cls)
+        if name in params:
+            raise ctx.error(f"{cls.KIND}: parameter {name!r} given twice", cls)
+        params[name] = value.strip()
+    return params

@@ -1,0 +1,292 @@
+"""Workloads: weighted request classes with length distributions, loaded from TOML.
+
+A workload file (see ``workloads/README.md``) is either one class::
+
+    name = "chat"
+    description = "..."
+    prompt_tokens = "lognormal:median=250,sigma=0.9,max=4096"
+    output_tokens = {dist = "lognormal", median = 200, sigma = 0.8, max = 2048}
+    [shared_prefix]          # optional
+    groups = 4
+    tokens = 1024
+
+or a weighted mix of ``[[classes]]``, each with ``name``, ``weight`` (default 1),
+``prompt_tokens``, ``output_tokens`` and an optional ``shared_prefix`` table.
+Parsing is strict: unknown keys, wrong types and bad values raise
+:class:`~loadgen.errors.WorkloadError` naming the file, the key and what is allowed.
+
+With a shared prefix, ``prompt_tokens`` is the length of the *unique* part; a request's
+target prompt length is ``shared_prefix.tokens + prompt_tokens``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen.errors import WorkloadError
+from loadgen.workload.distributions import Distribution, parse_distribution
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+__all__ = [
+    "RequestClass",
+    "Workload",
+    "load_workload",
+    "workload_from_flags",
+    "list_workloads",
+    "default_search_dirs",
+]
+
+_TOP_KEYS = ("name", "description", "prompt_tokens", "output_tokens", "shared_prefix", "classes")
+_CLASS_KEYS = ("name", "weight", "prompt_tokens", "output_tokens", "shared_prefix")
+_PREFIX_KEYS = ("groups", "tokens")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+@dataclass(slots=True)
+class RequestClass:
+    """One kind of request in a workload, drawn with probability ``weight / sum(weights)``.
+
+    ``shared_prefix_groups > 0`` gives every request of the class one of that many shared
+    prefixes of ``shared_prefix_tokens`` tokens (``prompt_tokens`` is then the unique part).
+    """
+
+    name: str
+    weight: float
+    prompt_tokens: Distribution
+    output_tokens: Distribution
+    shared_prefix_groups: int = 0
+    shared_prefix_tokens: int = 0
+
+
+@dataclass(slots=True)
+class Workload:
+    """A named, weighted mix of request classes; ``source`` is the file (or the flags)."""
+
+    name: str
+    description: str
+    classes: list[RequestClass]
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able description (for ``run.json``)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "classes": [
+                {
+                    "name": c.name,
+                    "weight": c.weight,
+                    "prompt_tokens": c.prompt_tokens.describe(),
+                    "output_tokens": c.output_tokens.describe(),
+                    "shared_prefix": {"groups": c.shared_prefix_groups, "tokens": c.shared_prefix_tokens},
+                }
+                for c in self.classes
+            ],
+        }
+
+
+def default_search_dirs() -> list[Path]:
+    """``./workloads`` first, then the ``workloads/`` folder shipped beside the package."""
+    dirs = [Path.cwd() / "workloads", Path(__file__).resolve().parents[2] / "workloads"]
+    return list(dict.fromkeys(d.resolve() for d in dirs))
+
+
+_TOML_TYPES = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}
+
+
+def _type_name(value: Any) -> str:
+    return _TOML_TYPES.get(type(value), type(value).__name__)
+
+
+class _File:
+    """Strict access to one parsed TOML document; every error names the file and key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.source = str(path)
+
+    def error(self, key: str | None, message: str) -> WorkloadError:
+        return WorkloadError(message, source=self.source, key=key)
+
+    def check_keys(self, table: dict[str, Any], allowed: Sequence[str], where: str) -> None:
+        for k in table:
+            if k not in allowed:
+                key = f"{where}.{k}" if where else k
+                raise self.error(key, f"unknown key {k!r}; allowed keys: {', '.join(allowed)}")
+
+    def string(self, table: dict[str, Any], k: str, key: str, default: str | None = None) -> str:
+        if k not in table:
+            if default is None:
+                raise self.error(key, "missing; it is required (a string)")
+            return default
+        v = table[k]
+        if not isinstance(v, str):
+            raise self.error(key, f"expected a string, got {_type_name(v)} {v!r}")
+        return v
+
+    def positive_int(self, table: dict[str, Any], k: str, key: str) -> int:
+        if k not in table:
+            raise self.error(key, "missing; it is required (a whole number >= 1)")
+        v = table[k]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.error(key, f"expected a whole number >= 1, got {_type_name(v)} {v!r}")
+        if v < 1:
+            raise self.error(key, f"must be >= 1, got {v}")
+        return v
+
+    def weight(self, table: dict[str, Any], key: str) -> float:
+        v = table.get("weight", 1.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.error(key, f"expected a number > 0, got {_type_name(v)} {v!r}")
+        if not v > 0 or v == float("inf"):
+            raise self.error(key, f"must be a finite number > 0, got {v}")
+        return float(v)
+
+    def dist(self, table: dict[str, Any], k: str, key: str) -> Distribution:
+        if k not in table:
+            raise self.error(key, "missing; it is required (e.g. \"lognormal:median=800,sigma=0.9\" "
+                                  "or {dist = \"normal\", mean = 512, std = 128})")
+        v = table[k]
+        if isinstance(v, bool) or not isinstance(v, (str, int, dict)):
+            raise self.error(key, f"expected spec text, a whole number or a table with dist = ..., "
+                                  f"got {_type_name(v)} {v!r}")
+        return parse_distribution(v, source=self.source, key=key, base_dir=self.path.parent)
+
+    def shared_prefix(self, table: dict[str, Any], key: str) -> tuple[int, int]:
+        if "shared_prefix" not in table:
+            return 0, 0
+        sp = table["shared_prefix"]
+        if not isinstance(sp, dict):
+            raise self.error(key, f"expected a table with {', '.join(_PREFIX_KEYS)}, got {_type_name(sp)}")
+        self.check_keys(sp, _PREFIX_KEYS, key)
+        return self.positive_int(sp, "groups", f"{key}.groups"), self.positive_int(sp, "tokens", f"{key}.tokens")
+
+    def request_class(self, table: dict[str, Any], where: str, name: str | None) -> RequestClass:
+        def key(k: str) -> str:
+            return f"{where}.{k}" if where else k
+
+        groups, tokens = self.shared_prefix(table, key("shared_prefix"))
+        return RequestClass(
+            name=name if name is not None else self.string(table, "name", key("name")),
+            weight=self.weight(table, key("weight")),
+            prompt_tokens=self.dist(table, "prompt_tokens", key("prompt_tokens")),
+            output_tokens=self.dist(table, "output_tokens", key("output_tokens")),
+            shared_prefix_groups=groups,
+            shared_prefix_tokens=tokens,
+        )
+
+
+def _parse(doc: dict[str, Any], f: _File) -> Workload:
+    f.check_keys(doc, _TOP_KEYS, "")
+    name = f.string(doc, "name", "name", default=f.path.stem)
+    description = f.string(doc, "description", "description", default="")
+    single = [k for k in ("prompt_tokens", "output_tokens", "shared_prefix") if k in doc]
+    if "classes" in doc:
+        if single:
+            raise f.error(single[0], "give either top-level prompt_tokens/output_tokens or [[classes]], not both")
+        raw = doc["classes"]
+        if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+            raise f.error("classes", f"expected an array of tables ([[classes]]), got {_type_name(raw)}")
+        if not raw:
+            raise f.error("classes", "needs at least one class")
+        classes: list[RequestClass] = []
+        for i, table in enumerate(raw):
+            where = f"classes[{i}]"
+            f.check_keys(table, _CLASS_KEYS, where)
+            rc = f.request_class(table, where, None)
+            if not rc.name.strip():
+                raise f.error(f"{where}.name", "must not be empty")
+            if any(c.name == rc.name for c in classes):
+                raise f.error(f"{where}.name", f"duplicate class name {rc.name!r}")
+            classes.append(rc)
+    else:
+        classes = [f.request_class(doc, "", "default")]
+    return Workload(name=name, description=description, classes=classes, source=f.source)
+
+
+def _read(path: Path) -> Workload:
+    f = _File(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise f.error(None, f"cannot read workload file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise f.error(None, f"not UTF-8 text: {exc}") from exc
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise f.error(None, f"invalid TOML: {exc}") from exc
+    return _parse(doc, f)
+
+
+def _available(search_dirs: Sequence[Path]) -> list[str]:
+    names: dict[str, None] = {}
+    for d in search_dirs:
+        if Path(d).is_dir():
+            for p in sorted(Path(d).glob("*.toml")):
+                names.setdefault(p.stem, None)
+    return sorted(names)
+
+
+def load_workload(name_or_path: str, search_dirs: Sequence[Path]) -> Workload:
+    """Load a workload by name (``chat`` -> first ``<dir>/chat.toml``) or a ``.toml`` path."""
+    if name_or_path.endswith(".toml"):
+        path = Path(name_or_path)
+        if not path.is_file():
+            known = ", ".join(_available(search_dirs)) or "(none)"
+            raise WorkloadError(f"no such workload file; named workloads: {known}", source=name_or_path)
+        return _read(path)
+    if _NAME_RE.fullmatch(name_or_path):
+        for d in search_dirs:
+            candidate = Path(d) / f"{name_or_path}.toml"
+            if candidate.is_file():
+                return _read(candidate)
+    names = _available(search_dirs)
+    where = ", ".join(str(d) for d in search_dirs) or "(no folders)"
+    raise WorkloadError(
+        f"unknown workload {name_or_path!r}; available: {', '.join(names) or '(none)'} "
+        f"(searched {where}; or give a path ending in .toml)",
+        key="workload",
+    )
+
+
+def workload_from_flags(prompt_tokens: str, output_tokens: str, name: str = "cli") -> Workload:
+    """A one-class workload (class ``default``) from ``--prompt-tokens``/``--output-tokens``."""
+    cls = RequestClass(
+        name="default",
+        weight=1.0,
+        prompt_tokens=parse_distribution(prompt_tokens, source="command line", key="--prompt-tokens"),
+        output_tokens=parse_distribution(output_tokens, source="command line", key="--output-tokens"),
+    )
+    return Workload(name=name, description=f"prompt {cls.prompt_tokens.describe()}, output "
+                    f"{cls.output_tokens.describe()}", classes=[cls], source="command line")
+
+
+def list_workloads(search_dirs: Sequence[Path]) -> list[tuple[str, str]]:
+    """``(name, description)`` of every ``*.toml`` in the search dirs (first dir wins), by name.
+
+    A file that does not parse is listed with ``(invalid: ...)`` as its description.
+    """
+    found: dict[str, Path] = {}
+    for d in search_dirs:
+        if Path(d).is_dir():
+            for p in sorted(Path(d).glob("*.toml")):
+                found.setdefault(p.stem, p)
+    out = []
+    for name in sorted(found):
+        try:
+            desc = _read(found[name]).description
+        except WorkloadError as exc:
+            desc = f"(invalid: {exc})"
+        out.append((name, desc))
+    return out
