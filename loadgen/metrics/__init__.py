@@ -1,0 +1,46 @@
+"""Records -> numbers: per-request metrics, level summaries, SLOs, goodput, capacity.
+
+Pure (numpy/pandas): no I/O, no printing, no network. Definitions follow DESIGN.md
+"Metric definitions" exactly; see each module's docstring.
+
+- :mod:`~loadgen.metrics.stats` — ``describe`` (count, mean, std, min, p50…p99.9, max)
+- :mod:`~loadgen.metrics.per_request` — one row per request, ITL / inter-chunk samples
+- :mod:`~loadgen.metrics.slo` — ``--slo`` parsing, attainment, level-wide checks
+- :mod:`~loadgen.metrics.summary` — ``summarize_level``: one ``summary.json`` level entry
+- :mod:`~loadgen.metrics.capacity` — capacity, saturation knee, time windows
+"""
+
+from loadgen.metrics.capacity import capacity, knee, windows
+from loadgen.metrics.per_request import (
+    EventArrays,
+    event_arrays,
+    frame_and_events,
+    inter_chunk_samples,
+    itl_samples,
+    per_request_frame,
+)
+from loadgen.metrics.slo import SLO, level_checks, parse_slo, request_meets, slo_attainment
+from loadgen.metrics.stats import PERCENTILES, describe, jsonable, stat_value
+from loadgen.metrics.summary import summarize_level
+
+__all__ = [
+    "PERCENTILES",
+    "describe",
+    "stat_value",
+    "jsonable",
+    "EventArrays",
+    "event_arrays",
+    "frame_and_events",
+    "per_request_frame",
+    "itl_samples",
+    "inter_chunk_samples",
+    "SLO",
+    "parse_slo",
+    "request_meets",
+    "slo_attainment",
+    "level_checks",
+    "summarize_level",
+    "capacity",
+    "knee",
+    "windows",
+]

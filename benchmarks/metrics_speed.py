@@ -1,0 +1,80 @@
+"""How long the metrics take on a large level (a benchmark, not a test).
+
+Builds N synthetic records with E output events each (some coalesced, a few failed,
+a few warm-up), then times ``per_request_frame``, ``itl_samples`` and
+``summarize_level`` and prints a table. Target: 100k records x 256 events in a few
+seconds per call.
+
+Run from the repository root (``pip install -e .`` or ``PYTHONPATH=.``):
+
+    python benchmarks/metrics_speed.py                 # 100k x 256 (needs ~8 GB RAM)
+    python benchmarks/metrics_speed.py --records 20000 --events 64 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from loadgen.metrics import itl_samples, parse_slo, per_request_frame, summarize_level, windows
+from loadgen.records import ErrorKind, RequestRecord
+
+
+def synthetic(n: int, e: int, seed: int = 0) -> list[RequestRecord]:
+    rng = np.random.default_rng(seed)
+    base = 10**12
+    sent = base + np.cumsum(rng.exponential(1e6, n)).astype(np.int64)
+    ttft = rng.lognormal(np.log(50e6), 0.5, n).astype(np.int64)
+    gaps = rng.gamma(4.0, 5e6, (n, e)).astype(np.int64)
+    gaps[:, 0] = 0
+    gaps[rng.random((n, e)) < 0.02] = 0  # coalesced reads
+    times = sent[:, None] + ttft[:, None] + np.cumsum(gaps, axis=1)
+    classes = ("chat", "rag")
+    recs = []
+    for i in range(n):
+        t = times[i].tolist()
+        recs.append(RequestRecord(
+            index=i, request_class=classes[i % 2], target_prompt_tokens=512, target_output_tokens=e,
+            scheduled_ns=int(sent[i]), sent_ns=int(sent[i]) + 50_000, done_ns=t[-1] + 1_000_000,
+            events=[[x, 1] for x in t], prompt_tokens=500, completion_tokens=e,
+            status=ErrorKind.TIMEOUT if i % 97 == 0 else ErrorKind.OK, warmup=i < 16,
+        ))  # fmt: skip
+    return recs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--events", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per step; the table shows best and median")
+    args = ap.parse_args()
+    t = time.perf_counter()
+    recs = synthetic(args.records, args.events)
+    build = time.perf_counter() - t
+    slos = [parse_slo("ttft=100ms"), parse_slo("itl=60ms"), parse_slo("ttft:p99=200ms")]
+    rows = [("build records", build, build)]
+    for name, fn in [
+        ("per_request_frame", lambda: per_request_frame(recs)),
+        ("itl_samples", lambda: itl_samples(recs)),
+        ("summarize_level", lambda: summarize_level(recs, load={"mode": "rate", "value": 1000}, slos=slos,
+                                                    trim=(0.1, 0.1))),
+        ("windows(10 s)", lambda: windows(recs, 10.0)),
+    ]:  # fmt: skip
+        times = []
+        for _ in range(max(1, args.repeat)):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        rows.append((name, min(times), statistics.median(times)))
+    n_ev = args.records * args.events
+    print(f"{args.records} records x {args.events} events = {n_ev / 1e6:.1f} M events")
+    print(f"{'step':<20} {'best s':>8} {'median s':>9} {'M events/s (best)':>18}")
+    for name, best, med in rows:
+        print(f"{name:<20} {best:>8.2f} {med:>9.2f} {n_ev / best / 1e6:>18.1f}")
+
+
+if __name__ == "__main__":
+    main()

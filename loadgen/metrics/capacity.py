@@ -1,0 +1,174 @@
+"""Across levels and over time: capacity (DistServe), the saturation knee, time windows.
+
+- :func:`capacity`: the highest offered load whose SLO attainment stays >= the target,
+  linearly interpolated between the last passing level and the first failing one.
+- :func:`knee`: the first level where throughput stops growing while latency climbs.
+- :func:`windows`: metrics over consecutive time windows of one long level (soak, ramp).
+
+Pure functions of numbers and records; results are JSON-ready.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from loadgen.metrics.per_request import frame_and_events
+from loadgen.metrics.stats import jsonable, stat_value
+from loadgen.records import RequestRecord
+
+__all__ = ["capacity", "knee", "windows"]
+
+F64 = npt.NDArray[np.float64]
+
+
+def _num(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def capacity(levels: Sequence[tuple[float, float | None]], target: float = 0.9) -> dict[str, Any]:
+    """Capacity from ``(offered load, attainment)`` pairs (sorted here by load).
+
+    Outcomes (``status``):
+
+    - ``"ok"``: the highest load whose attainment is >= ``target`` is followed by a
+      failing level; ``value`` is the load where the straight line between those two
+      levels crosses ``target``, ``between`` their two loads.
+    - ``"not_reached"``: the highest load tested passes; ``value`` is that load, so the
+      true capacity is at least this (``between`` is None).
+    - ``"never_met"``: no level passes, even the lowest (``value`` and ``between`` None).
+
+    A level whose attainment is None or NaN (no requests) counts as failing with
+    attainment 0. Raises ``ValueError`` when ``levels`` is empty.
+    """
+    if not levels:
+        raise ValueError("capacity() needs at least one level")
+    pts = sorted((float(load), _num(att)) for load, att in levels)
+    pts = [(load, att if math.isfinite(att) else 0.0) for load, att in pts]
+    passing = [i for i, (_, att) in enumerate(pts) if att >= target]
+    result: dict[str, Any] = {"status": "never_met", "value": None, "between": None, "target": target}
+    if not passing:
+        return result
+    i = passing[-1]
+    if i == len(pts) - 1:
+        result.update(status="not_reached", value=pts[i][0])
+        return result
+    (lo, a_lo), (hi, a_hi) = pts[i], pts[i + 1]
+    value = lo + (a_lo - target) / (a_lo - a_hi) * (hi - lo)
+    result.update(status="ok", value=value, between=[lo, hi])
+    return result
+
+
+def _growth(prev: float, cur: float) -> float | None:
+    if not (math.isfinite(prev) and math.isfinite(cur)) or prev <= 0:
+        return None
+    return (cur - prev) / prev
+
+
+def knee(
+    levels: Sequence[tuple[float, float | None, float | None]],
+    min_throughput_gain: float = 0.05,
+    min_latency_growth: float = 0.20,
+) -> dict[str, Any]:
+    """The saturation knee from ``(load, throughput, latency)`` per level, in load order.
+
+    It is the first level ``i > 0`` whose throughput grew by less than
+    ``min_throughput_gain`` (relative) over level ``i - 1`` while its latency grew by
+    more than ``min_latency_growth``. Levels whose predecessor has no positive
+    throughput or latency cannot be judged and are skipped. Returns ``{"found",
+    "index", "load", "throughput_gain", "latency_growth"}`` (None when not found).
+    """
+    for i in range(1, len(levels)):
+        _, thr0, lat0 = levels[i - 1]
+        load, thr1, lat1 = levels[i]
+        gain = _growth(_num(thr0), _num(thr1))
+        growth = _growth(_num(lat0), _num(lat1))
+        if gain is None or growth is None:
+            continue
+        if gain < min_throughput_gain and growth > min_latency_growth:
+            return {"found": True, "index": i, "load": float(load), "throughput_gain": gain,
+                    "latency_growth": growth}  # fmt: skip
+    return {"found": False, "index": None, "load": None, "throughput_gain": None, "latency_growth": None}
+
+
+def _in_flight_integral(sent_s: F64, done_s: F64, at: F64) -> F64:
+    """For each time in ``at``: the integral of the in-flight count from -inf to it."""
+    s, d = np.sort(sent_s), np.sort(done_s)
+    cs, cd = np.r_[0.0, np.cumsum(s)], np.r_[0.0, np.cumsum(d)]
+    ks, kd = np.searchsorted(s, at, side="right"), np.searchsorted(d, at, side="right")
+    return np.asarray((ks * at - cs[ks]) - (kd * at - cd[kd]), dtype=np.float64)
+
+
+def _split(values: F64, wids: npt.NDArray[Any], n_win: int) -> list[F64]:
+    """``values`` grouped by window id (one array per window), without an O(n*w) scan."""
+    order = np.argsort(wids, kind="stable")
+    bounds = np.searchsorted(wids[order], np.arange(1, n_win))
+    return np.split(values[order], bounds)
+
+
+def windows(records: Iterable[RequestRecord], window_s: float) -> list[dict[str, Any]]:
+    """Metrics over consecutive ``window_s``-second windows of the non-warm-up records.
+
+    Time 0 is the first send; windows run to the last completion (the last one may be
+    shorter). Per window: ``requests``/``ok`` completed in it; ``output_tokens_per_s``
+    from ok requests' events that arrived in it; TTFT percentiles of ok requests whose
+    first token arrived in it, ITL percentiles of the per-token samples whose chunk
+    arrived in it; ``in_flight_mean`` the time-averaged number of requests between
+    send and completion (failed ones included).
+    """
+    if not (window_s > 0 and math.isfinite(window_s)):
+        raise ValueError(f"window_s must be a positive number, got {window_s!r}")
+    frame, ev = frame_and_events(records)
+    sent = frame["sent_ns"].to_numpy()
+    done = frame["done_ns"].to_numpy()
+    valid = sent != 0
+    if not valid.any():
+        return []
+    t0 = int(sent[valid].min())
+    done = np.where(done == 0, sent, done)
+    end_s = max(float(done[valid].max() - t0) / 1e9, 0.0)
+    n_win = max(1, math.ceil(end_s / window_s))
+    edges = np.minimum(np.arange(n_win + 1) * window_s, end_s)
+    edges[-1] = end_s
+    ok = frame["ok"].to_numpy(dtype=bool)
+
+    # window ids; a small int type lets the stable argsort in _split use a radix sort
+    wtype = np.uint16 if n_win <= 1 << 16 else np.int64
+
+    def bucket(t_ns: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        return np.clip((t_ns - t0) // round(window_s * 1e9), 0, n_win - 1).astype(wtype)
+
+    done_w = bucket(done)
+    n_req = np.bincount(done_w[valid], minlength=n_win)
+    n_ok = np.bincount(done_w[valid & ok], minlength=n_win)
+    ev_ok = ev.event_mask(ok)
+    tokens = np.bincount(bucket(ev.ev_t[ev_ok]), weights=ev.ev_n[ev_ok], minlength=n_win)
+    first = frame["first_token_ns"].to_numpy()
+    has_ttft = ok & (first != 0) & ~np.isnan(frame["ttft_ms"].to_numpy())
+    ttft = _split(frame["ttft_ms"].to_numpy()[has_ttft], bucket(first[has_ttft]), n_win)
+    itl = _split(ev.itl_ms(ok), ev.like_itl(bucket(ev.ch_t), ok), n_win)
+    sent_s = (sent[valid] - t0) / 1e9
+    done_s = (done[valid] - t0) / 1e9
+    busy = np.diff(_in_flight_integral(sent_s, done_s, edges))
+
+    out = []
+    for w in range(n_win):
+        span = float(edges[w + 1] - edges[w])
+        w_ttft, w_itl = ttft[w], itl[w]
+        out.append({
+            "t_start_s": float(edges[w]),
+            "t_end_s": float(edges[w + 1]),
+            "requests": int(n_req[w]),
+            "ok": int(n_ok[w]),
+            "output_tokens_per_s": float(tokens[w]) / span if span > 0 else None,
+            "ttft_ms_p50": stat_value(w_ttft, "p50"),
+            "ttft_ms_p99": stat_value(w_ttft, "p99"),
+            "itl_ms_p50": stat_value(w_itl, "p50"),
+            "itl_ms_p99": stat_value(w_itl, "p99"),
+            "in_flight_mean": float(busy[w]) / span if span > 0 else None,
+        })  # fmt: skip
+    return jsonable(out)  # type: ignore[no-any-return]

@@ -1,0 +1,155 @@
+"""Service-level objectives: parsing ``--slo`` strings, attainment and level checks.
+
+Syntax: ``METRIC[:STAT]=LIMIT[UNIT]``, e.g. ``ttft=500ms``, ``tpot=50ms``, ``itl=80ms``,
+``e2e=10s``, ``ttft:p90=300ms``. Units: ``ms``, ``s``, ``us`` (a bare number is ms).
+
+Metrics:
+
+- ``ttft``, ``e2e``: measured from ``sent_ns``; ``ttft_queued``, ``e2e_queued``: the same
+  measured from ``scheduled_ns`` (include any delay before the client sent the request).
+- ``tpot``: the request's time per output token.
+- ``itl``: per-token inter-token latency.
+
+Without a stat the SLO is a **per-request limit**: a request meets it when its own value
+is within the limit (``<=``) — for ``itl`` its largest per-token ITL, i.e. every gap must
+be within the limit. A request with no output token misses a ``ttft`` limit (it never
+got one); one with fewer than two tokens (no decode) meets ``tpot`` and ``itl`` limits.
+A failed request misses every SLO. SLO attainment is the fraction of requests meeting
+*all* per-request SLOs (with none given: the fraction that succeeded).
+
+With a stat (``p50``, ``p90``, ``p95``, ``p99``, ``p99.9``, ``mean``, ``max``) the SLO is
+a **level-wide check**: that statistic over all samples of the level (successful
+requests only; per-token samples for ``itl``) must be within the limit. It passes or
+fails per level and is not part of attainment; with no samples it fails.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from loadgen.errors import ConfigError
+from loadgen.metrics.stats import stat_value
+
+__all__ = ["SLO", "METRICS", "STATS", "UNITS", "parse_slo", "request_meets", "slo_attainment", "level_checks"]
+
+# metric -> column of the per-request frame
+METRICS: dict[str, str] = {
+    "ttft": "ttft_ms",
+    "ttft_queued": "ttft_queued_ms",
+    "tpot": "tpot_ms",
+    "itl": "itl_max_ms",
+    "e2e": "e2e_ms",
+    "e2e_queued": "e2e_queued_ms",
+}
+STATS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "p99.9", "mean", "max")
+UNITS: dict[str, float] = {"ms": 1.0, "s": 1000.0, "us": 0.001}
+
+# metrics a request with too few tokens meets vacuously (nothing to measure)
+_VACUOUS = frozenset({"tpot", "itl"})
+_NUMBER = re.compile(r"^((?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*([a-z]*)$")
+_HELP = (
+    "expected METRIC[:STAT]=LIMIT with METRIC one of "
+    + ", ".join(METRICS)
+    + "; STAT one of "
+    + ", ".join(STATS)
+    + "; LIMIT a positive number with unit ms, s or us (bare number = ms)"
+    + " — e.g. ttft=500ms, e2e=10s, ttft:p90=300ms"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SLO:
+    """One objective: ``metric`` (a key of :data:`METRICS`), ``limit_ms``, and ``stat``
+    (``None`` for a per-request limit, else a level-wide statistic from :data:`STATS`)."""
+
+    metric: str
+    limit_ms: float
+    stat: str | None = None
+
+    @property
+    def per_request(self) -> bool:
+        return self.stat is None
+
+    def __str__(self) -> str:
+        """Canonical text, in ms: ``ttft=500ms``, ``ttft:p90=300ms``."""
+        head = self.metric if self.stat is None else f"{self.metric}:{self.stat}"
+        return f"{head}={self.limit_ms:g}ms"
+
+
+def parse_slo(text: str) -> SLO:
+    """Parse one ``--slo`` value (see the module docstring for the syntax).
+
+    Raises :class:`~loadgen.errors.ConfigError` naming ``--slo``, the text, what was
+    wrong and the allowed metrics, stats and units.
+    """
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{text!r}: {why}; {_HELP}", source="--slo")
+
+    if not isinstance(text, str):
+        raise bad("not a string")
+    lhs, eq, rhs = text.strip().lower().partition("=")
+    if not eq:
+        raise bad("missing '='")
+    metric, colon, stat = (p.strip() for p in lhs.partition(":"))
+    if metric not in METRICS:
+        raise bad(f"unknown metric {metric!r}")
+    if colon and stat not in STATS:
+        raise bad(f"unknown statistic {stat!r}")
+    m = _NUMBER.match(rhs.strip())
+    if m is None:
+        raise bad(f"limit {rhs.strip()!r} is not a positive number with a unit")
+    number, unit = m.group(1), m.group(2) or "ms"
+    if unit not in UNITS:
+        raise bad(f"unknown unit {unit!r}")
+    limit = float(number) * UNITS[unit]
+    if not (math.isfinite(limit) and limit > 0):
+        raise bad("the limit must be a positive, finite number")
+    return SLO(metric=metric, limit_ms=limit, stat=stat if colon else None)
+
+
+def request_meets(frame: pd.DataFrame, slo: SLO) -> npt.NDArray[np.bool_]:
+    """Boolean mask over ``frame`` rows (a per-request frame): which requests meet the
+    per-request ``slo``. Failed requests never do."""
+    if slo.stat is not None:
+        raise ValueError(f"{slo} is a level-wide check, not a per-request limit")
+    values = frame[METRICS[slo.metric]].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        meets = values <= slo.limit_ms
+    if slo.metric in _VACUOUS:
+        meets |= np.isnan(values)
+    return np.asarray(meets & frame["ok"].to_numpy(dtype=bool))
+
+
+def slo_attainment(frame: pd.DataFrame, slos: Sequence[SLO]) -> tuple[npt.NDArray[np.bool_], float | None]:
+    """``(mask, attainment)``: which requests meet every per-request SLO (level-wide
+    checks in ``slos`` are ignored here) and the fraction that do; with no per-request
+    SLO, the successful ones. ``attainment`` is ``None`` for an empty frame."""
+    mask = frame["ok"].to_numpy(dtype=bool).copy()
+    for slo in slos:
+        if slo.stat is None:
+            mask &= request_meets(frame, slo)
+    return mask, (float(mask.mean()) if mask.size else None)
+
+
+def level_checks(samples: Mapping[str, Any], slos: Sequence[SLO]) -> list[dict[str, Any]]:
+    """Evaluate the level-wide SLOs (those with a stat) of ``slos``.
+
+    ``samples`` maps each metric name to its samples in ms (successful requests only;
+    per-token samples for ``itl``). Returns ``[{"slo", "value_ms", "pass"}]`` in order.
+    """
+    out: list[dict[str, Any]] = []
+    for slo in slos:
+        if slo.stat is None:
+            continue
+        value = stat_value(samples.get(slo.metric, ()), slo.stat)
+        out.append({"slo": str(slo), "value_ms": value, "pass": value is not None and value <= slo.limit_ms})
+    return out

@@ -1,0 +1,90 @@
+"""Descriptive statistics with the percentiles loadgen reports everywhere.
+
+Percentiles use numpy's default linear interpolation, so ``describe(x)["p99"]`` equals
+``numpy.percentile(x, 99)``. NaN values are dropped first (a missing value is not a
+sample). Results are plain Python floats, ready for ``json.dumps``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["PERCENTILES", "STAT_KEYS", "describe", "stat_value", "jsonable"]
+
+PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
+
+
+def _pkey(p: float) -> str:
+    return f"p{p:g}"
+
+
+STAT_KEYS: tuple[str, ...] = ("count", "mean", "std", "min", *(_pkey(p) for p in PERCENTILES), "max")
+
+
+def _clean(values: Iterable[float] | npt.ArrayLike) -> npt.NDArray[np.float64]:
+    seq = values if hasattr(values, "__len__") else list(values)  # type: ignore[arg-type]
+    arr = np.asarray(seq, dtype=np.float64).ravel()
+    return arr[~np.isnan(arr)]
+
+
+def describe(values: Iterable[float] | npt.ArrayLike, *, overwrite: bool = False) -> dict[str, Any]:
+    """``{"count", "mean", "std", "min", "p50", "p90", "p95", "p99", "p99.9", "max"}``.
+
+    ``count`` is an int, the rest floats; ``std`` is the population standard deviation
+    (numpy's default). With no values: count 0 and ``None`` for every other key.
+    ``overwrite=True`` lets it reorder a float64 array in place (saves a copy of a
+    large array the caller no longer needs).
+    """
+    arr = _clean(values)
+    if arr.size == 0:
+        return {k: (0 if k == "count" else None) for k in STAT_KEYS}
+    pct = np.percentile(arr, PERCENTILES, overwrite_input=overwrite)
+    out: dict[str, Any] = {
+        "count": int(arr.size),
+        "mean": float(arr.mean()),
+        "std": float(arr.std()),
+        "min": float(arr.min()),
+    }
+    for p, v in zip(PERCENTILES, pct):
+        out[_pkey(p)] = float(v)
+    out["max"] = float(arr.max())
+    return out
+
+
+def stat_value(values: Iterable[float] | npt.ArrayLike, stat: str) -> float | None:
+    """One statistic by name: ``pXX`` (any percentile, e.g. ``p99.9``), ``mean``,
+    ``min`` or ``max``. ``None`` when there are no values."""
+    arr = _clean(values)
+    if arr.size == 0:
+        return None
+    if stat == "mean":
+        return float(arr.mean())
+    if stat == "max":
+        return float(arr.max())
+    if stat == "min":
+        return float(arr.min())
+    if stat.startswith("p"):
+        return float(np.percentile(arr, float(stat[1:])))
+    raise ValueError(f"unknown statistic {stat!r} (allowed: pXX, mean, min, max)")
+
+
+def jsonable(obj: Any) -> Any:
+    """Deep copy of ``obj`` with numpy scalars turned into Python numbers, tuples and
+    arrays into lists, and NaN/±inf into ``None`` (so ``allow_nan=False`` works)."""
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    return obj

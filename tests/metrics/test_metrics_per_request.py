@@ -1,0 +1,198 @@
+"""Per-request metrics and the ITL / inter-chunk samples, on hand-built records."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from loadgen.metrics.per_request import (
+    FRAME_COLUMNS,
+    event_arrays,
+    frame_and_events,
+    inter_chunk_samples,
+    itl_samples,
+    per_request_frame,
+)
+from loadgen.records import ErrorKind
+from tests.metrics.helpers import MS, ns, rec
+
+
+def row(record):
+    return per_request_frame([record]).iloc[0]
+
+
+def test_reference_request_exact_values():
+    r = rec(events=[(100, 1), (120, 1), (160, 2)], done=170, prompt_tokens=33, target_prompt=32, target_output=4)
+    f = row(r)
+    assert f["ttft_ms"] == 100.0
+    assert f["ttft_queued_ms"] == 100.0
+    assert f["tpot_ms"] == 20.0  # (160 - 100) / (4 - 1)
+    assert f["itl_max_ms"] == 20.0
+    assert f["e2e_ms"] == 170.0
+    assert f["output_tokens"] == 4
+    assert (f["n_events"], f["n_chunks"], f["coalesced_events"]) == (3, 3, 0)
+    assert (f["first_token_ns"], f["last_token_ns"]) == (ns(100), ns(160))
+    assert f["prompt_tokens"] == 33.0
+    assert (f["target_prompt_tokens"], f["target_output_tokens"]) == (32, 4)
+    assert f["ok"] and f["status"] == "ok"
+    assert itl_samples([r]).tolist() == [20.0, 20.0, 20.0]
+    assert inter_chunk_samples([r]).tolist() == [20.0, 40.0]
+
+
+def test_coalesced_events_merge_and_never_give_zero_gaps():
+    r = rec(events=[(100, 1), (130, 1), (130, 1), (150, 1)])
+    f = row(r)
+    assert (f["n_events"], f["n_chunks"], f["coalesced_events"]) == (4, 3, 1)
+    assert inter_chunk_samples([r]).tolist() == [30.0, 20.0]
+    assert itl_samples([r]).tolist() == [15.0, 15.0, 20.0]
+    assert f["itl_max_ms"] == 20.0
+    assert f["tpot_ms"] == pytest.approx(50 / 3)
+
+
+def test_coalesced_first_chunk_counts_for_ttft_only():
+    r = rec(events=[(100, 1), (100, 1), (100, 1), (140, 1)])
+    f = row(r)
+    assert f["ttft_ms"] == 100.0
+    assert (f["n_chunks"], f["coalesced_events"], f["output_tokens"]) == (2, 2, 4)
+    assert itl_samples([r]).tolist() == [40.0]
+    assert f["tpot_ms"] == pytest.approx(40 / 3)
+
+
+def test_zero_output_tokens():
+    f = row(rec(events=[], done=250))
+    assert math.isnan(f["ttft_ms"]) and math.isnan(f["ttft_queued_ms"])
+    assert math.isnan(f["tpot_ms"]) and math.isnan(f["itl_max_ms"])
+    assert f["e2e_ms"] == 250.0
+    assert (f["output_tokens"], f["n_chunks"], f["first_token_ns"], f["last_token_ns"]) == (0, 0, 0, 0)
+
+
+def test_one_output_token_has_ttft_but_no_tpot_or_itl():
+    r = rec(events=[(80, 1)], done=90)
+    f = row(r)
+    assert f["ttft_ms"] == 80.0
+    assert math.isnan(f["tpot_ms"]) and math.isnan(f["itl_max_ms"])
+    assert itl_samples([r]).size == 0 and inter_chunk_samples([r]).size == 0
+
+
+def test_two_tokens_in_one_event_give_zero_tpot_and_no_itl():
+    r = rec(events=[(80, 2)])
+    assert row(r)["tpot_ms"] == 0.0
+    assert itl_samples([r]).size == 0
+
+
+def test_queue_inclusive_and_lateness():
+    f = row(rec(events=[(100, 1)], sent=10, scheduled=0, done=120))
+    assert f["ttft_ms"] == 90.0 and f["ttft_queued_ms"] == 100.0
+    assert f["e2e_ms"] == 110.0 and f["e2e_queued_ms"] == 120.0
+    assert f["send_lateness_ms"] == 10.0
+
+
+def test_missing_schedule_is_taken_as_the_send_time():
+    r = rec(events=[(100, 1)], sent=10)
+    r.scheduled_ns = 0
+    f = row(r)
+    assert f["scheduled_ns"] == r.sent_ns
+    assert f["ttft_queued_ms"] == f["ttft_ms"] == 90.0
+    assert f["send_lateness_ms"] == 0.0
+
+
+def test_missing_prompt_usage_is_nan():
+    assert math.isnan(row(rec(events=[(1, 1)]))["prompt_tokens"])
+
+
+def test_warmup_excluded_everywhere():
+    warm = rec(0, [(10, 1), (500, 1)], warmup=True)
+    real = rec(1, [(100, 1), (120, 1)])
+    frame = per_request_frame([warm, real])
+    assert frame["index"].tolist() == [1]
+    assert itl_samples([warm, real]).tolist() == [20.0]
+    assert inter_chunk_samples([warm, real]).tolist() == [20.0]
+
+
+def test_failed_requests_in_frame_but_not_in_samples():
+    bad = rec(0, [(100, 1), (900, 1)], status=ErrorKind.DISCONNECTED)
+    good = rec(1, [(100, 1), (130, 1)])
+    frame = per_request_frame([bad, good])
+    assert frame["ok"].tolist() == [False, True]
+    assert frame["status"].tolist() == ["disconnected", "ok"]
+    assert itl_samples([bad, good]).tolist() == [30.0]
+    assert inter_chunk_samples([bad, good]).tolist() == [30.0]
+
+
+def test_gaps_never_span_two_requests():
+    a = rec(0, [(100, 1), (120, 1)])
+    b = rec(1, [(50, 1), (90, 1)])
+    assert inter_chunk_samples([a, b]).tolist() == [20.0, 40.0]
+    # same timestamp at the end of one request and the start of the next: not coalesced
+    c = rec(2, [(10, 1), (20, 1)])
+    d = rec(3, [(20, 1), (25, 1)])
+    frame = per_request_frame([c, d])
+    assert frame["coalesced_events"].tolist() == [0, 0]
+    assert inter_chunk_samples([c, d]).tolist() == [10.0, 5.0]
+
+
+def test_events_without_tokens_are_ignored_for_timing():
+    r = rec(events=[(100, 1), (110, 0), (130, 1)])
+    f = row(r)
+    assert (f["n_events"], f["n_chunks"], f["output_tokens"]) == (3, 2, 2)
+    assert itl_samples([r]).tolist() == [30.0]
+
+
+def test_out_of_order_events_are_sorted_per_request():
+    r = rec(events=[(130, 1), (100, 1), (160, 2)])
+    f = row(r)
+    assert f["ttft_ms"] == 100.0
+    assert itl_samples([r]).tolist() == [30.0, 15.0, 15.0]
+
+
+def test_frame_columns_and_empty_input():
+    frame = per_request_frame([])
+    assert list(frame.columns) == list(FRAME_COLUMNS)
+    assert len(frame) == 0
+    assert itl_samples([]).size == 0
+    ev = event_arrays([])
+    assert ev.n_records == 0 and ev.ch_gap_ms.size == 0
+
+
+def _naive_itl(record):
+    """Straight-line reference: merge equal timestamps, then gap / k, k times."""
+    chunks: list[list[int]] = []
+    for t, n in sorted(record.events, key=lambda e: e[0]):
+        if n <= 0:
+            continue
+        if chunks and chunks[-1][0] == t:
+            chunks[-1][1] += n
+        else:
+            chunks.append([t, n])
+    itl: list[float] = []
+    for (t0, _), (t1, k) in zip(chunks, chunks[1:]):
+        itl += [(t1 - t0) / MS / k] * k
+    return chunks, itl
+
+
+def test_vectorised_matches_a_naive_reference_on_random_records():
+    rng = random.Random(7)
+    records = []
+    for i in range(300):
+        t = rng.uniform(0, 1000)
+        events = []
+        for _ in range(rng.randint(0, 12)):
+            if not events or rng.random() > 0.3:  # 30% coalesced with the previous one
+                t += rng.uniform(0.01, 50)
+            events.append((round(t, 3), rng.choice([0, 1, 1, 1, 2, 5])))
+        status = ErrorKind.OK if rng.random() > 0.1 else ErrorKind.TIMEOUT
+        records.append(rec(i, events, sent=0, status=status))
+    expected_itl: list[float] = []
+    frame, ev = frame_and_events(records)
+    for i, r in enumerate(records):
+        chunks, itl = _naive_itl(r)
+        if r.status is ErrorKind.OK:
+            expected_itl += itl
+        assert frame["n_chunks"].iat[i] == len(chunks)
+        assert frame["output_tokens"].iat[i] == sum(k for _, k in chunks)
+        if itl:
+            assert frame["itl_max_ms"].iat[i] == pytest.approx(max(itl))
+    np.testing.assert_allclose(itl_samples(records), expected_itl)

@@ -1,0 +1,62 @@
+"""describe(): the percentile set and its agreement with numpy; JSON cleaning."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from loadgen.metrics.stats import PERCENTILES, STAT_KEYS, describe, jsonable, stat_value
+
+
+def test_keys_and_percentiles():
+    assert PERCENTILES == (50, 90, 95, 99, 99.9)
+    assert STAT_KEYS == ("count", "mean", "std", "min", "p50", "p90", "p95", "p99", "p99.9", "max")
+    assert tuple(describe([1.0])) == STAT_KEYS
+
+
+def test_exact_values_on_a_small_array():
+    d = describe([4, 1, 3, 2])
+    assert d["count"] == 4 and isinstance(d["count"], int)
+    assert (d["mean"], d["min"], d["max"]) == (2.5, 1.0, 4.0)
+    assert d["std"] == pytest.approx(math.sqrt(1.25))  # population std
+    assert d["p50"] == 2.5
+    assert d["p90"] == pytest.approx(3.7)
+    assert d["p99.9"] == pytest.approx(3.997)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_matches_numpy_linear_interpolation(seed):
+    x = np.random.default_rng(seed).lognormal(3.0, 1.0, 1001)
+    d = describe(x)
+    for p in PERCENTILES:
+        assert d[f"p{p:g}"] == np.percentile(x, p)
+    assert d["mean"] == x.mean() and d["std"] == x.std()
+    assert all(type(v) is float for k, v in d.items() if k != "count")
+
+
+def test_empty_and_nan():
+    empty = describe([])
+    assert empty["count"] == 0 and all(empty[k] is None for k in STAT_KEYS[1:])
+    assert describe(np.array([np.nan, np.nan]))["count"] == 0
+    assert describe([1.0, float("nan"), 3.0])["p50"] == 2.0
+    assert describe(v for v in (5.0, 7.0))["mean"] == 6.0
+
+
+def test_stat_value():
+    x = [1, 2, 3, 4, 5]
+    assert stat_value(x, "p99.9") == np.percentile(x, 99.9)
+    assert (stat_value(x, "mean"), stat_value(x, "max"), stat_value(x, "min")) == (3.0, 5.0, 1.0)
+    assert stat_value([], "p50") is None
+    with pytest.raises(ValueError, match="unknown statistic"):
+        stat_value(x, "median")
+
+
+def test_jsonable():
+    out = jsonable({"a": np.float32(1.5), "b": (np.int64(3), float("nan"), np.inf), "c": np.bool_(True),
+                    "d": np.arange(2), 4: None})  # fmt: skip
+    assert out == {"a": 1.5, "b": [3, None, None], "c": True, "d": [0, 1], "4": None}
+    assert type(out["b"][0]) is int and type(out["c"]) is bool
+    json.dumps(out, allow_nan=False)
