@@ -34,14 +34,19 @@ class Script:
     line_end: str = "\n"
     done: bool = True  # send [DONE]
     events_per_write: int = 1  # >1: several events written at once (coalesced)
+    # a saturating server: above `capacity` requests in flight, each extra one adds this
+    # much to the time to first token, and the gaps stretch by the same factor
+    capacity: int | None = None
+    overload_ttft_s: float = 0.0
 
 
 class ScriptedServer:
-    def __init__(self, script: Script | None = None, prompt_tokens: int = 7) -> None:
+    def __init__(self, script: Script | None = None, prompt_tokens: int | None = None) -> None:
         self.script = script or Script()
         self.prompt_tokens = prompt_tokens
         self.requests: list[dict[str, Any]] = []
         self.url = ""
+        self.in_flight = 0
         self._runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> "ScriptedServer":
@@ -65,6 +70,13 @@ class ScriptedServer:
         return web.json_response({"object": "list", "data": [{"id": "scripted-model", "object": "model"}]})
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        try:
+            return await self._stream(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
         body = await request.json()
         self.requests.append(body)
@@ -72,9 +84,19 @@ class ScriptedServer:
         if isinstance(body.get("script"), dict):
             known = {f.name for f in fields(Script)}
             sc = replace(sc, **{k: v for k, v in body["script"].items() if k in known})
+        if sc.capacity is not None and self.in_flight > sc.capacity:
+            extra = self.in_flight - sc.capacity
+            sc = replace(sc, ttft_s=sc.ttft_s + extra * sc.overload_ttft_s,
+                         itl_s=sc.itl_s * self.in_flight / sc.capacity)  # fmt: skip
         if sc.status != 200:
             return web.json_response({"error": {"message": "scripted failure"}}, status=sc.status)
         chat = request.path.endswith("/chat/completions")
+        if self.prompt_tokens is not None:
+            n_prompt = self.prompt_tokens
+        elif chat:  # words of every message + 3 per message, like a chat template would add
+            n_prompt = sum(len(str(m.get("content", "")).split()) + 3 for m in body.get("messages", []))
+        else:
+            n_prompt = len(str(body.get("prompt", "")).split())
         n_out = sc.output_tokens if sc.output_tokens is not None else int(body.get("max_tokens", 16))
         opts = body.get("stream_options") or {}
         usage_final = opts.get("include_usage", False) if sc.include_usage is None else sc.include_usage
@@ -102,7 +124,7 @@ class ScriptedServer:
                 choice = {"index": 0, "text": text, "finish_reason": finish}
             obj: dict[str, Any] = {"id": "x", "object": "chunk", "model": "scripted-model", "choices": [choice]}
             if continuous:
-                obj["usage"] = {"prompt_tokens": self.prompt_tokens, "completion_tokens": cum}
+                obj["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": cum}
             return obj
 
         if chat and sc.role_event:
@@ -125,7 +147,7 @@ class ScriptedServer:
             k += 1
         if usage_final:
             ct = sc.usage_tokens if sc.usage_tokens is not None else sent
-            await emit({"id": "x", "choices": [], "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": ct}})
+            await emit({"id": "x", "choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": ct}})
         if sc.done:
             await emit("[DONE]")
         if pending:

@@ -45,6 +45,7 @@ class LevelPlan:
     max_in_flight: int | None = None  # open loop only
     max_lateness_s: float = 10.0  # open loop: later than this (waiting for the cap) -> dropped
     seed: int = 0
+    ramp_s: float = 0.0  # closed loop: users join one by one, evenly over this many seconds
 
     @property
     def load(self) -> dict[str, object]:
@@ -142,6 +143,8 @@ class Runner:
 
         async def user(wid: int) -> None:
             nonlocal issued
+            if plan.ramp_s > 0 and wid:
+                await asyncio.sleep(plan.ramp_s * wid / users)
             while not self._stop:
                 if budget is not None and issued >= budget:
                     return

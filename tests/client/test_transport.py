@@ -60,7 +60,7 @@ def _gaps_ms(r: RequestRecord) -> list[float]:
 async def test_timing_matches_script_at_concurrency_1(api: str, kind: str, tokens_per_event: int) -> None:
     script = Script(ttft_s=0.030, itl_s=0.010, tokens_per_event=tokens_per_event)
     async with ScriptedServer(script) as srv:
-        recs = await _run(srv.url, 5, 1, 16, api=api, kind=kind)
+        recs = await _run(srv.url, 5, 1, 16, warmup=1, api=api, kind=kind)
     assert all(r.status is ErrorKind.OK for r in recs), [r.error for r in recs]
     events = 16 // tokens_per_event
     for r in recs:

@@ -1,0 +1,272 @@
+"""The ``loadgen`` command line (typer). The only module that touches argv and exit codes.
+
+Every :class:`loadgen.errors.LoadgenError` becomes one line on stderr and exit code 2;
+Ctrl-C during a run keeps every finished record and exits 130.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, List, Optional, TypeVar
+
+import typer
+from rich.console import Console
+
+from loadgen import __version__
+from loadgen.errors import ConfigError, LoadgenError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="loadgen",
+    help="Load testing and latency benchmarking for LLM inference servers (TTFT, ITL, TPOT, goodput).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err_console = Console(stderr=True, highlight=False)
+F = TypeVar("F", bound=Callable[..., Any])
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def search_dirs(kind: str) -> list[Path]:
+    """Where named workloads/profiles are looked up: ./<kind>, then the installed copy."""
+    dirs = [Path.cwd() / kind, REPO_ROOT / kind]
+    out: list[Path] = []
+    for d in dirs:
+        if d.is_dir() and d.resolve() not in [o.resolve() for o in out]:
+            out.append(d)
+    return out
+
+
+def friendly(fn: F) -> F:
+    """LoadgenError → one red line and exit 2; Ctrl-C outside a run → exit 130."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LoadgenError as exc:
+            err_console.print(f"[bold red]error:[/bold red] {exc}", soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/yellow]")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _console() -> Console:
+    """stdout console; wide enough for the level table when output is not a terminal."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+
+
+def _headers(header: list[str], api_key_env: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for h in header:
+        if ":" not in h:
+            raise ConfigError(f"expected 'Name: value', got {h.split(':')[0]!r}…", key="--header")
+        name, value = h.split(":", 1)
+        out[name.strip()] = value.strip()
+    env = api_key_env or ("OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None)
+    if env:
+        key = os.environ.get(env)
+        if key is None and api_key_env:
+            raise ConfigError(f"environment variable {api_key_env} is not set", key="--api-key-env")
+        if key:
+            out.setdefault("Authorization", f"Bearer {key}")
+    return out
+
+
+def _redact_argv(argv: list[str]) -> list[str]:
+    out, hide = [], False
+    for a in argv:
+        if hide:
+            name = a.split(":", 1)[0]
+            out.append(f"{name}: ***")
+            hide = False
+            continue
+        if a == "--header":
+            hide = True
+        elif a.startswith("--header="):
+            a = "--header=" + a.split("=", 1)[1].split(":", 1)[0] + ": ***"
+        out.append(a)
+    return out
+
+
+@app.command()
+@friendly
+def run(
+    url: str = typer.Option(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
+    api: str = typer.Option("chat", help="API dialect: chat or completions"),
+    model: Optional[str] = typer.Option(None, help="Model name (default: the first of /v1/models)"),
+    workload: Optional[str] = typer.Option(None, help="Named workload (workloads/NAME.toml) or a .toml path"),
+    prompt_tokens: Optional[str] = typer.Option(None, help="Prompt length: 256 or e.g. normal:mean=512,std=128,min=16"),
+    output_tokens: Optional[str] = typer.Option(None, help="Output length: 64 or e.g. lognormal:median=200,sigma=0.5"),
+    concurrency: Optional[int] = typer.Option(None, help="Closed loop: number of concurrent users"),
+    rate: Optional[float] = typer.Option(None, help="Open loop: requests per second"),
+    arrival: str = typer.Option("poisson", help="Open-loop arrivals: poisson, gamma or constant"),
+    burstiness: float = typer.Option(1.0, help="Gamma shape (1 = Poisson, < 1 burstier)"),
+    max_in_flight: Optional[int] = typer.Option(None, help="Open loop: cap on requests in flight"),
+    profile: Optional[str] = typer.Option(None, help="Named load profile (profiles/NAME.toml) or a .toml path"),
+    levels: Optional[str] = typer.Option(None, help="Load levels, e.g. 1,2,4,8 (with --profile or alone)"),
+    requests: Optional[int] = typer.Option(None, help="Requests per level (default 100 unless --duration)"),
+    duration: Optional[float] = typer.Option(None, help="Seconds per level"),
+    warmup: Optional[int] = typer.Option(None, help="Requests sent first in each level and excluded"),
+    slo_latency: Optional[str] = typer.Option(None, help="Rate levels judge TTFT/E2E SLOs from: queued (default) or sent"),
+    slo: List[str] = typer.Option([], help="SLO, repeatable: ttft=500ms, tpot=50ms, itl=80ms, e2e=10s, ttft:p90=300ms"),
+    out: Optional[Path] = typer.Option(None, help="Run folder (default reports/<time>-<label>)"),
+    label: str = typer.Option("", help="A name for this run (shown in reports)"),
+    seed: int = typer.Option(0, help="Seed for lengths, prompts and arrivals"),
+    transport: str = typer.Option("aiohttp", help="aiohttp or httpx"),
+    http2: bool = typer.Option(False, help="HTTP/2 (httpx transport)"),
+    header: List[str] = typer.Option([], help="Extra header 'Name: value', repeatable (values never stored)"),
+    api_key_env: Optional[str] = typer.Option(None, help="Env var holding the API key (default OPENAI_API_KEY if set)"),
+    strict: bool = typer.Option(False, help="Send only standard OpenAI fields (no ignore_eos/min_tokens)"),
+    continuous_usage: bool = typer.Option(False, help="Ask for per-event usage (vLLM continuous_usage_stats)"),
+    calibrate: bool = typer.Option(True, help="Calibrate words per token with two short requests"),
+    timeout: float = typer.Option(600.0, help="Whole-request timeout in seconds"),
+    read_timeout: float = typer.Option(120.0, help="Longest silence within a stream, seconds"),
+    quiet: bool = typer.Option(False, help="No live display"),
+) -> None:
+    """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
+    from loadgen.client.discovery import normalize_url
+    from loadgen.metrics.slo import parse_slo
+    from loadgen.orchestrate import RunConfig, execute
+    from loadgen.report.files import default_run_dir
+    from loadgen.workload.spec import load_workload, workload_from_flags
+
+    base = normalize_url(url)
+    if workload and (prompt_tokens or output_tokens):
+        raise ConfigError("give either --workload or --prompt-tokens/--output-tokens, not both")
+    if prompt_tokens or output_tokens:
+        wl = workload_from_flags(prompt_tokens or "256", output_tokens or "128")
+    else:
+        wl = load_workload(workload or "chat", search_dirs("workloads"))
+    prof = _profile(profile, concurrency, rate, levels, requests, duration, warmup, arrival, burstiness,
+                    max_in_flight, slo_latency)  # fmt: skip
+    run_label = label or wl.name
+    cfg = RunConfig(
+        url=base,
+        api=api,
+        workload=wl,
+        profile=prof,
+        out=out or default_run_dir(Path("reports"), run_label),
+        model=model,
+        slos=[parse_slo(s) for s in (slo or prof.slos)],
+        seed=seed,
+        transport=transport,
+        http2=http2,
+        headers=_headers(header, api_key_env),
+        strict=strict,
+        continuous_usage=continuous_usage,
+        calibrate=calibrate,
+        read_timeout_s=read_timeout,
+        request_timeout_s=timeout,
+        label=run_label,
+        command=["loadgen", *_redact_argv(sys.argv[1:])],
+        live=not quiet and sys.stdout.isatty(),
+    )
+    from loadgen.client.dialects import get_dialect
+    from loadgen.client.transport import TRANSPORTS
+
+    get_dialect(api)
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"unknown transport {transport!r}; choose one of: {', '.join(TRANSPORTS)}", key="--transport")
+    outcome = execute(cfg, _console())
+    if outcome.interrupted:
+        raise typer.Exit(130)
+
+
+def _profile(
+    name: str | None, concurrency: int | None, rate: float | None, levels: str | None, requests: int | None,
+    duration: float | None, warmup: int | None, arrival: str, burstiness: float, max_in_flight: int | None,
+    slo_latency: str | None,
+) -> Any:  # fmt: skip
+    """A profile from --profile (or a one-level default), with the flags laid over it."""
+    from dataclasses import replace
+
+    from loadgen.load.profiles import Profile, load_profile
+
+    if concurrency is not None and rate is not None:
+        raise ConfigError("give either --concurrency (closed loop) or --rate (open loop), not both")
+    if concurrency is not None and concurrency < 1:
+        raise ConfigError("must be >= 1", key="--concurrency")
+    if rate is not None and not rate > 0:
+        raise ConfigError("must be > 0", key="--rate")
+    if requests is not None and requests < 1:
+        raise ConfigError("must be >= 1", key="--requests")
+    prof = load_profile(name, search_dirs("profiles")) if name else Profile(levels=[8.0])
+    if levels:
+        try:
+            values = [float(v) for v in levels.split(",") if v.strip()]
+        except ValueError:
+            raise ConfigError(f"expected numbers separated by commas, got {levels!r}", key="--levels") from None
+        if not values or min(values) <= 0:
+            raise ConfigError("levels must be positive numbers", key="--levels")
+        prof = replace(prof, levels=values)
+    if concurrency is not None:
+        prof = replace(prof, mode="concurrency", levels=[float(concurrency)] if not levels else prof.levels)
+    if rate is not None:
+        prof = replace(prof, mode="rate", levels=[rate] if not levels else prof.levels)
+    if not name and (rate is not None or concurrency is not None or levels):
+        prof = replace(prof, name="cli", kind="levels")
+    if requests is not None or duration is not None:
+        prof = replace(prof, requests=requests, duration_s=duration)
+    if warmup is not None:
+        prof = replace(prof, warmup_requests=warmup)
+    if slo_latency is not None:
+        if slo_latency not in ("queued", "sent"):
+            raise ConfigError("choose queued or sent", key="--slo-latency")
+        prof = replace(prof, slo_latency=slo_latency)
+    from loadgen.load.arrivals import ARRIVALS
+
+    if arrival not in ARRIVALS:
+        raise ConfigError(f"unknown arrival process {arrival!r}; choose one of: {', '.join(ARRIVALS)}", key="--arrival")
+    if arrival != "poisson" or not name:
+        prof = replace(prof, arrival=arrival)
+    if burstiness != 1.0 or not name:
+        prof = replace(prof, burstiness=burstiness)
+    if max_in_flight is not None:
+        prof = replace(prof, max_in_flight=max_in_flight)
+    return prof
+
+
+@app.command()
+@friendly
+def profiles() -> None:
+    """List the named load profiles, one line each."""
+    from loadgen.load.profiles import list_profiles
+
+    console = Console(highlight=False)
+    for pname, desc in list_profiles(search_dirs("profiles")):
+        console.print(f"[bold]{pname:<18}[/bold] {desc}")
+
+
+@app.command()
+@friendly
+def workloads() -> None:
+    """List the named workloads."""
+    from loadgen.workload.spec import list_workloads
+
+    console = Console(highlight=False)
+    for name, desc in list_workloads(search_dirs("workloads")):
+        console.print(f"[bold]{name:<12}[/bold] {desc}")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""Load profiles: named TOML files in ``profiles/`` parsed into a strict :class:`Profile`.
+
+A profile says how load rises (``kind``), how long each level lasts, which SLOs and
+attainment target apply, and when to stop early. Unknown keys are rejected with a
+message that names the file, the key and the allowed keys. CLI flags override fields.
+
+Kinds (see :mod:`loadgen.load.sweeps` for how each one runs):
+
+- ``levels``: an explicit list (``levels = [1, 2, 4]``) or a generator
+  (``[generate] kind = "doubling" | "linear", start, stop, step``) in ``mode``
+  ``concurrency`` or ``rate``.
+- ``sweep-rate``: a synchronous level (1 user) and a max-throughput level (``max_concurrency``
+  users), then ``rate_levels`` rates evenly spaced between the two measured throughputs.
+- ``capacity``: request-rate bisection between a passing and a failing rate.
+- ``soak``: one level for a long time, reported over time windows.
+- ``ramp``: users joining linearly over the level's duration, reported over time windows.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from loadgen.errors import ProfileError
+
+__all__ = ["Profile", "StopRules", "load_profile", "list_profiles", "KINDS"]
+
+KINDS = ("levels", "sweep-rate", "capacity", "soak", "ramp")
+MODES = ("concurrency", "rate")
+
+
+@dataclass(slots=True)
+class StopRules:
+    max_error_rate: float | None = None  # stop after a level whose failed fraction is above this
+    min_attainment: float | None = None  # stop after two consecutive levels below this
+    on_saturation: bool = False  # stop at the knee (throughput flat, latency climbing)
+
+
+@dataclass(slots=True)
+class Profile:
+    name: str = "cli"
+    description: str = ""
+    kind: str = "levels"
+    mode: str = "concurrency"
+    levels: list[float] = field(default_factory=list)
+    requests: int | None = 100  # per level, warm-up excluded
+    duration_s: float | None = None  # per level
+    warmup_requests: int = 0
+    trim: tuple[float, float] = (0.1, 0.1)
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_in_flight: int | None = None
+    max_lateness_s: float = 10.0  # open loop: a request still waiting for the cap this late is dropped
+    slos: list[str] = field(default_factory=list)
+    attainment_target: float = 0.9
+    slo_latency: str = "queued"  # SLOs of rate levels use queue-inclusive TTFT/E2E ("queued"|"sent")
+    stop: StopRules = field(default_factory=StopRules)
+    knee_throughput_gain: float = 0.05
+    knee_latency_growth: float = 0.20
+    knee_metric: str = "ttft_ms.p99"
+    # sweep-rate
+    max_concurrency: int = 256
+    rate_levels: int = 6
+    # capacity
+    rate_low: float = 1.0
+    rate_high: float | None = None  # None: double from rate_low until a level fails
+    max_levels: int = 10
+    rel_width: float = 0.1
+    # soak / ramp
+    window_s: float = 10.0
+    source: str = "--flags"
+
+
+_TOP = {f.name for f in fields(Profile)} - {"stop", "source", "levels"} | {"stop", "levels", "generate"}
+_STOP = {f.name for f in fields(StopRules)}
+_GEN = {"kind", "start", "stop", "step"}
+
+
+def _err(source: str, key: str, msg: str) -> ProfileError:
+    return ProfileError(msg, source=source, key=key)
+
+
+def _check_keys(table: dict[str, Any], allowed: set[str], source: str, prefix: str = "") -> None:
+    for k in table:
+        if k not in allowed:
+            raise _err(source, prefix + k, f"unknown key; allowed keys: {', '.join(sorted(allowed))}")
+
+
+def _generate(spec: Any, source: str) -> list[float]:
+    if not isinstance(spec, dict):
+        raise _err(source, "generate", "must be a table: {kind = \"doubling\"|\"linear\", start, stop, step}")
+    _check_keys(spec, _GEN, source, "generate.")
+    kind = spec.get("kind", "doubling")
+    try:
+        start, stop = float(spec["start"]), float(spec["stop"])
+    except KeyError as exc:
+        raise _err(source, f"generate.{exc.args[0]}", "missing; a generator needs start and stop") from None
+    except (TypeError, ValueError):
+        raise _err(source, "generate", "start and stop must be numbers") from None
+    if not 0 < start <= stop:
+        raise _err(source, "generate", f"need 0 < start <= stop, got start={start:g}, stop={stop:g}")
+    out: list[float] = []
+    if kind == "doubling":
+        v = start
+        while v <= stop * (1 + 1e-9):
+            out.append(v)
+            v *= 2
+    elif kind == "linear":
+        step = float(spec.get("step", 0) or 0)
+        if step <= 0:
+            raise _err(source, "generate.step", "a linear generator needs step > 0")
+        n = int((stop - start) / step + 1e-9) + 1
+        out = [start + i * step for i in range(n)]
+    else:
+        raise _err(source, "generate.kind", f"unknown generator {kind!r}; allowed: doubling, linear")
+    return out
+
+
+def _typed(name: str, value: Any, default: Any, source: str) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise _err(source, name, f"must be true or false, got {value!r}")
+        return value
+    if isinstance(default, (int, float)) or name in ("requests", "duration_s", "max_in_flight", "rate_high"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _err(source, name, f"must be a number, got {value!r}")
+        if value < 0:
+            raise _err(source, name, f"must be >= 0, got {value!r}")
+        return value
+    return value
+
+
+def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Profile:
+    """Validate a parsed TOML table into a :class:`Profile` (every error names the key)."""
+    _check_keys(data, _TOP, source)
+    prof = Profile(name=str(data.get("name", name or "profile")), source=source)
+    defaults = Profile()
+    for key, value in data.items():
+        if key in ("name", "stop", "levels", "generate"):
+            continue
+        default = getattr(defaults, key)
+        if key == "trim":
+            if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value)):
+                raise _err(source, key, "must be [warm-up fraction, cool-down fraction], e.g. [0.1, 0.1]")
+            if not (0 <= value[0] and 0 <= value[1] and value[0] + value[1] < 1):
+                raise _err(source, key, "fractions must be >= 0 and sum to < 1")
+            value = (float(value[0]), float(value[1]))
+        elif key == "slos":
+            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise _err(source, key, 'must be a list of strings like ["ttft=500ms", "tpot=50ms"]')
+        elif key in ("description", "arrival", "knee_metric"):
+            if not isinstance(value, str):
+                raise _err(source, key, "must be a string")
+        elif key == "kind":
+            if value not in KINDS:
+                raise _err(source, key, f"unknown kind {value!r}; allowed: {', '.join(KINDS)}")
+        elif key == "mode":
+            if value not in MODES:
+                raise _err(source, key, f"unknown mode {value!r}; allowed: {', '.join(MODES)}")
+        elif key == "slo_latency":
+            if value not in ("queued", "sent"):
+                raise _err(source, key, "allowed: queued (from the scheduled time), sent")
+        else:
+            value = _typed(key, value, default, source)
+        setattr(prof, key, value)
+    if "stop" in data:
+        st = data["stop"]
+        if not isinstance(st, dict):
+            raise _err(source, "stop", f"must be a table with keys: {', '.join(sorted(_STOP))}")
+        _check_keys(st, _STOP, source, "stop.")
+        rules = StopRules()
+        for k, v in st.items():
+            setattr(rules, k, _typed(f"stop.{k}", v, getattr(rules, k) if getattr(rules, k) is not None else 0.0, source))
+        prof.stop = rules
+    if "levels" in data and "generate" in data:
+        raise _err(source, "levels", "give either levels or [generate], not both")
+    if "levels" in data:
+        lv = data["levels"]
+        if not (isinstance(lv, list) and lv and all(isinstance(v, (int, float)) and v > 0 for v in lv)):
+            raise _err(source, "levels", "must be a non-empty list of positive numbers")
+        prof.levels = [float(v) for v in lv]
+    elif "generate" in data:
+        prof.levels = _generate(data["generate"], source)
+    if prof.kind == "levels" and not prof.levels:
+        raise _err(source, "levels", "a 'levels' profile needs levels = [...] or a [generate] table")
+    if prof.requests is None and prof.duration_s is None:
+        raise _err(source, "requests", "each level needs requests and/or duration_s")
+    if not 0 < prof.attainment_target <= 1:
+        raise _err(source, "attainment_target", "must be in (0, 1]")
+    return prof
+
+
+def _dirs_text(dirs: Sequence[Path]) -> str:
+    return ", ".join(str(d) for d in dirs) or "(none)"
+
+
+def load_profile(name_or_path: str, search_dirs: Sequence[Path]) -> Profile:
+    """Load ``profiles/NAME.toml`` from the first search dir that has it, or a .toml path."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ProfileError(f"profile file {path} not found")
+    else:
+        found = [d / f"{name_or_path}.toml" for d in search_dirs if (d / f"{name_or_path}.toml").is_file()]
+        if not found:
+            names = ", ".join(n for n, _ in list_profiles(search_dirs)) or "(none)"
+            raise ProfileError(f"unknown profile {name_or_path!r}; available: {names} (searched {_dirs_text(search_dirs)})")
+        path = found[0]
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"invalid TOML: {exc}", source=str(path)) from None
+    except OSError as exc:
+        raise ProfileError(f"cannot read: {exc}", source=str(path)) from None
+    return profile_from_dict(data, str(path), path.stem)
+
+
+def list_profiles(search_dirs: Sequence[Path]) -> list[tuple[str, str]]:
+    seen: dict[str, str] = {}
+    for d in search_dirs:
+        for p in sorted(d.glob("*.toml")):
+            if p.stem in seen:
+                continue
+            try:
+                desc = str(tomllib.loads(p.read_text(encoding="utf-8")).get("description", ""))
+            except (OSError, tomllib.TOMLDecodeError):
+                desc = "(unreadable)"
+            seen[p.stem] = desc.strip().splitlines()[0] if desc.strip() else ""
+    return sorted(seen.items())

@@ -1,0 +1,182 @@
+"""How load rises: each profile kind is a generator of levels.
+
+A sweep yields the next :class:`LevelPlan` and receives that level's summary (the
+``summary.json`` level entry)::
+
+    gen = sweep(profile, seed=0)
+    plan = next(gen)
+    while True:
+        summary = run(plan)
+        try:
+            plan = gen.send(summary)
+        except StopIteration as stop:
+            reason = stop.value  # why it ended early, or None
+            break
+
+so sweeps are tested with made-up summaries, no server needed. Stop rules (error rate,
+SLO attainment below a floor for two levels, saturation) are checked after each level.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generator
+
+import numpy as np
+
+from loadgen.load.profiles import Profile
+from loadgen.load.runner import LevelPlan
+from loadgen.metrics.capacity import knee
+
+__all__ = ["sweep", "stop_reason", "metric_value", "Sweep"]
+
+Summary = dict[str, Any]
+Sweep = Generator[LevelPlan, Summary, "str | None"]
+
+
+def metric_value(summary: Summary, path: str) -> float | None:
+    """``"ttft_ms.p99"`` → ``summary["ttft_ms"]["p99"]`` (None when missing)."""
+    cur: Any = summary
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return None if cur is None else float(cur)
+
+
+def _error_rate(s: Summary) -> float:
+    req = s.get("requests", {})
+    total = req.get("total", 0) or 0
+    return (req.get("failed", 0) or 0) / total if total else 0.0
+
+
+def _attainment(s: Summary) -> float:
+    att = (s.get("goodput") or {}).get("slo_attainment")
+    return 0.0 if att is None else float(att)
+
+
+def _throughput(s: Summary) -> float:
+    return float((s.get("throughput") or {}).get("output_tokens_per_s") or 0.0)
+
+
+def stop_reason(history: list[Summary], profile: Profile) -> str | None:
+    """Why the sweep should stop after the last level of ``history`` (None: go on)."""
+    rules = profile.stop
+    last = history[-1]
+    if rules.max_error_rate is not None and _error_rate(last) > rules.max_error_rate:
+        return f"error rate {_error_rate(last):.0%} > {rules.max_error_rate:.0%}"
+    if rules.min_attainment is not None and len(history) >= 2:
+        a, b = _attainment(history[-2]), _attainment(history[-1])
+        if a < rules.min_attainment and b < rules.min_attainment:
+            return f"SLO attainment below {rules.min_attainment:.0%} for two levels ({a:.0%}, {b:.0%})"
+    if rules.on_saturation and len(history) >= 2:
+        k = knee(
+            [(float(s["load"]["value"]), _throughput(s), metric_value(s, profile.knee_metric) or 0.0) for s in history],
+            profile.knee_throughput_gain,
+            profile.knee_latency_growth,
+        )
+        if k["found"] and k["index"] == len(history) - 1:
+            return f"saturated at {last['load']['value']} (throughput +{k['throughput_gain']:.0%}, latency +{k['latency_growth']:.0%})"
+    return None
+
+
+def _plan(profile: Profile, index: int, mode: str, value: float, seed: int, **kw: Any) -> LevelPlan:
+    return LevelPlan(
+        index=index,
+        mode=mode,
+        value=value,
+        requests=kw.get("requests", profile.requests),
+        duration_s=kw.get("duration_s", profile.duration_s),
+        warmup_requests=profile.warmup_requests,
+        arrival=profile.arrival,
+        burstiness=profile.burstiness,
+        max_in_flight=profile.max_in_flight,
+        max_lateness_s=profile.max_lateness_s,
+        seed=seed + index,
+        ramp_s=kw.get("ramp_s", 0.0),
+    )
+
+
+def _levels(profile: Profile, seed: int) -> Sweep:
+    history: list[Summary] = []
+    for i, v in enumerate(profile.levels):
+        history.append((yield _plan(profile, i, profile.mode, v, seed)))
+        reason = stop_reason(history, profile)
+        if reason:
+            return reason
+    return None
+
+
+def _sweep_rate(profile: Profile, seed: int) -> Sweep:
+    sync = yield _plan(profile, 0, "concurrency", 1, seed)
+    peak = yield _plan(profile, 1, "concurrency", profile.max_concurrency, seed)
+    lo = float((sync.get("throughput") or {}).get("requests_per_s") or 0.0)
+    hi = float((peak.get("throughput") or {}).get("requests_per_s") or 0.0)
+    if hi <= 0:
+        return "the max-throughput level completed no request"
+    lo = min(lo, hi)
+    rates = np.linspace(lo, hi, profile.rate_levels + 2)[1:-1] if lo > 0 else np.linspace(0, hi, profile.rate_levels + 1)[1:]
+    history: list[Summary] = []
+    for i, r in enumerate(rates.tolist()):
+        history.append((yield _plan(profile, 2 + i, "rate", round(r, 4), seed)))
+        reason = stop_reason(history, profile)
+        if reason:
+            return reason
+    return None
+
+
+def _capacity(profile: Profile, seed: int) -> Sweep:
+    """Bracket a passing and a failing rate, then bisect until narrow or out of budget."""
+    target = profile.attainment_target
+    lo: float | None = None  # highest passing rate
+    hi: float | None = None  # lowest failing rate
+    probes = 0
+
+    def passed(s: Summary) -> bool:
+        return _attainment(s) >= target
+
+    r = profile.rate_low
+    while probes < profile.max_levels and (lo is None or hi is None):
+        s = yield _plan(profile, probes, "rate", round(r, 4), seed)
+        probes += 1
+        if passed(s):
+            lo = r if lo is None else max(lo, r)
+            if hi is None:
+                r = profile.rate_high if (profile.rate_high and probes == 1 and profile.rate_high > r) else r * 2
+        else:
+            hi = r if hi is None else min(hi, r)
+            if lo is None:
+                r = r / 2
+    if lo is None:
+        return "capacity search: even the lowest probed rate misses the SLOs"
+    if hi is None:
+        return "capacity search: out of levels before any rate failed"
+    while probes < profile.max_levels and (hi - lo) / lo > profile.rel_width:
+        mid = (lo + hi) / 2
+        s = yield _plan(profile, probes, "rate", round(mid, 4), seed)
+        probes += 1
+        if passed(s):
+            lo = mid
+        else:
+            hi = mid
+    return None
+
+
+def _soak(profile: Profile, seed: int) -> Sweep:
+    value = profile.levels[0] if profile.levels else 16
+    yield _plan(profile, 0, profile.mode, value, seed)
+    return None
+
+
+def _ramp(profile: Profile, seed: int) -> Sweep:
+    users = profile.levels[-1] if profile.levels else 64
+    duration = profile.duration_s or 60.0
+    yield _plan(profile, 0, "concurrency", users, seed, requests=None, duration_s=duration, ramp_s=duration)
+    return None
+
+
+_KINDS = {"levels": _levels, "sweep-rate": _sweep_rate, "capacity": _capacity, "soak": _soak, "ramp": _ramp}
+
+
+def sweep(profile: Profile, seed: int = 0) -> Sweep:
+    """The level generator for ``profile.kind``."""
+    return _KINDS[profile.kind](profile, seed)

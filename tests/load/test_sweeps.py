@@ -1,0 +1,166 @@
+"""Profiles and sweeps: the level sequence driven by made-up summaries, exact values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadgen.cli import search_dirs
+from loadgen.errors import ProfileError
+from loadgen.load.profiles import Profile, StopRules, list_profiles, load_profile
+from loadgen.load.runner import LevelPlan
+from loadgen.load.sweeps import Sweep, stop_reason, sweep
+from loadgen.orchestrate import across_levels
+
+HERE = Path(__file__).parent
+
+
+def summary(load: float, *, mode: str = "concurrency", att: float = 1.0, failed: int = 0, total: int = 100,
+            tok_s: float = 100.0, ttft_p99: float = 10.0, rps: float = 1.0) -> dict[str, Any]:  # fmt: skip
+    return {
+        "load": {"mode": mode, "value": load},
+        "requests": {"total": total, "ok": total - failed, "failed": failed, "by_error": {}},
+        "throughput": {"requests_per_s": rps, "output_tokens_per_s": tok_s},
+        "goodput": {"slo_attainment": att, "requests_per_s": rps * att, "slos": ["ttft=1s"]},
+        "ttft_ms": {"p99": ttft_p99},
+    }
+
+
+def drive(gen: Sweep, answer: Any) -> tuple[list[LevelPlan], str | None]:
+    """Run a sweep with summaries made by ``answer(plan)``; return the plans and the stop reason."""
+    plans = [next(gen)]
+    while True:
+        try:
+            plans.append(gen.send(answer(plans[-1])))
+        except StopIteration as stop:
+            return plans, stop.value
+        assert len(plans) < 100
+
+
+def test_explicit_levels_run_in_order_with_seeds() -> None:
+    prof = Profile(levels=[1, 2, 4], requests=50, warmup_requests=3)
+    plans, reason = drive(sweep(prof, seed=7), lambda p: summary(p.value))
+    assert [(p.mode, p.value, p.requests, p.warmup_requests, p.seed) for p in plans] == [
+        ("concurrency", 1, 50, 3, 7), ("concurrency", 2, 50, 3, 8), ("concurrency", 4, 50, 3, 9)
+    ]
+    assert reason is None
+
+
+def test_stop_on_error_rate() -> None:
+    prof = Profile(levels=[1, 2, 4, 8], stop=StopRules(max_error_rate=0.1))
+    plans, reason = drive(sweep(prof), lambda p: summary(p.value, failed=20 if p.value >= 4 else 0))
+    assert [p.value for p in plans] == [1, 2, 4]
+    assert reason == "error rate 20% > 10%"
+
+
+def test_stop_when_attainment_is_low_for_two_levels() -> None:
+    prof = Profile(levels=[1, 2, 4, 8, 16], stop=StopRules(min_attainment=0.5))
+    att = {1: 1.0, 2: 0.4, 4: 0.6, 8: 0.3, 16: 0.2}
+    plans, reason = drive(sweep(prof), lambda p: summary(p.value, att=att[int(p.value)]))
+    assert [p.value for p in plans] == [1, 2, 4, 8, 16]  # 2 then 4 recovers: no stop
+    att = {1: 1.0, 2: 0.4, 4: 0.3, 8: 0.3, 16: 0.2}
+    plans, reason = drive(sweep(prof), lambda p: summary(p.value, att=att[int(p.value)]))
+    assert [p.value for p in plans] == [1, 2, 4]
+    assert reason == "SLO attainment below 50% for two levels (40%, 30%)"
+
+
+def test_stop_at_saturation_knee() -> None:
+    prof = Profile(levels=[1, 2, 4, 8, 16], stop=StopRules(on_saturation=True))
+    tok = {1: 100, 2: 200, 4: 390, 8: 400, 16: 400}
+    lat = {1: 10, 2: 10, 4: 11, 8: 20, 16: 40}
+    plans, reason = drive(sweep(prof), lambda p: summary(p.value, tok_s=tok[int(p.value)], ttft_p99=lat[int(p.value)]))
+    assert [p.value for p in plans] == [1, 2, 4, 8]
+    assert reason is not None and reason.startswith("saturated at 8")
+
+
+def test_sweep_rate_spaces_rates_between_sync_and_max() -> None:
+    prof = Profile(kind="sweep-rate", rate_levels=3, max_concurrency=64)
+
+    def answer(p: LevelPlan) -> dict[str, Any]:
+        if p.mode == "concurrency":
+            return summary(p.value, rps=2.0 if p.value == 1 else 10.0)
+        return summary(p.value, mode="rate", rps=p.value)
+
+    plans, reason = drive(sweep(prof), answer)
+    assert [(p.mode, p.value) for p in plans] == [
+        ("concurrency", 1), ("concurrency", 64), ("rate", 4.0), ("rate", 6.0), ("rate", 8.0)
+    ]
+    assert reason is None
+
+
+def test_capacity_bisection_brackets_the_true_rate() -> None:
+    true_capacity = 13.0
+    prof = Profile(kind="capacity", rate_low=1.0, max_levels=12, rel_width=0.1)
+    plans, reason = drive(sweep(prof), lambda p: summary(p.value, mode="rate", att=1.0 if p.value <= true_capacity else 0.5))
+    rates = [p.value for p in plans]
+    assert rates[:5] == [1, 2, 4, 8, 16]  # doubling until the first failure
+    assert rates[5:] == [12, 14, 13]  # bisection: 8..16 -> 12 (pass) -> 14 (fail) -> 13 (pass)
+    passing = max(r for r in rates if r <= true_capacity)
+    failing = min(r for r in rates if r > true_capacity)
+    assert (failing - passing) / passing <= 0.1 and reason is None
+
+
+def test_capacity_search_explicit_outcomes() -> None:
+    prof = Profile(kind="capacity", rate_low=4.0, max_levels=4)
+    plans, reason = drive(sweep(prof), lambda p: summary(p.value, mode="rate", att=0.0))
+    assert [p.value for p in plans] == [4, 2, 1, 0.5]
+    assert reason == "capacity search: even the lowest probed rate misses the SLOs"
+    plans, reason = drive(sweep(prof), lambda p: summary(p.value, mode="rate", att=1.0))
+    assert [p.value for p in plans] == [4, 8, 16, 32]
+    assert reason == "capacity search: out of levels before any rate failed"
+
+
+def test_across_levels_capacity_and_knee_exact() -> None:
+    levels = [
+        summary(1, att=1.0, tok_s=100, ttft_p99=10),
+        summary(2, att=0.95, tok_s=200, ttft_p99=11),
+        summary(4, att=0.5, tok_s=202, ttft_p99=30),
+    ]
+    out = across_levels(levels, Profile(levels=[1, 2, 4]))
+    cap = out["capacity"]
+    assert cap["status"] == "ok" and cap["between"] == [2.0, 4.0]
+    assert cap["value"] == pytest.approx(2 + (0.95 - 0.9) / (0.95 - 0.5) * 2)
+    assert out["saturation"]["found"] and out["saturation"]["load"] == 4.0
+
+
+def test_stop_reason_none_on_healthy_levels() -> None:
+    prof = Profile(stop=StopRules(max_error_rate=0.5, min_attainment=0.5, on_saturation=True))
+    assert stop_reason([summary(1), summary(2, tok_s=200)], prof) is None
+
+
+def test_every_shipped_profile_loads() -> None:
+    names = [n for n, _ in list_profiles(search_dirs("profiles"))]
+    assert {"quick", "sweep-concurrency", "sweep-rate", "capacity", "soak", "ramp"} <= set(names)
+    for n in names:
+        prof = load_profile(n, search_dirs("profiles"))
+        first = next(sweep(prof))
+        assert first.requests or first.duration_s
+    prof = load_profile("sweep-concurrency", search_dirs("profiles"))
+    assert prof.levels == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+@pytest.mark.parametrize(
+    "name, needles",
+    [
+        ("unknown_key", ["unknown_key.toml", "request", "allowed keys", "requests"]),
+        ("bad_kind", ["bad_kind.toml", "kind", "sweep-rate", "capacity"]),
+        ("bad_stop", ["bad_stop.toml", "stop.max_errors", "max_error_rate"]),
+        ("bad_generator", ["bad_generator.toml", "generate.kind", "doubling, linear"]),
+        ("negative_level", ["negative_level.toml", "levels", "positive"]),
+        ("bad_toml", ["bad_toml.toml", "invalid TOML"]),
+        ("bad_type", ["bad_type.toml", "requests", "number"]),
+        ("bad_trim", ["bad_trim.toml", "trim", "sum to < 1"]),
+    ],
+)
+def test_bad_profile_files_name_the_key(name: str, needles: list[str]) -> None:
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(HERE / "bad_profiles" / f"{name}.toml"), [])
+    for n in needles:
+        assert n in str(err.value), (n, str(err.value))
+
+
+def test_unknown_profile_lists_the_names() -> None:
+    with pytest.raises(ProfileError, match="available: capacity, quick, ramp"):
+        load_profile("nope", search_dirs("profiles"))

@@ -1,0 +1,147 @@
+"""The CLI end to end: typer's CliRunner and real subprocesses against a scripted server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from loadgen.cli import app
+from tests.scripted_server import Script, ScriptedServerProcess
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ScriptedServerProcess]:
+    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.002)) as srv:
+        yield srv
+
+
+def test_run_writes_the_run_folder(server: ScriptedServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "smoke"
+    res = runner.invoke(
+        app,
+        ["run", "--url", server.url, "--api", "completions", "--concurrency", "4", "--requests", "20",
+         "--prompt-tokens", "64", "--output-tokens", "normal:mean=16,std=4,min=4,max=32",
+         "--slo", "ttft=500ms", "--slo", "tpot=50ms", "--out", str(out), "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "TTFT" in res.output and "attainment 100.0%" in res.output
+    assert {p.name for p in out.iterdir()} == {"run.json", "records.jsonl", "summary.json"}
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 20 and all(r["status"] == "ok" for r in records)
+    summary = json.loads((out / "summary.json").read_text())
+    level = summary["levels"][0]
+    assert level["load"] == {"mode": "concurrency", "value": 4}
+    assert level["requests"] == {"total": 20, "ok": 20, "failed": 0, "by_error": {}}
+    for key in ("ttft_ms", "ttft_queued_ms", "itl_ms", "inter_chunk_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "output_tokens"):
+        assert set(level[key]) >= {"mean", "std", "min", "p50", "p90", "p95", "p99", "p99.9", "max"}
+    assert set(level["throughput"]) >= {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s"}
+    assert level["goodput"]["slo_attainment"] == 1.0
+    assert level["client"]["verdict"] in ("ok", "client-bound")
+    # the scripted server counts one token per word: calibration makes the prompts exact
+    assert level["prompt_tokens"]["mean"] == 64.0
+    assert sum(r["completion_tokens"] for r in records) == sum(r["target_output_tokens"] for r in records)
+    run = json.loads((out / "run.json").read_text())
+    assert run["target"]["model"] == "scripted-model" and run["calibration"]["calibrated"]
+
+
+def test_open_loop_rate(server: ScriptedServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "rate"
+    res = runner.invoke(
+        app,
+        ["run", "--url", server.url, "--rate", "50", "--requests", "25", "--arrival", "constant",
+         "--prompt-tokens", "16", "--output-tokens", "4", "--out", str(out), "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    level = json.loads((out / "summary.json").read_text())["levels"][0]
+    assert level["load"] == {"mode": "rate", "value": 50.0}
+    assert level["schedule"]["scheduled"] == 25 and level["schedule"]["dropped"] == 0
+    recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    sched = sorted(r["scheduled_ns"] for r in recs)
+    gaps = [(b - a) / 1e6 for a, b in zip(sched, sched[1:])]
+    assert all(abs(g - 20.0) < 1e-3 for g in gaps)  # the precomputed schedule, exactly
+
+
+def test_unreachable_server_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["run", "--url", "http://127.0.0.1:9", "--requests", "1", "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2
+    assert "cannot reach http://127.0.0.1:9/v1/models" in res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_bad_workload_file_names_file_and_key(server: ScriptedServerProcess, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\nprompt_tokens = "normal:mean=10,sd=3"\noutput_tokens = 5\n')
+    res = runner.invoke(app, ["run", "--url", server.url, "--workload", str(bad), "--requests", "1"])
+    assert res.exit_code == 2
+    assert "bad.toml" in res.output and "prompt_tokens" in res.output and "std" in res.output
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--slo", "ttft=fast"], "--slo"),
+        (["--api", "grpc"], "--api"),
+        (["--prompt-tokens", "zipf:a=2"], "lognormal"),
+        (["--concurrency", "2", "--rate", "3"], "not both"),
+    ],
+)
+def test_bad_flags_are_one_line(server: ScriptedServerProcess, args: list[str], needle: str) -> None:
+    res = runner.invoke(app, ["run", "--url", server.url, "--requests", "1", *args])
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and "Traceback" not in res.output
+
+
+def test_secrets_never_reach_files(server: ScriptedServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "secret"
+    env = {"MY_KEY": "sk-very-secret-123"}
+    res = runner.invoke(
+        app,
+        ["run", "--url", server.url, "--requests", "3", "--prompt-tokens", "8", "--output-tokens", "2",
+         "--api-key-env", "MY_KEY", "--header", "X-Token: hunter2-secret", "--out", str(out), "--quiet"],
+        env=env,
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    for f in out.iterdir():
+        text = f.read_text()
+        assert "sk-very-secret-123" not in text and "hunter2-secret" not in text, f.name
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["header_names"] == ["Authorization", "X-Token"]
+
+
+def test_ctrl_c_keeps_records_and_summarises(tmp_path: Path) -> None:
+    out = tmp_path / "interrupted"
+    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.cli", "run", "--url", srv.url, "--concurrency", "4",
+             "--requests", "1000", "--prompt-tokens", "8", "--output-tokens", "40", "--out", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # wait for a few finished requests
+            f = out / "records.jsonl"
+            if f.exists() and len(f.read_text().splitlines()) >= 4:
+                break
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output and "interrupted" in output
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    statuses = [r["status"] for r in records]
+    assert statuses.count("cancelled") == 4 and statuses.count("ok") >= 4
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert summary["levels"][0]["requests"]["total"] == len(records)

@@ -1,0 +1,65 @@
+"""Every `loadgen run` example of the README runs (bounded) against a scripted server."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from loadgen.cli import app
+from tests.scripted_server import Script, ScriptedServerProcess
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_commands(prefix: str) -> list[str]:
+    text = README.read_text()
+    blocks = re.findall(r"```\n(.*?)```", text, flags=re.S)
+    cmds: list[str] = []
+    for block in blocks:
+        joined = block.replace("\\\n", " ")
+        cmds += [line.strip() for line in joined.splitlines() if line.strip().startswith(prefix)]
+    return cmds
+
+
+RUNS = readme_commands("loadgen run")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ScriptedServerProcess]:
+    with ScriptedServerProcess(Script(ttft_s=0.005, itl_s=0.001)) as srv:
+        yield srv
+
+
+def test_readme_has_the_examples() -> None:
+    assert len(RUNS) >= 5
+    assert any("--profile" in c for c in RUNS) and any("--rate" in c for c in RUNS)
+
+
+@pytest.mark.parametrize("cmd", RUNS)
+def test_readme_run_example(cmd: str, server: ScriptedServerProcess, tmp_path: Path) -> None:
+    args = shlex.split(cmd)[1:]
+    args = [server.url if a == "http://127.0.0.1:8000" else a for a in args]
+    # bound the example: few requests, short levels, our own output folder
+    bounded: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in ("--requests", "--duration", "--out"):
+            skip = True
+            continue
+        bounded.append(a)
+    bounded += ["--requests", "6", "--out", str(tmp_path / "run"), "--quiet"]
+    if "--profile" in bounded and "capacity" not in bounded:
+        bounded += ["--levels", "1,2"]
+    res = CliRunner().invoke(app, bounded)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["levels"] and all(lv["requests"]["ok"] > 0 for lv in summary["levels"])
