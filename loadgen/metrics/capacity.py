@@ -138,9 +138,10 @@ def windows(records: Iterable[RequestRecord], window_s: float) -> list[dict[str,
 
     # window ids; a small int type lets the stable argsort in _split use a radix sort
     wtype = np.uint16 if n_win <= 1 << 16 else np.int64
+    w_ns = max(1, round(window_s * 1e9))
 
     def bucket(t_ns: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
-        return np.clip((t_ns - t0) // round(window_s * 1e9), 0, n_win - 1).astype(wtype)
+        return np.clip((t_ns - t0) // w_ns, 0, n_win - 1).astype(wtype)
 
     done_w = bucket(done)
     n_req = np.bincount(done_w[valid], minlength=n_win)

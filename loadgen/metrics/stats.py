@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PERCENTILES", "STAT_KEYS", "describe", "stat_value", "jsonable"]
+__all__ = ["PERCENTILES", "STAT_KEYS", "describe", "describe_counts", "stat_value", "jsonable"]
 
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
 
@@ -53,6 +53,41 @@ def describe(values: Iterable[float] | npt.ArrayLike, *, overwrite: bool = False
     for p, v in zip(PERCENTILES, pct):
         out[_pkey(p)] = float(v)
     out["max"] = float(arr.max())
+    return out
+
+
+def describe_counts(values: npt.ArrayLike, counts: npt.ArrayLike) -> dict[str, Any]:
+    """:func:`describe` of the samples in which ``values[i]`` occurs ``counts[i]`` times,
+    without building them (e.g. tokens per event from a ``bincount``). Percentiles use
+    the same linear interpolation; mean and std agree with :func:`describe` up to
+    floating-point rounding."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    c = np.asarray(counts, dtype=np.int64).ravel()
+    keep = (c > 0) & ~np.isnan(v)
+    v, c = v[keep], c[keep]
+    n = int(c.sum())
+    if n == 0:
+        return describe([])
+    order = np.argsort(v, kind="stable")
+    v, c = v[order], c[order]
+    ends = np.cumsum(c)  # sample i (sorted) is v[searchsorted(ends, i, "right")]
+    q = np.asarray(PERCENTILES, dtype=np.float64) / 100.0
+    h = (n - 1) * q  # numpy's "linear" virtual index, in numpy's order of operations
+    lo = np.floor(h)
+    t = h - lo
+    a = v[np.searchsorted(ends, lo, side="right")]
+    b = v[np.searchsorted(ends, np.minimum(lo + 1, n - 1), side="right")]
+    pct = np.where(t >= 0.5, b - (b - a) * (1 - t), a + (b - a) * t)  # numpy's lerp
+    mean = float(np.dot(v, c) / n)
+    out: dict[str, Any] = {
+        "count": n,
+        "mean": mean,
+        "std": float(np.sqrt(np.dot((v - mean) ** 2, c) / n)),
+        "min": float(v[0]),
+    }
+    for p, x in zip(PERCENTILES, pct):
+        out[_pkey(p)] = float(x)
+    out["max"] = float(v[-1])
     return out
 
 

@@ -8,6 +8,11 @@ prompt + output, prompt tokens as reported by the server, else the target). The
 ``steady`` window trims the first ``trim[0]`` and last ``trim[1]`` fractions of that
 window by time: requests (and their prompt tokens) count when they completed inside it,
 output tokens when their event arrived inside it.
+
+``events`` (tokens per event, coalesced events, token sources) covers ok requests;
+``by_class[name]["requests"]`` counts every measured request of the class, its
+statistics its ok ones; ``client.send_lateness_ms`` covers every sent request. When every
+chunk carries one token, ``itl_ms`` and ``inter_chunk_ms`` are the same samples.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import pandas as pd
 from loadgen.errors import ConfigError
 from loadgen.metrics.per_request import EventArrays, frame_and_events
 from loadgen.metrics.slo import SLO, level_checks, slo_attainment
-from loadgen.metrics.stats import describe, jsonable
+from loadgen.metrics.stats import describe, describe_counts, jsonable
 from loadgen.records import RequestRecord
 
 __all__ = ["summarize_level", "level_window_ns"]
@@ -109,6 +114,11 @@ def _by_class(
             "e2e_ms": describe(sel["e2e_ms"].to_numpy()),
         }
     return out
+
+
+def _tokens_per_event(ev: EventArrays, ok: npt.NDArray[np.bool_]) -> dict[str, Any]:
+    counts = np.bincount(ev.ev_n[ev.event_mask(ok)])  # token counts are small integers
+    return describe_counts(np.arange(counts.size), counts)
 
 
 def _client(
@@ -203,7 +213,7 @@ def summarize_level(
         "output_achieved_mean": describe(okf["output_tokens"].to_numpy())["mean"],
     }
     summary["events"] = {
-        "tokens_per_event": describe(ev.ev_n[ev.event_mask(ok)]),
+        "tokens_per_event": _tokens_per_event(ev, ok),
         "coalesced_events": int(okf["coalesced_events"].sum()),
         "token_source": {str(k): int(v) for k, v in sorted(token_source.items())},
     }

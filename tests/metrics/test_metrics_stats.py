@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.metrics.stats import PERCENTILES, STAT_KEYS, describe, jsonable, stat_value
+from loadgen.metrics.stats import PERCENTILES, STAT_KEYS, describe, describe_counts, jsonable, stat_value
 
 
 def test_keys_and_percentiles():
@@ -60,3 +60,23 @@ def test_jsonable():
     assert out == {"a": 1.5, "b": [3, None, None], "c": True, "d": [0, 1], "4": None}
     assert type(out["b"][0]) is int and type(out["c"]) is bool
     json.dumps(out, allow_nan=False)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_describe_counts_matches_describe_of_the_expanded_samples(seed):
+    rng = np.random.default_rng(seed)
+    values = rng.choice([0.5, 1.0, 2.0, 3.0, 7.0, 64.0], size=6, replace=False)
+    counts = rng.integers(0, 40, size=6)
+    counts[0] = max(counts[0], 1)
+    got = describe_counts(values, counts)
+    want = describe(np.repeat(values, counts))
+    assert got["count"] == want["count"]
+    for key in STAT_KEYS[1:]:
+        assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-12), key
+
+
+def test_describe_counts_edge_cases():
+    assert describe_counts([], []) == describe([])
+    assert describe_counts([5.0, 9.0], [0, 0])["count"] == 0
+    assert describe_counts([4.0], [1]) == describe([4.0])
+    assert describe_counts([1, 2, 3, 4], [1, 1, 1, 1])["p90"] == pytest.approx(3.7)
