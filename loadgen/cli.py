@@ -17,6 +17,7 @@ from rich.console import Console
 
 from loadgen import __version__
 from loadgen.errors import ConfigError, LoadgenError
+from loadgen.paths import search_dirs
 
 __all__ = ["app", "main"]
 
@@ -29,19 +30,6 @@ app = typer.Typer(
 )
 err_console = Console(stderr=True, highlight=False)
 F = TypeVar("F", bound=Callable[..., Any])
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def search_dirs(kind: str) -> list[Path]:
-    """Where named workloads/profiles are looked up: ./<kind>, then the installed copy."""
-    dirs = [Path.cwd() / kind, REPO_ROOT / kind]
-    out: list[Path] = []
-    for d in dirs:
-        if d.is_dir() and d.resolve() not in [o.resolve() for o in out]:
-            out.append(d)
-    return out
-
 
 def friendly(fn: F) -> F:
     """LoadgenError → one red line and exit 2; Ctrl-C outside a run → exit 130."""
@@ -242,7 +230,7 @@ def profiles() -> None:
     """List the named load profiles, one line each."""
     from loadgen.load.profiles import list_profiles
 
-    console = Console(highlight=False)
+    console = _console()
     for pname, desc in list_profiles(search_dirs("profiles")):
         console.print(f"[bold]{pname:<18}[/bold] {desc}")
 
@@ -253,9 +241,74 @@ def workloads() -> None:
     """List the named workloads."""
     from loadgen.workload.spec import list_workloads
 
-    console = Console(highlight=False)
+    console = _console()
     for name, desc in list_workloads(search_dirs("workloads")):
         console.print(f"[bold]{name:<12}[/bold] {desc}")
+
+
+@app.command()
+@friendly
+def serve(
+    engine: str = typer.Option("sim", help="Engine: sim (roofline-simulated GPU)"),
+    gpu: str = typer.Option("h100", help="Simulated GPU: a100-80gb, h100, h200, b200, l40s, mi300x"),
+    model: str = typer.Option("llama-3.1-8b", help="Model preset: llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, mixtral-8x7b"),
+    tp: int = typer.Option(1, help="Tensor-parallel GPUs"),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)"),
+    port: int = typer.Option(8000, help="Port (0 = any free port)"),
+    chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill", help="Split long prefills"),
+    max_num_batched_tokens: int = typer.Option(2048, help="Token budget per engine step"),
+    max_num_seqs: int = typer.Option(256, help="Most sequences running at once"),
+    prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching", help="Reuse KV of shared prefixes"),
+    mfu: float = typer.Option(0.6, help="Model FLOPs utilisation of the simulated GPU"),
+    mbu: float = typer.Option(0.8, help="Memory bandwidth utilisation of the simulated GPU"),
+    overhead_ms: float = typer.Option(0.5, help="Fixed cost per engine step, ms"),
+    jitter: float = typer.Option(0.0, help="Seeded multiplicative noise on step times (0.05 = ±5%)"),
+    disaggregate: bool = typer.Option(False, help="Separate prefill and decode GPU pools"),
+    kv_link_gbps: float = typer.Option(50.0, help="KV transfer bandwidth between pools, GB/s"),
+    time_scale: float = typer.Option(1.0, help="Real seconds per simulated second"),
+    fail_rate: float = typer.Option(0.0, help="Fault: fraction of requests answered HTTP 500"),
+    stall_ms: float = typer.Option(0.0, help="Fault: length of a stall before a token, ms"),
+    stall_rate: float = typer.Option(0.0, help="Fault: probability of a stall per token"),
+    disconnect_rate: float = typer.Option(0.0, help="Fault: fraction of streams cut mid-way"),
+    seed: int = typer.Option(0, help="Seed for sampling, jitter and faults"),
+) -> None:
+    """Run the reference OpenAI-compatible server (simulated GPU engine)."""
+    from loadgen.server.app import run_forever
+    from loadgen.server.api import create_app
+    from loadgen.server.engine.build import build_engine
+    from loadgen.server.faults import FaultConfig
+
+    eng = build_engine(
+        engine, gpu=gpu, model=model, tp=tp, chunked_prefill=chunked_prefill,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        prefix_caching=prefix_caching, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter,
+        seed=seed, disaggregate=disaggregate, kv_link_gbps=kv_link_gbps, time_scale=time_scale,
+    )  # fmt: skip
+    faults = FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
+                         disconnect_rate=disconnect_rate, seed=seed)  # fmt: skip
+    application = create_app(eng, faults=faults)
+    mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
+
+    def ready(url: str) -> None:
+        print(f"loadgen serve: listening on {url} ({engine}: {model} on {tp}x {gpu}, {mode})", flush=True)
+
+    try:
+        run_forever(application, host, port, on_ready=ready)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", key="--port") from None
+
+
+@app.command()
+@friendly
+def demo(
+    out: Path = typer.Option(Path("reports/demo"), help="Where the two run folders go"),
+    seconds: float = typer.Option(8.0, help="Seconds per load level"),
+    quiet: bool = typer.Option(False, help="No live display"),
+) -> None:
+    """Chunked prefill on vs off on a simulated H100: starts its own server on loopback."""
+    from loadgen.demo import run_demo
+
+    run_demo(out, _console(), seconds_per_level=seconds, live=not quiet and sys.stdout.isatty())
 
 
 @app.command()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from loadgen.cli import search_dirs
+from loadgen.paths import search_dirs
 from loadgen.errors import ProfileError
 from loadgen.load.profiles import Profile, StopRules, list_profiles, load_profile
 from loadgen.load.runner import LevelPlan

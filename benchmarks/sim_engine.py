@@ -1,0 +1,121 @@
+"""The sim engine offline, in virtual time: what chunked prefill, prefix caching and
+disaggregation do to TTFT and ITL (a benchmark, not a test; no server, no sleeps).
+
+A closed loop of chat users (prompts ~N(600, 200) tokens, outputs 64-256 tokens, each
+user sends its next request as soon as the last one ends) plus, every ``--long-every``
+requests, one long prompt (``--long-tokens``). Every configuration serves the same
+seeded request sequence through the engine core on a virtual clock; per configuration
+we print TTFT and ITL percentiles of the chat requests, TTFT of the long ones, output
+throughput and the simulated duration, plus the wall time the simulation took.
+
+    python benchmarks/sim_engine.py [--gpu h100] [--model llama-3.1-8b] [--users 32]
+                                    [--requests 600] [--long-every 25] [--long-tokens 16384]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import time
+from typing import Any
+
+import numpy as np
+
+from loadgen.server.engine import ManualClock, from_preset
+from loadgen.server.engine.interface import EngineRequest, SamplingParams
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "chunked (default)": {},
+    "no chunked prefill": {"enable_chunked_prefill": False},
+    "chunked, budget 512": {"max_num_batched_tokens": 512},
+    "disaggregated, 50 GB/s": {"disaggregate": True, "kv_link_gbps": 50.0},
+}
+
+
+def workload(n: int, long_every: int, long_tokens: int, seed: int) -> list[tuple[int, int, bool]]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        if long_every and i % long_every == long_every - 1:
+            out.append((long_tokens, 64, True))
+        else:
+            out.append((max(16, int(rng.gauss(600, 200))), rng.randint(64, 256), False))
+    return out
+
+
+def simulate(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, float]:
+    clock = ManualClock()
+    engine = from_preset(args.gpu, args.model, args.tp, clock=clock, **options)
+    core = engine.core
+    work = workload(args.requests, args.long_every, args.long_tokens, args.seed)
+    arrivals = [(0.0, u) for u in range(args.users)]
+    heapq.heapify(arrivals)
+    sent = 0
+    times: dict[str, list[float]] = {}
+    sent_at: dict[str, float] = {}
+    is_long: dict[str, bool] = {}
+    finished: list[str] = []
+    for _ in range(50_000_000):
+        t_core = core.next_event_time()
+        t_arr = arrivals[0][0] if arrivals and sent < len(work) else None
+        if t_core is None and t_arr is None:
+            break
+        if t_arr is not None and (t_core is None or t_arr <= t_core):
+            clock.advance_to(t_arr)
+            _, user = heapq.heappop(arrivals)
+            prompt, max_tokens, long = work[sent]
+            rid = f"u{user}-r{sent}"
+            sent += 1
+            core.add_request(EngineRequest(rid, [1000 + (sent * 7 + i) % 5000 for i in range(prompt)],
+                                           SamplingParams(max_tokens=max_tokens)))
+            sent_at[rid], is_long[rid], times[rid] = clock.t, long, []
+            continue
+        assert t_core is not None
+        clock.advance_to(t_core)
+        for out in core.poll(t_core):
+            times[out.request_id].append(t_core)
+            if out.finish_reason is not None:
+                finished.append(out.request_id)
+                user = int(out.request_id[1:out.request_id.index("-")])
+                heapq.heappush(arrivals, (t_core, user))
+    chat = [r for r in finished if not is_long[r]]
+    longs = [r for r in finished if is_long[r]]
+    ttft = np.array([times[r][0] - sent_at[r] for r in chat])
+    itl = np.concatenate([np.diff(times[r]) for r in chat])
+    long_ttft = np.array([times[r][0] - sent_at[r] for r in longs]) if longs else np.array([np.nan])
+    tokens = sum(len(times[r]) for r in finished)
+    return {"ttft_p50": np.percentile(ttft, 50), "ttft_p99": np.percentile(ttft, 99),
+            "itl_p50": np.percentile(itl, 50), "itl_p99": np.percentile(itl, 99),
+            "itl_max": itl.max(), "long_ttft_p50": np.percentile(long_ttft, 50),
+            "tok_s": tokens / clock.t, "sim_s": clock.t, "requests": len(finished)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--users", type=int, default=32)
+    ap.add_argument("--requests", type=int, default=600)
+    ap.add_argument("--long-every", type=int, default=25)
+    ap.add_argument("--long-tokens", type=int, default=16384)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    print(f"{args.model} on {args.tp}x {args.gpu}, {args.users} users, {args.requests} requests "
+          f"(every {args.long_every}th has {args.long_tokens} prompt tokens)")
+    head = (f"{'configuration':<24}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>9}{'ITL p99':>9}"
+            f"{'ITL max':>9}{'long TTFT':>11}{'tok/s':>8}{'sim s':>8}{'wall s':>8}")
+    print(head)
+    for name, options in CONFIGS.items():
+        start = time.perf_counter()
+        r = simulate(args, options)
+        wall = time.perf_counter() - start
+        ms = {k: v * 1e3 for k, v in r.items()}
+        print(f"{name:<24}{ms['ttft_p50']:>8.1f}ms{ms['ttft_p99']:>8.1f}ms{ms['itl_p50']:>7.1f}ms"
+              f"{ms['itl_p99']:>7.1f}ms{ms['itl_max']:>7.1f}ms{ms['long_ttft_p50']:>9.1f}ms"
+              f"{r['tok_s']:>8.0f}{r['sim_s']:>8.1f}{wall:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()

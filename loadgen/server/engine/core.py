@@ -1,0 +1,178 @@
+"""The engine core: a scheduler and a runner advanced as a discrete-event system.
+
+The core holds no event loop and never sleeps. It is driven through a clock: the async
+engine (:mod:`loadgen.server.engine.engine`) calls :meth:`EngineCore.poll` when the
+clock reaches :meth:`EngineCore.next_event_time`; tests and offline benchmarks drive it
+in virtual time the same way, with a clock they advance themselves.
+
+Steps follow each other on *absolute* deadlines: a step ends at its start plus the
+runner's duration (times ``time_scale``) and the next starts at that end, however late
+the driver polls, so wake-up lag never accumulates. A step never starts before the last
+request that arrived (so no request is scheduled before it exists). A real runner
+reports ``duration_s = 0``; its step then ends at the clock's time after ``execute``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Protocol
+
+from loadgen.server.engine.batch import ScheduledBatch
+from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
+from loadgen.server.engine.runner import ModelRunner, StepResult
+from loadgen.server.engine.scheduler import EngineConfig, Scheduler
+
+__all__ = ["Clock", "StepHook", "Core", "EngineCore", "ManualClock"]
+
+Clock = Callable[[], float]
+StepHook = Callable[[ScheduledBatch, StepResult, float, float], None]  # batch, result, start, end
+
+
+class Core(Protocol):
+    """What the async engine needs from a core (single pool or disaggregated)."""
+
+    def add_request(self, request: EngineRequest) -> None:
+        """Queue a request now; raise ``EngineError`` subclasses when it is rejected."""
+        ...
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request and free its KV blocks; False if it is unknown (or done)."""
+        ...
+
+    def poll(self, now: float | None = None) -> list[TokenOutput]:
+        """Process the events due at ``now``; return the new outputs in order."""
+        ...
+
+    def next_event_time(self) -> float | None:
+        """When :meth:`poll` has work next (clock seconds); None when idle."""
+        ...
+
+    def has_unfinished(self) -> bool:
+        """Whether any request is still waiting, running or in transfer."""
+        ...
+
+    def stats(self) -> EngineStats:
+        """Gauges and counters for ``/metrics``."""
+        ...
+
+
+class ManualClock:
+    """A clock that only moves when told to (virtual time for tests and benchmarks)."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.t = start
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance_to(self, t: float) -> None:
+        """Move to ``t`` (never backwards)."""
+        self.t = max(self.t, t)
+
+
+class EngineCore:
+    """One scheduler and one runner (one GPU group). See the module docstring.
+
+    ``on_step(batch, result, start, end)`` is called for every executed step.
+    ``max_steps_per_poll`` bounds the catch-up work of one :meth:`poll`.
+    """
+
+    def __init__(self, config: EngineConfig, runner: ModelRunner, clock: Clock, *,
+                 time_scale: float = 1.0, on_step: StepHook | None = None,
+                 max_steps_per_poll: int = 64) -> None:
+        if not time_scale > 0.0:
+            raise ValueError("time_scale must be > 0")
+        self.runner = runner
+        self.clock = clock
+        self.time_scale = time_scale
+        self.on_step = on_step
+        self.max_steps_per_poll = max_steps_per_poll
+        self._t = clock()  # the scheduler's notion of "now": the event being processed
+        self.scheduler = Scheduler(config, now=lambda: self._t)
+        self._inflight: tuple[ScheduledBatch, StepResult] | None = None
+        self._busy_until = -math.inf
+        self.last_step_end = -math.inf
+        self._last_input = -math.inf
+        self._stalled = False
+
+    # ------------------------------------------------------------------ inputs
+    def add_request(self, request: EngineRequest, *, at: float | None = None,
+                    num_external_tokens: int = 0) -> None:
+        """Queue a request arriving at ``at`` (default: the clock). Raises on rejection."""
+        self._t = self.clock() if at is None else at
+        self.scheduler.add_request(request, num_external_tokens=num_external_tokens)
+        self._last_input = max(self._last_input, self._t)
+        self._stalled = False
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request wherever it is and free its blocks; False if unknown."""
+        self._t = self.clock()
+        found = self.scheduler.abort(request_id)
+        self._stalled = False
+        return found
+
+    def has_request(self, request_id: str) -> bool:
+        """Whether the request is waiting or running here."""
+        return self.scheduler.get(request_id) is not None
+
+    def has_unfinished(self) -> bool:
+        """Whether any request is waiting or running."""
+        return self.scheduler.has_unfinished()
+
+    # ------------------------------------------------------------------ events
+    @property
+    def busy(self) -> bool:
+        """Whether a step is in flight."""
+        return self._inflight is not None
+
+    def next_event_time(self) -> float | None:
+        """When the core next needs :meth:`process_event`; None when idle."""
+        if self._inflight is not None:
+            return self._busy_until
+        if self._stalled or not self.scheduler.has_unfinished():
+            return None
+        return max(self.last_step_end, self._last_input)
+
+    def process_event(self) -> list[TokenOutput]:
+        """Finish the running step (if any) and start the next one; return new outputs."""
+        outputs: list[TokenOutput] = []
+        if self._inflight is not None:
+            batch, result = self._inflight
+            self._inflight = None
+            self._t = self.last_step_end = self._busy_until
+            outputs = self.scheduler.update(batch, result.sampled)
+        if self.scheduler.has_unfinished():
+            self._start_step(max(self.last_step_end, self._last_input))
+        return outputs
+
+    def _start_step(self, start: float) -> None:
+        self._t = start
+        batch = self.scheduler.schedule()
+        if batch.is_empty:
+            self._stalled = True  # nothing can run until a request arrives or leaves
+            return
+        result = self.runner.execute(batch)
+        if result.duration_s > 0.0:
+            end = start + result.duration_s * self.time_scale
+        else:
+            end = max(start, self.clock())
+        self._inflight = (batch, result)
+        self._busy_until = end
+        if self.on_step is not None:
+            self.on_step(batch, result, start, end)
+
+    def poll(self, now: float | None = None) -> list[TokenOutput]:
+        """Process every event due at ``now`` (default: the clock), at most
+        ``max_steps_per_poll`` of them; return the outputs in order."""
+        now = self.clock() if now is None else now
+        outputs: list[TokenOutput] = []
+        for _ in range(self.max_steps_per_poll):
+            t = self.next_event_time()
+            if t is None or t > now:
+                break
+            outputs.extend(self.process_event())
+        return outputs
+
+    def stats(self) -> EngineStats:
+        """The scheduler's gauges and counters."""
+        return self.scheduler.stats()

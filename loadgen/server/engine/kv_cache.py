@@ -1,0 +1,227 @@
+"""Paged KV-cache block manager with prefix caching (in the style of vLLM v1).
+
+The KV cache is a pool of ``num_blocks`` blocks of ``block_size`` token slots. Each
+sequence owns a *block table*: the list of block ids holding its tokens in order
+(token ``i`` lives in block ``table[i // block_size]`` at offset ``i % block_size``).
+
+Prefix caching: when a block is *full* and its tokens' KV is computed, it is registered
+under its chained hash (see :func:`chain_hash`): the hash of the parent block's hash and
+the block's token ids, so equal hashes mean equal whole prefixes. A later sequence whose
+prompt starts with the same blocks reuses them (reference counts > 1). A block whose
+reference count drops to zero keeps its KV and hash and goes into an LRU of *cached free*
+blocks; those are handed out again only when no truly free block is left, oldest
+first, and then lose their hash. Only full blocks are ever cached.
+
+Hashes use Python's ``hash`` of ``(int, tuple[int, ...])``, which is deterministic across
+processes (ints are never salted); a 64-bit collision is accepted as negligible.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+__all__ = ["ROOT_HASH", "chain_hash", "CachedPrefix", "KVCacheManager"]
+
+ROOT_HASH = 0x5EED_CAFE  # parent hash of a sequence's first block
+
+
+def chain_hash(parent: int, token_ids: Sequence[int]) -> int:
+    """Hash of one full block given its parent's hash (``ROOT_HASH`` for the first)."""
+    return hash((parent, tuple(token_ids)))
+
+
+@dataclass(slots=True)
+class CachedPrefix:
+    """Result of a prefix lookup: cached blocks covering the first ``num_tokens`` tokens."""
+
+    block_ids: list[int] = field(default_factory=list)
+    block_size: int = 16
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.block_ids) * self.block_size
+
+
+class KVCacheManager:
+    """Allocates KV blocks to sequences; optionally caches full blocks by prefix hash.
+
+    Counters ``prefix_cache_queries`` / ``prefix_cache_hits`` are in tokens and are
+    updated by :meth:`record_lookup` (the scheduler calls it once per admission).
+    """
+
+    def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = False) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError("num_blocks and block_size must be >= 1")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self._ref = [0] * num_blocks
+        self._hash: list[int | None] = [None] * num_blocks
+        self._free: deque[int] = deque(range(num_blocks))  # ref 0, no cached content
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # ref 0, cached; LRU first
+        self._by_hash: dict[int, int] = {}
+        self._tables: dict[int, list[int]] = {}
+        self._num_hashed: dict[int, int] = {}  # seq -> leading blocks already registered
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks that can be allocated now (free plus cached-free)."""
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def num_used_blocks(self) -> int:
+        """Blocks referenced by at least one sequence."""
+        return self.num_blocks - self.num_free_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks currently registered in the prefix cache (in use or cached-free)."""
+        return len(self._by_hash)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of blocks referenced by at least one sequence, 0..1."""
+        return self.num_used_blocks / self.num_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks needed to hold ``num_tokens`` tokens."""
+        return -(-num_tokens // self.block_size)
+
+    def block_table(self, seq_id: int) -> list[int]:
+        """The sequence's block table (the live list: do not modify)."""
+        return self._tables.get(seq_id, [])
+
+    def has_seq(self, seq_id: int) -> bool:
+        """Whether the sequence holds a block table."""
+        return seq_id in self._tables
+
+    # ------------------------------------------------------------------ prefix cache
+    def find_cached_prefix(self, block_hashes: Sequence[int]) -> CachedPrefix:
+        """The longest run of leading blocks found in the cache (no counters touched)."""
+        found = CachedPrefix(block_size=self.block_size)
+        if not self.enable_prefix_caching:
+            return found
+        for h in block_hashes:
+            block = self._by_hash.get(h)
+            if block is None:
+                break
+            found.block_ids.append(block)
+        return found
+
+    def record_lookup(self, queried_tokens: int, hit_tokens: int) -> None:
+        """Count one prefix lookup: tokens looked up and tokens found cached."""
+        self.prefix_cache_queries += queried_tokens
+        self.prefix_cache_hits += hit_tokens
+
+    def cache_full_blocks(self, seq_id: int, block_hashes: Sequence[int], num_computed_tokens: int) -> None:
+        """Register the sequence's blocks that are full and computed under their hashes.
+
+        ``block_hashes[i]`` is the chained hash of the sequence's block ``i``; it must
+        cover at least ``num_computed_tokens // block_size`` blocks.
+        """
+        if not self.enable_prefix_caching:
+            return
+        table = self._tables[seq_id]
+        done = self._num_hashed.get(seq_id, 0)
+        full = min(num_computed_tokens // self.block_size, len(table))
+        for i in range(done, full):
+            block, h = table[i], block_hashes[i]
+            if self._hash[block] is None and h not in self._by_hash:
+                self._hash[block] = h
+                self._by_hash[h] = block
+            # else: an identical block was computed concurrently; keep this one private
+        if full > done:
+            self._num_hashed[seq_id] = full
+
+    # ------------------------------------------------------------------ allocation
+    def can_allocate(self, seq_id: int, num_tokens: int, prefix: CachedPrefix | None = None) -> bool:
+        """Whether :meth:`allocate` with the same arguments would succeed."""
+        return self._shortfall(seq_id, num_tokens, prefix) <= 0
+
+    def _shortfall(self, seq_id: int, num_tokens: int, prefix: CachedPrefix | None) -> int:
+        table = self._tables.get(seq_id)
+        have = len(table) if table is not None else 0
+        reused = prefix.block_ids if (prefix is not None and table is None) else []
+        new = self.blocks_for(num_tokens) - have - len(reused)
+        # reusing a cached-free block takes it out of the allocatable pool too
+        taken = sum(1 for b in reused if self._ref[b] == 0)
+        return max(new, 0) + taken - self.num_free_blocks
+
+    def allocate(self, seq_id: int, num_tokens: int, prefix: CachedPrefix | None = None) -> bool:
+        """Grow the sequence's table to hold ``num_tokens`` tokens; False if blocks run out.
+
+        On a sequence's first allocation, ``prefix`` (from :meth:`find_cached_prefix`)
+        becomes the start of its table. Nothing changes when False is returned.
+        """
+        table = self._tables.get(seq_id)
+        if table is not None and len(table) * self.block_size >= num_tokens:
+            return True  # the common decode step: the last block still has room
+        if self._shortfall(seq_id, num_tokens, prefix) > 0:
+            return False
+        if table is None:
+            table = self._tables[seq_id] = []
+            if prefix is not None and prefix.block_ids:
+                for block in prefix.block_ids:
+                    if self._ref[block] == 0:
+                        del self._evictable[block]
+                    self._ref[block] += 1
+                    table.append(block)
+                self._num_hashed[seq_id] = len(prefix.block_ids)
+        for _ in range(self.blocks_for(num_tokens) - len(table)):
+            table.append(self._take_block())
+        return True
+
+    def _take_block(self) -> int:
+        if self._free:
+            block = self._free.popleft()
+        else:
+            block, _ = self._evictable.popitem(last=False)
+            h = self._hash[block]
+            if h is not None:
+                del self._by_hash[h]
+                self._hash[block] = None
+        self._ref[block] = 1
+        return block
+
+    def free(self, seq_id: int) -> None:
+        """Release the sequence's blocks; cached ones stay reusable until evicted."""
+        table = self._tables.pop(seq_id, None)
+        self._num_hashed.pop(seq_id, None)
+        if table is None:
+            return
+        # tail first: the end of a sequence is the least likely to be shared, so it is
+        # placed to be evicted first
+        for block in reversed(table):
+            self._ref[block] -= 1
+            if self._ref[block] == 0:
+                if self._hash[block] is not None:
+                    self._evictable[block] = None
+                else:
+                    self._free.append(block)
+
+    # ------------------------------------------------------------------ checks
+    def check_consistency(self) -> None:
+        """Raise ``RuntimeError`` if reference counts and pools disagree (for tests)."""
+        refs = [0] * self.num_blocks
+        for table in self._tables.values():
+            for block in table:
+                refs[block] += 1
+        if refs != self._ref:
+            raise RuntimeError("reference counts do not match the block tables")
+        free, evictable = set(self._free), set(self._evictable)
+        if len(free) != len(self._free) or free & evictable:
+            raise RuntimeError("a block is listed twice in the free pools")
+        for block in range(self.num_blocks):
+            idle = refs[block] == 0
+            if idle != (block in free or block in evictable):
+                raise RuntimeError(f"block {block}: free-pool membership disagrees with ref count")
+            if block in evictable and self._hash[block] is None:
+                raise RuntimeError(f"block {block}: cached-free without a hash")
+        for h, block in self._by_hash.items():
+            if self._hash[block] != h:
+                raise RuntimeError(f"block {block}: hash map out of sync")

@@ -1,0 +1,337 @@
+"""A pure continuous-batching scheduler in the style of vLLM v1 (no I/O, no sleeps).
+
+One engine step is ``batch = schedule()`` → a runner executes it →
+``update(batch, sampled)``. The scheduler takes a clock (``now() -> seconds``) only to
+timestamp requests, so tests drive it in virtual time.
+
+Policy of :meth:`Scheduler.schedule`, with a budget of ``max_num_batched_tokens``:
+
+1. **Decodes first**: every running request whose prompt is done gets one token.
+2. **Partial prefills** (chunked prefill only): running requests with prompt left get a
+   chunk of at most the remaining budget (and ``long_prefill_token_threshold``).
+3. **Waiting requests**, in FIFO order, while fewer than ``max_num_seqs`` run and budget
+   remains (and nobody was preempted in this step). A cached prefix (prefix caching) is
+   reused and not recomputed. With chunked prefill a prompt gets a chunk of the remaining
+   budget. Without it a prompt runs whole: if it does not fit in the remaining budget it
+   still runs whole when it is the step's only prefill — so a step may exceed the budget
+   by one prompt, exactly the stall that chunked prefill removes — otherwise it waits
+   for the next step (FIFO, it is not overtaken). Decodes stay in such a step, as in
+   vLLM v1 (whose budget is raised to ``max_model_len`` when chunking is off); this
+   keeps every request's inter-token gap equal to the step time, long step included.
+
+When a running request needs a block and none is free, the newest running request not
+yet scheduled in this step is preempted by recompute: its blocks are freed (full blocks
+stay in the prefix cache) and it goes back to the front of the waiting queue, to be
+prefilled again over its prompt and the tokens it already generated.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from loadgen.errors import ConfigError, EngineError, PromptTooLong, QueueFull
+from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
+from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
+from loadgen.server.engine.kv_cache import CachedPrefix, KVCacheManager
+from loadgen.server.engine.sequence import Sequence, SeqStatus
+
+__all__ = ["EngineConfig", "Scheduler", "ScheduledSeq", "ScheduledBatch"]  # the last two re-exported
+
+Clock = Callable[[], float]
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Scheduler and KV-cache settings (names follow vLLM's engine arguments)."""
+
+    block_size: int = 16
+    num_gpu_blocks: int = 8192
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int | None = None
+    enable_prefix_caching: bool = False
+    max_model_len: int = 131072
+    max_waiting: int = 10_000
+    eos_token_id: int | None = None
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first invalid field."""
+        for key in ("block_size", "num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs",
+                    "max_model_len", "max_waiting"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"must be an integer >= 1, got {value!r}", key=key)
+        threshold = self.long_prefill_token_threshold
+        if threshold is not None and (not isinstance(threshold, int) or threshold < 1):
+            raise ConfigError(f"must be None or an integer >= 1, got {threshold!r}",
+                              key="long_prefill_token_threshold")
+
+
+class Scheduler:
+    """Waiting and running queues over a :class:`KVCacheManager`; see the module doc."""
+
+    def __init__(self, config: EngineConfig, now: Clock) -> None:
+        config.validate()
+        self.config = config
+        self._now = now
+        self.kv = KVCacheManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._by_request: dict[str, Sequence] = {}
+        self._by_seq: dict[int, Sequence] = {}
+        self._seq_ids = itertools.count()
+        self._step = 0
+        self._last_batch_step = -1
+        self._finished_since_batch: list[int] = []
+        self.num_preemptions = 0
+        self.num_prompt_tokens = 0
+        self.num_generation_tokens = 0
+        self.num_computed_prompt_tokens = 0  # prefill work done (excludes cache hits)
+
+    # ------------------------------------------------------------------ requests
+    def add_request(self, request: EngineRequest, *, num_external_tokens: int = 0) -> None:
+        """Queue a request. Raises :class:`PromptTooLong`, :class:`QueueFull` or
+        :class:`EngineError` (empty prompt, bad ``max_tokens``, duplicate id).
+
+        ``num_external_tokens`` leading tokens arrive with their KV already computed
+        (a disaggregated decode pool receiving the prefill pool's KV).
+        """
+        cfg = self.config
+        prompt, params = request.prompt_token_ids, request.params
+        if request.request_id in self._by_request:
+            raise EngineError(f"duplicate request id {request.request_id!r}")
+        if not prompt:
+            raise EngineError("the prompt is empty")
+        if params.max_tokens < 1:
+            raise EngineError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        total = len(prompt) + params.max_tokens
+        if total > cfg.max_model_len:
+            raise PromptTooLong(
+                f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
+                f"exceeds the context length of {cfg.max_model_len} tokens")
+        if self.kv.blocks_for(total) > cfg.num_gpu_blocks:
+            raise PromptTooLong(
+                f"prompt + max_tokens = {total} tokens exceeds the KV cache "
+                f"({cfg.num_gpu_blocks * cfg.block_size} tokens)")
+        if len(self.waiting) >= cfg.max_waiting:
+            raise QueueFull(f"the waiting queue is full ({cfg.max_waiting} requests)")
+        seq = Sequence(
+            seq_id=next(self._seq_ids), request_id=request.request_id, params=params,
+            token_ids=list(prompt), num_prompt_tokens=len(prompt), arrival_s=self._now(),
+            num_external_tokens=min(num_external_tokens, len(prompt) - 1))
+        self._by_request[seq.request_id] = seq
+        self._by_seq[seq.seq_id] = seq
+        self.waiting.append(seq)
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request wherever it is and free its blocks; False if unknown."""
+        seq = self._by_request.get(request_id)
+        if seq is None:
+            return False
+        if seq.status is SeqStatus.WAITING:
+            self.waiting.remove(seq)
+        else:
+            self.running.remove(seq)
+        self._finish(seq, "abort")
+        return True
+
+    def get(self, request_id: str) -> Sequence | None:
+        """The request's sequence while it is waiting or running."""
+        return self._by_request.get(request_id)
+
+    def has_unfinished(self) -> bool:
+        """Whether any request is waiting or running."""
+        return bool(self.waiting or self.running)
+
+    # ------------------------------------------------------------------ scheduling
+    def schedule(self) -> ScheduledBatch:
+        """Choose the work of the next step (see the module docstring)."""
+        cfg = self.config
+        now = self._now()
+        batch = ScheduledBatch(step=self._step, scheduled_at=now, block_size=cfg.block_size)
+        budget = cfg.max_num_batched_tokens
+        limit = cfg.long_prefill_token_threshold or cfg.max_num_batched_tokens
+        chunked = cfg.enable_chunked_prefill
+        scheduled: set[int] = set()
+        prefill_scheduled = False
+
+        decodes: list[Sequence] = []
+        prefills: list[Sequence] = []
+        for seq in self.running:
+            (decodes if seq.is_decode else prefills).append(seq)
+        for group, decode_pass in ((decodes, True), (prefills, False)):
+            for seq in group:
+                if budget <= 0:
+                    break
+                if seq.status is not SeqStatus.RUNNING:  # preempted in this step
+                    continue
+                remaining = len(seq.token_ids) - seq.num_computed_tokens
+                n = 1 if decode_pass else min(remaining, budget, limit) if chunked else remaining
+                if not decode_pass and not chunked and prefill_scheduled and n > budget:
+                    continue
+                if not self._allocate_running(seq, n, scheduled, batch):
+                    continue
+                self._add_to_batch(batch, seq, n, now, decode_pass)
+                scheduled.add(seq.seq_id)
+                budget -= n
+                prefill_scheduled |= not decode_pass
+
+        while (not batch.preempted_seq_ids and self.waiting and budget > 0
+               and len(self.running) < cfg.max_num_seqs):
+            seq = self.waiting[0]
+            prefix = self._lookup_prefix(seq)
+            computed = max(prefix.num_tokens, seq.num_external_tokens)
+            if seq.num_external_tokens > prefix.num_tokens:
+                prefix = CachedPrefix(block_size=cfg.block_size)
+            n = seq.num_tokens - computed
+            if chunked:
+                n = min(n, budget, limit)
+            elif n > budget and prefill_scheduled:
+                break  # runs whole in a later step, alone
+            if not self.kv.allocate(seq.seq_id, computed + n, prefix):
+                break
+            self.waiting.popleft()
+            self.kv.record_lookup(seq.num_tokens, prefix.num_tokens)
+            seq.status = SeqStatus.RUNNING
+            seq.num_computed_tokens = computed
+            if seq.first_scheduled_s is None:
+                seq.num_cached_tokens = prefix.num_tokens
+            self.running.append(seq)
+            self._add_to_batch(batch, seq, n, now, False)
+            budget -= n
+            prefill_scheduled = True
+
+        if batch.seqs:
+            batch.finished_seq_ids, self._finished_since_batch = self._finished_since_batch, []
+            self._step += 1
+            self._last_batch_step = batch.step
+        return batch
+
+    def _lookup_prefix(self, seq: Sequence) -> CachedPrefix:
+        if not self.config.enable_prefix_caching:
+            return CachedPrefix(block_size=self.config.block_size)
+        hashes = seq.update_block_hashes(self.config.block_size)
+        # at least one token must be computed to sample from, so never hit the last one
+        usable = (seq.num_tokens - 1) // self.config.block_size
+        return self.kv.find_cached_prefix(hashes[:usable])
+
+    def _allocate_running(self, seq: Sequence, n: int, scheduled: set[int],
+                          batch: ScheduledBatch) -> bool:
+        """Make room for ``n`` more tokens, preempting newer requests; False if ``seq``
+        itself had to be preempted."""
+        while not self.kv.allocate(seq.seq_id, seq.num_computed_tokens + n):
+            victim = next(v for v in reversed(self.running) if v.seq_id not in scheduled)
+            self._preempt(victim)
+            batch.preempted_seq_ids.append(victim.seq_id)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.kv.free(seq.seq_id)
+        seq.status = SeqStatus.WAITING
+        seq.num_computed_tokens = 0
+        seq.num_external_tokens = 0
+        seq.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _add_to_batch(self, batch: ScheduledBatch, seq: Sequence, n: int, now: float,
+                      is_decode: bool) -> None:
+        start = seq.num_computed_tokens
+        if seq.first_scheduled_s is None:
+            seq.first_scheduled_s = now
+        tokens = seq.token_ids
+        batch.seqs.append(ScheduledSeq(
+            seq.seq_id, seq.request_id, tokens[start:start + n], start,
+            self.kv.block_table(seq.seq_id), start + n == len(tokens), is_decode, seq.params))
+
+    # ------------------------------------------------------------------ results
+    def update(self, batch: ScheduledBatch, sampled: dict[int, list[int]]) -> list[TokenOutput]:
+        """Apply a step's results; return the new tokens (and finishes) per request.
+
+        Sequences aborted while the step ran are skipped. Tokens after a stop are dropped.
+        """
+        if batch.step != self._last_batch_step:
+            raise EngineError(f"update() got step {batch.step}, expected {self._last_batch_step}")
+        self._last_batch_step = -1
+        now = self._now()
+        outputs: list[TokenOutput] = []
+        for item in batch.seqs:
+            seq = self._by_seq.get(item.seq_id)
+            if seq is None or seq.status is not SeqStatus.RUNNING:
+                continue
+            seq.num_computed_tokens = item.start_pos + len(item.token_ids)
+            if not item.is_decode:
+                self.num_computed_prompt_tokens += len(item.token_ids)
+            if self.config.enable_prefix_caching:
+                hashes = seq.update_block_hashes(self.config.block_size)
+                self.kv.cache_full_blocks(seq.seq_id, hashes, seq.num_computed_tokens)
+            if not item.sample:
+                continue
+            new = sampled.get(item.seq_id)
+            if not new:
+                raise EngineError(f"the runner returned no token for sequence {item.seq_id}")
+            outputs.append(self._append_tokens(seq, new, now))
+        return outputs
+
+    def _append_tokens(self, seq: Sequence, new: Iterable[int], now: float) -> TokenOutput:
+        if seq.first_token_s is None:
+            seq.first_token_s = now
+            self.num_prompt_tokens += seq.num_prompt_tokens
+        else:
+            seq.decode_steps += 1
+        accepted: list[int] = []
+        reason = None
+        for token in new:
+            seq.token_ids.append(token)
+            accepted.append(token)
+            self.num_generation_tokens += 1
+            reason = self._stop_reason(seq, token)
+            if reason is not None:
+                break
+        out = TokenOutput(seq.request_id, accepted, num_cached_tokens=seq.num_cached_tokens)
+        if reason is not None:
+            self.running.remove(seq)
+            self._finish(seq, reason)
+            out.finish_reason = reason
+            out.timings = seq.timings()
+        return out
+
+    def _stop_reason(self, seq: Sequence, token: int) -> str | None:
+        params = seq.params
+        num_tokens = len(seq.token_ids)
+        n_out = num_tokens - seq.num_prompt_tokens
+        if n_out >= params.min_tokens:
+            if token == self.config.eos_token_id and not params.ignore_eos:
+                return "stop"
+            if params.stop_token_ids and token in params.stop_token_ids:
+                return "stop"
+        if n_out >= params.max_tokens or num_tokens >= self.config.max_model_len:
+            return "length"
+        return None
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        seq.status = SeqStatus.FINISHED
+        seq.finish_reason = reason
+        seq.finish_s = self._now()
+        self.kv.free(seq.seq_id)
+        del self._by_request[seq.request_id]
+        del self._by_seq[seq.seq_id]
+        self._finished_since_batch.append(seq.seq_id)
+
+    # ------------------------------------------------------------------ stats
+    def stats(self) -> EngineStats:
+        """Gauges and counters (token counters as in vLLM: prompt tokens counted when a
+        request's first token is produced)."""
+        return EngineStats(
+            running=len(self.running), waiting=len(self.waiting), kv_usage=self.kv.usage,
+            prefix_cache_queries=self.kv.prefix_cache_queries,
+            prefix_cache_hits=self.kv.prefix_cache_hits, preemptions=self.num_preemptions,
+            prompt_tokens=self.num_prompt_tokens, generation_tokens=self.num_generation_tokens,
+            steps=self._step)

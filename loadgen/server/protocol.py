@@ -1,0 +1,248 @@
+"""The OpenAI wire format of the reference server: strict request parsing and body shapes.
+
+Parsing turns a decoded JSON body into a :class:`ParsedRequest` or raises
+:class:`RequestRejected` (an OpenAI-style error: status, message, param, code). Fields the
+server does not use (``top_p``, ``user``, penalties, ...) are ignored, like vLLM does;
+fields it uses are type-checked strictly (``true`` is not an integer).
+
+Context length: ``prompt_tokens + max_tokens`` must not exceed ``max_model_len`` (400,
+code ``context_length_exceeded``). Without ``max_tokens`` the rest of the context is
+allowed, as in vLLM.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.errors import ServerError
+from loadgen.server.tokenizer import WordTokenizer
+
+__all__ = [
+    "RequestRejected",
+    "ParsedRequest",
+    "parse_request",
+    "error_body",
+    "usage_body",
+]
+
+_INT = "integer"
+_NUM = "number"
+_BOOL = "boolean"
+_STR = "string"
+
+
+class RequestRejected(ServerError):
+    """A request the API answers with an error status and an OpenAI-style JSON body."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None,
+                 code: str | None = None, type: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.param = param
+        self.code = code
+        self.type = type
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, type=self.type, param=self.param, code=self.code)
+
+
+def error_body(message: str, *, type: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    """A validated completions or chat request, prompt already tokenized."""
+
+    chat: bool
+    prompt_ids: list[int]
+    max_tokens: int  # resolved: never None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    stop: tuple[tuple[str, ...], ...] = ()
+    temperature: float = 1.0
+    seed: int | None = None
+    stream: bool = False
+    include_usage: bool = False
+    continuous_usage: bool = False
+
+
+def _check(value: Any, kind: str) -> bool:
+    if kind == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == _NUM:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value))
+    if kind == _BOOL:
+        return isinstance(value, bool)
+    return isinstance(value, str)
+
+
+def _field(body: dict[str, Any], key: str, kind: str, default: Any = None) -> Any:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not _check(value, kind):
+        raise RequestRejected(f"'{key}' must be {'an' if kind == _INT else 'a'} {kind}, "
+                              f"got {type(value).__name__}: {value!r:.60}", param=key)
+    return value
+
+
+def _parse_prompt(body: dict[str, Any], tok: WordTokenizer) -> list[int]:
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise RequestRejected("'prompt' is required", param="prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        return tok.encode(prompt)
+    if isinstance(prompt, list) and all(_check(t, _INT) for t in prompt):
+        bad = [t for t in prompt if not 0 <= t < tok.vocab_size]
+        if bad:
+            raise RequestRejected(f"token id {bad[0]} is outside the vocabulary "
+                                  f"[0, {tok.vocab_size})", param="prompt")
+        return list(prompt)
+    raise RequestRejected("'prompt' must be a string, a list of token ids, or a list holding "
+                          "one of those (batches of several prompts are not supported)",
+                          param="prompt")
+
+
+def _content_text(content: Any, i: int) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)):
+                raise RequestRejected(f"messages[{i}].content: only parts of type 'text' with a "
+                                      "string 'text' are supported", param="messages")
+            texts.append(part["text"])
+        return " ".join(texts)
+    raise RequestRejected(f"messages[{i}].content must be a string or a list of text parts",
+                          param="messages")
+
+
+def _parse_messages(body: dict[str, Any], tok: WordTokenizer) -> list[int]:
+    messages = body.get("messages")
+    if messages is None:
+        raise RequestRejected("'messages' is required", param="messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestRejected("'messages' must be a non-empty list", param="messages")
+    pairs = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise RequestRejected(f"messages[{i}] must be an object", param="messages")
+        role = msg.get("role")
+        if not isinstance(role, str) or not role or any(c.isspace() for c in role):
+            raise RequestRejected(f"messages[{i}].role must be a non-empty string without "
+                                  "spaces", param="messages")
+        pairs.append((role, _content_text(msg.get("content"), i)))
+    return tok.apply_chat_template(pairs)
+
+
+def _parse_stop(body: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    items = [stop] if isinstance(stop, str) else stop
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise RequestRejected("'stop' must be a string or a list of strings", param="stop")
+    words = tuple(tuple(s.split()) for s in items)
+    if any(not w for w in words):
+        raise RequestRejected("'stop' strings must contain at least one word "
+                              "(stop sequences are matched on whole words)", param="stop")
+    return words
+
+
+def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: WordTokenizer,
+                  max_model_len: int) -> ParsedRequest:
+    """Validate a completions (``chat=False``) or chat body; raise :class:`RequestRejected`."""
+    if not isinstance(body, dict):
+        raise RequestRejected("the request body must be a JSON object")
+    model = _field(body, "model", _STR, model_name)
+    if model != model_name:
+        raise RequestRejected(f"The model `{model}` does not exist; this server serves "
+                              f"`{model_name}`.", param="model", code="model_not_found")
+    n = _field(body, "n", _INT, 1)
+    if n != 1:
+        raise RequestRejected(f"only n=1 is supported, got n={n}", param="n")
+    if _field(body, "best_of", _INT, 1) != 1:
+        raise RequestRejected("only best_of=1 is supported", param="best_of")
+    if not chat and _field(body, "echo", _BOOL, False):
+        raise RequestRejected("echo is not supported", param="echo")
+    if body.get("logprobs") not in (None, False):
+        raise RequestRejected("logprobs are not supported", param="logprobs")
+
+    prompt_ids = _parse_messages(body, tokenizer) if chat else _parse_prompt(body, tokenizer)
+    if not prompt_ids:
+        raise RequestRejected("the prompt is empty (0 tokens)",
+                              param="messages" if chat else "prompt")
+
+    key = "max_tokens"
+    max_tokens = _field(body, "max_tokens", _INT)
+    if chat and body.get("max_completion_tokens") is not None:
+        key = "max_completion_tokens"
+        max_tokens = _field(body, key, _INT)
+    if max_tokens is not None and max_tokens < 1:
+        raise RequestRejected(f"'{key}' must be at least 1, got {max_tokens}", param=key)
+    min_tokens = _field(body, "min_tokens", _INT, 0)
+    if min_tokens < 0 or (max_tokens is not None and min_tokens > max_tokens):
+        raise RequestRejected(f"'min_tokens' must be between 0 and {key}, got {min_tokens}",
+                              param="min_tokens")
+    temperature = float(_field(body, "temperature", _NUM, 1.0))
+    if temperature < 0.0:
+        raise RequestRejected(f"'temperature' must be >= 0, got {temperature}",
+                              param="temperature")
+
+    stream = _field(body, "stream", _BOOL, False)
+    options = body.get("stream_options")
+    include_usage = continuous = False
+    if options is not None:
+        if not stream:
+            raise RequestRejected("'stream_options' is only allowed when 'stream' is true",
+                                  param="stream_options")
+        if not isinstance(options, dict):
+            raise RequestRejected("'stream_options' must be an object", param="stream_options")
+        include_usage = _field(options, "include_usage", _BOOL, False)
+        # As in vLLM, per-event usage needs include_usage as well.
+        continuous = include_usage and _field(options, "continuous_usage_stats", _BOOL, False)
+
+    prompt_len = len(prompt_ids)
+    if max_tokens is None:
+        max_tokens = max_model_len - prompt_len
+    if max_tokens < 1 or prompt_len + max_tokens > max_model_len:
+        raise RequestRejected(
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {prompt_len + max(max_tokens, 0)} tokens ({prompt_len} in the "
+            f"{'messages' if chat else 'prompt'}, {max(max_tokens, 0)} in the completion). "
+            "Please reduce the length of the prompt or completion.",
+            param="messages" if chat else "prompt", code="context_length_exceeded")
+    return ParsedRequest(
+        chat=chat,
+        prompt_ids=prompt_ids,
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        ignore_eos=_field(body, "ignore_eos", _BOOL, False),
+        stop=_parse_stop(body),
+        temperature=temperature,
+        seed=_field(body, "seed", _INT),
+        stream=stream,
+        include_usage=include_usage,
+        continuous_usage=continuous,
+    )

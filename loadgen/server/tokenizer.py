@@ -1,0 +1,206 @@
+"""A deterministic word-level tokenizer, so that token counts are exact and predictable.
+
+Rules (stable across processes, platforms and Python versions):
+
+- **Words.** Text is split with ``str.split()`` (runs of Unicode whitespace); every word
+  is one token. A prompt of N words is N tokens; no BOS token is added.
+- **Ids.** ``id = blake2b(word as UTF-8, digest 8 bytes, little-endian) mod
+  (vocab_size - NUM_RESERVED) + NUM_RESERVED``. Ids ``0..NUM_RESERVED-1`` are reserved:
+  :data:`PAD_ID`, :data:`BOS_ID`, :data:`EOS_ID`, :data:`EOT_ID` (end of a chat turn).
+- **Chat.** :meth:`WordTokenizer.apply_chat_template` turns each message into
+  ``[role token] + content words + [EOT_ID]``, where the role token is the id of the
+  word ``<|role|>`` (e.g. ``<|user|>``). So a chat prompt has
+  ``sum(words in each content) + 2 * len(messages)`` tokens. No generation prompt is added.
+- **Decoding.** Hashing cannot be inverted, so :meth:`WordTokenizer.decode` maps each
+  generated id to a word of a fixed, seeded list of pronounceable pseudo-words (one
+  distinct word per id); the reserved ids decode to ``<pad>``, ``<s>``, ``</s>`` and
+  ``<eot>``. So the text of N tokens is exactly N words joined by single spaces;
+  streamed, the first word has no leading space and every later word has one. (An engine
+  may use any id as its end-of-sequence token; the API drops the text of the token that
+  ends a generation with ``finish_reason="stop"``, as vLLM does.)
+
+:class:`StopMatcher` implements ``stop`` sequences on words: a stop string matches when
+its words are the last words generated (whole words, case-sensitive); the matching words
+are not returned, and words that could begin a match are held back until it is decided.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable, Sequence
+
+from loadgen.errors import ConfigError
+
+__all__ = [
+    "PAD_ID",
+    "BOS_ID",
+    "EOS_ID",
+    "EOT_ID",
+    "NUM_RESERVED",
+    "WordTokenizer",
+    "StopMatcher",
+    "count_words",
+]
+
+PAD_ID = 0
+BOS_ID = 1
+EOS_ID = 2
+EOT_ID = 3
+NUM_RESERVED = 4
+
+_SPECIAL_WORDS = ("<pad>", "<s>", "</s>", "<eot>")
+_CONSONANTS = "bdfghklmnprstvz"
+_VOWELS = "aeiou"
+
+
+def count_words(text: str) -> int:
+    """Number of tokens :meth:`WordTokenizer.encode` gives for ``text``."""
+    return len(text.split())
+
+
+class WordTokenizer:
+    """Word-level tokenizer over a vocabulary of ``vocab_size`` ids (see module docs).
+
+    ``seed`` only changes which pseudo-word each id decodes to, never the ids of
+    :meth:`encode`.
+    """
+
+    __slots__ = ("vocab_size", "seed", "_syllables", "_ids", "_words")
+
+    _MAX_CACHED_WORDS = 1 << 18
+
+    def __init__(self, vocab_size: int = 32_000, *, seed: int = 0) -> None:
+        if vocab_size <= NUM_RESERVED:
+            raise ConfigError(
+                f"vocab_size must be greater than {NUM_RESERVED}, got {vocab_size}",
+                key="vocab_size",
+            )
+        self.vocab_size = vocab_size
+        self.seed = seed
+        syllables = [c + v for c in _CONSONANTS for v in _VOWELS]
+        random.Random(seed).shuffle(syllables)
+        self._syllables = tuple(syllables)
+        self._ids: dict[str, int] = {}  # memo of token_id (bounded)
+        self._words: dict[int, str] = {}  # memo of word (at most vocab_size entries)
+
+    def token_id(self, word: str) -> int:
+        """The id of one word (no whitespace inside)."""
+        token_id = self._ids.get(word)
+        if token_id is None:
+            digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
+            token_id = (int.from_bytes(digest, "little") % (self.vocab_size - NUM_RESERVED)
+                        + NUM_RESERVED)
+            if len(self._ids) >= self._MAX_CACHED_WORDS:
+                self._ids.clear()
+            self._ids[word] = token_id
+        return token_id
+
+    def encode(self, text: str) -> list[int]:
+        """One id per whitespace-separated word of ``text``."""
+        memo, token_id = self._ids, self.token_id
+        return [memo.get(word) or token_id(word) for word in text.split()]  # ids are never 0
+
+    def apply_chat_template(self, messages: Iterable[tuple[str, str]]) -> list[int]:
+        """Ids of a chat prompt given ``(role, content)`` pairs.
+
+        Each message becomes ``[id("<|role|>")] + encode(content) + [EOT_ID]``.
+        """
+        ids: list[int] = []
+        for role, content in messages:
+            ids.append(self.token_id(f"<|{role}|>"))
+            ids.extend(self.encode(content))
+            ids.append(EOT_ID)
+        return ids
+
+    def word(self, token_id: int) -> str:
+        """The one word an id decodes to (reserved ids: ``<pad>``, ``<s>``, ``</s>``, ``<eot>``).
+
+        Ids outside the vocabulary raise ``ValueError``.
+        """
+        cached = self._words.get(token_id)
+        if cached is not None:
+            return cached
+        word = self._make_word(token_id)
+        self._words[token_id] = word
+        return word
+
+    def _make_word(self, token_id: int) -> str:
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id} outside the vocabulary [0, {self.vocab_size})")
+        if token_id < NUM_RESERVED:
+            return _SPECIAL_WORDS[token_id]
+        index = token_id - NUM_RESERVED
+        syl = self._syllables
+        n = len(syl)
+        # Bijective numbering: all 1-syllable words, then all 2-syllable words, ...
+        length = 1
+        block = n
+        while index >= block:
+            index -= block
+            length += 1
+            block *= n
+        parts = []
+        for _ in range(length):
+            index, digit = divmod(index, n)
+            parts.append(syl[digit])
+        return "".join(parts)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The words of ``ids``, joined by single spaces."""
+        return " ".join(self.word(i) for i in ids)
+
+
+class StopMatcher:
+    """Word-level ``stop`` handling for one generation (see module docs).
+
+    Feed generated words one at a time to :meth:`push`; it returns the words that can be
+    released now and whether a stop sequence matched. :meth:`flush` releases the held
+    words when generation ends for another reason.
+    """
+
+    __slots__ = ("_stops", "_held", "matched")
+
+    def __init__(self, stops: Iterable[Sequence[str]]) -> None:
+        self._stops = [tuple(s) for s in stops if s]
+        self._held: list[str] = []
+        self.matched: str | None = None  # the stop string that ended generation
+
+    def push(self, word: str, *, may_stop: bool = True) -> tuple[list[str], bool]:
+        """Add one word. Returns ``(words to release, stopped)``.
+
+        With ``may_stop=False`` (fewer than ``min_tokens`` generated) a full match does not
+        stop generation.
+        """
+        if not self._stops:
+            return [word], False
+        held = self._held
+        held.append(word)
+        if may_stop:
+            for stop in self._stops:
+                k = len(stop)
+                if len(held) >= k and tuple(held[-k:]) == stop:
+                    release = held[:-k]
+                    held.clear()
+                    self.matched = " ".join(stop)
+                    return release, True
+        keep = self._longest_partial(held)
+        split = len(held) - keep
+        release = held[:split]
+        del held[:split]
+        return release, False
+
+    def flush(self) -> list[str]:
+        """Release every held word (generation ended without a match)."""
+        release = list(self._held)
+        self._held.clear()
+        return release
+
+    def _longest_partial(self, held: list[str]) -> int:
+        best = 0
+        for stop in self._stops:
+            for k in range(min(len(stop) - 1, len(held)), best, -1):
+                if tuple(held[-k:]) == stop[:k]:
+                    best = k
+                    break
+        return best
