@@ -20,11 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
-import resource
 import time
-from typing import Any
 
 import numpy as np
 from aiohttp import web
@@ -34,57 +31,45 @@ from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import RequestSpec
 
+from _bench import raise_fd_limit, server_process, use_uvloop
+
 TOKENS = 64
 SPACING_S = 0.020
 
 
-def _server(port_q: Any) -> None:
-    stamps: dict[str, list[int]] = {}
+_STAMPS: dict[str, list[int]] = {}
 
-    async def handle(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        key = body["prompt"]
-        ts: list[int] = []
-        stamps[key] = ts
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        for k in range(TOKENS):
-            delay = t0 + SPACING_S * (k + 1) - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            fin = '"length"' if k == TOKENS - 1 else "null"
-            data = f'data: {{"choices":[{{"index":0,"text":" t","finish_reason":{fin}}}]}}\n\n'.encode()
-            ts.append(time.perf_counter_ns())
-            await resp.write(data)
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
 
-    async def log(request: web.Request) -> web.Response:
-        out = json.dumps(stamps)
-        stamps.clear()
-        return web.Response(text=out)
+async def _handle(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    ts: list[int] = []
+    _STAMPS[body["prompt"]] = ts
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    for k in range(TOKENS):
+        delay = t0 + SPACING_S * (k + 1) - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        fin = '"length"' if k == TOKENS - 1 else "null"
+        data = f'data: {{"choices":[{{"index":0,"text":" t","finish_reason":{fin}}}]}}\n\n'.encode()
+        ts.append(time.perf_counter_ns())
+        await resp.write(data)
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
 
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_post("/v1/completions", handle)
-        app.router.add_get("/log", log)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
-        await site.start()
-        port_q.put(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-        await asyncio.sleep(3600)
 
-    try:
-        import uvloop
+async def _log(request: web.Request) -> web.Response:
+    out = json.dumps(_STAMPS)
+    _STAMPS.clear()
+    return web.Response(text=out)
 
-        uvloop.install()
-    except ImportError:
-        pass
-    asyncio.run(main())
+
+def routes(app: web.Application) -> None:
+    app.router.add_post("/v1/completions", _handle)
+    app.router.add_get("/log", _log)
 
 
 async def _level(url: str, streams: int, seconds: float) -> dict[str, float]:
@@ -138,22 +123,12 @@ def main() -> None:
     ap.add_argument("--levels", default="1,16,64,256,1024")
     ap.add_argument("--seconds", type=float, default=6.0)
     args = ap.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
-    q: Any = mp.get_context("spawn").Queue()
-    proc = mp.get_context("spawn").Process(target=_server, args=(q,), daemon=True)
-    proc.start()
-    url = f"http://127.0.0.1:{q.get(timeout=30)}"
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    print(f"client CPU cores: {os.cpu_count()} (client and server share them); {TOKENS} tokens every {SPACING_S * 1e3:.0f} ms")
-    hdr = f"{'streams':>7} {'requests':>8} {'events/s':>9} {'client CPU%':>11} {'|gap err| p50':>13} {'p99 ms':>7} {'delivery p50':>12} {'p99 ms':>7} {'loop lag p99':>12}"
-    print(hdr)
-    try:
+    raise_fd_limit()
+    with server_process(routes) as url:
+        use_uvloop()
+        print(f"client CPU cores: {os.cpu_count()} (client and server share them); {TOKENS} tokens every {SPACING_S * 1e3:.0f} ms")
+        hdr = f"{'streams':>7} {'requests':>8} {'events/s':>9} {'client CPU%':>11} {'|gap err| p50':>13} {'p99 ms':>7} {'delivery p50':>12} {'p99 ms':>7} {'loop lag p99':>12}"
+        print(hdr)
         for s in [int(x) for x in args.levels.split(",")]:
             r = asyncio.run(_level(url, s, args.seconds))
             print(
@@ -162,8 +137,6 @@ def main() -> None:
                 f"{r['loop_lag_p99']:>12.2f}",
                 flush=True,
             )
-    finally:
-        proc.terminate()
 
 
 if __name__ == "__main__":

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing as mp
-import resource
 import time
-from typing import Any
 
 import numpy as np
 from aiohttp import web
@@ -30,6 +27,8 @@ from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import RequestSpec
 
+from _bench import raise_fd_limit, server_process, use_uvloop
+
 BODY = (
     b'data: {"choices":[{"index":0,"text":"x","finish_reason":"length"}]}\n\n'
     b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n'
@@ -37,28 +36,13 @@ BODY = (
 )
 
 
-def _server(port_q: Any) -> None:
-    async def handle(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(body=BODY, content_type="text/event-stream")
+async def _handle(request: web.Request) -> web.Response:
+    await request.read()
+    return web.Response(body=BODY, content_type="text/event-stream")
 
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_post("/v1/completions", handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
-        await site.start()
-        port_q.put(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-        await asyncio.sleep(3600)
 
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    asyncio.run(main())
+def routes(app: web.Application) -> None:
+    app.router.add_post("/v1/completions", _handle)
 
 
 async def _level(url: str, rate: float, seconds: float) -> dict[str, float]:
@@ -98,30 +82,17 @@ def main() -> None:
     ap.add_argument("--rates", default="10,100,1000")
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
-    ctx = mp.get_context("spawn")
-    q: Any = ctx.Queue()
-    proc = ctx.Process(target=_server, args=(q,), daemon=True)
-    proc.start()
-    url = f"http://127.0.0.1:{q.get(timeout=30)}"
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    print(f"{'target/s':>9} {'sent':>6} {'failed':>6} {'schedule/s':>10} {'achieved/s':>10} {'vs sched %':>10} {'gap CV':>7} "
-          f"{'late p50 ms':>11} {'p99 ms':>7} {'max ms':>7} {'client CPU%':>11}")  # fmt: skip
-    try:
+    raise_fd_limit()
+    with server_process(routes) as url:
+        use_uvloop()
+        print(f"{'target/s':>9} {'sent':>6} {'failed':>6} {'schedule/s':>10} {'achieved/s':>10} {'vs sched %':>10} {'gap CV':>7} "
+              f"{'late p50 ms':>11} {'p99 ms':>7} {'max ms':>7} {'client CPU%':>11}")  # fmt: skip
         for rate in [float(x) for x in args.rates.split(",")]:
             r = asyncio.run(_level(url, rate, args.seconds))
             err = 100 * (r["achieved"] - r["scheduled"]) / r["scheduled"]
             print(f"{rate:>9.0f} {r['sent']:>6} {r['failed']:>6} {r['scheduled']:>10.2f} {r['achieved']:>10.2f} {err:>10.3f} {r['cv']:>7.3f} "
                   f"{r['late_p50']:>11.3f} {r['late_p99']:>7.3f} {r['late_max']:>7.2f} {r['cpu_pct']:>11.0f}",
                   flush=True)  # fmt: skip
-    finally:
-        proc.terminate()
 
 
 if __name__ == "__main__":

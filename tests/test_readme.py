@@ -56,7 +56,7 @@ def test_readme_run_example(cmd: str, server: ScriptedServerProcess, tmp_path: P
             skip = True
             continue
         bounded.append(a)
-    bounded += ["--requests", "6", "--out", str(tmp_path / "run"), "--quiet"]
+    bounded += ["--requests", "6", "--warmup", "0", "--out", str(tmp_path / "run"), "--quiet"]
     if "--profile" in bounded and "capacity" not in bounded:
         bounded += ["--levels", "1,2"]
     res = CliRunner().invoke(app, bounded)
