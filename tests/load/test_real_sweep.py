@@ -65,3 +65,23 @@ def test_open_loop_cap_counts_late_and_dropped(tmp_path: Path) -> None:
     assert sent + sched["dropped"] == 20  # every scheduled request is either sent or counted dropped
     lateness = lv["client"]["send_lateness_ms"]
     assert lateness["max"] > 100  # the ones that waited for the cap are visibly late
+
+
+def test_ramp_reports_rising_load_in_time_windows(tmp_path: Path) -> None:
+    # 8 users join one by one over 2 s; each request takes ~60 ms
+    with ScriptedServerProcess(Script(ttft_s=0.02, itl_s=0.01)) as srv:
+        cfg = RunConfig(
+            url=srv.url,
+            api="completions",
+            workload=workload_from_flags("8", "4"),
+            profile=Profile(kind="ramp", levels=[8], duration_s=2.0, requests=None, window_s=0.5),
+            out=tmp_path / "ramp",
+            live=False,
+        )
+        outcome = execute(cfg, Console(file=io.StringIO()))
+    (level,) = outcome.summary["levels"]
+    wins = level["windows"]
+    assert len(wins) >= 4
+    in_flight = [w["in_flight_mean"] for w in wins[:4]]
+    assert in_flight == sorted(in_flight) and in_flight[3] > 2 * in_flight[0]
+    assert sum(w["requests"] for w in wins) == level["requests"]["total"]
