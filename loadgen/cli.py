@@ -119,6 +119,7 @@ def run(
     calibrate: bool = typer.Option(True, help="Calibrate words per token with two short requests"),
     timeout: float = typer.Option(600.0, help="Whole-request timeout in seconds"),
     read_timeout: float = typer.Option(120.0, help="Longest silence within a stream, seconds"),
+    scrape_metrics: bool = typer.Option(False, help="Poll the server's Prometheus /metrics every second"),
     quiet: bool = typer.Option(False, help="No live display"),
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
@@ -158,6 +159,7 @@ def run(
         label=run_label,
         command=["loadgen", *_redact_argv(sys.argv[1:])],
         live=not quiet and sys.stdout.isatty(),
+        scrape_metrics=scrape_metrics,
     )
     from loadgen.client.dialects import get_dialect
     from loadgen.client.transport import TRANSPORTS

@@ -61,6 +61,7 @@ class RunConfig:
     label: str = ""
     command: list[str] = field(default_factory=list)
     live: bool = True
+    scrape_metrics: bool = False  # poll the target's /metrics into server_metrics.jsonl
 
 
 @dataclass
@@ -200,11 +201,19 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
 
             runner.on_record = on_record
             loop = asyncio.get_running_loop()
+            scraper = None
             gen = sweep(prof, cfg.seed)
             plan: LevelPlan | None = next(gen)
             stopped: str | None = None
             live = Live(stats, console=console, refresh_per_second=4, transient=True) if cfg.live else contextlib.nullcontext()
-            with _sigint(loop, runner), live:
+            async with contextlib.AsyncExitStack() as stack:
+                if cfg.scrape_metrics:
+                    from loadgen.client.scrape import MetricsScraper
+
+                    scraper = MetricsScraper(base, cfg.out / "server_metrics.jsonl", headers=cfg.headers)
+                    await stack.enter_async_context(scraper)
+                stack.enter_context(_sigint(loop, runner))
+                stack.enter_context(live)
                 while plan is not None:
                     unit = "users" if plan.mode == "concurrency" else "req/s"
                     label["text"] = f"level {plan.index + 1}: {plan.load['value']} {unit}"
@@ -224,6 +233,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                     except StopIteration as stop:
                         stopped = stop.value
                         plan = None
+            if scraper is not None and scraper.failures and not scraper.scrapes:
+                console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")
             summary = {"levels": levels_out, **across_levels(levels_out, prof), "stopped": stopped, "interrupted": interrupted}
             writer.write_summary(summary)
             n_records = writer.count

@@ -66,3 +66,22 @@ def test_client_agrees_with_the_engine(tmp_path: Path) -> None:
     assert 5.0 < client_itl["p50"] < 9.0
     run = json.loads((tmp_path / "e2e" / "run.json").read_text())
     assert run["target"]["model"] == "llama-3.1-8b" and run["target"]["max_model_len"] > 0
+
+
+def test_scrape_metrics_records_the_servers_view(tmp_path: Path) -> None:
+    with ServerProcess(["--engine", "sim"]) as url:
+        cfg = RunConfig(
+            url=url,
+            api="chat",
+            workload=workload_from_flags("256", "64"),
+            profile=Profile(levels=[8], requests=48),  # ~2.5 s: several scrapes
+            out=tmp_path / "scrape",
+            live=False,
+            scrape_metrics=True,
+        )
+        execute(cfg, Console(file=io.StringIO()))
+    lines = [json.loads(x) for x in (tmp_path / "scrape" / "server_metrics.jsonl").read_text().splitlines()]
+    assert len(lines) >= 2
+    assert max(x["running"] or 0 for x in lines) >= 1  # the server saw our requests running
+    assert all(0.0 <= (x["kv_usage"] or 0.0) <= 1.0 for x in lines)
+    assert "vllm:num_requests_running" in lines[0]["raw"]
