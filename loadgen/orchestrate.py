@@ -345,7 +345,8 @@ def show_summary(summary: dict[str, Any], console: Console, folder: Path) -> Non
     levels: Sequence[dict[str, Any]] = summary.get("levels", [])
     if len(levels) == 1:
         lv = levels[0]
-        console.print(metrics_table(lv, title=f"Results — {lv['load']['value']} {lv['load']['mode']}"))
+        unit = "users" if lv["load"]["mode"] == "concurrency" else "req/s"
+        console.print(metrics_table(lv, title=f"Results — {lv['load']['value']} {unit}"))
     elif levels:
         console.print(level_table(levels, title="Results per load level"))
         for line in answer_lines(summary):
