@@ -1,0 +1,300 @@
+"""The comparison page: two or more runs side by side, with a verdict per metric.
+
+:func:`render_comparison` overlays the runs' curves (one colour per run, legend = the
+run's label), tabulates each metric at each load level the runs share — the first run is
+the baseline, every other run gets its difference, a 95% bootstrap confidence interval
+of that difference and a verdict (:mod:`loadgen.metrics.compare`) — and puts the
+capacities side by side. Runs of different workloads are refused unless ``force``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadgen.errors import ConfigError
+from loadgen.metrics import compare as C
+from loadgen.metrics.slo import parse_slo, slo_attainment
+from loadgen.metrics.summary import level_window_ns
+from loadgen.report import compare_figures as CF
+from loadgen.report.html import answer_cards
+from loadgen.report.page import Page, esc, fmt, write_page
+from loadgen.report.plotdata import level_label
+from loadgen.report.rundata import RunData, load_run
+
+__all__ = ["render_comparison", "workload_differences", "common_levels", "compare_level", "Row", "METRICS"]
+
+# (key, label, unit, higher is better, kind)
+METRICS: tuple[tuple[str, str, str, bool, str], ...] = (
+    ("ttft_ms", "TTFT", "ms", False, "quantile"),
+    ("ttft_queued_ms", "TTFT from scheduled", "ms", False, "quantile"),
+    ("itl_ms", "ITL", "ms", False, "quantile"),
+    ("tpot_ms", "TPOT", "ms", False, "quantile"),
+    ("e2e_ms", "E2E latency", "ms", False, "quantile"),
+    ("output_tokens_per_s", "output tokens/s", "tok/s", True, "rate"),
+    ("requests_per_s", "requests/s", "req/s", True, "rate"),
+    ("goodput", "goodput", "req/s", True, "rate"),
+    ("slo_attainment", "SLO attainment", "%", True, "proportion"),
+)
+_QUANTILES = ((0.5, "p50"), (0.99, "p99"))
+N_BLOCKS = 20
+MIN_EFFECT = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One cell group of the table: a metric's statistic at one level, run vs baseline."""
+
+    level: int  # position in the common levels
+    metric: str
+    label: str
+    stat: str
+    unit: str
+    diff: C.Difference
+
+
+def workload_differences(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[str]:
+    """Human-readable differences between the runs' ``run.json["workload"]`` (the file
+    path it was read from is ignored); empty when they match."""
+    def norm(run: dict[str, Any]) -> dict[str, Any] | None:
+        wl = run.get("workload")
+        return {k: v for k, v in wl.items() if k != "source"} if isinstance(wl, dict) else None
+
+    base = norm(runs[0])
+    out = []
+    for run, label in zip(runs[1:], labels[1:]):
+        other = norm(run)
+        if base is None or other is None:
+            missing = labels[0] if base is None else label
+            out.append(f"{missing!r} has no workload in run.json")
+            continue
+        keys = sorted(k for k in set(base) | set(other) if base.get(k) != other.get(k))
+        if keys:
+            out.append(f"{labels[0]!r} ({base.get('name')}) and {label!r} ({other.get('name')}) differ in "
+                       + ", ".join(keys))  # fmt: skip
+    return out
+
+
+def common_levels(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, float, list[int]]]:
+    """Load levels present in every run: ``(mode, value, [level index in each run])``,
+    sorted by mode then value (the first level of a run wins when one repeats)."""
+    maps = []
+    for s in summaries:
+        m: dict[tuple[str, float], int] = {}
+        for i, lv in enumerate(s.get("levels") or []):
+            load = lv.get("load") or {}
+            m.setdefault((str(load.get("mode")), round(float(load.get("value") or 0), 6)), i)
+        maps.append(m)
+    keys = set(maps[0]).intersection(*maps[1:]) if maps else set()
+    return [(mode, value, [m[(mode, value)] for m in maps]) for mode, value in sorted(keys)]
+
+
+def _samples(data: RunData, index: int, key: str) -> np.ndarray:
+    rows = data.level_rows(index) & data.frame["ok"].to_numpy(dtype=bool)
+    if key == "itl_ms":
+        return data.ev.itl_ms(rows)
+    return np.asarray(data.frame[key].to_numpy(dtype=np.float64)[rows], dtype=np.float64)
+
+
+def _attained(data: RunData, index: int) -> np.ndarray | None:
+    """Mask over the frame: the level's requests meeting its SLOs (as its summary
+    names them), None when an SLO cannot be read back."""
+    rows = data.level_rows(index)
+    slos = []
+    for text in (data.levels[index].get("goodput") or {}).get("slos") or []:
+        try:
+            slos.append(parse_slo(text))
+        except ConfigError:
+            return None
+    mask = np.zeros(rows.size, dtype=bool)
+    mask[rows] = slo_attainment(data.frame[rows], slos)[0]
+    return mask
+
+
+def _blocks(data: RunData, index: int, key: str) -> np.ndarray:
+    """Block rates over the level's window: output tokens, ok requests or requests
+    meeting the SLOs (goodput) per second; their mean is the summary's number."""
+    rows = data.level_rows(index)
+    window = level_window_ns(data.frame[rows])
+    if window is None:
+        return np.zeros(0)
+    ok = rows & data.frame["ok"].to_numpy(dtype=bool)
+    if key == "output_tokens_per_s":
+        mask = data.ev.event_mask(ok)
+        return C.block_rates(data.ev.ev_t[mask], window, N_BLOCKS, weights=data.ev.ev_n[mask])
+    if key == "goodput":
+        attained = _attained(data, index)
+        if attained is None:
+            return np.zeros(0)
+        ok = attained
+    return C.block_rates(data.frame["done_ns"].to_numpy()[ok], window, N_BLOCKS)
+
+
+def _proportion(level: dict[str, Any]) -> tuple[int, float | None]:
+    n = int((level.get("requests") or {}).get("total") or 0)
+    return n, (level.get("goodput") or {}).get("slo_attainment")
+
+
+def compare_level(
+    a: RunData, ia: int, b: RunData, ib: int, position: int = 0, *, resamples: int = 2000,
+    min_effect: float = MIN_EFFECT,
+) -> list[Row]:  # fmt: skip
+    """Every metric of level ``ia`` of run ``a`` against level ``ib`` of run ``b``
+    (seeded by ``position``, so the same runs always give the same intervals)."""
+    kw: dict[str, Any] = {"resamples": resamples, "min_effect": min_effect}
+    rows: list[Row] = []
+    la, lb = a.levels[ia], b.levels[ib]
+    rate_mode = la.get("load", {}).get("mode") == "rate"
+    for m, (key, label, unit, higher, kind) in enumerate(METRICS):
+        seed = 7919 * position + 101 * m
+        if key == "ttft_queued_ms" and not rate_mode:
+            continue
+        if kind == "quantile":
+            xa, xb = _samples(a, ia, key), _samples(b, ib, key)
+            for j, (q, stat) in enumerate(_QUANTILES):
+                d = C.quantile_difference(xa, xb, q, higher_is_better=higher, seed=seed + j, **kw)
+                rows.append(Row(position, key, label, stat, unit, d))
+        elif kind == "rate":
+            d = C.rate_difference(_blocks(a, ia, key), _blocks(b, ib, key), higher_is_better=higher, seed=seed, **kw)
+            rows.append(Row(position, key, label, "rate", unit, d))
+        else:
+            d = C.proportion_difference(_proportion(la), _proportion(lb), scale_a=100.0, scale_b=100.0,
+                                        higher_is_better=higher, seed=seed, **kw)  # fmt: skip
+            rows.append(Row(position, key, label, "value", unit, d))
+    return rows
+
+
+def _labels(folders: Sequence[Path], labels: Sequence[str] | None) -> list[str]:
+    if labels is not None:
+        if len(labels) != len(folders):
+            raise ConfigError(f"{len(labels)} labels for {len(folders)} runs: give one label per run", key="--label")
+        out = [str(x) for x in labels]
+    else:
+        out = [Path(f).resolve().name or str(f) for f in folders]
+    seen: dict[str, int] = {}
+    unique = []
+    for name in out:
+        seen[name] = seen.get(name, 0) + 1
+        unique.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
+    return unique
+
+
+def _verdict_cell(d: C.Difference) -> str:
+    cls = {C.BETTER: "better", C.WORSE: "worse"}.get(d.verdict, "same")
+    note = f'<br><small title="{esc(d.note)}">{esc(d.note)}</small>' if d.note else ""
+    return f'<td class="l {cls}">{esc(d.verdict)}{note}</td>'
+
+
+def _diff_cells(d: C.Difference, unit: str) -> str:
+    if d.diff is None or d.ci is None:
+        return f"<td>{fmt(d.b)}</td><td>–</td><td>–</td>" + _verdict_cell(d)
+    rel = "" if d.rel is None else f" ({100 * d.rel:+.1f}%)"
+    sign = "+" if d.diff > 0 else ""
+    ci = f"[{fmt(d.ci[0])}, {fmt(d.ci[1])}]"
+    return f"<td>{fmt(d.b)}</td><td>{sign}{fmt(d.diff)}{rel}</td><td>{ci}</td>" + _verdict_cell(d)
+
+
+def _table(levels: Sequence[tuple[str, float, list[int]]], runs: Sequence[RunData], labels: Sequence[str],
+           rows_by_run: Sequence[list[Row]]) -> str:  # fmt: skip
+    head = '<tr><th class="l">level</th><th class="l">metric</th><th class="l">stat</th>'
+    head += f"<th>{esc(labels[0])}<br>(baseline)</th>"
+    for label in labels[1:]:
+        head += f"<th>{esc(label)}</th><th>Δ vs baseline</th><th>95% CI of Δ</th><th class=\"l\">verdict</th>"
+    head += "</tr>"
+    body = []
+    n_rows = len(rows_by_run[0]) if rows_by_run else 0
+    for r in range(n_rows):
+        first = rows_by_run[0][r]
+        pos = first.level
+        lv = runs[0].levels[levels[pos][2][0]]
+        unit = "" if first.unit in ("%",) else f" ({first.unit})"
+        cells = (f'<td class="l">{esc(level_label(lv))}</td><td class="l">{esc(first.label)}{esc(unit)}</td>'
+                 f'<td class="l">{esc(first.stat)}</td><td>{fmt(first.diff.a)}</td>')  # fmt: skip
+        for rows in rows_by_run:
+            cells += _diff_cells(rows[r].diff, rows[r].unit)
+        body.append(f'<tr data-level="{pos}" data-metric="{esc(first.metric)}" data-stat="{esc(first.stat)}">{cells}</tr>')
+    return (f'<div class="scroll"><table id="comparison-table"><thead>{head}</thead><tbody>{"".join(body)}'
+            "</tbody></table></div>")  # fmt: skip
+
+
+def _tally(rows: Sequence[Row]) -> str:
+    counts = {v: sum(1 for r in rows if r.diff.verdict == v) for v in (C.BETTER, C.WORSE, C.NO_CHANGE)}
+    return (f'<span class="better">{counts[C.BETTER]} better</span>, <span class="worse">{counts[C.WORSE]} worse'
+            f'</span>, <span class="same">{counts[C.NO_CHANGE]} no significant change</span>')  # fmt: skip
+
+
+def _capacity_table(runs: Sequence[RunData], labels: Sequence[str]) -> str:
+    parts = []
+    for data, label in zip(runs, labels):
+        target = (data.run.get("target") or {})
+        wl = (data.run.get("workload") or {}).get("name")
+        bound = sum(1 for lv in data.levels if (lv.get("client") or {}).get("verdict") == "client-bound")
+        head = (f"<h3>{esc(label)}</h3><p class=\"note\">{esc(target.get('model'))} at {esc(target.get('url'))}"
+                f" · workload {esc(wl)} · {len(data.levels)} levels · started {esc(data.run.get('started_at'))}"
+                + (f' · <span class="bad">{bound} client-bound level(s)</span>' if bound else "") + "</p>")  # fmt: skip
+        parts.append(f'<div class="capacity-run">{head}{answer_cards(data.summary)}</div>')
+    return "".join(parts)
+
+
+def render_comparison(
+    folders: Sequence[Path], out: Path, *, labels: Sequence[str] | None = None, force: bool = False,
+    resamples: int = 2000, min_effect: float = MIN_EFFECT,
+) -> Path:  # fmt: skip
+    """Write the comparison page of run folders ``folders`` (the first is the baseline)
+    to ``out`` and return its path.
+
+    Differences smaller than ``min_effect`` of the baseline are "no significant change"
+    (``resamples`` bootstrap draws per cell). Raises
+    :class:`~loadgen.errors.ConfigError` with fewer than two runs, when a folder
+    is not a run folder, when ``labels`` does not give one label per run, or when the
+    runs' workloads differ (unless ``force``, which shows the differences on the page).
+    """
+    folders = [Path(f) for f in folders]
+    if len(folders) < 2:
+        raise ConfigError("compare needs at least two run folders")
+    names = _labels(folders, labels)
+    runs = [load_run(f) for f in folders]
+    diffs = workload_differences([r.run for r in runs], names)
+    if diffs and not force:
+        raise ConfigError("the runs used different workloads, so their numbers are not comparable: "
+                          + "; ".join(diffs) + " (pass --force to compare anyway)")  # fmt: skip
+    levels = common_levels([r.summary for r in runs])
+    rows_by_run = [
+        [row for pos, (_, _, idx) in enumerate(levels)
+         for row in compare_level(runs[0], idx[0], other, idx[k], pos, resamples=resamples, min_effect=min_effect)]
+        for k, other in enumerate(runs[1:], start=1)
+    ]  # fmt: skip
+    page = Page(title="loadgen comparison — " + " vs ".join(names),
+                subtitle=esc(" · ".join(f"{n}: {r.folder}" for n, r in zip(names, runs))))  # fmt: skip
+    head = ""
+    if diffs:
+        head += ('<div class="banner warn" id="workload-warning">⚠ Compared with --force although the workloads '
+                 f"differ: {esc('; '.join(diffs))}</div>")  # fmt: skip
+    for rows, label in zip(rows_by_run, names[1:]):
+        head += f"<p><b>{esc(label)}</b> vs <b>{esc(names[0])}</b>: {_tally(rows)} across {len(levels)} common level(s).</p>"
+    page.section("summary", "Verdict", head + '<p class="note">Verdicts come from 95% bootstrap confidence intervals '
+                 "of the difference (latency percentiles: resampled requests or tokens; throughput: resampled time "
+                 f"blocks of the level; attainment: resampled requests). Lower latency is better, higher throughput is "
+                 f"better; an interval that contains 0, or a difference under {100 * min_effect:g}% of the baseline, "
+                 "is no significant change.</p>")  # fmt: skip
+    page.section("capacity", "Capacity side by side", _capacity_table(runs, names))
+    fig = CF.latency_overlay(runs, names)
+    page.section("latency", "Latency vs load", '<p class="note">p50 solid, p99 dashed; one colour per run.</p>'
+                 + (page.figure("cmp-latency", fig, 640) if fig else '<p class="note">No level to plot.</p>'))  # fmt: skip
+    fig = CF.throughput_overlay(runs, names)
+    page.section("throughput", "Throughput, goodput and SLO attainment vs load",
+                 page.figure("cmp-throughput", fig, 420) if fig else '<p class="note">No level to plot.</p>')  # fmt: skip
+    if levels:
+        mode, value, idx = levels[-1]
+        fig = CF.cdf_overlay(runs, names, idx)
+        page.section("distributions", f"Distributions at {level_label({'load': {'mode': mode, 'value': value}})}",
+                     page.figure("cmp-cdf", fig, 420) if fig else "")  # fmt: skip
+        table = _table(levels, runs, names, rows_by_run)
+    else:
+        table = '<p class="note">The runs share no load level, so no metric can be compared level by level.</p>'
+    page.section("table", "Metrics at each common load level", table)
+    return write_page(Path(out), page.render())

@@ -1,0 +1,111 @@
+"""Figures of the comparison page: the runs' curves overlaid, one colour per run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from loadgen.report.figures import LATENCY_PANELS, base_layout, grid, load_axis, plotted_levels
+from loadgen.report.page import esc
+from loadgen.report.plotdata import ecdf_points, palette, rounded
+from loadgen.report.rundata import RunData
+
+__all__ = ["latency_overlay", "throughput_overlay", "cdf_overlay", "shared_mode"]
+
+
+def shared_mode(runs: Sequence[RunData]) -> str:
+    """The load mode the overlays use: the first run's main mode."""
+    return plotted_levels(runs[0].levels)[0]
+
+
+def _axis(k: int, kind: str) -> str:
+    return kind if k == 1 else f"{kind}{k}"
+
+
+def latency_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[str, Any] | None:
+    """TTFT, ITL, TPOT and E2E p50 (solid) and p99 (dashed) against load, per run."""
+    mode = shared_mode(runs)
+    layout, refs = grid(2, 2, [title for _, title, _ in LATENCY_PANELS])
+    colours = palette(len(runs))
+    data: list[dict[str, Any]] = []
+    all_x: set[float] = set()
+    for r, (run, label) in enumerate(zip(runs, labels)):
+        _, idx = plotted_levels(run.levels, mode)
+        x = [run.levels[i]["load"]["value"] for i in idx]
+        all_x.update(x)
+        for k, ((key, title, _), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs)):
+            for stat, dash in (("p50", "solid"), ("p99", "dash")):
+                data.append({"type": "scatter", "mode": "lines+markers", "x": x,
+                             "y": [(run.levels[i].get(key) or {}).get(stat) for i in idx], "xaxis": xr, "yaxis": yr,
+                             "name": esc(label), "legendgroup": f"run{r}", "showlegend": k == 0 and stat == "p50",
+                             "line": {"color": colours[r], "dash": dash}, "meta": f"{r}.{key}.{stat}",
+                             "hovertemplate": f"{stat} %{{y:.4g}} ms at %{{x}}<extra>{esc(label)}</extra>"})  # fmt: skip
+    if not all_x:
+        return None
+    for k in range(1, 5):
+        layout[_axis(k, "xaxis")].update(load_axis(mode, sorted(all_x)))
+        layout[_axis(k, "yaxis")].update({"title": {"text": "ms"}, "rangemode": "tozero"})
+    return {"data": data, "layout": base_layout(layout, height=640)}
+
+
+def throughput_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[str, Any] | None:
+    """Output tokens/s, goodput and SLO attainment against load per run, each run's
+    capacity as a dotted line of its colour."""
+    mode = shared_mode(runs)
+    layout, refs = grid(1, 3, ["Output tokens/s", "Goodput (req/s meeting the SLOs)", "SLO attainment (%)"], hgap=0.08)
+    colours = palette(len(runs))
+    data: list[dict[str, Any]] = []
+    shapes: list[dict[str, Any]] = []
+    all_x: set[float] = set()
+    for r, (run, label) in enumerate(zip(runs, labels)):
+        _, idx = plotted_levels(run.levels, mode)
+        lv = [run.levels[i] for i in idx]
+        x = [v["load"]["value"] for v in lv]
+        all_x.update(x)
+        att = [(v.get("goodput") or {}).get("slo_attainment") for v in lv]
+        series = (
+            [(v.get("throughput") or {}).get("output_tokens_per_s") for v in lv],
+            [(v.get("goodput") or {}).get("requests_per_s") for v in lv],
+            [None if a is None else 100 * a for a in att],
+        )
+        for k, (y, (xr, yr), meta) in enumerate(zip(series, refs, ("output_tokens_per_s", "goodput", "attainment"))):
+            data.append({"type": "scatter", "mode": "lines+markers", "x": x, "y": y, "xaxis": xr, "yaxis": yr,
+                         "name": esc(label), "legendgroup": f"run{r}", "showlegend": k == 0,
+                         "line": {"color": colours[r]}, "meta": f"{r}.{meta}"})  # fmt: skip
+        cap = run.summary.get("capacity") or {}
+        if cap.get("status") == "ok" and cap.get("mode") == mode and isinstance(cap.get("value"), (int, float)):
+            for xr, yr in refs:
+                shapes.append({"type": "line", "xref": xr, "yref": f"{yr} domain", "x0": cap["value"],
+                               "x1": cap["value"], "y0": 0, "y1": 1,
+                               "line": {"color": colours[r], "dash": "dot", "width": 1.5}})  # fmt: skip
+    if not all_x:
+        return None
+    for k in range(1, 4):
+        layout[_axis(k, "xaxis")].update(load_axis(mode, sorted(all_x)))
+        layout[_axis(k, "yaxis")]["rangemode"] = "tozero"
+    layout["yaxis3"]["range"] = [0, 105]
+    layout["shapes"] = shapes
+    return {"data": data, "layout": base_layout(layout, height=420)}
+
+
+def cdf_overlay(runs: Sequence[RunData], labels: Sequence[str], level_idx: Sequence[int]) -> dict[str, Any] | None:
+    """CDFs of TTFT, ITL and TPOT at one shared level (``level_idx[r]`` in run ``r``)."""
+    layout, refs = grid(1, 3, ["TTFT (ms)", "ITL (ms)", "TPOT (ms)"], hgap=0.06)
+    colours = palette(len(runs))
+    data: list[dict[str, Any]] = []
+    for r, (run, label, i) in enumerate(zip(runs, labels, level_idx)):
+        rows = run.level_rows(i) & run.frame["ok"].to_numpy(dtype=bool)
+        samples = (run.frame["ttft_ms"].to_numpy()[rows], run.ev.itl_ms(rows), run.frame["tpot_ms"].to_numpy()[rows])
+        for k, (values, (xr, yr)) in enumerate(zip(samples, refs)):
+            x, y = ecdf_points(values)
+            if x.size == 0:
+                continue
+            data.append({"type": "scatter", "mode": "lines", "x": rounded(x, 3), "y": rounded(y, 5), "xaxis": xr,
+                         "yaxis": yr, "name": esc(label), "legendgroup": f"run{r}", "showlegend": k == 0,
+                         "line": {"color": colours[r], "shape": "hv"}, "meta": f"{r}.cdf.{k}"})  # fmt: skip
+    if not data:
+        return None
+    for k in range(1, 4):
+        layout[_axis(k, "xaxis")].update({"type": "log", "title": {"text": "ms (log scale)"}})
+        layout[_axis(k, "yaxis")].update({"range": [0, 1.02], "tickformat": ".0%"})
+    return {"data": data, "layout": base_layout(layout, height=420)}

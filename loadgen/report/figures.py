@@ -1,0 +1,299 @@
+"""Plotly figures (plain ``{"data", "layout"}`` dicts) drawn from ``summary.json`` levels.
+
+Every number drawn here is read from the summary as it is (no rounding), so a figure's
+data can be checked against the summary; each trace carries ``meta`` naming what it
+shows (e.g. ``"ttft_ms.p50"``). User text placed in a figure is escaped by the caller's
+helpers (:func:`loadgen.report.page.esc`) because plotly renders some HTML in strings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from loadgen.errors import ConfigError
+from loadgen.metrics.slo import parse_slo
+from loadgen.report.page import esc
+from loadgen.report.plotdata import level_label, palette
+
+__all__ = [
+    "grid",
+    "base_layout",
+    "plotted_levels",
+    "load_axis",
+    "latency_vs_load",
+    "throughput_vs_load",
+    "windows_over_time",
+    "client_summary",
+    "LATENCY_PANELS",
+]
+
+LATENCY_PANELS: tuple[tuple[str, str, str], ...] = (
+    ("ttft_ms", "TTFT (ms)", "#0072B2"),
+    ("itl_ms", "ITL (ms)", "#D55E00"),
+    ("tpot_ms", "TPOT (ms)", "#009E73"),
+    ("e2e_ms", "E2E latency (ms)", "#CC79A7"),
+)
+_SLO_PANEL = {"ttft": "ttft_ms", "ttft_queued": "ttft_ms", "itl": "itl_ms", "tpot": "tpot_ms", "e2e": "e2e_ms",
+              "e2e_queued": "e2e_ms"}  # fmt: skip
+
+
+def _axis_name(kind: str, k: int) -> str:
+    return kind if k == 1 else f"{kind}{k}"
+
+
+def grid(
+    rows: int, cols: int, titles: Sequence[str] = (), *, hgap: float = 0.07, vgap: float = 0.2
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """A layout with ``rows x cols`` subplots (row-major) and a title over each; returns
+    it and the ``(xref, yref)`` trace axes of each cell (``"x2"``, ``"y2"``, ...)."""
+    layout: dict[str, Any] = {"annotations": []}
+    refs: list[tuple[str, str]] = []
+    w = (1.0 - hgap * (cols - 1)) / cols
+    h = (1.0 - vgap * (rows - 1)) / rows
+    for r in range(rows):
+        for c in range(cols):
+            k = r * cols + c + 1
+            x0 = c * (w + hgap)
+            y1 = 1.0 - r * (h + vgap)
+            xs, ys = _axis_name("x", k), _axis_name("y", k)
+            layout[_axis_name("xaxis", k)] = {"domain": [x0, x0 + w], "anchor": ys, "automargin": True}
+            layout[_axis_name("yaxis", k)] = {"domain": [y1 - h, y1], "anchor": xs, "automargin": True}
+            if k <= len(titles) and titles[k - 1]:
+                layout["annotations"].append({
+                    "text": f"<b>{titles[k - 1]}</b>", "xref": "paper", "yref": "paper", "x": x0 + w / 2,
+                    "y": y1, "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 13},
+                })  # fmt: skip
+            refs.append((xs, ys))
+    return layout, refs
+
+
+def base_layout(layout: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    """Common look: white background, light grid, legend on top, compact margins."""
+    out: dict[str, Any] = {
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif", "size": 12},
+        "margin": {"l": 60, "r": 20, "t": 50, "b": 100},
+        "legend": {"orientation": "h", "yref": "container", "y": 0.005, "yanchor": "bottom", "x": 0},
+        "hovermode": "closest",
+    }
+    out.update(layout or {})
+    out.update(kw)
+    for key, axis in out.items():
+        if (key.startswith("xaxis") or key.startswith("yaxis")) and isinstance(axis, dict):
+            axis.setdefault("gridcolor", "#eeeeee")
+            axis.setdefault("zerolinecolor", "#cccccc")
+    return out
+
+
+def plotted_levels(levels: Sequence[dict[str, Any]], mode: str | None = None) -> tuple[str, list[int]]:
+    """Which levels a load axis shows: those of ``mode`` (default: the mode most levels
+    use, rate on a tie), sorted by load. Returns the mode and level indices."""
+    modes = [(lv.get("load") or {}).get("mode") for lv in levels]
+    if mode is None:
+        mode = max(("rate", "concurrency"), key=lambda m: (modes.count(m), m == "rate"))
+    idx = [i for i, m in enumerate(modes) if m == mode]
+    idx.sort(key=lambda i: float(levels[i]["load"]["value"]))
+    return mode, idx
+
+
+def load_axis(mode: str, values: Sequence[float]) -> dict[str, Any]:
+    """x axis of offered load; logarithmic when the loads span 8x or more."""
+    title = "concurrency (users)" if mode == "concurrency" else "offered rate (req/s)"
+    axis: dict[str, Any] = {"title": {"text": title}}
+    pos = [v for v in values if v > 0]
+    if len(pos) == len(values) and len(pos) >= 3 and max(pos) / min(pos) >= 8:
+        axis["type"] = "log"
+    if 0 < len(values) <= 12:  # ticks at the levels themselves
+        axis["tickvals"] = list(values)
+        axis["ticktext"] = [f"{v:.4g}" for v in values]
+    return axis
+
+
+def _stat(level: dict[str, Any], key: str, stat: str) -> Any:
+    return (level.get(key) or {}).get(stat)
+
+
+def _slo_limits(levels: Sequence[dict[str, Any]]) -> dict[str, list[tuple[str, float]]]:
+    """Per latency panel: the SLO texts and limits (ms) the levels were judged by."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    seen: set[str] = set()
+    for lv in levels:
+        good = lv.get("goodput") or {}
+        texts = list(good.get("slos") or []) + [c.get("slo", "") for c in good.get("checks") or []]
+        for text in texts:
+            if text in seen:
+                continue
+            seen.add(text)
+            try:
+                slo = parse_slo(text)
+            except ConfigError:
+                continue
+            out.setdefault(_SLO_PANEL[slo.metric], []).append((text, slo.limit_ms))
+    return out
+
+
+def _hline(xref: str, yref: str, y: float, colour: str, dash: str = "dash") -> dict[str, Any]:
+    return {"type": "line", "xref": f"{xref} domain", "yref": yref, "x0": 0, "x1": 1, "y0": y, "y1": y,
+            "line": {"color": colour, "width": 1.5, "dash": dash}}  # fmt: skip
+
+
+def _vline(xref: str, yref: str, x: float, colour: str, dash: str = "dot") -> dict[str, Any]:
+    return {"type": "line", "xref": xref, "yref": f"{yref} domain", "x0": x, "x1": x, "y0": 0, "y1": 1,
+            "line": {"color": colour, "width": 1.5, "dash": dash}}  # fmt: skip
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def latency_vs_load(levels: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """TTFT, ITL, TPOT and E2E against load: p50, p90 and p99 with shaded bands, the
+    queue-inclusive TTFT p50 for rate levels, and each SLO limit as a dashed line."""
+    mode, idx = plotted_levels(levels)
+    if not idx:
+        return None
+    x = [levels[i]["load"]["value"] for i in idx]
+    layout, refs = grid(2, 2, [title for _, title, _ in LATENCY_PANELS])
+    data: list[dict[str, Any]] = []
+    shapes: list[dict[str, Any]] = []
+    limits = _slo_limits([levels[i] for i in idx])
+    for k, ((key, title, colour), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs), start=1):
+        for stat, alpha, width in (("p50", 0.0, 2.5), ("p90", 0.18, 1.2), ("p99", 0.10, 1.2)):
+            data.append({
+                "type": "scatter", "mode": "lines+markers", "x": x, "y": [_stat(levels[i], key, stat) for i in idx],
+                "xaxis": xr, "yaxis": yr, "name": stat, "legendgroup": stat, "showlegend": k == 1,
+                "line": {"color": colour, "width": width, "dash": "solid" if stat == "p50" else "dot"},
+                "marker": {"size": 6 if stat == "p50" else 4}, "fill": "none" if stat == "p50" else "tonexty",
+                "fillcolor": _rgba(colour, alpha), "meta": f"{key}.{stat}",
+                "hovertemplate": f"{stat} %{{y:.4g}} ms at %{{x}}<extra>{title}</extra>",
+            })  # fmt: skip
+        if key == "ttft_ms" and mode == "rate":
+            data.append({
+                "type": "scatter", "mode": "lines", "x": x, "y": [_stat(levels[i], "ttft_queued_ms", "p50") for i in idx],
+                "xaxis": xr, "yaxis": yr, "name": "TTFT p50 from scheduled", "line": {"color": "#555", "dash": "dash"},
+                "meta": "ttft_queued_ms.p50",
+            })  # fmt: skip
+        for text, limit in limits.get(key, []):
+            shapes.append(_hline(xr, yr, limit, "#b91c1c"))
+            layout["annotations"].append({"text": f"SLO {esc(text)}", "xref": f"{xr} domain", "yref": yr, "x": 0.01,
+                                          "y": limit, "yanchor": "bottom", "xanchor": "left", "showarrow": False,
+                                          "font": {"size": 10, "color": "#b91c1c"}})  # fmt: skip
+        layout[_axis_name("xaxis", k)].update(load_axis(mode, x))
+        layout[_axis_name("yaxis", k)].update({"title": {"text": "ms"}, "rangemode": "tozero"})
+    layout["shapes"] = shapes
+    return {"data": data, "layout": base_layout(layout, height=640)}
+
+
+def throughput_vs_load(
+    levels: Sequence[dict[str, Any]], capacity: dict[str, Any] | None, saturation: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Output tokens/s, requests/s and goodput, and SLO attainment against load, with the
+    attainment target, the capacity (where the attainment crosses it) and the knee."""
+    cap_mode = (capacity or {}).get("mode")
+    mode, idx = plotted_levels(levels, cap_mode if cap_mode in ("rate", "concurrency") else None)
+    if not idx:
+        return None
+    x = [levels[i]["load"]["value"] for i in idx]
+    layout, refs = grid(1, 3, ["Output tokens/s", "Requests/s and goodput", "SLO attainment (%)"], hgap=0.08)
+
+    def tr(ref: int, y: list[Any], name: str, colour: str, meta: str, dash: str = "solid") -> dict[str, Any]:
+        xr, yr = refs[ref]
+        return {"type": "scatter", "mode": "lines+markers", "x": x, "y": y, "xaxis": xr, "yaxis": yr, "name": name,
+                "line": {"color": colour, "dash": dash}, "meta": meta}  # fmt: skip
+
+    thr = [levels[i].get("throughput") or {} for i in idx]
+    good = [levels[i].get("goodput") or {} for i in idx]
+    att = [g.get("slo_attainment") for g in good]
+    data = [
+        tr(0, [t.get("output_tokens_per_s") for t in thr], "output tokens/s", "#0072B2", "throughput.output_tokens_per_s"),
+        tr(0, [(t.get("steady") or {}).get("output_tokens_per_s") for t in thr], "output tokens/s (steady window)",
+           "#56B4E9", "throughput.steady.output_tokens_per_s", "dot"),
+        tr(1, [t.get("requests_per_s") for t in thr], "requests/s (ok)", "#009E73", "throughput.requests_per_s"),
+        tr(1, [g.get("requests_per_s") for g in good], "goodput (req/s meeting the SLOs)", "#E69F00",
+           "goodput.requests_per_s"),
+        tr(2, [None if a is None else 100 * a for a in att], "SLO attainment", "#CC79A7", "goodput.slo_attainment"),
+    ]  # fmt: skip
+    shapes: list[dict[str, Any]] = []
+    target = (capacity or {}).get("target")
+    if isinstance(target, (int, float)):
+        shapes.append(_hline(refs[2][0], refs[2][1], 100 * target, "#b91c1c"))
+        layout["annotations"].append({"text": f"target {100 * target:g}%", "xref": f"{refs[2][0]} domain",
+                                      "yref": refs[2][1], "x": 0.01, "y": 100 * target, "yanchor": "top",
+                                      "xanchor": "left", "showarrow": False,
+                                      "font": {"size": 10, "color": "#b91c1c"}})  # fmt: skip
+    marks = []
+    if capacity and capacity.get("status") == "ok" and capacity.get("mode") == mode:
+        marks.append(("capacity", float(capacity["value"]), "#b91c1c"))
+    if saturation and saturation.get("found") and saturation.get("mode") == mode:
+        marks.append(("knee", float(saturation["load"]), "#6b21a8"))
+    log_x = load_axis(mode, x).get("type") == "log"
+    for name, value, colour in marks:
+        for xr, yr in refs:
+            shapes.append(_vline(xr, yr, value, colour))
+        # annotations on a log axis take log10 of the position (shapes do not)
+        pos = math.log10(value) if log_x and value > 0 else value
+        right = value >= max(x)  # at the right edge: write the label to the left of the line
+        layout["annotations"].append({"text": f"{name} {value:.3g}", "xref": refs[2][0], "yref": f"{refs[2][1]} domain",
+                                      "x": pos, "y": 0.02, "yanchor": "bottom", "xanchor": "right" if right else "left",
+                                      "xshift": -3 if right else 3, "showarrow": False,
+                                      "font": {"size": 10, "color": colour}})  # fmt: skip
+    for k in range(1, 4):
+        layout[_axis_name("xaxis", k)].update(load_axis(mode, x))
+        layout[_axis_name("yaxis", k)].update({"rangemode": "tozero"})
+    layout["yaxis3"]["range"] = [0, 105]
+    layout["shapes"] = shapes
+    return {"data": data, "layout": base_layout(layout, height=420)}
+
+
+def windows_over_time(levels: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Soak and ramp levels: throughput, TTFT, ITL and requests in flight per window."""
+    with_windows = [(i, lv) for i, lv in enumerate(levels) if lv.get("windows")]
+    if not with_windows:
+        return None
+    layout, refs = grid(2, 2, ["Output tokens/s", "TTFT p50 / p99 (ms)", "ITL p50 / p99 (ms)", "Requests in flight (mean)"])
+    colours = palette(len(with_windows))
+    data: list[dict[str, Any]] = []
+    for colour, (i, lv) in zip(colours, with_windows):
+        w = lv["windows"]
+        x = [(win["t_start_s"] + win["t_end_s"]) / 2 for win in w]
+        name = esc(f"level {i + 1}: {level_label(lv)}")
+        series = [
+            (0, "output_tokens_per_s", "solid"), (1, "ttft_ms_p50", "solid"), (1, "ttft_ms_p99", "dot"),
+            (2, "itl_ms_p50", "solid"), (2, "itl_ms_p99", "dot"), (3, "in_flight_mean", "solid"),
+        ]  # fmt: skip
+        for n, (cell, key, dash) in enumerate(series):
+            xr, yr = refs[cell]
+            data.append({"type": "scatter", "mode": "lines", "x": x, "y": [win.get(key) for win in w], "xaxis": xr,
+                         "yaxis": yr, "name": name, "legendgroup": f"l{i}", "showlegend": n == 0,
+                         "line": {"color": colour, "dash": dash}, "meta": f"windows.{i}.{key}",
+                         "hovertemplate": f"{key} %{{y:.4g}} at %{{x:.1f}} s<extra></extra>"})  # fmt: skip
+    for k in range(1, 5):
+        layout[_axis_name("xaxis", k)]["title"] = {"text": "seconds since the level started"}
+        layout[_axis_name("yaxis", k)]["rangemode"] = "tozero"
+    return {"data": data, "layout": base_layout(layout, height=600)}
+
+
+def client_summary(levels: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per level: event-loop lag p50 / p99 / max and send lateness p50 / p99 (log scale)."""
+    if not levels:
+        return None
+    x = [esc(f"{i + 1}: {level_label(lv)}") for i, lv in enumerate(levels)]
+    bars = [
+        ("loop_lag_ms", "p50", "event-loop lag p50", "#56B4E9"),
+        ("loop_lag_ms", "p99", "event-loop lag p99", "#0072B2"),
+        ("loop_lag_ms", "max", "event-loop lag max", "#1f2937"),
+        ("send_lateness_ms", "p50", "send lateness p50", "#F0E442"),
+        ("send_lateness_ms", "p99", "send lateness p99", "#E69F00"),
+    ]
+    data = [
+        {"type": "bar", "x": x, "y": [((lv.get("client") or {}).get(key) or {}).get(stat) for lv in levels],
+         "name": name, "marker": {"color": colour}, "meta": f"client.{key}.{stat}"}
+        for key, stat, name, colour in bars
+    ]  # fmt: skip
+    layout = {"barmode": "group", "xaxis": {"title": {"text": "level"}, "type": "category"},
+              "yaxis": {"title": {"text": "ms (log scale)"}, "type": "log"}}  # fmt: skip
+    return {"data": data, "layout": base_layout(layout, height=380)}

@@ -1,0 +1,265 @@
+"""The run report: one self-contained HTML page from a run folder.
+
+:func:`render_run_report` reads ``summary.json``, ``records.jsonl``, ``run.json`` and
+``server_metrics.jsonl`` (when scraped) and writes ``report.html`` with these sections
+(each a ``<section id=...>``): ``headline`` (the answer: capacity at the SLO, knee, peak
+goodput; the client verdict), ``levels`` (the level table), ``latency`` (TTFT, ITL,
+TPOT, E2E against load), ``throughput`` (throughput, goodput and SLO attainment against
+load), ``distributions`` (CDFs per level), ``timeline`` (the requests of one level,
+phase by phase), ``itl-time`` (ITL over time, long prompts marked), ``tokens`` (tokens
+per event, coalesced reads, output lengths), ``client`` (client health), ``failures``
+and ``server`` (scraped server metrics). Numbers come from the summary; nothing here
+computes a reported metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loadgen.report import figures as F
+from loadgen.report import request_figures as R
+from loadgen.report.console import fmt_ms
+from loadgen.report.page import Page, esc, fmt, write_page
+from loadgen.report.plotdata import level_label
+from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
+
+__all__ = ["render_run_report", "build_run_page", "SECTIONS", "answer_cards", "client_banner", "level_table_html"]
+
+SECTIONS: tuple[str, ...] = (
+    "headline", "levels", "latency", "throughput", "distributions", "timeline", "itl-time", "tokens", "client",
+    "failures", "server",
+)  # fmt: skip
+
+
+def _unit(mode: Any) -> str:
+    return "users" if mode == "concurrency" else "req/s"
+
+
+def _card(key: str, value: str, sub: str = "", card_id: str = "") -> str:
+    ident = f' id="{card_id}"' if card_id else ""
+    return f'<div class="card"{ident}><div class="k">{esc(key)}</div><div class="v">{value}</div><div class="s">{sub}</div></div>'
+
+
+def _peak(levels: Sequence[dict[str, Any]], section: str, key: str) -> tuple[dict[str, Any], float] | None:
+    """The level with the highest ``level[section][key]`` (first on a tie) and that value."""
+    best: tuple[dict[str, Any], float] | None = None
+    for lv in levels:
+        v = (lv.get(section) or {}).get(key)
+        if isinstance(v, (int, float)) and (best is None or v > best[1]):
+            best = (lv, float(v))
+    return best
+
+
+def answer_cards(summary: dict[str, Any]) -> str:
+    """The headline's answer: capacity at the SLO, the knee, peak goodput and throughput."""
+    levels = summary.get("levels") or []
+    cap = summary.get("capacity") or {}
+    cards = []
+    if cap:
+        unit = _unit(cap.get("mode"))
+        slos = ", ".join(cap.get("slos") or [])
+        tgt = f"{100 * float(cap.get('target') or 0.9):.0f}%"
+        if not slos:
+            value, sub = "no SLO given", "pass <code>--slo</code> (e.g. ttft=500ms) to find the capacity"
+        elif cap.get("status") == "ok":
+            lo, hi = cap.get("between") or (None, None)
+            value = f"{fmt(cap.get('value'))} {unit}"
+            sub = f"{esc(slos)} met by {tgt} of requests; between {fmt(lo)} and {fmt(hi)} {unit}"
+        elif cap.get("status") == "not_reached":
+            value = f"≥ {fmt(cap.get('value'))} {unit}"
+            sub = f"not reached: every level met {esc(slos)} for {tgt} of requests"
+        else:
+            value = "never met"
+            sub = f"even the lowest level missed {esc(slos)} for {tgt} of requests"
+        cards.append(_card("capacity at the SLO", value, sub, "answer-capacity"))
+    sat = summary.get("saturation") or {}
+    if sat:
+        if sat.get("found"):
+            value = f"{fmt(sat.get('load'))} {_unit(sat.get('mode'))}"
+            sub = (f"throughput {100 * float(sat.get('throughput_gain') or 0):+.0f}% while "
+                   f"{esc(sat.get('metric'))} {100 * float(sat.get('latency_growth') or 0):+.0f}%")  # fmt: skip
+        else:
+            value, sub = "none", "no knee within the levels run"
+        cards.append(_card("saturation (knee)", value, sub, "answer-knee"))
+    peak = _peak(levels, "goodput", "requests_per_s")
+    if peak is not None:
+        lv, g = peak
+        good_slos = (lv.get("goodput") or {}).get("slos") or []
+        what = f"requests/s meeting {esc(', '.join(good_slos))}" if good_slos else "successful requests/s (no SLO given)"
+        cards.append(_card("peak goodput", f"{fmt(g)} req/s", f"{what}, at {esc(level_label(lv))}", "answer-goodput"))
+    peak = _peak(levels, "throughput", "output_tokens_per_s")
+    if peak is not None:
+        lv, t = peak
+        cards.append(_card("peak output throughput", f"{fmt(t)} tok/s", f"at {esc(level_label(lv))}", "answer-throughput"))
+    return f'<div class="cards">{"".join(cards)}</div>'
+
+
+def client_banner(levels: Sequence[dict[str, Any]]) -> str:
+    """A warning banner listing client-bound levels and why, or a quiet all-clear."""
+    bound = [(i, lv) for i, lv in enumerate(levels) if (lv.get("client") or {}).get("verdict") == "client-bound"]
+    if not bound:
+        return ('<div class="banner ok" id="client-verdict">Client verdict: ok at every level — the load generator '
+                "kept up (event-loop lag and send lateness within bounds).</div>")  # fmt: skip
+    items = "".join(
+        f"<li>level {i + 1} ({esc(level_label(lv))}): {esc('; '.join((lv.get('client') or {}).get('reasons') or []))}</li>"
+        for i, lv in bound
+    )
+    return (f'<div class="banner warn" id="client-verdict">⚠ Client-bound: at {len(bound)} of {len(levels)} levels '
+            "the load generator itself lagged, so latencies there may be inflated by the client, not the server. "
+            f"Use more worker processes or a faster machine.<ul>{items}</ul></div>")  # fmt: skip
+
+
+def _pct(v: Any) -> str:
+    return "–" if not isinstance(v, (int, float)) else f"{100 * v:.0f}%"
+
+
+def level_table_html(levels: Sequence[dict[str, Any]]) -> str:
+    """One row per level, the console table's columns (and open-loop lateness)."""
+    has_sched = any(lv.get("schedule") for lv in levels)
+    head = ["#", "load", "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50",
+            "E2E p50", "attain", "goodput", "client"]  # fmt: skip
+    if has_sched:
+        head += ["late/dropped"]
+    rows = []
+    for i, lv in enumerate(levels):
+        req = lv.get("requests") or {}
+        thr = lv.get("throughput") or {}
+        good = lv.get("goodput") or {}
+        verdict = (lv.get("client") or {}).get("verdict", "ok")
+
+        def ms(key: str, stat: str, lv: dict[str, Any] = lv) -> str:
+            return fmt_ms((lv.get(key) or {}).get(stat))
+
+        cells = [
+            str(i + 1), esc(level_label(lv)), f"{req.get('ok', 0)}/{req.get('failed', 0)}",
+            fmt(thr.get("requests_per_s")), fmt(thr.get("output_tokens_per_s")), ms("ttft_ms", "p50"),
+            ms("ttft_ms", "p99"), ms("itl_ms", "p50"), ms("itl_ms", "p99"), ms("tpot_ms", "p50"), ms("e2e_ms", "p50"),
+            _pct(good.get("slo_attainment")), fmt(good.get("requests_per_s")),
+            f'<span class="{"bad" if verdict != "ok" else "good"}">{esc(verdict)}</span>',
+        ]  # fmt: skip
+        if has_sched:
+            sch = lv.get("schedule") or {}
+            cells.append(f"{sch.get('late', '–')}/{sch.get('dropped', '–')}" if sch else "–")
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    ths = "".join(f"<th>{esc(h)}</th>" for h in head)
+    return (f'<div class="scroll"><table id="level-table"><thead><tr>{ths}</tr></thead><tbody>{"".join(rows)}'
+            '</tbody></table></div><p class="note">Latencies in ms (TTFT and E2E from the send; the queue-inclusive '
+            "values are in summary.json). Throughput over each level's window; goodput = requests meeting every SLO "
+            "per second.</p>")  # fmt: skip
+
+
+def _meta(data: RunData) -> str:
+    run = data.run
+    target = run.get("target") or {}
+    wl = run.get("workload") or {}
+    prof = run.get("profile") or {}
+    machine = run.get("machine") or {}
+    pairs = [
+        ("target", target.get("url")), ("model", target.get("model")), ("API", target.get("api")),
+        ("workload", " — ".join(x for x in (wl.get("name"), wl.get("description")) if x)),
+        ("profile", " — ".join(x for x in (prof.get("name"), prof.get("description")) if x)),
+        ("SLOs", ", ".join(run.get("slos") or []) or "none"), ("started", run.get("started_at")),
+        ("label", run.get("label")), ("command", " ".join(run.get("command") or [])),
+        ("machine", " / ".join(str(x) for x in (machine.get("hostname"), machine.get("platform"),
+                                                 f"{machine.get('cpus')} CPUs") if x)),
+        ("run folder", str(data.folder)),
+    ]  # fmt: skip
+    return '<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs if v) + "</dl>"
+
+
+def _headline(data: RunData) -> str:
+    s = data.summary
+    notes = []
+    if s.get("stopped"):
+        notes.append(f'<div class="banner warn">Stopped early: {esc(s["stopped"])}</div>')
+    if s.get("interrupted"):
+        notes.append('<div class="banner warn">Interrupted: the report covers the requests that finished.</div>')
+    return answer_cards(s) + client_banner(data.levels) + "".join(notes) + _meta(data)
+
+
+def _errors_table(data: RunData) -> str:
+    if not data.errors:
+        return ""
+    rows = []
+    for kind, counter in sorted(data.errors.items()):
+        for msg, n in counter.most_common(5):
+            rows.append(f'<tr><td class="l">{esc(kind)}</td><td>{n}</td><td class="l">{esc(msg) or "–"}</td></tr>')
+    return ('<div class="scroll"><table id="error-messages"><thead><tr><th class="l">kind</th><th>count</th>'
+            f'<th class="l">message (most frequent, first 200 characters)</th></tr></thead><tbody>{"".join(rows)}'
+            "</tbody></table></div>")  # fmt: skip
+
+
+def _maybe(page: Page, fig_id: str, fig: dict[str, Any] | None, empty: str, height: int = 420) -> str:
+    return page.figure(fig_id, fig, height) if fig is not None else f'<p class="note">{esc(empty)}</p>'
+
+
+def build_run_page(data: RunData) -> Page:
+    """Assemble the run report's page (see the module docstring for the sections)."""
+    s = data.summary
+    levels = data.levels
+    run = data.run
+    target = run.get("target") or {}
+    label = run.get("label") or data.folder.name
+    page = Page(
+        title=f"loadgen report — {label}",
+        subtitle=esc(" · ".join(str(x) for x in (target.get("model"), target.get("url"),
+                                                  (run.get("workload") or {}).get("name"),
+                                                  (run.get("profile") or {}).get("name"), run.get("started_at")) if x)),
+    )  # fmt: skip
+    page.section("headline", "Answer", _headline(data))
+    page.section("levels", "Levels", level_table_html(levels))
+    mode, idx = F.plotted_levels(levels)
+    other = len(levels) - len(idx)
+    skipped = f" {other} level(s) of another load mode are in the table only." if other else ""
+    page.section("latency", "Latency vs load",
+                 f'<p class="note">p50 (solid), p90 and p99 (dotted, shaded bands) per level; SLO limits dashed.{esc(skipped)}</p>'
+                 + _maybe(page, "fig-latency", F.latency_vs_load(levels), "No level to plot.", 640))  # fmt: skip
+    thr = _maybe(page, "fig-throughput", F.throughput_vs_load(levels, s.get("capacity"), s.get("saturation")),
+                 "No level to plot.")  # fmt: skip
+    win = F.windows_over_time(levels)
+    if win is not None:
+        thr += '<p class="note">Over time, per window of the level:</p>' + page.figure("fig-windows", win, 600)
+    page.section("throughput", "Throughput, goodput and SLO attainment vs load", thr)
+    page.section("distributions", "Distributions per level",
+                 '<p class="note">Empirical CDFs of successful requests (log x); click a level in the legend to hide it.</p>'
+                 + _maybe(page, "fig-cdf", R.cdfs(data), "No successful request to plot."))  # fmt: skip
+    page.section("timeline", "Request timeline",
+                 '<p class="note">Each request is a bar: waiting to be sent (grey), prefill — sent to first token '
+                 "(orange), decode — first to last token (blue); failed requests in red. Pick the level in the menu."
+                 "</p>" + _maybe(page, "fig-timeline", R.timeline(data), "No request was sent.", 560))  # fmt: skip
+    itl_fig, itl_note = R.itl_over_time(data)
+    page.section("itl-time", "ITL over time",
+                 f'<p class="note">Per-token ITL p50, p99 and max per time bin over the whole run (levels shaded). '
+                 f"{esc(itl_note)}</p>" + _maybe(page, "fig-itl-time", itl_fig, "No ITL samples."))  # fmt: skip
+    page.section("tokens", "Tokens per event and output lengths",
+                 '<p class="note">Several tokens in one SSE event, or several events in one socket read (coalesced), '
+                 "hide inter-token gaps; a server that stops short of max_tokens shifts TPOT and throughput.</p>"
+                 + _maybe(page, "fig-tokens", R.tokens_and_lengths(data), "No level."))  # fmt: skip
+    lag_note = ("" if any((lv.get("client") or {}).get("loop_lag_over_time") for lv in levels) else
+                " Event-loop lag is summarised per level (the summary holds no lag time series).")  # fmt: skip
+    page.section("client", "Client health",
+                 f'<p class="note">Send lateness of each request over time (how late the client sent it).{esc(lag_note)}</p>'
+                 + _maybe(page, "fig-lateness", R.lateness_over_time(data), "No request was sent.", 380)
+                 + _maybe(page, "fig-client", F.client_summary(levels), "No level.", 380))  # fmt: skip
+    n_failed = int((~data.frame["ok"].to_numpy(dtype=bool)).sum())
+    page.section("failures", "Failures",
+                 (f'<p class="note">{n_failed} failed request(s), by kind and completion time.</p>'
+                  + _maybe(page, "fig-failures", R.failures_over_time(data), "") + _errors_table(data))
+                 if n_failed else '<p class="note">No failed requests.</p>')  # fmt: skip
+    page.section("server", "Server metrics",
+                 _maybe(page, "fig-server", R.server_metrics(data),
+                        f"Not scraped ({SERVER_METRICS_FILE} absent): run with --scrape-metrics to poll the server's "
+                        "Prometheus /metrics.", 600))  # fmt: skip
+    return page
+
+
+def render_run_report(folder: Path, out: Path | None = None) -> Path:
+    """Write the HTML report of run folder ``folder`` to ``out`` (default
+    ``folder/report.html``) and return its path. Raises
+    :class:`~loadgen.errors.ConfigError` when the folder is not a run folder."""
+    folder = Path(folder)
+    data = load_run(folder)
+    page = build_run_page(data)
+    return write_page(Path(out) if out is not None else folder / "report.html", page.render())

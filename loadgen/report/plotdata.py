@@ -1,0 +1,144 @@
+"""Shaping arrays for plots: downsampling, ECDF points, time bins, rounding, colours.
+
+Display-side reductions only (what to draw, not what to report): the numbers a report
+states come from ``summary.json``; these pick which points of the per-request data a
+figure carries so the page stays small. Pure numpy, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "F64",
+    "rounded",
+    "spread",
+    "ecdf_points",
+    "binned_quantiles",
+    "bin_edges",
+    "keep_peaks",
+    "palette",
+    "level_label",
+]
+
+F64 = npt.NDArray[np.float64]
+
+# colour-blind-friendly qualitative palette (Okabe-Ito, then Tableau)
+_COLOURS = (
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
+    "#4E79A7", "#F28E2B", "#59A14F", "#B07AA1", "#9C755F", "#BAB0AC",
+)  # fmt: skip
+
+
+def palette(n: int) -> list[str]:
+    """``n`` distinct colours (qualitative; cycles beyond 14)."""
+    return [_COLOURS[i % len(_COLOURS)] for i in range(n)]
+
+
+def level_label(level: dict[str, Any]) -> str:
+    """``"16 users"`` / ``"12.5 req/s"`` for a summary level entry."""
+    load = level.get("load") or {}
+    value = load.get("value")
+    unit = ("user" if value == 1 else "users") if load.get("mode") == "concurrency" else "req/s"
+    return f"{value:g} {unit}" if isinstance(value, (int, float)) else f"{value} {unit}"
+
+
+def rounded(values: npt.ArrayLike, decimals: int = 3) -> list[float | None]:
+    """A JSON-ready list: values rounded to ``decimals``, NaN/inf as None."""
+    arr = np.asarray(values, dtype=np.float64)
+    out = np.round(arr, decimals).tolist()
+    if np.isfinite(arr).all():
+        return out  # type: ignore[no-any-return]
+    return [v if math.isfinite(v) else None for v in out]
+
+
+def spread(n: int, k: int) -> npt.NDArray[np.int64]:
+    """Indices of ``k`` evenly spaced items of ``n`` (all when ``n <= k``), first and
+    last included, ascending."""
+    if n <= k:
+        return np.arange(n, dtype=np.int64)
+    if k <= 1:
+        return np.zeros(min(k, n), dtype=np.int64)
+    return np.unique(np.round(np.linspace(0, n - 1, k)).astype(np.int64))
+
+
+def ecdf_points(values: npt.ArrayLike, max_points: int = 400) -> tuple[F64, F64]:
+    """Points ``(x, F(x))`` of the empirical CDF of ``values`` (NaN dropped), at most
+    about ``max_points``: even in probability up to 0.9, then denser toward the tail
+    (1 - p log-spaced down to 1/n), always including the minimum and the maximum. Each
+    point is an exact ECDF point (a sorted value and its rank / n)."""
+    arr = np.asarray(values, dtype=np.float64)
+    arr = np.sort(arr[~np.isnan(arr)])
+    n = arr.size
+    if n == 0:
+        return np.zeros(0), np.zeros(0)
+    if n <= max_points:
+        idx = np.arange(n)
+    else:
+        body = np.linspace(0.0, 0.9, max_points // 2)
+        tail = 1.0 - np.logspace(-1, math.log10(1.0 / n), max_points - max_points // 2)
+        p = np.concatenate([body, tail, [1.0]])
+        idx = np.unique(np.clip(np.ceil(p * n).astype(np.int64) - 1, 0, n - 1))
+    return arr[idx], (idx + 1) / n
+
+
+def bin_edges(t_min: float, t_max: float, max_bins: int = 300, min_width: float = 0.1) -> F64:
+    """Edges of at most ``max_bins`` equal bins covering ``[t_min, t_max]``, each at least
+    ``min_width`` wide (a "nice" width: 1, 2 or 5 times a power of ten)."""
+    span = max(t_max - t_min, 0.0)
+    raw = max(span / max_bins, min_width)
+    mag = 10.0 ** math.floor(math.log10(raw))
+    width = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw - 1e-12)
+    lo = math.floor(t_min / width) * width
+    n = max(1, math.ceil((t_max - lo) / width + 1e-9))
+    return np.asarray(lo + width * np.arange(n + 1), dtype=np.float64)
+
+
+def binned_quantiles(
+    t: F64, values: F64, edges: F64, quantiles: Sequence[float] = (50, 99)
+) -> tuple[F64, dict[float, F64], F64]:
+    """Per bin of ``edges``: bin centres, the given percentiles of ``values`` whose ``t``
+    falls in the bin (NaN for an empty bin), and the maximum."""
+    n_bins = edges.size - 1
+    centres = (edges[:-1] + edges[1:]) / 2
+    out = {q: np.full(n_bins, np.nan) for q in quantiles}
+    top = np.full(n_bins, np.nan)
+    if t.size == 0 or n_bins <= 0:
+        return centres, out, top
+    ids = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, n_bins - 1)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    sorted_vals = values[order]
+    cuts = np.searchsorted(sorted_ids, np.arange(n_bins + 1))
+    for b in range(n_bins):
+        lo, hi = cuts[b], cuts[b + 1]
+        if hi > lo:
+            chunk = sorted_vals[lo:hi]
+            pct = np.percentile(chunk, list(quantiles))
+            for q, v in zip(quantiles, pct):
+                out[q][b] = v
+            top[b] = chunk.max()
+    return centres, out, top
+
+
+def keep_peaks(t: F64, values: F64, k: int, n_bins: int = 500) -> npt.NDArray[np.int64]:
+    """Indices of at most about ``k`` points to draw of a scatter over time: the largest
+    value in each of ``n_bins`` time bins (so spikes survive) plus evenly spaced others."""
+    n = t.size
+    if n <= k:
+        return np.arange(n, dtype=np.int64)
+    order = np.argsort(t, kind="stable")
+    ts = t[order]
+    ids = np.minimum(((ts - ts[0]) / max(ts[-1] - ts[0], 1e-12) * n_bins).astype(np.int64), n_bins - 1)
+    vals = np.nan_to_num(values[order], nan=-np.inf)
+    # per bin, the position of its maximum: sort by (bin, value) and take each bin's last
+    by = np.lexsort((vals, ids))
+    last = np.r_[ids[by][1:] != ids[by][:-1], True]
+    peaks = order[by[last]]
+    rest = order[spread(n, max(k - peaks.size, 0))]
+    return np.unique(np.concatenate([peaks, rest]))

@@ -1,0 +1,410 @@
+"""Figures drawn from the per-request data of a run (records.jsonl) and server metrics.
+
+Each keeps the page small: CDFs carry a few hundred exact ECDF points, time series are
+binned, scatters keep each time bin's peak plus evenly spaced points, the timeline shows
+at most ``TIMELINE_MAX`` requests per level. Times are seconds since the run started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from loadgen.report.figures import base_layout, grid
+from loadgen.report.page import esc
+from loadgen.report.plotdata import (
+    F64,
+    bin_edges,
+    binned_quantiles,
+    ecdf_points,
+    keep_peaks,
+    level_label,
+    palette,
+    rounded,
+    spread,
+)
+from loadgen.report.rundata import RunData
+
+__all__ = [
+    "TIMELINE_MAX",
+    "TIMELINE_TOTAL",
+    "SCATTER_MAX",
+    "cdfs",
+    "timeline",
+    "default_timeline_level",
+    "itl_over_time",
+    "tokens_and_lengths",
+    "lateness_over_time",
+    "failures_over_time",
+    "server_metrics",
+    "long_prompt_threshold",
+]
+
+TIMELINE_MAX = 2000  # requests drawn per level
+TIMELINE_TOTAL = 6000  # and over all levels (each level keeps at least 500)
+SCATTER_MAX = 2500
+_PHASES = (
+    ("waiting to be sent", "#9ca3af"),
+    ("prefill: sent → first token", "#D55E00"),
+    ("decode: first → last token", "#0072B2"),
+    ("failed: sent → end", "#b91c1c"),
+)
+
+
+def _names(data: RunData) -> list[str]:
+    return [esc(f"{i + 1}: {level_label(lv)}") for i, lv in enumerate(data.levels)]
+
+
+def _level_bands(data: RunData, xref: str = "x", yref: str = "paper") -> list[dict[str, Any]]:
+    """A light band behind each level's time span (first send to last completion)."""
+    frame = data.frame
+    shapes = []
+    levels = frame["level"].to_numpy()
+    sent = frame["sent_ns"].to_numpy()
+    done = frame["done_ns"].to_numpy()
+    for i in range(len(data.levels)):
+        rows = (levels == i) & (sent != 0)
+        if not rows.any():
+            continue
+        t0 = float(data.seconds(sent[rows].min()))
+        t1 = float(data.seconds(np.maximum(done[rows], sent[rows]).max()))
+        shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": round(t0, 3), "x1": round(t1, 3),
+                       "y0": 0, "y1": 1, "fillcolor": "rgba(37,99,235,0.06)" if i % 2 == 0 else "rgba(0,0,0,0.03)",
+                       "line": {"width": 0}, "layer": "below"})  # fmt: skip
+    return shapes
+
+
+def cdfs(data: RunData) -> dict[str, Any] | None:
+    """Per level, the empirical CDFs of TTFT, ITL and TPOT (log-x), successful requests."""
+    if not data.levels or data.frame.empty:
+        return None
+    layout, refs = grid(1, 3, ["TTFT (ms)", "ITL (ms)", "TPOT (ms)"], hgap=0.06)
+    ok = data.frame["ok"].to_numpy(dtype=bool)
+    traces: list[dict[str, Any]] = []
+    colours = palette(len(data.levels))
+    for i, name in enumerate(_names(data)):
+        rows = data.level_rows(i) & ok
+        if not rows.any():
+            continue
+        samples = (
+            data.frame["ttft_ms"].to_numpy()[rows],
+            data.ev.itl_ms(rows),
+            data.frame["tpot_ms"].to_numpy()[rows],
+        )
+        for k, (values, (xr, yr), key) in enumerate(zip(samples, refs, ("ttft_ms", "itl_ms", "tpot_ms"))):
+            x, y = ecdf_points(values)
+            if x.size == 0:
+                continue
+            traces.append({"type": "scatter", "mode": "lines", "x": rounded(x, 3), "y": rounded(y, 5), "xaxis": xr,
+                           "yaxis": yr, "name": name, "legendgroup": f"l{i}", "showlegend": k == 0,
+                           "line": {"color": colours[i], "shape": "hv", "width": 1.6}, "meta": f"cdf.{i}.{key}",
+                           "hovertemplate": "%{x:.4g} ms: %{y:.2%}<extra>level " + name + "</extra>"})  # fmt: skip
+    for k in range(1, 4):
+        layout["xaxis" if k == 1 else f"xaxis{k}"].update({"type": "log", "title": {"text": "ms (log scale)"}})
+        layout["yaxis" if k == 1 else f"yaxis{k}"].update({"range": [0, 1.02], "tickformat": ".0%"})
+    return {"data": traces, "layout": base_layout(layout, height=420)}
+
+
+def default_timeline_level(data: RunData) -> int:
+    """The level the timeline opens on: the knee if one was found, else the highest load."""
+    sat = data.summary.get("saturation") or {}
+    levels = data.levels
+    if sat.get("found") and sat.get("index") is not None:
+        mode, value = sat.get("mode"), sat.get("load")
+        for i, lv in enumerate(levels):
+            if lv["load"].get("mode") == mode and lv["load"].get("value") == value:
+                return i
+    best = max(range(len(levels)), key=lambda i: (float(levels[i]["load"].get("value") or 0), i), default=0)
+    return best
+
+
+def _segments(starts: F64, ends: F64, rows: F64) -> tuple[list[Any], list[Any]]:
+    """Horizontal segments as one line trace: x = [s, e, null, ...], y = [r, r, null, ...]."""
+    keep = ~(np.isnan(starts) | np.isnan(ends))
+    s, e, r = starts[keep], ends[keep], rows[keep]
+    x = np.column_stack([s, e, np.full(s.size, np.nan)]).ravel()
+    y = np.column_stack([r, r, np.full(r.size, np.nan)]).ravel()
+    return rounded(x, 4), rounded(y, 0)
+
+
+def timeline(data: RunData, max_requests: int = TIMELINE_MAX) -> dict[str, Any] | None:
+    """Each request a bar: scheduled → sent → first token → last token, coloured by
+    phase; one level at a time (a menu switches), at most ``max_requests`` per level
+    (fewer when many levels share :data:`TIMELINE_TOTAL`)."""
+    frame = data.frame
+    if frame.empty or not data.levels:
+        return None
+    max_requests = min(max_requests, max(500, TIMELINE_TOTAL // len(data.levels)))
+    chosen = default_timeline_level(data)
+    names = _names(data)
+    traces: list[dict[str, Any]] = []
+    owners: list[int] = []
+    shown: dict[int, tuple[int, int]] = {}
+    sched_all = frame["scheduled_ns"].to_numpy()
+    for i in range(len(data.levels)):
+        rows = np.flatnonzero(data.level_rows(i) & (frame["sent_ns"].to_numpy() != 0))
+        if rows.size == 0:
+            continue
+        rows = rows[np.argsort(sched_all[rows], kind="stable")]
+        pick = rows[spread(rows.size, max_requests)]
+        shown[i] = (pick.size, rows.size)
+        sub = frame.iloc[pick]
+        t0 = float(sub["scheduled_ns"].min())
+
+        def sec(col: str) -> F64:
+            v = sub[col].to_numpy().astype(np.float64)
+            return np.where(v == 0, np.nan, (v - t0) / 1e9)
+
+        sched, sent, first, last, done = sec("scheduled_ns"), sec("sent_ns"), sec("first_token_ns"), sec("last_token_ns"), sec("done_ns")
+        ok = sub["ok"].to_numpy(dtype=bool)
+        ypos = np.arange(pick.size, dtype=np.float64)
+        if pick.size < rows.size:  # y = the request's rank among all of the level's requests
+            ypos = np.round(np.linspace(0, rows.size - 1, pick.size))
+        no_first = np.isnan(first)
+        phases = (
+            (sched, sent),
+            (np.where(ok, sent, np.nan), np.where(ok, np.where(no_first, done, first), np.nan)),
+            (np.where(ok, first, np.nan), np.where(ok, last, np.nan)),
+            (np.where(ok, np.nan, sent), np.where(ok, np.nan, done)),
+        )
+        for (label, colour), (a, b) in zip(_PHASES, phases):
+            x, y = _segments(a, b, ypos)
+            traces.append({"type": "scatter", "mode": "lines", "x": x, "y": y, "name": label,
+                           "legendgroup": label, "line": {"color": colour, "width": 2},
+                           "visible": i == chosen, "meta": f"timeline.{i}.{label.split(':')[0]}",
+                           "hoverinfo": "x+name"})  # fmt: skip
+            owners.append(i)
+    if not traces:
+        return None
+    buttons = []
+    for i in sorted(shown):
+        n_shown, n_all = shown[i]
+        note = f" ({n_shown} of {n_all} requests)" if n_shown < n_all else f" ({n_all} requests)"
+        buttons.append({"label": f"level {names[i]}", "method": "update",
+                        "args": [{"visible": [o == i for o in owners]},
+                                 {"title": {"text": f"Level {names[i]}{note}"}}]})  # fmt: skip
+    n_shown, n_all = shown.get(chosen, (0, 0))
+    note = f" ({n_shown} of {n_all} requests)" if n_shown < n_all else f" ({n_all} requests)"
+    layout = {
+        "title": {"text": f"Level {names[chosen]}{note}", "x": 0.01, "xanchor": "left"},
+        "xaxis": {"title": {"text": "seconds since the level's first scheduled request"}},
+        "yaxis": {"title": {"text": "request (in scheduled order)"}, "autorange": "reversed"},
+        "updatemenus": [{"buttons": buttons, "direction": "down", "x": 1.0, "xanchor": "right", "y": 1.12,
+                         "yanchor": "top", "active": sorted(shown).index(chosen) if chosen in shown else 0}],
+        "margin": {"t": 70},
+    }  # fmt: skip
+    return {"data": traces, "layout": base_layout(layout, height=560)}
+
+
+def long_prompt_threshold(prompt_tokens: F64) -> float | None:
+    """Prompts at least twice the run's median length count as long; None when no
+    prompt is (all lengths alike)."""
+    p = prompt_tokens[~np.isnan(prompt_tokens)]
+    if p.size == 0:
+        return None
+    threshold = 2.0 * float(np.median(p))
+    return threshold if threshold > 0 and (p >= threshold).any() else None
+
+
+def itl_over_time(data: RunData) -> tuple[dict[str, Any] | None, str]:
+    """ITL p50 / p99 / max per time bin over the whole run, long-prompt arrivals marked.
+    Returns the figure and a sentence saying what counts as long."""
+    frame = data.frame
+    ok = frame["ok"].to_numpy(dtype=bool)
+    itl = data.ev.itl_ms(ok)
+    if itl.size == 0:
+        return None, "No inter-token gaps (no successful request had two tokens)."
+    t = data.seconds(data.ev.like_itl(data.ev.ch_t, ok))
+    edges = bin_edges(float(t.min()), float(t.max()))
+    centres, qs, top = binned_quantiles(t, itl, edges, (50, 99))
+    data_: list[dict[str, Any]] = [
+        {"type": "scatter", "mode": "lines", "x": rounded(centres, 3), "y": rounded(v, 3), "name": name,
+         "line": {"color": colour, "width": w}, "connectgaps": False, "meta": meta}
+        for name, v, colour, w, meta in (
+            ("ITL max", top, "#d1d5db", 1, "itl_time.max"), ("ITL p99", qs[99], "#D55E00", 1.5, "itl_time.p99"),
+            ("ITL p50", qs[50], "#0072B2", 2, "itl_time.p50"))
+    ]  # fmt: skip
+    prompt = frame["prompt_tokens"].to_numpy(dtype=np.float64)
+    prompt = np.where(np.isnan(prompt), frame["target_prompt_tokens"].to_numpy(dtype=np.float64), prompt)
+    threshold = long_prompt_threshold(prompt)
+    sent = frame["sent_ns"].to_numpy()
+    if threshold is None:
+        note = "All prompts have similar lengths (none reaches twice the median): no long-prompt arrivals to mark."
+    else:
+        longs = np.flatnonzero((prompt >= threshold) & (sent != 0))
+        pick = longs[spread(longs.size, SCATTER_MAX)]
+        data_.append({"type": "scatter", "mode": "markers", "x": rounded(data.seconds(sent[pick]), 3),
+                      "y": [1.0] * pick.size, "yaxis": "y2", "name": f"long prompt sent (≥ {threshold:,.0f} tokens)",
+                      "text": [f"{v:,.0f} prompt tokens" for v in prompt[pick]], "hoverinfo": "x+text",
+                      "marker": {"symbol": "triangle-down", "size": 8, "color": "#6b21a8"}, "meta": "itl_time.long"})  # fmt: skip
+        note = (f"{longs.size} long prompts (≥ {threshold:,.0f} tokens, twice the median) marked where they were "
+                "sent: a decode stall right after them is what chunked prefill removes.")  # fmt: skip
+    layout = {
+        "xaxis": {"title": {"text": "seconds since the run started"}},
+        "yaxis": {"title": {"text": "ITL (ms, log scale)"}, "type": "log"},
+        "yaxis2": {"overlaying": "y", "range": [0, 1.05], "visible": False, "fixedrange": True},
+        "shapes": _level_bands(data),
+    }
+    return {"data": data_, "layout": base_layout(layout, height=420)}, note
+
+
+def tokens_and_lengths(data: RunData) -> dict[str, Any] | None:
+    """Tokens per SSE event (share of events by size) and coalesced reads per level,
+    and output length achieved against requested (one point per request, sampled)."""
+    levels = data.levels
+    if not levels:
+        return None
+    layout, refs = grid(1, 3, ["Tokens per SSE event (share of events)", "Coalesced events per level",
+                               "Output tokens: achieved vs requested"], hgap=0.08)  # fmt: skip
+    names = _names(data)
+    colours = palette(len(levels))
+    ok = data.frame["ok"].to_numpy(dtype=bool)
+    cats = ["1", "2", "3", "4", "5–8", "9–16", ">16"]
+    bounds = np.array([1, 2, 3, 4, 8, 16])
+    traces: list[dict[str, Any]] = []
+    for i, name in enumerate(names):
+        rows = data.level_rows(i) & ok
+        n = data.ev.ev_n[data.ev.event_mask(rows)]
+        if n.size == 0:
+            continue
+        counts = np.bincount(np.searchsorted(bounds, n, side="left"), minlength=len(cats))
+        traces.append({"type": "bar", "x": cats, "y": rounded(counts / n.size, 4), "name": name,
+                       "legendgroup": f"l{i}", "marker": {"color": colours[i]}, "xaxis": refs[0][0],
+                       "yaxis": refs[0][1], "meta": f"tokens_per_event.{i}"})  # fmt: skip
+    traces.append({"type": "bar", "x": names, "y": [(lv.get("events") or {}).get("coalesced_events") for lv in levels],
+                   "marker": {"color": colours}, "name": "coalesced events", "showlegend": False,
+                   "xaxis": refs[1][0], "yaxis": refs[1][1], "meta": "events.coalesced_events"})  # fmt: skip
+    target = data.frame["target_output_tokens"].to_numpy(dtype=np.float64)
+    got = data.frame["output_tokens"].to_numpy(dtype=np.float64)
+    rows = np.flatnonzero(ok)
+    pick = rows[spread(rows.size, SCATTER_MAX)]
+    lv_of = data.frame["level"].to_numpy()[pick]
+    if pick.size:
+        traces.append({"type": "scatter", "mode": "markers", "x": rounded(target[pick], 0), "y": rounded(got[pick], 0),
+                       "marker": {"color": [colours[int(v) % len(colours)] for v in lv_of], "size": 5, "opacity": 0.6},
+                       "name": "requests", "showlegend": False, "xaxis": refs[2][0], "yaxis": refs[2][1],
+                       "meta": "lengths.requests", "hovertemplate": "requested %{x}, got %{y}<extra></extra>"})  # fmt: skip
+        hi = float(max(np.nanmax(target[pick]), np.nanmax(got[pick]), 1.0))
+        traces.append({"type": "scatter", "mode": "lines", "x": [0, hi], "y": [0, hi], "name": "achieved = requested",
+                       "line": {"color": "#6b7280", "dash": "dash"}, "xaxis": refs[2][0], "yaxis": refs[2][1],
+                       "showlegend": False, "hoverinfo": "skip"})  # fmt: skip
+    layout["xaxis"].update({"title": {"text": "tokens in one event"}, "type": "category"})
+    layout["yaxis"].update({"tickformat": ".0%", "rangemode": "tozero"})
+    layout["xaxis2"]["type"] = "category"
+    layout["xaxis3"]["title"] = {"text": "requested (max_tokens)"}
+    layout["yaxis3"]["title"] = {"text": "received"}
+    layout["barmode"] = "group"
+    return {"data": traces, "layout": base_layout(layout, height=420)}
+
+
+def lateness_over_time(data: RunData) -> dict[str, Any] | None:
+    """Send lateness (sent − scheduled) of each request over time, and the runner's
+    event-loop lag when a level's summary carries it as a series:
+    ``level["client"]["loop_lag_over_time"] = {"t_s": [...], "max_ms": [...]}`` (bin
+    start in seconds since the run's clock anchor, largest lag in the bin)."""
+    frame = data.frame
+    sent = frame["sent_ns"].to_numpy()
+    late = frame["send_lateness_ms"].to_numpy(dtype=np.float64)
+    rows = np.flatnonzero((sent != 0) & ~np.isnan(late))
+    traces: list[dict[str, Any]] = []
+    if rows.size:
+        t = data.seconds(sent[rows])
+        pick = keep_peaks(t, late[rows], SCATTER_MAX)
+        traces.append({"type": "scatter", "mode": "markers", "x": rounded(t[pick], 3),
+                       "y": rounded(np.maximum(late[rows][pick], 1e-3), 3), "name": "send lateness (ms)",
+                       "marker": {"size": 4, "color": "#E69F00", "opacity": 0.7}, "meta": "client.send_lateness"})  # fmt: skip
+    for i, lv in enumerate(data.levels):
+        series = (lv.get("client") or {}).get("loop_lag_over_time")
+        if isinstance(series, dict) and series.get("t_s"):
+            traces.append({"type": "scatter", "mode": "lines", "x": series["t_s"], "y": series.get("max_ms"),
+                           "name": "event-loop lag max (ms)", "legendgroup": "lag", "showlegend": i == 0,
+                           "line": {"color": "#0072B2", "width": 1}, "meta": f"client.loop_lag.{i}"})  # fmt: skip
+    if not traces:
+        return None
+    layout = {"xaxis": {"title": {"text": "seconds since the run started"}},
+              "yaxis": {"title": {"text": "ms (log scale)"}, "type": "log"}, "shapes": _level_bands(data)}  # fmt: skip
+    return {"data": traces, "layout": base_layout(layout, height=380)}
+
+
+def failures_over_time(data: RunData) -> dict[str, Any] | None:
+    """Failed requests per time bin (by completion time), stacked by kind."""
+    frame = data.frame
+    ok = frame["ok"].to_numpy(dtype=bool)
+    if ok.all():
+        return None
+    done = frame["done_ns"].to_numpy()
+    sent = frame["sent_ns"].to_numpy()
+    end = np.where(done != 0, done, sent)
+    t_all = data.seconds(end[end != 0])
+    if t_all.size == 0:
+        return None
+    edges = bin_edges(0.0 if t_all.min() >= 0 else float(t_all.min()), float(t_all.max()), max_bins=150)
+    centres = (edges[:-1] + edges[1:]) / 2
+    status = frame["status"].to_numpy()
+    traces = []
+    colours = palette(8)[1:]
+    for k, kind in enumerate(sorted(set(status[~ok].tolist()))):
+        rows = (status == kind) & (end != 0)
+        counts, _ = np.histogram(data.seconds(end[rows]), bins=edges)
+        traces.append({"type": "bar", "x": rounded(centres, 3), "y": counts.tolist(), "name": esc(kind),
+                       "marker": {"color": colours[k % len(colours)]}, "meta": f"failures.{kind}"})  # fmt: skip
+    width = float(edges[1] - edges[0])
+    layout = {"barmode": "stack", "bargap": 0.05, "xaxis": {"title": {"text": "seconds since the run started"}},
+              "yaxis": {"title": {"text": f"failed requests per {width:g} s"}}, "shapes": _level_bands(data)}  # fmt: skip
+    return {"data": traces, "layout": base_layout(layout, height=360)}
+
+
+def _series(lines: Sequence[dict[str, Any]], key: str) -> list[float | None]:
+    out: list[float | None] = []
+    for line in lines:
+        v = line.get(key)
+        out.append(float(v) if isinstance(v, (int, float)) else None)
+    return out
+
+
+def server_metrics(data: RunData) -> dict[str, Any] | None:
+    """Scraped server metrics over time: running and waiting requests, KV-cache usage,
+    prefix-cache hit rate and generated tokens/s (from the counter, when exposed)."""
+    lines = data.server
+    if not lines:
+        return None
+    pick = spread(len(lines), 5000)
+    lines = [lines[int(i)] for i in pick]
+    t = rounded(data.seconds(np.array([ln["t_ns"] for ln in lines], dtype=np.int64)), 3)
+    layout, refs = grid(2, 2, ["Requests running / waiting", "KV-cache usage (%)", "Prefix-cache hit rate (%)",
+                               "Generated tokens/s (server counter)"])  # fmt: skip
+
+    def pct(values: list[float | None]) -> list[float | None]:
+        return [None if v is None else round(100 * v, 3) for v in values]
+
+    traces: list[dict[str, Any]] = [
+        {"type": "scatter", "mode": "lines", "x": t, "y": _series(lines, "running"), "name": "running",
+         "line": {"color": "#0072B2"}, "xaxis": refs[0][0], "yaxis": refs[0][1], "meta": "server.running"},
+        {"type": "scatter", "mode": "lines", "x": t, "y": _series(lines, "waiting"), "name": "waiting",
+         "line": {"color": "#D55E00"}, "xaxis": refs[0][0], "yaxis": refs[0][1], "meta": "server.waiting"},
+        {"type": "scatter", "mode": "lines", "x": t, "y": pct(_series(lines, "kv_usage")), "name": "KV-cache usage",
+         "line": {"color": "#009E73"}, "xaxis": refs[1][0], "yaxis": refs[1][1], "meta": "server.kv_usage"},
+        {"type": "scatter", "mode": "lines+markers", "x": t, "y": pct(_series(lines, "prefix_hit_rate")),
+         "name": "prefix-cache hit rate", "line": {"color": "#CC79A7"}, "marker": {"size": 3},
+         "xaxis": refs[2][0], "yaxis": refs[2][1], "meta": "server.prefix_hit_rate"},
+    ]  # fmt: skip
+    gen = [(ln["t_ns"], (ln.get("raw") or {}).get("vllm:generation_tokens_total")) for ln in lines]
+    gen = [(tn, v) for tn, v in gen if isinstance(v, (int, float))]
+    if len(gen) >= 2:
+        g = np.array(gen, dtype=np.float64)
+        rate = np.diff(g[:, 1]) / (np.diff(g[:, 0]) / 1e9)
+        traces.append({"type": "scatter", "mode": "lines", "x": rounded(data.seconds(g[1:, 0]), 3),
+                       "y": rounded(np.maximum(rate, 0), 1), "name": "generated tokens/s", "line": {"color": "#1f2937"},
+                       "xaxis": refs[3][0], "yaxis": refs[3][1], "meta": "server.generation_tokens_per_s"})  # fmt: skip
+    for k in range(1, 5):
+        layout["xaxis" if k == 1 else f"xaxis{k}"]["title"] = {"text": "seconds since the run started"}
+        layout["yaxis" if k == 1 else f"yaxis{k}"]["rangemode"] = "tozero"
+    layout["yaxis2"]["range"] = [0, 105]
+    layout["yaxis3"]["range"] = [0, 105]
+    shapes = []
+    for xr, yr in refs:
+        shapes.extend(_level_bands(data, xr, f"{yr} domain"))
+    layout["shapes"] = shapes
+    return {"data": traces, "layout": base_layout(layout, height=600)}

@@ -1,0 +1,113 @@
+"""A run folder loaded for reporting: summary, run config, per-request frame, server metrics.
+
+The per-request frame and event arrays come from :mod:`loadgen.metrics.per_request`
+(warm-up records dropped, as the summaries do); this module only reads files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loadgen.errors import ConfigError
+from loadgen.metrics.per_request import EventArrays, frame_and_events
+from loadgen.records import RequestRecord
+from loadgen.report.files import read_records, read_run, read_summary
+
+__all__ = ["RunData", "load_run", "read_server_metrics", "SERVER_METRICS_FILE"]
+
+SERVER_METRICS_FILE = "server_metrics.jsonl"
+
+
+@dataclass(slots=True)
+class RunData:
+    """Everything a report draws from one run folder.
+
+    ``frame``/``ev`` hold the non-warm-up records of every level (``frame["level"]`` is
+    the index into ``summary["levels"]``); ``errors`` counts failure messages per status;
+    ``anchor_ns`` is the run's time zero (``run.json`` clock anchor, else the first send).
+    """
+
+    folder: Path
+    run: dict[str, Any]
+    summary: dict[str, Any]
+    frame: pd.DataFrame
+    ev: EventArrays
+    errors: dict[str, Counter[str]] = field(default_factory=dict)
+    server: list[dict[str, Any]] = field(default_factory=list)
+    anchor_ns: int = 0
+
+    @property
+    def levels(self) -> list[dict[str, Any]]:
+        return list(self.summary.get("levels") or [])
+
+    def level_rows(self, index: int) -> np.ndarray:
+        """Boolean mask over the frame: the rows of level ``index``."""
+        return np.asarray(self.frame["level"].to_numpy() == index)
+
+    def seconds(self, t_ns: np.ndarray) -> np.ndarray:
+        """Monotonic ns -> seconds since the run's time zero."""
+        return (np.asarray(t_ns, dtype=np.float64) - self.anchor_ns) / 1e9
+
+
+def read_server_metrics(path: Path) -> list[dict[str, Any]]:
+    """The lines of a ``server_metrics.jsonl`` (torn or foreign lines skipped)."""
+    out: list[dict[str, Any]] = []
+    if not path.is_file():
+        return out
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("t_ns"), int):
+                out.append(obj)
+    return out
+
+
+def _errors(records: list[RequestRecord]) -> dict[str, Counter[str]]:
+    out: dict[str, Counter[str]] = {}
+    for r in records:
+        if r.warmup or r.ok:
+            continue
+        status = getattr(r.status, "value", str(r.status))
+        out.setdefault(status, Counter())[(r.error or "")[:200]] += 1
+    return out
+
+
+def load_run(folder: Path) -> RunData:
+    """Read a run folder (``summary.json`` and ``records.jsonl`` required; ``run.json``
+    and ``server_metrics.jsonl`` used when present)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder (expected a loadgen run folder)")
+    summary = read_summary(folder)
+    if not isinstance(summary, dict) or not isinstance(summary.get("levels"), list):
+        raise ConfigError(f"{folder / 'summary.json'}: no 'levels' list (not a loadgen summary)")
+    try:
+        run = read_run(folder)
+    except ConfigError:
+        run = {}
+    records = list(read_records(folder))
+    frame, ev = frame_and_events(records)
+    anchor = (run.get("clock_anchor") or {}).get("perf_counter_ns")
+    if not isinstance(anchor, int):
+        sent = frame["sent_ns"].to_numpy()
+        anchor = int(sent[sent != 0].min()) if (sent != 0).any() else 0
+    return RunData(
+        folder=folder,
+        run=run,
+        summary=summary,
+        frame=frame,
+        ev=ev,
+        errors=_errors(records),
+        server=read_server_metrics(folder / SERVER_METRICS_FILE),
+        anchor_ns=anchor,
+    )

@@ -1,0 +1,158 @@
+"""Bootstrap intervals and verdicts (loadgen.metrics.compare) on synthetic samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loadgen.metrics import compare as C
+
+
+def brute_force(x: np.ndarray, q: float, resamples: int, seed: int) -> np.ndarray:
+    idx = np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))
+    return np.percentile(x[idx], 100 * q, axis=1)
+
+
+@pytest.mark.parametrize(("n", "q"), [(7, 0.3), (40, 0.5), (41, 0.5), (60, 0.99), (500, 0.9)])
+def test_order_statistic_bootstrap_matches_brute_force(n: int, q: float) -> None:
+    x = np.sort(np.random.default_rng(n).lognormal(0.0, 1.0, n))
+    fast = C.bootstrap_quantile(x, q, 100_000, np.random.default_rng(1))
+    slow = brute_force(x, q, 20_000, seed=2)
+    probs = [5, 25, 50, 75, 95]
+    # the two are the same distribution: quantiles agree up to Monte-Carlo error,
+    # measured in ranks of the data (each bootstrap value is one of x or between two)
+    rank = lambda v: np.searchsorted(x, np.percentile(v, probs))  # noqa: E731
+    assert np.abs(rank(fast) - rank(slow)).max() <= 1
+    assert abs(fast.mean() - slow.mean()) < 0.03 * x.std() + 0.02 * abs(slow.mean())
+    # every draw lies within the data's range
+    assert fast.min() >= x[0] and fast.max() <= x[-1]
+
+
+def test_bootstrap_of_a_constant_sample_is_constant() -> None:
+    draws = C.bootstrap_quantile(np.full(50, 3.5), 0.99, 200, np.random.default_rng(0))
+    assert np.all(draws == 3.5)
+
+
+def test_known_shift_is_covered_and_judged() -> None:
+    rng = np.random.default_rng(11)
+    a = rng.normal(100.0, 10.0, 4000)
+    b = rng.normal(105.0, 10.0, 4000)  # latency 5 ms higher: worse
+    d = C.quantile_difference(a, b, 0.5, seed=3)
+    assert d.ci is not None and d.ci[0] < 5.0 < d.ci[1]
+    assert d.verdict == C.WORSE
+    assert d.a == pytest.approx(float(np.percentile(a, 50))) and d.diff == pytest.approx(d.b - d.a)
+    # the same shift with higher-is-better reads as better
+    assert C.quantile_difference(a, b, 0.5, seed=3, higher_is_better=True).verdict == C.BETTER
+    # and the other way round
+    assert C.quantile_difference(b, a, 0.5, seed=3).verdict == C.BETTER
+
+
+def test_p99_shift_is_covered() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.exponential(20.0, 20_000)
+    b = a + 8.0  # every request 8 ms slower: every percentile moves by 8
+    b = rng.permutation(b)
+    d = C.quantile_difference(a, b, 0.99, seed=1)
+    assert d.diff == pytest.approx(8.0)
+    assert d.ci is not None and d.ci[0] < 8.0 < d.ci[1]
+    assert d.verdict == C.WORSE
+
+
+def test_identical_samples_are_no_significant_change() -> None:
+    x = np.random.default_rng(2).lognormal(3.0, 0.5, 3000)
+    for q in (0.5, 0.99):
+        d = C.quantile_difference(x, x.copy(), q, seed=9)
+        assert d.diff == 0.0
+        assert d.ci is not None and d.ci[0] <= 0.0 <= d.ci[1]
+        assert d.verdict == C.NO_CHANGE
+
+
+def test_same_distribution_false_alarms_near_five_percent() -> None:
+    """Calibration: two samples from one distribution, many seeds — the 95% interval
+    excludes 0 about 5% of the time, and covers the true shift about 95% of the time."""
+    rng = np.random.default_rng(123)
+    alarms = covered = 0
+    trials = 300
+    for k in range(trials):
+        a = rng.lognormal(3.0, 0.4, 400)
+        b = rng.lognormal(3.0, 0.4, 400)
+        if C.quantile_difference(a, b, 0.5, seed=k).verdict != C.NO_CHANGE:
+            alarms += 1
+        shifted = C.quantile_difference(a, b + 2.0, 0.5, seed=k)
+        covered += shifted.ci is not None and shifted.ci[0] <= 2.0 <= shifted.ci[1]
+    assert 0.01 <= alarms / trials <= 0.11
+    assert 0.89 <= covered / trials <= 0.99
+
+
+def test_min_effect_and_min_tail() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.normal(100.0, 1.0, 50_000)
+    b = rng.normal(101.0, 1.0, 50_000)  # +1%: clearly resolved, but small
+    assert C.quantile_difference(a, b, 0.5).verdict == C.WORSE
+    small = C.quantile_difference(a, b, 0.5, min_effect=0.02)
+    assert small.verdict == C.NO_CHANGE and small.ci is not None and small.ci[0] > 0
+    # p99 of 40 samples: not enough tail to judge, whatever the shift
+    few = C.quantile_difference(a[:40], a[:40] + 50, 0.99)
+    assert few.verdict == C.NO_CHANGE and "too few" in few.note and few.diff == pytest.approx(50.0)
+
+
+def test_empty_side_is_not_available() -> None:
+    d = C.quantile_difference([], [1.0, 2.0], 0.5)
+    assert d.verdict == C.NOT_AVAILABLE and d.a is None and d.b == 1.5 and d.ci is None
+    assert C.quantile_difference([np.nan], [1.0], 0.5).verdict == C.NOT_AVAILABLE
+
+
+def test_proportions() -> None:
+    same = C.proportion_difference((500, 0.9), (500, 0.9), scale_a=100, scale_b=100)
+    assert same.diff == 0.0 and same.verdict == C.NO_CHANGE and same.a == pytest.approx(90.0)
+    better = C.proportion_difference((2000, 0.80), (2000, 0.90))
+    assert better.verdict == C.BETTER and better.ci is not None and better.ci[0] < 0.10 < better.ci[1]
+    assert C.proportion_difference((0, None), (10, 0.5)).verdict == C.NOT_AVAILABLE
+
+
+def test_block_rates_mean_is_the_window_rate() -> None:
+    window = (1_000_000_000, 3_000_000_000)  # 2 s
+    t = np.array([1.0e9, 1.5e9, 2.0e9, 2.9e9, 3.0e9], dtype=np.int64)
+    w = np.array([10, 20, 30, 40, 50])
+    rates = C.block_rates(t, window, n_blocks=4, weights=w)
+    assert rates.tolist() == [20.0, 40.0, 60.0, 180.0]  # 0.5 s blocks; the end lands in the last
+    assert rates.mean() == pytest.approx(w.sum() / 2.0)
+    assert C.block_rates(t, (5, 5)).size == 0
+    with pytest.raises(ValueError):
+        C.block_rates(t, window, n_blocks=0)
+
+
+def test_rate_difference() -> None:
+    rng = np.random.default_rng(8)
+    a = rng.normal(1000.0, 30.0, 20)
+    b = rng.normal(1200.0, 30.0, 20)
+    d = C.rate_difference(a, b, seed=1)
+    assert d.verdict == C.BETTER and d.ci is not None and d.ci[0] < 200 < d.ci[1]
+    assert C.rate_difference(a, a, seed=1).verdict == C.NO_CHANGE
+    assert C.rate_difference([], a).verdict == C.NOT_AVAILABLE
+
+
+def test_same_seed_same_interval() -> None:
+    x = np.arange(100.0)
+    assert C.quantile_difference(x, x + 1, 0.5, seed=4) == C.quantile_difference(x, x + 1, 0.5, seed=4)
+
+
+def test_argument_checks() -> None:
+    with pytest.raises(ValueError):
+        C.quantile_difference([1.0], [2.0], 0.5, confidence=1.5)
+    with pytest.raises(ValueError):
+        C.quantile_difference([1.0], [2.0], 0.5, resamples=2)
+    with pytest.raises(ValueError):
+        C.bootstrap_quantile(np.zeros(0), 0.5, 10, np.random.default_rng(0))
+    with pytest.raises(ValueError):
+        C.bootstrap_quantile(np.zeros(3), 1.5, 10, np.random.default_rng(0))
+
+
+def test_verdict_rules() -> None:
+    assert C.verdict((1.0, 2.0), higher_is_better=False) == C.WORSE
+    assert C.verdict((1.0, 2.0), higher_is_better=True) == C.BETTER
+    assert C.verdict((-2.0, -1.0), higher_is_better=False) == C.BETTER
+    assert C.verdict((-1.0, 1.0), higher_is_better=False) == C.NO_CHANGE
+    assert C.verdict((0.0, 1.0), higher_is_better=False) == C.NO_CHANGE  # touching 0 is not excluding it
+    assert C.verdict(None, higher_is_better=False) == C.NOT_AVAILABLE
+    assert C.verdict((1.0, 2.0), False, rel=0.01, min_effect=0.02) == C.NO_CHANGE
