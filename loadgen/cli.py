@@ -167,7 +167,12 @@ def run(
     get_dialect(api)
     if transport not in TRANSPORTS:
         raise ConfigError(f"unknown transport {transport!r}; choose one of: {', '.join(TRANSPORTS)}", key="--transport")
-    outcome = execute(cfg, _console())
+    console = _console()
+    outcome = execute(cfg, console)
+    if outcome.records:
+        from loadgen.report.html import render_run_report
+
+        console.print(f"[dim]report: {render_run_report(outcome.folder)}[/dim]")
     if outcome.interrupted:
         raise typer.Exit(130)
 
@@ -224,6 +229,32 @@ def _profile(
     if max_in_flight is not None:
         prof = replace(prof, max_in_flight=max_in_flight)
     return prof
+
+
+@app.command()
+@friendly
+def report(
+    folder: Path = typer.Argument(..., help="A run folder (with summary.json and records.jsonl)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default FOLDER/report.html)"),
+) -> None:
+    """Re-render a run's self-contained HTML report from its files."""
+    from loadgen.report.html import render_run_report
+
+    _console().print(f"report: {render_run_report(folder, out)}")
+
+
+@app.command()
+@friendly
+def compare(
+    folders: List[Path] = typer.Argument(..., help="Two or more run folders; the first is the baseline"),
+    out: Path = typer.Option(Path("reports/comparison.html"), "--out", "-o", help="Output HTML file"),
+    label: List[str] = typer.Option([], help="A label per run, in order (default: the run labels)"),
+    force: bool = typer.Option(False, help="Compare even when the workloads differ"),
+) -> None:
+    """Compare runs side by side: overlaid curves, differences with 95% bootstrap intervals."""
+    from loadgen.report.compare import render_comparison
+
+    _console().print(f"comparison: {render_comparison(folders, out, labels=label or None, force=force)}")
 
 
 @app.command()

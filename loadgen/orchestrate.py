@@ -26,6 +26,7 @@ from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.sweeps import metric_value, sweep
 from loadgen.metrics.capacity import capacity, knee, windows
+from loadgen.metrics.client import lag_over_time
 from loadgen.metrics.slo import SLO
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
@@ -150,7 +151,7 @@ def level_slos(slos: Sequence[SLO], mode: str, slo_latency: str) -> list[SLO]:
     return [SLO(swap.get(s.metric, s.metric), s.limit_ms, s.stat) for s in slos]
 
 
-def _summarize(result: LevelResult, cfg: RunConfig) -> dict[str, Any]:
+def _summarize(result: LevelResult, cfg: RunConfig, anchor_ns: int) -> dict[str, Any]:
     slos = level_slos(cfg.slos, result.plan.mode, cfg.profile.slo_latency)
     level = summarize_level(
         result.records, load=result.plan.load, slos=slos, loop_lag_ms=result.loop_lag_ms, trim=cfg.profile.trim
@@ -159,6 +160,7 @@ def _summarize(result: LevelResult, cfg: RunConfig) -> dict[str, Any]:
         late = sum(1 for r in result.records if r.sent_ns - r.scheduled_ns > LATE_NS)
         level["schedule"] = {"scheduled": result.scheduled, "late": late, "late_threshold_ms": LATE_NS / 1e6,
                              "dropped": result.dropped}  # fmt: skip
+    level["client"]["loop_lag_over_time"] = lag_over_time(result.loop_lag_t_ns, result.loop_lag_ms, anchor_ns)
     level["interrupted"] = result.interrupted
     return level
 
@@ -218,7 +220,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                     unit = "users" if plan.mode == "concurrency" else "req/s"
                     label["text"] = f"level {plan.index + 1}: {plan.load['value']} {unit}"
                     result = await runner.run_level(plan, _prepare(specs, plan))
-                    level = _summarize(result, cfg)
+                    level = _summarize(result, cfg, anchor_ns)
                     if prof.kind in ("soak", "ramp"):
                         level["windows"] = windows(result.records, prof.window_s)
                     levels_out.append(level)

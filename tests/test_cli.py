@@ -35,7 +35,7 @@ def test_run_writes_the_run_folder(server: ScriptedServerProcess, tmp_path: Path
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "TTFT" in res.output and "attainment 100.0%" in res.output
-    assert {p.name for p in out.iterdir()} == {"run.json", "records.jsonl", "summary.json"}
+    assert {p.name for p in out.iterdir()} == {"run.json", "records.jsonl", "summary.json", "report.html"}
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert len(records) == 20 and all(r["status"] == "ok" for r in records)
     summary = json.loads((out / "summary.json").read_text())
@@ -144,3 +144,30 @@ def test_ctrl_c_keeps_records_and_summarises(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is True
     assert summary["levels"][0]["requests"]["total"] == len(records)
+
+
+def test_report_and_compare_commands(server: ScriptedServerProcess, tmp_path: Path) -> None:
+    def run(name: str, output_tokens: str) -> Path:
+        out = tmp_path / name
+        res = runner.invoke(
+            app,
+            ["run", "--url", server.url, "--concurrency", "2", "--requests", "8", "--prompt-tokens", "16",
+             "--output-tokens", output_tokens, "--out", str(out), "--label", name, "--quiet"],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        return out
+
+    a, b, c = run("a", "8"), run("b", "8"), run("c", "12")
+    (a / "report.html").unlink()
+    res = runner.invoke(app, ["report", str(a)])
+    assert res.exit_code == 0 and (a / "report.html").stat().st_size > 100_000
+    res = runner.invoke(app, ["compare", str(a), str(b), "-o", str(tmp_path / "ab.html")])
+    assert res.exit_code == 0, res.output
+    html = (tmp_path / "ab.html").read_text()
+    assert "no significant change" in html
+    res = runner.invoke(app, ["compare", str(a), str(c), "-o", str(tmp_path / "ac.html")])
+    assert res.exit_code == 2 and "--force" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["compare", str(a), str(c), "-o", str(tmp_path / "ac.html"), "--force"])
+    assert res.exit_code == 0
+    res = runner.invoke(app, ["report", str(tmp_path / "nothing")])
+    assert res.exit_code == 2 and "run folder" in res.output
