@@ -31,7 +31,7 @@ from loadgen.metrics.slo import SLO
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
 from loadgen.report.console import LiveStats, level_table, metrics_table
-from loadgen.report.files import RunWriter, machine_info
+from loadgen.report.files import RunWriter, holds_run, machine_info
 from loadgen.workload.generate import spec_stream
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.spec import Workload
@@ -191,6 +191,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
         if cfg.calibrate and not calib["calibrated"]:
             console.print(f"[yellow]warning: prompt lengths not calibrated: {calib['reason']}[/yellow]")
         specs: Iterator[RequestSpec] = spec_stream(cfg.workload, seed=cfg.seed, synth=synth)
+        if holds_run(cfg.out):
+            console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
         with RunWriter(cfg.out) as writer:
             writer.write_run(_run_json(cfg, info, calib, started, anchor_ns))
             runner = Runner(transport)

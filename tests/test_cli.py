@@ -171,3 +171,13 @@ def test_report_and_compare_commands(server: ScriptedServerProcess, tmp_path: Pa
     assert res.exit_code == 0
     res = runner.invoke(app, ["report", str(tmp_path / "nothing")])
     assert res.exit_code == 2 and "run folder" in res.output
+
+
+def test_a_folder_holds_one_run(server: ScriptedServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "again"
+    args = ["run", "--url", server.url, "--requests", "5", "--prompt-tokens", "8", "--output-tokens", "2",
+            "--out", str(out), "--quiet"]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    res = runner.invoke(app, args[:4] + ["3"] + args[5:])
+    assert res.exit_code == 0 and "replacing the earlier run" in res.output
+    assert len((out / "records.jsonl").read_text().splitlines()) == 3

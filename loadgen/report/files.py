@@ -19,7 +19,7 @@ from loadgen import __version__
 from loadgen.errors import ConfigError
 from loadgen.records import RequestRecord, record_from_json, record_to_json
 
-__all__ = ["RunWriter", "read_records", "read_summary", "read_run", "machine_info", "default_run_dir"]
+__all__ = ["RUN_FILES", "holds_run", "RunWriter", "read_records", "read_summary", "read_run", "machine_info", "default_run_dir"]
 
 
 def default_run_dir(root: Path, label: str) -> Path:
@@ -46,6 +46,13 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+RUN_FILES = ("run.json", "records.jsonl", "summary.json", "report.html", "server_metrics.jsonl")
+
+
+def holds_run(folder: Path) -> bool:
+    return any((folder / name).exists() for name in RUN_FILES)
+
+
 class RunWriter:
     """Writes one run folder. Use as a context manager so the records file is closed."""
 
@@ -57,7 +64,9 @@ class RunWriter:
     def __enter__(self) -> "RunWriter":
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self._records = open(self.folder / "records.jsonl", "a", encoding="utf-8")
+            for name in RUN_FILES:  # a folder holds one run: an older one's files would mix in
+                (self.folder / name).unlink(missing_ok=True)
+            self._records = open(self.folder / "records.jsonl", "w", encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot write the run folder: {exc}", key="--out") from exc
         return self
