@@ -4,6 +4,10 @@ Shared by every transport: a transport stamps each read with ``perf_counter_ns()
 *before* anything is parsed and hands ``(chunk, t_ns)`` to :meth:`StreamState.feed`.
 All events decoded from one read carry that read's timestamp.
 
+Parsing is deferred to a ``call_soon`` callback: when many streams' bytes arrive in one
+event-loop turn, every stream takes its timestamp first and the SSE/JSON work runs after
+them, so one stream's parsing never delays another stream's clock.
+
 Token counting (DESIGN.md): per-event usage deltas when the server streams cumulative
 usage on every event, else one token per output-carrying event, rescaled to the final
 ``usage.completion_tokens`` when present. ``record.token_source`` says which.
@@ -11,6 +15,7 @@ usage on every event, else one token per output-carrying event, rescaled to the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -30,9 +35,12 @@ def distribute(total: int, n: int) -> list[int]:
 class StreamState:
     """Decodes one response stream into ``record`` (events, usage, completion)."""
 
-    __slots__ = ("record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_done_ns")
+    __slots__ = (
+        "record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_done_ns",
+        "_pending", "_scheduled", "_error", "_loop",
+    )  # fmt: skip
 
-    def __init__(self, record: RequestRecord, dialect: Dialect) -> None:
+    def __init__(self, record: RequestRecord, dialect: Dialect, defer: bool = True) -> None:
         self.record = record
         self.dialect = dialect
         self._sse = SSEDecoder()
@@ -42,18 +50,56 @@ class StreamState:
         self._last_cum = 0
         self._usage: dict[str, Any] | None = None
         self._done_ns = 0
+        self._pending: list[tuple[bytes, int]] = []
+        self._scheduled = False
+        self._error: Exception | None = None
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop() if defer else None
+        except RuntimeError:
+            self._loop = None
 
     @property
     def done(self) -> bool:
         return self._done
 
     def feed(self, chunk: bytes, t_ns: int) -> None:
-        """Consume one read; raises InvalidResponse / HTTPStatusError on a bad event."""
-        for ev in self._sse.feed(chunk):
-            self._event(ev, t_ns)
+        """Take one read (already stamped); it is parsed soon after, or now without a loop.
+
+        A bad event (InvalidResponse / HTTPStatusError) is raised by this call or a later
+        one, or by :meth:`close`.
+        """
+        if self._error is not None:
+            raise self._error
+        self._pending.append((chunk, t_ns))
+        if self._loop is None:
+            self._parse_pending()
+            if self._error is not None:
+                raise self._error
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._parse_pending)
+
+    def _parse_pending(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, []
+        if self._error is not None:
+            return
+        try:
+            for chunk, t_ns in pending:
+                for ev in self._sse.feed(chunk):
+                    self._event(ev, t_ns)
+        except (InvalidResponse, HTTPStatusError) as exc:
+            self._error = exc
+
+    def salvage(self) -> None:
+        """The stream failed: keep the events that did arrive (parse errors are moot now)."""
+        self._parse_pending()
 
     def close(self, t_ns: int) -> None:
         """End of the byte stream: flush the decoder, check completion, settle tokens."""
+        self._parse_pending()
+        if self._error is not None:
+            raise self._error
         for ev in self._sse.close():
             self._event(ev, t_ns)
         rec = self.record

@@ -65,9 +65,11 @@ class _StreamingTransport:
         try:
             await self._exchange(body, state)
         except asyncio.CancelledError:
+            state.salvage()
             record.fail(ErrorKind.CANCELLED, "cancelled", _now())
             raise
         except TransportError as exc:
+            state.salvage()
             http_status = exc.status if isinstance(exc, HTTPStatusError) and exc.status else None
             record.fail(_KIND.get(type(exc), ErrorKind.DISCONNECTED), str(exc), _now(), http_status)
         if not record.done_ns:
