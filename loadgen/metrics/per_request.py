@@ -22,6 +22,9 @@ of failed requests too (the ``ok`` column tells them apart); every aggregate in
 with ``scheduled_ns == 0`` (none recorded) is taken as scheduled when it was sent.
 
 Everything is vectorised over all events at once (one numpy pass, boundaries by masks).
+The events may come inside the records or apart from them, already flattened
+(:func:`event_arrays_from_flat`, :func:`frame_and_events_from_flat`: what a columnar
+reader of ``records.jsonl`` gives); both give the same frame.
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ from loadgen.records import ErrorKind, RequestRecord
 __all__ = [
     "EventArrays",
     "event_arrays",
+    "event_arrays_from_flat",
     "frame_and_events",
+    "frame_and_events_from_flat",
     "per_request_frame",
     "itl_samples",
     "inter_chunk_samples",
@@ -131,13 +136,29 @@ def event_arrays(records: Sequence[RequestRecord]) -> EventArrays:
     """Flatten the events of ``records`` (no filtering: pass the records you mean)."""
     n = len(records)
     n_events = np.fromiter((len(r.events) for r in records), dtype=np.int64, count=n)
-    total = int(n_events.sum())
     flat = np.fromiter(
         chain.from_iterable(chain.from_iterable(r.events for r in records)),
         dtype=np.int64,
-        count=2 * total,
-    ).reshape(-1, 2)
-    t, k = flat[:, 0], flat[:, 1]  # strided views: cheaper than fresh copies
+        count=2 * int(n_events.sum()),
+    )
+    return event_arrays_from_flat(n_events, flat)
+
+
+def _flat_pairs(n_events: npt.ArrayLike, flat: npt.ArrayLike) -> tuple[I64, I64]:
+    counts = np.asarray(n_events, dtype=np.int64).reshape(-1)
+    pairs = np.asarray(flat, dtype=np.int64).reshape(-1, 2)
+    if pairs.shape[0] != int(counts.sum()) or (counts < 0).any():
+        raise ValueError(f"{pairs.shape[0]} events given, but the per-record counts add up to {int(counts.sum())}")
+    return counts, pairs
+
+
+def event_arrays_from_flat(n_events: npt.ArrayLike, flat: npt.ArrayLike) -> EventArrays:
+    """:func:`event_arrays` from events already flattened: ``flat`` holds the
+    ``[t_ns, n_tokens]`` pairs of every record in record order (shape ``(N, 2)``, or
+    ``2N`` values interleaved), ``n_events[i]`` how many belong to record ``i``."""
+    n_events, pairs = _flat_pairs(n_events, flat)
+    n = n_events.size
+    t, k = pairs[:, 0], pairs[:, 1]  # strided views: cheaper than fresh copies
     ev_count = n_events
     if not (k > 0).all():  # rare: events without tokens are dropped
         keep = k > 0
@@ -250,6 +271,25 @@ def frame_and_events(records: Iterable[RequestRecord]) -> tuple[pd.DataFrame, Ev
     recs = _measured(records)
     ev = event_arrays(recs)
     return _build_frame(recs, ev), ev
+
+
+def frame_and_events_from_flat(
+    records: Sequence[RequestRecord], n_events: npt.ArrayLike, flat: npt.ArrayLike
+) -> tuple[pd.DataFrame, EventArrays]:
+    """:func:`frame_and_events` with the events given apart from the records (as
+    :func:`event_arrays_from_flat` takes them, one count per record of ``records``);
+    the records' own ``events`` are ignored. Warm-up records and their events are
+    dropped; the result equals ``frame_and_events`` of the records with their events."""
+    counts, pairs = _flat_pairs(n_events, flat)
+    if counts.size != len(records):
+        raise ValueError(f"{counts.size} event counts given for {len(records)} records")
+    keep = np.fromiter((not r.warmup for r in records), dtype=bool, count=len(records))
+    if not keep.all():
+        records = [r for r in records if not r.warmup]
+        pairs = pairs[np.repeat(keep, counts)]
+        counts = counts[keep]
+    ev = event_arrays_from_flat(counts, pairs)
+    return _build_frame(records, ev), ev
 
 
 def per_request_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:

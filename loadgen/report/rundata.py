@@ -1,7 +1,9 @@
 """A run folder loaded for reporting: summary, run config, per-request frame, server metrics.
 
 The per-request frame and event arrays come from :mod:`loadgen.metrics.per_request`
-(warm-up records dropped, as the summaries do); this module only reads files.
+(warm-up records dropped, as the summaries do), built from the columnar reading of
+``records.jsonl`` (:func:`~loadgen.report.files.read_records_columnar`); this module
+only reads files.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from loadgen.errors import ConfigError
-from loadgen.metrics.per_request import EventArrays, frame_and_events
+from loadgen.metrics.per_request import EventArrays, frame_and_events_from_flat
 from loadgen.records import RequestRecord
-from loadgen.report.files import read_records, read_run, read_summary
+from loadgen.report.files import read_records_columnar, read_run, read_summary
 
 __all__ = ["RunData", "load_run", "read_server_metrics", "SERVER_METRICS_FILE"]
 
@@ -95,8 +97,8 @@ def load_run(folder: Path) -> RunData:
         run = read_run(folder)
     except ConfigError:
         run = {}
-    records = list(read_records(folder))
-    frame, ev = frame_and_events(records)
+    cols = read_records_columnar(folder)  # events apart: the records hold none
+    frame, ev = frame_and_events_from_flat(cols.records, cols.n_events, cols.events)
     anchor = (run.get("clock_anchor") or {}).get("perf_counter_ns")
     if not isinstance(anchor, int):
         sent = frame["sent_ns"].to_numpy()
@@ -107,7 +109,7 @@ def load_run(folder: Path) -> RunData:
         summary=summary,
         frame=frame,
         ev=ev,
-        errors=_errors(records),
+        errors=_errors(cols.records),
         server=read_server_metrics(folder / SERVER_METRICS_FILE),
         anchor_ns=anchor,
     )

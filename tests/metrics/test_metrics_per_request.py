@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from loadgen.metrics.per_request import (
     FRAME_COLUMNS,
     event_arrays,
+    event_arrays_from_flat,
     frame_and_events,
+    frame_and_events_from_flat,
     inter_chunk_samples,
     itl_samples,
     per_request_frame,
@@ -196,3 +200,81 @@ def test_vectorised_matches_a_naive_reference_on_random_records():
         if itl:
             assert frame["itl_max_ms"].iat[i] == pytest.approx(max(itl))
     np.testing.assert_allclose(itl_samples(records), expected_itl)
+
+
+def _flat(records):
+    n_events = np.array([len(r.events) for r in records], dtype=np.int64)
+    flat = np.array([e for r in records for e in r.events], dtype=np.int64).reshape(-1, 2)
+    return n_events, flat
+
+
+def _assert_same_events(a, b):
+    for name in a.__slots__:
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(x, y, err_msg=name)
+            assert x.dtype == y.dtype, name
+        else:
+            assert x == y, name
+
+
+def _odd_records():
+    """Coalesced, out of order, zero-token, failed, warm-up and event-less records."""
+    return [
+        rec(0, [(100, 1), (130, 1), (130, 1), (150, 2)], warmup=True),
+        rec(1, [(100, 1), (100, 1), (100, 1), (140, 1)], prompt_tokens=7),
+        rec(2, [(130, 1), (100, 1), (160, 2)], scheduled=-5.0),
+        rec(3, [(100, 0), (110, 1), (120, 0), (130, 3)]),
+        rec(4, [], status=ErrorKind.HTTP_ERROR, done=5),
+        rec(5, [(100, 1), (120, 1)], status=ErrorKind.TIMEOUT, done=400),
+        rec(6, [(50, 1)], warmup=True, status=ErrorKind.TIMEOUT),
+        rec(7, [(90, 4)]),
+        rec(8, []),
+    ]
+
+
+def test_event_arrays_from_flat_equal_event_arrays():
+    records = _odd_records()
+    n_events, flat = _flat(records)
+    _assert_same_events(event_arrays_from_flat(n_events, flat), event_arrays(records))
+    _assert_same_events(event_arrays_from_flat(n_events, flat.ravel()), event_arrays(records))  # interleaved
+    _assert_same_events(event_arrays_from_flat([], np.zeros((0, 2), np.int64)), event_arrays([]))
+
+
+def test_frame_from_flat_equals_frame_from_records_and_drops_warmup_events():
+    records = _odd_records()
+    n_events, flat = _flat(records)
+    bare = [dataclasses.replace(r, events=[]) for r in records]
+    frame, ev = frame_and_events_from_flat(bare, n_events, flat)
+    want_frame, want_ev = frame_and_events(records)
+    pd.testing.assert_frame_equal(frame, want_frame, check_exact=True)
+    _assert_same_events(ev, want_ev)
+    assert frame["index"].tolist() == [1, 2, 3, 4, 5, 7, 8]  # warm-up records 0 and 6 dropped
+    assert ev.ev_t.size == 4 + 3 + 2 + 0 + 2 + 1 + 0  # tokenless events dropped, warm-ups' too
+    assert frame["coalesced_events"].tolist() == [2, 0, 0, 0, 0, 0, 0]
+
+
+def test_frame_from_flat_on_random_records_with_warmups():
+    rng = random.Random(11)
+    records = []
+    for i in range(200):
+        t, events = rng.uniform(0, 100), []
+        for _ in range(rng.randint(0, 9)):
+            t += 0 if events and rng.random() < 0.3 else rng.uniform(0.01, 40)
+            events.append((round(t, 3), rng.choice([0, 1, 1, 2, 5])))
+        status = rng.choice([ErrorKind.OK] * 8 + [ErrorKind.TIMEOUT, ErrorKind.DISCONNECTED])
+        records.append(rec(i, events, status=status, warmup=rng.random() < 0.1))
+    n_events, flat = _flat(records)
+    frame, ev = frame_and_events_from_flat([dataclasses.replace(r, events=[]) for r in records], n_events, flat)
+    want_frame, want_ev = frame_and_events(records)
+    pd.testing.assert_frame_equal(frame, want_frame, check_exact=True)
+    _assert_same_events(ev, want_ev)
+
+
+def test_flat_events_must_match_their_counts():
+    records = _odd_records()
+    n_events, flat = _flat(records)
+    with pytest.raises(ValueError, match="add up to"):
+        event_arrays_from_flat(n_events, flat[:-1])
+    with pytest.raises(ValueError, match="counts given for"):
+        frame_and_events_from_flat(records[:-1], n_events, flat)
