@@ -282,9 +282,13 @@ def workloads() -> None:
 @app.command()
 @friendly
 def serve(
-    engine: str = typer.Option("sim", help="Engine: sim (roofline-simulated GPU)"),
+    engine: str = typer.Option("sim", help="Engine: sim (roofline-simulated GPU) or torch (a real model)"),
     gpu: str = typer.Option("h100", help="Simulated GPU: a100-80gb, h100, h200, b200, l40s, mi300x"),
-    model: str = typer.Option("llama-3.1-8b", help="Model preset: llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, mixtral-8x7b"),
+    model: Optional[str] = typer.Option(
+        None,
+        help="sim: llama-3.1-8b (default), llama-3.1-70b, qwen2.5-7b, mixtral-8x7b; "
+        "torch: tiny (default), small, llama-3.2-1b-shape, llama-3.1-8b-shape, smollm2-135m",
+    ),
     tp: int = typer.Option(1, help="Tensor-parallel GPUs"),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)"),
     port: int = typer.Option(8000, help="Port (0 = any free port)"),
@@ -304,8 +308,13 @@ def serve(
     stall_rate: float = typer.Option(0.0, help="Fault: probability of a stall per token"),
     disconnect_rate: float = typer.Option(0.0, help="Fault: fraction of streams cut mid-way"),
     seed: int = typer.Option(0, help="Seed for sampling, jitter and faults"),
+    device: str = typer.Option("auto", help="torch: auto, cpu, cuda or cuda:N"),
+    threads: Optional[int] = typer.Option(None, help="torch on CPU: threads (default: all cores but one)"),
+    dtype: str = typer.Option("auto", help="torch: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16"),
+    kv_cache_gb: Optional[float] = typer.Option(None, help="torch: KV-cache pool size in GB (default: from free memory)"),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode"),
 ) -> None:
-    """Run the reference OpenAI-compatible server (simulated GPU engine)."""
+    """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
     from loadgen.server.app import run_forever
     from loadgen.server.api import create_app
     from loadgen.server.engine.build import build_engine
@@ -316,6 +325,8 @@ def serve(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         prefix_caching=prefix_caching, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter,
         seed=seed, disaggregate=disaggregate, kv_link_gbps=kv_link_gbps, time_scale=time_scale,
+        device=device, threads=threads, dtype=None if dtype == "auto" else dtype, kv_cache_gb=kv_cache_gb,
+        cuda_graphs=cuda_graphs,
     )  # fmt: skip
     faults = FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
                          disconnect_rate=disconnect_rate, seed=seed)  # fmt: skip
@@ -323,7 +334,12 @@ def serve(
     mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
 
     def ready(url: str) -> None:
-        print(f"loadgen serve: listening on {url} ({engine}: {model} on {tp}x {gpu}, {mode})", flush=True)
+        info = getattr(eng, "info", None)
+        if engine == "torch" and info:
+            where = f"{info.get('device')}, {info.get('dtype')}, {info.get('threads')} threads, {info.get('num_gpu_blocks')} KV blocks"
+        else:
+            where = f"{tp}x {gpu}"
+        print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode})", flush=True)
 
     try:
         run_forever(application, host, port, on_ready=ready)

@@ -46,7 +46,7 @@ from loadgen.server.faults import FaultConfig, FaultInjector, FaultPlan
 from loadgen.server.prometheus import RequestTrace, ServerMetrics
 from loadgen.server.protocol import (ParsedRequest, RequestRejected, error_body, parse_request,
                                      usage_body)
-from loadgen.server.tokenizer import StopMatcher, WordTokenizer
+from loadgen.server.tokenizer import Tokenizer, WordTokenizer
 
 __all__ = ["create_app", "API_KEY", "ServerApi"]
 
@@ -73,52 +73,40 @@ async def _aclose(it: AsyncIterator[TokenOutput]) -> None:
 
 
 class _Generation:
-    """Turns engine outputs into released words (stop sequences applied) and counts tokens."""
+    """Turns engine outputs into released text (stop sequences applied) and counts tokens."""
 
-    __slots__ = ("tok", "matcher", "min_tokens", "tokens", "cached", "finish_reason",
-                 "stop_reason", "timings", "any_text")
+    __slots__ = ("stream", "min_tokens", "tokens", "cached", "finish_reason",
+                 "stop_reason", "timings")
 
-    def __init__(self, tok: WordTokenizer, parsed: ParsedRequest) -> None:
-        self.tok = tok
-        self.matcher = StopMatcher(parsed.stop)
+    def __init__(self, tok: Tokenizer, parsed: ParsedRequest) -> None:
+        self.stream = tok.output_stream(parsed.stop)
         self.min_tokens = parsed.min_tokens
         self.tokens = 0
         self.cached = 0
         self.finish_reason: str | None = None
         self.stop_reason: str | None = None
         self.timings: dict[str, float] | None = None
-        self.any_text = False
 
     def feed(self, out: TokenOutput) -> str:
         """Text released by one engine output (``""`` if none); sets ``finish_reason``."""
         self.cached = max(self.cached, out.num_cached_tokens)
-        words: list[str] = []
+        parts: list[str] = []
         ids = out.token_ids
         eos = out.finish_reason == "stop" and bool(ids)  # the last id is EOS: count, not show
         for token_id in ids[:-1] if eos else ids:
             self.tokens += 1
-            word = self.tok.word(token_id)
-            release, stopped = self.matcher.push(word, may_stop=self.tokens >= self.min_tokens)
-            words.extend(release)
+            text, stopped = self.stream.push(token_id, may_stop=self.tokens >= self.min_tokens)
+            parts.append(text)
             if stopped:
                 self.finish_reason = "stop"
-                self.stop_reason = self.matcher.matched
-                return self._text(words)
+                self.stop_reason = self.stream.matched
+                return "".join(parts)
         self.tokens += eos
         if out.finish_reason is not None:
-            words.extend(self.matcher.flush())
+            parts.append(self.stream.flush())
             self.finish_reason = out.finish_reason
             self.timings = dict(out.timings) if out.timings else None
-        return self._text(words)
-
-    def _text(self, words: list[str]) -> str:
-        if not words:
-            return ""
-        text = " ".join(words)
-        if self.any_text:
-            text = " " + text
-        self.any_text = True
-        return text
+        return "".join(parts)
 
     def vendor(self, trace: RequestTrace, now_ns: int) -> dict[str, Any]:
         """The ``loadgen`` vendor field of the final event."""
@@ -143,7 +131,7 @@ class ServerApi:
     """Request handlers and state of one app (reachable as ``app[API_KEY]``)."""
 
     def __init__(self, engine: AsyncEngine, *, model_name: str, faults: FaultConfig | None,
-                 max_in_flight: int | None, history: int, tokenizer: WordTokenizer) -> None:
+                 max_in_flight: int | None, history: int, tokenizer: Tokenizer) -> None:
         self.engine = engine
         self.model_name = model_name
         self.tokenizer = tokenizer
@@ -415,20 +403,25 @@ API_KEY = web.AppKey("loadgen_api", ServerApi)
 
 def create_app(engine: AsyncEngine, *, model_name: str | None = None,
                faults: FaultConfig | None = None, max_in_flight: int | None = None,
-               history: int = 10_000, tokenizer: WordTokenizer | None = None,
+               history: int = 10_000, tokenizer: Tokenizer | None = None,
                manage_engine: bool = True) -> web.Application:
     """The aiohttp application serving ``engine`` under the name ``model_name``.
 
     ``model_name`` defaults to the engine's; ``faults`` injects seeded failures;
     ``max_in_flight`` answers 429 beyond that many open requests (on top of the engine's
     own queue limit); ``history`` is how many finished requests ``/loadgen/requests``
-    keeps; the tokenizer defaults to a :class:`WordTokenizer` of the engine's vocabulary.
+    keeps; the tokenizer defaults to the engine's own (an ``engine.tokenizer`` attribute,
+    e.g. a real model's), else a :class:`WordTokenizer` of the engine's vocabulary.
     With ``manage_engine`` the app starts the engine on startup and stops it on cleanup.
     """
     name = model_name or engine.model_name
+    tok: Tokenizer | None = tokenizer
+    if tok is None:
+        tok = getattr(engine, "tokenizer", None)
+    if tok is None:
+        tok = WordTokenizer(engine.vocab_size)
     api = ServerApi(engine, model_name=name, faults=faults, max_in_flight=max_in_flight,
-                    history=history,
-                    tokenizer=tokenizer or WordTokenizer(engine.vocab_size))
+                    history=history, tokenizer=tok)
     app = web.Application(middlewares=[_error_middleware(api)], client_max_size=64 * 2**20)
     app[API_KEY] = api
     app.router.add_post("/v1/completions", api.completions)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.errors import ServerError
-from loadgen.server.tokenizer import WordTokenizer
+from loadgen.server.tokenizer import Tokenizer
 
 __all__ = [
     "RequestRejected",
@@ -101,7 +101,7 @@ def _field(body: dict[str, Any], key: str, kind: str, default: Any = None) -> An
     return value
 
 
-def _parse_prompt(body: dict[str, Any], tok: WordTokenizer) -> list[int]:
+def _parse_prompt(body: dict[str, Any], tok: Tokenizer) -> list[int]:
     prompt = body.get("prompt")
     if prompt is None:
         raise RequestRejected("'prompt' is required", param="prompt")
@@ -138,7 +138,7 @@ def _content_text(content: Any, i: int) -> str:
                           param="messages")
 
 
-def _parse_messages(body: dict[str, Any], tok: WordTokenizer) -> list[int]:
+def _parse_messages(body: dict[str, Any], tok: Tokenizer) -> list[int]:
     messages = body.get("messages")
     if messages is None:
         raise RequestRejected("'messages' is required", param="messages")
@@ -170,7 +170,7 @@ def _parse_stop(body: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
     return words
 
 
-def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: WordTokenizer,
+def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenizer,
                   max_model_len: int) -> ParsedRequest:
     """Validate a completions (``chat=False``) or chat body; raise :class:`RequestRejected`."""
     if not isinstance(body, dict):

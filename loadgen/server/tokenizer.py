@@ -22,6 +22,11 @@ Rules (stable across processes, platforms and Python versions):
 :class:`StopMatcher` implements ``stop`` sequences on words: a stop string matches when
 its words are the last words generated (whole words, case-sensitive); the matching words
 are not returned, and words that could begin a match are held back until it is decided.
+
+:class:`Tokenizer` is what the API needs from any tokenizer (an engine with a real model
+supplies its own as ``engine.tokenizer``): ``encode``, ``apply_chat_template`` and
+``output_stream``, which turns generated ids into text one token at a time with ``stop``
+applied (:class:`WordStream` for this tokenizer).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from loadgen.errors import ConfigError
 
@@ -41,6 +47,9 @@ __all__ = [
     "WordTokenizer",
     "StopMatcher",
     "count_words",
+    "Tokenizer",
+    "OutputStream",
+    "WordStream",
 ]
 
 PAD_ID = 0
@@ -52,6 +61,41 @@ NUM_RESERVED = 4
 _SPECIAL_WORDS = ("<pad>", "<s>", "</s>", "<eot>")
 _CONSONANTS = "bdfghklmnprstvz"
 _VOWELS = "aeiou"
+
+
+class OutputStream(Protocol):
+    """Generated ids to text, one token at a time, with ``stop`` sequences applied."""
+
+    @property
+    def matched(self) -> str | None:
+        """The stop string that ended generation, if one did."""
+        ...
+
+    def push(self, token_id: int, *, may_stop: bool = True) -> tuple[str, bool]:
+        """Add one generated id; return ``(text to release now, stopped)``."""
+        ...
+
+    def flush(self) -> str:
+        """The text still held back, when generation ends for another reason."""
+        ...
+
+
+class Tokenizer(Protocol):
+    """What the API needs from a tokenizer."""
+
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of a completion prompt."""
+        ...
+
+    def apply_chat_template(self, messages: Iterable[tuple[str, str]]) -> list[int]:
+        """Ids of a chat prompt given ``(role, content)`` pairs."""
+        ...
+
+    def output_stream(self, stop: Sequence[Sequence[str]]) -> OutputStream:
+        """A stream for one generation; ``stop`` holds each stop string's words."""
+        ...
 
 
 def count_words(text: str) -> int:
@@ -150,6 +194,10 @@ class WordTokenizer:
         """The words of ``ids``, joined by single spaces."""
         return " ".join(self.word(i) for i in ids)
 
+    def output_stream(self, stop: Sequence[Sequence[str]]) -> WordStream:
+        """A :class:`WordStream` over this tokenizer."""
+        return WordStream(self, stop)
+
 
 class StopMatcher:
     """Word-level ``stop`` handling for one generation (see module docs).
@@ -204,3 +252,37 @@ class StopMatcher:
                     best = k
                     break
         return best
+
+
+class WordStream:
+    """Generated ids to words joined by single spaces (the first without a leading space),
+    ``stop`` matched on whole words by a :class:`StopMatcher`."""
+
+    __slots__ = ("_tok", "_matcher", "_any_text")
+
+    def __init__(self, tok: WordTokenizer, stop: Sequence[Sequence[str]]) -> None:
+        self._tok = tok
+        self._matcher = StopMatcher(stop)
+        self._any_text = False
+
+    @property
+    def matched(self) -> str | None:
+        return self._matcher.matched
+
+    def push(self, token_id: int, *, may_stop: bool = True) -> tuple[str, bool]:
+        """Add one generated id; return ``(text to release now, stopped)``."""
+        release, stopped = self._matcher.push(self._tok.word(token_id), may_stop=may_stop)
+        return self._text(release), stopped
+
+    def flush(self) -> str:
+        """The words still held back."""
+        return self._text(self._matcher.flush())
+
+    def _text(self, words: list[str]) -> str:
+        if not words:
+            return ""
+        text = " ".join(words)
+        if self._any_text:
+            text = " " + text
+        self._any_text = True
+        return text

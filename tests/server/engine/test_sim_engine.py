@@ -171,7 +171,7 @@ def test_build_engine_validates_flags() -> None:
                        max_num_batched_tokens=8192, max_num_seqs=64, prefix_caching=True,
                        mfu=0.5, mbu=0.7, overhead_ms=1.0, jitter=0.1, seed=3)
     assert eng.model_name == "qwen2.5-7b" and eng.max_model_len == 32768
-    for kwargs, key in (({"engine": "torch"}, "--engine"), ({"gpu": "tpu"}, "--gpu"),
+    for kwargs, key in (({"engine": "tpu"}, "--engine"), ({"gpu": "tpu"}, "--gpu"),
                         ({"model": "gpt"}, "--model"), ({"mfu": 0.0}, "--mfu"),
                         ({"tp": 0}, "--tp"), ({"max_num_seqs": 0}, "--max-num-seqs"),
                         ({"kv_link_gbps": -1.0}, "--kv-link-gbps"), ({"jitter": 2.0}, "--jitter")):

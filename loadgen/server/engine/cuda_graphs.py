@@ -1,0 +1,111 @@
+"""CUDA graphs for decode-only steps of the torch runner (CUDA only, never used on CPU).
+
+A decode step of a small batch is a few hundred short kernels; launching them one by one
+costs more than running them. A CUDA graph records the whole forward once and replays
+it with one launch. Graphs need static shapes, so a decode-only step is padded to a
+batch size of ``batch_sizes`` (1, 2, 4, ... 256 by default) and to a power-of-two
+number of KV blocks per row (:func:`~loadgen.server.engine.torch_runner.block_bucket`),
+with padded rows writing to the runner's null block and masked out of attention. Graphs
+are captured lazily, the first time a (batch, blocks) shape is seen, into one shared
+memory pool; a shape whose gathered K/V would exceed ``memory_bytes`` runs eagerly.
+The graph covers the decoder up to the final norm; the LM head and sampling run eagerly
+(so the pool never holds ``[batch, vocab]`` logits per graph).
+
+If a capture fails, graphs are switched off for the rest of the run (eager fallback)
+and the reason is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from loadgen.server.engine.batch import ScheduledSeq
+from loadgen.server.engine.torch_runner import block_bucket, bucket
+
+if TYPE_CHECKING:
+    from loadgen.server.engine.torch_runner import TorchRunner
+
+__all__ = ["DecodeGraphs"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Graph:
+    graph: Any  # torch.cuda.CUDAGraph
+    inputs: tuple[torch.Tensor, ...]  # ids, positions, slots, tables, context lengths
+    hidden: torch.Tensor  # [batch, hidden]
+
+
+class DecodeGraphs:
+    """Lazily captured decode graphs of one runner (see the module docstring)."""
+
+    def __init__(self, runner: TorchRunner, batch_sizes: Sequence[int],
+                 memory_bytes: int) -> None:
+        self.runner = runner
+        self.batch_sizes = sorted(batch_sizes)
+        self.memory_bytes = memory_bytes
+        self.graphs: dict[tuple[int, int], _Graph] = {}
+        self.pool: Any = None
+        self.disabled_reason: str | None = None
+        self.replays = 0
+
+    def gathered_bytes(self, batch: int, blocks: int) -> int:
+        """Bytes of one layer's gathered K and V at a padded shape."""
+        r = self.runner
+        per_token = 2 * r.cfg.num_kv_heads * r.cfg.head_dim * r.kv.element_size()
+        return batch * blocks * r.block_size * per_token
+
+    def run(self, seqs: Sequence[ScheduledSeq]) -> torch.Tensor | None:
+        """Hidden states ``[padded batch, hidden]`` of a decode-only step, or None when
+        no graph applies (then the runner runs the step eagerly)."""
+        if self.disabled_reason is not None or len(seqs) > self.batch_sizes[-1]:
+            return None
+        r = self.runner
+        batch = bucket(len(seqs), self.batch_sizes)
+        blocks = block_bucket(max(s.context_len for s in seqs), r.block_size)
+        if self.gathered_bytes(batch, blocks) > self.memory_bytes:
+            return None
+        g = self.graphs.get((batch, blocks))
+        if g is None:
+            try:
+                g = self._capture(batch, blocks)
+            except Exception as exc:  # out of memory, an op that cannot be captured...
+                self.disabled_reason = f"{type(exc).__name__}: {exc}"
+                log.warning("CUDA graph capture failed, decoding eagerly: %s", self.disabled_reason)
+                torch.cuda.synchronize()
+                return None
+            self.graphs[(batch, blocks)] = g
+        for static, new in zip(g.inputs, r.padded_inputs(seqs, batch, blocks)):
+            static.copy_(new, non_blocking=True)
+        g.graph.replay()
+        self.replays += 1
+        return g.hidden
+
+    def _capture(self, batch: int, blocks: int) -> _Graph:
+        r = self.runner
+        dev = r.device
+        null_slot = r.null_block * r.block_size
+        inputs = (
+            torch.zeros(batch, dtype=torch.long, device=dev),
+            torch.zeros(batch, dtype=torch.long, device=dev),
+            torch.full((batch,), null_slot, dtype=torch.long, device=dev),
+            torch.full((batch, blocks), r.null_block, dtype=torch.long, device=dev),
+            torch.ones(batch, dtype=torch.long, device=dev),
+        )
+        side = torch.cuda.Stream(device=dev)  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):  # warm-up runs (kernel selection, workspaces)
+            for _ in range(2):
+                r.decode_forward(*inputs)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            hidden = r.decode_forward(*inputs)
+        if self.pool is None:
+            self.pool = graph.pool()
+        return _Graph(graph, inputs, hidden)

@@ -1,0 +1,273 @@
+"""The torch engine's own side: scheduler + runner in a loop, in a spawned process or a thread.
+
+:func:`engine_main` is the target of the engine process (or of a thread, in tests). It
+builds the model and runner from a :class:`TorchEngineSpec`, says ``("ready", info)``
+(or ``("failed", message)``), then loops:
+
+1. take every message the server sent since the last step — at most one per server
+   event-loop tick: ``("req", adds, aborts)`` or ``("stop",)`` — blocking only when no
+   request is left;
+2. run one engine step (schedule, one forward pass, update);
+3. send one message back: ``("step", outputs, rejects, stats)`` (outputs and rejected
+   requests as plain tuples, stats as an ``EngineStats`` tuple).
+
+A request's arrival time is the server's ``time.monotonic()`` when it was sent (the
+clock is system-wide on Linux and macOS), so ``queue_s`` includes the hop between the
+processes. The engine process exits when the server dies: its reader thread sees the
+pipe's end of file (or the parent process id change) and ends the process at once,
+even in the middle of a forward pass. SIGINT is ignored there: Ctrl-C reaches the
+whole process group, and the server stops the engine itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgen.errors import EngineError
+from loadgen.server.engine.interface import EngineRequest, EngineStats, SamplingParams, TokenOutput
+from loadgen.server.engine.runner import ModelRunner
+from loadgen.server.engine.scheduler import EngineConfig, Scheduler
+
+__all__ = ["TorchEngineSpec", "StepLoop", "engine_main", "build_step_loop", "default_threads",
+           "encode_request", "decode_outputs"]
+
+_STOP = ("stop",)
+_GRAPH_GATHER = 1 << 30  # bytes of gathered K/V per layer up to which decodes use CUDA graphs
+
+
+def default_threads() -> int:
+    """CPU threads for torch: all cores this process may use but one (left to the client
+    and the HTTP server), at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+@dataclass(slots=True)
+class TorchEngineSpec:
+    """Everything the engine process needs to build its engine (picklable).
+
+    ``device``: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
+    ``dtype``: None/``auto`` (bf16 on CUDA, fp32 on CPU) or a dtype name. ``threads``:
+    torch CPU threads (None: :func:`default_threads`). ``kv_cache_gb``: KV pool size
+    (None: 1 GiB on CPU, free GPU memory on CUDA). ``config``: :class:`EngineConfig`
+    fields; ``num_gpu_blocks`` there overrides the sizing.
+    """
+
+    model: str = "tiny"
+    device: str = "auto"
+    dtype: str | None = None
+    threads: int | None = None
+    seed: int = 0
+    kv_cache_gb: float | None = None
+    gpu_memory_utilization: float = 0.9
+    cuda_graphs: bool = True
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+class StepLoop:
+    """A scheduler and a runner advanced one step at a time (no I/O, no threads)."""
+
+    def __init__(self, config: EngineConfig, runner: ModelRunner) -> None:
+        self._at: float | None = None
+        self.scheduler = Scheduler(config, now=self._now)
+        self.runner = runner
+
+    def _now(self) -> float:
+        return self._at if self._at is not None else time.monotonic()
+
+    def add(self, request: EngineRequest, arrival: float | None = None) -> None:
+        """Queue a request that arrived at ``arrival`` (monotonic seconds); raises the
+        scheduler's ``EngineError`` subclasses when it is rejected."""
+        self._at = arrival
+        try:
+            self.scheduler.add_request(request)
+        finally:
+            self._at = None
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request and free its KV blocks; False when unknown or finished."""
+        return self.scheduler.abort(request_id)
+
+    def abort_all(self) -> None:
+        """Abort every waiting and running request."""
+        for seq in [*self.scheduler.waiting, *self.scheduler.running]:
+            self.scheduler.abort(seq.request_id)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[TokenOutput] | None:
+        """One engine step; None when nothing could be scheduled."""
+        batch = self.scheduler.schedule()
+        if batch.is_empty:
+            return None
+        result = self.runner.execute(batch)
+        return self.scheduler.update(batch, result.sampled)
+
+    def stats(self) -> EngineStats:
+        return self.scheduler.stats()
+
+
+# ---------------------------------------------------------------------- wire format
+def encode_request(request: EngineRequest, arrival: float) -> tuple[Any, ...]:
+    """A request as a plain tuple for the pipe."""
+    return (request.request_id, request.prompt_token_ids,
+            dataclasses.astuple(request.params), arrival)
+
+
+def _decode_request(item: tuple[Any, ...]) -> tuple[EngineRequest, float]:
+    rid, prompt, params, arrival = item
+    p = SamplingParams(*params)
+    p.stop_token_ids = tuple(p.stop_token_ids)
+    return EngineRequest(rid, list(prompt), p), arrival
+
+
+def _encode_outputs(outputs: list[TokenOutput]) -> list[tuple[Any, ...]]:
+    return [(o.request_id, o.token_ids, o.finish_reason, o.num_cached_tokens, o.timings)
+            for o in outputs]
+
+
+def decode_outputs(items: list[tuple[Any, ...]]) -> list[TokenOutput]:
+    """The outputs of a ``("step", ...)`` message."""
+    return [TokenOutput(*item) for item in items]
+
+
+# ---------------------------------------------------------------------- building
+def build_step_loop(spec: TorchEngineSpec) -> tuple[StepLoop, dict[str, Any]]:
+    """Model, runner and scheduler of ``spec``; also the facts the server reports."""
+    import torch
+
+    from loadgen.server.engine.torch_memory import plan_kv_blocks
+    from loadgen.server.engine.torch_runner import TorchRunner
+    from loadgen.server.model import build_model, get_model_config, resolve_dtype
+    from loadgen.server.tokenizer import NUM_RESERVED
+
+    cfg = get_model_config(spec.model)
+    device = spec.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise EngineError(f"--device {device}: CUDA is not available to this torch build "
+                          f"({torch.__version__})")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise EngineError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    threads = spec.threads or default_threads()
+    torch.set_num_threads(threads)
+    dtype_name = resolve_dtype(spec.dtype, device)
+    dtype = getattr(torch, dtype_name)
+    if device.startswith("cuda:"):
+        torch.cuda.set_device(torch.device(device))
+    model = build_model(cfg, device=device, dtype=dtype, seed=spec.seed)
+    args = dict(spec.config)
+    args.setdefault("max_model_len", cfg.max_model_len)
+    args.setdefault("eos_token_id", cfg.eos_token_id)
+    config = EngineConfig(**args)
+    config.validate()
+    suppress = range(NUM_RESERVED) if cfg.weights == "random" else ()
+    graphs = spec.cuda_graphs and device.startswith("cuda")
+    if "num_gpu_blocks" not in spec.config:
+        # graphs: a gathered K+V of at most _GRAPH_GATHER per captured shape, twice that
+        # reserved for the graph pool
+        config.num_gpu_blocks = plan_kv_blocks(
+            model, config, kv_cache_gb=spec.kv_cache_gb,
+            gpu_memory_utilization=spec.gpu_memory_utilization,
+            graph_memory_bytes=2 * _GRAPH_GATHER if graphs else 0)
+    config.max_model_len = min(config.max_model_len, config.num_gpu_blocks * config.block_size)
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < config.max_num_seqs]
+    runner = TorchRunner(model, num_blocks=config.num_gpu_blocks, block_size=config.block_size,
+                         suppress_token_ids=suppress, cuda_graphs=graphs,
+                         decode_batch_sizes=[*sizes, config.max_num_seqs],
+                         graph_memory_bytes=_GRAPH_GATHER)
+    info = {"device": device, "dtype": dtype_name, "threads": threads,
+            "num_gpu_blocks": config.num_gpu_blocks, "max_model_len": config.max_model_len,
+            "kv_cache_bytes": runner.kv_bytes, "weight_bytes": model.weight_bytes,
+            "model": cfg.name, "torch": torch.__version__}
+    return StepLoop(config, runner), info
+
+
+# ---------------------------------------------------------------------- the loop
+def _reader(conn: Any, inbox: queue.Queue[Any], exit_with_parent: bool) -> None:
+    """Move the server's messages into ``inbox``; on end of file the server is gone."""
+    parent = os.getppid()
+    try:
+        while True:
+            if conn.poll(1.0):
+                msg = conn.recv()
+                inbox.put(msg)
+                if msg == _STOP:
+                    conn.close()
+                    return
+            elif exit_with_parent and os.getppid() != parent:
+                break
+    except (EOFError, OSError):
+        pass
+    if exit_with_parent:
+        os._exit(0)  # the server died: end now, even mid-step
+    inbox.put(_STOP)
+    conn.close()
+
+
+def engine_main(inbox_conn: Any, outbox_conn: Any, spec: TorchEngineSpec,
+                exit_with_parent: bool = True) -> None:
+    """Build the engine and serve the server's messages until told to stop (see the
+    module docstring). ``exit_with_parent``: the process form (not for threads)."""
+    if exit_with_parent:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inbox: queue.Queue[Any] = queue.Queue()
+    threading.Thread(target=_reader, args=(inbox_conn, inbox, exit_with_parent),
+                     name="engine-inbox", daemon=True).start()
+    try:
+        try:
+            loop, info = build_step_loop(spec)
+        except Exception as exc:
+            outbox_conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+            return
+        outbox_conn.send(("ready", info))
+        try:
+            _serve(loop, inbox, outbox_conn)
+        except Exception:
+            outbox_conn.send(("failed", traceback.format_exc()))
+    finally:
+        outbox_conn.close()
+
+
+def _serve(loop: StepLoop, inbox: queue.Queue[Any], out: Any) -> None:
+    idle = True
+    while True:
+        msgs = [inbox.get()] if idle else []
+        while True:
+            try:
+                msgs.append(inbox.get_nowait())
+            except queue.Empty:
+                break
+        rejects: list[tuple[str, str, str]] = []
+        for msg in msgs:
+            if msg[0] == "stop":
+                loop.abort_all()
+                out.send(("stopped", tuple(dataclasses.astuple(loop.stats()))))
+                return
+            _, adds, aborts = msg
+            for item in adds:
+                request, arrival = _decode_request(item)
+                try:
+                    loop.add(request, arrival)
+                except EngineError as exc:
+                    rejects.append((request.request_id, type(exc).__name__, str(exc)))
+            for rid in aborts:
+                loop.abort(rid)
+        outputs = loop.step() if loop.has_unfinished() else None
+        idle = outputs is None
+        if msgs or outputs:
+            out.send(("step", _encode_outputs(outputs or []), rejects,
+                      tuple(dataclasses.astuple(loop.stats()))))
