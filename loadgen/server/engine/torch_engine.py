@@ -64,6 +64,7 @@ class TorchEngine:
         self.info: dict[str, Any] = {}
         self.process: Any = None  # multiprocessing.Process in process mode
         self._thread: threading.Thread | None = None
+        self._receiver_thread: threading.Thread | None = None
         self._to_engine: Connection | None = None
         self._from_engine: Connection | None = None
         self._send_q: queue.Queue[Any] = queue.Queue()
@@ -111,7 +112,8 @@ class TorchEngine:
         self.max_model_len = int(self.info["max_model_len"])
         self._running = True
         threading.Thread(target=self._sender, name="engine-sender", daemon=True).start()
-        threading.Thread(target=self._receiver, name="engine-receiver", daemon=True).start()
+        self._receiver_thread = threading.Thread(target=self._receiver, name="engine-receiver", daemon=True)
+        self._receiver_thread.start()
 
     def _wait_ready(self) -> tuple[Any, ...]:
         conn = self._from_engine
@@ -158,6 +160,12 @@ class TorchEngine:
             if proc.is_alive():
                 proc.kill()
                 await self._loop.run_in_executor(None, proc.join, 5.0)
+        receiver = self._receiver_thread
+        if receiver is not None and receiver.is_alive():
+            # the engine's end is closed now: the receiver sees EOF and returns. Closing the
+            # pipe under a thread still reading it would race with that read.
+            assert self._loop is not None
+            await self._loop.run_in_executor(None, receiver.join, 5.0)
         for conn in (self._to_engine, self._from_engine):
             if conn is not None:
                 conn.close()
@@ -182,7 +190,7 @@ class TorchEngine:
         while True:
             try:
                 msg = conn.recv()
-            except (EOFError, OSError, ValueError):
+            except Exception:  # EOF, a closed pipe, a torn message: the engine is gone
                 msg = ("failed", "the engine process exited")
             try:
                 loop.call_soon_threadsafe(self._dispatch, msg)
