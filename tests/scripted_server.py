@@ -38,6 +38,7 @@ class Script:
     # much to the time to first token, and the gaps stretch by the same factor
     capacity: int | None = None
     overload_ttft_s: float = 0.0
+    raw_body: str | None = None  # answer 200 with this body instead of a stream (garbage)
 
 
 class ScriptedServer:
@@ -88,6 +89,8 @@ class ScriptedServer:
             extra = self.in_flight - sc.capacity
             sc = replace(sc, ttft_s=sc.ttft_s + extra * sc.overload_ttft_s,
                          itl_s=sc.itl_s * self.in_flight / sc.capacity)  # fmt: skip
+        if sc.raw_body is not None:
+            return web.Response(text=sc.raw_body, content_type="text/html")
         if sc.status != 200:
             return web.json_response({"error": {"message": "scripted failure"}}, status=sc.status)
         chat = request.path.endswith("/chat/completions")

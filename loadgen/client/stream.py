@@ -37,7 +37,7 @@ class StreamState:
 
     __slots__ = (
         "record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_done_ns",
-        "_pending", "_scheduled", "_error", "_loop",
+        "_pending", "_scheduled", "_error", "_loop", "_n_events", "_n_bytes",
     )  # fmt: skip
 
     def __init__(self, record: RequestRecord, dialect: Dialect, defer: bool = True) -> None:
@@ -51,6 +51,8 @@ class StreamState:
         self._usage: dict[str, Any] | None = None
         self._done_ns = 0
         self._pending: list[tuple[bytes, int]] = []
+        self._n_events = 0  # SSE events decoded (any kind)
+        self._n_bytes = 0
         self._scheduled = False
         self._error: Exception | None = None
         try:
@@ -71,6 +73,7 @@ class StreamState:
         if self._error is not None:
             raise self._error
         self._pending.append((chunk, t_ns))
+        self._n_bytes += len(chunk)
         if self._loop is None:
             self._parse_pending()
             if self._error is not None:
@@ -104,11 +107,14 @@ class StreamState:
             self._event(ev, t_ns)
         rec = self.record
         rec.done_ns = self._done_ns or t_ns
+        if self._n_events == 0 and self._n_bytes > 0:
+            raise InvalidResponse(f"the response is not an event stream ({self._n_bytes} bytes, no SSE event)")
         if not self._done and self._finish is None:
             raise Disconnected("stream ended before [DONE] or a finish_reason")
         self._settle_tokens()
 
     def _event(self, ev: SSEEvent, t_ns: int) -> None:
+        self._n_events += 1
         if self._done:
             return  # anything after [DONE] is ignored
         data = ev.data

@@ -133,6 +133,8 @@ async def test_coalesced_events_share_a_timestamp() -> None:
         (Script(disconnect_after=3, itl_s=0.001), ErrorKind.DISCONNECTED),
         (Script(malformed_after=2, itl_s=0.001), ErrorKind.INVALID_RESPONSE),
         (Script(done=False, output_tokens=0, include_usage=False), ErrorKind.DISCONNECTED),
+        (Script(raw_body="<html><body>502 Bad Gateway</body></html>\n"), ErrorKind.INVALID_RESPONSE),
+        (Script(raw_body='{"choices": [{"text": "not streamed"}]}'), ErrorKind.INVALID_RESPONSE),
     ],
 )
 async def test_failures_become_records(kind: str, script: Script, expected: ErrorKind) -> None:
