@@ -279,9 +279,20 @@ def _bad_events(where: str) -> ConfigError:
     return ConfigError("must be a list of [t_ns, n_tokens] integer pairs", source=where, key="events")
 
 
+def _read_object(folder: Path, name: str) -> dict[str, Any]:
+    path = _need(folder, name)
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} is not readable JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path} does not hold a JSON object")
+    return obj
+
+
 def read_summary(folder: Path) -> dict[str, Any]:
-    return json.loads(_need(folder, "summary.json").read_text(encoding="utf-8"))
+    return _read_object(folder, "summary.json")
 
 
 def read_run(folder: Path) -> dict[str, Any]:
-    return json.loads(_need(folder, "run.json").read_text(encoding="utf-8"))
+    return _read_object(folder, "run.json")

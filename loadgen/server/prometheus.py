@@ -224,9 +224,9 @@ class ServerMetrics:
         timings = trace.engine or {}
         for hist, key in ((self.queue, "queue_s"), (self.prefill, "prefill_s"),
                           (self.decode, "decode_s")):
-            value = timings.get(key)
-            if value is not None:
-                hist.observe(value)
+            seconds = timings.get(key)
+            if seconds is not None:
+                hist.observe(seconds)
         self.finished[trace.finish_reason] = self.finished.get(trace.finish_reason, 0) + 1
         self.log.append(trace, itl)
 

@@ -175,10 +175,10 @@ def build_engine(engine: str = "sim", *, gpu: str = "h100", model: str | None = 
         raise ConfigError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}", key="--engine")
     model = model or DEFAULT_MODELS[engine]
     if engine == "torch":
-        for key, value in (("--max-num-batched-tokens", max_num_batched_tokens),
-                           ("--max-num-seqs", max_num_seqs)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"must be an integer >= 1, got {value!r}", key=key)
+        for flag, count in (("--max-num-batched-tokens", max_num_batched_tokens),
+                            ("--max-num-seqs", max_num_seqs)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ConfigError(f"must be an integer >= 1, got {count!r}", key=flag)
         if tp != 1:
             raise ConfigError(f"the torch engine runs on one device; got {tp!r}", key="--tp")
         return torch_engine(
