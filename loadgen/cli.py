@@ -58,8 +58,10 @@ def _headers(header: list[str], api_key_env: str | None) -> dict[str, str]:
     for h in header:
         if ":" not in h:
             raise ConfigError(f"expected 'Name: value', got {h.split(':')[0]!r}…", key="--header")
-        name, value = h.split(":", 1)
-        out[name.strip()] = value.strip()
+        name, value = (x.strip() for x in h.split(":", 1))
+        if not name or any(c in name + value for c in "\r\n\x00") or " " in name:
+            raise ConfigError(f"invalid header {name[:40]!r} (a name without spaces, no line breaks)", key="--header")
+        out[name] = value
     env = api_key_env or ("OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None)
     if env:
         key = os.environ.get(env)
@@ -71,8 +73,14 @@ def _headers(header: list[str], api_key_env: str | None) -> dict[str, str]:
 
 
 def _redact_argv(argv: list[str]) -> list[str]:
+    """argv for run.json: header values and URL credentials/query strings removed."""
+    from loadgen.client.discovery import redact_url
+
     out, hide = [], False
     for a in argv:
+        if "://" in a:
+            head, sep, url = a.partition("=") if a.startswith("--") else ("", "", a)
+            a = head + sep + redact_url(url)
         if hide:
             name = a.split(":", 1)[0]
             out.append(f"{name}: ***")
@@ -123,13 +131,13 @@ def run(
     quiet: bool = typer.Option(False, help="No live display"),
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
-    from loadgen.client.discovery import normalize_url
+    from loadgen.client.discovery import normalize_url, split_credentials
     from loadgen.metrics.slo import parse_slo
     from loadgen.orchestrate import RunConfig, execute
     from loadgen.report.files import default_run_dir
     from loadgen.workload.spec import load_workload, workload_from_flags
 
-    base = normalize_url(url)
+    base, url_auth = split_credentials(normalize_url(url))
     if workload and (prompt_tokens or output_tokens):
         raise ConfigError("give either --workload or --prompt-tokens/--output-tokens, not both")
     if prompt_tokens or output_tokens:
@@ -150,7 +158,7 @@ def run(
         seed=seed,
         transport=transport,
         http2=http2,
-        headers=_headers(header, api_key_env),
+        headers={**url_auth, **_headers(header, api_key_env)},
         strict=strict,
         continuous_usage=continuous_usage,
         calibrate=calibrate,

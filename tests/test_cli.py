@@ -108,14 +108,16 @@ def test_secrets_never_reach_files(server: ScriptedServerProcess, tmp_path: Path
     env = {"MY_KEY": "sk-very-secret-123"}
     res = runner.invoke(
         app,
-        ["run", "--url", server.url, "--requests", "3", "--prompt-tokens", "8", "--output-tokens", "2",
+        ["run", "--url", server.url.replace("http://", "http://bob:pa55word@") + "/v1?key=qk-secret",
+         "--requests", "3", "--prompt-tokens", "8", "--output-tokens", "2",
          "--api-key-env", "MY_KEY", "--header", "X-Token: hunter2-secret", "--out", str(out), "--quiet"],
         env=env,
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     for f in out.iterdir():
         text = f.read_text()
-        assert "sk-very-secret-123" not in text and "hunter2-secret" not in text, f.name
+        for secret in ("sk-very-secret-123", "hunter2-secret", "pa55word", "qk-secret"):
+            assert secret not in text, (secret, f.name)
     run = json.loads((out / "run.json").read_text())
     assert run["config"]["header_names"] == ["Authorization", "X-Token"]
 

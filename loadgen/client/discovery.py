@@ -12,7 +12,7 @@ import httpx
 
 from loadgen.errors import ConfigError, TargetError
 
-__all__ = ["ServerInfo", "normalize_url", "redact_url", "discover"]
+__all__ = ["ServerInfo", "normalize_url", "split_credentials", "redact_url", "discover"]
 
 
 @dataclass(slots=True)
@@ -32,6 +32,18 @@ def normalize_url(url: str) -> str:
     if path.endswith("/v1"):
         path = path[:-3]
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def split_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """``http://user:pw@h:8000`` → (``http://h:8000``, a Basic ``Authorization`` header)."""
+    import base64
+    from urllib.parse import unquote
+
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, {}
+    token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode()
+    return redact_url(url), {"Authorization": f"Basic {token}"}
 
 
 def redact_url(url: str) -> str:
