@@ -30,7 +30,6 @@ the tiny preset serves the 300-request sweep in under 90 s.
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing as mp
 import statistics
 import tempfile

@@ -30,7 +30,7 @@ from loadgen.metrics.client import lag_over_time
 from loadgen.metrics.slo import SLO
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
-from loadgen.report.console import LiveStats, level_table, metrics_table
+from loadgen.report.console import LiveStats, answer_lines, level_table, metrics_table
 from loadgen.report.files import RunWriter, holds_run, machine_info
 from loadgen.workload.generate import spec_stream
 from loadgen.workload.prompts import PromptSynthesizer
@@ -360,31 +360,3 @@ def show_summary(summary: dict[str, Any], console: Console, folder: Path) -> Non
     if summary.get("interrupted"):
         console.print("[yellow]interrupted: the summary covers the requests that finished[/yellow]")
     console.print(f"[dim]run folder: {folder}[/dim]")
-
-
-def answer_lines(summary: dict[str, Any]) -> list[str]:
-    """The capacity and knee lines printed under the level table (and used in reports)."""
-    out: list[str] = []
-    cap = summary.get("capacity")
-    if cap and cap.get("slos"):
-        unit = "users" if cap.get("mode") == "concurrency" else "req/s"
-        slos = ", ".join(cap["slos"])
-        tgt = f"{100 * cap['target']:.0f}%"
-        if cap["status"] == "ok":
-            lo, hi = cap["between"]
-            out.append(f"capacity at {slos} ({tgt} attainment): {cap['value']:.3g} {unit} (between {lo:g} and {hi:g})")
-        elif cap["status"] == "not_reached":
-            out.append(f"capacity at {slos}: not reached — every level met {tgt} (at least {cap['value']:g} {unit})")
-        else:
-            out.append(f"capacity at {slos}: never met — even the lowest level missed {tgt} attainment")
-    sat = summary.get("saturation")
-    if sat:
-        unit = "users" if sat.get("mode") == "concurrency" else "req/s"
-        if sat.get("found"):
-            out.append(
-                f"saturation (knee) at {sat['load']:g} {unit}: throughput +{100 * sat['throughput_gain']:.0f}% "
-                f"while {sat['metric']} +{100 * sat['latency_growth']:.0f}%"
-            )
-        else:
-            out.append("saturation: no knee within the levels run")
-    return out

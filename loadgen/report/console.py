@@ -16,7 +16,7 @@ from rich.text import Text
 
 from loadgen.records import RequestRecord
 
-__all__ = ["LiveStats", "level_table", "metrics_table", "fmt_ms"]
+__all__ = ["LiveStats", "level_table", "metrics_table", "answer_lines", "fmt_ms"]
 
 
 def fmt_ms(v: Any) -> str:
@@ -175,3 +175,31 @@ def level_table(levels: Sequence[dict[str, Any]], title: str = "") -> Table:
 
 def make_console(quiet: bool = False) -> Console:
     return Console(quiet=quiet, highlight=False)
+
+
+def answer_lines(summary: dict[str, Any]) -> list[str]:
+    """The capacity and knee lines printed under the level table (and used in reports)."""
+    out: list[str] = []
+    cap = summary.get("capacity")
+    if cap and cap.get("slos"):
+        unit = "users" if cap.get("mode") == "concurrency" else "req/s"
+        slos = ", ".join(cap["slos"])
+        tgt = f"{100 * cap['target']:.0f}%"
+        if cap["status"] == "ok":
+            lo, hi = cap["between"]
+            out.append(f"capacity at {slos} ({tgt} attainment): {cap['value']:.3g} {unit} (between {lo:g} and {hi:g})")
+        elif cap["status"] == "not_reached":
+            out.append(f"capacity at {slos}: not reached — every level met {tgt} (at least {cap['value']:g} {unit})")
+        else:
+            out.append(f"capacity at {slos}: never met — even the lowest level missed {tgt} attainment")
+    sat = summary.get("saturation")
+    if sat:
+        unit = "users" if sat.get("mode") == "concurrency" else "req/s"
+        if sat.get("found"):
+            out.append(
+                f"saturation (knee) at {sat['load']:g} {unit}: throughput +{100 * sat['throughput_gain']:.0f}% "
+                f"while {sat['metric']} +{100 * sat['latency_growth']:.0f}%"
+            )
+        else:
+            out.append("saturation: no knee within the levels run")
+    return out
