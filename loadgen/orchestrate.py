@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 from rich.console import Console
 from rich.live import Live
 
+from loadgen.aio import new_event_loop
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.discovery import ServerInfo, discover, redact_url
 from loadgen.client.transport import TransportConfig, make_transport
@@ -324,18 +325,9 @@ def _sigint(loop: asyncio.AbstractEventLoop, runner: Runner) -> Iterator[None]:
                 loop.remove_signal_handler(signal.SIGINT)
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:
-        return asyncio.new_event_loop()
-
-
 def execute(cfg: RunConfig, console: Console) -> RunOutcome:
     """Run synchronously on a fresh (uvloop when available) event loop."""
-    loop = _new_loop()
+    loop = new_event_loop()
     try:
         outcome = loop.run_until_complete(_execute(cfg, console))
     finally:

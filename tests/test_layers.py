@@ -14,12 +14,13 @@ ALLOWED: dict[str, set[str]] = {
     "records": set(),
     "errors": set(),
     "paths": set(),
+    "aio": set(),
     "workload": {"records", "errors", "workload"},
     "metrics": {"records", "errors", "metrics"},
     "client": {"records", "errors", "client"},
     "load": {"records", "errors", "load", "metrics"},
     "report": {"", "records", "errors", "report", "metrics"},
-    "server": {"errors", "server"},
+    "server": {"errors", "server", "aio"},
 }
 WIRING = {"cli", "orchestrate", "demo", "__init__"}  # may wire everything together
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from aiohttp import web
 
+from loadgen.aio import new_event_loop
 from loadgen.errors import ServerError
 
 __all__ = ["start_server", "run_forever", "serve_in_thread", "make_runner"]
@@ -51,17 +51,6 @@ async def start_server(app: web.Application, host: str = "127.0.0.1",
     return runner, _url(host, bound)
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    if sys.platform != "win32":
-        try:
-            import uvloop
-        except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
-            pass
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
-
-
 def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 8000, *,
                 on_ready: Callable[[str], Any] | None = None) -> None:
     """Serve until SIGINT or SIGTERM, then shut down cleanly (engine stopped on cleanup).
@@ -83,7 +72,7 @@ def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 8000,
         finally:
             await runner.cleanup()
 
-    loop = _new_loop()
+    loop = new_event_loop()
     try:
         loop.run_until_complete(main())
     finally:
@@ -99,7 +88,7 @@ def serve_in_thread(app_factory: Callable[[], web.Application], host: str = "127
     ``app_factory`` is called inside that thread's loop (engines may bind to it). Startup
     errors are raised here; on exit the server is shut down and the thread joined.
     """
-    loop = _new_loop()
+    loop = new_event_loop()
     ready: dict[str, Any] = {}
     started = threading.Event()
     stop: asyncio.Event | None = None

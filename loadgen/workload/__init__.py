@@ -14,7 +14,6 @@ from loadgen.workload.prompts import PromptSynthesizer, TokenCounter, TokenizerC
 from loadgen.workload.spec import (
     RequestClass,
     Workload,
-    default_search_dirs,
     list_workloads,
     load_workload,
     workload_from_flags,
@@ -28,7 +27,6 @@ __all__ = [
     "load_workload",
     "workload_from_flags",
     "list_workloads",
-    "default_search_dirs",
     "PromptSynthesizer",
     "TokenCounter",
     "TokenizerCounter",

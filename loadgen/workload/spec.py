@@ -42,7 +42,6 @@ __all__ = [
     "load_workload",
     "workload_from_flags",
     "list_workloads",
-    "default_search_dirs",
 ]
 
 _TOP_KEYS = ("name", "description", "prompt_tokens", "output_tokens", "shared_prefix", "classes")
@@ -93,12 +92,6 @@ class Workload:
                 for c in self.classes
             ],
         }
-
-
-def default_search_dirs() -> list[Path]:
-    """``./workloads`` first, then the ``workloads/`` folder shipped beside the package."""
-    dirs = [Path.cwd() / "workloads", Path(__file__).resolve().parents[2] / "workloads"]
-    return list(dict.fromkeys(d.resolve() for d in dirs))
 
 
 _TOML_TYPES = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}

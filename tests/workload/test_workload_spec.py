@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loadgen.paths import search_dirs
+
 from loadgen.errors import WorkloadError
 from loadgen.workload.distributions import Fixed, LogNormal, Uniform
 from loadgen.workload.spec import (
     RequestClass,
     Workload,
-    default_search_dirs,
     list_workloads,
     load_workload,
     workload_from_flags,
@@ -95,8 +96,8 @@ def test_list_workloads_first_dir_wins_and_marks_invalid(tmp_path: Path) -> None
 
 
 def test_default_search_dirs_find_the_shipped_files() -> None:
-    assert REPO_WORKLOADS in default_search_dirs()
-    assert load_workload("chat", default_search_dirs()).name == "chat"
+    assert REPO_WORKLOADS in search_dirs("workloads")
+    assert load_workload("chat", search_dirs("workloads")).name == "chat"
 
 
 def test_readme_examples_load(tmp_path: Path) -> None:
