@@ -27,7 +27,7 @@ from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.sweeps import metric_value, sweep
 from loadgen.metrics.capacity import capacity, knee, windows
-from loadgen.metrics.client import lag_over_time
+from loadgen.metrics.client import LATE_NS, lag_over_time, late_sends
 from loadgen.metrics.slo import SLO
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
@@ -140,9 +140,6 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
     }
 
 
-LATE_NS = 2_000_000  # an open-loop send more than 2 ms after its scheduled time is "late"
-
-
 def level_slos(slos: Sequence[SLO], mode: str, slo_latency: str) -> list[SLO]:
     """Open-loop levels judge TTFT and E2E from the scheduled time (unless told otherwise):
     a client that sent late must not make the server look faster than it was."""
@@ -158,7 +155,7 @@ def _summarize(result: LevelResult, cfg: RunConfig, anchor_ns: int) -> dict[str,
         result.records, load=result.plan.load, slos=slos, loop_lag_ms=result.loop_lag_ms, trim=cfg.profile.trim
     )
     if result.plan.mode == "rate":
-        late = sum(1 for r in result.records if r.sent_ns - r.scheduled_ns > LATE_NS)
+        late = late_sends(result.records)
         level["schedule"] = {"scheduled": result.scheduled, "late": late, "late_threshold_ms": LATE_NS / 1e6,
                              "dropped": result.dropped}  # fmt: skip
     level["client"]["loop_lag_over_time"] = lag_over_time(result.loop_lag_t_ns, result.loop_lag_ms, anchor_ns)

@@ -1,13 +1,17 @@
-"""Client health over time: the event-loop lag probe binned for plotting."""
+"""Client health: the event-loop lag probe binned for plotting, late open-loop sends."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from loadgen.records import RequestRecord
+
 import numpy as np
 
-__all__ = ["lag_over_time"]
+__all__ = ["lag_over_time", "late_sends", "LATE_NS"]
+
+LATE_NS = 2_000_000  # an open-loop send more than 2 ms after its scheduled time is "late"
 
 
 def lag_over_time(t_ns: Sequence[int], lag_ms: Sequence[float], anchor_ns: int, bin_s: float = 1.0) -> dict[str, Any]:
@@ -25,3 +29,8 @@ def lag_over_time(t_ns: Sequence[int], lag_ms: Sequence[float], anchor_ns: int, 
     worst = np.full(uniq.size, -np.inf)
     np.maximum.at(worst, inv, lag)
     return {"t_s": [round(float(b * bin_s), 3) for b in uniq], "max_ms": [round(float(x), 3) for x in worst]}
+
+
+def late_sends(records: Sequence[RequestRecord], threshold_ns: int = LATE_NS) -> int:
+    """How many requests went out more than ``threshold_ns`` after their scheduled time."""
+    return sum(1 for r in records if r.sent_ns - r.scheduled_ns > threshold_ns)

@@ -1,4 +1,5 @@
-from loadgen.metrics.client import lag_over_time
+from loadgen.metrics.client import lag_over_time, late_sends
+from loadgen.records import RequestRecord
 
 
 def test_lag_over_time_bins_the_worst_sample() -> None:
@@ -7,3 +8,9 @@ def test_lag_over_time_bins_the_worst_sample() -> None:
     lag = [0.1, 2.0, 0.3, 0.4, 5.0, 1.0]
     assert lag_over_time(t, lag, anchor) == {"t_s": [0.0, 1.0, 3.0], "max_ms": [2.0, 0.4, 5.0]}
     assert lag_over_time([], [], anchor) == {"t_s": [], "max_ms": []}
+
+
+def test_late_sends_counts_beyond_the_threshold() -> None:
+    recs = [RequestRecord(index=i, scheduled_ns=1_000_000_000, sent_ns=1_000_000_000 + d) for i, d in
+            enumerate((0, 2_000_000, 2_000_001, 50_000_000))]  # fmt: skip
+    assert late_sends(recs) == 2
