@@ -201,16 +201,16 @@ def sweep(args: argparse.Namespace) -> None:
     finally:
         proc.terminate()
         proc.join(30)
-    levels = outcome.summary["levels"]
-    total = sum(lv["requests"]["ok"] for lv in levels)
+    levels = outcome.summary.levels
+    total = sum(lv.requests.ok for lv in levels)
     print(f"\n== serving sweep: {args.sweep_model}, {workload.description}, users 4/12/24 x 100")
     print(f"{'users':>6} {'ok':>5} {'req/s':>7} {'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} "
           f"{'ITL p50':>8} {'ITL p99':>8}  (ms)")
     for lv in levels:
-        thr, ttft, itl = lv["throughput"], lv["ttft_ms"], lv["itl_ms"]
-        print(f"{lv['load']['value']:>6.0f} {lv['requests']['ok']:>5} "
-              f"{thr['requests_per_s']:>7.2f} {thr['output_tokens_per_s']:>10.0f} "
-              f"{ttft['p50']:>9.0f} {ttft['p99']:>9.0f} {itl['p50']:>8.1f} {itl['p99']:>8.1f}")
+        thr, ttft, itl = lv.throughput, lv.ttft_ms, lv.itl_ms
+        print(f"{lv.load.value:>6.0f} {lv.requests.ok:>5} "
+              f"{thr.requests_per_s or 0:>7.2f} {thr.output_tokens_per_s or 0:>10.0f} "
+              f"{ttft.p50 or 0:>9.0f} {ttft.p99 or 0:>9.0f} {itl.p50 or 0:>8.1f} {itl.p99 or 0:>8.1f}")
     verdict = "meets" if wall < 90 and total == 300 else "misses"
     print(f"{total} requests served in {wall:.1f} s (incl. calibration): {verdict} the "
           f"CPU target of 300 requests in < 90 s")

@@ -77,7 +77,7 @@ def write_folder(folder: Path, n: int, e: int, seed: int) -> None:
     for li, users in enumerate(LEVELS):
         recs = [r for r in records if r.level == li]
         levels.append(summarize_level(recs, load={"mode": "concurrency", "value": users}, slos=slos,
-                                      loop_lag_ms=list(rng.exponential(0.3, 1000))))  # fmt: skip
+                                      loop_lag_ms=list(rng.exponential(0.3, 1000))).to_json())  # fmt: skip
     (folder / "summary.json").write_text(json.dumps({"levels": levels, "capacity": None, "saturation": None}))
 
 

@@ -12,13 +12,13 @@ long requests' own TTFT pays instead. The headline printed at the end is that ga
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from loadgen.paths import search_dirs
 from loadgen.load.profiles import Profile
+from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import parse_slo
 from loadgen.orchestrate import RunConfig, execute
 from loadgen.report.console import fmt_ms
@@ -31,12 +31,13 @@ DEMO_LEVELS = [4.0, 12.0, 24.0]
 CONFIGS = (("chunked", ["--chunked-prefill"]), ("unchunked", ["--no-chunked-prefill"]))
 
 
-def _chat(level: dict[str, Any], metric: str, stat: str) -> Any:
-    cls = (level.get("by_class") or {}).get("chat") or {}
-    return (cls.get(metric) or {}).get(stat)
+def _chat(level: LevelSummary, metric: str, stat: str) -> float | None:
+    """A statistic of the level's chat requests (None when the level has none)."""
+    cls = level.by_class.get("chat")
+    return None if cls is None else getattr(cls, metric).stat(stat)
 
 
-def run_demo(out: Path, console: Console, *, seconds_per_level: float = 8.0, live: bool = True) -> dict[str, Any]:
+def run_demo(out: Path, console: Console, *, seconds_per_level: float = 8.0, live: bool = True) -> dict[str, RunSummary]:
     """Run both configurations; return ``{name: summary}`` and print the headline."""
     workload = load_workload("demo", search_dirs("workloads"))
     profile = Profile(
@@ -48,7 +49,7 @@ def run_demo(out: Path, console: Console, *, seconds_per_level: float = 8.0, liv
         warmup_requests=0,
         trim=(0.1, 0.1),
     )
-    results: dict[str, Any] = {}
+    results: dict[str, RunSummary] = {}
     for name, flags in CONFIGS:
         console.rule(f"[bold]{name}[/bold]: reference server, simulated H100 + Llama-3.1-8B, {' '.join(flags)}")
         with ServerProcess(["--engine", "sim", "--gpu", "h100", "--model", "llama-3.1-8b", *flags]) as url:
@@ -70,17 +71,17 @@ def run_demo(out: Path, console: Console, *, seconds_per_level: float = 8.0, liv
     return results
 
 
-def _headline(results: dict[str, Any], console: Console) -> None:
+def _headline(results: dict[str, RunSummary], console: Console) -> None:
     tab = Table(title="The lesson: chat-request ITL with and without chunked prefill (ms)", title_justify="left")
     tab.add_column("users", justify="right")
     cols = [("itl_ms", "p99", "ITL p99"), ("itl_ms", "max", "ITL max"), ("ttft_ms", "p99", "TTFT p99")]
     for _, _, title in cols:
         for name in results:
             tab.add_column(f"{title} {name}", justify="right")
-    levels = {name: s["levels"] for name, s in results.items()}
+    levels = {name: s.levels for name, s in results.items()}
     n = min(len(v) for v in levels.values())
     for i in range(n):
-        row = [str(next(iter(levels.values()))[i]["load"]["value"])]
+        row = [str(next(iter(levels.values()))[i].load.value)]
         for metric, stat, _ in cols:
             row += [fmt_ms(_chat(levels[name][i], metric, stat)) for name in results]
         tab.add_row(*row)
@@ -96,7 +97,7 @@ def _headline(results: dict[str, Any], console: Console) -> None:
         )
 
 
-def _reports(out: Path, results: dict[str, Any], console: Console) -> None:
+def _reports(out: Path, results: dict[str, RunSummary], console: Console) -> None:
     """Write the HTML reports and the comparison when the report module is present."""
     try:
         from loadgen.report.compare import render_comparison

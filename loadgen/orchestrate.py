@@ -25,13 +25,13 @@ from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError, TargetError
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
-from loadgen.load.sweeps import metric_value, sweep
-from loadgen.metrics.capacity import capacity, knee, windows
-from loadgen.metrics.client import LATE_NS, lag_over_time, late_sends
-from loadgen.metrics.slo import SLO
+from loadgen.load.sweeps import sweep
+from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary, unit_label
+from loadgen.metrics.run import summarize_run
+from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
-from loadgen.report.console import LiveStats, answer_lines, level_table, metrics_table
+from loadgen.report.console import LiveStats, level_line, show_summary
 from loadgen.report.files import RunWriter, holds_run, machine_info
 from loadgen.workload.generate import spec_stream
 from loadgen.workload.prompts import PromptSynthesizer
@@ -69,7 +69,7 @@ class RunConfig:
 @dataclass
 class RunOutcome:
     folder: Path
-    summary: dict[str, Any]
+    summary: RunSummary
     interrupted: bool
     records: int
 
@@ -140,50 +140,81 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
     }
 
 
-def level_slos(slos: Sequence[SLO], mode: str, slo_latency: str) -> list[SLO]:
-    """Open-loop levels judge TTFT and E2E from the scheduled time (unless told otherwise):
-    a client that sent late must not make the server look faster than it was."""
-    if mode != "rate" or slo_latency != "queued":
-        return list(slos)
-    swap = {"ttft": "ttft_queued", "e2e": "e2e_queued"}
-    return [SLO(swap.get(s.metric, s.metric), s.limit_ms, s.stat) for s in slos]
-
-
-def _summarize(result: LevelResult, cfg: RunConfig, anchor_ns: int) -> dict[str, Any]:
-    slos = level_slos(cfg.slos, result.plan.mode, cfg.profile.slo_latency)
-    level = summarize_level(
-        result.records, load=result.plan.load, slos=slos, loop_lag_ms=result.loop_lag_ms, trim=cfg.profile.trim
+def _summarize(result: LevelResult, cfg: RunConfig, anchor_ns: int) -> LevelSummary:
+    plan, prof = result.plan, cfg.profile
+    return summarize_level(
+        result.records,
+        load=plan.load,
+        slos=level_slos(cfg.slos, plan.mode, prof.slo_latency),
+        loop_lag_ms=result.loop_lag_ms,
+        loop_lag_t_ns=result.loop_lag_t_ns,
+        anchor_ns=anchor_ns,
+        scheduled=result.scheduled if plan.mode == "rate" else None,
+        dropped=result.dropped,
+        interrupted=result.interrupted,
+        window_s=prof.window_s if prof.kind in ("soak", "ramp") else None,
+        trim=prof.trim,
     )
-    if result.plan.mode == "rate":
-        late = late_sends(result.records)
-        level["schedule"] = {"scheduled": result.scheduled, "late": late, "late_threshold_ms": LATE_NS / 1e6,
-                             "dropped": result.dropped}  # fmt: skip
-    level["client"]["loop_lag_over_time"] = lag_over_time(result.loop_lag_t_ns, result.loop_lag_ms, anchor_ns)
-    level["interrupted"] = result.interrupted
-    return level
 
 
-async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
-    base = cfg.url
-    info = await asyncio.to_thread(discover, base, cfg.headers, cfg.model)
-    opts = DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage)
+def _run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None, interrupted: bool) -> RunSummary:
+    return summarize_run(
+        levels, mode=prof.mode, mixed_modes=prof.kind != "levels", attainment_target=prof.attainment_target,
+        knee_metric=prof.knee_metric, knee_throughput_gain=prof.knee_throughput_gain,
+        knee_latency_growth=prof.knee_latency_growth, stopped=stopped, interrupted=interrupted,
+    )  # fmt: skip
+
+
+def _transport(cfg: RunConfig, info: ServerInfo) -> Any:
+    """The transport, with room for the run's largest number of requests in flight."""
     prof = cfg.profile
-    max_conc = max([int(v) for v in prof.levels if prof.mode == "concurrency"] + [prof.max_in_flight or 0, prof.max_concurrency if prof.kind == "sweep-rate" else 0])
+    users = [int(v) for v in prof.levels if prof.mode == "concurrency"]
+    max_conc = max([*users, prof.max_in_flight or 0, prof.max_concurrency if prof.kind == "sweep-rate" else 0])
     tcfg = TransportConfig(
-        base_url=base,
+        base_url=cfg.url,
         dialect=get_dialect(cfg.api),
-        options=opts,
+        options=DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage),
         headers=cfg.headers,
         max_connections=max_conc + 16 if max_conc else 10_000,
         read_timeout_s=cfg.read_timeout_s,
         request_timeout_s=cfg.request_timeout_s,
         http2=cfg.http2,
     )
-    transport = make_transport(cfg.transport, tcfg)
+    return make_transport(cfg.transport, tcfg)
+
+
+async def _sweep_levels(
+    cfg: RunConfig, runner: Runner, specs: Iterator[RequestSpec], writer: RunWriter, stats: LiveStats,
+    console: Console, anchor_ns: int,
+) -> RunSummary:  # fmt: skip
+    """Drive the profile's sweep: run each level, summarise it, feed the summary back."""
+    prof = cfg.profile
+    gen = sweep(prof, cfg.seed)
+    plan: LevelPlan | None = next(gen)
+    levels: list[LevelSummary] = []
+    stopped: str | None = None
+    while plan is not None:
+        stats.label = f"level {plan.index + 1}: {plan.load.value} {unit_label(plan.mode)}"
+        result = await runner.run_level(plan, _prepare(specs, plan))
+        level = _summarize(result, cfg, anchor_ns)
+        levels.append(level)
+        writer.write_summary({"schema_version": SCHEMA_VERSION, "levels": [lv.to_json() for lv in levels]})
+        if not cfg.live:
+            console.print(level_line(level), highlight=False)
+        if runner.interrupted:
+            return _run_summary(levels, prof, None, True)
+        try:
+            plan = gen.send(level)
+        except StopIteration as stop:
+            stopped, plan = stop.value, None
+    return _run_summary(levels, prof, stopped, False)
+
+
+async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
+    info = await asyncio.to_thread(discover, cfg.url, cfg.headers, cfg.model)
+    transport = _transport(cfg, info)
     synth = PromptSynthesizer(seed=cfg.seed)
     started, anchor_ns = time.time(), time.perf_counter_ns()
-    levels_out: list[dict[str, Any]] = []
-    interrupted = False
     try:
         calib = await calibrate(transport, synth, cfg.api) if cfg.calibrate else {"calibrated": False}
         if cfg.calibrate and not calib["calibrated"]:
@@ -194,94 +225,31 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
         with RunWriter(cfg.out) as writer:
             writer.write_run(_run_json(cfg, info, calib, started, anchor_ns))
             runner = Runner(transport)
-            label = {"text": ""}
-            stats = LiveStats(lambda: runner.in_flight, lambda: label["text"])
+            stats = LiveStats(lambda: runner.in_flight)
 
             def on_record(rec: RequestRecord) -> None:
                 writer.append(rec)
                 stats.add(rec)
 
             runner.on_record = on_record
-            loop = asyncio.get_running_loop()
             scraper = None
-            gen = sweep(prof, cfg.seed)
-            plan: LevelPlan | None = next(gen)
-            stopped: str | None = None
-            live = Live(stats, console=console, refresh_per_second=4, transient=True) if cfg.live else contextlib.nullcontext()
             async with contextlib.AsyncExitStack() as stack:
                 if cfg.scrape_metrics:
                     from loadgen.client.scrape import MetricsScraper
 
-                    scraper = MetricsScraper(base, cfg.out / "server_metrics.jsonl", headers=cfg.headers)
+                    scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers)
                     await stack.enter_async_context(scraper)
-                stack.enter_context(_sigint(loop, runner))
-                stack.enter_context(live)
-                while plan is not None:
-                    unit = "users" if plan.mode == "concurrency" else "req/s"
-                    label["text"] = f"level {plan.index + 1}: {plan.load['value']} {unit}"
-                    result = await runner.run_level(plan, _prepare(specs, plan))
-                    level = _summarize(result, cfg, anchor_ns)
-                    if prof.kind in ("soak", "ramp"):
-                        level["windows"] = windows(result.records, prof.window_s)
-                    levels_out.append(level)
-                    writer.write_summary({"levels": levels_out})
-                    if not cfg.live:
-                        console.print(_level_line(level), highlight=False)
-                    if runner.interrupted:
-                        interrupted = True
-                        break
-                    try:
-                        plan = gen.send(level)
-                    except StopIteration as stop:
-                        stopped = stop.value
-                        plan = None
+                stack.enter_context(_sigint(asyncio.get_running_loop(), runner))
+                if cfg.live:
+                    stack.enter_context(Live(stats, console=console, refresh_per_second=4, transient=True))
+                summary = await _sweep_levels(cfg, runner, specs, writer, stats, console, anchor_ns)
             if scraper is not None and scraper.failures and not scraper.scrapes:
                 console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")
-            summary = {"levels": levels_out, **across_levels(levels_out, prof), "stopped": stopped, "interrupted": interrupted}
-            writer.write_summary(summary)
+            writer.write_summary(summary.to_json())
             n_records = writer.count
     finally:
         await transport.aclose()
-    return RunOutcome(cfg.out, summary, interrupted, n_records)
-
-
-def across_levels(levels: Sequence[dict[str, Any]], prof: Profile) -> dict[str, Any]:
-    """The run-wide answers: capacity at the SLO target and the saturation knee."""
-    mode = "rate" if any(lv["load"]["mode"] == "rate" for lv in levels) and prof.kind != "levels" else prof.mode
-    pts = sorted((lv for lv in levels if lv["load"]["mode"] == mode), key=lambda lv: lv["load"]["value"])
-    out: dict[str, Any] = {"capacity": None, "saturation": None}
-    if not pts:
-        return out
-    cap = capacity([(lv["load"]["value"], lv["goodput"]["slo_attainment"]) for lv in pts], prof.attainment_target)
-    cap["mode"] = mode
-    cap["slos"] = pts[0]["goodput"].get("slos", [])
-    out["capacity"] = cap
-    sat = knee(
-        [(lv["load"]["value"], (lv["throughput"] or {}).get("output_tokens_per_s") or 0.0,
-          metric_value(lv, prof.knee_metric) or 0.0) for lv in pts],
-        prof.knee_throughput_gain,
-        prof.knee_latency_growth,
-    )  # fmt: skip
-    sat["mode"] = mode
-    sat["metric"] = prof.knee_metric
-    out["saturation"] = sat
-    return out
-
-
-def _level_line(level: dict[str, Any]) -> str:
-    load = level["load"]
-    thr = level.get("throughput") or {}
-    ttft = (level.get("ttft_ms") or {}).get("p50")
-    itl = (level.get("itl_ms") or {}).get("p50")
-    req = level.get("requests", {})
-    att = (level.get("goodput") or {}).get("slo_attainment")
-    return (
-        f"level {load['value']} {'users' if load['mode'] == 'concurrency' else 'req/s'}: "
-        f"{req.get('ok', 0)} ok / {req.get('failed', 0)} failed, "
-        f"{thr.get('requests_per_s') or 0:.2f} req/s, {thr.get('output_tokens_per_s') or 0:.0f} out tok/s, "
-        f"TTFT p50 {0 if ttft is None else ttft:.1f} ms, ITL p50 {0 if itl is None else itl:.2f} ms, "
-        f"attainment {'–' if att is None else f'{100 * att:.0f}%'}"
-    )
+    return RunOutcome(cfg.out, summary, summary.interrupted, n_records)
 
 
 def _prepare(stream: Iterator[RequestSpec], plan: LevelPlan) -> Iterator[RequestSpec]:
@@ -332,20 +300,3 @@ def execute(cfg: RunConfig, console: Console) -> RunOutcome:
         loop.close()
     show_summary(outcome.summary, console, cfg.out)
     return outcome
-
-
-def show_summary(summary: dict[str, Any], console: Console, folder: Path) -> None:
-    levels: Sequence[dict[str, Any]] = summary.get("levels", [])
-    if len(levels) == 1:
-        lv = levels[0]
-        unit = "users" if lv["load"]["mode"] == "concurrency" else "req/s"
-        console.print(metrics_table(lv, title=f"Results — {lv['load']['value']} {unit}"))
-    elif levels:
-        console.print(level_table(levels, title="Results per load level"))
-        for line in answer_lines(summary):
-            console.print(line)
-    if summary.get("stopped"):
-        console.print(f"[yellow]stopped early: {summary['stopped']}[/yellow]")
-    if summary.get("interrupted"):
-        console.print("[yellow]interrupted: the summary covers the requests that finished[/yellow]")
-    console.print(f"[dim]run folder: {folder}[/dim]")

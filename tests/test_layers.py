@@ -62,3 +62,33 @@ def test_module_respects_the_dependency_rule(path: Path) -> None:
 def test_the_rule_sees_imports() -> None:
     assert "metrics" in _imports(PKG / "load" / "sweeps.py")
     assert len(MODULES) > 40
+
+
+def _metrics_names_used_by(parts: tuple[str, ...]) -> set[tuple[str, str]]:
+    out: set[tuple[str, str]] = set()
+    for path in sorted(p for p in PKG.rglob("*.py") if _part(p) in parts):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("loadgen.metrics"):
+                out.update((node.module, a.name) for a in node.names)
+    return out
+
+
+def test_no_untyped_dict_crosses_from_metrics_to_load_or_report() -> None:
+    """``load/`` and ``report/`` read typed results: nothing they call in ``metrics/``
+    returns ``dict[str, Any]`` (``summary.json`` is made by ``to_json()`` alone)."""
+    import importlib
+    import inspect
+
+    used = _metrics_names_used_by(("load", "report"))
+    assert len(used) >= 5
+    for module, name in sorted(used):
+        parent = importlib.import_module(module)
+        obj = getattr(parent, name, None) or importlib.import_module(f"{module}.{name}")
+        if inspect.ismodule(obj):
+            continue  # a module import: the names it is used for are checked where they are defined
+        if isinstance(obj, type) and hasattr(obj, "__dataclass_fields__"):
+            for field_name, f in obj.__dataclass_fields__.items():
+                assert "dict[str, Any]" not in str(f.type), f"{module}.{name}.{field_name}: {f.type}"
+        elif callable(obj) and not isinstance(obj, type):
+            ret = str(inspect.signature(obj).return_annotation)
+            assert "dict[str, Any]" not in ret and "Mapping[str, Any]" not in ret, f"{module}.{name} -> {ret}"

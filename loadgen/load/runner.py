@@ -22,6 +22,7 @@ import numpy as np
 
 from loadgen.load.arrivals import schedule
 from loadgen.load.transport import Transport
+from loadgen.metrics.results import Load
 from loadgen.records import RequestRecord, RequestSpec
 
 __all__ = ["LevelPlan", "LevelResult", "Runner"]
@@ -48,9 +49,9 @@ class LevelPlan:
     ramp_s: float = 0.0  # closed loop: users join one by one, evenly over this many seconds
 
     @property
-    def load(self) -> dict[str, object]:
-        value: float | int = int(self.value) if self.mode == "concurrency" else float(self.value)
-        return {"mode": self.mode, "value": value}
+    def load(self) -> Load:
+        """The offered load: whole users in closed loop, a rate in open loop."""
+        return Load(self.mode, int(self.value) if self.mode == "concurrency" else float(self.value))
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """How load rises: each profile kind is a generator of levels.
 
-A sweep yields the next :class:`LevelPlan` and receives that level's summary (the
-``summary.json`` level entry)::
+A sweep yields the next :class:`LevelPlan` and receives that level's
+:class:`~loadgen.metrics.results.LevelSummary`::
 
     gen = sweep(profile, seed=0)
     plan = next(gen)
@@ -26,56 +26,42 @@ import numpy as np
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan
 from loadgen.metrics.capacity import knee
+from loadgen.metrics.results import LevelSummary
 
-__all__ = ["sweep", "stop_reason", "metric_value", "Sweep"]
+__all__ = ["sweep", "stop_reason", "Sweep"]
 
-Summary = dict[str, Any]
+Summary = LevelSummary
 Sweep = Generator[LevelPlan, Summary, "str | None"]
 
 
-def metric_value(summary: Summary, path: str) -> float | None:
-    """``"ttft_ms.p99"`` → ``summary["ttft_ms"]["p99"]`` (None when missing)."""
-    cur: Any = summary
-    for part in path.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return None
-        cur = cur[part]
-    return None if cur is None else float(cur)
-
-
-def _error_rate(s: Summary) -> float:
-    req = s.get("requests", {})
-    total = req.get("total", 0) or 0
-    return (req.get("failed", 0) or 0) / total if total else 0.0
-
-
 def _attainment(s: Summary) -> float:
-    att = (s.get("goodput") or {}).get("slo_attainment")
+    att = s.goodput.slo_attainment
     return 0.0 if att is None else float(att)
 
 
 def _throughput(s: Summary) -> float:
-    return float((s.get("throughput") or {}).get("output_tokens_per_s") or 0.0)
+    return float(s.throughput.output_tokens_per_s or 0.0)
 
 
 def stop_reason(history: list[Summary], profile: Profile) -> str | None:
     """Why the sweep should stop after the last level of ``history`` (None: go on)."""
     rules = profile.stop
     last = history[-1]
-    if rules.max_error_rate is not None and _error_rate(last) > rules.max_error_rate:
-        return f"error rate {_error_rate(last):.0%} > {rules.max_error_rate:.0%}"
+    error_rate = last.requests.error_rate
+    if rules.max_error_rate is not None and error_rate > rules.max_error_rate:
+        return f"error rate {error_rate:.0%} > {rules.max_error_rate:.0%}"
     if rules.min_attainment is not None and len(history) >= 2:
         a, b = _attainment(history[-2]), _attainment(history[-1])
         if a < rules.min_attainment and b < rules.min_attainment:
             return f"SLO attainment below {rules.min_attainment:.0%} for two levels ({a:.0%}, {b:.0%})"
     if rules.on_saturation and len(history) >= 2:
         k = knee(
-            [(float(s["load"]["value"]), _throughput(s), metric_value(s, profile.knee_metric) or 0.0) for s in history],
+            [(float(s.load.value), _throughput(s), s.metric(profile.knee_metric) or 0.0) for s in history],
             profile.knee_throughput_gain,
             profile.knee_latency_growth,
         )
-        if k["found"] and k["index"] == len(history) - 1:
-            return f"saturated at {last['load']['value']} (throughput +{k['throughput_gain']:.0%}, latency +{k['latency_growth']:.0%})"
+        if k.found and k.index == len(history) - 1:
+            return f"saturated at {last.load.value} (throughput +{k.throughput_gain or 0:.0%}, latency +{k.latency_growth or 0:.0%})"
     return None
 
 
@@ -109,8 +95,8 @@ def _levels(profile: Profile, seed: int) -> Sweep:
 def _sweep_rate(profile: Profile, seed: int) -> Sweep:
     sync = yield _plan(profile, 0, "concurrency", 1, seed)
     peak = yield _plan(profile, 1, "concurrency", profile.max_concurrency, seed)
-    lo = float((sync.get("throughput") or {}).get("requests_per_s") or 0.0)
-    hi = float((peak.get("throughput") or {}).get("requests_per_s") or 0.0)
+    lo = float(sync.throughput.requests_per_s or 0.0)
+    hi = float(peak.throughput.requests_per_s or 0.0)
     if hi <= 0:
         return "the max-throughput level completed no request"
     lo = min(lo, hi)

@@ -3,11 +3,16 @@
 Pure (numpy/pandas): no I/O, no printing, no network. Definitions follow DESIGN.md
 "Metric definitions" exactly; see each module's docstring.
 
+- :mod:`~loadgen.metrics.results` — the typed results (``LevelSummary``, ``RunSummary``,
+  ``Distribution``, …) that ``summary.json`` serialises
 - :mod:`~loadgen.metrics.stats` — ``describe`` (count, mean, std, min, p50…p99.9, max)
 - :mod:`~loadgen.metrics.per_request` — one row per request, ITL / inter-chunk samples
 - :mod:`~loadgen.metrics.slo` — ``--slo`` parsing, attainment, level-wide checks
 - :mod:`~loadgen.metrics.summary` — ``summarize_level``: one ``summary.json`` level entry
 - :mod:`~loadgen.metrics.capacity` — capacity, saturation knee, time windows
+- :mod:`~loadgen.metrics.run` — ``summarize_run``: the levels, capacity and knee of a run
+- :mod:`~loadgen.metrics.client` — client health: loop lag over time, late sends
+- :mod:`~loadgen.metrics.compare` — bootstrap differences between two runs' levels
 """
 
 from loadgen.metrics.capacity import capacity, knee, windows
@@ -19,13 +24,26 @@ from loadgen.metrics.per_request import (
     itl_samples,
     per_request_frame,
 )
-from loadgen.metrics.slo import SLO, level_checks, parse_slo, request_meets, slo_attainment
-from loadgen.metrics.stats import PERCENTILES, describe, jsonable, stat_value
+from loadgen.metrics.results import (
+    SCHEMA_VERSION,
+    Capacity,
+    ClientHealth,
+    Distribution,
+    LevelSummary,
+    Load,
+    RunSummary,
+    Saturation,
+    unit_label,
+)
+from loadgen.metrics.run import summarize_run
+from loadgen.metrics.slo import SLO, level_checks, level_slos, parse_slo, request_meets, slo_attainment
+from loadgen.metrics.stats import PERCENTILES, describe, distribution, jsonable, stat_value
 from loadgen.metrics.summary import summarize_level
 
 __all__ = [
     "PERCENTILES",
     "describe",
+    "distribution",
     "stat_value",
     "jsonable",
     "EventArrays",
@@ -39,7 +57,18 @@ __all__ = [
     "request_meets",
     "slo_attainment",
     "level_checks",
+    "level_slos",
     "summarize_level",
+    "summarize_run",
+    "SCHEMA_VERSION",
+    "Capacity",
+    "ClientHealth",
+    "Distribution",
+    "LevelSummary",
+    "Load",
+    "RunSummary",
+    "Saturation",
+    "unit_label",
     "capacity",
     "knee",
     "windows",

@@ -5,7 +5,7 @@
 - :func:`knee`: the first level where throughput stops growing while latency climbs.
 - :func:`windows`: metrics over consecutive time windows of one long level (soak, ramp).
 
-Pure functions of numbers and records; results are JSON-ready.
+Pure functions of numbers and records; results are typed (:mod:`loadgen.metrics.results`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from loadgen.metrics.per_request import frame_and_events
-from loadgen.metrics.stats import jsonable, stat_value
+from loadgen.metrics.results import Capacity, Saturation, Window
+from loadgen.metrics.stats import stat_value
 from loadgen.records import RequestRecord
 
 __all__ = ["capacity", "knee", "windows"]
@@ -30,7 +31,10 @@ def _num(x: float | None) -> float:
     return float("nan") if x is None else float(x)
 
 
-def capacity(levels: Sequence[tuple[float, float | None]], target: float = 0.9) -> dict[str, Any]:
+def capacity(
+    levels: Sequence[tuple[float, float | None]], target: float = 0.9, *, mode: str | None = None,
+    slos: Sequence[str] = (),
+) -> Capacity:  # fmt: skip
     """Capacity from ``(offered load, attainment)`` pairs (sorted here by load).
 
     Outcomes (``status``):
@@ -43,24 +47,24 @@ def capacity(levels: Sequence[tuple[float, float | None]], target: float = 0.9) 
     - ``"never_met"``: no level passes, even the lowest (``value`` and ``between`` None).
 
     A level whose attainment is None or NaN (no requests) counts as failing with
-    attainment 0. Raises ``ValueError`` when ``levels`` is empty.
+    attainment 0. ``mode`` and ``slos`` (the load's mode, the per-request SLOs) are
+    carried into the result. Raises ``ValueError`` when ``levels`` is empty.
     """
     if not levels:
         raise ValueError("capacity() needs at least one level")
     pts = sorted((float(load), _num(att)) for load, att in levels)
     pts = [(load, att if math.isfinite(att) else 0.0) for load, att in pts]
     passing = [i for i, (_, att) in enumerate(pts) if att >= target]
-    result: dict[str, Any] = {"status": "never_met", "value": None, "between": None, "target": target}
+    def result(status: str, value: float | None = None, between: list[float] | None = None) -> Capacity:
+        return Capacity(status=status, value=value, between=between, target=target, mode=mode, slos=list(slos))
+
     if not passing:
-        return result
+        return result("never_met")
     i = passing[-1]
     if i == len(pts) - 1:
-        result.update(status="not_reached", value=pts[i][0])
-        return result
+        return result("not_reached", pts[i][0])
     (lo, a_lo), (hi, a_hi) = pts[i], pts[i + 1]
-    value = lo + (a_lo - target) / (a_lo - a_hi) * (hi - lo)
-    result.update(status="ok", value=value, between=[lo, hi])
-    return result
+    return result("ok", lo + (a_lo - target) / (a_lo - a_hi) * (hi - lo), [lo, hi])
 
 
 def _growth(prev: float, cur: float) -> float | None:
@@ -73,14 +77,17 @@ def knee(
     levels: Sequence[tuple[float, float | None, float | None]],
     min_throughput_gain: float = 0.05,
     min_latency_growth: float = 0.20,
-) -> dict[str, Any]:
+    *,
+    mode: str | None = None,
+    metric: str | None = None,
+) -> Saturation:
     """The saturation knee from ``(load, throughput, latency)`` per level, in load order.
 
     It is the first level ``i > 0`` whose throughput grew by less than
     ``min_throughput_gain`` (relative) over level ``i - 1`` while its latency grew by
     more than ``min_latency_growth``. Levels whose predecessor has no positive
-    throughput or latency cannot be judged and are skipped. Returns ``{"found",
-    "index", "load", "throughput_gain", "latency_growth"}`` (None when not found).
+    throughput or latency cannot be judged and are skipped. ``mode`` and ``metric``
+    (the latency's name) are carried into the result.
     """
     for i in range(1, len(levels)):
         _, thr0, lat0 = levels[i - 1]
@@ -90,9 +97,10 @@ def knee(
         if gain is None or growth is None:
             continue
         if gain < min_throughput_gain and growth > min_latency_growth:
-            return {"found": True, "index": i, "load": float(load), "throughput_gain": gain,
-                    "latency_growth": growth}  # fmt: skip
-    return {"found": False, "index": None, "load": None, "throughput_gain": None, "latency_growth": None}
+            return Saturation(found=True, index=i, load=float(load), throughput_gain=gain, latency_growth=growth,
+                              mode=mode, metric=metric)  # fmt: skip
+    return Saturation(found=False, index=None, load=None, throughput_gain=None, latency_growth=None, mode=mode,
+                      metric=metric)  # fmt: skip
 
 
 def _in_flight_integral(sent_s: F64, done_s: F64, at: F64) -> F64:
@@ -110,7 +118,11 @@ def _split(values: F64, wids: npt.NDArray[Any], n_win: int) -> list[F64]:
     return np.split(values[order], bounds)
 
 
-def windows(records: Iterable[RequestRecord], window_s: float) -> list[dict[str, Any]]:
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def windows(records: Iterable[RequestRecord], window_s: float) -> list[Window]:
     """Metrics over consecutive ``window_s``-second windows of the non-warm-up records.
 
     Time 0 is the first send; windows run to the last completion (the last one may be
@@ -160,16 +172,16 @@ def windows(records: Iterable[RequestRecord], window_s: float) -> list[dict[str,
     for w in range(n_win):
         span = float(edges[w + 1] - edges[w])
         w_ttft, w_itl = ttft[w], itl[w]
-        out.append({
-            "t_start_s": float(edges[w]),
-            "t_end_s": float(edges[w + 1]),
-            "requests": int(n_req[w]),
-            "ok": int(n_ok[w]),
-            "output_tokens_per_s": float(tokens[w]) / span if span > 0 else None,
-            "ttft_ms_p50": stat_value(w_ttft, "p50"),
-            "ttft_ms_p99": stat_value(w_ttft, "p99"),
-            "itl_ms_p50": stat_value(w_itl, "p50"),
-            "itl_ms_p99": stat_value(w_itl, "p99"),
-            "in_flight_mean": float(busy[w]) / span if span > 0 else None,
-        })  # fmt: skip
-    return jsonable(out)  # type: ignore[no-any-return]
+        out.append(Window(
+            t_start_s=float(edges[w]),
+            t_end_s=float(edges[w + 1]),
+            requests=int(n_req[w]),
+            ok=int(n_ok[w]),
+            output_tokens_per_s=_finite(float(tokens[w]) / span) if span > 0 else None,
+            ttft_ms_p50=stat_value(w_ttft, "p50"),
+            ttft_ms_p99=stat_value(w_ttft, "p99"),
+            itl_ms_p50=stat_value(w_itl, "p50"),
+            itl_ms_p99=stat_value(w_itl, "p99"),
+            in_flight_mean=_finite(float(busy[w]) / span) if span > 0 else None,
+        ))  # fmt: skip
+    return out

@@ -3,32 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-from loadgen.records import RequestRecord
 
 import numpy as np
+
+from loadgen.metrics.results import LagSeries
+from loadgen.records import RequestRecord
 
 __all__ = ["lag_over_time", "late_sends", "LATE_NS"]
 
 LATE_NS = 2_000_000  # an open-loop send more than 2 ms after its scheduled time is "late"
 
 
-def lag_over_time(t_ns: Sequence[int], lag_ms: Sequence[float], anchor_ns: int, bin_s: float = 1.0) -> dict[str, Any]:
-    """The worst loop lag in each ``bin_s`` bin: ``{"t_s": [...], "max_ms": [...]}``.
+def lag_over_time(t_ns: Sequence[int], lag_ms: Sequence[float], anchor_ns: int, bin_s: float = 1.0) -> LagSeries:
+    """The worst loop lag in each ``bin_s`` bin (``t_s``, ``max_ms``).
 
     ``t_s`` is the bin start in seconds from ``anchor_ns`` (the run's clock anchor); empty
     bins are left out.
     """
     if not len(t_ns):
-        return {"t_s": [], "max_ms": []}
+        return LagSeries()
     t = (np.asarray(t_ns, dtype=np.int64) - anchor_ns) / 1e9
     lag = np.asarray(lag_ms, dtype=np.float64)
     bins = np.floor(t / bin_s).astype(np.int64)
     uniq, inv = np.unique(bins, return_inverse=True)
     worst = np.full(uniq.size, -np.inf)
     np.maximum.at(worst, inv, lag)
-    return {"t_s": [round(float(b * bin_s), 3) for b in uniq], "max_ms": [round(float(x), 3) for x in worst]}
+    return LagSeries(t_s=[round(float(b * bin_s), 3) for b in uniq], max_ms=[round(float(x), 3) for x in worst])
 
 
 def late_sends(records: Sequence[RequestRecord], threshold_ns: int = LATE_NS) -> int:

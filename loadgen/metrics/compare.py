@@ -22,6 +22,9 @@ excludes zero and the difference is at least ``min_effect`` of the baseline (def
 any; the comparison page uses 2%, below the run-to-run noise of a benchmark, which one
 run's resampling cannot see); the direction depends on whether higher is better. Pure
 numpy, no I/O.
+
+:func:`compare_level` applies all three to every metric of two runs' levels (the rows
+of the comparison page); :func:`common_levels` pairs the levels two runs share.
 """
 
 from __future__ import annotations
@@ -32,6 +35,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
+
+from loadgen.errors import ConfigError
+from loadgen.metrics.per_request import EventArrays
+from loadgen.metrics.results import LevelSummary, RunSummary
+from loadgen.metrics.slo import parse_slo, slo_attainment
+from loadgen.metrics.summary import level_window_ns
 
 __all__ = [
     "BETTER",
@@ -45,6 +55,12 @@ __all__ = [
     "block_rates",
     "rate_difference",
     "verdict",
+    "METRICS",
+    "MIN_EFFECT",
+    "LevelSamples",
+    "Row",
+    "common_levels",
+    "compare_level",
 ]
 
 BETTER = "better"
@@ -261,3 +277,134 @@ def rate_difference(
     ma = ra[rng.integers(0, ra.size, size=(resamples, ra.size))].mean(axis=1)
     mb = rb[rng.integers(0, rb.size, size=(resamples, rb.size))].mean(axis=1)
     return _result(float(ra.mean()), float(rb.mean()), np.asarray(mb - ma, dtype=np.float64), higher_is_better, confidence, min_effect)
+
+
+# ---- two runs' levels, metric by metric -------------------------------------------
+
+# (key, label, unit, higher is better, kind)
+METRICS: tuple[tuple[str, str, str, bool, str], ...] = (
+    ("ttft_ms", "TTFT", "ms", False, "quantile"),
+    ("ttft_queued_ms", "TTFT from scheduled", "ms", False, "quantile"),
+    ("itl_ms", "ITL", "ms", False, "quantile"),
+    ("tpot_ms", "TPOT", "ms", False, "quantile"),
+    ("e2e_ms", "E2E latency", "ms", False, "quantile"),
+    ("output_tokens_per_s", "output tokens/s", "tok/s", True, "rate"),
+    ("requests_per_s", "requests/s", "req/s", True, "rate"),
+    ("goodput", "goodput", "req/s", True, "rate"),
+    ("slo_attainment", "SLO attainment", "%", True, "proportion"),
+)
+_QUANTILES = ((0.5, "p50"), (0.99, "p99"))
+N_BLOCKS = 20
+MIN_EFFECT = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSamples:
+    """One level of a run as the comparison needs it: the run's per-request ``frame``
+    and event arrays ``ev``, the level's ``rows`` (a mask over the frame) and summary."""
+
+    frame: pd.DataFrame
+    ev: EventArrays
+    rows: npt.NDArray[np.bool_]
+    summary: LevelSummary
+
+    @property
+    def ok_rows(self) -> npt.NDArray[np.bool_]:
+        return np.asarray(self.rows & self.frame["ok"].to_numpy(dtype=bool))
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One cell group of the table: a metric's statistic at one level, run vs baseline."""
+
+    level: int  # position in the common levels
+    metric: str
+    label: str
+    stat: str
+    unit: str
+    diff: Difference
+
+
+def common_levels(summaries: Sequence[RunSummary]) -> list[tuple[str, float, list[int]]]:
+    """Load levels present in every run: ``(mode, value, [level index in each run])``,
+    sorted by mode then value (the first level of a run wins when one repeats)."""
+    maps = []
+    for s in summaries:
+        m: dict[tuple[str, float], int] = {}
+        for i, lv in enumerate(s.levels):
+            m.setdefault((lv.load.mode, round(float(lv.load.value), 6)), i)
+        maps.append(m)
+    keys = set(maps[0]).intersection(*maps[1:]) if maps else set()
+    return [(mode, value, [m[(mode, value)] for m in maps]) for mode, value in sorted(keys)]
+
+
+def _samples(lv: LevelSamples, key: str) -> F64:
+    if key == "itl_ms":
+        return lv.ev.itl_ms(lv.ok_rows)
+    return np.asarray(lv.frame[key].to_numpy(dtype=np.float64)[lv.ok_rows], dtype=np.float64)
+
+
+def _attained(lv: LevelSamples) -> npt.NDArray[np.bool_] | None:
+    """Mask over the frame: the level's requests meeting its SLOs (as its summary
+    names them), None when an SLO cannot be read back."""
+    slos = []
+    for text in lv.summary.goodput.slos:
+        try:
+            slos.append(parse_slo(text))
+        except ConfigError:
+            return None
+    mask = np.zeros(lv.rows.size, dtype=bool)
+    mask[lv.rows] = slo_attainment(lv.frame[lv.rows], slos)[0]
+    return mask
+
+
+def _blocks(lv: LevelSamples, key: str) -> F64:
+    """Block rates over the level's window: output tokens, ok requests or requests
+    meeting the SLOs (goodput) per second; their mean is the summary's number."""
+    window = level_window_ns(lv.frame[lv.rows])
+    if window is None:
+        return np.zeros(0)
+    ok = lv.ok_rows
+    if key == "output_tokens_per_s":
+        mask = lv.ev.event_mask(ok)
+        return block_rates(lv.ev.ev_t[mask], window, N_BLOCKS, weights=lv.ev.ev_n[mask])
+    if key == "goodput":
+        attained = _attained(lv)
+        if attained is None:
+            return np.zeros(0)
+        ok = attained
+    return block_rates(lv.frame["done_ns"].to_numpy()[ok], window, N_BLOCKS)
+
+
+def _proportion(level: LevelSummary) -> tuple[int, float | None]:
+    return level.requests.total, level.goodput.slo_attainment
+
+
+def compare_level(
+    a: LevelSamples, b: LevelSamples, position: int = 0, *, resamples: int = DEFAULT_RESAMPLES,
+    min_effect: float = MIN_EFFECT,
+) -> list[Row]:  # fmt: skip
+    """Every metric of level ``a`` (the baseline) against level ``b`` (seeded by
+    ``position``, so the same runs always give the same intervals)."""
+    rows: list[Row] = []
+    rate_mode = a.summary.load.mode == "rate"
+    for m, (key, label, unit, higher, kind) in enumerate(METRICS):
+        seed = 7919 * position + 101 * m
+        if key == "ttft_queued_ms" and not rate_mode:
+            continue
+        if kind == "quantile":
+            xa, xb = _samples(a, key), _samples(b, key)
+            for j, (q, stat) in enumerate(_QUANTILES):
+                d = quantile_difference(xa, xb, q, higher_is_better=higher, seed=seed + j, resamples=resamples,
+                                        min_effect=min_effect)  # fmt: skip
+                rows.append(Row(position, key, label, stat, unit, d))
+        elif kind == "rate":
+            d = rate_difference(_blocks(a, key), _blocks(b, key), higher_is_better=higher, seed=seed,
+                                resamples=resamples, min_effect=min_effect)  # fmt: skip
+            rows.append(Row(position, key, label, "rate", unit, d))
+        else:
+            d = proportion_difference(_proportion(a.summary), _proportion(b.summary), scale_a=100.0, scale_b=100.0,
+                                      higher_is_better=higher, seed=seed, resamples=resamples,
+                                      min_effect=min_effect)  # fmt: skip
+            rows.append(Row(position, key, label, "value", unit, d))
+    return rows

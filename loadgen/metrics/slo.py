@@ -36,9 +36,20 @@ import numpy.typing as npt
 import pandas as pd
 
 from loadgen.errors import ConfigError
+from loadgen.metrics.results import Check
 from loadgen.metrics.stats import stat_value
 
-__all__ = ["SLO", "METRICS", "STATS", "UNITS", "parse_slo", "request_meets", "slo_attainment", "level_checks"]
+__all__ = [
+    "SLO",
+    "METRICS",
+    "STATS",
+    "UNITS",
+    "parse_slo",
+    "request_meets",
+    "slo_attainment",
+    "level_checks",
+    "level_slos",
+]
 
 # metric -> column of the per-request frame
 METRICS: dict[str, str] = {
@@ -140,16 +151,26 @@ def slo_attainment(frame: pd.DataFrame, slos: Sequence[SLO]) -> tuple[npt.NDArra
     return mask, (float(mask.mean()) if mask.size else None)
 
 
-def level_checks(samples: Mapping[str, Any], slos: Sequence[SLO]) -> list[dict[str, Any]]:
+def level_checks(samples: Mapping[str, Any], slos: Sequence[SLO]) -> list[Check]:
     """Evaluate the level-wide SLOs (those with a stat) of ``slos``.
 
     ``samples`` maps each metric name to its samples in ms (successful requests only;
-    per-token samples for ``itl``). Returns ``[{"slo", "value_ms", "pass"}]`` in order.
+    per-token samples for ``itl``). Returns one :class:`Check` per such SLO, in order.
     """
-    out: list[dict[str, Any]] = []
+    out: list[Check] = []
     for slo in slos:
         if slo.stat is None:
             continue
         value = stat_value(samples.get(slo.metric, ()), slo.stat)
-        out.append({"slo": str(slo), "value_ms": value, "pass": value is not None and value <= slo.limit_ms})
+        out.append(Check(slo=str(slo), value_ms=value, passed=value is not None and value <= slo.limit_ms))
     return out
+
+
+def level_slos(slos: Sequence[SLO], mode: str, slo_latency: str = "queued") -> list[SLO]:
+    """The SLOs a level is judged on. Open-loop (``mode == "rate"``) levels judge TTFT and
+    E2E from the scheduled time unless ``slo_latency`` is ``"sent"``: a client that sent
+    late must not make the server look faster than it was."""
+    if mode != "rate" or slo_latency != "queued":
+        return list(slos)
+    swap = {"ttft": "ttft_queued", "e2e": "e2e_queued"}
+    return [SLO(swap.get(s.metric, s.metric), s.limit_ms, s.stat) for s in slos]

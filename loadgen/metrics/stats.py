@@ -14,7 +14,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PERCENTILES", "STAT_KEYS", "describe", "describe_counts", "stat_value", "jsonable"]
+from loadgen.metrics.results import Distribution
+
+__all__ = [
+    "PERCENTILES",
+    "STAT_KEYS",
+    "describe",
+    "describe_counts",
+    "distribution",
+    "distribution_of_counts",
+    "stat_value",
+    "jsonable",
+]
 
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
 
@@ -27,32 +38,34 @@ STAT_KEYS: tuple[str, ...] = ("count", "mean", "std", "min", *(_pkey(p) for p in
 
 
 def _clean(values: Iterable[float] | npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """The non-NaN values as a new float64 array (never a view of the input)."""
     seq = values if hasattr(values, "__len__") else list(values)  # type: ignore[arg-type]
     arr = np.asarray(seq, dtype=np.float64).ravel()
-    return arr[~np.isnan(arr)]
+    return arr[~np.isnan(arr)]  # boolean indexing always copies
 
 
-def describe(values: Iterable[float] | npt.ArrayLike, *, overwrite: bool = False) -> dict[str, Any]:
+def describe(values: Iterable[float] | npt.ArrayLike) -> dict[str, Any]:
     """``{"count", "mean", "std", "min", "p50", "p90", "p95", "p99", "p99.9", "max"}``.
 
     ``count`` is an int, the rest floats; ``std`` is the population standard deviation
-    (numpy's default). With no values: count 0 and ``None`` for every other key.
-    ``overwrite=True`` lets it reorder a float64 array in place (saves a copy of a
-    large array the caller no longer needs).
+    (numpy's default). With no values: count 0 and ``None`` for every other key. The
+    input is never modified (the percentiles partition a private copy).
     """
     arr = _clean(values)
     if arr.size == 0:
         return {k: (0 if k == "count" else None) for k in STAT_KEYS}
-    pct = np.percentile(arr, PERCENTILES, overwrite_input=overwrite)
     out: dict[str, Any] = {
         "count": int(arr.size),
         "mean": float(arr.mean()),
         "std": float(arr.std()),
         "min": float(arr.min()),
     }
+    top = float(arr.max())
+    # arr is _clean's own copy: the partition may reorder it (after the sums above)
+    pct = np.percentile(arr, PERCENTILES, overwrite_input=True)
     for p, v in zip(PERCENTILES, pct):
         out[_pkey(p)] = float(v)
-    out["max"] = float(arr.max())
+    out["max"] = top
     return out
 
 
@@ -89,6 +102,21 @@ def describe_counts(values: npt.ArrayLike, counts: npt.ArrayLike) -> dict[str, A
         out[_pkey(p)] = float(x)
     out["max"] = float(v[-1])
     return out
+
+
+def _typed(d: dict[str, Any]) -> Distribution:
+    return Distribution(count=d["count"], mean=d["mean"], std=d["std"], min=d["min"], p50=d["p50"], p90=d["p90"],
+                        p95=d["p95"], p99=d["p99"], p99_9=d["p99.9"], max=d["max"])  # fmt: skip
+
+
+def distribution(values: Iterable[float] | npt.ArrayLike) -> Distribution:
+    """:func:`describe` as a typed :class:`~loadgen.metrics.results.Distribution`."""
+    return _typed(describe(values))
+
+
+def distribution_of_counts(values: npt.ArrayLike, counts: npt.ArrayLike) -> Distribution:
+    """:func:`describe_counts` as a typed :class:`~loadgen.metrics.results.Distribution`."""
+    return _typed(describe_counts(values, counts))
 
 
 def stat_value(values: Iterable[float] | npt.ArrayLike, stat: str) -> float | None:

@@ -10,9 +10,11 @@ window by time: requests (and their prompt tokens) count when they completed ins
 output tokens when their event arrived inside it.
 
 ``events`` (tokens per event, coalesced events, token sources) covers ok requests;
-``by_class[name]["requests"]`` counts every measured request of the class, its
-statistics its ok ones; ``client.send_lateness_ms`` covers every sent request. When every
-chunk carries one token, ``itl_ms`` and ``inter_chunk_ms`` are the same samples.
+``by_class[name].requests`` counts every measured request of the class, its statistics
+its ok ones; ``client.send_lateness_ms`` covers every sent request. When every chunk
+carries one token, ``itl_ms`` and ``inter_chunk_ms`` are the same samples. Open-loop
+levels (``scheduled`` given) carry a ``schedule``: late sends count measured requests
+only, like ``requests.total``.
 """
 
 from __future__ import annotations
@@ -25,9 +27,24 @@ import numpy.typing as npt
 import pandas as pd
 
 from loadgen.errors import ConfigError
+from loadgen.metrics.capacity import windows
+from loadgen.metrics.client import LATE_NS, lag_over_time, late_sends
 from loadgen.metrics.per_request import EventArrays, frame_and_events
+from loadgen.metrics.results import (
+    ClassSummary,
+    ClientHealth,
+    Events,
+    Goodput,
+    LevelSummary,
+    Lengths,
+    Load,
+    Requests,
+    Schedule,
+    Steady,
+    Throughput,
+)
 from loadgen.metrics.slo import SLO, level_checks, slo_attainment
-from loadgen.metrics.stats import describe, describe_counts, jsonable
+from loadgen.metrics.stats import distribution, distribution_of_counts
 from loadgen.records import RequestRecord
 
 __all__ = ["summarize_level", "level_window_ns"]
@@ -59,14 +76,14 @@ def _prompt_tokens(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
 def _throughput(
     frame: pd.DataFrame, ev: EventArrays, ok: npt.NDArray[np.bool_], window: tuple[int, int] | None,
     trim: tuple[float, float],
-) -> dict[str, Any]:  # fmt: skip
+) -> tuple[float, Throughput]:  # fmt: skip
+    """The window's length in seconds and the throughput over it (and its steady part)."""
     prompt = _prompt_tokens(frame)
     out_tok = frame["output_tokens"].to_numpy(dtype=np.float64)
     duration = (window[1] - window[0]) / 1e9 if window else 0.0
     n_ok = int(ok.sum())
     out_sum, prompt_sum = float(out_tok[ok].sum()), float(prompt[ok].sum())
-    steady: dict[str, Any] = {"window_s": 0.0, "requests_per_s": None, "output_tokens_per_s": None,
-                              "total_tokens_per_s": None}  # fmt: skip
+    steady = Steady()
     if window:
         span_ns = window[1] - window[0]
         lo = window[0] + round(span_ns * trim[0])
@@ -76,147 +93,159 @@ def _throughput(
         ev_in = ev.event_mask(ok) & (ev.ev_t >= lo) & (ev.ev_t <= hi)
         span = (hi - lo) / 1e9
         steady_out = float(ev.ev_n[ev_in].sum())
-        steady = {
-            "window_s": span,
-            "requests_per_s": _rate(float(inside.sum()), span),
-            "output_tokens_per_s": _rate(steady_out, span),
-            "total_tokens_per_s": _rate(steady_out + float(prompt[inside].sum()), span),
-        }
-    return {
-        "duration_s": duration,
-        "throughput": {
-            "requests_per_s": _rate(n_ok, duration),
-            "output_tokens_per_s": _rate(out_sum, duration),
-            "total_tokens_per_s": _rate(out_sum + prompt_sum, duration),
-            "steady": steady,
-        },
-    }
+        steady = Steady(
+            window_s=span,
+            requests_per_s=_rate(float(inside.sum()), span),
+            output_tokens_per_s=_rate(steady_out, span),
+            total_tokens_per_s=_rate(steady_out + float(prompt[inside].sum()), span),
+        )
+    return duration, Throughput(
+        requests_per_s=_rate(n_ok, duration),
+        output_tokens_per_s=_rate(out_sum, duration),
+        total_tokens_per_s=_rate(out_sum + prompt_sum, duration),
+        steady=steady,
+    )
 
 
 def _by_class(
     frame: pd.DataFrame, ev: EventArrays, ok: npt.NDArray[np.bool_], itl: npt.NDArray[np.float64],
-    itl_stats: Mapping[str, Any] | None,
-) -> dict[str, Any]:  # fmt: skip
-    """Per request class. ``itl`` are the level's ITL samples (``ev.itl_ms(ok)``) in
-    their original order; ``itl_stats`` their statistics, used when there is one class."""
+) -> dict[str, ClassSummary]:  # fmt: skip
+    """Per request class; ``itl`` are the level's ITL samples (``ev.itl_ms(ok)``)."""
     names, codes = np.unique(frame["request_class"].to_numpy(dtype=str), return_inverse=True)
-    if len(names) > 1:
+    one_class = len(names) == 1
+    if not one_class:
         itl_codes = ev.like_itl(np.repeat(codes.astype(np.int32), ev.n_chunks), ok)
-    out: dict[str, Any] = {}
+    out: dict[str, ClassSummary] = {}
     for c, name in enumerate(names.tolist()):
         rows = codes == c
         sel = frame[rows & ok]
-        out[str(name)] = {
-            "requests": int(rows.sum()),
-            "ttft_ms": describe(sel["ttft_ms"].to_numpy()),
-            "tpot_ms": describe(sel["tpot_ms"].to_numpy()),
-            "itl_ms": describe(itl[itl_codes == c], overwrite=True) if len(names) > 1 else itl_stats,
-            "e2e_ms": describe(sel["e2e_ms"].to_numpy()),
-        }
+        out[str(name)] = ClassSummary(
+            requests=int(rows.sum()),
+            ttft_ms=distribution(sel["ttft_ms"].to_numpy()),
+            tpot_ms=distribution(sel["tpot_ms"].to_numpy()),
+            itl_ms=distribution(itl if one_class else itl[itl_codes == c]),
+            e2e_ms=distribution(sel["e2e_ms"].to_numpy()),
+        )
     return out
 
 
-def _tokens_per_event(ev: EventArrays, ok: npt.NDArray[np.bool_]) -> dict[str, Any]:
+def _events(ev: EventArrays, ok: npt.NDArray[np.bool_], okf: pd.DataFrame) -> Events:
     counts = np.bincount(ev.ev_n[ev.event_mask(ok)])  # token counts are small integers
-    return describe_counts(np.arange(counts.size), counts)
+    token_source = okf["token_source"].value_counts()
+    return Events(
+        tokens_per_event=distribution_of_counts(np.arange(counts.size), counts),
+        coalesced_events=int(okf["coalesced_events"].sum()),
+        token_source={str(k): int(v) for k, v in sorted(token_source.items())},
+    )
 
 
 def _client(
-    frame: pd.DataFrame, loop_lag_ms: Sequence[float], client_bound_ms: float
-) -> dict[str, Any]:
-    lag = describe(np.asarray(loop_lag_ms, dtype=np.float64))
-    late = describe(frame["send_lateness_ms"].to_numpy())
+    frame: pd.DataFrame, loop_lag_ms: Sequence[float], client_bound_ms: float,
+    lag_series: tuple[Sequence[int], int] | None,
+) -> ClientHealth:  # fmt: skip
+    lag = distribution(np.asarray(loop_lag_ms, dtype=np.float64))
+    late = distribution(frame["send_lateness_ms"].to_numpy())
     reasons = []
-    if lag["p99"] is not None and lag["p99"] > client_bound_ms:
-        reasons.append(f"event-loop lag p99 {lag['p99']:.3g} ms > {client_bound_ms:g} ms")
-    if late["p99"] is not None and late["p99"] > client_bound_ms:
-        reasons.append(f"send lateness p99 {late['p99']:.3g} ms > {client_bound_ms:g} ms")
-    return {
-        "loop_lag_ms": lag,
-        "send_lateness_ms": late,
-        "verdict": "client-bound" if reasons else "ok",
-        "reasons": reasons,
-    }
+    if lag.p99 is not None and lag.p99 > client_bound_ms:
+        reasons.append(f"event-loop lag p99 {lag.p99:.3g} ms > {client_bound_ms:g} ms")
+    if late.p99 is not None and late.p99 > client_bound_ms:
+        reasons.append(f"send lateness p99 {late.p99:.3g} ms > {client_bound_ms:g} ms")
+    return ClientHealth(
+        loop_lag_ms=lag,
+        send_lateness_ms=late,
+        verdict="client-bound" if reasons else "ok",
+        reasons=reasons,
+        loop_lag_over_time=None if lag_series is None else lag_over_time(lag_series[0], loop_lag_ms, lag_series[1]),
+    )
+
+
+def _load(load: Load | Mapping[str, Any]) -> Load:
+    return load if isinstance(load, Load) else Load(mode=str(load["mode"]), value=load["value"])
 
 
 def summarize_level(
     records: Sequence[RequestRecord],
     *,
-    load: Mapping[str, Any],
+    load: Load | Mapping[str, Any],
     slos: Sequence[SLO] = (),
     loop_lag_ms: Sequence[float] = (),
+    loop_lag_t_ns: Sequence[int] | None = None,
+    anchor_ns: int = 0,
+    scheduled: int | None = None,
+    dropped: int = 0,
+    interrupted: bool = False,
+    window_s: float | None = None,
     trim: tuple[float, float] = (0.0, 0.0),
     client_bound_ms: float = 10.0,
-) -> dict[str, Any]:
+) -> LevelSummary:
     """Summarise one level (see the module docstring and ``summary.json``'s contract).
 
-    ``load`` is passed through (e.g. ``{"mode": "concurrency", "value": 16}``);
-    ``slos`` are per-request limits (attainment, goodput) and level-wide checks;
-    ``loop_lag_ms`` the runner's event-loop lag samples; the verdict is
+    ``load`` is the offered load (``Load("concurrency", 16)``); ``slos`` are
+    per-request limits (attainment, goodput) and level-wide checks; ``loop_lag_ms`` the
+    runner's event-loop lag samples, taken at ``loop_lag_t_ns`` (given: the summary
+    carries the worst lag per second, in seconds from ``anchor_ns``). The verdict is
     ``"client-bound"`` when the p99 of loop lag or of send lateness exceeds
-    ``client_bound_ms``. The result is JSON-ready (no numpy types, NaN as ``None``).
+    ``client_bound_ms``. An open-loop level passes ``scheduled`` (requests the schedule
+    asked for) and ``dropped`` (never sent); ``window_s`` adds metrics per time window
+    (soak, ramp); ``interrupted`` says the level was cut short.
     """
     lo_trim, hi_trim = trim
     if not (0.0 <= lo_trim and 0.0 <= hi_trim and lo_trim + hi_trim < 1.0):
         raise ConfigError(f"trim fractions {trim!r} must be >= 0 and sum to < 1", key="trim")
-    frame, ev = frame_and_events(records)
+    measured = [r for r in records if not r.warmup]
+    frame, ev = frame_and_events(measured)
     ok = frame["ok"].to_numpy(dtype=bool)
     window = level_window_ns(frame)
     failed = frame.loc[~ok, "status"].value_counts()
-    thr = _throughput(frame, ev, ok, window, trim)
+    duration, throughput = _throughput(frame, ev, ok, window, trim)
 
     attained, attainment = slo_attainment(frame, slos)
     gaps = ev.inter_chunk_ms(ok)
     one_token_chunks = bool((ev.ch_n == 1).all())
     itl = gaps if one_token_chunks else ev.itl_ms(ok)  # the same samples when every chunk has one token
     okf = frame[ok]
-    token_source = okf["token_source"].value_counts()
     samples: dict[str, Any] = {c.removesuffix("_ms"): okf[c].to_numpy() for c in _LATENCY_COLUMNS}
     samples["itl"] = itl
-    prompt_ok = okf["prompt_tokens"].to_numpy(dtype=np.float64)
-
-    summary: dict[str, Any] = {
-        "load": dict(load),
-        "requests": {
-            "total": len(frame),
-            "ok": int(ok.sum()),
-            "failed": int((~ok).sum()),
-            "by_error": {str(k): int(v) for k, v in sorted(failed.items())},
-        },
-        **thr,
-        "goodput": {
-            "requests_per_s": _rate(float(attained.sum()), thr["duration_s"]),
-            "slo_attainment": attainment,
-            "slos": [str(s) for s in slos if s.stat is None],
-            "checks": level_checks(samples, slos),
-        },
-    }
-    if frame["request_class"].nunique() > 1:
-        by_class = _by_class(frame, ev, ok, itl, None)  # needs itl in order: before the next line
-        itl_stats = describe(itl, overwrite=True)
-    else:
-        itl_stats = describe(itl, overwrite=True)
-        by_class = _by_class(frame, ev, ok, itl, itl_stats)
-    summary["ttft_ms"] = describe(samples["ttft"])
-    summary["ttft_queued_ms"] = describe(samples["ttft_queued"])
-    summary["itl_ms"] = itl_stats
-    summary["inter_chunk_ms"] = itl_stats if one_token_chunks else describe(gaps, overwrite=True)
-    summary["tpot_ms"] = describe(samples["tpot"])
-    summary["e2e_ms"] = describe(samples["e2e"])
-    summary["e2e_queued_ms"] = describe(samples["e2e_queued"])
-    summary["prompt_tokens"] = describe(_prompt_tokens(okf))
-    summary["output_tokens"] = describe(okf["output_tokens"].to_numpy())
-    summary["lengths"] = {
-        "prompt_target_mean": describe(okf["target_prompt_tokens"].to_numpy())["mean"],
-        "prompt_achieved_mean": describe(prompt_ok)["mean"],
-        "output_target_mean": describe(okf["target_output_tokens"].to_numpy())["mean"],
-        "output_achieved_mean": describe(okf["output_tokens"].to_numpy())["mean"],
-    }
-    summary["events"] = {
-        "tokens_per_event": _tokens_per_event(ev, ok),
-        "coalesced_events": int(okf["coalesced_events"].sum()),
-        "token_source": {str(k): int(v) for k, v in sorted(token_source.items())},
-    }
-    summary["by_class"] = by_class
-    summary["client"] = _client(frame, loop_lag_ms, client_bound_ms)
-    return jsonable(summary)  # type: ignore[no-any-return]
+    itl_stats = distribution(itl)
+    schedule = None
+    if scheduled is not None:
+        schedule = Schedule(scheduled=scheduled, late=late_sends(measured), late_threshold_ms=LATE_NS / 1e6,
+                            dropped=dropped)  # fmt: skip
+    return LevelSummary(
+        load=_load(load),
+        requests=Requests(
+            total=len(frame),
+            ok=int(ok.sum()),
+            failed=int((~ok).sum()),
+            by_error={str(k): int(v) for k, v in sorted(failed.items())},
+        ),
+        duration_s=duration,
+        throughput=throughput,
+        goodput=Goodput(
+            requests_per_s=_rate(float(attained.sum()), duration),
+            slo_attainment=attainment,
+            slos=[str(s) for s in slos if s.stat is None],
+            checks=level_checks(samples, slos),
+        ),
+        ttft_ms=distribution(samples["ttft"]),
+        ttft_queued_ms=distribution(samples["ttft_queued"]),
+        itl_ms=itl_stats,
+        inter_chunk_ms=itl_stats if one_token_chunks else distribution(gaps),
+        tpot_ms=distribution(samples["tpot"]),
+        e2e_ms=distribution(samples["e2e"]),
+        e2e_queued_ms=distribution(samples["e2e_queued"]),
+        prompt_tokens=distribution(_prompt_tokens(okf)),
+        output_tokens=distribution(okf["output_tokens"].to_numpy()),
+        lengths=Lengths(
+            prompt_target_mean=distribution(okf["target_prompt_tokens"].to_numpy()).mean,
+            prompt_achieved_mean=distribution(okf["prompt_tokens"].to_numpy(dtype=np.float64)).mean,
+            output_target_mean=distribution(okf["target_output_tokens"].to_numpy()).mean,
+            output_achieved_mean=distribution(okf["output_tokens"].to_numpy()).mean,
+        ),
+        events=_events(ev, ok, okf),
+        by_class=_by_class(frame, ev, ok, itl),
+        client=_client(frame, loop_lag_ms, client_bound_ms, None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns)),
+        schedule=schedule,
+        interrupted=interrupted,
+        windows=None if window_s is None else windows(measured, window_s),
+    )

@@ -18,44 +18,14 @@ import numpy as np
 
 from loadgen.errors import ConfigError
 from loadgen.metrics import compare as C
-from loadgen.metrics.slo import parse_slo, slo_attainment
-from loadgen.metrics.summary import level_window_ns
+from loadgen.metrics.compare import MIN_EFFECT, Row, common_levels, compare_level
+from loadgen.metrics.results import Load
 from loadgen.report import compare_figures as CF
 from loadgen.report.html import answer_cards
 from loadgen.report.page import Page, esc, fmt, write_page
-from loadgen.report.plotdata import level_label
 from loadgen.report.rundata import RunData, load_run
 
-__all__ = ["render_comparison", "workload_differences", "common_levels", "compare_level", "Row", "METRICS"]
-
-# (key, label, unit, higher is better, kind)
-METRICS: tuple[tuple[str, str, str, bool, str], ...] = (
-    ("ttft_ms", "TTFT", "ms", False, "quantile"),
-    ("ttft_queued_ms", "TTFT from scheduled", "ms", False, "quantile"),
-    ("itl_ms", "ITL", "ms", False, "quantile"),
-    ("tpot_ms", "TPOT", "ms", False, "quantile"),
-    ("e2e_ms", "E2E latency", "ms", False, "quantile"),
-    ("output_tokens_per_s", "output tokens/s", "tok/s", True, "rate"),
-    ("requests_per_s", "requests/s", "req/s", True, "rate"),
-    ("goodput", "goodput", "req/s", True, "rate"),
-    ("slo_attainment", "SLO attainment", "%", True, "proportion"),
-)
-_QUANTILES = ((0.5, "p50"), (0.99, "p99"))
-N_BLOCKS = 20
-MIN_EFFECT = 0.02
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One cell group of the table: a metric's statistic at one level, run vs baseline."""
-
-    level: int  # position in the common levels
-    metric: str
-    label: str
-    stat: str
-    unit: str
-    diff: C.Difference
-
+__all__ = ["render_comparison", "workload_differences"]
 
 def workload_differences(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[str]:
     """Human-readable differences between the runs' ``run.json["workload"]`` (the file
@@ -77,95 +47,6 @@ def workload_differences(runs: Sequence[dict[str, Any]], labels: Sequence[str]) 
             out.append(f"{labels[0]!r} ({base.get('name')}) and {label!r} ({other.get('name')}) differ in "
                        + ", ".join(keys))  # fmt: skip
     return out
-
-
-def common_levels(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, float, list[int]]]:
-    """Load levels present in every run: ``(mode, value, [level index in each run])``,
-    sorted by mode then value (the first level of a run wins when one repeats)."""
-    maps = []
-    for s in summaries:
-        m: dict[tuple[str, float], int] = {}
-        for i, lv in enumerate(s.get("levels") or []):
-            load = lv.get("load") or {}
-            m.setdefault((str(load.get("mode")), round(float(load.get("value") or 0), 6)), i)
-        maps.append(m)
-    keys = set(maps[0]).intersection(*maps[1:]) if maps else set()
-    return [(mode, value, [m[(mode, value)] for m in maps]) for mode, value in sorted(keys)]
-
-
-def _samples(data: RunData, index: int, key: str) -> np.ndarray:
-    rows = data.level_rows(index) & data.frame["ok"].to_numpy(dtype=bool)
-    if key == "itl_ms":
-        return data.ev.itl_ms(rows)
-    return np.asarray(data.frame[key].to_numpy(dtype=np.float64)[rows], dtype=np.float64)
-
-
-def _attained(data: RunData, index: int) -> np.ndarray | None:
-    """Mask over the frame: the level's requests meeting its SLOs (as its summary
-    names them), None when an SLO cannot be read back."""
-    rows = data.level_rows(index)
-    slos = []
-    for text in (data.levels[index].get("goodput") or {}).get("slos") or []:
-        try:
-            slos.append(parse_slo(text))
-        except ConfigError:
-            return None
-    mask = np.zeros(rows.size, dtype=bool)
-    mask[rows] = slo_attainment(data.frame[rows], slos)[0]
-    return mask
-
-
-def _blocks(data: RunData, index: int, key: str) -> np.ndarray:
-    """Block rates over the level's window: output tokens, ok requests or requests
-    meeting the SLOs (goodput) per second; their mean is the summary's number."""
-    rows = data.level_rows(index)
-    window = level_window_ns(data.frame[rows])
-    if window is None:
-        return np.zeros(0)
-    ok = rows & data.frame["ok"].to_numpy(dtype=bool)
-    if key == "output_tokens_per_s":
-        mask = data.ev.event_mask(ok)
-        return C.block_rates(data.ev.ev_t[mask], window, N_BLOCKS, weights=data.ev.ev_n[mask])
-    if key == "goodput":
-        attained = _attained(data, index)
-        if attained is None:
-            return np.zeros(0)
-        ok = attained
-    return C.block_rates(data.frame["done_ns"].to_numpy()[ok], window, N_BLOCKS)
-
-
-def _proportion(level: dict[str, Any]) -> tuple[int, float | None]:
-    n = int((level.get("requests") or {}).get("total") or 0)
-    return n, (level.get("goodput") or {}).get("slo_attainment")
-
-
-def compare_level(
-    a: RunData, ia: int, b: RunData, ib: int, position: int = 0, *, resamples: int = 2000,
-    min_effect: float = MIN_EFFECT,
-) -> list[Row]:  # fmt: skip
-    """Every metric of level ``ia`` of run ``a`` against level ``ib`` of run ``b``
-    (seeded by ``position``, so the same runs always give the same intervals)."""
-    kw: dict[str, Any] = {"resamples": resamples, "min_effect": min_effect}
-    rows: list[Row] = []
-    la, lb = a.levels[ia], b.levels[ib]
-    rate_mode = la.get("load", {}).get("mode") == "rate"
-    for m, (key, label, unit, higher, kind) in enumerate(METRICS):
-        seed = 7919 * position + 101 * m
-        if key == "ttft_queued_ms" and not rate_mode:
-            continue
-        if kind == "quantile":
-            xa, xb = _samples(a, ia, key), _samples(b, ib, key)
-            for j, (q, stat) in enumerate(_QUANTILES):
-                d = C.quantile_difference(xa, xb, q, higher_is_better=higher, seed=seed + j, **kw)
-                rows.append(Row(position, key, label, stat, unit, d))
-        elif kind == "rate":
-            d = C.rate_difference(_blocks(a, ia, key), _blocks(b, ib, key), higher_is_better=higher, seed=seed, **kw)
-            rows.append(Row(position, key, label, "rate", unit, d))
-        else:
-            d = C.proportion_difference(_proportion(la), _proportion(lb), scale_a=100.0, scale_b=100.0,
-                                        higher_is_better=higher, seed=seed, **kw)  # fmt: skip
-            rows.append(Row(position, key, label, "value", unit, d))
-    return rows
 
 
 def _labels(folders: Sequence[Path], labels: Sequence[str] | None) -> list[str]:
@@ -212,7 +93,7 @@ def _table(levels: Sequence[tuple[str, float, list[int]]], runs: Sequence[RunDat
         pos = first.level
         lv = runs[0].levels[levels[pos][2][0]]
         unit = "" if first.unit in ("%",) else f" ({first.unit})"
-        cells = (f'<td class="l">{esc(level_label(lv))}</td><td class="l">{esc(first.label)}{esc(unit)}</td>'
+        cells = (f'<td class="l">{esc(lv.load.label())}</td><td class="l">{esc(first.label)}{esc(unit)}</td>'
                  f'<td class="l">{esc(first.stat)}</td><td>{fmt(first.diff.a)}</td>')  # fmt: skip
         for rows in rows_by_run:
             cells += _diff_cells(rows[r].diff, rows[r].unit)
@@ -232,7 +113,7 @@ def _capacity_table(runs: Sequence[RunData], labels: Sequence[str]) -> str:
     for data, label in zip(runs, labels):
         target = (data.run.get("target") or {})
         wl = (data.run.get("workload") or {}).get("name")
-        bound = sum(1 for lv in data.levels if (lv.get("client") or {}).get("verdict") == "client-bound")
+        bound = sum(1 for lv in data.levels if lv.client.client_bound)
         head = (f"<h3>{esc(label)}</h3><p class=\"note\">{esc(target.get('model'))} at {esc(target.get('url'))}"
                 f" · workload {esc(wl)} · {len(data.levels)} levels · started {esc(data.run.get('started_at'))}"
                 + (f' · <span class="bad">{bound} client-bound level(s)</span>' if bound else "") + "</p>")  # fmt: skip
@@ -265,7 +146,8 @@ def render_comparison(
     levels = common_levels([r.summary for r in runs])
     rows_by_run = [
         [row for pos, (_, _, idx) in enumerate(levels)
-         for row in compare_level(runs[0], idx[0], other, idx[k], pos, resamples=resamples, min_effect=min_effect)]
+         for row in compare_level(runs[0].level_samples(idx[0]), other.level_samples(idx[k]), pos,
+                                  resamples=resamples, min_effect=min_effect)]
         for k, other in enumerate(runs[1:], start=1)
     ]  # fmt: skip
     page = Page(title="loadgen comparison — " + " vs ".join(names),
@@ -291,7 +173,7 @@ def render_comparison(
     if levels:
         mode, value, idx = levels[-1]
         fig = CF.cdf_overlay(runs, names, idx)
-        page.section("distributions", f"Distributions at {level_label({'load': {'mode': mode, 'value': value}})}",
+        page.section("distributions", f"Distributions at {Load(mode, value).label()}",
                      page.figure("cmp-cdf", fig, 420) if fig else "")  # fmt: skip
         table = _table(levels, runs, names, rows_by_run)
     else:

@@ -31,12 +31,12 @@ def latency_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[str,
     all_x: set[float] = set()
     for r, (run, label) in enumerate(zip(runs, labels)):
         _, idx = plotted_levels(run.levels, mode)
-        x = [run.levels[i]["load"]["value"] for i in idx]
+        x = [run.levels[i].load.value for i in idx]
         all_x.update(x)
         for k, ((key, title, _), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs)):
             for stat, dash in (("p50", "solid"), ("p99", "dash")):
                 data.append({"type": "scatter", "mode": "lines+markers", "x": x,
-                             "y": [(run.levels[i].get(key) or {}).get(stat) for i in idx], "xaxis": xr, "yaxis": yr,
+                             "y": [run.levels[i].dist(key).stat(stat) for i in idx], "xaxis": xr, "yaxis": yr,
                              "name": esc(label), "legendgroup": f"run{r}", "showlegend": k == 0 and stat == "p50",
                              "line": {"color": colours[r], "dash": dash}, "meta": f"{r}.{key}.{stat}",
                              "hovertemplate": f"{stat} %{{y:.4g}} ms at %{{x}}<extra>{esc(label)}</extra>"})  # fmt: skip
@@ -60,23 +60,23 @@ def throughput_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[s
     for r, (run, label) in enumerate(zip(runs, labels)):
         _, idx = plotted_levels(run.levels, mode)
         lv = [run.levels[i] for i in idx]
-        x = [v["load"]["value"] for v in lv]
+        x = [v.load.value for v in lv]
         all_x.update(x)
-        att = [(v.get("goodput") or {}).get("slo_attainment") for v in lv]
+        att = [v.goodput.slo_attainment for v in lv]
         series = (
-            [(v.get("throughput") or {}).get("output_tokens_per_s") for v in lv],
-            [(v.get("goodput") or {}).get("requests_per_s") for v in lv],
+            [v.throughput.output_tokens_per_s for v in lv],
+            [v.goodput.requests_per_s for v in lv],
             [None if a is None else 100 * a for a in att],
         )
         for k, (y, (xr, yr), meta) in enumerate(zip(series, refs, ("output_tokens_per_s", "goodput", "attainment"))):
             data.append({"type": "scatter", "mode": "lines+markers", "x": x, "y": y, "xaxis": xr, "yaxis": yr,
                          "name": esc(label), "legendgroup": f"run{r}", "showlegend": k == 0,
                          "line": {"color": colours[r]}, "meta": f"{r}.{meta}"})  # fmt: skip
-        cap = run.summary.get("capacity") or {}
-        if cap.get("status") == "ok" and cap.get("mode") == mode and isinstance(cap.get("value"), (int, float)):
+        cap = run.summary.capacity
+        if cap is not None and cap.status == "ok" and cap.mode == mode and cap.value is not None:
             for xr, yr in refs:
-                shapes.append({"type": "line", "xref": xr, "yref": f"{yr} domain", "x0": cap["value"],
-                               "x1": cap["value"], "y0": 0, "y1": 1,
+                shapes.append({"type": "line", "xref": xr, "yref": f"{yr} domain", "x0": cap.value,
+                               "x1": cap.value, "y0": 0, "y1": 1,
                                "line": {"color": colours[r], "dash": "dot", "width": 1.5}})  # fmt: skip
     if not all_x:
         return None

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, unit_label
 from loadgen.records import RequestRecord
 
-__all__ = ["LiveStats", "level_table", "metrics_table", "answer_lines", "fmt_ms"]
+__all__ = ["LiveStats", "level_table", "metrics_table", "answer_lines", "fmt_ms", "level_line", "show_summary"]
 
 
 def fmt_ms(v: Any) -> str:
@@ -37,11 +39,12 @@ def _num(v: Any, digits: int = 1) -> str:
 
 
 class LiveStats:
-    """Running counters for the progress display, fed one finished record at a time."""
+    """Running counters for the progress display, fed one finished record at a time;
+    ``label`` names what is running (the level)."""
 
-    def __init__(self, in_flight: Callable[[], int], label: Callable[[], str]) -> None:
+    def __init__(self, in_flight: Callable[[], int], label: str = "") -> None:
         self._in_flight = in_flight
-        self._label = label
+        self.label = label
         self.done = 0
         self.failed = 0
         self.tokens = 0
@@ -82,7 +85,7 @@ class LiveStats:
     def __rich__(self) -> Text:
         elapsed = time.monotonic() - self.started
         t = Text()
-        t.append(f"{self._label()}  ", style="bold cyan")
+        t.append(f"{self.label}  ", style="bold cyan")
         t.append(f"done {self.done}", style="green")
         t.append("  failed ")
         t.append(str(self.failed), style="red" if self.failed else "")
@@ -92,56 +95,51 @@ class LiveStats:
         return t
 
 
-_METRICS = [
+_METRICS: tuple[tuple[str, str], ...] = (
     ("TTFT", "ttft_ms"),
     ("TTFT (queued)", "ttft_queued_ms"),
     ("ITL", "itl_ms"),
     ("TPOT", "tpot_ms"),
     ("E2E", "e2e_ms"),
     ("Inter-chunk", "inter_chunk_ms"),
-]
+)
+_STATS = ("mean", "p50", "p90", "p99", "p99.9", "max")
 
 
-def metrics_table(level: dict[str, Any], title: str = "") -> Group:
+def metrics_table(level: LevelSummary, title: str = "") -> Group:
     """One level in detail: latency percentiles, throughput, goodput, failures, client."""
     tab = Table(title=title or None, title_justify="left", header_style="bold")
     tab.add_column("metric (ms)")
-    for col in ("mean", "p50", "p90", "p99", "p99.9", "max"):
+    for col in _STATS:
         tab.add_column(col, justify="right")
     for name, key in _METRICS:
-        d = level.get(key) or {}
-        tab.add_row(name, *(fmt_ms(d.get(c)) for c in ("mean", "p50", "p90", "p99", "p99.9", "max")))
-    req = level.get("requests", {})
-    thr = level.get("throughput", {})
-    good = level.get("goodput", {})
-    client = level.get("client", {})
+        d: Distribution = getattr(level, key)
+        tab.add_row(name, *(fmt_ms(d.stat(c)) for c in _STATS))
+    req, thr, good, client = level.requests, level.throughput, level.goodput, level.client
     lines = Text()
     lines.append(
-        f"requests {req.get('ok', 0)} ok / {req.get('failed', 0)} failed in {_num(level.get('duration_s'), 2)} s"
-        f"   {_num(thr.get('requests_per_s'), 2)} req/s   {_num(thr.get('output_tokens_per_s'))} out tok/s"
-        f"   {_num(thr.get('total_tokens_per_s'))} total tok/s\n"
+        f"requests {req.ok} ok / {req.failed} failed in {_num(level.duration_s, 2)} s"
+        f"   {_num(thr.requests_per_s, 2)} req/s   {_num(thr.output_tokens_per_s)} out tok/s"
+        f"   {_num(thr.total_tokens_per_s)} total tok/s\n"
     )
-    if good.get("slos"):
+    if good.slos:
         lines.append(
-            f"SLO {', '.join(good['slos'])}: attainment {100 * (good.get('slo_attainment') or 0):.1f}%"
-            f"   goodput {_num(good.get('requests_per_s'), 2)} req/s\n"
+            f"SLO {', '.join(good.slos)}: attainment {100 * (good.slo_attainment or 0):.1f}%"
+            f"   goodput {_num(good.requests_per_s, 2)} req/s\n"
         )
-    for chk in good.get("checks") or ():
-        mark = "pass" if chk.get("pass") else "FAIL"
-        lines.append(f"check {chk['slo']}: {fmt_ms(chk.get('value_ms'))} ms {mark}\n")
-    if req.get("by_error"):
-        errs = ", ".join(f"{k} {v}" for k, v in sorted(req["by_error"].items()))
+    for chk in good.checks:
+        lines.append(f"check {chk.slo}: {fmt_ms(chk.value_ms)} ms {'pass' if chk.passed else 'FAIL'}\n")
+    if req.by_error:
+        errs = ", ".join(f"{k} {v}" for k, v in sorted(req.by_error.items()))
         lines.append(f"failures: {errs}\n", style="red")
-    verdict = client.get("verdict", "ok")
-    lag = (client.get("loop_lag_ms") or {}).get("p99")
     lines.append(
-        f"client: {verdict}  (event-loop lag p99 {fmt_ms(lag)} ms)",
-        style="bold red" if verdict != "ok" else "dim",
+        f"client: {client.verdict}  (event-loop lag p99 {fmt_ms(client.loop_lag_ms.p99)} ms)",
+        style="bold red" if client.client_bound else "dim",
     )
     return Group(tab, lines)
 
 
-def level_table(levels: Sequence[dict[str, Any]], title: str = "") -> Table:
+def level_table(levels: Sequence[LevelSummary], title: str = "") -> Table:
     """One row per load level (the rising-load view)."""
     tab = Table(title=title or None, title_justify="left", header_style="bold")
     cols = ["load", "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50"]
@@ -149,57 +147,77 @@ def level_table(levels: Sequence[dict[str, Any]], title: str = "") -> Table:
     for c in cols:
         tab.add_column(c, justify="right")
     for lv in levels:
-        load = lv.get("load", {})
-        unit = "users" if load.get("mode") == "concurrency" else "req/s"
-        req = lv.get("requests", {})
-        thr = lv.get("throughput", {})
-        good = lv.get("goodput", {})
-        att = good.get("slo_attainment")
-        verdict = (lv.get("client") or {}).get("verdict", "ok")
+        att = lv.goodput.slo_attainment
+        verdict = lv.client.verdict
         tab.add_row(
-            f"{load.get('value')} {unit}",
-            f"{req.get('ok', 0)}/{req.get('failed', 0)}",
-            _num(thr.get("requests_per_s"), 2),
-            _num(thr.get("output_tokens_per_s"), 0),
-            fmt_ms((lv.get("ttft_ms") or {}).get("p50")),
-            fmt_ms((lv.get("ttft_ms") or {}).get("p99")),
-            fmt_ms((lv.get("itl_ms") or {}).get("p50")),
-            fmt_ms((lv.get("itl_ms") or {}).get("p99")),
-            fmt_ms((lv.get("tpot_ms") or {}).get("p50")),
+            f"{lv.load.value} {lv.load.unit}",
+            f"{lv.requests.ok}/{lv.requests.failed}",
+            _num(lv.throughput.requests_per_s, 2),
+            _num(lv.throughput.output_tokens_per_s, 0),
+            fmt_ms(lv.ttft_ms.p50),
+            fmt_ms(lv.ttft_ms.p99),
+            fmt_ms(lv.itl_ms.p50),
+            fmt_ms(lv.itl_ms.p99),
+            fmt_ms(lv.tpot_ms.p50),
             "–" if att is None else f"{100 * att:.0f}%",
-            _num(good.get("requests_per_s"), 2),
+            _num(lv.goodput.requests_per_s, 2),
             Text(verdict, style="red" if verdict != "ok" else "green"),
         )
     return tab
 
 
-def make_console(quiet: bool = False) -> Console:
-    return Console(quiet=quiet, highlight=False)
+def level_line(level: LevelSummary) -> str:
+    """One line per finished level (printed when the live display is off)."""
+    thr, req, att = level.throughput, level.requests, level.goodput.slo_attainment
+    ttft, itl = level.ttft_ms.p50, level.itl_ms.p50
+    return (
+        f"level {level.load.value} {level.load.unit}: "
+        f"{req.ok} ok / {req.failed} failed, "
+        f"{thr.requests_per_s or 0:.2f} req/s, {thr.output_tokens_per_s or 0:.0f} out tok/s, "
+        f"TTFT p50 {0 if ttft is None else ttft:.1f} ms, ITL p50 {0 if itl is None else itl:.2f} ms, "
+        f"attainment {'–' if att is None else f'{100 * att:.0f}%'}"
+    )
 
 
-def answer_lines(summary: dict[str, Any]) -> list[str]:
+def answer_lines(summary: RunSummary) -> list[str]:
     """The capacity and knee lines printed under the level table (and used in reports)."""
     out: list[str] = []
-    cap = summary.get("capacity")
-    if cap and cap.get("slos"):
-        unit = "users" if cap.get("mode") == "concurrency" else "req/s"
-        slos = ", ".join(cap["slos"])
-        tgt = f"{100 * cap['target']:.0f}%"
-        if cap["status"] == "ok":
-            lo, hi = cap["between"]
-            out.append(f"capacity at {slos} ({tgt} attainment): {cap['value']:.3g} {unit} (between {lo:g} and {hi:g})")
-        elif cap["status"] == "not_reached":
-            out.append(f"capacity at {slos}: not reached — every level met {tgt} (at least {cap['value']:g} {unit})")
+    cap = summary.capacity
+    if cap is not None and cap.slos:
+        unit = unit_label(cap.mode)
+        slos = ", ".join(cap.slos)
+        tgt = f"{100 * cap.target:.0f}%"
+        if cap.status == "ok" and cap.between is not None and cap.value is not None:
+            lo, hi = cap.between
+            out.append(f"capacity at {slos} ({tgt} attainment): {cap.value:.3g} {unit} (between {lo:g} and {hi:g})")
+        elif cap.status == "not_reached":
+            out.append(f"capacity at {slos}: not reached — every level met {tgt} (at least {cap.value:g} {unit})")
         else:
             out.append(f"capacity at {slos}: never met — even the lowest level missed {tgt} attainment")
-    sat = summary.get("saturation")
-    if sat:
-        unit = "users" if sat.get("mode") == "concurrency" else "req/s"
-        if sat.get("found"):
+    sat = summary.saturation
+    if sat is not None:
+        if sat.found:
             out.append(
-                f"saturation (knee) at {sat['load']:g} {unit}: throughput +{100 * sat['throughput_gain']:.0f}% "
-                f"while {sat['metric']} +{100 * sat['latency_growth']:.0f}%"
+                f"saturation (knee) at {sat.load:g} {unit_label(sat.mode)}: throughput "
+                f"+{100 * (sat.throughput_gain or 0):.0f}% while {sat.metric} +{100 * (sat.latency_growth or 0):.0f}%"
             )
         else:
             out.append("saturation: no knee within the levels run")
     return out
+
+
+def show_summary(summary: RunSummary, console: Console, folder: Path) -> None:
+    """The end-of-run view: one level's table or the level table with the answers."""
+    levels = summary.levels
+    if len(levels) == 1:
+        lv = levels[0]
+        console.print(metrics_table(lv, title=f"Results — {lv.load.value} {lv.load.unit}"))
+    elif levels:
+        console.print(level_table(levels, title="Results per load level"))
+        for line in answer_lines(summary):
+            console.print(line)
+    if summary.stopped:
+        console.print(f"[yellow]stopped early: {summary.stopped}[/yellow]")
+    if summary.interrupted:
+        console.print("[yellow]interrupted: the summary covers the requests that finished[/yellow]")
+    console.print(f"[dim]run folder: {folder}[/dim]")

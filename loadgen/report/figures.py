@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadgen.errors import ConfigError
+from loadgen.metrics.results import Capacity, LevelSummary, Saturation
 from loadgen.metrics.slo import parse_slo
 from loadgen.report.page import esc
-from loadgen.report.plotdata import level_label, palette
+from loadgen.report.plotdata import palette
 
 __all__ = [
     "grid",
@@ -88,14 +89,14 @@ def base_layout(layout: dict[str, Any] | None = None, **kw: Any) -> dict[str, An
     return out
 
 
-def plotted_levels(levels: Sequence[dict[str, Any]], mode: str | None = None) -> tuple[str, list[int]]:
+def plotted_levels(levels: Sequence[LevelSummary], mode: str | None = None) -> tuple[str, list[int]]:
     """Which levels a load axis shows: those of ``mode`` (default: the mode most levels
     use, rate on a tie), sorted by load. Returns the mode and level indices."""
-    modes = [(lv.get("load") or {}).get("mode") for lv in levels]
+    modes = [lv.load.mode for lv in levels]
     if mode is None:
         mode = max(("rate", "concurrency"), key=lambda m: (modes.count(m), m == "rate"))
     idx = [i for i, m in enumerate(modes) if m == mode]
-    idx.sort(key=lambda i: float(levels[i]["load"]["value"]))
+    idx.sort(key=lambda i: float(levels[i].load.value))
     return mode, idx
 
 
@@ -112,17 +113,16 @@ def load_axis(mode: str, values: Sequence[float]) -> dict[str, Any]:
     return axis
 
 
-def _stat(level: dict[str, Any], key: str, stat: str) -> Any:
-    return (level.get(key) or {}).get(stat)
+def _stat(level: LevelSummary, key: str, stat: str) -> float | None:
+    return level.dist(key).stat(stat)
 
 
-def _slo_limits(levels: Sequence[dict[str, Any]]) -> dict[str, list[tuple[str, float]]]:
+def _slo_limits(levels: Sequence[LevelSummary]) -> dict[str, list[tuple[str, float]]]:
     """Per latency panel: the SLO texts and limits (ms) the levels were judged by."""
     out: dict[str, list[tuple[str, float]]] = {}
     seen: set[str] = set()
     for lv in levels:
-        good = lv.get("goodput") or {}
-        texts = list(good.get("slos") or []) + [c.get("slo", "") for c in good.get("checks") or []]
+        texts = [*lv.goodput.slos, *(c.slo for c in lv.goodput.checks)]
         for text in texts:
             if text in seen:
                 continue
@@ -150,13 +150,13 @@ def _rgba(hex_colour: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def latency_vs_load(levels: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def latency_vs_load(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
     """TTFT, ITL, TPOT and E2E against load: p50, p90 and p99 with shaded bands, the
     queue-inclusive TTFT p50 for rate levels, and each SLO limit as a dashed line."""
     mode, idx = plotted_levels(levels)
     if not idx:
         return None
-    x = [levels[i]["load"]["value"] for i in idx]
+    x = [levels[i].load.value for i in idx]
     layout, refs = grid(2, 2, [title for _, title, _ in LATENCY_PANELS])
     data: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
@@ -189,15 +189,15 @@ def latency_vs_load(levels: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def throughput_vs_load(
-    levels: Sequence[dict[str, Any]], capacity: dict[str, Any] | None, saturation: dict[str, Any] | None
+    levels: Sequence[LevelSummary], capacity: Capacity | None, saturation: Saturation | None
 ) -> dict[str, Any] | None:
     """Output tokens/s, requests/s and goodput, and SLO attainment against load, with the
     attainment target, the capacity (where the attainment crosses it) and the knee."""
-    cap_mode = (capacity or {}).get("mode")
+    cap_mode = capacity.mode if capacity is not None else None
     mode, idx = plotted_levels(levels, cap_mode if cap_mode in ("rate", "concurrency") else None)
     if not idx:
         return None
-    x = [levels[i]["load"]["value"] for i in idx]
+    x = [levels[i].load.value for i in idx]
     layout, refs = grid(1, 3, ["Output tokens/s", "Requests/s and goodput", "SLO attainment (%)"], hgap=0.08)
 
     def tr(ref: int, y: list[Any], name: str, colour: str, meta: str, dash: str = "solid") -> dict[str, Any]:
@@ -205,31 +205,31 @@ def throughput_vs_load(
         return {"type": "scatter", "mode": "lines+markers", "x": x, "y": y, "xaxis": xr, "yaxis": yr, "name": name,
                 "line": {"color": colour, "dash": dash}, "meta": meta}  # fmt: skip
 
-    thr = [levels[i].get("throughput") or {} for i in idx]
-    good = [levels[i].get("goodput") or {} for i in idx]
-    att = [g.get("slo_attainment") for g in good]
+    thr = [levels[i].throughput for i in idx]
+    good = [levels[i].goodput for i in idx]
+    att = [g.slo_attainment for g in good]
     data = [
-        tr(0, [t.get("output_tokens_per_s") for t in thr], "output tokens/s", "#0072B2", "throughput.output_tokens_per_s"),
-        tr(0, [(t.get("steady") or {}).get("output_tokens_per_s") for t in thr], "output tokens/s (steady window)",
+        tr(0, [t.output_tokens_per_s for t in thr], "output tokens/s", "#0072B2", "throughput.output_tokens_per_s"),
+        tr(0, [t.steady.output_tokens_per_s for t in thr], "output tokens/s (steady window)",
            "#56B4E9", "throughput.steady.output_tokens_per_s", "dot"),
-        tr(1, [t.get("requests_per_s") for t in thr], "requests/s (ok)", "#009E73", "throughput.requests_per_s"),
-        tr(1, [g.get("requests_per_s") for g in good], "goodput (req/s meeting the SLOs)", "#E69F00",
+        tr(1, [t.requests_per_s for t in thr], "requests/s (ok)", "#009E73", "throughput.requests_per_s"),
+        tr(1, [g.requests_per_s for g in good], "goodput (req/s meeting the SLOs)", "#E69F00",
            "goodput.requests_per_s"),
         tr(2, [None if a is None else 100 * a for a in att], "SLO attainment", "#CC79A7", "goodput.slo_attainment"),
     ]  # fmt: skip
     shapes: list[dict[str, Any]] = []
-    target = (capacity or {}).get("target")
-    if isinstance(target, (int, float)):
+    target = capacity.target if capacity is not None else None
+    if target is not None:
         shapes.append(_hline(refs[2][0], refs[2][1], 100 * target, "#b91c1c"))
         layout["annotations"].append({"text": f"target {100 * target:g}%", "xref": f"{refs[2][0]} domain",
                                       "yref": refs[2][1], "x": 0.01, "y": 100 * target, "yanchor": "top",
                                       "xanchor": "left", "showarrow": False,
                                       "font": {"size": 10, "color": "#b91c1c"}})  # fmt: skip
     marks = []
-    if capacity and capacity.get("status") == "ok" and capacity.get("mode") == mode:
-        marks.append(("capacity", float(capacity["value"]), "#b91c1c"))
-    if saturation and saturation.get("found") and saturation.get("mode") == mode:
-        marks.append(("knee", float(saturation["load"]), "#6b21a8"))
+    if capacity is not None and capacity.status == "ok" and capacity.mode == mode and capacity.value is not None:
+        marks.append(("capacity", float(capacity.value), "#b91c1c"))
+    if saturation is not None and saturation.found and saturation.mode == mode and saturation.load is not None:
+        marks.append(("knee", float(saturation.load), "#6b21a8"))
     log_x = load_axis(mode, x).get("type") == "log"
     for name, value, colour in marks:
         for xr, yr in refs:
@@ -249,25 +249,24 @@ def throughput_vs_load(
     return {"data": data, "layout": base_layout(layout, height=420)}
 
 
-def windows_over_time(levels: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def windows_over_time(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
     """Soak and ramp levels: throughput, TTFT, ITL and requests in flight per window."""
-    with_windows = [(i, lv) for i, lv in enumerate(levels) if lv.get("windows")]
+    with_windows = [(i, lv.windows) for i, lv in enumerate(levels) if lv.windows]
     if not with_windows:
         return None
     layout, refs = grid(2, 2, ["Output tokens/s", "TTFT p50 / p99 (ms)", "ITL p50 / p99 (ms)", "Requests in flight (mean)"])
     colours = palette(len(with_windows))
     data: list[dict[str, Any]] = []
-    for colour, (i, lv) in zip(colours, with_windows):
-        w = lv["windows"]
-        x = [(win["t_start_s"] + win["t_end_s"]) / 2 for win in w]
-        name = esc(f"level {i + 1}: {level_label(lv)}")
+    for colour, (i, w) in zip(colours, with_windows):
+        x = [(win.t_start_s + win.t_end_s) / 2 for win in w]
+        name = esc(f"level {i + 1}: {levels[i].load.label()}")
         series = [
             (0, "output_tokens_per_s", "solid"), (1, "ttft_ms_p50", "solid"), (1, "ttft_ms_p99", "dot"),
             (2, "itl_ms_p50", "solid"), (2, "itl_ms_p99", "dot"), (3, "in_flight_mean", "solid"),
         ]  # fmt: skip
         for n, (cell, key, dash) in enumerate(series):
             xr, yr = refs[cell]
-            data.append({"type": "scatter", "mode": "lines", "x": x, "y": [win.get(key) for win in w], "xaxis": xr,
+            data.append({"type": "scatter", "mode": "lines", "x": x, "y": [getattr(win, key) for win in w], "xaxis": xr,
                          "yaxis": yr, "name": name, "legendgroup": f"l{i}", "showlegend": n == 0,
                          "line": {"color": colour, "dash": dash}, "meta": f"windows.{i}.{key}",
                          "hovertemplate": f"{key} %{{y:.4g}} at %{{x:.1f}} s<extra></extra>"})  # fmt: skip
@@ -277,11 +276,11 @@ def windows_over_time(levels: Sequence[dict[str, Any]]) -> dict[str, Any] | None
     return {"data": data, "layout": base_layout(layout, height=600)}
 
 
-def client_summary(levels: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def client_summary(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
     """Per level: event-loop lag p50 / p99 / max and send lateness p50 / p99 (log scale)."""
     if not levels:
         return None
-    x = [esc(f"{i + 1}: {level_label(lv)}") for i, lv in enumerate(levels)]
+    x = [esc(f"{i + 1}: {lv.load.label()}") for i, lv in enumerate(levels)]
     bars = [
         ("loop_lag_ms", "p50", "event-loop lag p50", "#56B4E9"),
         ("loop_lag_ms", "p99", "event-loop lag p99", "#0072B2"),
@@ -290,7 +289,7 @@ def client_summary(levels: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         ("send_lateness_ms", "p99", "send lateness p99", "#E69F00"),
     ]
     data = [
-        {"type": "bar", "x": x, "y": [((lv.get("client") or {}).get(key) or {}).get(stat) for lv in levels],
+        {"type": "bar", "x": x, "y": [getattr(lv.client, key).stat(stat) for lv in levels],
          "name": name, "marker": {"color": colour}, "meta": f"client.{key}.{stat}"}
         for key, stat, name, colour in bars
     ]  # fmt: skip

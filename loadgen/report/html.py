@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from loadgen.metrics.results import LevelSummary, RunSummary, unit_label
 from loadgen.report import figures as F
 from loadgen.report import request_figures as R
 from loadgen.report.console import fmt_ms
 from loadgen.report.page import Page, esc, fmt, write_page
-from loadgen.report.plotdata import level_label
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
 
 __all__ = ["render_run_report", "build_run_page", "SECTIONS", "answer_cards", "client_banner", "level_table_html"]
@@ -33,77 +33,73 @@ SECTIONS: tuple[str, ...] = (
 )  # fmt: skip
 
 
-def _unit(mode: Any) -> str:
-    return "users" if mode == "concurrency" else "req/s"
-
-
 def _card(key: str, value: str, sub: str = "", card_id: str = "") -> str:
     ident = f' id="{card_id}"' if card_id else ""
     return f'<div class="card"{ident}><div class="k">{esc(key)}</div><div class="v">{value}</div><div class="s">{sub}</div></div>'
 
 
-def _peak(levels: Sequence[dict[str, Any]], section: str, key: str) -> tuple[dict[str, Any], float] | None:
-    """The level with the highest ``level[section][key]`` (first on a tie) and that value."""
-    best: tuple[dict[str, Any], float] | None = None
+def _peak(levels: Sequence[LevelSummary], path: str) -> tuple[LevelSummary, float] | None:
+    """The level with the highest value at ``path`` (first on a tie) and that value."""
+    best: tuple[LevelSummary, float] | None = None
     for lv in levels:
-        v = (lv.get(section) or {}).get(key)
-        if isinstance(v, (int, float)) and (best is None or v > best[1]):
-            best = (lv, float(v))
+        v = lv.metric(path)
+        if v is not None and (best is None or v > best[1]):
+            best = (lv, v)
     return best
 
 
-def answer_cards(summary: dict[str, Any]) -> str:
+def answer_cards(summary: RunSummary) -> str:
     """The headline's answer: capacity at the SLO, the knee, peak goodput and throughput."""
-    levels = summary.get("levels") or []
-    cap = summary.get("capacity") or {}
+    levels = summary.levels
+    cap = summary.capacity
     cards = []
-    if cap:
-        unit = _unit(cap.get("mode"))
-        slos = ", ".join(cap.get("slos") or [])
-        tgt = f"{100 * float(cap.get('target') or 0.9):.0f}%"
+    if cap is not None:
+        unit = unit_label(cap.mode)
+        slos = ", ".join(cap.slos)
+        tgt = f"{100 * cap.target:.0f}%"
         if not slos:
             value, sub = "no SLO given", "pass <code>--slo</code> (e.g. ttft=500ms) to find the capacity"
-        elif cap.get("status") == "ok":
-            lo, hi = cap.get("between") or (None, None)
-            value = f"{fmt(cap.get('value'))} {unit}"
+        elif cap.status == "ok":
+            lo, hi = cap.between or (None, None)
+            value = f"{fmt(cap.value)} {unit}"
             sub = f"{esc(slos)} met by {tgt} of requests; between {fmt(lo)} and {fmt(hi)} {unit}"
-        elif cap.get("status") == "not_reached":
-            value = f"≥ {fmt(cap.get('value'))} {unit}"
+        elif cap.status == "not_reached":
+            value = f"≥ {fmt(cap.value)} {unit}"
             sub = f"not reached: every level met {esc(slos)} for {tgt} of requests"
         else:
             value = "never met"
             sub = f"even the lowest level missed {esc(slos)} for {tgt} of requests"
         cards.append(_card("capacity at the SLO", value, sub, "answer-capacity"))
-    sat = summary.get("saturation") or {}
-    if sat:
-        if sat.get("found"):
-            value = f"{fmt(sat.get('load'))} {_unit(sat.get('mode'))}"
-            sub = (f"throughput {100 * float(sat.get('throughput_gain') or 0):+.0f}% while "
-                   f"{esc(sat.get('metric'))} {100 * float(sat.get('latency_growth') or 0):+.0f}%")  # fmt: skip
+    sat = summary.saturation
+    if sat is not None:
+        if sat.found:
+            value = f"{fmt(sat.load)} {unit_label(sat.mode)}"
+            sub = (f"throughput {100 * (sat.throughput_gain or 0):+.0f}% while "
+                   f"{esc(sat.metric)} {100 * (sat.latency_growth or 0):+.0f}%")  # fmt: skip
         else:
             value, sub = "none", "no knee within the levels run"
         cards.append(_card("saturation (knee)", value, sub, "answer-knee"))
-    peak = _peak(levels, "goodput", "requests_per_s")
+    peak = _peak(levels, "goodput.requests_per_s")
     if peak is not None:
         lv, g = peak
-        good_slos = (lv.get("goodput") or {}).get("slos") or []
+        good_slos = lv.goodput.slos
         what = f"requests/s meeting {esc(', '.join(good_slos))}" if good_slos else "successful requests/s (no SLO given)"
-        cards.append(_card("peak goodput", f"{fmt(g)} req/s", f"{what}, at {esc(level_label(lv))}", "answer-goodput"))
-    peak = _peak(levels, "throughput", "output_tokens_per_s")
+        cards.append(_card("peak goodput", f"{fmt(g)} req/s", f"{what}, at {esc(lv.load.label())}", "answer-goodput"))
+    peak = _peak(levels, "throughput.output_tokens_per_s")
     if peak is not None:
         lv, t = peak
-        cards.append(_card("peak output throughput", f"{fmt(t)} tok/s", f"at {esc(level_label(lv))}", "answer-throughput"))
+        cards.append(_card("peak output throughput", f"{fmt(t)} tok/s", f"at {esc(lv.load.label())}", "answer-throughput"))
     return f'<div class="cards">{"".join(cards)}</div>'
 
 
-def client_banner(levels: Sequence[dict[str, Any]]) -> str:
+def client_banner(levels: Sequence[LevelSummary]) -> str:
     """A warning banner listing client-bound levels and why, or a quiet all-clear."""
-    bound = [(i, lv) for i, lv in enumerate(levels) if (lv.get("client") or {}).get("verdict") == "client-bound"]
+    bound = [(i, lv) for i, lv in enumerate(levels) if lv.client.client_bound]
     if not bound:
         return ('<div class="banner ok" id="client-verdict">Client verdict: ok at every level — the load generator '
                 "kept up (event-loop lag and send lateness within bounds).</div>")  # fmt: skip
     items = "".join(
-        f"<li>level {i + 1} ({esc(level_label(lv))}): {esc('; '.join((lv.get('client') or {}).get('reasons') or []))}</li>"
+        f"<li>level {i + 1} ({esc(lv.load.label())}): {esc('; '.join(lv.client.reasons))}</li>"
         for i, lv in bound
     )
     return (f'<div class="banner warn" id="client-verdict">⚠ Client-bound: at {len(bound)} of {len(levels)} levels '
@@ -115,33 +111,26 @@ def _pct(v: Any) -> str:
     return "–" if not isinstance(v, (int, float)) else f"{100 * v:.0f}%"
 
 
-def level_table_html(levels: Sequence[dict[str, Any]]) -> str:
+def level_table_html(levels: Sequence[LevelSummary]) -> str:
     """One row per level, the console table's columns (and open-loop lateness)."""
-    has_sched = any(lv.get("schedule") for lv in levels)
+    has_sched = any(lv.schedule is not None for lv in levels)
     head = ["#", "load", "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50",
             "E2E p50", "attain", "goodput", "client"]  # fmt: skip
     if has_sched:
         head += ["late/dropped"]
     rows = []
     for i, lv in enumerate(levels):
-        req = lv.get("requests") or {}
-        thr = lv.get("throughput") or {}
-        good = lv.get("goodput") or {}
-        verdict = (lv.get("client") or {}).get("verdict", "ok")
-
-        def ms(key: str, stat: str, lv: dict[str, Any] = lv) -> str:
-            return fmt_ms((lv.get(key) or {}).get(stat))
-
+        req, thr, good, verdict = lv.requests, lv.throughput, lv.goodput, lv.client.verdict
         cells = [
-            str(i + 1), esc(level_label(lv)), f"{req.get('ok', 0)}/{req.get('failed', 0)}",
-            fmt(thr.get("requests_per_s")), fmt(thr.get("output_tokens_per_s")), ms("ttft_ms", "p50"),
-            ms("ttft_ms", "p99"), ms("itl_ms", "p50"), ms("itl_ms", "p99"), ms("tpot_ms", "p50"), ms("e2e_ms", "p50"),
-            _pct(good.get("slo_attainment")), fmt(good.get("requests_per_s")),
+            str(i + 1), esc(lv.load.label()), f"{req.ok}/{req.failed}",
+            fmt(thr.requests_per_s), fmt(thr.output_tokens_per_s), fmt_ms(lv.ttft_ms.p50),
+            fmt_ms(lv.ttft_ms.p99), fmt_ms(lv.itl_ms.p50), fmt_ms(lv.itl_ms.p99), fmt_ms(lv.tpot_ms.p50),
+            fmt_ms(lv.e2e_ms.p50), _pct(good.slo_attainment), fmt(good.requests_per_s),
             f'<span class="{"bad" if verdict != "ok" else "good"}">{esc(verdict)}</span>',
         ]  # fmt: skip
         if has_sched:
-            sch = lv.get("schedule") or {}
-            cells.append(f"{sch.get('late', '–')}/{sch.get('dropped', '–')}" if sch else "–")
+            sch = lv.schedule
+            cells.append(f"{sch.late}/{sch.dropped}" if sch is not None else "–")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     ths = "".join(f"<th>{esc(h)}</th>" for h in head)
     return (f'<div class="scroll"><table id="level-table"><thead><tr>{ths}</tr></thead><tbody>{"".join(rows)}'
@@ -172,9 +161,9 @@ def _meta(data: RunData) -> str:
 def _headline(data: RunData) -> str:
     s = data.summary
     notes = []
-    if s.get("stopped"):
-        notes.append(f'<div class="banner warn">Stopped early: {esc(s["stopped"])}</div>')
-    if s.get("interrupted"):
+    if s.stopped:
+        notes.append(f'<div class="banner warn">Stopped early: {esc(s.stopped)}</div>')
+    if s.interrupted:
         notes.append('<div class="banner warn">Interrupted: the report covers the requests that finished.</div>')
     return answer_cards(s) + client_banner(data.levels) + "".join(notes) + _meta(data)
 
@@ -216,7 +205,7 @@ def build_run_page(data: RunData) -> Page:
     page.section("latency", "Latency vs load",
                  f'<p class="note">p50 (solid), p90 and p99 (dotted, shaded bands) per level; SLO limits dashed.{esc(skipped)}</p>'
                  + _maybe(page, "fig-latency", F.latency_vs_load(levels), "No level to plot.", 640))  # fmt: skip
-    thr = _maybe(page, "fig-throughput", F.throughput_vs_load(levels, s.get("capacity"), s.get("saturation")),
+    thr = _maybe(page, "fig-throughput", F.throughput_vs_load(levels, s.capacity, s.saturation),
                  "No level to plot.")  # fmt: skip
     win = F.windows_over_time(levels)
     if win is not None:
@@ -237,7 +226,7 @@ def build_run_page(data: RunData) -> Page:
                  '<p class="note">Several tokens in one SSE event, or several events in one socket read (coalesced), '
                  "hide inter-token gaps; a server that stops short of max_tokens shifts TPOT and throughput.</p>"
                  + _maybe(page, "fig-tokens", R.tokens_and_lengths(data), "No level."))  # fmt: skip
-    lag_note = ("" if any((lv.get("client") or {}).get("loop_lag_over_time") for lv in levels) else
+    lag_note = ("" if any(lv.client.loop_lag_over_time for lv in levels) else
                 " Event-loop lag is summarised per level (the summary holds no lag time series).")  # fmt: skip
     page.section("client", "Client health",
                  f'<p class="note">Send lateness of each request over time (how late the client sent it).{esc(lag_note)}</p>'

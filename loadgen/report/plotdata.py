@@ -23,7 +23,6 @@ __all__ = [
     "bin_edges",
     "keep_peaks",
     "palette",
-    "level_label",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -38,14 +37,6 @@ _COLOURS = (
 def palette(n: int) -> list[str]:
     """``n`` distinct colours (qualitative; cycles beyond 14)."""
     return [_COLOURS[i % len(_COLOURS)] for i in range(n)]
-
-
-def level_label(level: dict[str, Any]) -> str:
-    """``"16 users"`` / ``"12.5 req/s"`` for a summary level entry."""
-    load = level.get("load") or {}
-    value = load.get("value")
-    unit = ("user" if value == 1 else "users") if load.get("mode") == "concurrency" else "req/s"
-    return f"{value:g} {unit}" if isinstance(value, (int, float)) else f"{value} {unit}"
 
 
 def rounded(values: npt.ArrayLike, decimals: int = 3) -> list[float | None]:

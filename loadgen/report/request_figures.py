@@ -20,7 +20,6 @@ from loadgen.report.plotdata import (
     binned_quantiles,
     ecdf_points,
     keep_peaks,
-    level_label,
     palette,
     rounded,
     spread,
@@ -54,7 +53,7 @@ _PHASES = (
 
 
 def _names(data: RunData) -> list[str]:
-    return [esc(f"{i + 1}: {level_label(lv)}") for i, lv in enumerate(data.levels)]
+    return [esc(f"{i + 1}: {lv.load.label()}") for i, lv in enumerate(data.levels)]
 
 
 def _level_bands(data: RunData, xref: str = "x", yref: str = "paper") -> list[dict[str, Any]]:
@@ -109,15 +108,13 @@ def cdfs(data: RunData) -> dict[str, Any] | None:
 
 def default_timeline_level(data: RunData) -> int:
     """The level the timeline opens on: the knee if one was found, else the highest load."""
-    sat = data.summary.get("saturation") or {}
+    sat = data.summary.saturation
     levels = data.levels
-    if sat.get("found") and sat.get("index") is not None:
-        mode, value = sat.get("mode"), sat.get("load")
+    if sat is not None and sat.found and sat.index is not None:
         for i, lv in enumerate(levels):
-            if lv["load"].get("mode") == mode and lv["load"].get("value") == value:
+            if lv.load.mode == sat.mode and lv.load.value == sat.load:
                 return i
-    best = max(range(len(levels)), key=lambda i: (float(levels[i]["load"].get("value") or 0), i), default=0)
-    return best
+    return max(range(len(levels)), key=lambda i: (float(levels[i].load.value), i), default=0)
 
 
 def _segments(starts: F64, ends: F64, rows: F64) -> tuple[list[Any], list[Any]]:
@@ -273,7 +270,7 @@ def tokens_and_lengths(data: RunData) -> dict[str, Any] | None:
         traces.append({"type": "bar", "x": cats, "y": rounded(counts / n.size, 4), "name": name,
                        "legendgroup": f"l{i}", "marker": {"color": colours[i]}, "xaxis": refs[0][0],
                        "yaxis": refs[0][1], "meta": f"tokens_per_event.{i}"})  # fmt: skip
-    traces.append({"type": "bar", "x": names, "y": [(lv.get("events") or {}).get("coalesced_events") for lv in levels],
+    traces.append({"type": "bar", "x": names, "y": [lv.events.coalesced_events for lv in levels],
                    "marker": {"color": colours}, "name": "coalesced events", "showlegend": False,
                    "xaxis": refs[1][0], "yaxis": refs[1][1], "meta": "events.coalesced_events"})  # fmt: skip
     target = data.frame["target_output_tokens"].to_numpy(dtype=np.float64)
@@ -301,9 +298,9 @@ def tokens_and_lengths(data: RunData) -> dict[str, Any] | None:
 
 def lateness_over_time(data: RunData) -> dict[str, Any] | None:
     """Send lateness (sent − scheduled) of each request over time, and the runner's
-    event-loop lag when a level's summary carries it as a series:
-    ``level["client"]["loop_lag_over_time"] = {"t_s": [...], "max_ms": [...]}`` (bin
-    start in seconds since the run's clock anchor, largest lag in the bin)."""
+    event-loop lag when a level's summary carries it as a series
+    (``level.client.loop_lag_over_time``: bin start in seconds since the run's clock
+    anchor, largest lag in the bin)."""
     frame = data.frame
     sent = frame["sent_ns"].to_numpy()
     late = frame["send_lateness_ms"].to_numpy(dtype=np.float64)
@@ -316,9 +313,9 @@ def lateness_over_time(data: RunData) -> dict[str, Any] | None:
                        "y": rounded(np.maximum(late[rows][pick], 1e-3), 3), "name": "send lateness (ms)",
                        "marker": {"size": 4, "color": "#E69F00", "opacity": 0.7}, "meta": "client.send_lateness"})  # fmt: skip
     for i, lv in enumerate(data.levels):
-        series = (lv.get("client") or {}).get("loop_lag_over_time")
-        if isinstance(series, dict) and series.get("t_s"):
-            traces.append({"type": "scatter", "mode": "lines", "x": series["t_s"], "y": series.get("max_ms"),
+        series = lv.client.loop_lag_over_time
+        if series is not None and series.t_s:
+            traces.append({"type": "scatter", "mode": "lines", "x": series.t_s, "y": series.max_ms,
                            "name": "event-loop lag max (ms)", "legendgroup": "lag", "showlegend": i == 0,
                            "line": {"color": "#0072B2", "width": 1}, "meta": f"client.loop_lag.{i}"})  # fmt: skip
     if not traces:

@@ -18,7 +18,9 @@ import numpy as np
 import pandas as pd
 
 from loadgen.errors import ConfigError
+from loadgen.metrics.compare import LevelSamples
 from loadgen.metrics.per_request import EventArrays, frame_and_events_from_flat
+from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.records import RequestRecord
 from loadgen.report.files import read_records_columnar, read_run, read_summary
 
@@ -32,13 +34,13 @@ class RunData:
     """Everything a report draws from one run folder.
 
     ``frame``/``ev`` hold the non-warm-up records of every level (``frame["level"]`` is
-    the index into ``summary["levels"]``); ``errors`` counts failure messages per status;
+    the index into ``summary.levels``); ``errors`` counts failure messages per status;
     ``anchor_ns`` is the run's time zero (``run.json`` clock anchor, else the first send).
     """
 
     folder: Path
     run: dict[str, Any]
-    summary: dict[str, Any]
+    summary: RunSummary
     frame: pd.DataFrame
     ev: EventArrays
     errors: dict[str, Counter[str]] = field(default_factory=dict)
@@ -46,12 +48,16 @@ class RunData:
     anchor_ns: int = 0
 
     @property
-    def levels(self) -> list[dict[str, Any]]:
-        return list(self.summary.get("levels") or [])
+    def levels(self) -> list[LevelSummary]:
+        return self.summary.levels
 
     def level_rows(self, index: int) -> np.ndarray:
         """Boolean mask over the frame: the rows of level ``index``."""
         return np.asarray(self.frame["level"].to_numpy() == index)
+
+    def level_samples(self, index: int) -> LevelSamples:
+        """Level ``index`` as the comparison reads it."""
+        return LevelSamples(self.frame, self.ev, self.level_rows(index), self.levels[index])
 
     def seconds(self, t_ns: np.ndarray) -> np.ndarray:
         """Monotonic ns -> seconds since the run's time zero."""
@@ -90,9 +96,13 @@ def load_run(folder: Path) -> RunData:
     folder = Path(folder)
     if not folder.is_dir():
         raise ConfigError(f"{folder} is not a folder (expected a loadgen run folder)")
-    summary = read_summary(folder)
-    if not isinstance(summary, dict) or not isinstance(summary.get("levels"), list):
+    raw = read_summary(folder)
+    if not isinstance(raw, dict) or not isinstance(raw.get("levels"), list):
         raise ConfigError(f"{folder / 'summary.json'}: no 'levels' list (not a loadgen summary)")
+    try:
+        summary = RunSummary.from_json(raw)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{folder / 'summary.json'}: not a loadgen summary ({exc})") from exc
     try:
         run = read_run(folder)
     except ConfigError:

@@ -31,7 +31,7 @@ def test_knee_and_capacity_land_where_the_script_puts_them(tmp_path: Path) -> No
         )
         out = io.StringIO()
         outcome = execute(cfg, Console(file=out, width=150))
-    s = outcome.summary
+    s = outcome.summary.to_json()
     levels = s["levels"]
     assert [lv["load"]["value"] for lv in levels] == [2, 4, 8]
     att = [lv["goodput"]["slo_attainment"] for lv in levels]
@@ -58,7 +58,7 @@ def test_open_loop_cap_counts_late_and_dropped(tmp_path: Path) -> None:
             live=False,
         )
         outcome = execute(cfg, Console(file=io.StringIO()))
-    lv = outcome.summary["levels"][0]
+    lv = outcome.summary.to_json()["levels"][0]
     sched = lv["schedule"]
     sent = lv["requests"]["total"]
     assert sched["scheduled"] == 20 and sched["dropped"] > 0
@@ -79,7 +79,7 @@ def test_ramp_reports_rising_load_in_time_windows(tmp_path: Path) -> None:
             live=False,
         )
         outcome = execute(cfg, Console(file=io.StringIO()))
-    (level,) = outcome.summary["levels"]
+    (level,) = outcome.summary.to_json()["levels"]
     wins = level["windows"]
     assert len(wins) >= 4
     in_flight = [w["in_flight_mean"] for w in wins[:4]]

@@ -12,20 +12,34 @@ from loadgen.errors import ProfileError
 from loadgen.load.profiles import Profile, StopRules, list_profiles, load_profile
 from loadgen.load.runner import LevelPlan
 from loadgen.load.sweeps import Sweep, stop_reason, sweep
-from loadgen.orchestrate import across_levels
+from loadgen.metrics.results import (
+    ClientHealth,
+    Distribution,
+    Events,
+    Goodput,
+    LevelSummary,
+    Lengths,
+    Load,
+    Requests,
+    Throughput,
+)
+from loadgen.metrics.run import summarize_run
 
 HERE = Path(__file__).parent
 
 
 def summary(load: float, *, mode: str = "concurrency", att: float = 1.0, failed: int = 0, total: int = 100,
-            tok_s: float = 100.0, ttft_p99: float = 10.0, rps: float = 1.0) -> dict[str, Any]:  # fmt: skip
-    return {
-        "load": {"mode": mode, "value": load},
-        "requests": {"total": total, "ok": total - failed, "failed": failed, "by_error": {}},
-        "throughput": {"requests_per_s": rps, "output_tokens_per_s": tok_s},
-        "goodput": {"slo_attainment": att, "requests_per_s": rps * att, "slos": ["ttft=1s"]},
-        "ttft_ms": {"p99": ttft_p99},
-    }
+            tok_s: float = 100.0, ttft_p99: float = 10.0, rps: float = 1.0) -> LevelSummary:  # fmt: skip
+    """A made-up level: only the numbers the sweeps read are set."""
+    empty = Distribution()
+    return LevelSummary(
+        load=Load(mode, load), requests=Requests(total=total, ok=total - failed, failed=failed), duration_s=1.0,
+        throughput=Throughput(requests_per_s=rps, output_tokens_per_s=tok_s),
+        goodput=Goodput(requests_per_s=rps * att, slo_attainment=att, slos=["ttft=1s"]),
+        ttft_ms=Distribution(count=total, p99=ttft_p99), ttft_queued_ms=empty, itl_ms=empty, inter_chunk_ms=empty,
+        tpot_ms=empty, e2e_ms=empty, e2e_queued_ms=empty, prompt_tokens=empty, output_tokens=empty,
+        lengths=Lengths(), events=Events(), by_class={}, client=ClientHealth(empty, empty),
+    )  # fmt: skip
 
 
 def drive(gen: Sweep, answer: Any) -> tuple[list[LevelPlan], str | None]:
@@ -112,17 +126,18 @@ def test_capacity_search_explicit_outcomes() -> None:
     assert reason == "capacity search: out of levels before any rate failed"
 
 
-def test_across_levels_capacity_and_knee_exact() -> None:
+def test_run_summary_capacity_and_knee_exact() -> None:
     levels = [
         summary(1, att=1.0, tok_s=100, ttft_p99=10),
         summary(2, att=0.95, tok_s=200, ttft_p99=11),
         summary(4, att=0.5, tok_s=202, ttft_p99=30),
     ]
-    out = across_levels(levels, Profile(levels=[1, 2, 4]))
-    cap = out["capacity"]
-    assert cap["status"] == "ok" and cap["between"] == [2.0, 4.0]
-    assert cap["value"] == pytest.approx(2 + (0.95 - 0.9) / (0.95 - 0.5) * 2)
-    assert out["saturation"]["found"] and out["saturation"]["load"] == 4.0
+    out = summarize_run(levels)
+    cap = out.capacity
+    assert cap is not None and cap.status == "ok" and cap.between == [2.0, 4.0]
+    assert cap.value == pytest.approx(2 + (0.95 - 0.9) / (0.95 - 0.5) * 2)
+    assert cap.slos == ["ttft=1s"] and cap.mode == "concurrency"
+    assert out.saturation is not None and out.saturation.found and out.saturation.load == 4.0
 
 
 def test_stop_reason_none_on_healthy_levels() -> None:

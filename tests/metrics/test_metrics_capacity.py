@@ -7,9 +7,23 @@ import json
 import numpy as np
 import pytest
 
-from loadgen.metrics.capacity import capacity, knee, windows
+from loadgen.metrics.capacity import capacity as typed_capacity
+from loadgen.metrics.capacity import knee as typed_knee
+from loadgen.metrics.capacity import windows as typed_windows
 from loadgen.records import ErrorKind
 from tests.metrics.helpers import rec
+
+
+def capacity(*a, **kw):
+    return typed_capacity(*a, **kw).to_json()
+
+
+def knee(*a, **kw):
+    return typed_knee(*a, **kw).to_json()
+
+
+def windows(*a, **kw):
+    return [w.to_json() for w in typed_windows(*a, **kw)]
 
 
 def test_capacity_interpolates_between_last_pass_and_first_fail():
@@ -31,13 +45,13 @@ def test_capacity_at_exactly_the_target_passes():
 
 def test_capacity_not_reached():
     assert capacity([(1, 1.0), (2, 0.99), (4, 0.91)]) == {
-        "status": "not_reached", "value": 4.0, "between": None, "target": 0.9,
+        "status": "not_reached", "value": 4.0, "between": None, "target": 0.9, "mode": None, "slos": [],
     }  # fmt: skip
 
 
 def test_capacity_never_met():
     assert capacity([(1, 0.8), (2, 0.5)], target=0.9) == {
-        "status": "never_met", "value": None, "between": None, "target": 0.9,
+        "status": "never_met", "value": None, "between": None, "target": 0.9, "mode": None, "slos": [],
     }  # fmt: skip
 
 
@@ -70,7 +84,7 @@ def test_knee_needs_both_conditions():
     # throughput flat but latency only +10%; then latency +50% while throughput still +50%
     levels = [(1, 100.0, 10.0), (2, 101.0, 11.0), (4, 151.5, 16.5)]
     assert knee(levels) == {"found": False, "index": None, "load": None, "throughput_gain": None,
-                            "latency_growth": None}  # fmt: skip
+                            "latency_growth": None, "mode": None, "metric": None}  # fmt: skip
     assert knee(levels, min_latency_growth=0.05)["index"] == 1
     assert knee(levels, min_throughput_gain=0.6, min_latency_growth=0.4)["index"] == 2
 

@@ -125,7 +125,7 @@ def test_level_checks():
     samples = {"ttft": np.array([100.0, 200.0, 300.0, 400.0]), "itl": np.array([])}
     slos = [parse_slo("ttft=1s"), parse_slo("ttft:p50=250ms"), parse_slo("ttft:p90=350ms"),
             parse_slo("itl:p99=1s"), parse_slo("tpot:mean=1s")]  # fmt: skip
-    assert level_checks(samples, slos) == [
+    assert [c.to_json() for c in level_checks(samples, slos)] == [
         {"slo": "ttft:p50=250ms", "value_ms": 250.0, "pass": True},
         {"slo": "ttft:p90=350ms", "value_ms": pytest.approx(370.0), "pass": False},
         {"slo": "itl:p99=1000ms", "value_ms": None, "pass": False},

@@ -1,4 +1,7 @@
-"""summarize_level(): exact values on a hand-built level, and the JSON contract."""
+"""summarize_level(): exact values on a hand-built level, and the JSON contract.
+
+The level's ``to_json()`` is what ``summary.json`` holds, so most tests read that dict;
+``test_typed_attributes_are_the_json_values`` ties the attributes to it."""
 
 from __future__ import annotations
 
@@ -9,12 +12,17 @@ import pytest
 from loadgen.errors import ConfigError
 from loadgen.metrics.slo import parse_slo
 from loadgen.metrics.stats import describe
-from loadgen.metrics.summary import summarize_level
+from loadgen.metrics.results import LevelSummary
+from loadgen.metrics.summary import summarize_level as summarize_typed
 from loadgen.records import ErrorKind, TokenSource
 from tests.metrics.helpers import rec
 
 LOAD = {"mode": "concurrency", "value": 4}
 SLOS = [parse_slo("ttft=200ms"), parse_slo("tpot=30ms"), parse_slo("ttft:p50=150ms")]
+
+
+def summarize_level(records, **kw):
+    return summarize_typed(records, **kw).to_json()
 
 
 def level():
@@ -44,7 +52,7 @@ def test_shape_is_the_public_contract(summary):
     assert list(summary) == [
         "load", "requests", "duration_s", "throughput", "goodput", "ttft_ms", "ttft_queued_ms", "itl_ms",
         "inter_chunk_ms", "tpot_ms", "e2e_ms", "e2e_queued_ms", "prompt_tokens", "output_tokens", "lengths",
-        "events", "by_class", "client",
+        "events", "by_class", "client", "interrupted",
     ]  # fmt: skip
     assert set(summary["throughput"]) == {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s", "steady"}
     assert set(summary["throughput"]["steady"]) == {"window_s", "requests_per_s", "output_tokens_per_s",
@@ -200,3 +208,16 @@ def test_one_token_chunks_itl_equals_inter_chunk_and_classes_stay_aligned():
     assert s["by_class"]["chat"]["itl_ms"] == describe([30, 70])
     assert s["by_class"]["rag"]["itl_ms"] == describe([10, 395])
     assert s["by_class"]["chat"]["requests"] == 2
+
+
+def test_typed_attributes_are_the_json_values():
+    typed = summarize_typed(level() + warmup(), load=LOAD, slos=SLOS, loop_lag_ms=[1.0, 2.0, 3.0], trim=(0.1, 0.1))
+    js = typed.to_json()
+    assert isinstance(typed, LevelSummary)
+    assert typed.ttft_ms.p50 == js["ttft_ms"]["p50"] and typed.itl_ms.p99_9 == js["itl_ms"]["p99.9"]
+    assert typed.goodput.checks[0].passed is js["goodput"]["checks"][0]["pass"]
+    assert typed.by_class["chat"].requests == js["by_class"]["chat"]["requests"]
+    assert typed.metric("ttft_ms.p99") == js["ttft_ms"]["p99"]
+    assert typed.metric("throughput.steady.output_tokens_per_s") == js["throughput"]["steady"]["output_tokens_per_s"]
+    assert typed.metric("ttft_ms.p42") is None and typed.metric("nothing.here") is None
+    assert LevelSummary.from_json(js) == typed

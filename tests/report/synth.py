@@ -1,7 +1,7 @@
 """Synthetic run folders for the report tests: seeded records, real summaries.
 
 The records are made up (seeded numpy), but ``summary.json`` is computed from them by
-the real :func:`loadgen.metrics.summarize_level` and ``across_levels``, exactly as a run
+the real :func:`loadgen.metrics.summarize_level` and ``summarize_run``, exactly as a run
 writes it, so a report drawn from the folder can be checked against the summary.
 """
 
@@ -15,8 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from loadgen.load.profiles import Profile
-from loadgen.metrics import parse_slo, summarize_level, windows
-from loadgen.orchestrate import across_levels, level_slos
+from loadgen.metrics import level_slos, parse_slo, summarize_level, summarize_run
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
 from loadgen.report.files import RunWriter
 
@@ -131,17 +130,14 @@ def make_run(folder: Path, spec: Spec | None = None) -> Path:
                 lag[::20] = 30.0
             load = {"mode": spec.mode, "value": int(value) if spec.mode == "concurrency" else float(value)}
             level = summarize_level(recs, load=load, slos=level_slos(slos, spec.mode, "queued"),
-                                    loop_lag_ms=lag.tolist(), trim=(0.1, 0.1))  # fmt: skip
-            if spec.mode == "rate":
-                level["schedule"] = {"scheduled": len(recs), "late": 3, "late_threshold_ms": 2.0, "dropped": 0}
-            if spec.soak_windows_s:
-                level["windows"] = windows(recs, spec.soak_windows_s)
-            level["interrupted"] = False
+                                    loop_lag_ms=lag.tolist(), trim=(0.1, 0.1), window_s=spec.soak_windows_s,
+                                    scheduled=len(recs) if spec.mode == "rate" else None)  # fmt: skip
             levels.append(level)
             t = t_end + 50 * MS
         prof = Profile(mode=spec.mode, levels=[float(v) for v in spec.loads], slos=list(spec.slos))
-        summary = {"levels": levels, **across_levels(levels, prof), "stopped": None, "interrupted": False}
-        writer.write_summary(summary)
+        summary = summarize_run(levels, mode=prof.mode, attainment_target=prof.attainment_target,
+                                knee_metric=prof.knee_metric)  # fmt: skip
+        writer.write_summary(summary.to_json())
     if spec.server_metrics:
         with open(folder / "server_metrics.jsonl", "w", encoding="utf-8") as fh:
             queries = hits = 0.0

@@ -10,7 +10,9 @@ import pytest
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.compare import BETTER, NO_CHANGE, WORSE
-from loadgen.report.compare import common_levels, compare_level, render_comparison, workload_differences
+from loadgen.metrics.compare import common_levels, compare_level
+from loadgen.metrics.results import RunSummary
+from loadgen.report.compare import render_comparison, workload_differences
 from loadgen.report.files import read_summary
 from loadgen.report.rundata import load_run
 from tests.report.conftest import figures, trace
@@ -56,17 +58,17 @@ def test_table_values_and_verdicts(comparison: Path, baseline_and_slower: tuple[
 
 def test_compare_level_intervals(baseline_and_slower: tuple[Path, Path]) -> None:
     a, b = (load_run(p) for p in baseline_and_slower)
-    rows = {(r.metric, r.stat): r.diff for r in compare_level(a, 0, b, 0)}
+    rows = {(r.metric, r.stat): r.diff for r in compare_level(a.level_samples(0), b.level_samples(0))}
     ttft = rows[("ttft_ms", "p50")]
     assert ttft.ci is not None and ttft.ci[0] < 25.0 < ttft.ci[1] and ttft.verdict == WORSE
-    assert ttft.a == a.levels[0]["ttft_ms"]["p50"] and ttft.b == b.levels[0]["ttft_ms"]["p50"]
+    assert ttft.a == a.levels[0].ttft_ms.p50 and ttft.b == b.levels[0].ttft_ms.p50
     # rates: the block means are the summary's throughput and goodput
-    assert rows[("output_tokens_per_s", "rate")].a == pytest.approx(a.levels[0]["throughput"]["output_tokens_per_s"])
-    assert rows[("requests_per_s", "rate")].b == pytest.approx(b.levels[0]["throughput"]["requests_per_s"])
-    assert rows[("goodput", "rate")].a == pytest.approx(a.levels[0]["goodput"]["requests_per_s"])
-    assert rows[("slo_attainment", "value")].b == pytest.approx(100 * b.levels[0]["goodput"]["slo_attainment"])
+    assert rows[("output_tokens_per_s", "rate")].a == pytest.approx(a.levels[0].throughput.output_tokens_per_s)
+    assert rows[("requests_per_s", "rate")].b == pytest.approx(b.levels[0].throughput.requests_per_s)
+    assert rows[("goodput", "rate")].a == pytest.approx(a.levels[0].goodput.requests_per_s)
+    assert rows[("slo_attainment", "value")].b == pytest.approx(100 * (b.levels[0].goodput.slo_attainment or 0))
     # the same run against itself: nothing changes
-    same = compare_level(a, 1, a, 1)
+    same = compare_level(a.level_samples(1), a.level_samples(1))
     assert {r.diff.verdict for r in same} == {NO_CHANGE}
     # concurrency levels have no queue-inclusive row; the order is stable
     assert ("ttft_queued_ms", "p50") not in rows
@@ -74,7 +76,7 @@ def test_compare_level_intervals(baseline_and_slower: tuple[Path, Path]) -> None
 
 def test_faster_run_is_better(baseline_and_slower: tuple[Path, Path]) -> None:
     slow, fast = (load_run(p) for p in baseline_and_slower[::-1])
-    rows = {(r.metric, r.stat): r.diff for r in compare_level(slow, 2, fast, 2)}
+    rows = {(r.metric, r.stat): r.diff for r in compare_level(slow.level_samples(2), fast.level_samples(2))}
     assert rows[("ttft_ms", "p50")].verdict == BETTER
     assert rows[("e2e_ms", "p50")].verdict == BETTER
 
@@ -110,7 +112,7 @@ def test_argument_errors(baseline_and_slower: tuple[Path, Path], tmp_path: Path)
 def test_common_levels_and_default_labels(tmp_path: Path) -> None:
     a = make_run(tmp_path / "one" / "run", Spec(loads=(1, 4, 16), per_level=10, server_metrics=False))
     b = make_run(tmp_path / "two" / "run", Spec(loads=(4, 16, 32), per_level=10, server_metrics=False))
-    s = [read_summary(a), read_summary(b)]
+    s = [RunSummary.from_json(read_summary(a)), RunSummary.from_json(read_summary(b))]
     assert common_levels(s) == [("concurrency", 4.0, [1, 0]), ("concurrency", 16.0, [2, 1])]
     html = render_comparison([a, b], tmp_path / "c.html").read_text(encoding="utf-8")
     assert "run vs run" in html and "run (2)" in html  # same folder names made unique

@@ -136,11 +136,12 @@ def test_timeline_opens_on_the_knee_and_is_downsampled(run_folder: Path, report:
     fig = figures(report.read_text(encoding="utf-8"))["fig-timeline"]
     data = load_run(run_folder)
     chosen = default_timeline_level(data)
-    assert chosen == data.summary["saturation"]["index"] == 2
+    assert data.summary.saturation is not None
+    assert chosen == data.summary.saturation.index == 2
     visible = {t["meta"].split(".")[1] for t in fig["data"] if t["visible"]}
     assert visible == {str(chosen)}
     decode = trace(fig, f"timeline.{chosen}.decode")
-    n_ok = data.levels[chosen]["requests"]["ok"]
+    n_ok = data.levels[chosen].requests.ok
     assert len(decode["x"]) == 3 * n_ok  # start, end, gap per successful request
     assert len(fig["layout"]["updatemenus"][0]["buttons"]) == 3
 
@@ -211,7 +212,7 @@ def test_empty_records_and_an_all_failed_level(tmp_path: Path) -> None:
     with RunWriter(tmp_path / "failed") as w:
         for r in failed:
             w.append(r)
-        w.write_summary({"levels": [summarize_level(failed, load={"mode": "rate", "value": 2.0})]})
+        w.write_summary({"levels": [summarize_level(failed, load={"mode": "rate", "value": 2.0}).to_json()]})
     html = render_run_report(tmp_path / "failed").read_text(encoding="utf-8")
     figs = figures(html)
     assert sum(trace(figs["fig-failures"], "failures.http_error")["y"]) == 5

@@ -1,0 +1,437 @@
+"""Typed results: what :mod:`loadgen.metrics` returns and ``summary.json`` serialises.
+
+A level's numbers are a :class:`LevelSummary`; a run's are a :class:`RunSummary` (its
+levels, the capacity at the SLO target, the saturation knee, why it stopped). Each is a
+tree of small frozen dataclasses with ``to_json()`` (a JSON-ready dict with the keys of
+the ``summary.json`` contract) and ``from_json()`` (the inverse, for reading a run folder
+back). Readers use attributes — ``level.ttft_ms.p99``, ``run.capacity.value`` — never
+string paths into dicts; :meth:`LevelSummary.metric` resolves the one path a user
+writes as text (a profile's ``knee_metric``, e.g. ``"ttft_ms.p99"``).
+
+Field names equal the JSON keys except where a key is not an identifier (``p99_9`` is
+``"p99.9"``, ``passed`` is ``"pass"``); fields marked ``omit_none`` are left out of the
+JSON when ``None`` (``schedule`` of a closed-loop level, ``windows`` outside soak/ramp).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Distribution",
+    "Load",
+    "Requests",
+    "Steady",
+    "Throughput",
+    "Check",
+    "Goodput",
+    "Lengths",
+    "Events",
+    "ClassSummary",
+    "LagSeries",
+    "ClientHealth",
+    "Schedule",
+    "Window",
+    "LevelSummary",
+    "Capacity",
+    "Saturation",
+    "RunSummary",
+    "unit_label",
+]
+
+SCHEMA_VERSION = 1
+
+T = TypeVar("T")
+
+
+def _key(name: str, json_key: str | None = None, *, omit_none: bool = False) -> dict[str, Any]:
+    return {"json": json_key or name, "omit_none": omit_none}
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            v = getattr(value, f.name)
+            if v is None and f.metadata.get("omit_none"):
+                continue
+            out[f.metadata.get("json", f.name)] = _encode(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _decode(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        if len(args) == 1:
+            return _decode(args[0], value, where)
+        if all(a in (int, float) for a in args):  # ``int | float``: keep the number as written
+            return value
+        raise TypeError(f"{where}: unsupported union {tp}")
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
+        return [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
+        return {str(k): _decode(item, v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _from_dict(tp, value, where)
+    if tp is float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ValueError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _from_dict(cls: type[T], data: Any, where: str) -> T:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        key = f.metadata.get("json", f.name)
+        if key not in data:
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+                continue
+            if f.metadata.get("omit_none"):
+                kwargs[f.name] = None
+                continue
+            raise ValueError(f"{where}: missing {key!r}")
+        kwargs[f.name] = _decode(hints[f.name], data[key], f"{where}.{key}")
+    return cls(**kwargs)
+
+
+class _JSON:
+    """``to_json``/``from_json`` for the dataclasses below."""
+
+    __slots__ = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (NaN and infinities as ``None``)."""
+        out: dict[str, Any] = _encode(self)
+        return out
+
+    @classmethod
+    def from_json(cls: type[T], data: Any) -> T:
+        """The inverse of :meth:`to_json`; raises ``ValueError`` naming the bad key."""
+        return _from_dict(cls, data, cls.__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution(_JSON):
+    """Count, mean, std, min, percentiles and max of some samples (``None``s when empty)."""
+
+    count: int = 0
+    mean: float | None = None
+    std: float | None = None
+    min: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p99_9: float | None = field(default=None, metadata=_key("p99_9", "p99.9"))
+    max: float | None = None
+
+    def stat(self, name: str) -> float | None:
+        """One statistic by its JSON name: ``"p50"``, ``"p99.9"``, ``"mean"``, ``"max"``…"""
+        if name == "count":
+            return float(self.count)
+        attr = name.replace(".", "_")
+        if attr not in _DIST_STATS:
+            raise KeyError(f"unknown statistic {name!r} (allowed: {', '.join(sorted(_DIST_NAMES))})")
+        value: float | None = getattr(self, attr)
+        return value
+
+
+_DIST_STATS = frozenset(f.name for f in dataclasses.fields(Distribution)) - {"count"}
+_DIST_NAMES = frozenset(f.metadata.get("json", f.name) for f in dataclasses.fields(Distribution))
+
+
+def unit_label(mode: str | None, value: float | None = None) -> str:
+    """The unit of an offered load: ``"users"`` (``"user"`` for one) or ``"req/s"``."""
+    if mode == "concurrency":
+        return "user" if value == 1 else "users"
+    return "req/s"
+
+
+@dataclass(frozen=True, slots=True)
+class Load(_JSON):
+    """The offered load of a level: ``mode`` ``"concurrency"`` (users) or ``"rate"`` (req/s)."""
+
+    mode: str
+    value: int | float
+
+    @property
+    def unit(self) -> str:
+        return unit_label(self.mode)
+
+    def label(self) -> str:
+        """``"16 users"``, ``"1 user"``, ``"12.5 req/s"``."""
+        return f"{self.value:g} {unit_label(self.mode, self.value)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Requests(_JSON):
+    """Measured requests (warm-up excluded), and the failed ones by error kind."""
+
+    total: int
+    ok: int
+    failed: int
+    by_error: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def error_rate(self) -> float:
+        return self.failed / self.total if self.total else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Steady(_JSON):
+    """Throughput over the steady-state window (warm-up and drain trimmed by time)."""
+
+    window_s: float = 0.0
+    requests_per_s: float | None = None
+    output_tokens_per_s: float | None = None
+    total_tokens_per_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput(_JSON):
+    """Successful requests and their tokens over the level's window."""
+
+    requests_per_s: float | None = None
+    output_tokens_per_s: float | None = None
+    total_tokens_per_s: float | None = None
+    steady: Steady = field(default_factory=Steady)
+
+
+@dataclass(frozen=True, slots=True)
+class Check(_JSON):
+    """A level-wide SLO (``ttft:p90=300ms``): the statistic's value and whether it passed."""
+
+    slo: str
+    value_ms: float | None
+    passed: bool = field(metadata=_key("passed", "pass"))
+
+
+@dataclass(frozen=True, slots=True)
+class Goodput(_JSON):
+    """Requests meeting every per-request SLO per second, their share, and the checks."""
+
+    requests_per_s: float | None = None
+    slo_attainment: float | None = None
+    slos: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Lengths(_JSON):
+    """Mean prompt and output lengths asked for and received (ok requests)."""
+
+    prompt_target_mean: float | None = None
+    prompt_achieved_mean: float | None = None
+    output_target_mean: float | None = None
+    output_achieved_mean: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Events(_JSON):
+    """Tokens per SSE event, events coalesced into one read, how tokens were counted."""
+
+    tokens_per_event: Distribution = field(default_factory=Distribution)
+    coalesced_events: int = 0
+    token_source: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSummary(_JSON):
+    """One request class of a level (``requests`` counts all, the statistics the ok ones)."""
+
+    requests: int
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_ms: Distribution
+    e2e_ms: Distribution
+
+
+@dataclass(frozen=True, slots=True)
+class LagSeries(_JSON):
+    """The worst event-loop lag per one-second bin, seconds from the run's clock anchor."""
+
+    t_s: list[float] = field(default_factory=list)
+    max_ms: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientHealth(_JSON):
+    """Did the load generator keep up? ``verdict`` is ``"ok"`` or ``"client-bound"``."""
+
+    loop_lag_ms: Distribution
+    send_lateness_ms: Distribution
+    verdict: str = "ok"
+    reasons: list[str] = field(default_factory=list)
+    loop_lag_over_time: LagSeries | None = field(default=None, metadata=_key("loop_lag_over_time", omit_none=True))
+
+    @property
+    def client_bound(self) -> bool:
+        return self.verdict == "client-bound"
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule(_JSON):
+    """Open loop: requests scheduled, sent late (past ``late_threshold_ms``), dropped."""
+
+    scheduled: int
+    late: int
+    late_threshold_ms: float
+    dropped: int
+
+
+@dataclass(frozen=True, slots=True)
+class Window(_JSON):
+    """Metrics over one time window of a long level (soak, ramp)."""
+
+    t_start_s: float
+    t_end_s: float
+    requests: int
+    ok: int
+    output_tokens_per_s: float | None
+    ttft_ms_p50: float | None
+    ttft_ms_p99: float | None
+    itl_ms_p50: float | None
+    itl_ms_p99: float | None
+    in_flight_mean: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSummary(_JSON):
+    """One load level (see :mod:`loadgen.metrics.summary` for how each number is made)."""
+
+    load: Load
+    requests: Requests
+    duration_s: float
+    throughput: Throughput
+    goodput: Goodput
+    ttft_ms: Distribution
+    ttft_queued_ms: Distribution
+    itl_ms: Distribution
+    inter_chunk_ms: Distribution
+    tpot_ms: Distribution
+    e2e_ms: Distribution
+    e2e_queued_ms: Distribution
+    prompt_tokens: Distribution
+    output_tokens: Distribution
+    lengths: Lengths
+    events: Events
+    by_class: dict[str, ClassSummary]
+    client: ClientHealth
+    schedule: Schedule | None = field(default=None, metadata=_key("schedule", omit_none=True))
+    interrupted: bool = False
+    windows: list[Window] | None = field(default=None, metadata=_key("windows", omit_none=True))
+
+    def dist(self, name: str) -> Distribution:
+        """A latency or length distribution by field name (``"ttft_ms"``, ``"itl_ms"``…)."""
+        value = getattr(self, name, None) if name in _LEVEL_DISTS else None
+        if not isinstance(value, Distribution):
+            raise KeyError(f"{name!r} is not a distribution of a level (allowed: {', '.join(_LEVEL_DISTS)})")
+        return value
+
+    def metric(self, path: str) -> float | None:
+        """A number by its dotted JSON path, e.g. ``"ttft_ms.p99"`` or
+        ``"throughput.output_tokens_per_s"``; ``None`` when the path names nothing."""
+        cur: Any = self
+        for part in path.split("."):
+            if isinstance(cur, Distribution):
+                try:
+                    cur = cur.stat(part)
+                except KeyError:
+                    return None
+                continue
+            name = "passed" if part == "pass" else part
+            if not dataclasses.is_dataclass(cur) or name not in {f.name for f in dataclasses.fields(cur)}:
+                return None
+            cur = getattr(cur, name)
+        if isinstance(cur, bool) or not isinstance(cur, (int, float)):
+            return None
+        return float(cur)
+
+
+_LEVEL_DISTS = tuple(
+    f.name for f in dataclasses.fields(LevelSummary) if f.type in ("Distribution", Distribution)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity(_JSON):
+    """The highest offered load whose SLO attainment stays >= ``target``.
+
+    ``status``: ``"ok"`` (``value`` interpolated ``between`` a passing and a failing
+    level), ``"not_reached"`` (every level passed; ``value`` is the highest) or
+    ``"never_met"`` (no level passed)."""
+
+    status: str
+    value: float | None
+    between: list[float] | None
+    target: float
+    mode: str | None = None
+    slos: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Saturation(_JSON):
+    """The knee: the first level where throughput stops growing while latency climbs."""
+
+    found: bool
+    index: int | None
+    load: float | None
+    throughput_gain: float | None
+    latency_growth: float | None
+    mode: str | None = None
+    metric: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary(_JSON):
+    """A whole run: ``summary.json``."""
+
+    levels: list[LevelSummary] = field(default_factory=list)
+    capacity: Capacity | None = None
+    saturation: Saturation | None = None
+    stopped: str | None = None
+    interrupted: bool = False
+    schema_version: int = SCHEMA_VERSION

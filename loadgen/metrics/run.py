@@ -1,0 +1,50 @@
+"""Across levels: a run's :class:`~loadgen.metrics.results.RunSummary` from its levels.
+
+The run-wide answers come from the levels of one load mode, in load order: the capacity
+at the SLO-attainment target (:func:`~loadgen.metrics.capacity.capacity`) and the
+saturation knee (:func:`~loadgen.metrics.capacity.knee`, throughput = output tokens/s,
+latency = the profile's ``knee_metric``). A sweep that mixes modes (``sweep-rate``
+starts with two closed-loop levels) is judged on its rate levels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loadgen.metrics.capacity import capacity, knee
+from loadgen.metrics.results import LevelSummary, RunSummary
+
+__all__ = ["summarize_run", "DEFAULT_KNEE_METRIC"]
+
+DEFAULT_KNEE_METRIC = "ttft_ms.p99"
+
+
+def summarize_run(
+    levels: Sequence[LevelSummary],
+    *,
+    mode: str = "concurrency",
+    mixed_modes: bool = False,
+    attainment_target: float = 0.9,
+    knee_metric: str = DEFAULT_KNEE_METRIC,
+    knee_throughput_gain: float = 0.05,
+    knee_latency_growth: float = 0.20,
+    stopped: str | None = None,
+    interrupted: bool = False,
+) -> RunSummary:
+    """The run's summary. ``mode`` is the profile's load mode; with ``mixed_modes`` (a
+    sweep whose plan changes mode) the rate levels are judged when there are any."""
+    if mixed_modes and any(lv.load.mode == "rate" for lv in levels):
+        mode = "rate"
+    pts = sorted((lv for lv in levels if lv.load.mode == mode), key=lambda lv: lv.load.value)
+    if not pts:
+        return RunSummary(levels=list(levels), stopped=stopped, interrupted=interrupted)
+    cap = capacity([(lv.load.value, lv.goodput.slo_attainment) for lv in pts], attainment_target, mode=mode,
+                   slos=pts[0].goodput.slos)  # fmt: skip
+    sat = knee(
+        [(lv.load.value, lv.throughput.output_tokens_per_s or 0.0, lv.metric(knee_metric) or 0.0) for lv in pts],
+        knee_throughput_gain,
+        knee_latency_growth,
+        mode=mode,
+        metric=knee_metric,
+    )
+    return RunSummary(levels=list(levels), capacity=cap, saturation=sat, stopped=stopped, interrupted=interrupted)
