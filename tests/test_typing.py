@@ -1,0 +1,30 @@
+"""``mypy --strict`` is clean on the package: a misspelt field of a result is a type error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_mypy_strict_is_clean(tmp_path: Path) -> None:
+    pytest.importorskip("mypy", reason="mypy is in the dev extra")
+    res = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"),
+                          "loadgen"], cwd=ROOT, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+
+
+def test_a_misspelt_result_field_is_a_type_error(tmp_path: Path) -> None:
+    """The point of typed results: reading ``level.ttft_ms.p999`` fails the type check."""
+    pytest.importorskip("mypy", reason="mypy is in the dev extra")
+    probe = tmp_path / "probe.py"
+    probe.write_text("from loadgen.metrics.results import LevelSummary\n\n\n"
+                     "def f(level: LevelSummary) -> float | None:\n    return level.ttft_ms.p999\n")  # fmt: skip
+    res = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports", "silent",
+                          str(probe)], cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert res.returncode == 1 and 'has no attribute "p999"' in res.stdout, res.stdout
