@@ -41,10 +41,10 @@ import torch
 
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.interface import SamplingParams
-from loadgen.server.engine.torch_runner import TorchRunner
-from loadgen.server.engine.worker import default_threads
-from loadgen.server.model import build_model, get_model_config, resolve_dtype
-from loadgen.server.model.config import ModelConfig
+from loadgen.server.torch.runner import TorchRunner
+from loadgen.server.torch.worker import default_threads
+from loadgen.server.torch import build_model, get_model_config, resolve_dtype
+from loadgen.server.engine.models import ModelConfig
 
 PREFILL_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192]
 DECODE_BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -164,7 +164,7 @@ def bench_model(name: str, device: torch.device, dtype: torch.dtype, bw: float, 
 def _server_main(model: str, threads: int | None, out: Any) -> None:
     from loadgen.server.api import create_app
     from loadgen.server.app import run_forever
-    from loadgen.server.engine.build import build_engine
+    from loadgen.server.sim.build import build_engine
 
     engine = build_engine("torch", model=model, threads=threads)
     run_forever(create_app(engine), "127.0.0.1", 0, on_ready=out.put)

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.server.engine import ManualClock, from_preset
+from loadgen.server.engine import ManualClock
+from loadgen.server.sim import from_preset
 from loadgen.server.engine.interface import EngineRequest, SamplingParams
 
 CONFIGS: dict[str, dict[str, Any]] = {

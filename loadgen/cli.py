@@ -325,7 +325,7 @@ def serve(
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
     from loadgen.server.app import run_forever
     from loadgen.server.api import create_app
-    from loadgen.server.engine.build import build_engine
+    from loadgen.server.sim.build import build_engine
     from loadgen.server.faults import FaultConfig
 
     eng = build_engine(

@@ -11,8 +11,8 @@ import aiohttp
 
 from loadgen.server.api import create_app
 from loadgen.server.app import start_server
-from loadgen.server.engine.build import from_preset
-from loadgen.server.engine.engine import SimEngine
+from loadgen.server.sim.build import from_preset
+from loadgen.server.sim.engine import SimEngine
 from loadgen.server.faults import FaultConfig
 
 MODEL = "test-model"

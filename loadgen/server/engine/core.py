@@ -1,7 +1,7 @@
 """The engine core: a scheduler and a runner advanced as a discrete-event system.
 
 The core holds no event loop and never sleeps. It is driven through a clock: the async
-engine (:mod:`loadgen.server.engine.engine`) calls :meth:`EngineCore.poll` when the
+engine (:mod:`loadgen.server.sim.engine`) calls :meth:`EngineCore.poll` when the
 clock reaches :meth:`EngineCore.next_event_time`; tests and offline benchmarks drive it
 in virtual time the same way, with a clock they advance themselves.
 

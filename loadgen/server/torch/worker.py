@@ -148,9 +148,9 @@ def build_step_loop(spec: TorchEngineSpec) -> tuple[StepLoop, dict[str, Any]]:
     """Model, runner and scheduler of ``spec``; also the facts the server reports."""
     import torch
 
-    from loadgen.server.engine.torch_memory import plan_kv_blocks
-    from loadgen.server.engine.torch_runner import TorchRunner
-    from loadgen.server.model import build_model, get_model_config, resolve_dtype
+    from loadgen.server.torch.memory import plan_kv_blocks
+    from loadgen.server.torch.runner import TorchRunner
+    from loadgen.server.torch import build_model, get_model_config, resolve_dtype
     from loadgen.server.tokenizer import NUM_RESERVED
 
     cfg = get_model_config(spec.model)

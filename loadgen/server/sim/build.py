@@ -3,7 +3,7 @@
 :func:`from_preset` takes the engine's own option names (``EngineConfig`` fields and
 the sim knobs); :func:`build_engine` takes the CLI's flag names and validates them.
 The KV pool of each GPU group is sized from its memory: ``memory * 0.9 * tp - weights``.
-:func:`torch_engine` builds the real engine (:mod:`.torch_engine`; torch is imported
+:func:`torch_engine` builds the real engine (:mod:`loadgen.server.torch.engine`; torch is imported
 only in the engine process, or thread).
 """
 
@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, Union
 
 from loadgen.errors import ConfigError
 from loadgen.server.engine.core import Clock, EngineCore, StepHook
-from loadgen.server.engine.disagg import DisaggCore
-from loadgen.server.engine.engine import SimEngine
-from loadgen.server.engine.presets import get_gpu, get_model
+from loadgen.server.sim.disagg import DisaggCore
+from loadgen.server.sim.engine import SimEngine
+from loadgen.server.sim.gpus import get_gpu, get_model
 from loadgen.server.engine.scheduler import EngineConfig
-from loadgen.server.engine.sim import RooflineModel, SimRunner
+from loadgen.server.sim.roofline import RooflineModel, SimRunner
 
 if TYPE_CHECKING:
-    from loadgen.server.engine.torch_engine import TorchEngine
+    from loadgen.server.torch.engine import TorchEngine
 
 __all__ = ["ENGINES", "SIM_OPTIONS", "TORCH_OPTIONS", "DEFAULT_MODELS", "from_preset",
            "torch_engine", "build_engine"]
@@ -104,7 +104,7 @@ def from_preset(gpu: str, model: str, tp: int = 1, **options: Any) -> SimEngine:
 
 
 def torch_engine(model: str = "tiny", **options: Any) -> TorchEngine:
-    """The torch engine for preset ``model`` (see :mod:`loadgen.server.model.config`).
+    """The torch engine for preset ``model`` (see :mod:`loadgen.server.engine.models`).
 
     ``options``: any :class:`EngineConfig` field (``num_gpu_blocks`` overrides the KV
     sizing; ``eos_token_id`` and ``max_model_len`` default to the preset's) and the keys
@@ -116,9 +116,9 @@ def torch_engine(model: str = "tiny", **options: Any) -> TorchEngine:
     The model's own tokenizer (``smollm2-135m``) is loaded here, converting its GGUF file
     into the cache the first time. Unknown keys raise :class:`ConfigError`.
     """
-    from loadgen.server.engine.torch_engine import TorchEngine
-    from loadgen.server.engine.worker import TorchEngineSpec
-    from loadgen.server.model import get_model_config, load_tokenizer
+    from loadgen.server.torch.engine import TorchEngine
+    from loadgen.server.torch.worker import TorchEngineSpec
+    from loadgen.server.torch import get_model_config, load_tokenizer
 
     unknown = sorted(set(options) - set(_CONFIG_FIELDS) - set(TORCH_OPTIONS))
     if unknown:
@@ -140,7 +140,7 @@ def torch_engine(model: str = "tiny", **options: Any) -> TorchEngine:
     cfg = get_model_config(model)
     config = {k: v for k, v in options.items() if k in _CONFIG_FIELDS}
     EngineConfig(**{"num_gpu_blocks": 1, **config}).validate()
-    from loadgen.server.model import resolve_dtype
+    from loadgen.server.torch import resolve_dtype
 
     resolve_dtype(opts["dtype"], "cuda" if device.startswith("cuda") else "cpu")
     spec = TorchEngineSpec(model=cfg.name, device=device, dtype=opts["dtype"], threads=threads,

@@ -17,7 +17,7 @@ from loadgen.errors import EngineError
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.interface import SamplingParams
 from loadgen.server.engine.scheduler import EngineConfig
-from loadgen.server.model.llama import LlamaModel
+from loadgen.server.torch.model import LlamaModel
 
 __all__ = ["plan_kv_blocks", "CPU_KV_CACHE_GB"]
 
@@ -57,7 +57,7 @@ def plan_kv_blocks(model: LlamaModel, config: EngineConfig, *, kv_cache_gb: floa
 @torch.inference_mode()
 def _profile_activations(model: LlamaModel, config: EngineConfig) -> int:
     """Peak bytes allocated by one full-budget prefill step beyond what is resident."""
-    from loadgen.server.engine.torch_runner import TorchRunner
+    from loadgen.server.torch.runner import TorchRunner
 
     device = model.embed.device
     n = config.max_num_batched_tokens

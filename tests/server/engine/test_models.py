@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.errors import ConfigError
-from loadgen.server.engine.presets import GPUS, MODELS, get_gpu, get_model
+from loadgen.server.sim.gpus import GPUS, MODELS, get_gpu, get_model
 
 
 @pytest.mark.parametrize(("name", "total_b", "active_b"), [

@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from loadgen.errors import ConfigError
-from loadgen.server.model.config import ModelConfig
+from loadgen.server.engine.models import ModelConfig
 
 if TYPE_CHECKING:
     import torch
 
-    from loadgen.server.model.llama import LlamaModel
-    from loadgen.server.model.text_tokenizer import TextTokenizer
+    from loadgen.server.torch.model import LlamaModel
+    from loadgen.server.torch.text_tokenizer import TextTokenizer
 
 __all__ = ["load_tokenizer", "build_model", "resolve_dtype"]
 
@@ -28,8 +28,8 @@ def load_tokenizer(cfg: ModelConfig) -> TextTokenizer | None:
     """The model's own tokenizer, or None for random weights (see the module docstring)."""
     if cfg.weights == "random":
         return None
-    from loadgen.server.model.gguf_weights import prepare_cache
-    from loadgen.server.model.text_tokenizer import TextTokenizer
+    from loadgen.server.torch.gguf_weights import prepare_cache
+    from loadgen.server.torch.text_tokenizer import TextTokenizer
 
     cache = prepare_cache(cfg)
     meta = cache.meta()
@@ -53,14 +53,14 @@ def build_model(cfg: ModelConfig, *, device: torch.device | str, dtype: torch.dt
     """The model on ``device`` in ``dtype``: seeded random weights, or the cached real ones."""
     import torch
 
-    from loadgen.server.model.llama import LlamaModel
+    from loadgen.server.torch.model import LlamaModel
 
     model = LlamaModel(cfg, device="meta", dtype=dtype)
     if cfg.weights == "random":
         model = model.to_empty(device=device)
         model.init_random(seed)
     else:
-        from loadgen.server.model.gguf_weights import load_arrays, prepare_cache
+        from loadgen.server.torch.gguf_weights import load_arrays, prepare_cache
 
         arrays = load_arrays(prepare_cache(cfg))
         state = {name: torch.from_numpy(arr).to(device=device, dtype=dtype)

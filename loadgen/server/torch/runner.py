@@ -2,7 +2,7 @@
 
 Each step's :class:`~loadgen.server.engine.batch.ScheduledBatch` is flattened into one
 token batch (decode tokens and prefill chunks together, one position per token) and run
-through :class:`~loadgen.server.model.llama.LlamaModel` once. Attention is paged:
+through :class:`~loadgen.server.torch.model.LlamaModel` once. Attention is paged:
 
 - **KV pool**: one tensor ``[layers, 2 (K, V), kv_heads, num_blocks + 1, block_size,
   head_dim]`` (head-major, so a gathered context is contiguous per head);
@@ -43,10 +43,10 @@ import torch.nn.functional as F
 
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.runner import StepResult, request_seed
-from loadgen.server.model.llama import LlamaModel
+from loadgen.server.torch.model import LlamaModel
 
 if TYPE_CHECKING:
-    from loadgen.server.engine.cuda_graphs import DecodeGraphs
+    from loadgen.server.torch.cuda_graphs import DecodeGraphs
 
 __all__ = ["TorchRunner", "StepInputs", "bucket", "block_bucket"]
 
@@ -132,7 +132,7 @@ class TorchRunner:
         self.pad_decodes = pad_decodes
         self.graphs: DecodeGraphs | None = None
         if cuda_graphs and self.device.type == "cuda":
-            from loadgen.server.engine.cuda_graphs import DecodeGraphs
+            from loadgen.server.torch.cuda_graphs import DecodeGraphs
 
             self.graphs = DecodeGraphs(self, self.decode_batch_sizes, graph_memory_bytes)
         self._generators: dict[int, torch.Generator] = {}

@@ -7,8 +7,8 @@ import pytest
 from loadgen.errors import ConfigError, EngineError
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.interface import SamplingParams
-from loadgen.server.engine.presets import get_gpu, get_model
-from loadgen.server.engine.sim import RooflineModel, SimRunner, sim_token
+from loadgen.server.sim.gpus import get_gpu, get_model
+from loadgen.server.sim.roofline import RooflineModel, SimRunner, sim_token
 
 H100_FLOPS, H100_BW = 989e12, 3.35e12
 # Llama-3.1-8B: 8,030,261,248 parameters of which 128256 x 4096 = 525,336,576 embedding

@@ -3,7 +3,7 @@
 :class:`TorchEngine` lives in the server process (whose event loop runs aiohttp) and
 never imports torch. :meth:`TorchEngine.start` spawns the engine process (or, with
 ``mode="thread"``, a background thread of this process: for tests) running
-:func:`~loadgen.server.engine.worker.engine_main`, and waits for it to be ready.
+:func:`~loadgen.server.torch.worker.engine_main`, and waits for it to be ready.
 
 Traffic, one message per tick each way: requests and aborts made during one turn of the
 event loop go out together in one ``("req", adds, aborts)`` message (written by a sender
@@ -29,9 +29,9 @@ from typing import Any, AsyncGenerator, Union
 
 from loadgen.errors import EngineError, PromptTooLong, QueueFull
 from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
-from loadgen.server.engine.worker import (TorchEngineSpec, decode_outputs, encode_request,
+from loadgen.server.torch.worker import (TorchEngineSpec, decode_outputs, encode_request,
                                           engine_main)
-from loadgen.server.model.config import get_model_config
+from loadgen.server.engine.models import get_model_config
 from loadgen.server.tokenizer import Tokenizer
 
 __all__ = ["TorchEngine", "ENGINE_MODES"]

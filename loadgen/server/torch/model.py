@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from loadgen.server.model.config import ModelConfig
+from loadgen.server.engine.models import ModelConfig
 
 __all__ = ["Attention", "LlamaLayer", "LlamaModel", "rms_norm", "rope_cos_sin", "apply_rope"]
 

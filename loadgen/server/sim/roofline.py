@@ -33,7 +33,7 @@ from typing import Iterable
 
 from loadgen.errors import ConfigError, EngineError
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
-from loadgen.server.engine.presets import GpuSpec, ModelSpec
+from loadgen.server.sim.gpus import GpuSpec, ModelSpec
 from loadgen.server.engine.runner import StepResult, request_seed
 
 __all__ = ["StepCost", "RooflineModel", "SimRunner", "sim_token"]
