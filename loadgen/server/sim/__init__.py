@@ -8,8 +8,8 @@
 from loadgen.server.sim.build import build_engine, from_preset
 from loadgen.server.sim.disagg import DisaggCore
 from loadgen.server.sim.engine import SimEngine
-from loadgen.server.sim.gpus import get_gpu, get_model
+from loadgen.server.sim.gpus import get_gpu
 from loadgen.server.sim.roofline import RooflineModel, SimRunner
 
-__all__ = ["build_engine", "from_preset", "DisaggCore", "SimEngine", "get_gpu", "get_model",
+__all__ = ["build_engine", "from_preset", "DisaggCore", "SimEngine", "get_gpu",
            "RooflineModel", "SimRunner"]

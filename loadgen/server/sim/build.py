@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Union
 
 from loadgen.errors import ConfigError
 from loadgen.server.engine.core import Clock, EngineCore, StepHook
+from loadgen.server.engine.models import get_model
+from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.sim.disagg import DisaggCore
 from loadgen.server.sim.engine import SimEngine
-from loadgen.server.sim.gpus import get_gpu, get_model
-from loadgen.server.engine.scheduler import EngineConfig
+from loadgen.server.sim.gpus import get_gpu
 from loadgen.server.sim.roofline import RooflineModel, SimRunner
 
 if TYPE_CHECKING:
@@ -116,9 +117,10 @@ def torch_engine(model: str = "tiny", **options: Any) -> TorchEngine:
     The model's own tokenizer (``smollm2-135m``) is loaded here, converting its GGUF file
     into the cache the first time. Unknown keys raise :class:`ConfigError`.
     """
+    from loadgen.server.engine.models import MODELS
     from loadgen.server.torch.engine import TorchEngine
+    from loadgen.server.torch.loader import load_tokenizer, model_names
     from loadgen.server.torch.worker import TorchEngineSpec
-    from loadgen.server.torch import get_model_config, load_tokenizer
 
     unknown = sorted(set(options) - set(_CONFIG_FIELDS) - set(TORCH_OPTIONS))
     if unknown:
@@ -137,13 +139,13 @@ def torch_engine(model: str = "tiny", **options: Any) -> TorchEngine:
     if kv_gb is not None and (isinstance(kv_gb, bool) or not isinstance(kv_gb, (int, float))
                               or not kv_gb > 0):
         raise ConfigError(f"must be a number > 0, got {kv_gb!r}", key="--kv-cache-gb")
-    cfg = get_model_config(model)
+    cfg = MODELS.lookup(model, model_names(), what="torch model")
     config = {k: v for k, v in options.items() if k in _CONFIG_FIELDS}
     EngineConfig(**{"num_gpu_blocks": 1, **config}).validate()
     from loadgen.server.torch import resolve_dtype
 
     resolve_dtype(opts["dtype"], "cuda" if device.startswith("cuda") else "cpu")
-    spec = TorchEngineSpec(model=cfg.name, device=device, dtype=opts["dtype"], threads=threads,
+    spec = TorchEngineSpec(model=model.strip().lower(), device=device, dtype=opts["dtype"], threads=threads,
                            seed=opts["seed"], kv_cache_gb=kv_gb,
                            gpu_memory_utilization=opts["gpu_memory_utilization"],
                            cuda_graphs=bool(opts["cuda_graphs"]), config=config)

@@ -5,7 +5,7 @@ Step time (per GPU of a tensor-parallel group of ``tp``)::
     max(FLOPs / (peak * mfu), bytes / (bandwidth * mbu)) + all-reduce time + overhead
 
 - FLOPs: ``2 * P_linear`` per scheduled token (every weight matrix of every layer; MoE:
-  the routed experts only) + attention ``4 * layers * q_dim`` per (query, key) pair,
+  the routed experts only) + attention ``4 * layers * q_size`` per (query, key) pair,
   causal over each sequence's context + the LM head ``2 * hidden * vocab`` per sampled
   token.
 - Bytes: the weights once per step (MoE: only the experts some token was routed to,
@@ -33,8 +33,9 @@ from typing import Iterable
 
 from loadgen.errors import ConfigError, EngineError
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
-from loadgen.server.sim.gpus import GpuSpec, ModelSpec
+from loadgen.server.engine.models import ModelShape
 from loadgen.server.engine.runner import StepResult, request_seed
+from loadgen.server.sim.gpus import GpuSpec
 
 __all__ = ["StepCost", "RooflineModel", "SimRunner", "sim_token"]
 
@@ -61,7 +62,7 @@ class StepCost:
 class RooflineModel:
     """Roofline step-time model of ``model`` on ``tp`` GPUs of type ``gpu``."""
 
-    def __init__(self, gpu: GpuSpec, model: ModelSpec, tp: int = 1, *, mfu: float = 0.6,
+    def __init__(self, gpu: GpuSpec, model: ModelShape, tp: int = 1, *, mfu: float = 0.6,
                  mbu: float = 0.8, overhead_s: float = 5e-4,
                  allreduce_latency_s: float = 5e-6) -> None:
         for key, value, low, high in (("tp", tp, 1, 64), ("mfu", mfu, 1e-6, 1.0),
@@ -76,7 +77,7 @@ class RooflineModel:
         self._dense_linear = m.num_layers * m.shared_params_per_layer
         self._expert = m.num_layers * m.expert_params_per_layer
         self._flops_per_token = 2.0 * (self._dense_linear + m.experts_per_token * self._expert)
-        self._attn_flops_per_pair = 4.0 * m.num_layers * m.q_dim
+        self._attn_flops_per_pair = 4.0 * m.num_layers * m.q_size
         self._lm_head_flops = 2.0 * m.hidden_size * m.vocab_size
         kv_heads_per_gpu = -(-m.num_kv_heads // tp)  # replicated when tp > kv heads
         self.kv_bytes_per_token_per_gpu = (
@@ -177,7 +178,8 @@ class SimRunner:
     recomputed or disaggregated request gets the same tokens. EOS, the request's stop
     tokens and ids below ``min_token_id`` (special tokens of the server's tokenizer) are
     never produced, except EOS with probability ``eos_probability`` per token (then the
-    scheduler ends the request unless ``ignore_eos``). ``temperature`` is ignored.
+    scheduler ends the request unless ``ignore_eos``; a model without an EOS id never
+    ends this way). ``temperature`` is ignored.
     """
 
     def __init__(self, roofline: RooflineModel, *, seed: int = 0, jitter: float = 0.0,
@@ -195,7 +197,7 @@ class SimRunner:
                               key="min_token_id")
         self.jitter, self.eos_probability = jitter, eos_probability
         self.min_token_id = min_token_id
-        self._eos_only = frozenset((self.eos_token_id,))
+        self._eos_only = frozenset(() if self.eos_token_id is None else (self.eos_token_id,))
         self._rng = random.Random(seed)
         self.last_cost: StepCost | None = None
 
@@ -211,10 +213,10 @@ class SimRunner:
 
     def _sample(self, seq: ScheduledSeq) -> int:
         seed, position = request_seed(seq), seq.context_len
-        if self.eos_probability > 0.0:
+        if self.eos_probability > 0.0 and self.eos_token_id is not None:
             draw = _mix64(((seed * 0x100000001B3 + position) ^ 0xD1B54A32D192ED03) & _MASK)
             if draw / 2.0 ** 64 < self.eos_probability:
                 return self.eos_token_id
         stops = seq.params.stop_token_ids
-        avoid = self._eos_only if not stops else {self.eos_token_id, *stops}
+        avoid = self._eos_only if not stops else {*self._eos_only, *stops}
         return sim_token(seed, position, self.vocab_size, avoid, self.min_token_id)

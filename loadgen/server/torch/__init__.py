@@ -3,8 +3,6 @@
 Importing this package does not import torch.
 """
 
-from loadgen.server.engine.models import ModelConfig, get_model_config, model_names
-from loadgen.server.torch.loader import build_model, load_tokenizer, resolve_dtype
+from loadgen.server.torch.loader import build_model, load_tokenizer, model_names, resolve_dtype
 
-__all__ = ["ModelConfig", "get_model_config", "model_names", "build_model", "load_tokenizer",
-           "resolve_dtype"]
+__all__ = ["build_model", "load_tokenizer", "model_names", "resolve_dtype"]

@@ -31,7 +31,7 @@ from loadgen.errors import EngineError, PromptTooLong, QueueFull
 from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
 from loadgen.server.torch.worker import (TorchEngineSpec, decode_outputs, encode_request,
                                           engine_main)
-from loadgen.server.engine.models import get_model_config
+from loadgen.server.engine.models import get_model
 from loadgen.server.tokenizer import Tokenizer
 
 __all__ = ["TorchEngine", "ENGINE_MODES"]
@@ -53,11 +53,11 @@ class TorchEngine:
                  tokenizer: Tokenizer | None = None, startup_timeout_s: float = 600.0) -> None:
         if mode not in ENGINE_MODES:
             raise EngineError(f"unknown engine mode {mode!r}; valid: {', '.join(ENGINE_MODES)}")
-        cfg = get_model_config(spec.model)
+        cfg = get_model(spec.model)
         self.spec = spec
         self.mode = mode
         self.tokenizer = tokenizer
-        self.model_name = cfg.name
+        self.model_name = spec.model
         self.vocab_size = tokenizer.vocab_size if tokenizer is not None else cfg.vocab_size
         self.max_model_len = int(spec.config.get("max_model_len", cfg.max_model_len))
         self.startup_timeout_s = startup_timeout_s

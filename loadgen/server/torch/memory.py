@@ -25,7 +25,7 @@ CPU_KV_CACHE_GB = 1.0
 
 
 def _block_bytes(model: LlamaModel, block_size: int) -> int:
-    return block_size * model.cfg.kv_bytes_per_token(model.embed.element_size())
+    return block_size * model.cfg.kv_values_per_token * model.embed.element_size()
 
 
 def plan_kv_blocks(model: LlamaModel, config: EngineConfig, *, kv_cache_gb: float | None,

@@ -148,12 +148,13 @@ def build_step_loop(spec: TorchEngineSpec) -> tuple[StepLoop, dict[str, Any]]:
     """Model, runner and scheduler of ``spec``; also the facts the server reports."""
     import torch
 
+    from loadgen.server.engine.models import get_model
+    from loadgen.server.tokenizer import NUM_RESERVED
+    from loadgen.server.torch.loader import build_model, resolve_dtype
     from loadgen.server.torch.memory import plan_kv_blocks
     from loadgen.server.torch.runner import TorchRunner
-    from loadgen.server.torch import build_model, get_model_config, resolve_dtype
-    from loadgen.server.tokenizer import NUM_RESERVED
 
-    cfg = get_model_config(spec.model)
+    cfg = get_model(spec.model)
     device = spec.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -171,7 +172,7 @@ def build_step_loop(spec: TorchEngineSpec) -> tuple[StepLoop, dict[str, Any]]:
     model = build_model(cfg, device=device, dtype=dtype, seed=spec.seed)
     args = dict(spec.config)
     args.setdefault("max_model_len", cfg.max_model_len)
-    args.setdefault("eos_token_id", cfg.eos_token_id)
+    args.setdefault("eos_token_id", cfg.eos_token_id if cfg.weights != "random" else None)
     config = EngineConfig(**args)
     config.validate()
     suppress = range(NUM_RESERVED) if cfg.weights == "random" else ()
@@ -192,7 +193,7 @@ def build_step_loop(spec: TorchEngineSpec) -> tuple[StepLoop, dict[str, Any]]:
     info = {"device": device, "dtype": dtype_name, "threads": threads,
             "num_gpu_blocks": config.num_gpu_blocks, "max_model_len": config.max_model_len,
             "kv_cache_bytes": runner.kv_bytes, "weight_bytes": model.weight_bytes,
-            "model": cfg.name, "torch": torch.__version__}
+            "model": spec.model, "torch": torch.__version__}
     return StepLoop(config, runner), info
 
 

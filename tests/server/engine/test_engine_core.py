@@ -8,9 +8,10 @@ import pytest
 from loadgen.server.engine.batch import ScheduledBatch
 from loadgen.server.engine.core import EngineCore, ManualClock
 from loadgen.server.engine.interface import EngineRequest, SamplingParams, TokenOutput
-from loadgen.server.sim.gpus import get_gpu, get_model
+from loadgen.server.engine.models import get_model
 from loadgen.server.engine.runner import StepResult
 from loadgen.server.engine.scheduler import EngineConfig
+from loadgen.server.sim.gpus import get_gpu
 from loadgen.server.sim.roofline import RooflineModel, SimRunner
 
 Step = tuple[ScheduledBatch, StepResult, float, float]

@@ -1,11 +1,11 @@
-"""GPU and model presets: datasheet numbers, derived parameter counts, lookups."""
+"""Model presets: derived parameter counts, the shapes both engines read, lookups."""
 
 from __future__ import annotations
 
 import pytest
 
 from loadgen.errors import ConfigError
-from loadgen.server.sim.gpus import GPUS, MODELS, get_gpu, get_model
+from loadgen.server.engine.models import MODELS, get_model
 
 
 @pytest.mark.parametrize(("name", "total_b", "active_b"), [
@@ -13,6 +13,7 @@ from loadgen.server.sim.gpus import GPUS, MODELS, get_gpu, get_model
     ("llama-3.1-70b", 70.6, 70.6),
     ("qwen2.5-7b", 7.61, 7.61),
     ("mixtral-8x7b", 46.7, 12.9),
+    ("llama-3.2-1b", 1.24, 1.24),
 ])
 def test_parameter_counts_match_the_published_totals(name: str, total_b: float, active_b: float) -> None:
     model = get_model(name)
@@ -24,28 +25,22 @@ def test_kv_bytes_per_token() -> None:
     assert get_model("llama-3.1-8b").kv_bytes_per_token == 2 * 32 * 8 * 128 * 2
     assert get_model("qwen2.5-7b").kv_bytes_per_token == 2 * 28 * 4 * 128 * 2
     assert get_model("llama-3.1-70b").kv_bytes_per_token == 2 * 80 * 8 * 128 * 2
+    assert get_model("tiny").kv_values_per_token == 2 * 4 * 4 * 32
 
 
-@pytest.mark.parametrize(("name", "tflops", "tb_s", "gb"), [
-    ("a100-80gb", 312, 2.039, 80), ("h100", 989, 3.35, 80), ("h100-sxm", 989, 3.35, 80),
-    ("h200", 989, 4.8, 141), ("b200", 2250, 8.0, 180), ("l40s", 362, 0.864, 48),
-    ("mi300x", 1307.4, 5.3, 192),
-])
-def test_gpu_datasheet_numbers(name: str, tflops: float, tb_s: float, gb: float) -> None:
-    gpu = get_gpu(name)
-    assert gpu.peak_flops == pytest.approx(tflops * 1e12)
-    assert gpu.mem_bandwidth == pytest.approx(tb_s * 1e12)
-    assert gpu.memory_bytes == pytest.approx(gb * 1e9)
-    assert gpu.link_bandwidth > 0
+def test_one_shape_per_model_under_its_aliases() -> None:
+    assert get_model("llama-3.1-8b-shape") is get_model("llama-3.1-8b")
+    assert get_model("llama-3.2-1b-shape") is get_model("llama-3.2-1b")
+    tiny = get_model("tiny")
+    assert (tiny.head_dim, tiny.q_size, tiny.kv_size) == (32, 256, 128)
+    assert tiny.eos_token_id is None and tiny.weights == "random"
+    assert get_model("smollm2-135m").weights == "smollm2"
+    dense = {name for name, shape in MODELS.items() if shape.dense_llama}
+    assert "qwen2.5-7b" not in dense and "mixtral-8x7b" not in dense and "tiny" in dense
 
 
 def test_lookup_is_case_insensitive_and_failures_list_valid_names() -> None:
-    assert get_gpu("H100-SXM") is get_gpu("h100")
     assert get_model(" Llama-3.1-8B ") is MODELS["llama-3.1-8b"]
-    with pytest.raises(ConfigError) as exc:
-        get_gpu("tpu-v5")
-    assert exc.value.key == "--gpu" and "a100-80gb" in str(exc.value) and "mi300x" in str(exc.value)
-    with pytest.raises(ConfigError, match="valid: .*qwen2.5-7b") as exc2:
+    with pytest.raises(ConfigError, match="valid: .*qwen2.5-7b") as exc:
         get_model("gpt-5")
-    assert exc2.value.key == "--model"
-    assert {"a100-80gb", "h100", "h100-sxm", "h200", "b200", "l40s", "mi300x"} <= set(GPUS)
+    assert exc.value.key == "--model"

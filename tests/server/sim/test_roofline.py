@@ -7,7 +7,8 @@ import pytest
 from loadgen.errors import ConfigError, EngineError
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.interface import SamplingParams
-from loadgen.server.sim.gpus import get_gpu, get_model
+from loadgen.server.engine.models import get_model
+from loadgen.server.sim.gpus import get_gpu
 from loadgen.server.sim.roofline import RooflineModel, SimRunner, sim_token
 
 H100_FLOPS, H100_BW = 989e12, 3.35e12

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from loadgen.errors import ConfigError, EngineError, PromptTooLong, QueueFull
-from loadgen.server.sim.build import build_engine, torch_engine
 from loadgen.server.engine.interface import EngineRequest, SamplingParams
+from loadgen.server.sim.build import build_engine, torch_engine
 from loadgen.server.torch.engine import TorchEngine
 from tests.server.helpers import MODEL, read_sse, sample, scrape, serve
 
@@ -212,7 +212,7 @@ def test_build_engine_validates_torch_flags() -> None:
         with pytest.raises(ConfigError) as exc:
             build_engine("torch", **kwargs)
         assert str(exc.value).startswith(key), (kwargs, str(exc.value))
-    with pytest.raises(ConfigError, match="tiny, small, llama-3.2-1b-shape"):
+    with pytest.raises(ConfigError, match="tiny, small, llama-3.2-1b"):
         build_engine("torch", model="gpt")
     with pytest.raises(ConfigError, match="unknown option"):
         torch_engine("tiny", bogus=1)

@@ -24,9 +24,10 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def tok() -> Any:
-    from loadgen.server.torch import get_model_config, load_tokenizer
+    from loadgen.server.engine.models import get_model
+    from loadgen.server.torch.loader import load_tokenizer
 
-    return load_tokenizer(get_model_config("smollm2-135m"))
+    return load_tokenizer(get_model("smollm2-135m"))
 
 
 def test_chat_template_matches_the_models_jinja_template(tok: Any) -> None:
