@@ -164,9 +164,11 @@ def bench_model(name: str, device: torch.device, dtype: torch.dtype, bw: float, 
 def _server_main(model: str, threads: int | None, out: Any) -> None:
     from loadgen.server.api import create_app
     from loadgen.server.app import run_forever
-    from loadgen.server.sim.build import build_engine
+    from loadgen.server.build import build_engine
+    from loadgen.server.config import ServeConfig, TorchOptions
 
-    engine = build_engine("torch", model=model, threads=threads)
+    engine = build_engine(ServeConfig(engine="torch", model=model,
+                                      torch=TorchOptions(threads=threads)))
     run_forever(create_app(engine), "127.0.0.1", 0, on_ready=out.put)
 
 

@@ -2,7 +2,7 @@
 
 :class:`TorchEngine` lives in the server process (whose event loop runs aiohttp) and
 never imports torch. :meth:`TorchEngine.start` spawns the engine process (or, with
-``mode="thread"``, a background thread of this process: for tests) running
+``engine_mode="thread"``, a background thread of this process: for tests) running
 :func:`~loadgen.server.torch.worker.engine_main`, and waits for it to be ready.
 
 Traffic, one message per tick each way: requests and aborts made during one turn of the
@@ -25,16 +25,18 @@ import queue
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Any, AsyncGenerator, Union
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Union
 
 from loadgen.errors import EngineError, PromptTooLong, QueueFull
 from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
-from loadgen.server.torch.worker import (TorchEngineSpec, decode_outputs, encode_request,
-                                          engine_main)
-from loadgen.server.engine.models import get_model
 from loadgen.server.tokenizer import Tokenizer
+from loadgen.server.torch.loader import load_tokenizer
+from loadgen.server.torch.worker import decode_outputs, encode_request, engine_main
 
-__all__ = ["TorchEngine", "ENGINE_MODES"]
+if TYPE_CHECKING:
+    from loadgen.server.config import ServeConfig
+
+__all__ = ["TorchEngine", "ENGINE_MODES", "torch_engine"]
 
 ENGINE_MODES = ("process", "thread")
 _ERRORS: dict[str, type[EngineError]] = {"PromptTooLong": PromptTooLong, "QueueFull": QueueFull}
@@ -43,24 +45,20 @@ _Item = Union[TokenOutput, BaseException]
 
 class TorchEngine:
     """An :class:`~loadgen.server.engine.interface.AsyncEngine` running the torch engine
-    in a spawned process (``mode="process"``) or a thread (``mode="thread"``).
+    of ``config`` in a spawned process (``engine_mode="process"``) or a thread
+    (``engine_mode="thread"``).
 
     ``tokenizer`` is the model's own (None: the API's word tokenizer). ``info`` holds what
     the engine reported when ready (device, dtype, threads, KV blocks, ...).
     """
 
-    def __init__(self, spec: TorchEngineSpec, *, mode: str = "process",
-                 tokenizer: Tokenizer | None = None, startup_timeout_s: float = 600.0) -> None:
-        if mode not in ENGINE_MODES:
-            raise EngineError(f"unknown engine mode {mode!r}; valid: {', '.join(ENGINE_MODES)}")
-        cfg = get_model(spec.model)
-        self.spec = spec
-        self.mode = mode
+    def __init__(self, config: ServeConfig, *, tokenizer: Tokenizer | None = None) -> None:
+        shape = config.shape
+        self.config = config
         self.tokenizer = tokenizer
-        self.model_name = spec.model
-        self.vocab_size = tokenizer.vocab_size if tokenizer is not None else cfg.vocab_size
-        self.max_model_len = int(spec.config.get("max_model_len", cfg.max_model_len))
-        self.startup_timeout_s = startup_timeout_s
+        self.model_name = config.model
+        self.vocab_size = tokenizer.vocab_size if tokenizer is not None else shape.vocab_size
+        self.max_model_len = config.scheduler.max_model_len or shape.max_model_len
         self.info: dict[str, Any] = {}
         self.process: Any = None  # multiprocessing.Process in process mode
         self._thread: threading.Thread | None = None
@@ -91,16 +89,16 @@ class TorchEngine:
         to_engine_r, to_engine_w = mp.Pipe(duplex=False)
         from_engine_r, from_engine_w = mp.Pipe(duplex=False)
         self._to_engine, self._from_engine = to_engine_w, from_engine_r
-        if self.mode == "process":
+        if self.config.torch.engine_mode == "process":
             ctx = mp.get_context("spawn")
             self.process = ctx.Process(target=engine_main, name="loadgen-engine", daemon=True,
-                                       args=(to_engine_r, from_engine_w, self.spec, True))
+                                       args=(to_engine_r, from_engine_w, self.config, True))
             self.process.start()
             to_engine_r.close()  # the child holds its own copies: EOF when either side dies
             from_engine_w.close()
         else:
             self._thread = threading.Thread(target=engine_main, name="loadgen-engine",
-                                            args=(to_engine_r, from_engine_w, self.spec, False),
+                                            args=(to_engine_r, from_engine_w, self.config, False),
                                             daemon=True)
             self._thread.start()
         msg = await self._loop.run_in_executor(None, self._wait_ready)
@@ -118,7 +116,8 @@ class TorchEngine:
     def _wait_ready(self) -> tuple[Any, ...]:
         conn = self._from_engine
         assert conn is not None
-        deadline = time.monotonic() + self.startup_timeout_s
+        timeout = self.config.torch.startup_timeout_s
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 if conn.poll(0.2):
@@ -128,7 +127,7 @@ class TorchEngine:
                 return ("failed", "the engine process exited during startup")
             if self.process is not None and not self.process.is_alive() and not conn.poll(0):
                 return ("failed", f"the engine process exited with code {self.process.exitcode}")
-        return ("failed", f"not ready within {self.startup_timeout_s:.0f} s")
+        return ("failed", f"not ready within {timeout:.0f} s")
 
     async def stop(self) -> None:
         """Stop the engine (its requests are aborted) and end open requests with
@@ -268,3 +267,12 @@ class TorchEngine:
     def stats(self) -> EngineStats:
         """The engine's gauges and counters as of its last step."""
         return self._stats
+
+
+def torch_engine(config: ServeConfig) -> TorchEngine:
+    """The torch engine of ``config`` (not started). The model's own tokenizer
+    (``smollm2-135m``) is loaded here, converting its GGUF file into the cache the first
+    time; torch itself is imported only in the engine process (or thread)."""
+    if config.engine != "torch":
+        raise ValueError(f"a config for the {config.engine} engine")
+    return TorchEngine(config, tokenizer=load_tokenizer(config.shape))

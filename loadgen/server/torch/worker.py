@@ -1,7 +1,8 @@
 """The torch engine's own side: scheduler + runner in a loop, in a spawned process or a thread.
 
 :func:`engine_main` is the target of the engine process (or of a thread, in tests). It
-builds the model and runner from a :class:`TorchEngineSpec`, says ``("ready", info)``
+builds the model and runner from the server's
+:class:`~loadgen.server.config.ServeConfig`, says ``("ready", info)``
 (or ``("failed", message)``), then loops:
 
 1. take every message the server sent since the last step — at most one per server
@@ -28,15 +29,17 @@ import signal
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadgen.errors import EngineError
 from loadgen.server.engine.interface import EngineRequest, EngineStats, SamplingParams, TokenOutput
 from loadgen.server.engine.runner import ModelRunner
 from loadgen.server.engine.scheduler import EngineConfig, Scheduler
 
-__all__ = ["TorchEngineSpec", "StepLoop", "engine_main", "build_step_loop", "default_threads",
+if TYPE_CHECKING:
+    from loadgen.server.config import ServeConfig
+
+__all__ = ["StepLoop", "engine_main", "build_step_loop", "default_threads",
            "encode_request", "decode_outputs"]
 
 _STOP = ("stop",)
@@ -51,28 +54,6 @@ def default_threads() -> int:
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
     return max(1, cores - 1)
-
-
-@dataclass(slots=True)
-class TorchEngineSpec:
-    """Everything the engine process needs to build its engine (picklable).
-
-    ``device``: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
-    ``dtype``: None/``auto`` (bf16 on CUDA, fp32 on CPU) or a dtype name. ``threads``:
-    torch CPU threads (None: :func:`default_threads`). ``kv_cache_gb``: KV pool size
-    (None: 1 GiB on CPU, free GPU memory on CUDA). ``config``: :class:`EngineConfig`
-    fields; ``num_gpu_blocks`` there overrides the sizing.
-    """
-
-    model: str = "tiny"
-    device: str = "auto"
-    dtype: str | None = None
-    threads: int | None = None
-    seed: int = 0
-    kv_cache_gb: float | None = None
-    gpu_memory_utilization: float = 0.9
-    cuda_graphs: bool = True
-    config: dict[str, Any] = field(default_factory=dict)
 
 
 class StepLoop:
@@ -144,57 +125,47 @@ def decode_outputs(items: list[tuple[Any, ...]]) -> list[TokenOutput]:
 
 
 # ---------------------------------------------------------------------- building
-def build_step_loop(spec: TorchEngineSpec) -> tuple[StepLoop, dict[str, Any]]:
-    """Model, runner and scheduler of ``spec``; also the facts the server reports."""
+def build_step_loop(config: ServeConfig) -> tuple[StepLoop, dict[str, Any]]:
+    """Model, runner and scheduler of ``config``; also the facts the server reports."""
     import torch
 
-    from loadgen.server.engine.models import get_model
     from loadgen.server.tokenizer import NUM_RESERVED
     from loadgen.server.torch.loader import build_model, resolve_dtype
     from loadgen.server.torch.memory import plan_kv_blocks
     from loadgen.server.torch.runner import TorchRunner
 
-    cfg = get_model(spec.model)
-    device = spec.device
+    shape, opts, limits = config.shape, config.torch, config.scheduler
+    device = opts.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise EngineError(f"--device {device}: CUDA is not available to this torch build "
                           f"({torch.__version__})")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise EngineError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
-    threads = spec.threads or default_threads()
+    threads = opts.threads or default_threads()
     torch.set_num_threads(threads)
-    dtype_name = resolve_dtype(spec.dtype, device)
-    dtype = getattr(torch, dtype_name)
+    dtype_name = resolve_dtype(opts.dtype, device)
     if device.startswith("cuda:"):
         torch.cuda.set_device(torch.device(device))
-    model = build_model(cfg, device=device, dtype=dtype, seed=spec.seed)
-    args = dict(spec.config)
-    args.setdefault("max_model_len", cfg.max_model_len)
-    args.setdefault("eos_token_id", cfg.eos_token_id if cfg.weights != "random" else None)
-    config = EngineConfig(**args)
-    config.validate()
-    suppress = range(NUM_RESERVED) if cfg.weights == "random" else ()
-    graphs = spec.cuda_graphs and device.startswith("cuda")
-    if "num_gpu_blocks" not in spec.config:
-        # graphs: a gathered K+V of at most _GRAPH_GATHER per captured shape, twice that
-        # reserved for the graph pool
-        config.num_gpu_blocks = plan_kv_blocks(
-            model, config, kv_cache_gb=spec.kv_cache_gb,
-            gpu_memory_utilization=spec.gpu_memory_utilization,
-            graph_memory_bytes=2 * _GRAPH_GATHER if graphs else 0)
-    config.max_model_len = min(config.max_model_len, config.num_gpu_blocks * config.block_size)
-    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < config.max_num_seqs]
-    runner = TorchRunner(model, num_blocks=config.num_gpu_blocks, block_size=config.block_size,
-                         suppress_token_ids=suppress, cuda_graphs=graphs,
-                         decode_batch_sizes=[*sizes, config.max_num_seqs],
+    model = build_model(shape, device=device, dtype=getattr(torch, dtype_name), seed=config.seed)
+    graphs = opts.cuda_graphs and device.startswith("cuda")
+    # graphs: a gathered K+V of at most _GRAPH_GATHER per captured shape, twice that reserved
+    # for the graph pool
+    blocks = limits.num_gpu_blocks or plan_kv_blocks(
+        model, limits, kv_cache_gb=opts.kv_cache_gb,
+        graph_memory_bytes=2 * _GRAPH_GATHER if graphs else 0)
+    random_weights = shape.weights == "random"  # meaningless text has no natural end: no EOS
+    engine_config = limits.engine_config(
+        shape, num_gpu_blocks=blocks, eos_token_id=None if random_weights else shape.eos_token_id)
+    engine_config.max_model_len = min(engine_config.max_model_len, blocks * limits.block_size)
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < limits.max_num_seqs]
+    runner = TorchRunner(model, num_blocks=blocks, block_size=limits.block_size,
+                         suppress_token_ids=range(NUM_RESERVED) if random_weights else (),
+                         cuda_graphs=graphs, decode_batch_sizes=[*sizes, limits.max_num_seqs],
                          graph_memory_bytes=_GRAPH_GATHER)
-    info = {"device": device, "dtype": dtype_name, "threads": threads,
-            "num_gpu_blocks": config.num_gpu_blocks, "max_model_len": config.max_model_len,
-            "kv_cache_bytes": runner.kv_bytes, "weight_bytes": model.weight_bytes,
-            "model": spec.model, "torch": torch.__version__}
-    return StepLoop(config, runner), info
+    info = {"device": device, "dtype": dtype_name, "threads": threads, "num_gpu_blocks": blocks,
+            "max_model_len": engine_config.max_model_len, "kv_cache_bytes": runner.kv_bytes,
+            "weight_bytes": model.weight_bytes, "model": config.model, "torch": torch.__version__}
+    return StepLoop(engine_config, runner), info
 
 
 # ---------------------------------------------------------------------- the loop
@@ -219,7 +190,7 @@ def _reader(conn: Any, inbox: queue.Queue[Any], exit_with_parent: bool) -> None:
     conn.close()
 
 
-def engine_main(inbox_conn: Any, outbox_conn: Any, spec: TorchEngineSpec,
+def engine_main(inbox_conn: Any, outbox_conn: Any, config: ServeConfig,
                 exit_with_parent: bool = True) -> None:
     """Build the engine and serve the server's messages until told to stop (see the
     module docstring). ``exit_with_parent``: the process form (not for threads)."""
@@ -230,7 +201,7 @@ def engine_main(inbox_conn: Any, outbox_conn: Any, spec: TorchEngineSpec,
                      name="engine-inbox", daemon=True).start()
     try:
         try:
-            loop, info = build_step_loop(spec)
+            loop, info = build_step_loop(config)
         except Exception as exc:
             outbox_conn.send(("failed", f"{type(exc).__name__}: {exc}"))
             return

@@ -12,7 +12,8 @@ from loadgen.server.engine.models import get_model
 from loadgen.server.engine.runner import StepResult
 from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.sim.gpus import get_gpu
-from loadgen.server.sim.roofline import RooflineModel, SimRunner
+from loadgen.server.sim.roofline import RooflineModel
+from loadgen.server.sim.runner import SimRunner
 
 Step = tuple[ScheduledBatch, StepResult, float, float]
 

@@ -11,7 +11,8 @@ from loadgen.server.engine.models import get_model
 from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.sim.disagg import DisaggCore
 from loadgen.server.sim.gpus import get_gpu
-from loadgen.server.sim.roofline import RooflineModel, SimRunner
+from loadgen.server.sim.roofline import RooflineModel
+from loadgen.server.sim.runner import SimRunner
 
 KV_PER_TOKEN = 131_072  # Llama-3.1-8B, bf16
 

@@ -68,10 +68,13 @@ def test_text_stream_releases_text_and_applies_stops(tok: Any) -> None:
 
 
 async def test_greedy_answer_through_the_openai_client(tok: Any) -> None:
-    from loadgen.server.sim.build import torch_engine
+    from loadgen.server.config import SchedulerLimits, ServeConfig, TorchOptions
+    from loadgen.server.torch.engine import torch_engine
     from tests.server.helpers import MODEL, serve
 
-    engine = torch_engine("smollm2-135m", engine_mode="thread", threads=1, num_gpu_blocks=64)
+    engine = torch_engine(ServeConfig(
+        engine="torch", model="smollm2-135m", scheduler=SchedulerLimits(num_gpu_blocks=64),
+        torch=TorchOptions(engine_mode="thread", threads=1)))
     assert engine.tokenizer is not None and engine.vocab_size == 49152
     async with serve(engine) as url:
         async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client:
