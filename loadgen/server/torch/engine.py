@@ -25,10 +25,11 @@ import queue
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, AsyncGenerator, Union
+from typing import TYPE_CHECKING, Any
 
 from loadgen.errors import EngineError, PromptTooLong, QueueFull
-from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
+from loadgen.server.engine.interface import EngineRequest, EngineStats
+from loadgen.server.engine.streams import OutputStreams
 from loadgen.server.tokenizer import Tokenizer
 from loadgen.server.torch.loader import load_tokenizer
 from loadgen.server.torch.worker import decode_outputs, encode_request, engine_main
@@ -40,10 +41,9 @@ __all__ = ["TorchEngine", "ENGINE_MODES", "torch_engine"]
 
 ENGINE_MODES = ("process", "thread")
 _ERRORS: dict[str, type[EngineError]] = {"PromptTooLong": PromptTooLong, "QueueFull": QueueFull}
-_Item = Union[TokenOutput, BaseException]
 
 
-class TorchEngine:
+class TorchEngine(OutputStreams):
     """An :class:`~loadgen.server.engine.interface.AsyncEngine` running the torch engine
     of ``config`` in a spawned process (``engine_mode="process"``) or a thread
     (``engine_mode="thread"``).
@@ -53,6 +53,7 @@ class TorchEngine:
     """
 
     def __init__(self, config: ServeConfig, *, tokenizer: Tokenizer | None = None) -> None:
+        super().__init__()
         shape = config.shape
         self.config = config
         self.tokenizer = tokenizer
@@ -67,7 +68,6 @@ class TorchEngine:
         self._from_engine: Connection | None = None
         self._send_q: queue.Queue[Any] = queue.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queues: dict[str, asyncio.Queue[_Item]] = {}
         self._adds: list[tuple[Any, ...]] = []
         self._aborts: list[str] = []
         self._flush_pending = False
@@ -139,8 +139,7 @@ class TorchEngine:
             assert self._loop is not None
             await self._loop.run_in_executor(None, self._join, 15.0)
         await self._reap()
-        for request_id, q in list(self._queues.items()):
-            q.put_nowait(TokenOutput(request_id, [], finish_reason="abort"))
+        self.end_all()
 
     def _join(self, timeout: float) -> None:
         if self.process is not None:
@@ -205,20 +204,14 @@ class TorchEngine:
             _, outputs, rejects, stats = msg
             self._stats = EngineStats(*stats)
             for rid, name, text in rejects:
-                q = self._queues.get(rid)
-                if q is not None:
-                    q.put_nowait(_ERRORS.get(name, EngineError)(text))
-            for out in decode_outputs(outputs):
-                q = self._queues.get(out.request_id)
-                if q is not None:
-                    q.put_nowait(out)
+                self.reject(rid, _ERRORS.get(name, EngineError)(text))
+            self.deliver(decode_outputs(outputs))
         elif kind == "stopped":
             self._stats = EngineStats(*msg[1])
         elif kind == "failed" and not self._stopped:
             self._failure = str(msg[1])
             self._running = False
-            for q in self._queues.values():
-                q.put_nowait(EngineError(f"the torch engine failed: {self._failure}"))
+            self.fail_all(EngineError(f"the torch engine failed: {self._failure}"))
 
     def _flush(self) -> None:
         self._flush_pending = False
@@ -232,37 +225,20 @@ class TorchEngine:
             self._loop.call_soon(self._flush)
 
     # ------------------------------------------------------------------ requests
-    async def generate(self, request: EngineRequest) -> AsyncGenerator[TokenOutput, None]:
-        """Add the request and yield its outputs until one has a ``finish_reason``
-        (see the module docstring for errors and aborts)."""
+    def submit(self, request: EngineRequest) -> None:
+        """Queue the request for the next message to the engine."""
         if self._failure is not None:
             raise EngineError(f"the torch engine failed: {self._failure}")
         if not self._running:
             raise EngineError("the torch engine is not running")
-        rid = request.request_id
-        if rid in self._queues:
-            raise EngineError(f"duplicate request id {rid!r}")
-        q: asyncio.Queue[_Item] = asyncio.Queue()
-        self._queues[rid] = q
         self._adds.append(encode_request(request, time.monotonic()))
         self._schedule_flush()
-        finished = False
-        try:
-            while True:
-                item = await q.get()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                finished = item.finish_reason is not None
-                yield item
-                if finished:
-                    return
-        finally:
-            if self._queues.get(rid) is q:
-                del self._queues[rid]
-            if not finished and self._running:
-                self._aborts.append(rid)
-                self._schedule_flush()
+
+    def cancel(self, request_id: str) -> None:
+        """Queue an abort for the next message (it frees the request's KV blocks)."""
+        if self._running:
+            self._aborts.append(request_id)
+            self._schedule_flush()
 
     def stats(self) -> EngineStats:
         """The engine's gauges and counters as of its last step."""

@@ -1,14 +1,15 @@
-"""The torch engine's own side: scheduler + runner in a loop, in a spawned process or a thread.
+"""The torch engine's own side: the shared step loop, in a spawned process or a thread.
 
 :func:`engine_main` is the target of the engine process (or of a thread, in tests). It
-builds the model and runner from the server's
-:class:`~loadgen.server.config.ServeConfig`, says ``("ready", info)``
-(or ``("failed", message)``), then loops:
+builds the model, the runner and a real-time
+:class:`~loadgen.server.engine.core.EngineCore` from the server's
+:class:`~loadgen.server.config.ServeConfig`, says ``("ready", info)`` (or
+``("failed", message)``), then loops:
 
 1. take every message the server sent since the last step — at most one per server
-   event-loop tick: ``("req", adds, aborts)`` or ``("stop",)`` — blocking only when no
-   request is left;
-2. run one engine step (schedule, one forward pass, update);
+   event-loop tick: ``("req", adds, aborts)`` or ``("stop",)`` — blocking only when the
+   core has nothing it can run;
+2. run one engine step (``core.poll()``: schedule, one forward pass, update);
 3. send one message back: ``("step", outputs, rejects, stats)`` (outputs and rejected
    requests as plain tuples, stats as an ``EngineStats`` tuple).
 
@@ -32,15 +33,13 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from loadgen.errors import EngineError
-from loadgen.server.engine.interface import EngineRequest, EngineStats, SamplingParams, TokenOutput
-from loadgen.server.engine.runner import ModelRunner
-from loadgen.server.engine.scheduler import EngineConfig, Scheduler
+from loadgen.server.engine.core import EngineCore
+from loadgen.server.engine.interface import EngineRequest, SamplingParams, TokenOutput
 
 if TYPE_CHECKING:
     from loadgen.server.config import ServeConfig
 
-__all__ = ["StepLoop", "engine_main", "build_step_loop", "default_threads",
-           "encode_request", "decode_outputs"]
+__all__ = ["engine_main", "build_core", "default_threads", "encode_request", "decode_outputs"]
 
 _STOP = ("stop",)
 _GRAPH_GATHER = 1 << 30  # bytes of gathered K/V per layer up to which decodes use CUDA graphs
@@ -54,50 +53,6 @@ def default_threads() -> int:
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
     return max(1, cores - 1)
-
-
-class StepLoop:
-    """A scheduler and a runner advanced one step at a time (no I/O, no threads)."""
-
-    def __init__(self, config: EngineConfig, runner: ModelRunner) -> None:
-        self._at: float | None = None
-        self.scheduler = Scheduler(config, now=self._now)
-        self.runner = runner
-
-    def _now(self) -> float:
-        return self._at if self._at is not None else time.monotonic()
-
-    def add(self, request: EngineRequest, arrival: float | None = None) -> None:
-        """Queue a request that arrived at ``arrival`` (monotonic seconds); raises the
-        scheduler's ``EngineError`` subclasses when it is rejected."""
-        self._at = arrival
-        try:
-            self.scheduler.add_request(request)
-        finally:
-            self._at = None
-
-    def abort(self, request_id: str) -> bool:
-        """Drop a request and free its KV blocks; False when unknown or finished."""
-        return self.scheduler.abort(request_id)
-
-    def abort_all(self) -> None:
-        """Abort every waiting and running request."""
-        for seq in [*self.scheduler.waiting, *self.scheduler.running]:
-            self.scheduler.abort(seq.request_id)
-
-    def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
-
-    def step(self) -> list[TokenOutput] | None:
-        """One engine step; None when nothing could be scheduled."""
-        batch = self.scheduler.schedule()
-        if batch.is_empty:
-            return None
-        result = self.runner.execute(batch)
-        return self.scheduler.update(batch, result.sampled)
-
-    def stats(self) -> EngineStats:
-        return self.scheduler.stats()
 
 
 # ---------------------------------------------------------------------- wire format
@@ -125,8 +80,9 @@ def decode_outputs(items: list[tuple[Any, ...]]) -> list[TokenOutput]:
 
 
 # ---------------------------------------------------------------------- building
-def build_step_loop(config: ServeConfig) -> tuple[StepLoop, dict[str, Any]]:
-    """Model, runner and scheduler of ``config``; also the facts the server reports."""
+def build_core(config: ServeConfig) -> tuple[EngineCore, dict[str, Any]]:
+    """The step loop of ``config`` (model, runner, scheduler); also the facts the server
+    reports."""
     import torch
 
     from loadgen.server.tokenizer import NUM_RESERVED
@@ -165,7 +121,7 @@ def build_step_loop(config: ServeConfig) -> tuple[StepLoop, dict[str, Any]]:
     info = {"device": device, "dtype": dtype_name, "threads": threads, "num_gpu_blocks": blocks,
             "max_model_len": engine_config.max_model_len, "kv_cache_bytes": runner.kv_bytes,
             "weight_bytes": model.weight_bytes, "model": config.model, "torch": torch.__version__}
-    return StepLoop(engine_config, runner), info
+    return EngineCore(engine_config, runner, time.monotonic, realtime=True), info
 
 
 # ---------------------------------------------------------------------- the loop
@@ -201,20 +157,20 @@ def engine_main(inbox_conn: Any, outbox_conn: Any, config: ServeConfig,
                      name="engine-inbox", daemon=True).start()
     try:
         try:
-            loop, info = build_step_loop(config)
+            core, info = build_core(config)
         except Exception as exc:
             outbox_conn.send(("failed", f"{type(exc).__name__}: {exc}"))
             return
         outbox_conn.send(("ready", info))
         try:
-            _serve(loop, inbox, outbox_conn)
+            _serve(core, inbox, outbox_conn)
         except Exception:
             outbox_conn.send(("failed", traceback.format_exc()))
     finally:
         outbox_conn.close()
 
 
-def _serve(loop: StepLoop, inbox: queue.Queue[Any], out: Any) -> None:
+def _serve(core: EngineCore, inbox: queue.Queue[Any], out: Any) -> None:
     idle = True
     while True:
         msgs = [inbox.get()] if idle else []
@@ -226,20 +182,20 @@ def _serve(loop: StepLoop, inbox: queue.Queue[Any], out: Any) -> None:
         rejects: list[tuple[str, str, str]] = []
         for msg in msgs:
             if msg[0] == "stop":
-                loop.abort_all()
-                out.send(("stopped", tuple(dataclasses.astuple(loop.stats()))))
+                core.abort_all()
+                out.send(("stopped", dataclasses.astuple(core.stats())))
                 return
             _, adds, aborts = msg
             for item in adds:
                 request, arrival = _decode_request(item)
                 try:
-                    loop.add(request, arrival)
+                    core.add_request(request, at=arrival)
                 except EngineError as exc:
                     rejects.append((request.request_id, type(exc).__name__, str(exc)))
             for rid in aborts:
-                loop.abort(rid)
-        outputs = loop.step() if loop.has_unfinished() else None
-        idle = outputs is None
+                core.abort(rid)
+        outputs = core.poll()  # one step, when there is work
+        idle = core.next_event_time() is None
         if msgs or outputs:
-            out.send(("step", _encode_outputs(outputs or []), rejects,
-                      tuple(dataclasses.astuple(loop.stats()))))
+            out.send(("step", _encode_outputs(outputs), rejects,
+                      dataclasses.astuple(core.stats())))
