@@ -10,8 +10,9 @@ import torch
 
 from loadgen.server.engine.interface import EngineRequest, SamplingParams
 from loadgen.server.engine.scheduler import EngineConfig, Scheduler
+from loadgen.server.torch.cuda_graphs import block_bucket, bucket
 from loadgen.server.torch.model import LlamaModel
-from loadgen.server.torch.runner import TorchRunner, block_bucket, bucket
+from loadgen.server.torch.runner import TorchRunner
 
 BLOCK = 16
 
