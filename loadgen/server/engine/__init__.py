@@ -1,19 +1,32 @@
-"""What both engines share: scheduler, paged KV cache, sequences, batches, the step loop.
+"""What both engines share: the scheduler, the paged KV cache, sequences, batches, model
+shapes and the step loop. Nothing here knows the sim, torch or HTTP.
 
 - :mod:`.interface` — the contract with the HTTP API (``AsyncEngine``, ``TokenOutput``...).
-- :mod:`.kv_cache` — paged KV block manager with prefix caching.
-- :mod:`.scheduler` — pure continuous-batching scheduler (``EngineConfig``, ``ScheduledBatch``).
-- :mod:`.runner` — the ``ModelRunner`` seam between the scheduler and a runner.
-- :mod:`.core` — the discrete-event engine core (scheduler + runner, driven by a clock).
+- :mod:`.scheduler` — the pure continuous-batching scheduler (``EngineConfig``);
+  :mod:`.sequence` — one request's state; :mod:`.batch` — one step's work
+  (``ScheduledBatch``); :mod:`.kv_cache` — paged KV blocks with prefix caching.
+- :mod:`.runner` — the ``ModelRunner`` seam a sim or torch runner implements.
+- :mod:`.core` — the step loop: ``EngineCore`` advances scheduler + runner as discrete
+  events, on modelled deadlines (the sim) or in real time (the torch engine's process).
+- :mod:`.streams` — ``OutputStreams``: the per-request queues and the one ``generate``
+  both engines serve the API with.
+- :mod:`.models` — ``ModelShape`` and the model presets (``MODELS``) both engines read;
+  :mod:`.registry` — the preset registry (a dict and a decorator).
 """
 
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
-from loadgen.server.engine.core import EngineCore, ManualClock
+from loadgen.server.engine.core import Core, EngineCore, ManualClock
+from loadgen.server.engine.interface import (AsyncEngine, EngineRequest, EngineStats,
+                                             SamplingParams, TokenOutput)
 from loadgen.server.engine.kv_cache import KVCacheManager
+from loadgen.server.engine.models import MODELS, ModelShape, get_model
 from loadgen.server.engine.runner import ModelRunner, StepResult
 from loadgen.server.engine.scheduler import EngineConfig, Scheduler
+from loadgen.server.engine.streams import OutputStreams
 
 __all__ = [
-    "EngineCore", "ManualClock", "KVCacheManager", "ModelRunner", "StepResult", "EngineConfig",
-    "ScheduledBatch", "ScheduledSeq", "Scheduler",
+    "ScheduledBatch", "ScheduledSeq", "Core", "EngineCore", "ManualClock", "AsyncEngine",
+    "EngineRequest", "EngineStats", "SamplingParams", "TokenOutput", "KVCacheManager",
+    "MODELS", "ModelShape", "get_model", "ModelRunner", "StepResult", "EngineConfig",
+    "Scheduler", "OutputStreams",
 ]
