@@ -41,10 +41,10 @@ import torch
 
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.interface import SamplingParams
-from loadgen.server.engine.torch_runner import TorchRunner
-from loadgen.server.engine.worker import default_threads
-from loadgen.server.model import build_model, get_model_config, resolve_dtype
-from loadgen.server.model.config import ModelConfig
+from loadgen.server.engine.models import ModelShape, get_model
+from loadgen.server.torch.loader import build_model, resolve_dtype
+from loadgen.server.torch.runner import TorchRunner
+from loadgen.server.torch.worker import default_threads
 
 PREFILL_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192]
 DECODE_BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -86,25 +86,25 @@ def measure_roofline(device: torch.device, dtype: torch.dtype) -> tuple[float, f
     return bw, flops
 
 
-def prefill_flops(cfg: ModelConfig, n: int) -> float:
+def prefill_flops(cfg: ModelShape, n: int) -> float:
     attn = 4 * cfg.num_layers * cfg.q_size * n * (n + 1) / 2
     return 2 * cfg.num_linear_params * n + attn + 2 * cfg.hidden_size * cfg.vocab_size
 
 
-def decode_cost(cfg: ModelConfig, batch: int, ctx: int, elsize: int) -> tuple[float, float]:
+def decode_cost(cfg: ModelShape, batch: int, ctx: int, elsize: int) -> tuple[float, float]:
     """(FLOPs, bytes) of one decode step."""
     flops = batch * (2 * cfg.num_linear_params + 2 * cfg.hidden_size * cfg.vocab_size)
     flops += 4 * cfg.num_layers * cfg.q_size * batch * ctx
-    kv = cfg.kv_bytes_per_token(elsize)
+    kv = cfg.kv_values_per_token * elsize
     return flops, cfg.num_params * elsize + batch * ctx * kv + batch * kv
 
 
 def bench_model(name: str, device: torch.device, dtype: torch.dtype, bw: float, peak: float,
                 args: argparse.Namespace) -> None:
-    cfg = get_model_config(name)
+    cfg = get_model(name)
     model = build_model(cfg, device=device, dtype=dtype, seed=0)
     elsize = model.embed.element_size()
-    kv_token = cfg.kv_bytes_per_token(elsize)
+    kv_token = cfg.kv_values_per_token * elsize
     max_tokens = max(int(args.max_kv_gb * 2**30) // kv_token, max(PREFILL_LENGTHS))
     runner = TorchRunner(model, num_blocks=max_tokens // BLOCK, block_size=BLOCK,
                          cuda_graphs=device.type == "cuda" and not args.no_cuda_graphs)
@@ -164,9 +164,11 @@ def bench_model(name: str, device: torch.device, dtype: torch.dtype, bw: float, 
 def _server_main(model: str, threads: int | None, out: Any) -> None:
     from loadgen.server.api import create_app
     from loadgen.server.app import run_forever
-    from loadgen.server.engine.build import build_engine
+    from loadgen.server.build import build_engine
+    from loadgen.server.config import ServeConfig, TorchOptions
 
-    engine = build_engine("torch", model=model, threads=threads)
+    engine = build_engine(ServeConfig(engine="torch", model=model,
+                                      torch=TorchOptions(threads=threads)))
     run_forever(create_app(engine), "127.0.0.1", 0, on_ready=out.put)
 
 

@@ -22,14 +22,17 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.server.engine import ManualClock, from_preset
+from loadgen.server.config import SchedulerLimits, ServeConfig, SimOptions
+from loadgen.server.engine import ManualClock
 from loadgen.server.engine.interface import EngineRequest, SamplingParams
+from loadgen.server.sim import sim_engine
 
-CONFIGS: dict[str, dict[str, Any]] = {
-    "chunked (default)": {},
-    "no chunked prefill": {"enable_chunked_prefill": False},
-    "chunked, budget 512": {"max_num_batched_tokens": 512},
-    "disaggregated, 50 GB/s": {"disaggregate": True, "kv_link_gbps": 50.0},
+# name -> (scheduler limits, sim options other than the GPU)
+CONFIGS: dict[str, tuple[SchedulerLimits, dict[str, Any]]] = {
+    "chunked (default)": (SchedulerLimits(), {}),
+    "no chunked prefill": (SchedulerLimits(enable_chunked_prefill=False), {}),
+    "chunked, budget 512": (SchedulerLimits(max_num_batched_tokens=512), {}),
+    "disaggregated, 50 GB/s": (SchedulerLimits(), {"disaggregate": True, "kv_link_gbps": 50.0}),
 }
 
 
@@ -44,9 +47,12 @@ def workload(n: int, long_every: int, long_tokens: int, seed: int) -> list[tuple
     return out
 
 
-def simulate(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, float]:
+def simulate(args: argparse.Namespace, limits: SchedulerLimits,
+             sim: dict[str, Any]) -> dict[str, float]:
     clock = ManualClock()
-    engine = from_preset(args.gpu, args.model, args.tp, clock=clock, **options)
+    config = ServeConfig(model=args.model, tp=args.tp, scheduler=limits,
+                         sim=SimOptions(gpu=args.gpu, **sim))
+    engine = sim_engine(config, clock=clock)
     core = engine.core
     work = workload(args.requests, args.long_every, args.long_tokens, args.seed)
     arrivals = [(0.0, u) for u in range(args.users)]
@@ -107,9 +113,9 @@ def main() -> None:
     head = (f"{'configuration':<24}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>9}{'ITL p99':>9}"
             f"{'ITL max':>9}{'long TTFT':>11}{'tok/s':>8}{'sim s':>8}{'wall s':>8}")
     print(head)
-    for name, options in CONFIGS.items():
+    for name, (limits, sim) in CONFIGS.items():
         start = time.perf_counter()
-        r = simulate(args, options)
+        r = simulate(args, limits, sim)
         wall = time.perf_counter() - start
         ms = {k: v * 1e3 for k, v in r.items()}
         print(f"{name:<24}{ms['ttft_p50']:>8.1f}ms{ms['ttft_p99']:>8.1f}ms{ms['itl_p50']:>7.1f}ms"

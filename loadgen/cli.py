@@ -294,8 +294,8 @@ def serve(
     gpu: str = typer.Option("h100", help="Simulated GPU: a100-80gb, h100, h200, b200, l40s, mi300x"),
     model: Optional[str] = typer.Option(
         None,
-        help="sim: llama-3.1-8b (default), llama-3.1-70b, qwen2.5-7b, mixtral-8x7b; "
-        "torch: tiny (default), small, llama-3.2-1b-shape, llama-3.1-8b-shape, smollm2-135m",
+        help="sim: llama-3.1-8b (default), llama-3.1-70b, qwen2.5-7b, mixtral-8x7b or any torch model; "
+        "torch: tiny (default), small, llama-3.2-1b(-shape), llama-3.1-8b(-shape), llama-3.1-70b, smollm2-135m",
     ),
     tp: int = typer.Option(1, help="Tensor-parallel GPUs"),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)"),
@@ -323,22 +323,25 @@ def serve(
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode"),
 ) -> None:
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
-    from loadgen.server.app import run_forever
     from loadgen.server.api import create_app
-    from loadgen.server.engine.build import build_engine
+    from loadgen.server.app import run_forever
+    from loadgen.server.build import build_engine
+    from loadgen.server.config import Network, SchedulerLimits, ServeConfig, SimOptions, TorchOptions
     from loadgen.server.faults import FaultConfig
 
-    eng = build_engine(
-        engine, gpu=gpu, model=model, tp=tp, chunked_prefill=chunked_prefill,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-        prefix_caching=prefix_caching, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter,
-        seed=seed, disaggregate=disaggregate, kv_link_gbps=kv_link_gbps, time_scale=time_scale,
-        device=device, threads=threads, dtype=None if dtype == "auto" else dtype, kv_cache_gb=kv_cache_gb,
-        cuda_graphs=cuda_graphs,
+    config = ServeConfig(
+        engine=engine, model=model or "", tp=tp, seed=seed,
+        scheduler=SchedulerLimits(enable_chunked_prefill=chunked_prefill, max_num_batched_tokens=max_num_batched_tokens,
+                                  max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching),
+        sim=SimOptions(gpu=gpu, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter, time_scale=time_scale,
+                       disaggregate=disaggregate, kv_link_gbps=kv_link_gbps),
+        torch=TorchOptions(device=device, dtype=dtype, threads=threads, kv_cache_gb=kv_cache_gb, cuda_graphs=cuda_graphs),
+        faults=FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
+                           disconnect_rate=disconnect_rate, seed=seed),
+        network=Network(host=host, port=port),
     )  # fmt: skip
-    faults = FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
-                         disconnect_rate=disconnect_rate, seed=seed)  # fmt: skip
-    application = create_app(eng, faults=faults)
+    eng = build_engine(config)
+    application = create_app(eng, faults=config.faults)
     mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
 
     def ready(url: str) -> None:
@@ -350,7 +353,7 @@ def serve(
         print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode})", flush=True)
 
     try:
-        run_forever(application, host, port, on_ready=ready)
+        run_forever(application, config.network.host, config.network.port, on_ready=ready)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", key="--port") from None
 

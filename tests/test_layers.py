@@ -23,6 +23,14 @@ ALLOWED: dict[str, set[str]] = {
     "server": {"errors", "server", "aio"},
 }
 WIRING = {"cli", "orchestrate", "demo", "__init__"}  # may wire everything together
+SERVER = PKG / "server"
+# inside server/: subpackage -> the server parts it may import. The shared core knows no
+# engine kind; the sim and torch engines never import each other (the config only for types).
+SERVER_ALLOWED: dict[str, set[str]] = {
+    "engine": {"engine"},
+    "sim": {"engine", "sim", "config"},
+    "torch": {"engine", "torch", "config", "tokenizer"},
+}
 
 
 def _part(path: Path) -> str:
@@ -30,21 +38,25 @@ def _part(path: Path) -> str:
     return rel.parts[0].removesuffix(".py")
 
 
-def _imports(path: Path) -> set[str]:
+def _modules(path: Path) -> set[str]:
+    """The absolute module names ``path`` imports."""
     tree = ast.parse(path.read_text(), filename=str(path))
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            continue
-        for name in names:
-            if name == "loadgen":
-                out.add("")
-            elif name.startswith("loadgen."):
-                out.add(name.split(".")[1])
+            out.add(node.module)
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    out: set[str] = set()
+    for name in _modules(path):
+        if name == "loadgen":
+            out.add("")
+        elif name.startswith("loadgen."):
+            out.add(name.split(".")[1])
     return out
 
 
@@ -59,9 +71,26 @@ def test_module_respects_the_dependency_rule(path: Path) -> None:
     assert not bad, f"{path.relative_to(PKG)} ({part}) imports loadgen.{sorted(bad)}"
 
 
+SERVER_MODULES = sorted(p for p in SERVER.rglob("*.py")
+                        if len(p.relative_to(SERVER).parts) > 1)
+
+
+@pytest.mark.parametrize("path", SERVER_MODULES, ids=lambda p: str(p.relative_to(PKG)))
+def test_server_subpackages_keep_apart(path: Path) -> None:
+    part = path.relative_to(SERVER).parts[0]
+    assert part in SERVER_ALLOWED, f"{path}: new server subpackage {part!r}: add it to the rule"
+    used = {name.split(".")[2] for name in _modules(path)
+            if name.startswith("loadgen.server.") and name.count(".") >= 2}
+    bad = used - SERVER_ALLOWED[part]
+    assert not bad, f"{path.relative_to(PKG)} (server/{part}) imports loadgen.server.{sorted(bad)}"
+
+
 def test_the_rule_sees_imports() -> None:
     assert "metrics" in _imports(PKG / "load" / "sweeps.py")
     assert len(MODULES) > 40
+    assert "sim" in {n.split(".")[2] for n in _modules(SERVER / "sim" / "build.py")
+                     if n.startswith("loadgen.server.")}
+    assert len(SERVER_MODULES) > 20
 
 
 def _metrics_names_used_by(parts: tuple[str, ...]) -> set[tuple[str, str]]:

@@ -11,9 +11,10 @@ import aiohttp
 
 from loadgen.server.api import create_app
 from loadgen.server.app import start_server
-from loadgen.server.engine.build import from_preset
-from loadgen.server.engine.engine import SimEngine
+from loadgen.server.config import SchedulerLimits, ServeConfig, SimOptions
 from loadgen.server.faults import FaultConfig
+from loadgen.server.sim.build import sim_engine
+from loadgen.server.sim.engine import SimEngine
 
 MODEL = "test-model"
 
@@ -23,14 +24,15 @@ _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def make_engine(**options: Any) -> SimEngine:
+def make_engine(*, time_scale: float = 0.01, **limits: Any) -> SimEngine:
     """The real sim engine (Llama-3.1-8B on an H100), fast: ``time_scale`` 0.01 by default.
 
     A decode step is then ~60 µs of real time; ``time_scale=1`` gives real-speed steps
-    (~6 ms) for tests that need a request to stay running.
+    (~6 ms) for tests that need a request to stay running. ``limits``: scheduler limits
+    (``max_model_len`` 4096 by default).
     """
-    return from_preset("h100", "llama-3.1-8b", **{"time_scale": 0.01, "max_model_len": 4096,
-                                                  **options})
+    scheduler = SchedulerLimits(**{"max_model_len": 4096, **limits})
+    return sim_engine(ServeConfig(scheduler=scheduler, sim=SimOptions(time_scale=time_scale)))
 
 
 @contextlib.asynccontextmanager

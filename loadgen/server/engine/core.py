@@ -1,15 +1,19 @@
-"""The engine core: a scheduler and a runner advanced as a discrete-event system.
+"""The step loop both engines run: a scheduler and a runner advanced as discrete events.
 
-The core holds no event loop and never sleeps. It is driven through a clock: the async
-engine (:mod:`loadgen.server.engine.engine`) calls :meth:`EngineCore.poll` when the
-clock reaches :meth:`EngineCore.next_event_time`; tests and offline benchmarks drive it
-in virtual time the same way, with a clock they advance themselves.
+The core holds no event loop and never sleeps. It is driven through a clock: its driver
+calls :meth:`EngineCore.poll` when the clock reaches :meth:`EngineCore.next_event_time`
+— the sim's async engine (:mod:`loadgen.server.sim.engine`), the torch engine's process
+(:mod:`loadgen.server.torch.worker`), or tests and offline benchmarks in virtual time,
+with a clock they advance themselves. One step is ``schedule()`` → ``runner.execute`` →
+``update``.
 
-Steps follow each other on *absolute* deadlines: a step ends at its start plus the
-runner's duration (times ``time_scale``) and the next starts at that end, however late
-the driver polls, so wake-up lag never accumulates. A step never starts before the last
-request that arrived (so no request is scheduled before it exists). A real runner
-reports ``duration_s = 0``; its step then ends at the clock's time after ``execute``.
+Modelled steps (the sim) follow each other on *absolute* deadlines: a step ends at its
+start plus the runner's duration (times ``time_scale``) and the next starts at that end,
+however late the driver polls, so wake-up lag never accumulates. A step never starts
+before the last request that arrived (so no request is scheduled before it exists).
+With ``realtime=True`` (a real runner, whose ``execute`` takes the time itself) a step
+starts at the clock's time, ends when ``execute`` returns, and its outputs come back
+from the same :meth:`EngineCore.poll`: one poll runs one step.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOut
 from loadgen.server.engine.runner import ModelRunner, StepResult
 from loadgen.server.engine.scheduler import EngineConfig, Scheduler
 
-__all__ = ["Clock", "StepHook", "Core", "EngineCore", "ManualClock"]
+__all__ = ["Clock", "StepHook", "Core", "EngineCore", "ManualClock", "poll_due"]
 
 Clock = Callable[[], float]
 StepHook = Callable[[ScheduledBatch, StepResult, float, float], None]  # batch, result, start, end
@@ -56,6 +60,24 @@ class Core(Protocol):
         ...
 
 
+class _Events(Protocol):
+    def next_event_time(self) -> float | None: ...
+
+    def process_event(self) -> list[TokenOutput]: ...
+
+
+def poll_due(core: _Events, now: float, max_events: int) -> list[TokenOutput]:
+    """Process ``core``'s events due at ``now`` in time order, at most ``max_events`` of
+    them (the catch-up work of one poll); return their outputs in order."""
+    outputs: list[TokenOutput] = []
+    for _ in range(max_events):
+        t = core.next_event_time()
+        if t is None or t > now:
+            break
+        outputs.extend(core.process_event())
+    return outputs
+
+
 class ManualClock:
     """A clock that only moves when told to (virtual time for tests and benchmarks)."""
 
@@ -74,17 +96,19 @@ class EngineCore:
     """One scheduler and one runner (one GPU group). See the module docstring.
 
     ``on_step(batch, result, start, end)`` is called for every executed step.
-    ``max_steps_per_poll`` bounds the catch-up work of one :meth:`poll`.
+    ``max_steps_per_poll`` bounds the catch-up work of one :meth:`poll`. ``realtime``: the
+    runner computes the step (see the module docstring).
     """
 
     def __init__(self, config: EngineConfig, runner: ModelRunner, clock: Clock, *,
                  time_scale: float = 1.0, on_step: StepHook | None = None,
-                 max_steps_per_poll: int = 64) -> None:
+                 max_steps_per_poll: int = 64, realtime: bool = False) -> None:
         if not time_scale > 0.0:
             raise ValueError("time_scale must be > 0")
         self.runner = runner
         self.clock = clock
         self.time_scale = time_scale
+        self.realtime = realtime
         self.on_step = on_step
         self.max_steps_per_poll = max_steps_per_poll
         self._t = clock()  # the scheduler's notion of "now": the event being processed
@@ -111,6 +135,11 @@ class EngineCore:
         self._stalled = False
         return found
 
+    def abort_all(self) -> None:
+        """Abort every waiting and running request."""
+        for seq in [*self.scheduler.waiting, *self.scheduler.running]:
+            self.abort(seq.request_id)
+
     def has_request(self, request_id: str) -> bool:
         """Whether the request is waiting or running here."""
         return self.scheduler.get(request_id) is not None
@@ -134,16 +163,22 @@ class EngineCore:
         return max(self.last_step_end, self._last_input)
 
     def process_event(self) -> list[TokenOutput]:
-        """Finish the running step (if any) and start the next one; return new outputs."""
-        outputs: list[TokenOutput] = []
-        if self._inflight is not None:
-            batch, result = self._inflight
-            self._inflight = None
-            self._t = self.last_step_end = self._busy_until
-            outputs = self.scheduler.update(batch, result.sampled)
+        """Finish the running step (if any) and start the next one; return new outputs.
+        In real time the step started is also finished: its outputs are returned too."""
+        outputs = self._finish_step() if self._inflight is not None else []
         if self.scheduler.has_unfinished():
-            self._start_step(max(self.last_step_end, self._last_input))
+            start = max(self.last_step_end, self._last_input)
+            self._start_step(max(start, self.clock()) if self.realtime else start)
+            if self.realtime and self._inflight is not None:
+                outputs.extend(self._finish_step())
         return outputs
+
+    def _finish_step(self) -> list[TokenOutput]:
+        assert self._inflight is not None
+        batch, result = self._inflight
+        self._inflight = None
+        self._t = self.last_step_end = self._busy_until
+        return self.scheduler.update(batch, result.sampled)
 
     def _start_step(self, start: float) -> None:
         self._t = start
@@ -152,7 +187,7 @@ class EngineCore:
             self._stalled = True  # nothing can run until a request arrives or leaves
             return
         result = self.runner.execute(batch)
-        if result.duration_s > 0.0:
+        if result.duration_s > 0.0 and not self.realtime:
             end = start + result.duration_s * self.time_scale
         else:
             end = max(start, self.clock())
@@ -164,14 +199,7 @@ class EngineCore:
     def poll(self, now: float | None = None) -> list[TokenOutput]:
         """Process every event due at ``now`` (default: the clock), at most
         ``max_steps_per_poll`` of them; return the outputs in order."""
-        now = self.clock() if now is None else now
-        outputs: list[TokenOutput] = []
-        for _ in range(self.max_steps_per_poll):
-            t = self.next_event_time()
-            if t is None or t > now:
-                break
-            outputs.extend(self.process_event())
-        return outputs
+        return poll_due(self, self.clock() if now is None else now, self.max_steps_per_poll)
 
     def stats(self) -> EngineStats:
         """The scheduler's gauges and counters."""

@@ -1,7 +1,8 @@
 """The contract between the reference server's HTTP API and its engines.
 
 The API (:mod:`loadgen.server.api`) only uses what is declared here; engines
-(``sim`` now, ``torch`` later) implement :class:`AsyncEngine`.
+(``sim`` and ``torch``, both through :class:`~loadgen.server.engine.streams.OutputStreams`)
+implement :class:`AsyncEngine`.
 """
 
 from __future__ import annotations

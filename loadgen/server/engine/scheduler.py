@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from loadgen.errors import ConfigError, EngineError, PromptTooLong, QueueFull
+from loadgen.errors import EngineError, PromptTooLong, QueueFull
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
 from loadgen.server.engine.kv_cache import CachedPrefix, KVCacheManager
@@ -45,7 +45,11 @@ Clock = Callable[[], float]
 
 @dataclass(slots=True)
 class EngineConfig:
-    """Scheduler and KV-cache settings (names follow vLLM's engine arguments)."""
+    """Scheduler and KV-cache settings (names follow vLLM's engine arguments).
+
+    Every count is >= 1: ``loadgen serve`` checks the user's values once, in
+    :class:`~loadgen.server.config.SchedulerLimits`, which builds this.
+    """
 
     block_size: int = 16
     num_gpu_blocks: int = 8192
@@ -58,24 +62,11 @@ class EngineConfig:
     max_waiting: int = 10_000
     eos_token_id: int | None = None
 
-    def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the first invalid field."""
-        for key in ("block_size", "num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs",
-                    "max_model_len", "max_waiting"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"must be an integer >= 1, got {value!r}", key=key)
-        threshold = self.long_prefill_token_threshold
-        if threshold is not None and (not isinstance(threshold, int) or threshold < 1):
-            raise ConfigError(f"must be None or an integer >= 1, got {threshold!r}",
-                              key="long_prefill_token_threshold")
-
 
 class Scheduler:
     """Waiting and running queues over a :class:`KVCacheManager`; see the module doc."""
 
     def __init__(self, config: EngineConfig, now: Clock) -> None:
-        config.validate()
         self.config = config
         self._now = now
         self.kv = KVCacheManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)

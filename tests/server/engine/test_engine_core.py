@@ -8,10 +8,12 @@ import pytest
 from loadgen.server.engine.batch import ScheduledBatch
 from loadgen.server.engine.core import EngineCore, ManualClock
 from loadgen.server.engine.interface import EngineRequest, SamplingParams, TokenOutput
-from loadgen.server.engine.presets import get_gpu, get_model
+from loadgen.server.engine.models import get_model
 from loadgen.server.engine.runner import StepResult
 from loadgen.server.engine.scheduler import EngineConfig
-from loadgen.server.engine.sim import RooflineModel, SimRunner
+from loadgen.server.sim.gpus import get_gpu
+from loadgen.server.sim.roofline import RooflineModel
+from loadgen.server.sim.runner import SimRunner
 
 Step = tuple[ScheduledBatch, StepResult, float, float]
 
@@ -128,6 +130,26 @@ def test_a_real_runner_step_ends_when_execute_returns() -> None:
     timings = outs[-1].timings
     assert timings is not None
     assert timings["ttft_s"] == pytest.approx(0.01) and timings["e2e_s"] == pytest.approx(0.03)
+
+
+def test_in_real_time_one_poll_runs_one_step_and_returns_its_outputs() -> None:
+    """The torch engine's loop: a step starts at the clock, its tokens come back at once."""
+    clock = ManualClock(10.0)
+    core = EngineCore(EngineConfig(num_gpu_blocks=64), MeasuredRunner(clock), clock,
+                      realtime=True)
+    core.add_request(req("a", 10, 3), at=9.0)  # sent a second before the engine saw it
+    assert [o.token_ids for o in core.poll()] == [[9]] and clock.t == pytest.approx(10.01)
+    assert core.next_event_time() == pytest.approx(10.01)
+    assert [o.token_ids for o in core.poll()] == [[9]]
+    last = core.poll()
+    assert last[-1].finish_reason == "length" and core.next_event_time() is None
+    timings = last[-1].timings
+    assert timings is not None
+    assert timings["queue_s"] == pytest.approx(1.0)  # scheduled when the engine got it
+    assert timings["ttft_s"] == pytest.approx(1.01) and timings["e2e_s"] == pytest.approx(1.03)
+    core.add_request(req("b", 10, 100))
+    core.abort_all()
+    assert not core.has_unfinished() and core.poll() == []
 
 
 def stall(chunked: bool) -> tuple[float, float, EngineCore, RooflineModel, list[Step]]:

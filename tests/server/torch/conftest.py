@@ -14,8 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the torch engine needs torch: pip install -e '.[server]'")
 
-from loadgen.server.model import build_model, get_model_config  # noqa: E402
-from loadgen.server.model.llama import LlamaModel  # noqa: E402
+from loadgen.server.engine.models import get_model  # noqa: E402
+from loadgen.server.torch.loader import build_model  # noqa: E402
+from loadgen.server.torch.model import LlamaModel  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -26,7 +27,7 @@ def _one_thread() -> None:
 @pytest.fixture(scope="session")
 def tiny() -> LlamaModel:
     """The tiny preset (random weights, seed 0), fp32 on the CPU."""
-    return build_model(get_model_config("tiny"), device="cpu", dtype=torch.float32, seed=0)
+    return build_model(get_model("tiny"), device="cpu", dtype=torch.float32, seed=0)
 
 
 def child_pids() -> set[int]:

@@ -17,18 +17,19 @@ import pytest
 import torch
 
 from loadgen.errors import ConfigError, EngineError, PromptTooLong, QueueFull
-from loadgen.server.engine.build import build_engine, torch_engine
+from loadgen.server.build import build_engine
+from loadgen.server.config import SchedulerLimits, ServeConfig, TorchOptions
 from loadgen.server.engine.interface import EngineRequest, SamplingParams
-from loadgen.server.engine.torch_engine import TorchEngine
+from loadgen.server.torch.engine import TorchEngine, torch_engine
 from tests.server.helpers import MODEL, read_sse, sample, scrape, serve
 
 PROMPT = "the quick brown fox jumps over the lazy dog"  # 9 words: 9 tokens
 
 
-def make_engine(**options: Any) -> TorchEngine:
-    opts = {"engine_mode": "thread", "threads": 1, "num_gpu_blocks": 256, "max_model_len": 2048,
-            **options}
-    return torch_engine("tiny", **opts)
+def make_engine(*, engine_mode: str = "thread", device: str = "auto", **limits: Any) -> TorchEngine:
+    scheduler = SchedulerLimits(**{"num_gpu_blocks": 256, "max_model_len": 2048, **limits})
+    return torch_engine(ServeConfig(engine="torch", model="tiny", scheduler=scheduler, torch=TorchOptions(
+        engine_mode=engine_mode, device=device, threads=1)))
 
 
 @pytest.fixture
@@ -142,11 +143,13 @@ _SERVER = """
 import asyncio, sys
 from loadgen.server.api import create_app
 from loadgen.server.app import start_server
-from loadgen.server.engine.build import torch_engine
+from loadgen.server.config import SchedulerLimits, ServeConfig, TorchOptions
+from loadgen.server.torch.engine import torch_engine
 
 async def main():
-    engine = torch_engine("tiny", engine_mode="process", threads=1, num_gpu_blocks=64,
-                          max_model_len=512)
+    engine = torch_engine(ServeConfig(
+        engine="torch", model="tiny", torch=TorchOptions(engine_mode="process", threads=1),
+        scheduler=SchedulerLimits(num_gpu_blocks=64, max_model_len=512)))
     runner, url = await start_server(create_app(engine))
     print("READY", engine.process.pid, url, flush=True)
     await asyncio.sleep(120)  # bounded: the test kills us long before
@@ -198,21 +201,15 @@ async def test_startup_failure_is_reported() -> None:
         await engine.start()
 
 
-def test_build_engine_validates_torch_flags() -> None:
-    engine = build_engine("torch", chunked_prefill=False, max_num_batched_tokens=512,
-                          max_num_seqs=8, prefix_caching=True, threads=1, engine_mode="thread")
+def test_build_engine_follows_the_config() -> None:
+    limits = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=512,
+                             max_num_seqs=8, enable_prefix_caching=True)
+    engine = build_engine(ServeConfig(engine="torch", scheduler=limits,
+                                      torch=TorchOptions(threads=1, engine_mode="thread")))
     assert isinstance(engine, TorchEngine)
     assert engine.model_name == "tiny" and engine.vocab_size == 8192 and engine.tokenizer is None
-    assert engine.spec.config == {"enable_chunked_prefill": False, "max_num_batched_tokens": 512,
-                                  "max_num_seqs": 8, "enable_prefix_caching": True}
-    for kwargs, key in (({"model": "gpt"}, "--model"), ({"device": "tpu"}, "--device"),
-                        ({"threads": 0}, "--threads"), ({"tp": 2}, "--tp"),
-                        ({"dtype": "int8"}, "--dtype"), ({"kv_cache_gb": 0}, "--kv-cache-gb"),
-                        ({"max_num_seqs": 0}, "--max-num-seqs")):
-        with pytest.raises(ConfigError) as exc:
-            build_engine("torch", **kwargs)
-        assert str(exc.value).startswith(key), (kwargs, str(exc.value))
-    with pytest.raises(ConfigError, match="tiny, small, llama-3.2-1b-shape"):
-        build_engine("torch", model="gpt")
-    with pytest.raises(ConfigError, match="unknown option"):
-        torch_engine("tiny", bogus=1)
+    assert engine.config.scheduler == limits  # what the engine process receives
+    shape = ServeConfig(engine="torch", model="llama-3.1-8b-shape")
+    assert shape.model == "llama-3.1-8b-shape" and shape.shape.name == "llama-3.1-8b"
+    with pytest.raises(ConfigError, match="tiny, small, llama-3.2-1b"):
+        ServeConfig(engine="torch", model="gpt")

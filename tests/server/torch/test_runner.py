@@ -10,8 +10,9 @@ import torch
 
 from loadgen.server.engine.interface import EngineRequest, SamplingParams
 from loadgen.server.engine.scheduler import EngineConfig, Scheduler
-from loadgen.server.engine.torch_runner import TorchRunner, block_bucket, bucket
-from loadgen.server.model.llama import LlamaModel
+from loadgen.server.torch.cuda_graphs import block_bucket, bucket
+from loadgen.server.torch.model import LlamaModel
+from loadgen.server.torch.runner import TorchRunner
 
 BLOCK = 16
 
@@ -216,9 +217,10 @@ def test_reserved_ids_are_never_sampled_and_generators_are_dropped(tiny: LlamaMo
 
 
 def test_model_weights_are_seeded(tiny: LlamaModel) -> None:
-    from loadgen.server.model import build_model, get_model_config
+    from loadgen.server.engine.models import get_model
+    from loadgen.server.torch.loader import build_model
 
-    cfg = get_model_config("tiny")
+    cfg = get_model("tiny")
     same = build_model(cfg, device="cpu", dtype=torch.float32, seed=0)
     other = build_model(cfg, device="cpu", dtype=torch.float32, seed=1)
     assert torch.equal(same.layers[2].qkv, tiny.layers[2].qkv)

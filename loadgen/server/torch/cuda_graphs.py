@@ -4,7 +4,7 @@ A decode step of a small batch is a few hundred short kernels; launching them on
 costs more than running them. A CUDA graph records the whole forward once and replays
 it with one launch. Graphs need static shapes, so a decode-only step is padded to a
 batch size of ``batch_sizes`` (1, 2, 4, ... 256 by default) and to a power-of-two
-number of KV blocks per row (:func:`~loadgen.server.engine.torch_runner.block_bucket`),
+number of KV blocks per row (:func:`block_bucket`),
 with padded rows writing to the runner's null block and masked out of attention. Graphs
 are captured lazily, the first time a (batch, blocks) shape is seen, into one shared
 memory pool; a shape whose gathered K/V would exceed ``memory_bytes`` runs eagerly.
@@ -19,19 +19,49 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 
 from loadgen.server.engine.batch import ScheduledSeq
-from loadgen.server.engine.torch_runner import block_bucket, bucket
 
-if TYPE_CHECKING:
-    from loadgen.server.engine.torch_runner import TorchRunner
-
-__all__ = ["DecodeGraphs"]
+__all__ = ["DecodeGraphs", "PaddedDecoder", "bucket", "block_bucket"]
 
 log = logging.getLogger(__name__)
+
+
+def bucket(n: int, sizes: Sequence[int]) -> int:
+    """The smallest of ``sizes`` (ascending) that is >= ``n``; ``n`` if none is."""
+    for size in sizes:
+        if size >= n:
+            return size
+    return n
+
+
+def block_bucket(context_len: int, block_size: int) -> int:
+    """Blocks per row of a padded decode batch: the context's blocks, rounded up to a
+    power of two (so few shapes, hence few CUDA graphs, cover all contexts)."""
+    blocks = -(-context_len // block_size)
+    return 1 << (blocks - 1).bit_length()
+
+
+class PaddedDecoder(Protocol):
+    """What the graphs need of a runner: its decode path at static, padded shapes."""
+
+    device: torch.device
+    block_size: int
+    null_block: int  # padded rows write their K/V here
+
+    def padded_inputs(self, seqs: Sequence[ScheduledSeq], batch_size: int,
+                      num_blocks: int) -> tuple[torch.Tensor, ...]:
+        """CPU tensors: ids, positions, slots, block tables, context lengths."""
+        ...
+
+    def decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                       slots: torch.Tensor, tables: torch.Tensor,
+                       context_lens: torch.Tensor) -> torch.Tensor:
+        """Final hidden states ``[batch, hidden]`` of a padded decode-only step."""
+        ...
 
 
 @dataclass(slots=True)
@@ -42,13 +72,17 @@ class _Graph:
 
 
 class DecodeGraphs:
-    """Lazily captured decode graphs of one runner (see the module docstring)."""
+    """Lazily captured decode graphs of one runner (see the module docstring).
 
-    def __init__(self, runner: TorchRunner, batch_sizes: Sequence[int],
-                 memory_bytes: int) -> None:
+    ``token_bytes``: K and V of one token in one layer, to bound a shape's gathered K/V.
+    """
+
+    def __init__(self, runner: PaddedDecoder, batch_sizes: Sequence[int],
+                 memory_bytes: int, token_bytes: int) -> None:
         self.runner = runner
         self.batch_sizes = sorted(batch_sizes)
         self.memory_bytes = memory_bytes
+        self.token_bytes = token_bytes
         self.graphs: dict[tuple[int, int], _Graph] = {}
         self.pool: Any = None
         self.disabled_reason: str | None = None
@@ -56,9 +90,7 @@ class DecodeGraphs:
 
     def gathered_bytes(self, batch: int, blocks: int) -> int:
         """Bytes of one layer's gathered K and V at a padded shape."""
-        r = self.runner
-        per_token = 2 * r.cfg.num_kv_heads * r.cfg.head_dim * r.kv.element_size()
-        return batch * blocks * r.block_size * per_token
+        return batch * blocks * self.runner.block_size * self.token_bytes
 
     def run(self, seqs: Sequence[ScheduledSeq]) -> torch.Tensor | None:
         """Hidden states ``[padded batch, hidden]`` of a decode-only step, or None when

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from loadgen.errors import PromptTooLong
-from loadgen.server.engine.core import Clock, EngineCore
+from loadgen.server.engine.core import Clock, EngineCore, poll_due
 from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
 
 __all__ = ["DisaggCore"]
@@ -100,19 +100,18 @@ class DisaggCore:
 
     def poll(self, now: float | None = None) -> list[TokenOutput]:
         """Process every event due at ``now`` in time order (bounded); return outputs."""
-        now = self.clock() if now is None else now
-        outputs: list[TokenOutput] = []
-        for _ in range(self.max_events_per_poll):
-            t = self.next_event_time()
-            if t is None or t > now:
-                break
-            if self._transfers and self._transfers[0][0] == t:
-                self._finish_transfer()
-            elif self.decode.next_event_time() == t:
-                outputs.extend(self._from_decode(self.decode.process_event()))
-            else:
-                outputs.extend(self._from_prefill(self.prefill.process_event()))
-        return outputs
+        return poll_due(self, self.clock() if now is None else now, self.max_events_per_poll)
+
+    def process_event(self) -> list[TokenOutput]:
+        """The earliest event: a transfer that ends, else a step of the decode pool, else
+        one of the prefill pool."""
+        t = self.next_event_time()
+        if self._transfers and self._transfers[0][0] == t:
+            self._finish_transfer()
+            return []
+        if self.decode.next_event_time() == t:
+            return self._from_decode(self.decode.process_event())
+        return self._from_prefill(self.prefill.process_event())
 
     def _from_prefill(self, outs: list[TokenOutput]) -> list[TokenOutput]:
         t = self.prefill.last_step_end

@@ -2,8 +2,8 @@
 
 :class:`TorchEngine` lives in the server process (whose event loop runs aiohttp) and
 never imports torch. :meth:`TorchEngine.start` spawns the engine process (or, with
-``mode="thread"``, a background thread of this process: for tests) running
-:func:`~loadgen.server.engine.worker.engine_main`, and waits for it to be ready.
+``engine_mode="thread"``, a background thread of this process: for tests) running
+:func:`~loadgen.server.torch.worker.engine_main`, and waits for it to be ready.
 
 Traffic, one message per tick each way: requests and aborts made during one turn of the
 event loop go out together in one ``("req", adds, aborts)`` message (written by a sender
@@ -25,42 +25,41 @@ import queue
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Any, AsyncGenerator, Union
+from typing import TYPE_CHECKING, Any
 
 from loadgen.errors import EngineError, PromptTooLong, QueueFull
-from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
-from loadgen.server.engine.worker import (TorchEngineSpec, decode_outputs, encode_request,
-                                          engine_main)
-from loadgen.server.model.config import get_model_config
+from loadgen.server.engine.interface import EngineRequest, EngineStats
+from loadgen.server.engine.streams import OutputStreams
 from loadgen.server.tokenizer import Tokenizer
+from loadgen.server.torch.loader import load_tokenizer
+from loadgen.server.torch.worker import decode_outputs, encode_request, engine_main
 
-__all__ = ["TorchEngine", "ENGINE_MODES"]
+if TYPE_CHECKING:
+    from loadgen.server.config import ServeConfig
+
+__all__ = ["TorchEngine", "ENGINE_MODES", "torch_engine"]
 
 ENGINE_MODES = ("process", "thread")
 _ERRORS: dict[str, type[EngineError]] = {"PromptTooLong": PromptTooLong, "QueueFull": QueueFull}
-_Item = Union[TokenOutput, BaseException]
 
 
-class TorchEngine:
+class TorchEngine(OutputStreams):
     """An :class:`~loadgen.server.engine.interface.AsyncEngine` running the torch engine
-    in a spawned process (``mode="process"``) or a thread (``mode="thread"``).
+    of ``config`` in a spawned process (``engine_mode="process"``) or a thread
+    (``engine_mode="thread"``).
 
     ``tokenizer`` is the model's own (None: the API's word tokenizer). ``info`` holds what
     the engine reported when ready (device, dtype, threads, KV blocks, ...).
     """
 
-    def __init__(self, spec: TorchEngineSpec, *, mode: str = "process",
-                 tokenizer: Tokenizer | None = None, startup_timeout_s: float = 600.0) -> None:
-        if mode not in ENGINE_MODES:
-            raise EngineError(f"unknown engine mode {mode!r}; valid: {', '.join(ENGINE_MODES)}")
-        cfg = get_model_config(spec.model)
-        self.spec = spec
-        self.mode = mode
+    def __init__(self, config: ServeConfig, *, tokenizer: Tokenizer | None = None) -> None:
+        super().__init__()
+        shape = config.shape
+        self.config = config
         self.tokenizer = tokenizer
-        self.model_name = cfg.name
-        self.vocab_size = tokenizer.vocab_size if tokenizer is not None else cfg.vocab_size
-        self.max_model_len = int(spec.config.get("max_model_len", cfg.max_model_len))
-        self.startup_timeout_s = startup_timeout_s
+        self.model_name = config.model
+        self.vocab_size = tokenizer.vocab_size if tokenizer is not None else shape.vocab_size
+        self.max_model_len = config.scheduler.max_model_len or shape.max_model_len
         self.info: dict[str, Any] = {}
         self.process: Any = None  # multiprocessing.Process in process mode
         self._thread: threading.Thread | None = None
@@ -69,7 +68,6 @@ class TorchEngine:
         self._from_engine: Connection | None = None
         self._send_q: queue.Queue[Any] = queue.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queues: dict[str, asyncio.Queue[_Item]] = {}
         self._adds: list[tuple[Any, ...]] = []
         self._aborts: list[str] = []
         self._flush_pending = False
@@ -91,16 +89,16 @@ class TorchEngine:
         to_engine_r, to_engine_w = mp.Pipe(duplex=False)
         from_engine_r, from_engine_w = mp.Pipe(duplex=False)
         self._to_engine, self._from_engine = to_engine_w, from_engine_r
-        if self.mode == "process":
+        if self.config.torch.engine_mode == "process":
             ctx = mp.get_context("spawn")
             self.process = ctx.Process(target=engine_main, name="loadgen-engine", daemon=True,
-                                       args=(to_engine_r, from_engine_w, self.spec, True))
+                                       args=(to_engine_r, from_engine_w, self.config, True))
             self.process.start()
             to_engine_r.close()  # the child holds its own copies: EOF when either side dies
             from_engine_w.close()
         else:
             self._thread = threading.Thread(target=engine_main, name="loadgen-engine",
-                                            args=(to_engine_r, from_engine_w, self.spec, False),
+                                            args=(to_engine_r, from_engine_w, self.config, False),
                                             daemon=True)
             self._thread.start()
         msg = await self._loop.run_in_executor(None, self._wait_ready)
@@ -118,7 +116,8 @@ class TorchEngine:
     def _wait_ready(self) -> tuple[Any, ...]:
         conn = self._from_engine
         assert conn is not None
-        deadline = time.monotonic() + self.startup_timeout_s
+        timeout = self.config.torch.startup_timeout_s
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 if conn.poll(0.2):
@@ -128,7 +127,7 @@ class TorchEngine:
                 return ("failed", "the engine process exited during startup")
             if self.process is not None and not self.process.is_alive() and not conn.poll(0):
                 return ("failed", f"the engine process exited with code {self.process.exitcode}")
-        return ("failed", f"not ready within {self.startup_timeout_s:.0f} s")
+        return ("failed", f"not ready within {timeout:.0f} s")
 
     async def stop(self) -> None:
         """Stop the engine (its requests are aborted) and end open requests with
@@ -140,8 +139,7 @@ class TorchEngine:
             assert self._loop is not None
             await self._loop.run_in_executor(None, self._join, 15.0)
         await self._reap()
-        for request_id, q in list(self._queues.items()):
-            q.put_nowait(TokenOutput(request_id, [], finish_reason="abort"))
+        self.end_all()
 
     def _join(self, timeout: float) -> None:
         if self.process is not None:
@@ -206,20 +204,14 @@ class TorchEngine:
             _, outputs, rejects, stats = msg
             self._stats = EngineStats(*stats)
             for rid, name, text in rejects:
-                q = self._queues.get(rid)
-                if q is not None:
-                    q.put_nowait(_ERRORS.get(name, EngineError)(text))
-            for out in decode_outputs(outputs):
-                q = self._queues.get(out.request_id)
-                if q is not None:
-                    q.put_nowait(out)
+                self.reject(rid, _ERRORS.get(name, EngineError)(text))
+            self.deliver(decode_outputs(outputs))
         elif kind == "stopped":
             self._stats = EngineStats(*msg[1])
         elif kind == "failed" and not self._stopped:
             self._failure = str(msg[1])
             self._running = False
-            for q in self._queues.values():
-                q.put_nowait(EngineError(f"the torch engine failed: {self._failure}"))
+            self.fail_all(EngineError(f"the torch engine failed: {self._failure}"))
 
     def _flush(self) -> None:
         self._flush_pending = False
@@ -233,38 +225,30 @@ class TorchEngine:
             self._loop.call_soon(self._flush)
 
     # ------------------------------------------------------------------ requests
-    async def generate(self, request: EngineRequest) -> AsyncGenerator[TokenOutput, None]:
-        """Add the request and yield its outputs until one has a ``finish_reason``
-        (see the module docstring for errors and aborts)."""
+    def submit(self, request: EngineRequest) -> None:
+        """Queue the request for the next message to the engine."""
         if self._failure is not None:
             raise EngineError(f"the torch engine failed: {self._failure}")
         if not self._running:
             raise EngineError("the torch engine is not running")
-        rid = request.request_id
-        if rid in self._queues:
-            raise EngineError(f"duplicate request id {rid!r}")
-        q: asyncio.Queue[_Item] = asyncio.Queue()
-        self._queues[rid] = q
         self._adds.append(encode_request(request, time.monotonic()))
         self._schedule_flush()
-        finished = False
-        try:
-            while True:
-                item = await q.get()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                finished = item.finish_reason is not None
-                yield item
-                if finished:
-                    return
-        finally:
-            if self._queues.get(rid) is q:
-                del self._queues[rid]
-            if not finished and self._running:
-                self._aborts.append(rid)
-                self._schedule_flush()
+
+    def cancel(self, request_id: str) -> None:
+        """Queue an abort for the next message (it frees the request's KV blocks)."""
+        if self._running:
+            self._aborts.append(request_id)
+            self._schedule_flush()
 
     def stats(self) -> EngineStats:
         """The engine's gauges and counters as of its last step."""
         return self._stats
+
+
+def torch_engine(config: ServeConfig) -> TorchEngine:
+    """The torch engine of ``config`` (not started). The model's own tokenizer
+    (``smollm2-135m``) is loaded here, converting its GGUF file into the cache the first
+    time; torch itself is imported only in the engine process (or thread)."""
+    if config.engine != "torch":
+        raise ValueError(f"a config for the {config.engine} engine")
+    return TorchEngine(config, tokenizer=load_tokenizer(config.shape))

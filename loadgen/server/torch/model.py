@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from loadgen.server.model.config import ModelConfig
+from loadgen.server.engine.models import ModelShape
 
 __all__ = ["Attention", "LlamaLayer", "LlamaModel", "rms_norm", "rope_cos_sin", "apply_rope"]
 
@@ -59,7 +59,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class LlamaLayer(nn.Module):
     """One decoder layer's weights (the computation is in :meth:`LlamaModel.forward`)."""
 
-    def __init__(self, cfg: ModelConfig, device: torch.device | str, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelShape, device: torch.device | str, dtype: torch.dtype) -> None:
         super().__init__()
         d, f = cfg.hidden_size, cfg.intermediate_size
 
@@ -78,7 +78,7 @@ class LlamaModel(nn.Module):
     """The decoder. Build it on ``device="meta"`` and fill it with :meth:`init_random` or
     ``load_state_dict(..., assign=True)`` to avoid allocating twice."""
 
-    def __init__(self, cfg: ModelConfig, *, device: torch.device | str = "cpu",
+    def __init__(self, cfg: ModelShape, *, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.cfg = cfg
@@ -90,7 +90,7 @@ class LlamaModel(nn.Module):
         self.layers = nn.ModuleList(LlamaLayer(cfg, device, dtype) for _ in range(cfg.num_layers))
         self.norm = param(cfg.hidden_size)
         self.lm_head: nn.Parameter | None = None
-        if not cfg.tie_embeddings:
+        if not cfg.tie_word_embeddings:
             self.lm_head = param(cfg.vocab_size, cfg.hidden_size)
 
     # ------------------------------------------------------------------ weights

@@ -1,10 +1,11 @@
-"""The async engine: drives an engine core from the server's event loop.
+"""The sim engine in the server's event loop: a core stepped on its deadlines.
 
-:class:`SimEngine` implements :class:`~loadgen.server.engine.interface.AsyncEngine`.
-One task runs the step loop: poll the core (finish due steps, start the next ones),
-deliver each request's new tokens to its ``asyncio.Queue``, then wait until the core's
-next event — a step's absolute deadline — or until a request arrives or leaves. With
-nothing to do it waits on an ``asyncio.Event``: no busy loop.
+:class:`SimEngine` implements :class:`~loadgen.server.engine.interface.AsyncEngine`
+(``generate`` and the per-request queues come from
+:class:`~loadgen.server.engine.streams.OutputStreams`). One task runs the step loop: poll
+the core (finish due steps, start the next ones), deliver each request's new tokens, then
+wait until the core's next event — a step's absolute deadline — or until a request arrives
+or leaves. With nothing to do it waits on an ``asyncio.Event``: no busy loop.
 
 The clock defaults to ``time.monotonic``, which is what asyncio's default event loop
 (and uvloop) use for ``loop.time()``; waits are ``loop.call_later`` timers.
@@ -14,28 +15,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncGenerator, Union
 
 from loadgen.errors import EngineError
 from loadgen.server.engine.core import Clock, Core
-from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
+from loadgen.server.engine.interface import EngineRequest, EngineStats
+from loadgen.server.engine.streams import OutputStreams
 
 __all__ = ["SimEngine"]
 
-_Item = Union[TokenOutput, BaseException]
 
-
-class SimEngine:
+class SimEngine(OutputStreams):
     """An :class:`AsyncEngine` over a core (a single pool or a disaggregated pair)."""
 
     def __init__(self, core: Core, *, model_name: str, vocab_size: int, max_model_len: int,
                  clock: Clock = time.monotonic) -> None:
+        super().__init__()
         self.core = core
         self.model_name = model_name
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self._clock = clock
-        self._queues: dict[str, asyncio.Queue[_Item]] = {}
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
@@ -57,9 +56,8 @@ class SimEngine:
                 await task
             except asyncio.CancelledError:
                 pass
-        for request_id, queue in list(self._queues.items()):
+        for request_id in self.end_all():
             self.core.abort(request_id)
-            queue.put_nowait(TokenOutput(request_id, [], finish_reason="abort"))
 
     def _ensure_running(self) -> None:
         if self._failure is not None:
@@ -71,36 +69,16 @@ class SimEngine:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine-steps")
 
     # ------------------------------------------------------------------ requests
-    async def generate(self, request: EngineRequest) -> AsyncGenerator[TokenOutput, None]:
-        """Add the request and yield its outputs until one has a ``finish_reason``.
-
-        Raises :class:`~loadgen.errors.PromptTooLong`, :class:`~loadgen.errors.QueueFull`
-        or :class:`~loadgen.errors.EngineError` on the first iteration, before yielding.
-        Closing the generator early (``aclose``, cancellation) aborts the request.
-        """
+    def submit(self, request: EngineRequest) -> None:
+        """Queue the request in the core (rejections raise here) and wake the loop."""
         self._ensure_running()
-        queue: asyncio.Queue[_Item] = asyncio.Queue()
         self.core.add_request(request)
-        request_id = request.request_id
-        self._queues[request_id] = queue
         self._poke()
-        finished = False
-        try:
-            while True:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise EngineError(f"the engine's step loop failed: {item!r}") from item
-                finished = item.finish_reason is not None
-                yield item
-                if finished:
-                    return
-        finally:
-            if self._queues.get(request_id) is queue:
-                del self._queues[request_id]
-            if not finished:
-                self.core.abort(request_id)
-                self._poke()
+
+    def cancel(self, request_id: str) -> None:
+        """Abort the request in the core and wake the loop."""
+        self.core.abort(request_id)
+        self._poke()
 
     def stats(self) -> EngineStats:
         """The core's gauges and counters (see ``EngineStats``)."""
@@ -117,10 +95,7 @@ class SimEngine:
         loop = asyncio.get_running_loop()
         try:
             while True:
-                for out in self.core.poll(self._clock()):
-                    queue = self._queues.get(out.request_id)
-                    if queue is not None:
-                        queue.put_nowait(out)
+                self.deliver(self.core.poll(self._clock()))
                 deadline = self.core.next_event_time()
                 timer = None
                 if deadline is not None:
@@ -137,5 +112,6 @@ class SimEngine:
             raise
         except Exception as exc:  # a bug: fail every request instead of hanging them
             self._failure = exc
-            for queue in self._queues.values():
-                queue.put_nowait(exc)
+            error = EngineError(f"the engine's step loop failed: {exc!r}")
+            error.__cause__ = exc
+            self.fail_all(error)

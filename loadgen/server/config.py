@@ -1,0 +1,226 @@
+"""One configuration of the reference server, built once and validated once.
+
+``loadgen serve`` (and the tests, the demo, the benchmarks) build one :class:`ServeConfig`:
+the engine kind, the model preset, tensor parallelism and the seed, with nested parts —
+:class:`SchedulerLimits` (both engines), :class:`SimOptions` (the sim only),
+:class:`TorchOptions` (the torch engine only), the
+:class:`~loadgen.server.faults.FaultConfig` and the :class:`Network` address.
+
+Constructing a :class:`ServeConfig` checks every value the chosen engine reads and raises
+:class:`~loadgen.errors.ConfigError` naming the flag (``--max-num-seqs: must be an integer
+>= 1, got 0``); the other engine's options are not read, so not checked. Past that point
+nothing re-checks them: the engines take the config as it is. All parts are frozen,
+picklable dataclasses — the torch engine's process receives the :class:`ServeConfig`
+itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loadgen.errors import ConfigError
+from loadgen.server.engine.models import MODELS, ModelShape
+from loadgen.server.engine.scheduler import EngineConfig
+from loadgen.server.faults import FaultConfig
+from loadgen.server.sim.gpus import GPUS
+from loadgen.server.torch.engine import ENGINE_MODES
+from loadgen.server.torch.loader import DTYPES, model_names
+
+__all__ = ["ENGINES", "DEFAULT_MODELS", "SchedulerLimits", "SimOptions", "TorchOptions",
+           "Network", "ServeConfig"]
+
+ENGINES = ("sim", "torch")
+DEFAULT_MODELS = {"sim": "llama-3.1-8b", "torch": "tiny"}
+
+
+def _integer(value: object, key: str, low: int = 1, high: int | None = None) -> None:
+    if (isinstance(value, bool) or not isinstance(value, int) or value < low
+            or (high is not None and value > high)):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ConfigError(f"must be an integer {bound}, got {value!r}", key=key)
+
+
+def _number(value: object, key: str, low: float, high: float, *, above: bool = False) -> None:
+    """``value`` in ``[low, high]`` (``(low, high]`` when ``above``)."""
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float))
+          and (low < value if above else low <= value) and value <= high)
+    if not ok:
+        bounds = f"{'(' if above else '['}{low:g}, {high:g}]"
+        raise ConfigError(f"must be a number in {bounds}, got {value!r}", key=key)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerLimits:
+    """The scheduler's and the KV cache's settings (vLLM's names), for both engines.
+
+    ``max_model_len`` None: the model's (the API caps it at the KV cache's size).
+    ``num_gpu_blocks`` None: sized from device memory (``gpu_memory_utilization`` of it,
+    less the weights; the torch engine on a CPU takes 1 GiB unless ``--kv-cache-gb``).
+    """
+
+    enable_chunked_prefill: bool = True
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    enable_prefix_caching: bool = False
+    long_prefill_token_threshold: int | None = None
+    max_model_len: int | None = None
+    max_waiting: int = 10_000
+    block_size: int = 16
+    num_gpu_blocks: int | None = None
+    gpu_memory_utilization: float = 0.9
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first invalid setting."""
+        _integer(self.max_num_batched_tokens, "--max-num-batched-tokens")
+        _integer(self.max_num_seqs, "--max-num-seqs")
+        for key in ("long_prefill_token_threshold", "max_model_len", "num_gpu_blocks"):
+            if getattr(self, key) is not None:
+                _integer(getattr(self, key), key)
+        _integer(self.max_waiting, "max_waiting")
+        _integer(self.block_size, "block_size")
+        _number(self.gpu_memory_utilization, "gpu_memory_utilization", 0.0, 1.0, above=True)
+
+    def engine_config(self, model: ModelShape, *, num_gpu_blocks: int,
+                      eos_token_id: int | None) -> EngineConfig:
+        """The scheduler's :class:`EngineConfig` for ``model`` with a sized KV cache."""
+        return EngineConfig(
+            block_size=self.block_size, num_gpu_blocks=num_gpu_blocks,
+            max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            enable_prefix_caching=self.enable_prefix_caching,
+            max_model_len=self.max_model_len or model.max_model_len,
+            max_waiting=self.max_waiting, eos_token_id=eos_token_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    """The sim engine's GPU, roofline efficiencies, noise, speed and disaggregation.
+
+    ``mfu``/``mbu``: FLOPs and bandwidth utilisation; ``overhead_ms`` per step;
+    ``jitter``: sigma of a seeded mean-one log-normal factor on step times;
+    ``eos_probability`` per token; ``min_token_id``: lower ids are never generated (the
+    word tokenizer's special tokens); ``time_scale``: real seconds per modelled second;
+    ``kv_link_gbps``: GB/s between the prefill and decode pools when ``disaggregate``.
+    """
+
+    gpu: str = "h100"
+    mfu: float = 0.6
+    mbu: float = 0.8
+    overhead_ms: float = 0.5
+    allreduce_latency_s: float = 5e-6
+    jitter: float = 0.0
+    eos_probability: float = 0.0
+    min_token_id: int = 4
+    time_scale: float = 1.0
+    disaggregate: bool = False
+    kv_link_gbps: float = 50.0
+
+    def validate(self, model: ModelShape) -> None:
+        """Raise :class:`ConfigError` naming the first invalid option."""
+        GPUS.lookup(self.gpu)
+        for key, value, low, high in (("--mfu", self.mfu, 1e-6, 1.0), ("--mbu", self.mbu, 1e-6, 1.0),
+                                      ("--overhead-ms", self.overhead_ms, 0.0, 10_000.0),
+                                      ("allreduce_latency_s", self.allreduce_latency_s, 0.0, 1.0),
+                                      ("--jitter", self.jitter, 0.0, 1.0),
+                                      ("eos_probability", self.eos_probability, 0.0, 1.0),
+                                      ("--time-scale", self.time_scale, 1e-9, 1e9),
+                                      ("--kv-link-gbps", self.kv_link_gbps, 1e-9, 1e9)):
+            _number(value, key, low, high)
+        _integer(self.min_token_id, "min_token_id", 0, model.vocab_size - 2)
+
+
+@dataclass(frozen=True, slots=True)
+class TorchOptions:
+    """The torch engine's device and process.
+
+    ``device``: auto (CUDA when available), cpu, cuda or cuda:N. ``dtype``: auto (bf16 on
+    CUDA, fp32 on CPU) or a dtype name. ``threads``: torch CPU threads (None: all cores
+    but one). ``kv_cache_gb``: the KV pool (None: 1 GiB on CPU, free memory on CUDA).
+    ``engine_mode``: ``process`` (a spawned engine process) or ``thread`` (tests).
+    """
+
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    kv_cache_gb: float | None = None
+    cuda_graphs: bool = True
+    engine_mode: str = "process"
+    startup_timeout_s: float = 600.0
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first invalid option."""
+        device = self.device
+        if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda")
+                                               or device.startswith("cuda:")):
+            raise ConfigError(f"must be auto, cpu, cuda or cuda:N, got {device!r}", key="--device")
+        if self.dtype not in ("auto", *DTYPES):
+            raise ConfigError(f"unknown dtype {self.dtype!r}; valid: auto, {', '.join(DTYPES)}",
+                              key="--dtype")
+        if self.threads is not None:
+            _integer(self.threads, "--threads")
+        if self.kv_cache_gb is not None:
+            _number(self.kv_cache_gb, "--kv-cache-gb", 0.0, 1e6, above=True)
+        if self.engine_mode not in ENGINE_MODES:
+            raise ConfigError(f"unknown engine mode {self.engine_mode!r}; valid: "
+                              f"{', '.join(ENGINE_MODES)}", key="engine_mode")
+        _number(self.startup_timeout_s, "startup_timeout_s", 0.0, 1e6, above=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Network:
+    """Where the server listens (loopback by default; port 0: any free port)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for an empty host or a port outside 0-65535."""
+        if not isinstance(self.host, str) or not self.host:
+            raise ConfigError(f"must be an address, got {self.host!r}", key="--host")
+        _integer(self.port, "--port", 0, 65535)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """Everything ``loadgen serve`` runs with (see the module docstring).
+
+    ``model`` is a preset name (``""``: the engine's default, :data:`DEFAULT_MODELS`); it
+    is stored as looked up (lower case) and is the name the server serves. ``tp``: GPUs
+    of the sim's tensor-parallel group (the torch engine runs on one device). ``seed``:
+    sampling, jitter and the torch engine's random weights.
+    """
+
+    engine: str = "sim"
+    model: str = ""
+    tp: int = 1
+    seed: int = 0
+    scheduler: SchedulerLimits = field(default_factory=SchedulerLimits)
+    sim: SimOptions = field(default_factory=SimOptions)
+    torch: TorchOptions = field(default_factory=TorchOptions)
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    network: Network = field(default_factory=Network)
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown engine {self.engine!r}; valid: {', '.join(ENGINES)}",
+                              key="--engine")
+        name = (self.model or DEFAULT_MODELS[self.engine]).strip().lower()
+        valid = list(MODELS) if self.engine == "sim" else model_names()
+        MODELS.lookup(name, valid, what=f"{self.engine} model")
+        object.__setattr__(self, "model", name)
+        self.scheduler.validate()
+        if self.engine == "sim":
+            _integer(self.tp, "--tp", 1, 64)
+            self.sim.validate(self.shape)
+        else:
+            if self.tp != 1:
+                raise ConfigError(f"the torch engine runs on one device; got {self.tp!r}",
+                                  key="--tp")
+            self.torch.validate()
+        self.network.validate()
+
+    @property
+    def shape(self) -> ModelShape:
+        """The model preset's shape."""
+        return MODELS[self.model]
