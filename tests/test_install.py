@@ -17,30 +17,34 @@ from tests.scripted_server import Script, ScriptedServerProcess
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _env() -> dict[str, str]:
+    """This environment without what would point Python at the checkout."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv holding the project's wheel (its dependencies come from this interpreter's
     site-packages, so nothing is downloaded); returns its ``bin`` folder."""
     tmp = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp / "dist"), str(ROOT)], check=True, cwd=tmp)  # fmt: skip
+                    str(tmp / "dist"), str(ROOT)], check=True, cwd=tmp, env=_env())  # fmt: skip
     (wheel,) = (tmp / "dist").glob("loadgen-*.whl")
     venv.create(tmp / "venv", system_site_packages=True, with_pip=False)
     py = tmp / "venv" / "bin" / "python"
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)],
-                   check=True, cwd=tmp)  # fmt: skip
+                   check=True, cwd=tmp, env=_env())  # fmt: skip
     return tmp / "venv" / "bin"
 
 
 def _loadgen(bin_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return subprocess.run([str(bin_dir / "loadgen"), *args], cwd=cwd, env=env, capture_output=True, text=True,
+    return subprocess.run([str(bin_dir / "loadgen"), *args], cwd=cwd, env=_env(), capture_output=True, text=True,
                           timeout=300)  # fmt: skip
 
 
 def test_the_wheel_is_the_one_that_runs(installed: Path, tmp_path: Path) -> None:
     out = subprocess.run([str(installed / "python"), "-c", "import loadgen; print(loadgen.__file__)"], cwd=tmp_path,
-                         capture_output=True, text=True, check=True)  # fmt: skip
+                         env=_env(), capture_output=True, text=True, check=True)  # fmt: skip
     assert str(installed.parent) in out.stdout and str(ROOT) not in out.stdout
 
 
