@@ -13,14 +13,16 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 
 from loadgen.aio import new_event_loop
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.discovery import ServerInfo, discover, redact_url
+from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError, TargetError
 from loadgen.load.profiles import Profile
@@ -74,24 +76,54 @@ class RunOutcome:
     records: int
 
 
-async def calibrate(transport: Any, synth: PromptSynthesizer, api: str) -> dict[str, Any]:
-    """Two short requests of known word counts fit tokens-per-word and the template overhead."""
-    samples: list[tuple[int, int]] = []
-    for i, (words, text) in enumerate(synth.calibration_texts((32, 256))):
-        spec = RequestSpec(index=-1 - i, prompt=text, prompt_tokens=words, max_tokens=1)
-        rec = RequestRecord(index=spec.index)
-        await transport.send(spec, rec)
-        if not rec.ok:
-            raise TargetError(f"calibration request failed ({rec.status.value}): {rec.error}")
-        if rec.prompt_tokens is None:
-            return {"calibrated": False, "reason": "server reports no usage.prompt_tokens"}
-        samples.append((words, rec.prompt_tokens))
+Probe = Callable[[RequestSpec], Awaitable[ProbeResult]]
+
+
+async def _streamed_prompt_tokens(transport: Any, spec: RequestSpec) -> int | None:
+    rec = RequestRecord(index=spec.index)
+    await transport.send(spec, rec)
+    if not rec.ok:
+        raise TargetError(f"calibration request failed ({rec.status.value}): {rec.error}")
+    return rec.prompt_tokens
+
+
+async def calibrate(transport: Any, synth: PromptSynthesizer, api: str, probe: Probe | None = None) -> dict[str, Any]:
+    """Two short requests of known word counts fit tokens-per-word and the template overhead.
+
+    They are streamed like the run's requests; when a stream carries no
+    ``usage.prompt_tokens`` (llama.cpp's server and others ignore
+    ``stream_options.include_usage``), both prompts go through ``probe`` instead, which
+    asks without streaming. ``method`` in the result says which answers the fit came from.
+    """
+    specs = [
+        (words, RequestSpec(index=-1 - i, prompt=text, prompt_tokens=words, max_tokens=1))
+        for i, (words, text) in enumerate(synth.calibration_texts((32, 256)))
+    ]
+    method = "stream"
+    counts: list[int] = []
+    for _, spec in specs:
+        n = await _streamed_prompt_tokens(transport, spec)
+        if n is None:
+            break
+        counts.append(n)
+    if len(counts) < len(specs):
+        if probe is None:
+            return {"calibrated": False, "method": None, "reason": "the server streams no usage.prompt_tokens"}
+        method, counts = "non-stream", []
+        for _, spec in specs:
+            res = await probe(spec)
+            if res.prompt_tokens is None:
+                return {"calibrated": False, "method": None,
+                        "reason": f"the server streams no usage.prompt_tokens and {res.error}"}  # fmt: skip
+            counts.append(res.prompt_tokens)
+    samples = [(words, n) for (words, _), n in zip(specs, counts)]
     try:
         synth.calibrate(samples)
     except ConfigError as exc:
-        return {"calibrated": False, "reason": str(exc), "samples": samples}
+        return {"calibrated": False, "method": method, "reason": str(exc), "samples": samples}
     return {
         "calibrated": True,
+        "method": method,
         "samples": samples,
         "tokens_per_word": synth.tokens_per_word,
         "overhead_tokens": synth.overhead_tokens,
@@ -165,6 +197,20 @@ def _run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None,
     )  # fmt: skip
 
 
+def _options(cfg: RunConfig, info: ServerInfo) -> DialectOptions:
+    return DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage)
+
+
+def _probe(cfg: RunConfig, info: ServerInfo) -> Probe:
+    """Calibration's non-streamed fallback: the run's URL, dialect, options and headers."""
+    dialect, options = get_dialect(cfg.api), _options(cfg, info)
+
+    async def probe(spec: RequestSpec) -> ProbeResult:
+        return await probe_prompt_tokens(cfg.url, dialect, options, spec, cfg.headers, cfg.read_timeout_s)
+
+    return probe
+
+
 def _transport(cfg: RunConfig, info: ServerInfo) -> Any:
     """The transport, with room for the run's largest number of requests in flight."""
     prof = cfg.profile
@@ -173,7 +219,7 @@ def _transport(cfg: RunConfig, info: ServerInfo) -> Any:
     tcfg = TransportConfig(
         base_url=cfg.url,
         dialect=get_dialect(cfg.api),
-        options=DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage),
+        options=_options(cfg, info),
         headers=cfg.headers,
         max_connections=max_conc + 16 if max_conc else 10_000,
         read_timeout_s=cfg.read_timeout_s,
@@ -216,9 +262,14 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
     synth = PromptSynthesizer(seed=cfg.seed)
     started, anchor_ns = time.time(), time.perf_counter_ns()
     try:
-        calib = await calibrate(transport, synth, cfg.api) if cfg.calibrate else {"calibrated": False}
+        if cfg.calibrate:
+            calib = await calibrate(transport, synth, cfg.api, _probe(cfg, info))
+        else:
+            calib = {"calibrated": False, "method": None, "reason": "--no-calibrate"}
         if cfg.calibrate and not calib["calibrated"]:
-            console.print(f"[yellow]warning: prompt lengths not calibrated: {calib['reason']}[/yellow]")
+            console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib['reason'])}; prompts assume "
+                          "one token per word and no chat template, so compare them with the server's own prompt "
+                          "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
         specs: Iterator[RequestSpec] = spec_stream(cfg.workload, seed=cfg.seed, synth=synth)
         if holds_run(cfg.out):
             console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")

@@ -3,7 +3,13 @@
 Every request follows a :class:`Script` (the server default, overridden per request by a
 ``"script": {...}`` field in the JSON body): time to first event, gap between events,
 tokens per event, usage reporting, and faults. Events are sent on an absolute schedule
-(arrival + ttft + k * itl), so the client-measured gaps can be checked against it.
+(arrival + ttft + k * itl), so the client-measured gaps can be checked against it. A
+request with ``"stream": false`` gets one JSON answer (with ``usage`` unless
+``answer_usage`` is off), like llama.cpp's server, which streams no usage but always
+reports it in non-streamed answers.
+
+Prompt tokens are counted by a deterministic stand-in tokenizer: ``round(words *
+tokens_per_word)`` of the text, plus ``template_tokens`` per chat message.
 """
 
 from __future__ import annotations
@@ -39,6 +45,10 @@ class Script:
     capacity: int | None = None
     overload_ttft_s: float = 0.0
     raw_body: str | None = None  # answer 200 with this body instead of a stream (garbage)
+    answer_usage: bool = True  # non-streamed answers carry usage
+    tokens_per_word: float = 1.0  # the stand-in tokenizer's prompt tokens per whitespace word
+    template_tokens: int = 3  # chat: tokens a template adds per message
+    log_path: str | None = None  # append {"stream", "prompt_tokens"} per request as a JSON line
 
 
 class ScriptedServer:
@@ -46,6 +56,7 @@ class ScriptedServer:
         self.script = script or Script()
         self.prompt_tokens = prompt_tokens
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self.url = ""
         self.in_flight = 0
         self._runner: web.AppRunner | None = None
@@ -81,6 +92,7 @@ class ScriptedServer:
         t0 = time.perf_counter()
         body = await request.json()
         self.requests.append(body)
+        self.headers.append(dict(request.headers))
         sc = self.script
         if isinstance(body.get("script"), dict):
             known = {f.name for f in fields(Script)}
@@ -96,11 +108,18 @@ class ScriptedServer:
         chat = request.path.endswith("/chat/completions")
         if self.prompt_tokens is not None:
             n_prompt = self.prompt_tokens
-        elif chat:  # words of every message + 3 per message, like a chat template would add
-            n_prompt = sum(len(str(m.get("content", "")).split()) + 3 for m in body.get("messages", []))
+        elif chat:  # each message's words + what a chat template would add
+            n_prompt = sum(_count(str(m.get("content", "")), sc) + sc.template_tokens for m in body.get("messages", []))
         else:
-            n_prompt = len(str(body.get("prompt", "")).split())
+            n_prompt = _count(str(body.get("prompt", "")), sc)
         n_out = sc.output_tokens if sc.output_tokens is not None else int(body.get("max_tokens", 16))
+        stream = body.get("stream", True) is not False
+        if sc.log_path is not None:
+            with open(sc.log_path, "a", encoding="utf-8") as log:
+                log.write(json.dumps({"stream": stream, "prompt_tokens": n_prompt}) + "\n")
+        if not stream:  # one answer when the whole output would have been generated
+            await asyncio.sleep(max(0.0, t0 + sc.ttft_s + (n_out - 1) * sc.itl_s - time.perf_counter()))
+            return web.json_response(_answer(chat, n_out, n_prompt if sc.answer_usage else None))
         opts = body.get("stream_options") or {}
         usage_final = opts.get("include_usage", False) if sc.include_usage is None else sc.include_usage
         continuous = bool(opts.get("continuous_usage_stats"))
@@ -157,6 +176,25 @@ class ScriptedServer:
             await resp.write(b"".join(pending))
         await resp.write_eof()
         return resp
+
+
+def _count(text: str, sc: Script) -> int:
+    return round(len(text.split()) * sc.tokens_per_word)
+
+
+def _answer(chat: bool, n_out: int, n_prompt: int | None) -> dict[str, Any]:
+    """A non-streamed completion of ``n_out`` tokens, with usage when ``n_prompt`` is given."""
+    text = " tok" * n_out
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    obj: dict[str, Any] = {"id": "x", "object": "chat.completion" if chat else "text_completion",
+                           "model": "scripted-model", "choices": [choice]}  # fmt: skip
+    if n_prompt is not None:
+        obj["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
+    return obj
 
 
 async def _serve_forever(script: Script) -> None:

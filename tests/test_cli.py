@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -183,3 +183,60 @@ def test_a_folder_holds_one_run(server: ScriptedServerProcess, tmp_path: Path) -
     res = runner.invoke(app, args[:4] + ["3"] + args[5:])
     assert res.exit_code == 0 and "replacing the earlier run" in res.output
     assert len((out / "records.jsonl").read_text().splitlines()) == 3
+
+
+def _llama_cpp(log: Path, **kw: Any) -> Script:
+    """llama.cpp's server as a client sees it: no usage in streams (stream_options ignored),
+    usage in every non-streamed answer, a role-only first chunk, one token per event; its
+    stand-in tokenizer counts 1.1 tokens per word plus 8 template tokens, and it logs what
+    it counted for every request."""
+    return Script(ttft_s=0.003, itl_s=0.001, include_usage=False, role_event=True, tokens_per_event=1,
+                  tokens_per_word=1.1, template_tokens=8, log_path=str(log), **kw)  # fmt: skip
+
+
+def _served_prompts(log: Path) -> list[int]:
+    """The prompt lengths the server counted for the run's (streamed) requests."""
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    return [x["prompt_tokens"] for x in lines if x["stream"]]
+
+
+def test_exact_prompts_against_a_server_that_streams_no_usage(tmp_path: Path) -> None:
+    log = tmp_path / "server.jsonl"
+    args = ["run", "--concurrency", "1", "--requests", "12", "--prompt-tokens", "128", "--output-tokens", "32",
+            "--quiet"]  # fmt: skip
+    with ScriptedServerProcess(_llama_cpp(log)) as srv:
+        res = runner.invoke(app, [*args, "--url", srv.url, "--out", str(tmp_path / "cal")])
+        assert res.exit_code == 0, res.output
+        served = _served_prompts(log)[-12:]  # after the calibration requests
+        log.write_text("")
+        raw = runner.invoke(app, [*args, "--url", srv.url, "--out", str(tmp_path / "raw"), "--no-calibrate"])
+        assert raw.exit_code == 0, raw.output
+        uncalibrated = _served_prompts(log)
+    assert "warning" not in res.output and "not calibrated" not in res.output
+    assert len(served) == 12 and all(abs(n - 128) <= 0.01 * 128 for n in served), served
+    # without calibration the template and the tokenizer make every prompt 16% too long
+    assert uncalibrated == [round(128 * 1.1) + 8] * 12
+    run = json.loads((tmp_path / "cal" / "run.json").read_text())
+    assert run["calibration"]["calibrated"] and run["calibration"]["method"] == "non-stream"
+    assert json.loads((tmp_path / "raw" / "run.json").read_text())["calibration"]["method"] is None
+    # output tokens: counted one per event, and the end of the run says so
+    level = json.loads((tmp_path / "cal" / "summary.json").read_text())["levels"][0]
+    assert level["events"]["token_source"] == {"events": 12} and level["output_tokens"]["mean"] == 32.0
+    assert "output tokens counted one per event (the server streamed no usage" in res.output
+    html = (tmp_path / "cal" / "report.html").read_text()
+    assert "Output tokens counted one per event (the server streamed no usage" in html
+    assert "<dt>prompt lengths</dt><dd>calibrated from non-streamed answers&#x27; usage" in html
+
+
+def test_a_server_with_no_usage_at_all_is_one_warning_line(tmp_path: Path) -> None:
+    log = tmp_path / "server.jsonl"
+    with ScriptedServerProcess(_llama_cpp(log, answer_usage=False)) as srv:
+        res = runner.invoke(app, ["run", "--url", srv.url, "--requests", "3", "--prompt-tokens", "16",
+                                  "--output-tokens", "4", "--out", str(tmp_path / "x"), "--quiet"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    warnings = [line for line in res.output.splitlines() if "warning" in line]
+    assert warnings == ["warning: prompt lengths not calibrated: the server streams no usage.prompt_tokens and the "
+                        "non-streamed answer has no usage.prompt_tokens either; prompts assume one token per word and "
+                        "no chat template, so compare them with the server's own prompt counts"]  # fmt: skip
+    calib = json.loads((tmp_path / "x" / "run.json").read_text())["calibration"]
+    assert calib["calibrated"] is False and "non-streamed answer has no usage" in calib["reason"]

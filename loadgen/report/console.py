@@ -7,7 +7,7 @@ display (the reported numbers come from :mod:`loadgen.metrics`).
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -18,7 +18,10 @@ from rich.text import Text
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, unit_label
 from loadgen.records import RequestRecord
 
-__all__ = ["LiveStats", "level_table", "metrics_table", "answer_lines", "fmt_ms", "level_line", "show_summary"]
+__all__ = [
+    "LiveStats", "level_table", "metrics_table", "answer_lines", "token_source_line", "fmt_ms", "level_line",
+    "show_summary",
+]  # fmt: skip
 
 
 def fmt_ms(v: Any) -> str:
@@ -206,6 +209,28 @@ def answer_lines(summary: RunSummary) -> list[str]:
     return out
 
 
+# how the output tokens were counted (RequestRecord.token_source), for a reader judging them
+_TOKEN_SOURCES = {
+    "usage_delta": "from the server's usage on every event (exact)",
+    "events_corrected": "counted one per event, scaled to the server's final usage.completion_tokens",
+    "events": "counted one per event (the server streamed no usage; exact when each event holds one token)",
+}
+
+
+def token_source_line(levels: Sequence[LevelSummary], prefix: str = "output tokens ") -> str:
+    """How the output tokens of the successful requests were counted, in words ("" if none)."""
+    counts: Counter[str] = Counter()
+    for lv in levels:
+        counts.update(lv.events.token_source)
+    total = sum(counts.values())
+    parts = [
+        _TOKEN_SOURCES.get(src, f"counted as {src!r}") + ("" if n == total else f" for {n} of {total} requests")
+        for src, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        if n > 0
+    ]  # fmt: skip
+    return prefix + "; ".join(parts) if parts else ""
+
+
 def show_summary(summary: RunSummary, console: Console, folder: Path) -> None:
     """The end-of-run view: one level's table or the level table with the answers."""
     levels = summary.levels
@@ -216,6 +241,9 @@ def show_summary(summary: RunSummary, console: Console, folder: Path) -> None:
         console.print(level_table(levels, title="Results per load level"))
         for line in answer_lines(summary):
             console.print(line)
+    tokens = token_source_line(levels)
+    if tokens:
+        console.print(tokens, style="dim", highlight=False, markup=False, soft_wrap=True)
     if summary.stopped:
         console.print(f"[yellow]stopped early: {summary.stopped}[/yellow]")
     if summary.interrupted:

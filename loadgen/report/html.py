@@ -7,9 +7,9 @@ goodput; the client verdict), ``levels`` (the level table), ``latency`` (TTFT, I
 TPOT, E2E against load), ``throughput`` (throughput, goodput and SLO attainment against
 load), ``distributions`` (CDFs per level), ``timeline`` (the requests of one level,
 phase by phase), ``itl-time`` (ITL over time, long prompts marked), ``tokens`` (tokens
-per event, coalesced reads, output lengths), ``client`` (client health), ``failures``
-and ``server`` (scraped server metrics). Numbers come from the summary; nothing here
-computes a reported metric.
+per event, coalesced reads, output lengths, how tokens were counted), ``client`` (client
+health), ``failures`` and ``server`` (scraped server metrics). Numbers come from the
+summary; nothing here computes a reported metric.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from loadgen.metrics.results import LevelSummary, RunSummary, unit_label
 from loadgen.report import figures as F
 from loadgen.report import request_figures as R
-from loadgen.report.console import fmt_ms
+from loadgen.report.console import fmt_ms, token_source_line
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
 
@@ -139,6 +139,27 @@ def level_table_html(levels: Sequence[LevelSummary]) -> str:
             "per second.</p>")  # fmt: skip
 
 
+_CALIBRATED_FROM = {
+    "stream": "the server's streamed usage",
+    "non-stream": "non-streamed answers' usage (the server streams none)",
+}
+
+
+def _calibration(calib: Any) -> str | None:
+    """run.json's prompt calibration in words (None when the run recorded none)."""
+    if not isinstance(calib, dict) or "calibrated" not in calib:
+        return None
+    if not calib["calibrated"]:
+        return f"not calibrated: {calib.get('reason') or 'turned off'}"
+    method = calib.get("method") or "stream"  # runs from before the non-streamed fallback
+    where = _CALIBRATED_FROM.get(str(method), str(method))
+    slope, overhead = calib.get("tokens_per_word"), calib.get("overhead_tokens")
+    fit = ""
+    if isinstance(slope, (int, float)) and isinstance(overhead, (int, float)):
+        fit = f": {slope:.2f} tokens per word + {overhead:.2f} template tokens"
+    return f"calibrated from {where}{fit}"
+
+
 def _meta(data: RunData) -> str:
     run = data.run
     target = run.get("target") or {}
@@ -149,7 +170,10 @@ def _meta(data: RunData) -> str:
         ("target", target.get("url")), ("model", target.get("model")), ("API", target.get("api")),
         ("workload", " — ".join(x for x in (wl.get("name"), wl.get("description")) if x)),
         ("profile", " — ".join(x for x in (prof.get("name"), prof.get("description")) if x)),
-        ("SLOs", ", ".join(run.get("slos") or []) or "none"), ("started", run.get("started_at")),
+        ("SLOs", ", ".join(run.get("slos") or []) or "none"),
+        ("prompt lengths", _calibration(run.get("calibration"))),
+        ("output tokens", token_source_line(data.levels, prefix="")),
+        ("started", run.get("started_at")),
         ("label", run.get("label")), ("command", " ".join(run.get("command") or [])),
         ("machine", " / ".join(str(x) for x in (machine.get("hostname"), machine.get("platform"),
                                                  f"{machine.get('cpus')} CPUs") if x)),
@@ -182,6 +206,11 @@ def _errors_table(data: RunData) -> str:
 
 def _maybe(page: Page, fig_id: str, fig: dict[str, Any] | None, empty: str, height: int = 420) -> str:
     return page.figure(fig_id, fig, height) if fig is not None else f'<p class="note">{esc(empty)}</p>'
+
+
+def _token_source(levels: Sequence[LevelSummary]) -> str:
+    line = token_source_line(levels)
+    return f'<p class="note" id="token-source">{esc(line[:1].upper() + line[1:])}.</p>' if line else ""
 
 
 def build_run_page(data: RunData) -> Page:
@@ -225,6 +254,7 @@ def build_run_page(data: RunData) -> Page:
     page.section("tokens", "Tokens per event and output lengths",
                  '<p class="note">Several tokens in one SSE event, or several events in one socket read (coalesced), '
                  "hide inter-token gaps; a server that stops short of max_tokens shifts TPOT and throughput.</p>"
+                 + _token_source(levels)
                  + _maybe(page, "fig-tokens", R.tokens_and_lengths(data), "No level."))  # fmt: skip
     lag_note = ("" if any(lv.client.loop_lag_over_time for lv in levels) else
                 " Event-loop lag is summarised per level (the summary holds no lag time series).")  # fmt: skip

@@ -233,6 +233,10 @@ def test_a_real_run_folder(tmp_path: Path) -> None:
     levels = read_summary(out)["levels"]
     assert trace(fig, "ttft_ms.p50")["y"] == [lv["ttft_ms"]["p50"] for lv in levels]
     assert trace(fig, "ttft_ms.p50")["x"] == [1, 2]
+    html = path.read_text(encoding="utf-8")
+    assert "<dt>prompt lengths</dt><dd>calibrated from the server&#x27;s streamed usage: 1.00 tokens per word + 3.00" in html
+    assert ('<p class="note" id="token-source">Output tokens counted one per event, scaled to the server&#x27;s '
+            "final usage.completion_tokens.</p>") in html  # fmt: skip
 
 
 @pytest.mark.parametrize("module", ["html", "page", "figures", "request_figures", "compare", "compare_figures",
@@ -252,3 +256,29 @@ def test_loop_lag_series_is_drawn_when_the_summary_has_one(run_folder: Path, tmp
     lag = trace(figures(html)["fig-lateness"], "client.loop_lag.1")
     assert (lag["x"], lag["y"]) == ([3.0, 4.0], [0.5, 12.0])
     assert "holds no lag time series" not in html
+
+
+def test_how_tokens_were_counted_and_prompts_calibrated(run_folder: Path, tmp_path: Path) -> None:
+    """A run whose server streamed no usage for some requests, calibrated from non-streamed answers."""
+    folder = tmp_path / "no-usage"
+    shutil.copytree(run_folder, folder)
+    summary = read_summary(folder)
+    summary["levels"][0]["events"]["token_source"] = {"events": 30, "events_corrected": 10}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    run = json.loads((folder / "run.json").read_text())
+    run["calibration"] = {"calibrated": True, "method": "non-stream", "samples": [[32, 43], [256, 290]],
+                          "tokens_per_word": 1.1026785714285714, "overhead_tokens": 7.714285714285722}  # fmt: skip
+    (folder / "run.json").write_text(json.dumps(run))
+    html = render_run_report(folder).read_text(encoding="utf-8")
+    n = 40 + sum(sum(lv["events"]["token_source"].values()) for lv in summary["levels"][1:])
+    note = html.split('id="token-source">')[1].split("</p>")[0]
+    assert note == (f"Output tokens counted one per event, scaled to the server&#x27;s final usage.completion_tokens "
+                    f"for {n - 30} of {n} requests; counted one per event (the server streamed no usage; exact when "
+                    f"each event holds one token) for 30 of {n} requests.")  # fmt: skip
+    assert html.index('id="token-source"') > html.index('<section id="tokens">')
+    assert ("<dt>prompt lengths</dt><dd>calibrated from non-streamed answers&#x27; usage (the server streams none): "
+            "1.10 tokens per word + 7.71 template tokens</dd>") in html  # fmt: skip
+    run["calibration"] = {"calibrated": False, "method": None, "reason": "the server streams no usage.prompt_tokens"}
+    (folder / "run.json").write_text(json.dumps(run))
+    html = render_run_report(folder).read_text(encoding="utf-8")
+    assert "<dd>not calibrated: the server streams no usage.prompt_tokens</dd>" in html

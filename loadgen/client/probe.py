@@ -1,0 +1,73 @@
+"""One non-streamed request that reads the server's ``usage.prompt_tokens``.
+
+Several servers (llama.cpp's among them) ignore ``stream_options.include_usage``, so a
+stream carries no usage, yet their non-streamed answers always do. Prompt calibration
+falls back to this probe: the dialect's body with ``"stream": false``, no
+``stream_options``, one output token. Every failure becomes a :class:`ProbeResult` with a
+one-line reason, never an exception; the headers (which may hold an API key) are sent
+and never shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from loadgen.client.dialects import Dialect, DialectOptions
+from loadgen.records import RequestSpec
+
+__all__ = ["ProbeResult", "non_stream_body", "probe_prompt_tokens"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """``prompt_tokens`` from the answer's usage, or ``None`` and why not in ``error``."""
+
+    prompt_tokens: int | None
+    error: str | None = None
+
+
+def non_stream_body(spec: RequestSpec, dialect: Dialect, options: DialectOptions) -> dict[str, Any]:
+    """The run's request body for ``spec``, asked for as one answer of one token."""
+    body = dialect.build_body(spec, options)
+    body["stream"] = False
+    body.pop("stream_options", None)
+    body[options.max_tokens_field] = 1
+    if "min_tokens" in body:
+        body["min_tokens"] = 1
+    return body
+
+
+def _usage_prompt_tokens(obj: Any) -> int | None:
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+async def probe_prompt_tokens(
+    base_url: str, dialect: Dialect, options: DialectOptions, spec: RequestSpec,
+    headers: dict[str, str] | None = None, timeout_s: float = 60.0,
+) -> ProbeResult:  # fmt: skip
+    """POST ``spec`` non-streamed to ``base_url + dialect.path`` and read its usage."""
+    url = base_url.rstrip("/") + dialect.path
+    body = non_stream_body(spec, dialect, options)
+    try:
+        async with httpx.AsyncClient(headers=headers or {}, timeout=timeout_s) as client:
+            resp = await client.post(url, json=body)
+    except httpx.TimeoutException:
+        return ProbeResult(None, f"the non-streamed request got no answer within {timeout_s:g} s")
+    except httpx.HTTPError as exc:
+        return ProbeResult(None, f"the non-streamed request failed: {type(exc).__name__}: {exc}")
+    if resp.status_code != 200:
+        text = " ".join(resp.text.split())[:200]
+        return ProbeResult(None, f"the non-streamed request answered HTTP {resp.status_code}: {text}")
+    try:
+        obj = resp.json()
+    except ValueError:
+        return ProbeResult(None, "the non-streamed answer is not JSON")
+    n = _usage_prompt_tokens(obj)
+    if n is None:
+        return ProbeResult(None, "the non-streamed answer has no usage.prompt_tokens either")
+    return ProbeResult(n)
