@@ -39,6 +39,7 @@ class ErrorKind(str, enum.Enum):
     DISCONNECTED = "disconnected"
     CANCELLED = "cancelled"
     INVALID_RESPONSE = "invalid_response"
+    ERROR_EVENT = "error_event"  # the server reported an error inside its stream (HTTP 200)
 
 
 class TokenSource(str, enum.Enum):
