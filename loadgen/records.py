@@ -2,7 +2,7 @@
 
 Stdlib only; nothing here imports the rest of the project.
 
-- :class:`RequestSpec` — one request to send (prompt, target lengths, class, offset).
+- :class:`RequestSpec` — one request to send (prompt, target lengths, class, group).
 - :class:`RequestRecord` — what happened to it: monotonic timestamps of the schedule,
   the send, every output-carrying SSE event and the end, plus status and counts.
 - :class:`ErrorKind` — the status of a finished request.
@@ -61,8 +61,6 @@ class RequestSpec:
     ``prompt`` is text for the completions API; the chat dialect wraps it in a user
     message unless it already is a list of messages. ``prompt_tokens`` is the *target*
     length the synthesiser aimed at; ``max_tokens`` the requested output length.
-    ``offset_s`` is the scheduled send time relative to the level start (traces and
-    precomputed open-loop schedules); ``None`` means "as soon as a user is free".
     """
 
     index: int
@@ -70,7 +68,6 @@ class RequestSpec:
     prompt_tokens: int
     max_tokens: int
     request_class: str = "default"
-    offset_s: float | None = None
     group: int | None = None  # shared-prefix group, if any
 
 

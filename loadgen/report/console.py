@@ -10,7 +10,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Sequence
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -171,10 +171,6 @@ def level_table(levels: Sequence[dict[str, Any]], title: str = "") -> Table:
             Text(verdict, style="red" if verdict != "ok" else "green"),
         )
     return tab
-
-
-def make_console(quiet: bool = False) -> Console:
-    return Console(quiet=quiet, highlight=False)
 
 
 def answer_lines(summary: dict[str, Any]) -> list[str]:
