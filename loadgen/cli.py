@@ -76,20 +76,20 @@ def _redact_argv(argv: list[str]) -> list[str]:
     """argv for run.json: header values and URL credentials/query strings removed."""
     from loadgen.client.discovery import redact_url
 
+    def header(value: str) -> str:  # the name only; a value without one (refused later) shows nothing
+        return (value.split(":", 1)[0] if ":" in value else "") + ": ***"
+
     out, hide = [], False
     for a in argv:
-        if "://" in a:
-            head, sep, url = a.partition("=") if a.startswith("--") else ("", "", a)
-            a = head + sep + redact_url(url)
         if hide:
-            name = a.split(":", 1)[0]
-            out.append(f"{name}: ***")
-            hide = False
-            continue
-        if a == "--header":
+            a, hide = header(a), False
+        elif a == "--header":
             hide = True
         elif a.startswith("--header="):
-            a = "--header=" + a.split("=", 1)[1].split(":", 1)[0] + ": ***"
+            a = "--header=" + header(a.split("=", 1)[1])
+        elif "://" in a:
+            head, sep, url = a.partition("=") if a.startswith("--") else ("", "", a)
+            a = head + sep + redact_url(url)
         out.append(a)
     return out
 

@@ -12,7 +12,8 @@
     │   ├── HTTPStatusError         non-2xx answer
     │   ├── RequestTimeout          no byte within the read timeout / total timeout exceeded
     │   ├── Disconnected            connection refused, reset or closed mid-stream
-    │   └── InvalidResponse         malformed SSE or JSON, or a stream without [DONE]/finish
+    │   ├── InvalidResponse         malformed SSE or JSON, or a stream without [DONE]/finish
+    │   └── ErrorEvent              the server reported an error inside a 200 stream
     └── ServerError                 reference-server side problems
         └── EngineError             the engine cannot take or run a request (bad config, OOM)
             ├── PromptTooLong       prompt + max_tokens over the context length (HTTP 400)
@@ -35,6 +36,7 @@ __all__ = [
     "RequestTimeout",
     "Disconnected",
     "InvalidResponse",
+    "ErrorEvent",
     "ServerError",
     "EngineError",
     "PromptTooLong",
@@ -95,6 +97,11 @@ class Disconnected(TransportError):
 
 class InvalidResponse(TransportError):
     pass
+
+
+class ErrorEvent(TransportError):
+    """An SSE ``error`` event or an ``{"error": ...}`` object in a stream that began
+    with HTTP 200: the server gave up on the request after answering."""
 
 
 class ServerError(LoadgenError):

@@ -2,7 +2,7 @@
 
 Stdlib only; nothing here imports the rest of the project.
 
-- :class:`RequestSpec` — one request to send (prompt, target lengths, class, offset).
+- :class:`RequestSpec` — one request to send (prompt, target lengths, class, group).
 - :class:`RequestRecord` — what happened to it: monotonic timestamps of the schedule,
   the send, every output-carrying SSE event and the end, plus status and counts.
 - :class:`ErrorKind` — the status of a finished request.
@@ -39,6 +39,7 @@ class ErrorKind(str, enum.Enum):
     DISCONNECTED = "disconnected"
     CANCELLED = "cancelled"
     INVALID_RESPONSE = "invalid_response"
+    ERROR_EVENT = "error_event"  # the server reported an error inside its stream (HTTP 200)
 
 
 class TokenSource(str, enum.Enum):
@@ -60,8 +61,6 @@ class RequestSpec:
     ``prompt`` is text for the completions API; the chat dialect wraps it in a user
     message unless it already is a list of messages. ``prompt_tokens`` is the *target*
     length the synthesiser aimed at; ``max_tokens`` the requested output length.
-    ``offset_s`` is the scheduled send time relative to the level start (traces and
-    precomputed open-loop schedules); ``None`` means "as soon as a user is free".
     """
 
     index: int
@@ -69,7 +68,6 @@ class RequestSpec:
     prompt_tokens: int
     max_tokens: int
     request_class: str = "default"
-    offset_s: float | None = None
     group: int | None = None  # shared-prefix group, if any
 
 
@@ -130,13 +128,18 @@ def record_to_json(rec: RequestRecord) -> str:
     return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
 
 
-_FIELDS = {f.name for f in dataclasses.fields(RequestRecord)}
+_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord))
+_STATUS = {k.value: k for k in ErrorKind}
+_SOURCE = {k.value: k for k in TokenSource}
 
 
 def record_from_json(line: str | dict[str, Any]) -> RequestRecord:
-    """Parse one ``records.jsonl`` line; unknown keys (from newer versions) are ignored."""
-    d = json.loads(line) if isinstance(line, str) else dict(line)
-    kw = {k: v for k, v in d.items() if k in _FIELDS}
-    kw["status"] = ErrorKind(kw.get("status", "ok"))
-    kw["token_source"] = TokenSource(kw.get("token_source", "events"))
-    return RequestRecord(**kw)
+    """Parse one ``records.jsonl`` line; unknown keys (from newer versions) are ignored.
+    Raises ValueError or TypeError when it is not a record."""
+    d = json.loads(line) if isinstance(line, str) else line
+    if not _FIELDS.issuperset(d):
+        d = {k: v for k, v in d.items() if k in _FIELDS}
+    rec = RequestRecord(**d)  # the report reads 100,000s of these: the enums by lookup
+    rec.status = _STATUS.get(rec.status) or ErrorKind(rec.status)
+    rec.token_source = _SOURCE.get(rec.token_source) or TokenSource(rec.token_source)
+    return rec

@@ -36,6 +36,8 @@ class Script:
     status: int = 200
     disconnect_after: int | None = None  # close the connection after this many events
     malformed_after: int | None = None  # send broken JSON after this many events
+    error_after: int | None = None  # report an error in the stream after this many events
+    error_form: str = "event"  # "event": an SSE `event: error`; "object": data {"error": {...}}
     role_event: bool = True  # chat: a first role-only event (no output)
     line_end: str = "\n"
     done: bool = True  # send [DONE]
@@ -128,9 +130,10 @@ class ScriptedServer:
         nl = sc.line_end
         pending: list[bytes] = []
 
-        async def emit(obj: Any, at: float | None = None) -> None:
+        async def emit(obj: Any, at: float | None = None, event: str | None = None) -> None:
             data = obj if isinstance(obj, str) else json.dumps(obj)
-            pending.append(f"data: {data}{nl}{nl}".encode())
+            head = f"event: {event}{nl}" if event else ""
+            pending.append(f"{head}data: {data}{nl}{nl}".encode())
             if len(pending) >= sc.events_per_write:
                 if at is not None:
                     delay = at - time.perf_counter()
@@ -161,6 +164,10 @@ class ScriptedServer:
                 return resp
             if sc.malformed_after is not None and k >= sc.malformed_after:
                 await emit("{not json", t0 + sc.ttft_s + k * sc.itl_s)
+                break
+            if sc.error_after is not None and k >= sc.error_after:
+                err = {"error": {"message": "scripted engine failure", "type": "InternalServerError", "code": 500}}
+                await emit(err, t0 + sc.ttft_s + k * sc.itl_s, "error" if sc.error_form == "event" else None)
                 break
             n = min(sc.tokens_per_event, n_out - sent)
             sent += n

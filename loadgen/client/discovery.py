@@ -25,7 +25,11 @@ class ServerInfo:
 
 def normalize_url(url: str) -> str:
     """``http://h:8000/v1/`` → ``http://h:8000``; credentials kept (they are used, not stored)."""
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+        _ = parts.port  # parsed on access: a port that is not a number 0-65535 raises
+    except ValueError as exc:
+        raise ConfigError(f"not a valid URL: {redact_url(url)!r} ({exc})", key="--url") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"not an http(s) URL: {url!r} (example: http://127.0.0.1:8000)", key="--url")
     path = parts.path.rstrip("/")
@@ -47,12 +51,13 @@ def split_credentials(url: str) -> tuple[str, dict[str, str]]:
 
 
 def redact_url(url: str) -> str:
-    """The URL without user:password and without a query string (may hold keys)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port else "")
+    """The URL without user:password and without a query string or fragment (may hold
+    keys). Never raises: it also cleans text that only looks like a URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed "[" in the host: keep nothing but the scheme
+        return url.partition("://")[0] + "://..."
+    netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 

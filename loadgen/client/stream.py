@@ -21,7 +21,7 @@ from typing import Any
 
 from loadgen.client.dialects import Dialect
 from loadgen.client.sse import SSEDecoder, SSEEvent
-from loadgen.errors import Disconnected, HTTPStatusError, InvalidResponse
+from loadgen.errors import Disconnected, ErrorEvent, InvalidResponse, TransportError
 from loadgen.records import RequestRecord, TokenSource
 
 __all__ = ["StreamState", "distribute"]
@@ -67,8 +67,8 @@ class StreamState:
     def feed(self, chunk: bytes, t_ns: int) -> None:
         """Take one read (already stamped); it is parsed soon after, or now without a loop.
 
-        A bad event (InvalidResponse / HTTPStatusError) is raised by this call or a later
-        one, or by :meth:`close`.
+        A bad event (InvalidResponse / ErrorEvent) is raised by this call or a later one,
+        or by :meth:`close`.
         """
         if self._error is not None:
             raise self._error
@@ -91,7 +91,7 @@ class StreamState:
             for chunk, t_ns in pending:
                 for ev in self._sse.feed(chunk):
                     self._event(ev, t_ns)
-        except (InvalidResponse, HTTPStatusError) as exc:
+        except TransportError as exc:
             self._error = exc
 
     def salvage(self) -> None:
@@ -123,7 +123,7 @@ class StreamState:
             self._done_ns = t_ns
             return
         if ev.event == "error":
-            raise HTTPStatusError(0, f"error event: {data[:300]}")
+            raise ErrorEvent(f"error event: {data[:300]}")
         try:
             obj = json.loads(data)
         except ValueError as exc:
@@ -132,7 +132,7 @@ class StreamState:
             raise InvalidResponse(f"SSE event is not a JSON object: {data[:120]!r}")
         info = self.dialect.parse_event(obj)
         if info.error is not None:
-            raise HTTPStatusError(0, f"error in stream: {info.error}")
+            raise ErrorEvent(f"error in stream: {info.error}")
         usage = info.usage if isinstance(info.usage, dict) else None
         if info.has_output:
             delta = None

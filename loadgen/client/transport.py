@@ -1,8 +1,9 @@
 """Streaming transports: aiohttp (default) and httpx (HTTP/2 capable).
 
 Both implement :class:`loadgen.load.transport.Transport`. Library exceptions are
-translated once, here, into :mod:`loadgen.errors` and then into an ``ErrorKind`` on the
-record; nothing but ``CancelledError`` leaves :meth:`send`.
+translated once, here, by one table (:data:`FOREIGN_ERRORS`, after httpx's
+``map_httpcore_exceptions``) into :mod:`loadgen.errors`, and those into an ``ErrorKind``
+on the record (:data:`ERROR_KINDS`); nothing but ``CancelledError`` leaves :meth:`send`.
 """
 
 from __future__ import annotations
@@ -10,16 +11,19 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import aiohttp
+import httpx
 
 from loadgen.client.dialects import Dialect, DialectOptions
 from loadgen.client.stream import StreamState
 from loadgen.errors import (
     ConfigError,
     Disconnected,
+    ErrorEvent,
     HTTPStatusError,
     InvalidResponse,
     RequestTimeout,
@@ -27,16 +31,58 @@ from loadgen.errors import (
 )
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec
 
-__all__ = ["TransportConfig", "AiohttpTransport", "HttpxTransport", "make_transport", "TRANSPORTS"]
+__all__ = [
+    "TransportConfig",
+    "AiohttpTransport",
+    "HttpxTransport",
+    "make_transport",
+    "TRANSPORTS",
+    "FOREIGN_ERRORS",
+    "ERROR_KINDS",
+]
 
 _now = time.perf_counter_ns
 
-_KIND = {
+FOREIGN_ERRORS: dict[type[Exception], tuple[type[TransportError], str]] = {
+    # aiohttp's and httpx's exceptions -> ours, with the start of the message. The first
+    # row the exception is an instance of wins: specific rows before general ones.
+    TimeoutError: (RequestTimeout, "timed out"),  # asyncio.timeout(), aiohttp's timeouts
+    httpx.TimeoutException: (RequestTimeout, "timed out"),
+    aiohttp.ClientConnectorError: (Disconnected, "cannot connect"),
+    httpx.ConnectError: (Disconnected, "cannot connect"),
+    aiohttp.ServerDisconnectedError: (Disconnected, "connection closed mid-stream"),
+    aiohttp.ClientPayloadError: (Disconnected, "connection closed mid-stream"),
+    httpx.RemoteProtocolError: (Disconnected, "connection closed mid-stream"),
+    httpx.NetworkError: (Disconnected, "connection closed mid-stream"),
+    aiohttp.ClientResponseError: (InvalidResponse, "bad HTTP response"),
+    httpx.HTTPError: (InvalidResponse, "bad HTTP response"),
+    aiohttp.ClientError: (Disconnected, "connection failed"),
+    OSError: (Disconnected, "connection failed"),
+}
+
+ERROR_KINDS: dict[type[TransportError], ErrorKind] = {
     HTTPStatusError: ErrorKind.HTTP_ERROR,
     RequestTimeout: ErrorKind.TIMEOUT,
     Disconnected: ErrorKind.DISCONNECTED,
     InvalidResponse: ErrorKind.INVALID_RESPONSE,
+    ErrorEvent: ErrorKind.ERROR_EVENT,
 }
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Re-raise a library exception as its :data:`FOREIGN_ERRORS` row says (``from``
+    the original); ours and anything not in the table (a bug) pass unchanged."""
+    try:
+        yield
+    except TransportError:
+        raise
+    except Exception as exc:
+        for foreign, (ours, what) in FOREIGN_ERRORS.items():
+            if isinstance(exc, foreign):
+                detail = str(exc)
+                raise ours(f"{what}: {type(exc).__name__}{': ' + detail if detail else ''}") from exc
+        raise
 
 
 @dataclass(slots=True)
@@ -63,15 +109,16 @@ class _StreamingTransport:
         body = self.config.dialect.build_body(spec, self.config.options)
         state = StreamState(record, self.config.dialect)
         try:
-            await self._exchange(body, state)
+            with _translated():
+                await self._exchange(body, state)
         except asyncio.CancelledError:
             state.salvage()
             record.fail(ErrorKind.CANCELLED, "cancelled", _now())
             raise
         except TransportError as exc:
             state.salvage()
-            http_status = exc.status if isinstance(exc, HTTPStatusError) and exc.status else None
-            record.fail(_KIND.get(type(exc), ErrorKind.DISCONNECTED), str(exc), _now(), http_status)
+            http_status = exc.status if isinstance(exc, HTTPStatusError) else None
+            record.fail(ERROR_KINDS[type(exc)], str(exc), _now(), http_status)
         if not record.done_ns:
             record.done_ns = _now()
 
@@ -119,27 +166,14 @@ class AiohttpTransport(_StreamingTransport):
         session = self._get_session()
         record = state.record
         record.sent_ns = _now()
-        try:
-            async with session.post(self.url, json=body) as resp:
-                if resp.status != 200:
-                    text = await resp.text(errors="replace")
-                    raise HTTPStatusError(resp.status, text)
-                async for chunk in resp.content.iter_any():
-                    t = _now()
-                    state.feed(chunk, t)
-                state.close(_now())
-        except TransportError:
-            raise
-        except asyncio.TimeoutError as exc:
-            raise RequestTimeout(f"timed out: {exc or 'no data within the read or request timeout'}") from exc
-        except aiohttp.ClientConnectorError as exc:
-            raise Disconnected(f"cannot connect: {exc.os_error or exc}") from exc
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
-            raise Disconnected(f"connection closed mid-stream: {exc}") from exc
-        except aiohttp.ClientResponseError as exc:
-            raise InvalidResponse(f"bad HTTP response: {exc.message}") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise Disconnected(f"{type(exc).__name__}: {exc}") from exc
+        async with session.post(self.url, json=body) as resp:
+            if resp.status != 200:
+                text = await resp.text(errors="replace")
+                raise HTTPStatusError(resp.status, text)
+            async for chunk in resp.content.iter_any():
+                t = _now()
+                state.feed(chunk, t)
+            state.close(_now())
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -156,8 +190,6 @@ class HttpxTransport(_StreamingTransport):
 
     def _get_client(self) -> Any:
         if self._client is None:
-            import httpx
-
             cfg = self.config
             try:
                 self._client = httpx.AsyncClient(
@@ -171,31 +203,18 @@ class HttpxTransport(_StreamingTransport):
         return self._client
 
     async def _exchange(self, body: dict[str, Any], state: StreamState) -> None:
-        import httpx
-
         client = self._get_client()
         record = state.record
         record.sent_ns = _now()
-        try:
-            async with asyncio.timeout(self.config.request_timeout_s) if hasattr(asyncio, "timeout") else _NoTimeout():
-                async with client.stream("POST", self.url, json=body) as resp:
-                    if resp.status_code != 200:
-                        await resp.aread()
-                        raise HTTPStatusError(resp.status_code, resp.text)
-                    async for chunk in resp.aiter_bytes():
-                        t = _now()
-                        state.feed(chunk, t)
-                    state.close(_now())
-        except TransportError:
-            raise
-        except (httpx.TimeoutException, TimeoutError) as exc:
-            raise RequestTimeout(f"timed out: {type(exc).__name__}") from exc
-        except httpx.ConnectError as exc:
-            raise Disconnected(f"cannot connect: {exc}") from exc
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise Disconnected(f"connection closed mid-stream: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise InvalidResponse(f"{type(exc).__name__}: {exc}") from exc
+        async with asyncio.timeout(self.config.request_timeout_s) if hasattr(asyncio, "timeout") else _NoTimeout():
+            async with client.stream("POST", self.url, json=body) as resp:
+                if resp.status_code != 200:
+                    await resp.aread()
+                    raise HTTPStatusError(resp.status_code, resp.text)
+                async for chunk in resp.aiter_bytes():
+                    t = _now()
+                    state.feed(chunk, t)
+                state.close(_now())
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -6,10 +6,24 @@ import asyncio
 import statistics
 from typing import Any
 
+import aiohttp
+import httpx
 import pytest
+import yarl
+from multidict import CIMultiDict, CIMultiDictProxy
 
+import loadgen.errors
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.stream import StreamState
+from loadgen.client.transport import (
+    ERROR_KINDS,
+    FOREIGN_ERRORS,
+    TransportConfig,
+    _StreamingTransport,
+    _translated,
+    make_transport,
+)
+from loadgen.errors import TransportError
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec, TokenSource
 from tests.scripted_server import Script, ScriptedServer, ScriptedServerProcess
@@ -148,18 +162,105 @@ async def test_failures_become_records(kind: str, script: Script, expected: Erro
         assert all(r.http_status == script.status for r in recs)
 
 
-async def test_read_timeout_is_recorded() -> None:
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("form", ["event", "object"])
+async def test_an_error_in_the_stream_has_its_own_kind(kind: str, form: str) -> None:
+    """An SSE `event: error` or a `{"error": ...}` object after a 200: error_event, not
+    "HTTP 0"; the events before it are kept, and the [DONE] after it does not undo it."""
+    async with ScriptedServer(Script(ttft_s=0.001, itl_s=0.001, error_after=3, error_form=form)) as srv:
+        recs = await _run(srv.url, 2, 1, 8, kind=kind)
+    for r in recs:
+        assert r.status is ErrorKind.ERROR_EVENT, (r.status, r.error)
+        assert r.error is not None and "scripted engine failure" in r.error and "HTTP" not in r.error
+        assert r.http_status is None
+        assert len(r.events) == 3 and r.done_ns >= r.events[-1][0]
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_read_timeout_is_recorded(kind: str) -> None:
     async with ScriptedServer(Script(ttft_s=2.0)) as srv:
-        recs = await _run(srv.url, 1, 1, 4, read_timeout_s=0.2)
-    assert recs[0].status is ErrorKind.TIMEOUT
+        recs = await _run(srv.url, 1, 1, 4, kind=kind, read_timeout_s=0.2)
+    assert recs[0].status is ErrorKind.TIMEOUT, recs[0].error
+    assert recs[0].error is not None and recs[0].error.startswith("timed out")
 
 
-async def test_connection_refused_is_recorded() -> None:
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_connection_refused_is_recorded(kind: str) -> None:
     async with ScriptedServer() as srv:
         url = srv.url
-    recs = await _run(url, 2, 1, 4)
+    recs = await _run(url, 2, 1, 4, kind=kind)
     assert [r.status for r in recs] == [ErrorKind.DISCONNECTED] * 2
-    assert all("connect" in (r.error or "") for r in recs)
+    assert all((r.error or "").startswith("cannot connect") for r in recs), [r.error for r in recs]
+
+
+def test_no_row_of_the_error_table_is_hidden_by_an_earlier_one() -> None:
+    """The first matching row wins, so a row below one of its base classes would never be used."""
+    rows = list(FOREIGN_ERRORS)
+    for i, later in enumerate(rows):
+        assert not [earlier for earlier in rows[:i] if issubclass(later, earlier)], later
+
+
+def test_every_transport_error_has_its_own_kind() -> None:
+    ours = {c for c in vars(loadgen.errors).values() if isinstance(c, type) and issubclass(c, TransportError)}
+    assert set(ERROR_KINDS) == ours - {TransportError}
+    assert len(set(ERROR_KINDS.values())) == len(ERROR_KINDS)
+    assert ErrorKind.OK not in ERROR_KINDS.values() and ErrorKind.CANCELLED not in ERROR_KINDS.values()
+
+
+_URL = yarl.URL("http://127.0.0.1:9/v1/completions")
+_REQUEST = aiohttp.RequestInfo(_URL, "POST", CIMultiDictProxy(CIMultiDict()), _URL)
+
+
+class _Raises(_StreamingTransport):
+    """A transport whose exchange fails with a given library exception after one event."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(TransportConfig("http://127.0.0.1:9", get_dialect("completions"), DialectOptions()))
+        self.exc = exc
+
+    async def _exchange(self, body: dict[str, Any], state: StreamState) -> None:
+        state.record.sent_ns = 1
+        state.feed(b'data: {"choices": [{"text": "a"}]}\n\n', 2)
+        raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind", "start"),
+    [
+        (aiohttp.ServerTimeoutError("read"), ErrorKind.TIMEOUT, "timed out"),  # also a ClientError
+        (httpx.ReadTimeout("read"), ErrorKind.TIMEOUT, "timed out"),
+        (TimeoutError(), ErrorKind.TIMEOUT, "timed out"),
+        (aiohttp.ServerDisconnectedError(), ErrorKind.DISCONNECTED, "connection closed mid-stream"),
+        (aiohttp.ClientPayloadError("cut"), ErrorKind.DISCONNECTED, "connection closed mid-stream"),
+        (httpx.RemoteProtocolError("peer closed"), ErrorKind.DISCONNECTED, "connection closed mid-stream"),
+        (httpx.ReadError("reset"), ErrorKind.DISCONNECTED, "connection closed mid-stream"),
+        (httpx.ConnectError("refused"), ErrorKind.DISCONNECTED, "cannot connect"),
+        (aiohttp.ClientResponseError(_REQUEST, (), status=200, message="bad"), ErrorKind.INVALID_RESPONSE,
+         "bad HTTP response"),
+        (httpx.DecodingError("bad gzip"), ErrorKind.INVALID_RESPONSE, "bad HTTP response"),
+        (ConnectionResetError(104, "reset by peer"), ErrorKind.DISCONNECTED, "connection failed"),
+    ],
+)  # fmt: skip
+async def test_library_exceptions_become_error_kinds(exc: Exception, kind: ErrorKind, start: str) -> None:
+    rec = RequestRecord(index=0)
+    await _Raises(exc).send(RequestSpec(0, "x", 1, 1), rec)
+    assert rec.status is kind and rec.error is not None and rec.error.startswith(start + ": ")
+    assert type(exc).__name__ in rec.error
+    assert len(rec.events) == 1 and rec.done_ns > 0  # the event before the failure is kept
+
+
+@pytest.mark.parametrize("exc", [KeyError("a bug"), ValueError("a bug")])
+async def test_an_exception_outside_the_table_is_a_bug_and_propagates(exc: Exception) -> None:
+    with pytest.raises(type(exc)):
+        await _Raises(exc).send(RequestSpec(0, "x", 1, 1), RequestRecord(index=0))
+
+
+def test_the_library_exception_is_the_cause() -> None:
+    original = httpx.ReadError("reset")
+    with pytest.raises(loadgen.errors.Disconnected) as info:
+        with _translated():
+            raise original
+    assert info.value.__cause__ is original
 
 
 async def test_interrupt_records_in_flight_as_cancelled() -> None:

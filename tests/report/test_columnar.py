@@ -138,7 +138,7 @@ def test_lines_in_other_forms_read_alike(tmp_path: Path) -> None:
      ("[[,1]]", False), ("[[1,1],[2 ,1]]", True), ("[[1,0],[-0,1]]", True), ("[[0,0],[-3,1]]", True)],
 )  # fmt: skip
 def test_pairs_text_reads_exactly_as_json_does(tmp_path: Path, events: str, json_reads_it: bool) -> None:
-    """Text that looks like pairs but is not JSON: numpy would read it, json skips the line."""
+    """Text that looks like pairs but is not JSON: the line is skipped, as json skips it."""
     good = [record_to_json(r) + "\n" for r in hand_records()[:3]]
     bad = record_to_json(rec(9, [(30, 1)])).replace(f'"events":[[{T0 + 9 * 10 * MS + 30 * MS},1]]', f'"events":{events}')
     assert bad.count('"events":') == 1 and events in bad
@@ -167,13 +167,49 @@ def test_empty_and_missing_files(tmp_path: Path) -> None:
         read_records_columnar(tmp_path / "nothing")
 
 
-def test_the_writers_lines_take_the_fast_path(run_folder: Path) -> None:
-    """Every line the run writer wrote has its events cut out as text (the fast path), to
-    the same pairs json reads."""
-    from loadgen.report.files import _cut_events
+def test_the_writers_lines_are_record_to_json_s(tmp_path: Path) -> None:
+    """The run writer (orjson) writes the bytes record_to_json (json) writes."""
+    recs = hand_records()
+    recs[1].error = "é ünïcode \u2028 \"quoted\" \\ back"
+    with RunWriter(tmp_path) as writer:
+        for r in recs:
+            writer.append(r)
+    want = b"".join(record_to_json(r).encode("utf-8") + b"\n" for r in recs)
+    assert (tmp_path / "records.jsonl").read_bytes() == want
+    assert list(read_records(tmp_path)) == recs
 
-    lines = (run_folder / "records.jsonl").read_bytes().splitlines()
-    for line, r in zip(lines, read_records(run_folder), strict=True):
-        cut = _cut_events(line)
-        assert cut is not None and cut[2] == len(r.events)
-        assert json.loads(b"[" + cut[1] + b"]") == r.events
+
+def test_what_orjson_refuses_is_written_and_read_by_json(tmp_path: Path) -> None:
+    """A server's odd text or numbers: a lone surrogate, an integer over 64 bits, NaN;
+    the lines stay UTF-8 and both readers read them back."""
+    recs = hand_records()[:4]
+    recs[0].error = "half an emoji: \ud83d"
+    recs[1].server = {"big": 2**70, "small": -(2**70)}
+    recs[2].server = {"nan": float("nan")}
+    with RunWriter(tmp_path) as writer:
+        for r in recs:
+            writer.append(r)
+    lines = (tmp_path / "records.jsonl").read_bytes().splitlines()
+    assert all(line.decode("utf-8") for line in lines)
+    assert b"\\ud83d" in lines[0]
+    got = assert_same_reading(tmp_path)
+    assert got[0].error == recs[0].error and got[1].server == recs[1].server
+    assert got[2].server == {"nan": None}  # orjson writes NaN as null (json would write NaN, not JSON)
+    assert got[3] == recs[3]
+
+
+def test_lines_only_json_reads_read_alike(tmp_path: Path) -> None:
+    """Lines json writes and reads but orjson refuses, and a line that is not UTF-8."""
+    recs = hand_records()
+    nan = record_to_json(recs[1]).replace('"server":null', '"server":{"x":NaN,"y":-Infinity,"z":1e400}')
+    surrogate = record_to_json(recs[2]).replace('"error":null', '"error":"\\udc80"')
+    assert nan != record_to_json(recs[1]) and surrogate != record_to_json(recs[2])
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "records.jsonl").write_bytes(
+        b"\n".join([nan.encode(), b'{"index": 9, "error": "\xff\xfe"}', surrogate.encode(), record_to_json(recs[3]).encode()])
+    )
+    want = assert_same_reading(folder)
+    assert [r.index for r in want] == [1, 2, 3]
+    assert want[0].server is not None and np.isnan(want[0].server["x"]) and want[0].server["z"] == float("inf")
+    assert want[1].error == "\udc80"

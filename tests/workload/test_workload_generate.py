@@ -33,7 +33,7 @@ def test_fields_follow_the_workload() -> None:
     synth = PromptSynthesizer(seed=1)
     specs = generate_specs(two_class(), 2000, seed=5, synth=synth)
     assert [s.index for s in specs] == list(range(2000))
-    assert all(isinstance(s, RequestSpec) and s.group is None and s.offset_s is None for s in specs)
+    assert all(isinstance(s, RequestSpec) and s.group is None for s in specs)
     for s in specs:
         assert len(s.prompt.split(" ")) == synth.words_for(s.prompt_tokens)
         if s.request_class == "a":

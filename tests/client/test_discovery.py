@@ -1,0 +1,38 @@
+"""URL handling before a run: normalising, credentials into a header, redaction."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from loadgen.client.discovery import normalize_url, redact_url, split_credentials
+from loadgen.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("url", "want"),
+    [
+        ("http://u:pw@Host:8000/v1?key=k#frag", "http://Host:8000/v1"),
+        ("http://pw@[::1]:8000", "http://[::1]:8000"),
+        ("http://u:p@ss@h/v1", "http://h/v1"),  # an unencoded '@' in the password
+        ("http://h:99999/x?k=1", "http://h:99999/x"),  # an impossible port is still cleaned
+        ("x://a:b", "x://a:b"),
+        ("http://[::1?k=1", "http://..."),  # not parsable: only the scheme is kept
+    ],
+)
+def test_redact_url(url: str, want: str) -> None:
+    assert redact_url(url) == want
+
+
+@pytest.mark.parametrize("url", ["http://h:99999", "http://h:port/v1", "http://[::1", "ftp://h", "h:8000"])
+def test_a_url_that_cannot_be_used_is_a_config_error(url: str) -> None:
+    with pytest.raises(ConfigError, match="--url: not a"):
+        normalize_url(url)
+
+
+def test_credentials_become_a_basic_header() -> None:
+    base, headers = split_credentials(normalize_url("http://me:p%40ss@h:8000/v1/"))
+    assert base == "http://h:8000"
+    assert base64.b64decode(headers["Authorization"].removeprefix("Basic ")) == b"me:p@ss"
+    assert split_credentials("http://h:8000") == ("http://h:8000", {})
