@@ -128,6 +128,8 @@ def run(
     timeout: float = typer.Option(600.0, help="Whole-request timeout in seconds"),
     read_timeout: float = typer.Option(120.0, help="Longest silence within a stream, seconds"),
     scrape_metrics: bool = typer.Option(False, help="Poll the server's Prometheus /metrics every second"),
+    workers: str = typer.Option("1", help="Worker processes that send (auto: one per 128 concurrent streams, "
+                                "up to the CPUs); the main process then only coordinates and writes"),
     quiet: bool = typer.Option(False, help="No live display"),
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
@@ -168,6 +170,7 @@ def run(
         command=["loadgen", *_redact_argv(sys.argv[1:])],
         live=not quiet and sys.stdout.isatty(),
         scrape_metrics=scrape_metrics,
+        workers=_workers_flag(workers),
     )
     from loadgen.client.dialects import get_dialect
     from loadgen.client.transport import TRANSPORTS
@@ -183,6 +186,18 @@ def run(
         console.print(f"[dim]report: {render_run_report(outcome.folder)}[/dim]")
     if outcome.interrupted:
         raise typer.Exit(130)
+
+
+def _workers_flag(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        n = int(text)
+    except ValueError:
+        raise ConfigError(f"expected a whole number or 'auto', got {text!r}", key="--workers") from None
+    if not 1 <= n <= 1024:
+        raise ConfigError(f"must be between 1 and 1024, got {n}", key="--workers")
+    return n
 
 
 def _profile(

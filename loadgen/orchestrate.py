@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import functools
 import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
+import orjson
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
@@ -27,15 +28,16 @@ from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError, TargetError
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
+from loadgen.load.workers import WorkerPool, WorkerSetup, auto_workers
 from loadgen.load.sweeps import sweep
 from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary, unit_label
 from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
-from loadgen.records import RequestRecord, RequestSpec
+from loadgen.records import RequestRecord, RequestSpec, record_from_json
 from loadgen.report.console import LiveStats, level_line, show_summary
-from loadgen.report.files import RunWriter, holds_run, machine_info
-from loadgen.workload.generate import spec_stream
+from loadgen.report.files import RunWriter, holds_run, machine_info, record_line
+from loadgen.workload.source import WorkloadSource
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.spec import Workload
 
@@ -66,6 +68,7 @@ class RunConfig:
     command: list[str] = field(default_factory=list)
     live: bool = True
     scrape_metrics: bool = False  # poll the target's /metrics into server_metrics.jsonl
+    workers: int | str = 1  # worker processes that send (the coordinator sends nothing), or "auto"
 
 
 @dataclass
@@ -186,6 +189,8 @@ def _summarize(result: LevelResult, cfg: RunConfig, anchor_ns: int) -> LevelSumm
         interrupted=result.interrupted,
         window_s=prof.window_s if prof.kind in ("soak", "ramp") else None,
         trim=prof.trim,
+        workers=result.worker_stats or None,
+        lost_workers=result.lost_workers or None,
     )
 
 
@@ -211,12 +216,16 @@ def _probe(cfg: RunConfig, info: ServerInfo) -> Probe:
     return probe
 
 
-def _transport(cfg: RunConfig, info: ServerInfo) -> Any:
-    """The transport, with room for the run's largest number of requests in flight."""
-    prof = cfg.profile
+def _max_streams(prof: Profile) -> int:
+    """The most requests the profile keeps in flight at once (0: unknown, open loop)."""
     users = [int(v) for v in prof.levels if prof.mode == "concurrency"]
-    max_conc = max([*users, prof.max_in_flight or 0, prof.max_concurrency if prof.kind == "sweep-rate" else 0])
-    tcfg = TransportConfig(
+    return max([*users, prof.max_in_flight or 0, prof.max_concurrency if prof.kind == "sweep-rate" else 0])
+
+
+def _transport_config(cfg: RunConfig, info: ServerInfo) -> TransportConfig:
+    """The transport's settings, with room for the run's largest number of requests in flight."""
+    max_conc = _max_streams(cfg.profile)
+    return TransportConfig(
         base_url=cfg.url,
         dialect=get_dialect(cfg.api),
         options=_options(cfg, info),
@@ -226,12 +235,53 @@ def _transport(cfg: RunConfig, info: ServerInfo) -> Any:
         request_timeout_s=cfg.request_timeout_s,
         http2=cfg.http2,
     )
-    return make_transport(cfg.transport, tcfg)
+
+
+def _workers(cfg: RunConfig) -> tuple[int, str]:
+    """How many worker processes, and why (``auto``: by the streams the profile keeps open)."""
+    if cfg.workers == "auto":
+        streams = _max_streams(cfg.profile)
+        if not streams:  # open loop without a cap: size by the highest rate x a 1 s request
+            streams = int(max(cfg.profile.levels or [1.0]))
+        return auto_workers(streams)
+    n = int(cfg.workers)
+    if cfg.profile.max_in_flight and n > cfg.profile.max_in_flight:
+        return cfg.profile.max_in_flight, f"--workers {n} capped at --max-in-flight {cfg.profile.max_in_flight}"
+    return n, f"--workers {n}"
+
+
+def _encode_batch(records: Sequence[RequestRecord]) -> bytes:
+    return b"".join(record_line(r) for r in records)
+
+
+def _decode_batch(blob: bytes) -> list[RequestRecord]:
+    return [record_from_json(orjson.loads(line)) for line in blob.splitlines() if line]
+
+
+class _InProcess:
+    """Levels run by one runner in this process (``--workers 1``)."""
+
+    def __init__(self, runner: Runner, source: WorkloadSource) -> None:
+        self.runner, self.source = runner, source
+
+    @property
+    def in_flight(self) -> int:
+        return self.runner.in_flight
+
+    @property
+    def interrupted(self) -> bool:
+        return self.runner.interrupted
+
+    def interrupt(self) -> None:
+        self.runner.interrupt()
+
+    async def run_level(self, plan: LevelPlan) -> LevelResult:
+        return await self.runner.run_level(plan, self.source)
 
 
 async def _sweep_levels(
-    cfg: RunConfig, runner: Runner, specs: Iterator[RequestSpec], writer: RunWriter, stats: LiveStats,
-    console: Console, anchor_ns: int,
+    cfg: RunConfig, runner: _InProcess | WorkerPool, writer: RunWriter, stats: LiveStats, console: Console,
+    anchor_ns: int,
 ) -> RunSummary:  # fmt: skip
     """Drive the profile's sweep: run each level, summarise it, feed the summary back."""
     prof = cfg.profile
@@ -241,7 +291,7 @@ async def _sweep_levels(
     stopped: str | None = None
     while plan is not None:
         stats.label = f"level {plan.index + 1}: {plan.load.value} {unit_label(plan.mode)}"
-        result = await runner.run_level(plan, _prepare(specs, plan))
+        result = await runner.run_level(plan)
         level = _summarize(result, cfg, anchor_ns)
         levels.append(level)
         writer.write_summary({"schema_version": SCHEMA_VERSION, "levels": [lv.to_json() for lv in levels]})
@@ -258,7 +308,8 @@ async def _sweep_levels(
 
 async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
     info = await asyncio.to_thread(discover, cfg.url, cfg.headers, cfg.model)
-    transport = _transport(cfg, info)
+    tcfg = _transport_config(cfg, info)
+    transport = make_transport(cfg.transport, tcfg)
     synth = PromptSynthesizer(seed=cfg.seed)
     started, anchor_ns = time.time(), time.perf_counter_ns()
     try:
@@ -270,30 +321,40 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
             console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib['reason'])}; prompts assume "
                           "one token per word and no chat template, so compare them with the server's own prompt "
                           "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
-        specs: Iterator[RequestSpec] = spec_stream(cfg.workload, seed=cfg.seed, synth=synth)
+        source = WorkloadSource(cfg.workload, cfg.seed, synth)
+        n_workers, why = _workers(cfg)
+        if n_workers > 1 or cfg.workers == "auto":
+            console.print(f"[dim]workers: {n_workers} process{'es' if n_workers > 1 else ''} ({why})[/dim]")
         if holds_run(cfg.out):
             console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
         with RunWriter(cfg.out) as writer:
             writer.write_run(_run_json(cfg, info, calib, started, anchor_ns))
-            runner = Runner(transport)
-            stats = LiveStats(lambda: runner.in_flight)
-
             def on_record(rec: RequestRecord) -> None:
                 writer.append(rec)
                 stats.add(rec)
 
-            runner.on_record = on_record
+            levels: _InProcess | WorkerPool
+            if n_workers > 1:
+                setup = WorkerSetup(make_transport=functools.partial(make_transport, cfg.transport, tcfg),
+                                    make_source=functools.partial(WorkloadSource, cfg.workload, cfg.seed, synth),
+                                    encode=_encode_batch, decode=_decode_batch)  # fmt: skip
+                levels = WorkerPool(setup, n_workers, on_record)
+            else:
+                levels = _InProcess(Runner(transport, on_record), source)
+            stats = LiveStats(lambda: levels.in_flight)
             scraper = None
             async with contextlib.AsyncExitStack() as stack:
+                if isinstance(levels, WorkerPool):
+                    await stack.enter_async_context(levels)
                 if cfg.scrape_metrics:
                     from loadgen.client.scrape import MetricsScraper
 
                     scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers)
                     await stack.enter_async_context(scraper)
-                stack.enter_context(_sigint(asyncio.get_running_loop(), runner))
+                stack.enter_context(_sigint(asyncio.get_running_loop(), levels))
                 if cfg.live:
                     stack.enter_context(Live(stats, console=console, refresh_per_second=4, transient=True))
-                summary = await _sweep_levels(cfg, runner, specs, writer, stats, console, anchor_ns)
+                summary = await _sweep_levels(cfg, levels, writer, stats, console, anchor_ns)
             if scraper is not None and scraper.failures and not scraper.scrapes:
                 console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")
             writer.write_summary(summary.to_json())
@@ -303,24 +364,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
     return RunOutcome(cfg.out, summary, summary.interrupted, n_records)
 
 
-def _prepare(stream: Iterator[RequestSpec], plan: LevelPlan) -> Iterator[RequestSpec]:
-    """Build the level's prompts before it starts, so no send waits for prompt synthesis.
-
-    A duration-bound level gets a generous head start and then continues from the
-    stream (a rare extra block shows up as event-loop lag, where the verdict sees it).
-    """
-    n = None if plan.requests is None else plan.requests + plan.warmup_requests
-    if plan.mode == "rate" and plan.duration_s is not None:
-        est = int(plan.value * plan.duration_s * 1.5) + 64
-        n = est if n is None else min(n, est)
-    ahead = n if n is not None and n <= 20_000 else 4096
-    head = list(itertools.islice(stream, ahead))
-    rest = stream if n is None else itertools.islice(stream, n - ahead)
-    return itertools.chain(head, rest)
-
-
 @contextlib.contextmanager
-def _sigint(loop: asyncio.AbstractEventLoop, runner: Runner) -> Iterator[None]:
+def _sigint(loop: asyncio.AbstractEventLoop, runner: _InProcess | WorkerPool) -> Iterator[None]:
     """First Ctrl-C: stop the level, keep every record; the second one is not caught."""
 
     def handler() -> None:

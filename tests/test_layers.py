@@ -18,7 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "workload": {"records", "errors", "workload"},
     "metrics": {"records", "errors", "metrics"},
     "client": {"records", "errors", "client"},
-    "load": {"records", "errors", "load", "metrics"},
+    "load": {"records", "errors", "load", "metrics", "aio"},
     "report": {"", "records", "errors", "report", "metrics"},
     "server": {"errors", "server", "aio"},
 }

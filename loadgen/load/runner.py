@@ -1,6 +1,10 @@
 """The async load runner: closed loop (N users) and open loop (precomputed arrivals).
 
-One :class:`Runner` drives one level at a time through a :class:`Transport`. Every
+One :class:`Runner` drives one level at a time through a :class:`Transport`. Requests
+come from a :class:`~loadgen.load.source.SpecSource` (by user and by schedule position,
+so a level can be split over worker processes: worker ``w`` of ``n`` runs the users
+``u ≡ w (mod n)`` and the sends ``i ≡ w (mod n)``, from the shared ``start_ns``), or from
+one plain iterator shared by every user (benchmarks and tests). Every
 request gets a :class:`RequestRecord` with ``scheduled_ns`` (when it should have gone)
 and ``sent_ns`` (when it went); every finished record — ok, failed or cancelled — is
 handed to ``on_record`` at once (the CLI appends it to ``records.jsonl``), so an
@@ -13,15 +17,19 @@ garbage collector is frozen and disabled (a collection pause would show up as la
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import time
 from dataclasses import dataclass, field
+import itertools
 from typing import Callable, Iterator
 
 import numpy as np
 
 from loadgen.load.arrivals import schedule
+from loadgen.load.source import SpecSource, user_quota
 from loadgen.load.transport import Transport
+from loadgen.metrics.client import WorkerStats
 from loadgen.metrics.results import Load
 from loadgen.records import RequestRecord, RequestSpec
 
@@ -47,6 +55,17 @@ class LevelPlan:
     max_lateness_s: float = 10.0  # open loop: later than this (waiting for the cap) -> dropped
     seed: int = 0
     ramp_s: float = 0.0  # closed loop: users join one by one, evenly over this many seconds
+    worker: int = 0  # this process's share of the level: users and sends w, w + n, w + 2n, ...
+    n_workers: int = 1
+    start_ns: int = 0  # the level's start on the shared monotonic clock (0: a few ms from now)
+
+    def share(self, worker: int, n_workers: int, start_ns: int) -> "LevelPlan":
+        """This level as worker ``worker`` of ``n_workers`` runs it; ``max_in_flight`` is
+        split so that the shares add up to the cap."""
+        cap = self.max_in_flight
+        if cap is not None:
+            cap = cap // n_workers + (1 if worker < cap % n_workers else 0)
+        return dataclasses.replace(self, worker=worker, n_workers=n_workers, start_ns=start_ns, max_in_flight=cap)
 
     @property
     def load(self) -> Load:
@@ -65,6 +84,8 @@ class LevelResult:
     scheduled: int = 0  # requests the schedule asked for (open loop)
     dropped: int = 0  # open loop: never sent, the cap stayed full past max_lateness_s
     interrupted: bool = False
+    worker_stats: list[WorkerStats] = field(default_factory=list)  # worker processes: each one's health
+    lost_workers: list[int] = field(default_factory=list)  # worker processes that died during the level
 
 
 class Runner:
@@ -88,7 +109,20 @@ class Runner:
     def interrupted(self) -> bool:
         return self._stop
 
-    async def run_level(self, plan: LevelPlan, specs: Iterator[RequestSpec]) -> LevelResult:
+    async def run_level(self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource) -> LevelResult:
+        """Run this process's share of ``plan``: requests from a source (prepared before
+        the start), or from one iterator shared by all users."""
+        return await self.run_prepared(plan, self.prepare(plan, specs))
+
+    @staticmethod
+    def prepare(plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource) -> "_Specs":
+        """Build the level's requests ahead of its start (a source's prompts are made here)."""
+        if isinstance(specs, Iterator):
+            return _Shared(specs, plan)
+        return _Positional(specs, plan)
+
+    async def run_prepared(self, plan: LevelPlan, specs: "_Specs") -> LevelResult:
+        """Run a level whose requests :meth:`prepare` built."""
         res = LevelResult(plan)
         monitor_stop = asyncio.Event()
         monitor = asyncio.ensure_future(self._monitor(res, monitor_stop))
@@ -96,7 +130,9 @@ class Runner:
         gc.freeze()
         gc_was_enabled = gc.isenabled()
         gc.disable()
-        res.start_ns = _now()
+        if plan.start_ns:  # a share of a level: every worker starts at the same instant
+            await _sleep_until(plan.start_ns)
+        res.start_ns = plan.start_ns or _now()
         try:
             if plan.mode == "concurrency":
                 await self._closed_loop(plan, specs, res)
@@ -136,47 +172,39 @@ class Runner:
             if self.on_record is not None:
                 self.on_record(rec)
 
-    async def _closed_loop(self, plan: LevelPlan, specs: Iterator[RequestSpec], res: LevelResult) -> None:
+    async def _closed_loop(self, plan: LevelPlan, specs: "_Specs", res: LevelResult) -> None:
         users = max(int(plan.value), 1)
-        budget = None if plan.requests is None else plan.requests + plan.warmup_requests
         deadline = None if plan.duration_s is None else res.start_ns + int(plan.duration_s * 1e9)
-        issued = 0
 
-        async def user(wid: int) -> None:
-            nonlocal issued
-            if plan.ramp_s > 0 and wid:
-                await asyncio.sleep(plan.ramp_s * wid / users)
+        async def user(u: int) -> None:
+            if plan.ramp_s > 0 and u:
+                await _sleep_until(res.start_ns + int(plan.ramp_s * 1e9 * u / users))
             while not self._stop:
-                if budget is not None and issued >= budget:
-                    return
                 now = _now()
                 if deadline is not None and now >= deadline:
                     return
-                warm = issued < plan.warmup_requests
-                spec = next(specs, None)
-                if spec is None:
+                nxt = specs.for_user(u)
+                if nxt is None:
                     return
-                issued += 1
-                rec = self._new_record(spec, plan, wid, warm)
+                spec, warm = nxt
+                rec = self._new_record(spec, plan, u, warm)
                 rec.scheduled_ns = now
                 await self._send(spec, rec, res)
 
-        await self._gather([user(w) for w in range(users)])
+        await self._gather([user(u) for u in range(plan.worker, users, plan.n_workers)])
 
-    async def _open_loop(self, plan: LevelPlan, specs: Iterator[RequestSpec], res: LevelResult) -> None:
-        n = None if plan.requests is None else plan.requests + plan.warmup_requests
-        offsets = schedule(
-            plan.arrival, plan.value, n=n, duration_s=plan.duration_s, seed=plan.seed, burstiness=plan.burstiness
-        )
+    async def _open_loop(self, plan: LevelPlan, specs: "_Specs", res: LevelResult) -> None:
+        offsets = _schedule(plan)
         res.scheduled = len(offsets)
-        start = _now() + 5_000_000  # a small lead so the first send is not already late
-        due_ns = start + np.round(offsets * 1e9).astype(np.int64)
+        positions = range(plan.worker, len(offsets), plan.n_workers)
+        base = plan.start_ns or res.start_ns + _LEAD_NS
+        due_ns = base + np.round(offsets[plan.worker :: plan.n_workers] * 1e9).astype(np.int64)
         cap = asyncio.Semaphore(plan.max_in_flight) if plan.max_in_flight else None
         max_late = int(plan.max_lateness_s * 1e9)
         loop = asyncio.get_running_loop()
 
         async def one(i: int, spec: RequestSpec, due: int) -> None:
-            rec = self._new_record(spec, plan, 0, i < plan.warmup_requests)
+            rec = self._new_record(spec, plan, plan.worker, i < plan.warmup_requests)
             rec.scheduled_ns = due
             if cap is None:
                 await self._send(spec, rec, res)
@@ -191,13 +219,13 @@ class Runner:
             finally:
                 cap.release()
 
-        for i, due in enumerate(due_ns.tolist()):
+        for i, due in zip(positions, due_ns.tolist()):
             if self._stop:
                 break
             delay = due - _now()
             if delay > 0:
                 await asyncio.sleep(delay / 1e9)
-            spec = next(specs, None)
+            spec = specs.at(i)
             if self._stop or spec is None:
                 break
             task = loop.create_task(one(i, spec, due))
@@ -224,3 +252,91 @@ class Runner:
             t1 = _now()
             res.loop_lag_t_ns.append(t1)
             res.loop_lag_ms.append(max(t1 - t0 - interval_ns, 0) / 1e6)
+
+
+_LEAD_NS = 5_000_000  # open loop in one process: a small lead so the first send is not already late
+
+
+async def _sleep_until(t_ns: int) -> None:
+    delay = t_ns - _now()
+    if delay > 0:
+        await asyncio.sleep(delay / 1e9)
+
+
+def _schedule(plan: LevelPlan) -> np.ndarray:
+    """The level's whole open-loop schedule (offsets in s), the same in every worker."""
+    n = None if plan.requests is None else plan.requests + plan.warmup_requests
+    return schedule(plan.arrival, plan.value, n=n, duration_s=plan.duration_s, seed=plan.seed,
+                    burstiness=plan.burstiness)  # fmt: skip
+
+
+class _Specs:
+    """Where the runner's requests come from (see :meth:`Runner.run_level`)."""
+
+    def for_user(self, user: int) -> tuple[RequestSpec, bool] | None:
+        """User ``user``'s next request and whether it is warm-up; None: the user is done."""
+        raise NotImplementedError
+
+    def at(self, position: int) -> RequestSpec | None:
+        """The request of schedule position ``position`` (asked in ascending order)."""
+        raise NotImplementedError
+
+
+class _Shared(_Specs):
+    """One iterator for all users, in the order they ask; the first ``warmup_requests``
+    handed out are warm-up, and the level ends after ``requests + warmup_requests``."""
+
+    def __init__(self, specs: Iterator[RequestSpec], plan: LevelPlan) -> None:
+        self._specs = specs
+        self._warmup = plan.warmup_requests
+        self._budget = None if plan.requests is None else plan.requests + plan.warmup_requests
+        self._issued = 0
+
+    def for_user(self, user: int) -> tuple[RequestSpec, bool] | None:
+        if self._budget is not None and self._issued >= self._budget:
+            return None
+        spec = next(self._specs, None)
+        if spec is None:
+            return None
+        self._issued += 1
+        return spec, self._issued <= self._warmup
+
+    def at(self, position: int) -> RequestSpec | None:
+        return next(self._specs, None)
+
+
+class _Positional(_Specs):
+    """Requests by user and schedule position from a :class:`SpecSource`, built before
+    the level starts (duration-bound users: a first chunk, the rest as they go)."""
+
+    def __init__(self, source: SpecSource, plan: LevelPlan) -> None:
+        self._plan = plan
+        total = None if plan.requests is None else plan.requests + plan.warmup_requests
+        self._users: dict[int, Iterator[RequestSpec]] = {}
+        self._sent: dict[int, int] = {}
+        self._sends: dict[int, RequestSpec] = {}
+        if plan.mode == "concurrency":
+            users = max(int(plan.value), 1)
+            for u in range(plan.worker, users, plan.n_workers):
+                it = source.user(plan.index, u, user_quota(u, users, total))
+                head = list(itertools.islice(it, 8 if total is None else USER_PREPARE))
+                self._users[u] = itertools.chain(head, it)
+                self._sent[u] = 0
+        else:
+            positions = list(range(plan.worker, len(_schedule(plan)), plan.n_workers))
+            self._sends = dict(zip(positions, source.sends(plan.index, positions)))
+
+    def for_user(self, user: int) -> tuple[RequestSpec, bool] | None:
+        spec = next(self._users[user], None)
+        if spec is None:
+            return None
+        k = self._sent[user]
+        self._sent[user] = k + 1
+        users = max(int(self._plan.value), 1)
+        return spec, k * users + user < self._plan.warmup_requests
+
+    def at(self, position: int) -> RequestSpec | None:
+        return self._sends.pop(position, None)
+
+
+USER_PREPARE = 1 << 16  # requests-bound: a user's whole quota up to this many is built ahead

@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from loadgen.metrics.results import LagSeries
 from loadgen.records import RequestRecord
 
-__all__ = ["lag_over_time", "late_sends", "LATE_NS"]
+__all__ = ["lag_over_time", "late_sends", "LATE_NS", "WorkerStats"]
 
 LATE_NS = 2_000_000  # an open-loop send more than 2 ms after its scheduled time is "late"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """What one worker process measured of itself during a level: its event-loop lag
+    samples (and when), the CPU and wall seconds it used, and how long its main thread
+    waited for a CPU while runnable (``/proc/self/schedstat``; None elsewhere)."""
+
+    worker: int
+    share: int = 0  # its share of the level: records whose ``worker`` (user) % n_shares == share
+    n_shares: int = 1
+    loop_lag_ms: list[float] = field(default_factory=list)
+    loop_lag_t_ns: list[int] = field(default_factory=list)
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    runqueue_s: float | None = None
 
 
 def lag_over_time(t_ns: Sequence[int], lag_ms: Sequence[float], anchor_ns: int, bin_s: float = 1.0) -> LagSeries:

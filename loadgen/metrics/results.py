@@ -36,6 +36,7 @@ __all__ = [
     "ClassSummary",
     "LagSeries",
     "ClientHealth",
+    "WorkerHealth",
     "Schedule",
     "Window",
     "LevelSummary",
@@ -298,6 +299,21 @@ class LagSeries(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerHealth(_JSON):
+    """One worker process of a level: its loop lag and send lateness, the share of a CPU
+    it used, how long it waited for one, and its own verdict."""
+
+    worker: int
+    loop_lag_ms: Distribution
+    send_lateness_ms: Distribution
+    cpu_percent: float | None = None
+    runqueue_wait_percent: float | None = None
+    verdict: str = "ok"
+    reasons: list[str] = field(default_factory=list)
+    loop_lag_over_time: LagSeries | None = field(default=None, metadata=_key("loop_lag_over_time", omit_none=True))
+
+
+@dataclass(frozen=True, slots=True)
 class ClientHealth(_JSON):
     """Did the load generator keep up? ``verdict`` is ``"ok"`` or ``"client-bound"``."""
 
@@ -306,6 +322,8 @@ class ClientHealth(_JSON):
     verdict: str = "ok"
     reasons: list[str] = field(default_factory=list)
     loop_lag_over_time: LagSeries | None = field(default=None, metadata=_key("loop_lag_over_time", omit_none=True))
+    workers: list[WorkerHealth] | None = field(default=None, metadata=_key("workers", omit_none=True))
+    lost_workers: list[int] | None = field(default=None, metadata=_key("lost_workers", omit_none=True))
 
     @property
     def client_bound(self) -> bool:

@@ -28,11 +28,12 @@ import pandas as pd
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.capacity import windows
-from loadgen.metrics.client import LATE_NS, lag_over_time, late_sends
+from loadgen.metrics.client import LATE_NS, WorkerStats, lag_over_time, late_sends
 from loadgen.metrics.per_request import EventArrays, frame_and_events
 from loadgen.metrics.results import (
     ClassSummary,
     ClientHealth,
+    Distribution,
     Events,
     Goodput,
     LevelSummary,
@@ -42,6 +43,7 @@ from loadgen.metrics.results import (
     Schedule,
     Steady,
     Throughput,
+    WorkerHealth,
 )
 from loadgen.metrics.slo import SLO, level_checks, slo_attainment
 from loadgen.metrics.stats import distribution, distribution_of_counts
@@ -49,6 +51,7 @@ from loadgen.records import RequestRecord
 
 __all__ = ["summarize_level", "level_window_ns"]
 
+_RUNQUEUE_BOUND = 0.10  # a worker runnable but without a CPU more than this share of the time lags
 _LATENCY_COLUMNS = ("ttft_ms", "ttft_queued_ms", "tpot_ms", "e2e_ms", "e2e_queued_ms")
 
 
@@ -139,23 +142,67 @@ def _events(ev: EventArrays, ok: npt.NDArray[np.bool_], okf: pd.DataFrame) -> Ev
     )
 
 
-def _client(
-    frame: pd.DataFrame, loop_lag_ms: Sequence[float], client_bound_ms: float,
-    lag_series: tuple[Sequence[int], int] | None,
-) -> ClientHealth:  # fmt: skip
-    lag = distribution(np.asarray(loop_lag_ms, dtype=np.float64))
-    late = distribution(frame["send_lateness_ms"].to_numpy())
+def _bound(lag: Distribution, late: Distribution, client_bound_ms: float) -> list[str]:
     reasons = []
     if lag.p99 is not None and lag.p99 > client_bound_ms:
         reasons.append(f"event-loop lag p99 {lag.p99:.3g} ms > {client_bound_ms:g} ms")
     if late.p99 is not None and late.p99 > client_bound_ms:
         reasons.append(f"send lateness p99 {late.p99:.3g} ms > {client_bound_ms:g} ms")
+    return reasons
+
+
+def _worker(
+    ws: WorkerStats, frame: pd.DataFrame, users: npt.NDArray[np.int64], client_bound_ms: float,
+    anchor_ns: int | None,
+) -> WorkerHealth:  # fmt: skip
+    mine = users % max(ws.n_shares, 1) == ws.share
+    lag = distribution(np.asarray(ws.loop_lag_ms, dtype=np.float64))
+    late = distribution(frame["send_lateness_ms"].to_numpy()[mine])
+    reasons = _bound(lag, late, client_bound_ms)
+    if ws.runqueue_s is not None and ws.wall_s > 0 and ws.runqueue_s / ws.wall_s > _RUNQUEUE_BOUND:
+        reasons.append(f"waited for a CPU {100 * ws.runqueue_s / ws.wall_s:.0f}% of the time")
+    return WorkerHealth(
+        worker=ws.worker,
+        loop_lag_ms=lag,
+        send_lateness_ms=late,
+        cpu_percent=100 * ws.cpu_s / ws.wall_s if ws.wall_s > 0 else None,
+        runqueue_wait_percent=None if ws.runqueue_s is None or ws.wall_s <= 0 else 100 * ws.runqueue_s / ws.wall_s,
+        verdict="client-bound" if reasons else "ok",
+        reasons=reasons,
+        loop_lag_over_time=None if anchor_ns is None else lag_over_time(ws.loop_lag_t_ns, ws.loop_lag_ms, anchor_ns),
+    )
+
+
+def _client(
+    frame: pd.DataFrame, loop_lag_ms: Sequence[float], client_bound_ms: float,
+    lag_series: tuple[Sequence[int], int] | None, workers: Sequence[WorkerStats] | None,
+    lost_workers: Sequence[int] | None, users: npt.NDArray[np.int64],
+) -> ClientHealth:  # fmt: skip
+    """The level's client health; with worker processes, each one's too, and the level
+    is client-bound when any of them is."""
+    per_worker = None
+    if workers:
+        anchor = None if lag_series is None else lag_series[1]
+        per_worker = [_worker(ws, frame, users, client_bound_ms, anchor) for ws in workers]
+        loop_lag_ms = [x for ws in workers for x in ws.loop_lag_ms]
+    lag = distribution(np.asarray(loop_lag_ms, dtype=np.float64))
+    late = distribution(frame["send_lateness_ms"].to_numpy())
+    reasons = _bound(lag, late, client_bound_ms)
+    for wh in per_worker or ():
+        reasons.extend(f"worker {wh.worker}: {r}" for r in wh.reasons)
+    if lost_workers:
+        reasons.append(f"worker process(es) {', '.join(map(str, lost_workers))} died during the level")
+    series = None
+    if lag_series is not None and not workers:
+        series = lag_over_time(lag_series[0], loop_lag_ms, lag_series[1])
     return ClientHealth(
         loop_lag_ms=lag,
         send_lateness_ms=late,
         verdict="client-bound" if reasons else "ok",
         reasons=reasons,
-        loop_lag_over_time=None if lag_series is None else lag_over_time(lag_series[0], loop_lag_ms, lag_series[1]),
+        loop_lag_over_time=series,
+        workers=per_worker,
+        lost_workers=list(lost_workers) if lost_workers else None,
     )
 
 
@@ -177,6 +224,8 @@ def summarize_level(
     window_s: float | None = None,
     trim: tuple[float, float] = (0.0, 0.0),
     client_bound_ms: float = 10.0,
+    workers: Sequence[WorkerStats] | None = None,
+    lost_workers: Sequence[int] | None = None,
 ) -> LevelSummary:
     """Summarise one level (see the module docstring and ``summary.json``'s contract).
 
@@ -187,7 +236,10 @@ def summarize_level(
     ``"client-bound"`` when the p99 of loop lag or of send lateness exceeds
     ``client_bound_ms``. An open-loop level passes ``scheduled`` (requests the schedule
     asked for) and ``dropped`` (never sent); ``window_s`` adds metrics per time window
-    (soak, ramp); ``interrupted`` says the level was cut short.
+    (soak, ramp); ``interrupted`` says the level was cut short. ``workers`` (worker
+    processes' own measurements) adds a health entry per worker, and the level is
+    client-bound when any worker is; ``lost_workers`` names workers that died (their
+    unflushed records are missing, so the level is partial and says so).
     """
     lo_trim, hi_trim = trim
     if not (0.0 <= lo_trim and 0.0 <= hi_trim and lo_trim + hi_trim < 1.0):
@@ -244,7 +296,9 @@ def summarize_level(
         ),
         events=_events(ev, ok, okf),
         by_class=_by_class(frame, ev, ok, itl),
-        client=_client(frame, loop_lag_ms, client_bound_ms, None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns)),
+        client=_client(frame, loop_lag_ms, client_bound_ms,
+                       None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns), workers, lost_workers,
+                       np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured))),  # fmt: skip
         schedule=schedule,
         interrupted=interrupted,
         windows=None if window_s is None else windows(measured, window_s),

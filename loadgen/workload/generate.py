@@ -17,7 +17,7 @@ with the same seed is the same prompt, which a prefix cache would serve from mem
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -25,14 +25,18 @@ from loadgen.records import RequestSpec
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.spec import Workload
 
-__all__ = ["BLOCK", "generate_specs", "spec_stream"]
+__all__ = ["BLOCK", "generate_specs", "spec_stream", "specs_at"]
 
 BLOCK = 1024
 _M64 = (1 << 64) - 1
 
 
-def _block(workload: Workload, seed: int, synth: PromptSynthesizer, block: int, lo: int, hi: int) -> list[RequestSpec]:
-    """Specs for indices ``block*BLOCK + lo`` .. ``block*BLOCK + hi - 1``."""
+def _block(
+    workload: Workload, seed: int, synth: PromptSynthesizer, block: int, pick: slice | np.ndarray
+) -> list[RequestSpec]:  # fmt: skip
+    """Specs for the indices ``block*BLOCK + r`` of the positions ``pick`` of the block (a
+    slice or an ascending array); lengths are drawn for the whole block, texts only for
+    the picked positions."""
     rng = np.random.default_rng([seed & _M64, block])
     classes = workload.classes
     weights = np.array([c.weight for c in classes], dtype=float)
@@ -51,8 +55,8 @@ def _block(workload: Workload, seed: int, synth: PromptSynthesizer, block: int, 
             shared[rows] = cls.shared_prefix_tokens
             prompt[rows] += cls.shared_prefix_tokens
             first_group += cls.shared_prefix_groups
-    sl = slice(lo, hi)
-    indices = np.arange(block * BLOCK + lo, block * BLOCK + hi, dtype=np.int64)
+    sl = pick
+    indices = block * BLOCK + np.arange(BLOCK, dtype=np.int64)[sl]
     grp = [None if g < 0 else g for g in group[sl].tolist()]
     if synth.counter is None:
         texts = synth.texts(prompt[sl], indices, grp, shared[sl])
@@ -75,7 +79,7 @@ def _specs_from(
     while stop is None or b * BLOCK < stop:
         lo = max(start - b * BLOCK, 0)
         hi = BLOCK if stop is None else min(stop - b * BLOCK, BLOCK)
-        yield _block(workload, seed, synth, b, lo, hi)
+        yield _block(workload, seed, synth, b, slice(lo, hi))
         b += 1
 
 
@@ -99,3 +103,19 @@ def spec_stream(
     """Endless specs from ``start_index`` on (for ``--duration`` runs), block by block."""
     for chunk in _specs_from(workload, seed, synth, start_index, None):
         yield from chunk
+
+
+def specs_at(workload: Workload, indices: Sequence[int], *, seed: int, synth: PromptSynthesizer) -> list[RequestSpec]:
+    """The specs of the given ``indices`` (ascending, no repeats) — the same ones
+    :func:`generate_specs` gives for them — synthesising only their prompts (a worker
+    process builds its share of an open-loop level this way)."""
+    idx = np.asarray(indices, dtype=np.int64)
+    if idx.size == 0:
+        return []
+    if idx.min() < 0 or (idx.size > 1 and (np.diff(idx) <= 0).any()):
+        raise ValueError("specs_at needs ascending, non-negative, distinct indices")
+    blocks = idx // BLOCK
+    out: list[RequestSpec] = []
+    for b in np.unique(blocks).tolist():
+        out.extend(_block(workload, seed, synth, b, idx[blocks == b] - b * BLOCK))
+    return out

@@ -1,0 +1,138 @@
+"""Scale-out: the client's TTFT and gap error against a stamping server, 1 process vs N.
+
+A server in its own process (aiohttp, uvloop) waits ``--ttft-ms``, then streams
+``--tokens`` tokens at ``--itl-ms`` spacing, stamping each write with
+``perf_counter_ns()`` (CLOCK_MONOTONIC is system-wide, so client and server share the
+clock) and sending its arrival and write stamps in the final event (the record's
+``server`` field). loadgen runs closed-loop levels (concurrent streams) and open-loop
+rates with ``--workers`` 1, 2 and ``auto``; per run we print the TTFT error (client TTFT
+minus the server's arrival → first write, mean and p99), the p99 per-event gap error,
+the achieved vs intended request rate (open loop), the client's CPU (coordinator plus
+workers) and loadgen's own verdict.
+
+    python benchmarks/scale_out.py [--streams 64,256,1024] [--rates 1000] [--workers 1,2,auto] [--seconds 8]
+
+Every run is bounded in time and requests and stops by itself; traffic stays on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from aiohttp import web
+from rich.console import Console
+
+from loadgen.load.profiles import Profile
+from loadgen.orchestrate import RunConfig, execute
+from loadgen.workload.spec import workload_from_flags
+
+from _bench import raise_fd_limit, server_process
+
+ARGS = {"tokens": 64, "itl_ms": 20.0, "ttft_ms": 75.0}
+
+
+async def _handle(request: web.Request) -> web.StreamResponse:
+    arrival = time.perf_counter_ns()
+    body = await request.json()
+    if not body.get("stream", False):
+        return web.json_response({"choices": [{"text": " t"}], "usage": {"prompt_tokens": len(body["prompt"].split()),
+                                                                          "completion_tokens": 1}})  # fmt: skip
+    tokens, itl, ttft = int(ARGS["tokens"]), ARGS["itl_ms"] / 1e3, ARGS["ttft_ms"] / 1e3
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time() + ttft
+    writes: list[int] = []
+    n_prompt = len(body["prompt"].split())
+    for k in range(tokens):
+        delay = t0 + itl * k - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        writes.append(time.perf_counter_ns())
+        await resp.write(b'data: {"choices":[{"index":0,"text":" t","finish_reason":null}]}\n\n')
+    tail = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": tokens, "total_tokens": n_prompt + tokens},
+            "loadgen": {"arrival_ns": arrival, "writes_ns": writes}}  # fmt: skip
+    await resp.write(b"data: " + json.dumps(tail).encode() + b"\n\n")
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+async def _models(request: web.Request) -> web.Response:
+    return web.json_response({"data": [{"id": "stamp", "max_model_len": 100000}]})
+
+
+def routes(app: web.Application) -> None:
+    app.router.add_post("/v1/completions", _handle)
+    app.router.add_get("/v1/models", _models)
+
+
+def _cpu_s() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def one(url: str, mode: str, value: float, workers: str, seconds: float) -> dict[str, object]:
+    prof = Profile(mode=mode, levels=[value], requests=None, duration_s=seconds, warmup_requests=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = RunConfig(url=url, api="completions", workload=workload_from_flags("64", str(ARGS["tokens"])),
+                        profile=prof, out=Path(tmp) / "run", live=False, calibrate=False, strict=True,
+                        workers=workers if workers == "auto" else int(workers), read_timeout_s=60.0)  # fmt: skip
+        cpu0, t0 = _cpu_s(), time.perf_counter()
+        outcome = execute(cfg, Console(file=io.StringIO()))
+        wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
+        recs = [json.loads(x) for x in (Path(tmp) / "run" / "records.jsonl").read_text().splitlines()]
+    level = outcome.summary.levels[0]
+    ttft_err, gap_err = [], []
+    for r in recs:
+        srv = r.get("server") or {}
+        w = srv.get("writes_ns")
+        if r["status"] != "ok" or not w or not r["events"]:
+            continue
+        ev = np.array([t for t, _ in r["events"]], dtype=np.int64)
+        ttft_err.append(((ev[0] - r["sent_ns"]) - (w[0] - srv["arrival_ns"])) / 1e6)
+        if len(ev) == len(w):
+            gap_err.append(np.abs(np.diff(ev) - np.diff(np.asarray(w, dtype=np.int64))) / 1e6)
+    gaps = np.concatenate(gap_err) if gap_err else np.zeros(1)
+    n_workers = len(level.client.workers or []) or 1
+    return {
+        "mode": mode, "load": value, "workers": n_workers, "requests": level.requests.ok,
+        "ttft_mean": float(np.mean(ttft_err)) if ttft_err else float("nan"),
+        "ttft_p99": float(np.percentile(ttft_err, 99)) if ttft_err else float("nan"),
+        "gap_p99": float(np.percentile(gaps, 99)),
+        "rate": level.throughput.requests_per_s or 0.0,
+        "cpu": cpu / wall, "verdict": level.client.verdict,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--streams", default="64,256,1024")
+    ap.add_argument("--rates", default="1000")
+    ap.add_argument("--workers", default="1,2,auto")
+    ap.add_argument("--seconds", type=float, default=8.0)
+    args = ap.parse_args()
+    raise_fd_limit()
+    runs = [("concurrency", float(s)) for s in args.streams.split(",") if s] + [
+        ("rate", float(r)) for r in args.rates.split(",") if r]  # fmt: skip
+    print(f"{'mode':>11} {'load':>6} {'workers':>7} {'ok':>6} {'TTFT err mean':>13} {'p99 ms':>7} "
+          f"{'gap err p99':>11} {'req/s':>8} {'client CPU':>10}  verdict")  # fmt: skip
+    with server_process(routes) as url:
+        for mode, value in runs:
+            for w in args.workers.split(","):
+                row = one(url, mode, value, w, args.seconds)
+                print(f"{row['mode']:>11} {row['load']:>6g} {row['workers']:>7} {row['requests']:>6} "
+                      f"{row['ttft_mean']:>+13.1f} {row['ttft_p99']:>+7.1f} {row['gap_p99']:>11.2f} "
+                      f"{row['rate']:>8.1f} {row['cpu']:>9.0%}  {row['verdict']}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""A run's requests by position: :class:`WorkloadSource` (the runner's ``SpecSource``).
+
+Level ``L`` owns the request indices from ``L * LEVEL_STRIDE``; closed-loop user ``u``
+takes ``USER_STRIDE`` of them from ``L * LEVEL_STRIDE + u * USER_STRIDE`` on, an
+open-loop send ``i`` takes ``L * LEVEL_STRIDE + i``. A request depends only on the
+workload, the seed, its index and the synthesiser's calibration
+(:mod:`loadgen.workload.generate`), so any process that holds the same source builds
+the same request, and no two levels or users share a prompt by accident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from loadgen.records import RequestSpec
+from loadgen.workload.generate import generate_specs, specs_at
+from loadgen.workload.prompts import PromptSynthesizer
+from loadgen.workload.spec import Workload
+
+__all__ = ["WorkloadSource", "LEVEL_STRIDE", "USER_STRIDE"]
+
+USER_STRIDE = 1 << 24  # requests one user may send in one level
+LEVEL_STRIDE = 1 << 44  # request indices of one level (2**20 users)
+
+_FIRST_CHUNK = 8
+_MAX_CHUNK = 256
+
+
+@dataclass(slots=True)
+class WorkloadSource:
+    """Requests of ``workload`` with ``seed``, prompts from the (calibrated) ``synth``."""
+
+    workload: Workload
+    seed: int
+    synth: PromptSynthesizer
+
+    def user(self, level: int, user: int, quota: int | None) -> Iterator[RequestSpec]:
+        start = level * LEVEL_STRIDE + user * USER_STRIDE
+        if quota is not None:
+            yield from generate_specs(self.workload, min(quota, USER_STRIDE), seed=self.seed, synth=self.synth,
+                                      start_index=start)  # fmt: skip
+            return
+        done, chunk = 0, _FIRST_CHUNK
+        while done < USER_STRIDE:  # duration-bound: small chunks first, then larger
+            n = min(chunk, USER_STRIDE - done)
+            yield from generate_specs(self.workload, n, seed=self.seed, synth=self.synth, start_index=start + done)
+            done += n
+            chunk = min(chunk * 2, _MAX_CHUNK)
+
+    def sends(self, level: int, positions: Sequence[int]) -> list[RequestSpec]:
+        base = level * LEVEL_STRIDE
+        return specs_at(self.workload, [base + p for p in positions], seed=self.seed, synth=self.synth)
