@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import multiprocessing as mp
 import os
 import queue
@@ -81,6 +82,25 @@ def _runqueue_ns() -> int | None:
         return None
 
 
+def _read_in_thread(conn: Connection, deliver: Callable[[Any], object], at_end: Any) -> threading.Thread:
+    """Receive ``conn``'s messages in a thread (blocking reads: an event loop's reader
+    would make the pipe non-blocking, and a message half-written would fail to read)
+    and ``deliver`` each one, then ``at_end`` when the other side is gone."""
+
+    def run() -> None:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                deliver(at_end)
+                return
+            deliver(msg)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
 def _worker_main(cmd: Connection, out: Connection, setup: WorkerSetup, worker: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator says when to stop
     loop = new_event_loop()
@@ -104,15 +124,7 @@ async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: i
     thread.start()
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[Any] = asyncio.Queue()
-
-    def readable() -> None:
-        try:
-            inbox.put_nowait(cmd.recv())
-        except (EOFError, OSError):
-            loop.remove_reader(cmd.fileno())
-            inbox.put_nowait(("close",))
-
-    loop.add_reader(cmd.fileno(), readable)
+    _read_in_thread(cmd, lambda msg: loop.call_soon_threadsafe(inbox.put_nowait, msg), ("close",))
     transport = setup.make_transport()
     source = setup.make_source()
     runner = Runner(transport)
@@ -251,7 +263,7 @@ class WorkerPool:
             out_w.close()
             w = _Worker(i, proc, cmd_w, out_r)
             self._workers.append(w)
-            loop.add_reader(out_r.fileno(), self._readable, w)
+            _read_in_thread(out_r, functools.partial(self._deliver, loop, w), ("eof",))
         ready: set[int] = set()
         deadline = time.monotonic() + self.start_timeout_s
         while len(ready) < self.n:
@@ -275,7 +287,6 @@ class WorkerPool:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        loop = asyncio.get_running_loop()
         for w in self._workers:
             if w.alive:
                 with contextlib.suppress(OSError, ValueError):
@@ -287,19 +298,19 @@ class WorkerPool:
             if w.process.is_alive():
                 w.process.kill()
             w.process.join(1)
-            with contextlib.suppress(ValueError, OSError):
-                loop.remove_reader(w.out.fileno())
             w.cmd.close()
             w.out.close()
 
-    def _readable(self, w: _Worker) -> None:
-        try:
-            msg = w.out.recv()
-        except (EOFError, OSError):
-            self._lose(w)
-            return
+    def _deliver(self, loop: asyncio.AbstractEventLoop, w: _Worker, msg: Any) -> None:
+        """From a reader thread: hand ``msg`` to the event loop."""
+        with contextlib.suppress(RuntimeError):  # the loop closed after the run
+            loop.call_soon_threadsafe(self._on_message, w, msg)
+
+    def _on_message(self, w: _Worker, msg: Any) -> None:
         kind = msg[0]
-        if kind == "records":
+        if kind == "eof":
+            self._lose(w)
+        elif kind == "records":
             _, blob, in_flight = msg
             w.in_flight = in_flight
             recs = self.setup.decode(blob)
@@ -327,8 +338,6 @@ class WorkerPool:
             return
         w.alive = False
         w.in_flight = 0
-        with contextlib.suppress(ValueError, OSError):
-            asyncio.get_running_loop().remove_reader(w.out.fileno())
         if self._state is not None and w.index in self._state.waiting:
             self._state.waiting.discard(w.index)
             self._state.lost.append(w.index)
