@@ -318,6 +318,15 @@ def lateness_over_time(data: RunData) -> dict[str, Any] | None:
             traces.append({"type": "scatter", "mode": "lines", "x": series.t_s, "y": series.max_ms,
                            "name": "event-loop lag max (ms)", "legendgroup": "lag", "showlegend": i == 0,
                            "line": {"color": "#0072B2", "width": 1}, "meta": f"client.loop_lag.{i}"})  # fmt: skip
+        workers = lv.client.workers or []
+        colours = palette(len(workers) + 1)[1:]
+        for wh, colour in zip(workers, colours):  # worker processes: one line each
+            ws = wh.loop_lag_over_time
+            if ws is not None and ws.t_s:
+                traces.append({"type": "scatter", "mode": "lines", "x": ws.t_s, "y": ws.max_ms,
+                               "name": f"worker {wh.worker}: event-loop lag max (ms)", "legendgroup": f"w{wh.worker}",
+                               "showlegend": i == 0, "line": {"color": colour, "width": 1},
+                               "meta": f"client.workers.{wh.worker}.loop_lag.{i}"})  # fmt: skip
     if not traces:
         return None
     layout = {"xaxis": {"title": {"text": "seconds since the run started"}},

@@ -64,6 +64,19 @@ def test_same_seed_same_requests_and_schedule_with_1_2_4_workers(server: Scripte
     assert sum(r[1] for r in seen[0][0]) == 3  # three warm-up requests, the same three
 
 
+def test_the_report_draws_one_lag_line_per_worker(server: ScriptedServerProcess, tmp_path: Path) -> None:
+    from loadgen.report.html import render_run_report
+    from tests.report.conftest import figures, trace
+
+    _, outcome = _run(server, tmp_path / "rep", "concurrency", 2)
+    level = outcome.summary.levels[0]  # type: ignore[attr-defined]
+    fig = figures(render_run_report(tmp_path / "rep").read_text(encoding="utf-8"))["fig-lateness"]
+    for wh in level.client.workers:
+        line = trace(fig, f"client.workers.{wh.worker}.loop_lag.0")
+        assert line["x"] == wh.loop_lag_over_time.t_s and line["y"] == wh.loop_lag_over_time.max_ms
+        assert line["x"]  # a lag sample per 10 ms: at least one bin
+
+
 def test_the_cap_is_split_so_the_shares_add_up(server: ScriptedServerProcess, tmp_path: Path) -> None:
     plan = LevelPlan(0, "rate", 10.0, requests=10, max_in_flight=5)
     assert [plan.share(w, 3, 0).max_in_flight for w in range(3)] == [2, 2, 1]
