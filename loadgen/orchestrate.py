@@ -245,8 +245,6 @@ def _workers(cfg: RunConfig) -> tuple[int, str]:
             streams = int(max(cfg.profile.levels or [1.0]))
         return auto_workers(streams)
     n = int(cfg.workers)
-    if cfg.profile.max_in_flight and n > cfg.profile.max_in_flight:
-        return cfg.profile.max_in_flight, f"--workers {n} capped at --max-in-flight {cfg.profile.max_in_flight}"
     return n, f"--workers {n}"
 
 
@@ -338,7 +336,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                 setup = WorkerSetup(make_transport=functools.partial(make_transport, cfg.transport, tcfg),
                                     make_source=functools.partial(WorkloadSource, cfg.workload, cfg.seed, synth),
                                     encode=_encode_batch, decode=_decode_batch)  # fmt: skip
-                levels = WorkerPool(setup, n_workers, on_record)
+                levels = WorkerPool(setup, n_workers, on_record, max_in_flight=cfg.profile.max_in_flight)
             else:
                 levels = _InProcess(Runner(transport, on_record), source)
             stats = LiveStats(lambda: levels.in_flight)

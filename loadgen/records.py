@@ -98,6 +98,7 @@ class RequestRecord:
     token_source: TokenSource = TokenSource.EVENTS
     warmup: bool = False
     server: dict[str, Any] | None = None  # vendor timings (reference server's "loadgen")
+    credit_ns: int = 0  # open loop with a cap: when it got its in-flight credit (0: it needed none)
 
     @property
     def ok(self) -> bool:

@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from loadgen.load.arrivals import schedule
+from loadgen.load.credits import Credits, LocalCredits
 from loadgen.load.source import SpecSource, user_quota
 from loadgen.load.transport import Transport
 from loadgen.metrics.client import WorkerStats
@@ -60,12 +61,9 @@ class LevelPlan:
     start_ns: int = 0  # the level's start on the shared monotonic clock (0: a few ms from now)
 
     def share(self, worker: int, n_workers: int, start_ns: int) -> "LevelPlan":
-        """This level as worker ``worker`` of ``n_workers`` runs it; ``max_in_flight`` is
-        split so that the shares add up to the cap."""
-        cap = self.max_in_flight
-        if cap is not None:
-            cap = cap // n_workers + (1 if worker < cap % n_workers else 0)
-        return dataclasses.replace(self, worker=worker, n_workers=n_workers, start_ns=start_ns, max_in_flight=cap)
+        """This level as worker ``worker`` of ``n_workers`` runs it (``max_in_flight`` stays
+        the level's: the workers draw on shared credits, see :mod:`loadgen.load.credits`)."""
+        return dataclasses.replace(self, worker=worker, n_workers=n_workers, start_ns=start_ns)
 
     @property
     def load(self) -> Load:
@@ -91,9 +89,11 @@ class LevelResult:
 class Runner:
     """Runs levels against a transport; ``interrupt()`` stops the current level."""
 
-    def __init__(self, transport: Transport, on_record: Callable[[RequestRecord], None] | None = None) -> None:
+    def __init__(self, transport: Transport, on_record: Callable[[RequestRecord], None] | None = None,
+                 credits: Credits | None = None) -> None:  # fmt: skip
         self.transport = transport
         self.on_record = on_record
+        self.credits = credits  # the in-flight cap shared with other processes (None: this process's own)
         self.in_flight = 0
         self.sent = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -199,7 +199,9 @@ class Runner:
         positions = range(plan.worker, len(offsets), plan.n_workers)
         base = plan.start_ns or res.start_ns + _LEAD_NS
         due_ns = base + np.round(offsets[plan.worker :: plan.n_workers] * 1e9).astype(np.int64)
-        cap = asyncio.Semaphore(plan.max_in_flight) if plan.max_in_flight else None
+        cap: Credits | None = None
+        if plan.max_in_flight:
+            cap = self.credits if self.credits is not None else LocalCredits(plan.max_in_flight)
         max_late = int(plan.max_lateness_s * 1e9)
         loop = asyncio.get_running_loop()
 
@@ -209,11 +211,10 @@ class Runner:
             if cap is None:
                 await self._send(spec, rec, res)
                 return
-            try:
-                await asyncio.wait_for(cap.acquire(), timeout=max(due + max_late - _now(), 0) / 1e9)
-            except asyncio.TimeoutError:
+            if not await cap.acquire(max(due + max_late - _now(), 0) / 1e9):
                 res.dropped += 1
                 return
+            rec.credit_ns = _now()
             try:
                 await self._send(spec, rec, res)
             finally:

@@ -38,6 +38,7 @@ from typing import Any
 
 from loadgen.aio import new_event_loop
 from loadgen.errors import TargetError
+from loadgen.load.credits import SharedCredits
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.source import SpecSource
 from loadgen.load.transport import Transport
@@ -101,16 +102,17 @@ def _read_in_thread(conn: Connection, deliver: Callable[[Any], object], at_end: 
     return thread
 
 
-def _worker_main(cmd: Connection, out: Connection, setup: WorkerSetup, worker: int) -> None:
+def _worker_main(cmd: Connection, out: Connection, setup: WorkerSetup, worker: int, credits: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator says when to stop
     loop = new_event_loop()
     try:
-        loop.run_until_complete(_serve(cmd, out, setup, worker))
+        loop.run_until_complete(_serve(cmd, out, setup, worker, None if credits is None else SharedCredits(credits)))
     finally:
         loop.close()
 
 
-async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: int) -> None:
+async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: int,
+                 credits: SharedCredits | None) -> None:  # fmt: skip
     outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
     def sender() -> None:  # sends from a thread: a full pipe never blocks the event loop
@@ -127,7 +129,7 @@ async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: i
     _read_in_thread(cmd, lambda msg: loop.call_soon_threadsafe(inbox.put_nowait, msg), ("close",))
     transport = setup.make_transport()
     source = setup.make_source()
-    runner = Runner(transport)
+    runner = Runner(transport, credits=credits)
     pending: list[RequestRecord] = []
     runner.on_record = pending.append
 
@@ -226,13 +228,14 @@ class WorkerPool:
     """
 
     def __init__(self, setup: WorkerSetup, n: int, on_record: Callable[[RequestRecord], None] | None = None,
-                 start_timeout_s: float = 120.0) -> None:  # fmt: skip
+                 start_timeout_s: float = 120.0, max_in_flight: int | None = None) -> None:  # fmt: skip
         if n < 1:
             raise ValueError(f"workers must be >= 1, got {n}")
         self.setup = setup
         self.n = n
         self.on_record = on_record
         self.start_timeout_s = start_timeout_s
+        self.max_in_flight = max_in_flight  # open loop: one cap over all workers (shared credits)
         self._workers: list[_Worker] = []
         self._state: _LevelState | None = None
         self._stop = False
@@ -253,10 +256,11 @@ class WorkerPool:
     async def __aenter__(self) -> "WorkerPool":
         ctx = mp.get_context("spawn")
         loop = asyncio.get_running_loop()
+        credits = ctx.BoundedSemaphore(self.max_in_flight) if self.max_in_flight else None
         for i in range(self.n):
             cmd_r, cmd_w = ctx.Pipe(duplex=False)
             out_r, out_w = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_worker_main, args=(cmd_r, out_w, self.setup, i), name=f"loadgen-worker-{i}",
+            proc = ctx.Process(target=_worker_main, args=(cmd_r, out_w, self.setup, i, credits), name=f"loadgen-worker-{i}",
                                daemon=True)  # fmt: skip
             proc.start()
             cmd_r.close()

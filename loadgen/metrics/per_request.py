@@ -62,7 +62,7 @@ FRAME_COLUMNS: tuple[str, ...] = (
     "ttft_ms", "ttft_queued_ms", "e2e_ms", "e2e_queued_ms", "tpot_ms", "itl_max_ms",
     "output_tokens", "prompt_tokens", "target_prompt_tokens", "target_output_tokens",
     "n_events", "n_chunks", "coalesced_events", "first_token_ns", "last_token_ns",
-    "send_lateness_ms", "token_source",
+    "send_lateness_ms", "token_source", "credit_wait_ms",
 )  # fmt: skip
 
 @dataclass(slots=True)
@@ -216,6 +216,7 @@ def _build_frame(recs: Sequence[RequestRecord], ev: EventArrays) -> pd.DataFrame
     done = _ints(recs, "done_ns")
     sched = _ints(recs, "scheduled_ns")
     sched = np.where(sched == 0, sent, sched)
+    credit = _ints(recs, "credit_ns")
     prompt = np.array([np.nan if r.prompt_tokens is None else r.prompt_tokens for r in recs], dtype=np.float64)
 
     has = ev.n_chunks > 0
@@ -255,8 +256,9 @@ def _build_frame(recs: Sequence[RequestRecord], ev: EventArrays) -> pd.DataFrame
         "coalesced_events": ev.ev_count - ev.n_chunks,
         "first_token_ns": first,
         "last_token_ns": last,
-        "send_lateness_ms": _ms(sent, sched, is_sent),
+        "send_lateness_ms": _ms(sent, np.maximum(sched, credit), is_sent),  # the client's own delay
         "token_source": [getattr(r.token_source, "value", r.token_source) for r in recs],
+        "credit_wait_ms": _ms(credit, sched, credit != 0),  # waiting for the in-flight cap
     }
     return pd.DataFrame(cols, columns=list(FRAME_COLUMNS))
 

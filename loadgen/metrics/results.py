@@ -332,12 +332,15 @@ class ClientHealth(_JSON):
 
 @dataclass(frozen=True, slots=True)
 class Schedule(_JSON):
-    """Open loop: requests scheduled, sent late (past ``late_threshold_ms``), dropped."""
+    """Open loop: requests scheduled, sent late (past ``late_threshold_ms``), dropped; with
+    ``--max-in-flight``, how long requests waited for an in-flight credit (that wait is
+    the cap's, not the client's, so it is not send lateness)."""
 
     scheduled: int
     late: int
     late_threshold_ms: float
     dropped: int
+    credit_wait_ms: Distribution | None = field(default=None, metadata=_key("credit_wait_ms", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -261,8 +261,10 @@ def summarize_level(
     itl_stats = distribution(itl)
     schedule = None
     if scheduled is not None:
+        waits = frame["credit_wait_ms"].to_numpy()
         schedule = Schedule(scheduled=scheduled, late=late_sends(measured), late_threshold_ms=LATE_NS / 1e6,
-                            dropped=dropped)  # fmt: skip
+                            dropped=dropped,
+                            credit_wait_ms=distribution(waits) if (~np.isnan(waits)).any() else None)  # fmt: skip
     return LevelSummary(
         load=_load(load),
         requests=Requests(

@@ -77,11 +77,27 @@ def test_the_report_draws_one_lag_line_per_worker(server: ScriptedServerProcess,
         assert line["x"]  # a lag sample per 10 ms: at least one bin
 
 
-def test_the_cap_is_split_so_the_shares_add_up(server: ScriptedServerProcess, tmp_path: Path) -> None:
-    plan = LevelPlan(0, "rate", 10.0, requests=10, max_in_flight=5)
-    assert [plan.share(w, 3, 0).max_in_flight for w in range(3)] == [2, 2, 1]
-    recs, outcome = _run(server, tmp_path / "cap", "rate", 2, max_in_flight=3)
-    assert len(recs) + outcome.summary.levels[0].schedule.dropped == 33  # type: ignore[attr-defined]
+def test_the_cap_is_global_over_the_workers(tmp_path: Path) -> None:
+    """--max-in-flight 3 over 4 workers: never more than 3 requests at the server at once
+    (its own count), the waits for a credit reported apart from send lateness."""
+    with ScriptedServerProcess(Script(ttft_s=0.1, itl_s=0.02)) as srv:
+        cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "5"),
+                        profile=Profile(mode="rate", levels=[100.0], requests=40, arrival="constant",
+                                        max_in_flight=3, max_lateness_s=30.0),
+                        out=tmp_path / "cap", live=False, workers=4, seed=2)  # fmt: skip
+        outcome = execute(cfg, Console(file=io.StringIO()))
+    recs = [json.loads(x) for x in (tmp_path / "cap" / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 40 and all(r["status"] == "ok" for r in recs)
+    spans = sorted([(r["sent_ns"], 1) for r in recs] + [(r["done_ns"], -1) for r in recs], key=lambda x: (x[0], x[1]))
+    peak = cur = 0
+    for _, d in spans:
+        cur += d
+        peak = max(peak, cur)
+    assert peak == 3  # the cap held across 4 processes, and was used
+    level = outcome.summary.levels[0]  # type: ignore[attr-defined]
+    wait = level.schedule.credit_wait_ms
+    assert wait is not None and wait.count == 40 and wait.max > 500  # 40 requests at 3 at a time
+    assert level.client.send_lateness_ms.p50 < wait.p50  # waiting for a credit is not lateness
 
 
 @contextlib.contextmanager
