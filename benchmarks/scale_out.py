@@ -8,7 +8,8 @@ clock) and sending its arrival and write stamps in the final event (the record's
 rates with ``--workers`` 1, 2 and ``auto``; per run we print the TTFT error (client TTFT
 minus the server's arrival → first write, mean and p99), the p99 per-event gap error,
 the achieved vs intended request rate (open loop), the client's CPU (coordinator plus
-workers) and loadgen's own verdict.
+workers, in cores), the worst worker's run-queue wait (share of the time it was runnable
+but had no CPU: the machine, not loadgen, is then the limit) and loadgen's own verdict.
 
     python benchmarks/scale_out.py [--streams 64,256,1024] [--rates 1000] [--workers 1,2,auto] [--seconds 8]
 
@@ -103,13 +104,15 @@ def one(url: str, mode: str, value: float, workers: str, seconds: float) -> dict
             gap_err.append(np.abs(np.diff(ev) - np.diff(np.asarray(w, dtype=np.int64))) / 1e6)
     gaps = np.concatenate(gap_err) if gap_err else np.zeros(1)
     n_workers = len(level.client.workers or []) or 1
+    runq = [w.runqueue_wait_percent for w in level.client.workers or [] if w.runqueue_wait_percent is not None]
     return {
         "mode": mode, "load": value, "workers": n_workers, "requests": level.requests.ok,
         "ttft_mean": float(np.mean(ttft_err)) if ttft_err else float("nan"),
         "ttft_p99": float(np.percentile(ttft_err, 99)) if ttft_err else float("nan"),
         "gap_p99": float(np.percentile(gaps, 99)),
         "rate": level.throughput.requests_per_s or 0.0,
-        "cpu": cpu / wall, "verdict": level.client.verdict,
+        "cpu": cpu / wall, "verdict": level.client.verdict, "runq": max(runq) if runq else float("nan"),
+        "intended": value if mode == "rate" else float("nan"),
     }
 
 
@@ -124,14 +127,15 @@ def main() -> None:
     runs = [("concurrency", float(s)) for s in args.streams.split(",") if s] + [
         ("rate", float(r)) for r in args.rates.split(",") if r]  # fmt: skip
     print(f"{'mode':>11} {'load':>6} {'workers':>7} {'ok':>6} {'TTFT err mean':>13} {'p99 ms':>7} "
-          f"{'gap err p99':>11} {'req/s':>8} {'client CPU':>10}  verdict")  # fmt: skip
+          f"{'gap err p99':>11} {'req/s':>8} {'intended':>8} {'client CPU':>10} {'run-queue':>9}  verdict")  # fmt: skip
     with server_process(routes) as url:
         for mode, value in runs:
             for w in args.workers.split(","):
                 row = one(url, mode, value, w, args.seconds)
                 print(f"{row['mode']:>11} {row['load']:>6g} {row['workers']:>7} {row['requests']:>6} "
                       f"{row['ttft_mean']:>+13.1f} {row['ttft_p99']:>+7.1f} {row['gap_p99']:>11.2f} "
-                      f"{row['rate']:>8.1f} {row['cpu']:>9.0%}  {row['verdict']}", flush=True)  # fmt: skip
+                      f"{row['rate']:>8.1f} {row['intended']:>8.0f} {row['cpu']:>9.0%} {row['runq']:>8.0f}%  "
+                      f"{row['verdict']}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
