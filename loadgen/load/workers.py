@@ -43,7 +43,7 @@ from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.source import SpecSource
 from loadgen.load.transport import Transport
 from loadgen.metrics.client import WorkerStats
-from loadgen.records import ErrorKind, RequestRecord
+from loadgen.records import RequestRecord
 
 __all__ = ["WorkerSetup", "WorkerPool", "auto_workers", "STREAMS_PER_WORKER"]
 

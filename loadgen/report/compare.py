@@ -10,11 +10,9 @@ capacities side by side. Runs of different workloads are refused unless ``force`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from loadgen.errors import ConfigError
 from loadgen.metrics import compare as C
