@@ -324,8 +324,10 @@ class _Positional(_Specs):
                 self._users[u] = itertools.chain(head, it)
                 self._sent[u] = 0
         else:
-            positions = list(range(plan.worker, len(_schedule(plan)), plan.n_workers))
-            self._sends = dict(zip(positions, source.sends(plan.index, positions)))
+            self._source = source
+            self._positions = range(plan.worker, len(_schedule(plan)), plan.n_workers)
+            self._built = 0  # positions[:_built] have their specs
+            self._build(OPEN_PREPARE)
 
     def for_user(self, user: int) -> tuple[RequestSpec, bool] | None:
         spec = next(self._users[user], None)
@@ -336,8 +338,17 @@ class _Positional(_Specs):
         users = max(int(self._plan.value), 1)
         return spec, k * users + user < self._plan.warmup_requests
 
+    def _build(self, n: int) -> None:
+        chunk = self._positions[self._built : self._built + n]
+        self._sends.update(zip(chunk, self._source.sends(self._plan.index, list(chunk))))
+        self._built += len(chunk)
+
     def at(self, position: int) -> RequestSpec | None:
+        if position not in self._sends and self._built < len(self._positions):
+            self._build(OPEN_CHUNK)  # a long level: the next block, as it comes (its cost shows as loop lag)
         return self._sends.pop(position, None)
 
 
 USER_PREPARE = 1 << 16  # requests-bound: a user's whole quota up to this many is built ahead
+OPEN_PREPARE = 20_000  # open loop: sends built before the start (a long level builds the rest in chunks)
+OPEN_CHUNK = 1024
