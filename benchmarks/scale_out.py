@@ -5,13 +5,15 @@ A server in its own process (aiohttp, uvloop) waits ``--ttft-ms``, then streams
 ``perf_counter_ns()`` (CLOCK_MONOTONIC is system-wide, so client and server share the
 clock) and sending its arrival and write stamps in the final event (the record's
 ``server`` field). loadgen runs closed-loop levels (concurrent streams) and open-loop
-rates with ``--workers`` 1, 2 and ``auto``; per run we print the TTFT error (client TTFT
+rates with ``--workers`` 1, 2 and ``auto`` (processes, or Ray actors with ``--ray auto``:
+a local Ray instance per run, on loopback, whose actors' CPU the client CPU column leaves
+out: they are not this process's children); per run we print the TTFT error (client TTFT
 minus the server's arrival → first write, mean and p99), the p99 per-event gap error,
 the achieved vs intended request rate (open loop), the client's CPU (coordinator plus
 workers, in cores), the worst worker's run-queue wait (share of the time it was runnable
 but had no CPU: the machine, not loadgen, is then the limit) and loadgen's own verdict.
 
-    python benchmarks/scale_out.py [--streams 64,256,1024] [--rates 1000] [--workers 1,2,auto] [--seconds 8]
+    python benchmarks/scale_out.py [--streams 64,256,1024] [--rates 1000] [--workers 1,2,auto] [--seconds 8] [--ray auto]
 
 Every run is bounded in time and requests and stops by itself; traffic stays on loopback.
 """
@@ -22,6 +24,7 @@ import argparse
 import asyncio
 import io
 import json
+import os
 import resource
 import tempfile
 import time
@@ -38,6 +41,8 @@ from loadgen.workload.spec import workload_from_flags
 from _bench import raise_fd_limit, server_process
 
 ARGS = {"tokens": 64, "itl_ms": 20.0, "ttft_ms": 75.0}
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # --ray auto: Ray on 127.0.0.1, no usage stats
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 async def _handle(request: web.Request) -> web.StreamResponse:
@@ -81,12 +86,13 @@ def _cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def one(url: str, mode: str, value: float, workers: str, seconds: float) -> dict[str, object]:
+def one(url: str, mode: str, value: float, workers: str, seconds: float, ray: str | None = None) -> dict[str, object]:
     prof = Profile(mode=mode, levels=[value], requests=None, duration_s=seconds, warmup_requests=0)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = RunConfig(url=url, api="completions", workload=workload_from_flags("64", str(ARGS["tokens"])),
                         profile=prof, out=Path(tmp) / "run", live=False, calibrate=False, strict=True,
-                        workers=workers if workers == "auto" else int(workers), read_timeout_s=60.0)  # fmt: skip
+                        workers=workers if workers == "auto" else int(workers), read_timeout_s=60.0,
+                        ray=ray)  # fmt: skip
         cpu0, t0 = _cpu_s(), time.perf_counter()
         outcome = execute(cfg, Console(file=io.StringIO()))
         wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
@@ -122,6 +128,7 @@ def main() -> None:
     ap.add_argument("--rates", default="1000")
     ap.add_argument("--workers", default="1,2,auto")
     ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--ray", default=None, help="workers as Ray actors: auto or a cluster address")
     args = ap.parse_args()
     raise_fd_limit()
     runs = [("concurrency", float(s)) for s in args.streams.split(",") if s] + [
@@ -131,7 +138,7 @@ def main() -> None:
     with server_process(routes) as url:
         for mode, value in runs:
             for w in args.workers.split(","):
-                row = one(url, mode, value, w, args.seconds)
+                row = one(url, mode, value, w, args.seconds, args.ray)
                 print(f"{row['mode']:>11} {row['load']:>6g} {row['workers']:>7} {row['requests']:>6} "
                       f"{row['ttft_mean']:>+13.1f} {row['ttft_p99']:>+7.1f} {row['gap_p99']:>11.2f} "
                       f"{row['rate']:>8.1f} {row['intended']:>8.0f} {row['cpu']:>9.0%} {row['runq']:>8.0f}%  "

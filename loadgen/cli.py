@@ -14,6 +14,7 @@ from typing import Any, Callable, List, Optional, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from loadgen import __version__
 from loadgen.errors import ConfigError, LoadgenError
@@ -39,7 +40,7 @@ def friendly(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except LoadgenError as exc:
-            err_console.print(f"[bold red]error:[/bold red] {exc}", soft_wrap=True)
+            err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/yellow]")
@@ -128,8 +129,12 @@ def run(
     timeout: float = typer.Option(600.0, help="Whole-request timeout in seconds"),
     read_timeout: float = typer.Option(120.0, help="Longest silence within a stream, seconds"),
     scrape_metrics: bool = typer.Option(False, help="Poll the server's Prometheus /metrics every second"),
-    workers: str = typer.Option("1", help="Worker processes that send (auto: one per 128 concurrent streams, "
-                                "up to the CPUs); the main process then only coordinates and writes"),
+    workers: Optional[str] = typer.Option(None, help="Worker processes that send (auto: one per 128 concurrent "
+                                          "streams, up to the CPUs); the main process then only coordinates and "
+                                          "writes. Default 1, or auto with --ray"),
+    ray: Optional[str] = typer.Option(None, help="Workers are Ray actors spread over a cluster's nodes: auto (the "
+                                      "cluster in RAY_ADDRESS or started here by ray start, else a local one) or "
+                                      "the cluster's HOST:PORT; needs pip install 'loadgen[distributed]'"),
     quiet: bool = typer.Option(False, help="No live display"),
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
@@ -140,6 +145,12 @@ def run(
     from loadgen.workload.spec import load_workload, workload_from_flags
 
     base, url_auth = split_credentials(normalize_url(url))
+    if ray is not None:
+        from loadgen.load.ray_pool import import_ray
+
+        if not ray.strip():
+            raise ConfigError("give auto or a Ray cluster's address", key="--ray")
+        import_ray()  # before anything else: one clear line when Ray is missing
     if workload and (prompt_tokens or output_tokens):
         raise ConfigError("give either --workload or --prompt-tokens/--output-tokens, not both")
     if prompt_tokens or output_tokens:
@@ -170,7 +181,8 @@ def run(
         command=["loadgen", *_redact_argv(sys.argv[1:])],
         live=not quiet and sys.stdout.isatty(),
         scrape_metrics=scrape_metrics,
-        workers=_workers_flag(workers),
+        workers=_workers_flag(workers or ("auto" if ray is not None else "1")),
+        ray=ray,
     )
     from loadgen.client.dialects import get_dialect
     from loadgen.client.transport import TRANSPORTS

@@ -13,7 +13,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Awaitable, Callable, Iterator, Sequence, Union
 
 import orjson
 from rich.console import Console
@@ -28,7 +28,9 @@ from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError, TargetError
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
-from loadgen.load.workers import WorkerPool, WorkerSetup, auto_workers
+from loadgen.load.ray_pool import RayCluster, RayPool, connect
+from loadgen.load.share import WorkerSetup
+from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.load.sweeps import sweep
 from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary, unit_label
 from loadgen.metrics.run import summarize_run
@@ -69,6 +71,7 @@ class RunConfig:
     live: bool = True
     scrape_metrics: bool = False  # poll the target's /metrics into server_metrics.jsonl
     workers: int | str = 1  # worker processes that send (the coordinator sends nothing), or "auto"
+    ray: str | None = None  # workers are Ray actors of this cluster ("auto" or an address) instead
 
 
 @dataclass
@@ -191,6 +194,7 @@ def _summarize(result: LevelResult, cfg: RunConfig, anchor_ns: int) -> LevelSumm
         trim=prof.trim,
         workers=result.worker_stats or None,
         lost_workers=result.lost_workers or None,
+        clock_uncertainty_ms=None if result.clock_uncertainty_ns is None else result.clock_uncertainty_ns / 1e6,
     )
 
 
@@ -237,13 +241,16 @@ def _transport_config(cfg: RunConfig, info: ServerInfo) -> TransportConfig:
     )
 
 
-def _workers(cfg: RunConfig) -> tuple[int, str]:
-    """How many worker processes, and why (``auto``: by the streams the profile keeps open)."""
+def _workers(cfg: RunConfig, cluster: RayCluster | None = None) -> tuple[int, str]:
+    """How many workers, and why (``auto``: by the streams the profile keeps open, up to
+    this machine's CPUs or the Ray cluster's)."""
     if cfg.workers == "auto":
         streams = _max_streams(cfg.profile)
         if not streams:  # open loop without a cap: size by the highest rate x a 1 s request
             streams = int(max(cfg.profile.levels or [1.0]))
-        return auto_workers(streams)
+        if cluster is None:
+            return auto_workers(streams)
+        return auto_workers(streams, cpus=max(cluster.cpus, 1), cpus_of="the Ray cluster's")
     n = int(cfg.workers)
     return n, f"--workers {n}"
 
@@ -254,6 +261,9 @@ def _encode_batch(records: Sequence[RequestRecord]) -> bytes:
 
 def _decode_batch(blob: bytes) -> list[RequestRecord]:
     return [record_from_json(orjson.loads(line)) for line in blob.splitlines() if line]
+
+
+Levels = Union["_InProcess", WorkerPool, RayPool]
 
 
 class _InProcess:
@@ -278,8 +288,8 @@ class _InProcess:
 
 
 async def _sweep_levels(
-    cfg: RunConfig, runner: _InProcess | WorkerPool, writer: RunWriter, stats: LiveStats, console: Console,
-    anchor_ns: int,
+    cfg: RunConfig, runner: Levels, writer: RunWriter, stats: LiveStats, console: Console, anchor_ns: int,
+    after_level: Callable[[], None] = lambda: None,
 ) -> RunSummary:  # fmt: skip
     """Drive the profile's sweep: run each level, summarise it, feed the summary back."""
     prof = cfg.profile
@@ -293,6 +303,7 @@ async def _sweep_levels(
         level = _summarize(result, cfg, anchor_ns)
         levels.append(level)
         writer.write_summary({"schema_version": SCHEMA_VERSION, "levels": [lv.to_json() for lv in levels]})
+        after_level()
         if not cfg.live:
             console.print(level_line(level), highlight=False)
         if runner.interrupted:
@@ -320,30 +331,45 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                           "one token per word and no chat template, so compare them with the server's own prompt "
                           "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
         source = WorkloadSource(cfg.workload, cfg.seed, synth)
-        n_workers, why = _workers(cfg)
-        if n_workers > 1 or cfg.workers == "auto":
-            console.print(f"[dim]workers: {n_workers} process{'es' if n_workers > 1 else ''} ({why})[/dim]")
-        if holds_run(cfg.out):
-            console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
-        with RunWriter(cfg.out) as writer:
-            writer.write_run(_run_json(cfg, info, calib, started, anchor_ns))
+        with contextlib.ExitStack() as files:
+            cluster = None if cfg.ray is None else files.enter_context(connect(cfg.ray))
+            n_workers, why = _workers(cfg, cluster)
+            if cluster is not None:
+                console.print(f"[dim]workers: {n_workers} Ray actor{'s' if n_workers > 1 else ''} over the cluster's "
+                              f"{cluster.nodes} node{'s' if cluster.nodes > 1 else ''} ({why})[/dim]")  # fmt: skip
+            elif n_workers > 1 or cfg.workers == "auto":
+                console.print(f"[dim]workers: {n_workers} process{'es' if n_workers > 1 else ''} ({why})[/dim]")
+            if holds_run(cfg.out):
+                console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
+            writer = files.enter_context(RunWriter(cfg.out))
+            run_info = _run_json(cfg, info, calib, started, anchor_ns)
+            writer.write_run(run_info)
             def on_record(rec: RequestRecord) -> None:
                 writer.append(rec)
                 stats.add(rec)
 
-            levels: _InProcess | WorkerPool
-            if n_workers > 1:
-                setup = WorkerSetup(make_transport=functools.partial(make_transport, cfg.transport, tcfg),
-                                    make_source=functools.partial(WorkloadSource, cfg.workload, cfg.seed, synth),
-                                    encode=_encode_batch, decode=_decode_batch)  # fmt: skip
+            levels: Levels
+            setup = WorkerSetup(make_transport=functools.partial(make_transport, cfg.transport, tcfg),
+                                make_source=functools.partial(WorkloadSource, cfg.workload, cfg.seed, synth),
+                                encode=_encode_batch, decode=_decode_batch)  # fmt: skip
+            if cluster is not None:
+                levels = RayPool(setup, n_workers, on_record)
+            elif n_workers > 1:
                 levels = WorkerPool(setup, n_workers, on_record, max_in_flight=cfg.profile.max_in_flight)
             else:
                 levels = _InProcess(Runner(transport, on_record), source)
             stats = LiveStats(lambda: levels.in_flight)
             scraper = None
+
+            def after_level() -> None:
+                if isinstance(levels, RayPool):  # the clock offsets re-estimated before each level
+                    run_info["workers"] = levels.clock_report()
+                    writer.write_run(run_info)
+
             async with contextlib.AsyncExitStack() as stack:
-                if isinstance(levels, WorkerPool):
+                if isinstance(levels, (WorkerPool, RayPool)):
                     await stack.enter_async_context(levels)
+                    after_level()
                 if cfg.scrape_metrics:
                     from loadgen.client.scrape import MetricsScraper
 
@@ -352,7 +378,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                 stack.enter_context(_sigint(asyncio.get_running_loop(), levels))
                 if cfg.live:
                     stack.enter_context(Live(stats, console=console, refresh_per_second=4, transient=True))
-                summary = await _sweep_levels(cfg, levels, writer, stats, console, anchor_ns)
+                summary = await _sweep_levels(cfg, levels, writer, stats, console, anchor_ns, after_level)
             if scraper is not None and scraper.failures and not scraper.scrapes:
                 console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")
             writer.write_summary(summary.to_json())
@@ -363,7 +389,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
 
 
 @contextlib.contextmanager
-def _sigint(loop: asyncio.AbstractEventLoop, runner: _InProcess | WorkerPool) -> Iterator[None]:
+def _sigint(loop: asyncio.AbstractEventLoop, runner: Levels) -> Iterator[None]:
     """First Ctrl-C: stop the level, keep every record; the second one is not caught."""
 
     def handler() -> None:

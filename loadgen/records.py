@@ -40,6 +40,7 @@ class ErrorKind(str, enum.Enum):
     CANCELLED = "cancelled"
     INVALID_RESPONSE = "invalid_response"
     ERROR_EVENT = "error_event"  # the server reported an error inside its stream (HTTP 200)
+    WORKER_LOST = "worker_lost"  # in flight on a worker that was lost (process or node died): outcome unknown
 
 
 class TokenSource(str, enum.Enum):

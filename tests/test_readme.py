@@ -43,6 +43,8 @@ def test_readme_has_the_examples() -> None:
 
 @pytest.mark.parametrize("cmd", RUNS)
 def test_readme_run_example(cmd: str, server: ScriptedServerProcess, tmp_path: Path) -> None:
+    if "--ray" in cmd:  # a local Ray instance, on loopback (tests/conftest.py)
+        pytest.importorskip("ray", reason="--ray needs Ray (pip install 'loadgen[distributed]')")
     args = shlex.split(cmd)[1:]
     args = [server.url if a == "http://127.0.0.1:8000" else a for a in args]
     # bound the example: few requests, short levels, our own output folder
@@ -63,6 +65,9 @@ def test_readme_run_example(cmd: str, server: ScriptedServerProcess, tmp_path: P
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["levels"] and all(lv["requests"]["ok"] > 0 for lv in summary["levels"])
+    if "--ray" in cmd:
+        workers = json.loads((tmp_path / "run" / "run.json").read_text())["workers"]
+        assert workers and {w["address"] for w in workers} == {"127.0.0.1"}
 
 
 SERVES = readme_commands("loadgen serve")

@@ -65,6 +65,14 @@ class LevelPlan:
         the level's: the workers draw on shared credits, see :mod:`loadgen.load.credits`)."""
         return dataclasses.replace(self, worker=worker, n_workers=n_workers, start_ns=start_ns)
 
+    def split_share(self, worker: int, n_workers: int, start_ns: int) -> "LevelPlan":
+        """:meth:`share` for senders that share no credits (Ray actors on other machines):
+        ``max_in_flight`` is split so that the shares add up to the cap."""
+        cap = self.max_in_flight
+        if cap is not None:
+            cap = max(cap // n_workers + (1 if worker < cap % n_workers else 0), 1)
+        return dataclasses.replace(self.share(worker, n_workers, start_ns), max_in_flight=cap)
+
     @property
     def load(self) -> Load:
         """The offered load: whole users in closed loop, a rate in open loop."""
@@ -83,7 +91,8 @@ class LevelResult:
     dropped: int = 0  # open loop: never sent, the cap stayed full past max_lateness_s
     interrupted: bool = False
     worker_stats: list[WorkerStats] = field(default_factory=list)  # worker processes: each one's health
-    lost_workers: list[int] = field(default_factory=list)  # worker processes that died during the level
+    lost_workers: list[int] = field(default_factory=list)  # workers lost during the level (it is partial)
+    clock_uncertainty_ns: int | None = None  # workers on other clocks: the worst offset uncertainty
 
 
 class Runner:
@@ -96,6 +105,7 @@ class Runner:
         self.credits = credits  # the in-flight cap shared with other processes (None: this process's own)
         self.in_flight = 0
         self.sent = 0
+        self._live: dict[int, RequestRecord] = {}  # by id(): the requests in flight
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = False
 
@@ -108,6 +118,11 @@ class Runner:
     @property
     def interrupted(self) -> bool:
         return self._stop
+
+    def in_flight_records(self) -> list[RequestRecord]:
+        """Copies of the requests in flight now, without their events: what a coordinator
+        keeps of them in case this process is lost."""
+        return [dataclasses.replace(r, events=[]) for r in self._live.values()]
 
     async def run_level(self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource) -> LevelResult:
         """Run this process's share of ``plan``: requests from a source (prepared before
@@ -164,10 +179,12 @@ class Runner:
     async def _send(self, spec: RequestSpec, rec: RequestRecord, res: LevelResult) -> None:
         self.in_flight += 1
         self.sent += 1
+        self._live[id(rec)] = rec
         try:
             await self.transport.send(spec, rec)
         finally:
             self.in_flight -= 1
+            del self._live[id(rec)]
             res.records.append(rec)
             if self.on_record is not None:
                 self.on_record(rec)

@@ -9,8 +9,10 @@ need no conversion). A level goes:
 1. ``prepare``: every worker builds its requests (prompts included) and says ready;
 2. ``start``: the coordinator picks ``start_ns`` a little ahead and sends it;
 3. records: each worker sends its finished records in batches (one message per batch,
-   at least every ``flush_s``), which the coordinator writes to the run folder, so a
-   worker that dies loses at most its last ``flush_s`` of records, and the level says so;
+   at least every ``flush_s``) with a list of the requests it has in flight, and the
+   coordinator writes the records to the run folder; when a worker dies, its last-listed
+   in-flight requests become ``worker_lost`` records, the level names it (partial), and
+   only what it sent since its last batch is unknown (see :mod:`loadgen.load.share`);
 4. ``done``: the worker's own health (event-loop lag, CPU, run-queue wait).
 
 Ctrl-C reaches every process of the terminal's group: workers ignore SIGINT and stop on
@@ -32,7 +34,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -40,47 +42,24 @@ from loadgen.aio import new_event_loop
 from loadgen.errors import TargetError
 from loadgen.load.credits import SharedCredits
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
-from loadgen.load.source import SpecSource
-from loadgen.load.transport import Transport
-from loadgen.metrics.client import WorkerStats
+from loadgen.load.share import START_LEAD_NS, LevelCollector, ShareDone, WorkerSetup, run_share
 from loadgen.records import RequestRecord
 
 __all__ = ["WorkerSetup", "WorkerPool", "auto_workers", "STREAMS_PER_WORKER"]
 
 _now = time.perf_counter_ns
 STREAMS_PER_WORKER = 128  # measured: one event loop keeps p99 gap error < 2 ms up to ~100-128 streams
-_START_LEAD_NS = 50_000_000
 
 
-def auto_workers(streams: int, cpus: int | None = None) -> tuple[int, str]:
-    """How many workers ``--workers auto`` starts for ``streams`` concurrent requests, and why."""
+def auto_workers(streams: int, cpus: int | None = None, cpus_of: str = "the") -> tuple[int, str]:
+    """How many workers ``--workers auto`` starts for ``streams`` concurrent requests, and
+    why (``cpus``: this machine's unless given; ``cpus_of`` says whose they are)."""
     cpus = cpus or os.cpu_count() or 1
     want = max(1, -(-streams // STREAMS_PER_WORKER))
     n = max(1, min(want, cpus))
     why = (f"{streams} concurrent streams at up to {STREAMS_PER_WORKER} per worker"
-           + (f", capped at the {cpus} CPUs" if want > cpus else ""))  # fmt: skip
+           + (f", capped at {cpus_of} {cpus} CPUs" if want > cpus else ""))  # fmt: skip
     return n, why
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSetup:
-    """What a worker process needs, as picklable factories (module-level functions or
-    ``functools.partial`` of them): the transport, the request source, the record codec."""
-
-    make_transport: Callable[[], Transport]
-    make_source: Callable[[], SpecSource]
-    encode: Callable[[Sequence[RequestRecord]], bytes]
-    decode: Callable[[bytes], list[RequestRecord]]
-    flush_s: float = 0.5
-
-
-def _runqueue_ns() -> int | None:
-    """Time this process's main thread spent runnable but waiting for a CPU (Linux)."""
-    try:
-        with open("/proc/self/schedstat", encoding="ascii") as fh:
-            return int(fh.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _read_in_thread(conn: Connection, deliver: Callable[[Any], object], at_end: Any) -> threading.Thread:
@@ -132,11 +111,15 @@ async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: i
     runner = Runner(transport, credits=credits)
     pending: list[RequestRecord] = []
     runner.on_record = pending.append
+    reported = -1  # runner.sent at the last batch: a new send changes the in-flight list
 
     def flush() -> None:
-        if pending:
-            outbox.put(("records", setup.encode(pending), runner.in_flight))
+        nonlocal reported
+        if pending or runner.sent != reported:
+            live = runner.in_flight_records()
+            outbox.put(("records", setup.encode(pending), setup.encode(live), len(live)))
             pending.clear()
+            reported = runner.sent
 
     async def flusher() -> None:
         while True:
@@ -181,21 +164,9 @@ async def _level(
     runner: Runner, plan: LevelPlan, prepared: Any, flush: Callable[[], None], outbox: queue.SimpleQueue[Any],
     worker: int,
 ) -> None:  # fmt: skip
-    cpu0, wall0, rq0 = time.process_time(), _now(), _runqueue_ns()
-    res = await runner.run_prepared(plan, prepared)
-    rq1 = _runqueue_ns()
+    end = await run_share(runner, plan, prepared, worker)
     flush()  # every record of the level before "done"
-    stats = WorkerStats(
-        worker=worker,
-        share=plan.worker,
-        n_shares=plan.n_workers,
-        loop_lag_ms=list(res.loop_lag_ms),
-        loop_lag_t_ns=list(res.loop_lag_t_ns),
-        cpu_s=time.process_time() - cpu0,
-        wall_s=(_now() - wall0) / 1e9,
-        runqueue_s=None if rq0 is None or rq1 is None else (rq1 - rq0) / 1e9,
-    )
-    outbox.put(("done", worker, stats, res.scheduled, res.dropped, res.interrupted))
+    outbox.put(("done", worker, end))
 
 
 @dataclass(slots=True)
@@ -206,16 +177,9 @@ class _Worker:
     out: Connection
     alive: bool = True
     in_flight: int = 0
+    live: bytes = b""  # the requests in flight at the last batch, encoded
     done: bool = False
     prepared: bool = False
-    stats: WorkerStats | None = None
-
-
-@dataclass(slots=True)
-class _LevelState:
-    result: LevelResult
-    waiting: set[int] = field(default_factory=set)
-    lost: list[int] = field(default_factory=list)
 
 
 class WorkerPool:
@@ -223,8 +187,9 @@ class WorkerPool:
 
     ``on_record`` receives every record as its batch arrives (the run folder writer, the
     live display). Use as an async context manager; :meth:`interrupt` stops the level
-    (Ctrl-C). A worker that dies is left out of the rest of the run; its unsent records
-    of the level are lost and :attr:`LevelResult.lost_workers` names it.
+    (Ctrl-C). A worker that dies is left out of the rest of the run: its last-listed
+    in-flight requests become ``worker_lost`` records, its finished but unsent ones are
+    lost, and :attr:`LevelResult.lost_workers` names it.
     """
 
     def __init__(self, setup: WorkerSetup, n: int, on_record: Callable[[RequestRecord], None] | None = None,
@@ -237,7 +202,8 @@ class WorkerPool:
         self.start_timeout_s = start_timeout_s
         self.max_in_flight = max_in_flight  # open loop: one cap over all workers (shared credits)
         self._workers: list[_Worker] = []
-        self._state: _LevelState | None = None
+        self._level: LevelCollector | None = None
+        self._waiting: set[int] = set()
         self._stop = False
         self._event = asyncio.Event()
 
@@ -315,12 +281,11 @@ class WorkerPool:
         if kind == "eof":
             self._lose(w)
         elif kind == "records":
-            _, blob, in_flight = msg
-            w.in_flight = in_flight
+            _, blob, w.live, w.in_flight = msg
             recs = self.setup.decode(blob)
-            if self._state is not None:
-                self._state.result.records.extend(recs)
-            if self.on_record is not None:
+            if self._level is not None:
+                self._level.add(recs)
+            elif self.on_record is not None:
                 for r in recs:
                     self.on_record(r)
         elif kind == "ready":
@@ -328,23 +293,23 @@ class WorkerPool:
         elif kind == "prepared":
             w.prepared = True
         elif kind == "done":
-            _, _, stats, scheduled, dropped, interrupted = msg
-            w.stats, w.done, w.in_flight = stats, True, 0
-            st = self._state
-            if st is not None:
-                st.result.scheduled = max(st.result.scheduled, scheduled)
-                st.result.dropped += dropped
-                st.waiting.discard(w.index)
+            end: ShareDone = msg[2]
+            w.done, w.in_flight, w.live = True, 0, b""
+            if self._level is not None:
+                self._level.done(w.index, end)
+                self._waiting.discard(w.index)
         self._event.set()
 
     def _lose(self, w: _Worker) -> None:
         if not w.alive:
             return
         w.alive = False
-        w.in_flight = 0
-        if self._state is not None and w.index in self._state.waiting:
-            self._state.waiting.discard(w.index)
-            self._state.lost.append(w.index)
+        if self._level is not None:
+            code = w.process.exitcode
+            why = "its process died" if code is None else f"its process exited with code {code}"
+            self._level.lose(w.index, self.setup.decode(w.live) if w.index in self._waiting else [], why)
+            self._waiting.discard(w.index)
+        w.in_flight, w.live = 0, b""
         self._event.set()
 
     def interrupt(self) -> None:
@@ -379,31 +344,24 @@ class WorkerPool:
         live = [w for w in self._workers if w.alive]
         if not live:
             raise TargetError("every worker process has died")
-        res = LevelResult(plan)
-        st = self._state = _LevelState(res, waiting={w.index for w in live})
+        level = self._level = LevelCollector(plan, self.on_record)
+        self._waiting = {w.index for w in live}
         try:
             for k, w in enumerate(live):
-                w.done, w.stats = False, None
-                w.prepared = False
+                w.done = w.prepared = False
+                w.live = b""
                 self._send(w, ("prepare", plan.share(k, len(live), 0)))
             await self._wait_prepared(live)
-            start_ns = _now() + _START_LEAD_NS
-            res.start_ns = start_ns
+            start_ns = _now() + START_LEAD_NS
+            level.result.start_ns = start_ns
             for w in live:
                 self._send(w, ("start", start_ns))
             if self._stop:
                 self.interrupt()
-            await self._wait(st.waiting)
+            await self._wait(self._waiting)
         finally:
-            self._state = None
-        res.end_ns = _now()
-        res.interrupted = self._stop
-        res.lost_workers = sorted(set(st.lost) | {w.index for w in live if not w.alive})
-        res.worker_stats = [w.stats for w in live if w.stats is not None]
-        for ws in res.worker_stats:
-            res.loop_lag_ms.extend(ws.loop_lag_ms)
-            res.loop_lag_t_ns.extend(ws.loop_lag_t_ns)
-        return res
+            self._level = None
+        return level.finish(self._stop)
 
     async def _wait_prepared(self, live: Sequence[_Worker]) -> None:
         while True:

@@ -324,6 +324,9 @@ class ClientHealth(_JSON):
     loop_lag_over_time: LagSeries | None = field(default=None, metadata=_key("loop_lag_over_time", omit_none=True))
     workers: list[WorkerHealth] | None = field(default=None, metadata=_key("workers", omit_none=True))
     lost_workers: list[int] | None = field(default=None, metadata=_key("lost_workers", omit_none=True))
+    # workers on other machines: the worst uncertainty of their clock offsets (run.json has each)
+    clock_uncertainty_ms: float | None = field(default=None, metadata=_key("clock_uncertainty_ms", omit_none=True))
+    notes: list[str] | None = field(default=None, metadata=_key("notes", omit_none=True))  # not client-bound, but worth knowing
 
     @property
     def client_bound(self) -> bool:

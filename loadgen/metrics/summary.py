@@ -52,6 +52,7 @@ from loadgen.records import RequestRecord
 __all__ = ["summarize_level", "level_window_ns"]
 
 _RUNQUEUE_BOUND = 0.10  # a worker runnable but without a CPU more than this share of the time lags
+CLOCK_NOTE_MS = 1.0  # workers' clock offsets less certain than this: the level says so
 _LATENCY_COLUMNS = ("ttft_ms", "ttft_queued_ms", "tpot_ms", "e2e_ms", "e2e_queued_ms")
 
 
@@ -176,7 +177,7 @@ def _worker(
 def _client(
     frame: pd.DataFrame, loop_lag_ms: Sequence[float], client_bound_ms: float,
     lag_series: tuple[Sequence[int], int] | None, workers: Sequence[WorkerStats] | None,
-    lost_workers: Sequence[int] | None, users: npt.NDArray[np.int64],
+    lost_workers: Sequence[int] | None, users: npt.NDArray[np.int64], clock_uncertainty_ms: float | None,
 ) -> ClientHealth:  # fmt: skip
     """The level's client health; with worker processes, each one's too, and the level
     is client-bound when any of them is."""
@@ -191,7 +192,13 @@ def _client(
     for wh in per_worker or ():
         reasons.extend(f"worker {wh.worker}: {r}" for r in wh.reasons)
     if lost_workers:
-        reasons.append(f"worker process(es) {', '.join(map(str, lost_workers))} died during the level")
+        reasons.append(f"worker(s) {', '.join(map(str, lost_workers))} died during the level: it is partial, "
+                       "their in-flight requests are worker_lost records")  # fmt: skip
+    notes = None
+    if clock_uncertainty_ms is not None and clock_uncertainty_ms > CLOCK_NOTE_MS:
+        notes = [f"worker clock offsets are known to ±{clock_uncertainty_ms:.3g} ms only (> {CLOCK_NOTE_MS:g} ms): "
+                 "the workers' common start and the level's time window are that uncertain; per-request "
+                 "latencies are not"]  # fmt: skip
     series = None
     if lag_series is not None and not workers:
         series = lag_over_time(lag_series[0], loop_lag_ms, lag_series[1])
@@ -203,6 +210,8 @@ def _client(
         loop_lag_over_time=series,
         workers=per_worker,
         lost_workers=list(lost_workers) if lost_workers else None,
+        clock_uncertainty_ms=clock_uncertainty_ms,
+        notes=notes,
     )
 
 
@@ -226,6 +235,7 @@ def summarize_level(
     client_bound_ms: float = 10.0,
     workers: Sequence[WorkerStats] | None = None,
     lost_workers: Sequence[int] | None = None,
+    clock_uncertainty_ms: float | None = None,
 ) -> LevelSummary:
     """Summarise one level (see the module docstring and ``summary.json``'s contract).
 
@@ -238,8 +248,11 @@ def summarize_level(
     asked for) and ``dropped`` (never sent); ``window_s`` adds metrics per time window
     (soak, ramp); ``interrupted`` says the level was cut short. ``workers`` (worker
     processes' own measurements) adds a health entry per worker, and the level is
-    client-bound when any worker is; ``lost_workers`` names workers that died (their
-    unflushed records are missing, so the level is partial and says so).
+    client-bound when any worker is; ``lost_workers`` names workers that died (the level
+    is partial and says so: their in-flight requests are ``worker_lost`` records, what
+    they finished or sent since their last report is missing). ``clock_uncertainty_ms``
+    (workers on other machines: the worst uncertainty of their clock offsets) is kept,
+    with a note above ``CLOCK_NOTE_MS``.
     """
     lo_trim, hi_trim = trim
     if not (0.0 <= lo_trim and 0.0 <= hi_trim and lo_trim + hi_trim < 1.0):
@@ -300,7 +313,8 @@ def summarize_level(
         by_class=_by_class(frame, ev, ok, itl),
         client=_client(frame, loop_lag_ms, client_bound_ms,
                        None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns), workers, lost_workers,
-                       np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured))),  # fmt: skip
+                       np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured)),
+                       clock_uncertainty_ms),  # fmt: skip
         schedule=schedule,
         interrupted=interrupted,
         windows=None if window_s is None else windows(measured, window_s),

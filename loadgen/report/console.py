@@ -139,6 +139,8 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
         f"client: {client.verdict}  (event-loop lag p99 {fmt_ms(client.loop_lag_ms.p99)} ms)",
         style="bold red" if client.client_bound else "dim",
     )
+    for note in client.notes or ():
+        lines.append(f"\nnote: {note}", style="yellow")
     return Group(tab, lines)
 
 

@@ -121,7 +121,8 @@ def _during_each_level(hook: Callable[[WorkerPool], Awaitable[None]]) -> Iterato
 
 def test_a_worker_that_dies_loses_only_its_unflushed_records(tmp_path: Path) -> None:
     """Kill one of two workers mid-level: the level ends, says which worker died and is
-    client-bound; the other worker's requests are all there; the run folder is whole."""
+    client-bound; its in-flight requests are worker_lost records; the other worker's
+    requests are all there; the run folder is whole."""
     killed: list[int] = []
 
     async def kill_worker_1(pool: WorkerPool) -> None:
@@ -143,6 +144,10 @@ def test_a_worker_that_dies_loses_only_its_unflushed_records(tmp_path: Path) -> 
     # users 0 and 2 (worker 0) finished their 6 requests each; worker 1's users lost some
     assert len(by_user[0]) == len(by_user[2]) == 6
     assert len(by_user[1]) + len(by_user[3]) < 12
+    # killed 1.5 s into 2 s requests: each of its users had one in flight at its last batch
+    lost = [r for r in recs if r["status"] == ErrorKind.WORKER_LOST.value]
+    assert sorted(r["worker"] for r in lost) == [1, 3] and all("worker 1 was lost" in r["error"] for r in lost)
+    assert level.requests.by_error == {"worker_lost": 2}
     assert json.loads((tmp_path / "dies" / "summary.json").read_text())["levels"][0]["client"]["lost_workers"] == [1]
 
 

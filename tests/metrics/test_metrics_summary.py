@@ -221,3 +221,15 @@ def test_typed_attributes_are_the_json_values():
     assert typed.metric("throughput.steady.output_tokens_per_s") == js["throughput"]["steady"]["output_tokens_per_s"]
     assert typed.metric("ttft_ms.p42") is None and typed.metric("nothing.here") is None
     assert LevelSummary.from_json(js) == typed
+
+
+def test_clock_uncertainty_is_kept_and_over_1_ms_noted_without_a_client_bound_verdict():
+    sure = summarize_level(level(), load=LOAD, clock_uncertainty_ms=0.4)["client"]
+    assert sure["clock_uncertainty_ms"] == 0.4 and "notes" not in sure
+    unsure = summarize_level(level(), load=LOAD, clock_uncertainty_ms=2.5)["client"]
+    assert unsure["verdict"] == "ok" and len(unsure["notes"]) == 1 and "±2.5 ms" in unsure["notes"][0]
+
+
+def test_lost_workers_make_the_level_partial():
+    client = summarize_level(level(), load=LOAD, lost_workers=[1])["client"]
+    assert client["lost_workers"] == [1] and any("partial" in r for r in client["reasons"])
