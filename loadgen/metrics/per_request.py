@@ -23,8 +23,9 @@ with ``scheduled_ns == 0`` (none recorded) is taken as scheduled when it was sen
 
 Everything is vectorised over all events at once (one numpy pass, boundaries by masks).
 The events may come inside the records or apart from them, already flattened
-(:func:`event_arrays_from_flat`, :func:`frame_and_events_from_flat`: what a columnar
-reader of ``records.jsonl`` gives); both give the same frame.
+(:func:`event_arrays_from_columns`, :func:`frame_and_events_from_columns`: what a
+columnar reader of a run folder gives; the ``_from_flat`` forms take ``[t_ns, n_tokens]``
+pairs); all give the same frame.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ __all__ = [
     "EventArrays",
     "event_arrays",
     "event_arrays_from_flat",
+    "event_arrays_from_columns",
     "frame_and_events",
     "frame_and_events_from_flat",
+    "frame_and_events_from_columns",
     "per_request_frame",
     "itl_samples",
     "inter_chunk_samples",
@@ -144,21 +147,32 @@ def event_arrays(records: Sequence[RequestRecord]) -> EventArrays:
     return event_arrays_from_flat(n_events, flat)
 
 
-def _flat_pairs(n_events: npt.ArrayLike, flat: npt.ArrayLike) -> tuple[I64, I64]:
+def _columns(n_events: npt.ArrayLike, t_ns: npt.ArrayLike, n_tokens: npt.ArrayLike) -> tuple[I64, I64, I64]:
     counts = np.asarray(n_events, dtype=np.int64).reshape(-1)
+    t = np.asarray(t_ns, dtype=np.int64).reshape(-1)
+    k = np.asarray(n_tokens, dtype=np.int64).reshape(-1)
+    if t.size != int(counts.sum()) or k.size != t.size or (counts < 0).any():
+        raise ValueError(f"{t.size} events given, but the per-record counts add up to {int(counts.sum())}")
+    return counts, t, k
+
+
+def _pairs(flat: npt.ArrayLike) -> tuple[I64, I64]:
     pairs = np.asarray(flat, dtype=np.int64).reshape(-1, 2)
-    if pairs.shape[0] != int(counts.sum()) or (counts < 0).any():
-        raise ValueError(f"{pairs.shape[0]} events given, but the per-record counts add up to {int(counts.sum())}")
-    return counts, pairs
+    return pairs[:, 0], pairs[:, 1]  # strided views: cheaper than fresh copies
 
 
 def event_arrays_from_flat(n_events: npt.ArrayLike, flat: npt.ArrayLike) -> EventArrays:
     """:func:`event_arrays` from events already flattened: ``flat`` holds the
     ``[t_ns, n_tokens]`` pairs of every record in record order (shape ``(N, 2)``, or
     ``2N`` values interleaved), ``n_events[i]`` how many belong to record ``i``."""
-    n_events, pairs = _flat_pairs(n_events, flat)
+    return event_arrays_from_columns(n_events, *_pairs(flat))
+
+
+def event_arrays_from_columns(n_events: npt.ArrayLike, t_ns: npt.ArrayLike, n_tokens: npt.ArrayLike) -> EventArrays:
+    """:func:`event_arrays_from_flat` with the times and token counts apart: ``t_ns[j]``
+    and ``n_tokens[j]`` are event ``j``'s."""
+    n_events, t, k = _columns(n_events, t_ns, n_tokens)
     n = n_events.size
-    t, k = pairs[:, 0], pairs[:, 1]  # strided views: cheaper than fresh copies
     ev_count = n_events
     if not (k > 0).all():  # rare: events without tokens are dropped
         keep = k > 0
@@ -280,15 +294,24 @@ def frame_and_events_from_flat(
     :func:`event_arrays_from_flat` takes them, one count per record of ``records``);
     the records' own ``events`` are ignored. Warm-up records and their events are
     dropped; the result equals ``frame_and_events`` of the records with their events."""
-    counts, pairs = _flat_pairs(n_events, flat)
+    return frame_and_events_from_columns(records, n_events, *_pairs(flat))
+
+
+def frame_and_events_from_columns(
+    records: Sequence[RequestRecord], n_events: npt.ArrayLike, t_ns: npt.ArrayLike, n_tokens: npt.ArrayLike
+) -> tuple[pd.DataFrame, EventArrays]:
+    """:func:`frame_and_events_from_flat` with the times and token counts apart (as
+    :func:`event_arrays_from_columns` takes them)."""
+    counts, t, k = _columns(n_events, t_ns, n_tokens)
     if counts.size != len(records):
         raise ValueError(f"{counts.size} event counts given for {len(records)} records")
     keep = np.fromiter((not r.warmup for r in records), dtype=bool, count=len(records))
     if not keep.all():
         records = [r for r in records if not r.warmup]
-        pairs = pairs[np.repeat(keep, counts)]
+        measured = np.repeat(keep, counts)
+        t, k = t[measured], k[measured]
         counts = counts[keep]
-    ev = event_arrays_from_flat(counts, pairs)
+    ev = event_arrays_from_columns(counts, t, k)
     return _build_frame(records, ev), ev
 
 

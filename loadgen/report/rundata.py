@@ -2,8 +2,8 @@
 
 The per-request frame and event arrays come from :mod:`loadgen.metrics.per_request`
 (warm-up records dropped, as the summaries do), built from the columnar reading of
-``records.jsonl`` (:func:`~loadgen.report.files.read_records_columnar`); this module
-only reads files.
+``records.jsonl`` and ``events.bin`` (:func:`~loadgen.report.files.read_records_columnar`);
+this module only reads files.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.compare import LevelSamples
-from loadgen.metrics.per_request import EventArrays, frame_and_events_from_flat
+from loadgen.metrics.per_request import EventArrays, frame_and_events_from_columns
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.records import RequestRecord
 from loadgen.report.files import read_records_columnar, read_run, read_summary
@@ -108,7 +108,7 @@ def load_run(folder: Path) -> RunData:
     except ConfigError:
         run = {}
     cols = read_records_columnar(folder)  # events apart: the records hold none
-    frame, ev = frame_and_events_from_flat(cols.records, cols.n_events, cols.events)
+    frame, ev = frame_and_events_from_columns(cols.records, cols.n_events, cols.t_ns, cols.n_tokens)
     anchor = (run.get("clock_anchor") or {}).get("perf_counter_ns")
     if not isinstance(anchor, int):
         sent = frame["sent_ns"].to_numpy()
