@@ -9,11 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pandas as pd
 import pytest
 
 from loadgen.errors import ConfigError
 from loadgen.records import ErrorKind, RequestRecord, TokenSource, record_from_json, record_to_json
-from loadgen.report.files import RunWriter, read_records, read_records_columnar, record_line
+from loadgen.report import readers
+from loadgen.report.files import RunWriter, read_records, read_records_columnar, read_records_pieces, record_line
 from loadgen.report.recordio import (
     EVENTS_FILE,
     EVENTS_MAGIC,
@@ -24,6 +26,7 @@ from loadgen.report.recordio import (
     encode_events,
     split_batch,
 )
+from loadgen.report.rundata import load_run
 from tests.report.test_columnar import assert_same_reading, hand_records
 
 INT64 = (-(2**63), 2**63 - 1)
@@ -148,6 +151,10 @@ def test_old_and_new_lines_mix(tmp_path: Path) -> None:
     tmp_path.joinpath(EVENTS_FILE).write_bytes(EVENTS_MAGIC + events)
     assert list(read_records(tmp_path)) == records
     assert assert_same_reading(tmp_path) == records
+    kept = read_records_columnar(tmp_path, keep=lambda r: not r.warmup and r.index % 2 == 0)
+    want = [r for r in records if not r.warmup and r.index % 2 == 0]
+    assert kept.records == [dataclasses.replace(r, events=[]) for r in want]
+    np.testing.assert_array_equal(kept.events.reshape(-1), [v for r in want for e in r.events for v in e])
 
 
 def test_old_folders_without_events_bin_read(tmp_path: Path) -> None:
@@ -230,3 +237,33 @@ def test_batches_are_checked() -> None:
     with pytest.raises(ValueError):
         decode_batch(blob[:head] + lines.replace(b'"index":1,', b'"index":"one",') + events)
     assert decode_batch(encode_batch([])) == []
+
+
+def test_pieces_of_any_size_read_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_folder: Path) -> None:
+    """Decoding a few events at a time (pieces cut anywhere, warm-ups skipped between
+    them) gives the records, frame and figures data of decoding all at once."""
+    records = hand_records() + random_records(6, 60)
+    pick = [i % 4 == 0 for i in range(len(records))]  # old lines mixed in
+    new = split_batch(encode_batch(records))
+    chosen = [record_line(r) if p else line for r, p, line in zip(records, pick, bytes(new[0]).splitlines(True))]
+    events = b"".join(bytes(split_batch(encode_batch([r]))[1]) for r, p in zip(records, pick) if not p)
+    tmp_path.joinpath("records.jsonl").write_bytes(b"".join(chosen))
+    tmp_path.joinpath(EVENTS_FILE).write_bytes(EVENTS_MAGIC + events)
+    want = read_records_columnar(tmp_path)
+    want_run = load_run(run_folder)
+    for size in (1, 7, 50):
+        monkeypatch.setattr(readers, "_PIECE", size)
+        got = read_records_columnar(tmp_path)
+        assert got.records == want.records
+        np.testing.assert_array_equal(got.events, want.events)
+        measured = read_records_pieces(tmp_path, keep=lambda r: not r.warmup)
+        assert measured.records == [r for r in want.records if not r.warmup]
+        lo = len(measured.records) // 3
+        n, t, k = measured.columns(lo, 2 * lo)
+        whole = measured.columns()
+        at = int(whole[0][:lo].sum())
+        np.testing.assert_array_equal(t, whole[1][at : at + t.size])
+        np.testing.assert_array_equal(n, measured.n_events[lo : 2 * lo])
+        run = load_run(run_folder)
+        pd.testing.assert_frame_equal(run.frame, want_run.frame, check_exact=True)
+        np.testing.assert_array_equal(run.ev.itl_ms(), want_run.ev.itl_ms())
