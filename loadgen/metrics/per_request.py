@@ -25,7 +25,9 @@ Everything is vectorised over all events at once (one numpy pass, boundaries by 
 The events may come inside the records or apart from them, already flattened
 (:func:`event_arrays_from_columns`, :func:`frame_and_events_from_columns`: what a
 columnar reader of a run folder gives; the ``_from_flat`` forms take ``[t_ns, n_tokens]``
-pairs); all give the same frame.
+pairs), or a few records at a time (``_from_pieces``: a whole run of 100M events without
+its raw columns in memory); all give the same frame. Gaps and ITL samples are computed
+when asked for, over the selected records, not stored per chunk.
 """
 
 from __future__ import annotations
