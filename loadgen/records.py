@@ -123,7 +123,8 @@ class RequestRecord:
 
 
 def record_to_json(rec: RequestRecord) -> str:
-    """One compact JSON line for ``records.jsonl``."""
+    """One compact, self-contained JSON line, events inline (the ``records.jsonl`` line
+    of older versions; run folders now keep the events in ``events.bin``)."""
     d = dataclasses.asdict(rec)
     d["status"] = rec.status.value
     d["token_source"] = rec.token_source.value
@@ -137,8 +138,12 @@ _SOURCE = {k.value: k for k in TokenSource}
 
 def record_from_json(line: str | dict[str, Any]) -> RequestRecord:
     """Parse one ``records.jsonl`` line; unknown keys (from newer versions) are ignored.
-    Raises ValueError or TypeError when it is not a record."""
+    Raises ValueError or TypeError when it is not a record, or when its events are in
+    the run folder's ``events.bin`` (read the folder with
+    ``loadgen.report.files.read_records``)."""
     d = json.loads(line) if isinstance(line, str) else line
+    if isinstance(d, dict) and isinstance(d.get("events"), dict):
+        raise ValueError("this line's events are in events.bin: read the run folder, not the line")
     if not _FIELDS.issuperset(d):
         d = {k: v for k, v in d.items() if k in _FIELDS}
     rec = RequestRecord(**d)  # the report reads 100,000s of these: the enums by lookup

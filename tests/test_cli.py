@@ -35,7 +35,7 @@ def test_run_writes_the_run_folder(server: ScriptedServerProcess, tmp_path: Path
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "TTFT" in res.output and "attainment 100.0%" in res.output
-    assert {p.name for p in out.iterdir()} == {"run.json", "records.jsonl", "summary.json", "report.html"}
+    assert {p.name for p in out.iterdir()} == {"run.json", "records.jsonl", "events.bin", "summary.json", "report.html"}
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert len(records) == 20 and all(r["status"] == "ok" for r in records)
     summary = json.loads((out / "summary.json").read_text())
@@ -115,7 +115,7 @@ def test_secrets_never_reach_files(server: ScriptedServerProcess, tmp_path: Path
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     for f in out.iterdir():
-        text = f.read_text()
+        text = f.read_text(errors="replace")  # events.bin is binary
         for secret in ("sk-very-secret-123", "hunter2-secret", "pa55word", "qk-secret"):
             assert secret not in text, (secret, f.name)
     run = json.loads((out / "run.json").read_text())

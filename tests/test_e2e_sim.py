@@ -16,7 +16,7 @@ from rich.console import Console
 
 from loadgen.load.profiles import Profile
 from loadgen.orchestrate import RunConfig, execute
-from loadgen.records import record_from_json
+from loadgen.report.files import read_records
 from loadgen.server.process import ServerProcess
 from loadgen.workload.spec import workload_from_flags
 
@@ -33,7 +33,7 @@ def test_client_agrees_with_the_engine(tmp_path: Path) -> None:
         )
         outcome = execute(cfg, Console(file=io.StringIO()))
         log = httpx.get(url + "/loadgen/requests").json()["data"]
-    recs = [record_from_json(x) for x in (tmp_path / "e2e" / "records.jsonl").read_text().splitlines()]
+    recs = list(read_records(tmp_path / "e2e"))
     recs = [r for r in recs if not r.warmup]
     assert len(recs) == 24 and all(r.ok for r in recs)
     level = outcome.summary.to_json()["levels"][0]

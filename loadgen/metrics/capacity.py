@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
-from loadgen.metrics.per_request import frame_and_events
+from loadgen.metrics.per_request import EventArrays, frame_and_events
 from loadgen.metrics.results import Capacity, Saturation, Window
 from loadgen.metrics.stats import stat_value
 from loadgen.records import RequestRecord
 
-__all__ = ["capacity", "knee", "windows"]
+__all__ = ["capacity", "knee", "windows", "windows_of"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -134,7 +135,13 @@ def windows(records: Iterable[RequestRecord], window_s: float) -> list[Window]:
     """
     if not (window_s > 0 and math.isfinite(window_s)):
         raise ValueError(f"window_s must be a positive number, got {window_s!r}")
-    frame, ev = frame_and_events(records)
+    return windows_of(*frame_and_events(records), window_s)
+
+
+def windows_of(frame: pd.DataFrame, ev: EventArrays, window_s: float) -> list[Window]:
+    """:func:`windows` of a per-request frame and its events (``frame_and_events``)."""
+    if not (window_s > 0 and math.isfinite(window_s)):
+        raise ValueError(f"window_s must be a positive number, got {window_s!r}")
     sent = frame["sent_ns"].to_numpy()
     done = frame["done_ns"].to_numpy()
     valid = sent != 0
@@ -158,8 +165,8 @@ def windows(records: Iterable[RequestRecord], window_s: float) -> list[Window]:
     done_w = bucket(done)
     n_req = np.bincount(done_w[valid], minlength=n_win)
     n_ok = np.bincount(done_w[valid & ok], minlength=n_win)
-    ev_ok = ev.event_mask(ok)
-    tokens = np.bincount(bucket(ev.ev_t[ev_ok]), weights=ev.ev_n[ev_ok], minlength=n_win)
+    ch_ok = ev.chunk_mask(ok)  # a chunk's events share its time: its tokens count at once
+    tokens = np.bincount(bucket(ev.ch_t[ch_ok]), weights=ev.ch_n[ch_ok], minlength=n_win)
     first = frame["first_token_ns"].to_numpy()
     has_ttft = ok & (first != 0) & ~np.isnan(frame["ttft_ms"].to_numpy())
     ttft = _split(frame["ttft_ms"].to_numpy()[has_ttft], bucket(first[has_ttft]), n_win)

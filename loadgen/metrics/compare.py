@@ -366,8 +366,8 @@ def _blocks(lv: LevelSamples, key: str) -> F64:
         return np.zeros(0)
     ok = lv.ok_rows
     if key == "output_tokens_per_s":
-        mask = lv.ev.event_mask(ok)
-        return block_rates(lv.ev.ev_t[mask], window, N_BLOCKS, weights=lv.ev.ev_n[mask])
+        mask = lv.ev.chunk_mask(ok)  # a chunk's events share its time: its tokens count at once
+        return block_rates(lv.ev.ch_t[mask], window, N_BLOCKS, weights=lv.ev.ch_n[mask])
     if key == "goodput":
         attained = _attained(lv)
         if attained is None:

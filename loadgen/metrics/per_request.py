@@ -23,16 +23,19 @@ with ``scheduled_ns == 0`` (none recorded) is taken as scheduled when it was sen
 
 Everything is vectorised over all events at once (one numpy pass, boundaries by masks).
 The events may come inside the records or apart from them, already flattened
-(:func:`event_arrays_from_flat`, :func:`frame_and_events_from_flat`: what a columnar
-reader of ``records.jsonl`` gives); both give the same frame.
+(:func:`event_arrays_from_columns`, :func:`frame_and_events_from_columns`: what a
+columnar reader of a run folder gives; the ``_from_flat`` forms take ``[t_ns, n_tokens]``
+pairs), or a few records at a time (``_from_pieces``: a whole run of 100M events without
+its raw columns in memory); all give the same frame. Gaps and ITL samples are computed
+when asked for, over the selected records, not stored per chunk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -44,8 +47,12 @@ __all__ = [
     "EventArrays",
     "event_arrays",
     "event_arrays_from_flat",
+    "event_arrays_from_columns",
     "frame_and_events",
     "frame_and_events_from_flat",
+    "frame_and_events_from_columns",
+    "frame_and_events_from_pieces",
+    "event_arrays_from_pieces",
     "per_request_frame",
     "itl_samples",
     "inter_chunk_samples",
@@ -53,6 +60,7 @@ __all__ = [
 ]
 
 I64 = npt.NDArray[np.int64]
+Tokens = npt.NDArray[np.int64] | npt.NDArray[np.int32]  # token counts: int32 where a whole run is held
 F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 T = TypeVar("T", bound=np.generic)
@@ -71,29 +79,70 @@ class EventArrays:
 
     Events and chunks are ordered by record (in the order of the list the arrays were
     built from), then time; ``ev_count``/``n_chunks`` say how many belong to each
-    record. ``ch_gap_ms`` is aligned with the chunks: the gap from the previous chunk of
-    the same record, NaN for a record's first chunk. Selections take a boolean mask
-    over records (``rows``); None means all.
+    record. A chunk's gap is the time from the previous chunk of the same record (none
+    for a record's first chunk); gaps are computed when asked for, over the selected
+    records only, so a run of 100M events holds no per-chunk float arrays. Selections
+    take a boolean mask over records (``rows``); None means all.
     """
 
     n_records: int
     n_events: I64  # per record: raw number of events (as received)
     ev_count: I64  # per record: token-carrying events kept
-    ev_t: I64  # ns of each event
-    ev_n: I64  # tokens of each event
+    ev_n: Tokens  # tokens of each event
     n_chunks: I64  # per record
     ch_t: I64  # ns of each chunk
-    ch_n: I64  # tokens of each chunk
-    ch_gap_ms: F64  # gap ending at each chunk (NaN for first chunks)
-    ch_itl_ms: F64  # that gap / the chunk's tokens: its per-token ITL
+    ch_n: Tokens  # tokens of each chunk
+    ev_chunk: Mask | None = None  # per event, whether it starts a chunk; None: every one does
 
-    def _chunk_mask(self, rows: Mask | None) -> Mask:
-        valid = ~np.isnan(self.ch_gap_ms)
-        return valid if rows is None else valid & np.repeat(rows, self.n_chunks)
+    @property
+    def ev_t(self) -> I64:
+        """ns of each event (its chunk's: a copy when events were coalesced)."""
+        return self.ch_t if self.ev_chunk is None else self.ch_t[np.cumsum(self.ev_chunk) - 1]
+
+    @property
+    def ch_gap_ms(self) -> F64:
+        """The gap ending at each chunk (NaN for first chunks), aligned with the chunks."""
+        gap = np.full(self.ch_t.size, np.nan)
+        mask = self.gap_mask()
+        gap[mask] = self.masked_gap_ms(mask)
+        return gap
+
+    @property
+    def ch_itl_ms(self) -> F64:
+        """Each chunk's gap / its tokens: its per-token ITL (NaN for first chunks)."""
+        return self.ch_gap_ms / self.ch_n
+
+    def gap_mask(self, rows: Mask | None = None) -> Mask:
+        """Boolean mask over chunks: those with a gap (not a record's first) of the selected records."""
+        later = np.ones(self.ch_t.size, dtype=bool)
+        has = self.n_chunks > 0
+        later[(np.cumsum(self.n_chunks) - self.n_chunks)[has]] = False
+        if rows is not None:
+            later &= np.repeat(rows, self.n_chunks)
+        return later
+
+    def gap_ms(self, at: I64) -> F64:
+        """The gaps (ms) ending at chunks ``at`` (none of them a record's first)."""
+        gap = self.ch_t[at]
+        gap -= self.ch_t[at - 1]
+        return np.asarray(gap / 1e6, dtype=np.float64)
+
+    def masked_gap_ms(self, mask: Mask) -> F64:
+        """The gaps (ms) ending at the chunks of ``mask`` (a :meth:`gap_mask`), in order:
+        :meth:`gap_ms` by differences over the span the mask covers (no index arrays)."""
+        if not mask.any():
+            return np.zeros(0, dtype=np.float64)
+        lo, hi = int(np.argmax(mask)), mask.size - int(np.argmax(mask[::-1]))
+        diff = np.diff(self.ch_t[lo - 1 : hi])  # lo >= 1: chunk 0 is a record's first
+        return np.asarray(diff[mask[lo:hi]] / 1e6, dtype=np.float64)
 
     def event_mask(self, rows: Mask) -> Mask:
         """Boolean mask over events: those of the selected records."""
         return np.repeat(rows, self.ev_count)
+
+    def chunk_mask(self, rows: Mask) -> Mask:
+        """Boolean mask over chunks: those of the selected records."""
+        return np.repeat(rows, self.n_chunks)
 
     def output_tokens(self) -> I64:
         """Tokens per record (sum of its events)."""
@@ -101,34 +150,51 @@ class EventArrays:
 
     def inter_chunk_ms(self, rows: Mask | None = None) -> F64:
         """Raw inter-chunk gaps of the selected records."""
-        return self.ch_gap_ms[self._chunk_mask(rows)]
+        return self.masked_gap_ms(self.gap_mask(rows))
 
     def itl_ms(self, rows: Mask | None = None) -> F64:
         """Per-token ITL samples (gap / k, k times per gap) of the selected records."""
-        return self.like_itl(self.ch_itl_ms, rows)
+        mask = self.gap_mask(rows)
+        k = self.ch_n[mask]
+        return np.repeat(self.masked_gap_ms(mask) / k, k)
 
     def like_itl(self, per_chunk: npt.NDArray[T], rows: Mask | None = None) -> npt.NDArray[T]:
         """A per-chunk array repeated like :meth:`itl_ms`'s samples (same order), e.g.
         ``ch_t`` for the time of each sample."""
-        counts = np.where(self._chunk_mask(rows), self.ch_n, 0)
-        return np.repeat(per_chunk, counts)
+        mask = self.gap_mask(rows)
+        return np.repeat(per_chunk[mask], self.ch_n[mask])
 
     def itl_max_ms(self) -> F64:
         """Largest per-token ITL per record (NaN where the record has no gap)."""
         out = np.full(self.n_records, np.nan)
-        has = self.n_chunks > 0
-        if has.any():
-            first = (np.cumsum(self.n_chunks) - self.n_chunks)[has]
-            out[has] = np.fmax.reduceat(self.ch_itl_ms, first)
+        ends = np.cumsum(self.n_chunks)
+        lo = 0
+        while lo < self.n_records:  # a block of records at a time: bounded temporaries
+            hi = max(int(np.searchsorted(ends, ends[lo] + _BLOCK, side="right")), lo + 1)
+            counts = self.n_chunks[lo:hi]
+            c0 = int(ends[lo] - counts[0])
+            t = self.ch_t[c0 : int(ends[hi - 1])]
+            itl = np.empty(t.size, dtype=np.float64)
+            if t.size:
+                itl[1:] = (t[1:] - t[:-1]) / 1e6
+                first = (np.cumsum(counts) - counts)[counts > 0]
+                itl[first] = np.nan
+                itl /= self.ch_n[c0 : c0 + t.size]
+                out[lo:hi][counts > 0] = np.fmax.reduceat(itl, first)
+            lo = hi
         return out
 
 
-def _segment_sum(values: I64, counts: I64) -> I64:
+_BLOCK = 1 << 22  # chunks at a time in itl_max_ms
+_INT32 = np.iinfo(np.int32)
+
+
+def _segment_sum(values: npt.NDArray[Any], counts: I64) -> I64:
     """Sum of consecutive segments of ``values`` of the given lengths (0 for empty)."""
     out = np.zeros(counts.size, dtype=np.int64)
     has = counts > 0
     if has.any():
-        out[has] = np.add.reduceat(values, (np.cumsum(counts) - counts)[has])
+        out[has] = np.add.reduceat(values, (np.cumsum(counts) - counts)[has], dtype=np.int64)
     return out
 
 
@@ -144,21 +210,32 @@ def event_arrays(records: Sequence[RequestRecord]) -> EventArrays:
     return event_arrays_from_flat(n_events, flat)
 
 
-def _flat_pairs(n_events: npt.ArrayLike, flat: npt.ArrayLike) -> tuple[I64, I64]:
+def _columns(n_events: npt.ArrayLike, t_ns: npt.ArrayLike, n_tokens: npt.ArrayLike) -> tuple[I64, I64, I64]:
     counts = np.asarray(n_events, dtype=np.int64).reshape(-1)
+    t = np.asarray(t_ns, dtype=np.int64).reshape(-1)
+    k = np.asarray(n_tokens, dtype=np.int64).reshape(-1)
+    if t.size != int(counts.sum()) or k.size != t.size or (counts < 0).any():
+        raise ValueError(f"{t.size} events given, but the per-record counts add up to {int(counts.sum())}")
+    return counts, t, k
+
+
+def _pairs(flat: npt.ArrayLike) -> tuple[I64, I64]:
     pairs = np.asarray(flat, dtype=np.int64).reshape(-1, 2)
-    if pairs.shape[0] != int(counts.sum()) or (counts < 0).any():
-        raise ValueError(f"{pairs.shape[0]} events given, but the per-record counts add up to {int(counts.sum())}")
-    return counts, pairs
+    return pairs[:, 0], pairs[:, 1]  # strided views: cheaper than fresh copies
 
 
 def event_arrays_from_flat(n_events: npt.ArrayLike, flat: npt.ArrayLike) -> EventArrays:
     """:func:`event_arrays` from events already flattened: ``flat`` holds the
     ``[t_ns, n_tokens]`` pairs of every record in record order (shape ``(N, 2)``, or
     ``2N`` values interleaved), ``n_events[i]`` how many belong to record ``i``."""
-    n_events, pairs = _flat_pairs(n_events, flat)
+    return event_arrays_from_columns(n_events, *_pairs(flat))
+
+
+def event_arrays_from_columns(n_events: npt.ArrayLike, t_ns: npt.ArrayLike, n_tokens: npt.ArrayLike) -> EventArrays:
+    """:func:`event_arrays_from_flat` with the times and token counts apart: ``t_ns[j]``
+    and ``n_tokens[j]`` are event ``j``'s."""
+    n_events, t, k = _columns(n_events, t_ns, n_tokens)
     n = n_events.size
-    t, k = pairs[:, 0], pairs[:, 1]  # strided views: cheaper than fresh copies
     ev_count = n_events
     if not (k > 0).all():  # rare: events without tokens are dropped
         keep = k > 0
@@ -174,30 +251,68 @@ def event_arrays_from_flat(n_events: npt.ArrayLike, flat: npt.ArrayLike) -> Even
         t, k = t[order], k[order]
 
     start = ~later  # a chunk starts at a record's first event or at a new timestamp
+    del later
     start[1:] |= t[1:] != t[:-1]
+    if start.all():  # nothing coalesced: chunks are the events
+        return EventArrays(n, n_events, ev_count, ev_n=k, n_chunks=ev_count.copy(), ch_t=t, ch_n=k)
     idx = np.flatnonzero(start)
-    if idx.size == t.size:  # nothing coalesced: chunks are the events
-        ch_t, ch_n, ch_first = t, k, ev_first
-    else:
-        ch_t, ch_n = t[idx], np.add.reduceat(k, idx) if idx.size else k[:0]
-        ch_first = np.searchsorted(idx, ev_first)
-    n_chunks = np.diff(np.r_[ch_first, idx.size]).astype(np.int64) if n else np.zeros(0, np.int64)
-    gap = np.empty(ch_t.size, dtype=np.float64)
-    if ch_t.size:
-        np.subtract(ch_t[1:], ch_t[:-1], out=gap[1:])
-        gap /= 1e6
-        gap[ch_first[n_chunks > 0]] = np.nan
     return EventArrays(
         n_records=n,
         n_events=n_events,
         ev_count=ev_count,
-        ev_t=t,
         ev_n=k,
+        n_chunks=_segment_sum(start, ev_count),
+        ch_t=t[idx],
+        ch_n=np.add.reduceat(k, idx),
+        ev_chunk=start,
+    )
+
+
+def event_arrays_from_pieces(
+    n_events: npt.ArrayLike, pieces: Iterable[tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike]]
+) -> EventArrays:
+    """:func:`event_arrays_from_columns` of events that come a few records at a time:
+    each piece is ``(n_events, t_ns, n_tokens)`` of the next records, and the pieces
+    together hold ``n_events``. Only the result and one piece exist at once, never the
+    raw columns of the whole run (what a report of 100M events needs)."""
+    counts = np.asarray(n_events, dtype=np.int64).reshape(-1)
+    total = int(counts.sum())
+    # sized for every event; chunks are fewer when events were coalesced (the pages
+    # never written are never touched). Token counts as int32 while they fit (a run of
+    # 100M events: 400 MB less each), else int64.
+    ch_t = np.empty(total, dtype=np.int64)
+    ch_n: Tokens = np.empty(total, dtype=np.int32)
+    ev_n: Tokens = np.empty(total, dtype=np.int32)
+    ev_chunk = np.ones(total, dtype=bool)
+    ev_count = np.empty(counts.size, dtype=np.int64)
+    n_chunks = np.empty(counts.size, dtype=np.int64)
+    r = e = c = 0
+    coalesced = False
+    for piece in pieces:
+        part = event_arrays_from_columns(*piece)
+        pr, pe, pc = part.n_records, part.ev_n.size, part.ch_t.size
+        if not np.array_equal(part.n_events, counts[r : r + pr]):
+            raise ValueError(f"the pieces' event counts differ from n_events from record {r} on")
+        if ch_n.dtype != np.int64 and pc and int(part.ch_n.max()) > _INT32.max:  # counts are >= 1
+            ch_n, ev_n = ch_n.astype(np.int64), ev_n.astype(np.int64)
+        ev_count[r : r + pr], n_chunks[r : r + pr] = part.ev_count, part.n_chunks
+        ev_n[e : e + pe] = part.ev_n
+        ch_t[c : c + pc], ch_n[c : c + pc] = part.ch_t, part.ch_n
+        if part.ev_chunk is not None:
+            ev_chunk[e : e + pe] = part.ev_chunk
+            coalesced = True
+        r, e, c = r + pr, e + pe, c + pc
+    if r != counts.size:
+        raise ValueError(f"the pieces hold {r} records, n_events {counts.size}")
+    return EventArrays(
+        n_records=r,
+        n_events=counts,
+        ev_count=ev_count,
+        ev_n=ev_n[:e] if coalesced else ch_n[:c],
         n_chunks=n_chunks,
-        ch_t=ch_t,
-        ch_n=ch_n,
-        ch_gap_ms=gap,
-        ch_itl_ms=gap / ch_n,
+        ch_t=ch_t[:c],
+        ch_n=ch_n[:c],
+        ev_chunk=ev_chunk[:e] if coalesced else None,
     )
 
 
@@ -282,15 +397,51 @@ def frame_and_events_from_flat(
     :func:`event_arrays_from_flat` takes them, one count per record of ``records``);
     the records' own ``events`` are ignored. Warm-up records and their events are
     dropped; the result equals ``frame_and_events`` of the records with their events."""
-    counts, pairs = _flat_pairs(n_events, flat)
+    return frame_and_events_from_columns(records, n_events, *_pairs(flat))
+
+
+def frame_and_events_from_pieces(
+    records: Sequence[RequestRecord],
+    n_events: npt.ArrayLike,
+    pieces: Iterable[tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike]],
+) -> tuple[pd.DataFrame, EventArrays]:
+    """:func:`frame_and_events_from_columns` with the events in pieces (as
+    :func:`event_arrays_from_pieces` takes them)."""
+    counts = np.asarray(n_events, dtype=np.int64).reshape(-1)
+    if counts.size != len(records):
+        raise ValueError(f"{counts.size} event counts given for {len(records)} records")
+    keep = np.fromiter((not r.warmup for r in records), dtype=bool, count=len(records))
+    if keep.all():
+        return _build_frame(records, ev := event_arrays_from_pieces(counts, pieces)), ev
+
+    def measured() -> Iterator[tuple[I64, I64, I64]]:
+        r = 0
+        for piece in pieces:
+            p_counts, t, k = _columns(*piece)
+            mine = keep[r : r + p_counts.size]
+            events = np.repeat(mine, p_counts)
+            yield p_counts[mine], t[events], k[events]
+            r += p_counts.size
+
+    ev = event_arrays_from_pieces(counts[keep], measured())
+    return _build_frame([r for r in records if not r.warmup], ev), ev
+
+
+def frame_and_events_from_columns(
+    records: Sequence[RequestRecord], n_events: npt.ArrayLike, t_ns: npt.ArrayLike, n_tokens: npt.ArrayLike
+) -> tuple[pd.DataFrame, EventArrays]:
+    """:func:`frame_and_events_from_flat` with the times and token counts apart (as
+    :func:`event_arrays_from_columns` takes them)."""
+    counts, t, k = _columns(n_events, t_ns, n_tokens)
     if counts.size != len(records):
         raise ValueError(f"{counts.size} event counts given for {len(records)} records")
     keep = np.fromiter((not r.warmup for r in records), dtype=bool, count=len(records))
     if not keep.all():
         records = [r for r in records if not r.warmup]
-        pairs = pairs[np.repeat(keep, counts)]
+        measured = np.repeat(keep, counts)
+        t, k = t[measured], k[measured]
         counts = counts[keep]
-    ev = event_arrays_from_flat(counts, pairs)
+    ev = event_arrays_from_columns(counts, t, k)
     return _build_frame(records, ev), ev
 
 

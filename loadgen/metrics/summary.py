@@ -27,9 +27,9 @@ import numpy.typing as npt
 import pandas as pd
 
 from loadgen.errors import ConfigError
-from loadgen.metrics.capacity import windows
+from loadgen.metrics.capacity import windows_of
 from loadgen.metrics.client import LATE_NS, WorkerStats, lag_over_time, late_sends
-from loadgen.metrics.per_request import EventArrays, frame_and_events
+from loadgen.metrics.per_request import EventArrays, frame_and_events, frame_and_events_from_columns
 from loadgen.metrics.results import (
     ClassSummary,
     ClientHealth,
@@ -94,9 +94,9 @@ def _throughput(
         hi = window[1] - round(span_ns * trim[1])
         done = frame["done_ns"].to_numpy()
         inside = ok & (done >= lo) & (done <= hi)
-        ev_in = ev.event_mask(ok) & (ev.ev_t >= lo) & (ev.ev_t <= hi)
+        ch_in = ev.chunk_mask(ok) & (ev.ch_t >= lo) & (ev.ch_t <= hi)  # a chunk's events share its time
         span = (hi - lo) / 1e9
-        steady_out = float(ev.ev_n[ev_in].sum())
+        steady_out = float(ev.ch_n[ch_in].sum())
         steady = Steady(
             window_s=span,
             requests_per_s=_rate(float(inside.sum()), span),
@@ -236,6 +236,7 @@ def summarize_level(
     workers: Sequence[WorkerStats] | None = None,
     lost_workers: Sequence[int] | None = None,
     clock_uncertainty_ms: float | None = None,
+    events: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike] | None = None,
 ) -> LevelSummary:
     """Summarise one level (see the module docstring and ``summary.json``'s contract).
 
@@ -252,22 +253,32 @@ def summarize_level(
     is partial and says so: their in-flight requests are ``worker_lost`` records, what
     they finished or sent since their last report is missing). ``clock_uncertainty_ms``
     (workers on other machines: the worst uncertainty of their clock offsets) is kept,
-    with a note above ``CLOCK_NOTE_MS``.
+    with a note above ``CLOCK_NOTE_MS``. ``events``, when given,
+    holds the records' events apart, ``(n_events, t_ns, n_tokens)`` as
+    :func:`~loadgen.metrics.per_request.frame_and_events_from_columns` takes them (what
+    a columnar reader gives; no Python list per event), and the records' own are ignored.
     """
     lo_trim, hi_trim = trim
     if not (0.0 <= lo_trim and 0.0 <= hi_trim and lo_trim + hi_trim < 1.0):
         raise ConfigError(f"trim fractions {trim!r} must be >= 0 and sum to < 1", key="trim")
     measured = [r for r in records if not r.warmup]
-    frame, ev = frame_and_events(measured)
+    if events is None:
+        frame, ev = frame_and_events(measured)
+    else:
+        frame, ev = frame_and_events_from_columns(records, *events)
     ok = frame["ok"].to_numpy(dtype=bool)
     window = level_window_ns(frame)
     failed = frame.loc[~ok, "status"].value_counts()
     duration, throughput = _throughput(frame, ev, ok, window, trim)
 
     attained, attainment = slo_attainment(frame, slos)
-    gaps = ev.inter_chunk_ms(ok)
-    one_token_chunks = bool((ev.ch_n == 1).all())
-    itl = gaps if one_token_chunks else ev.itl_ms(ok)  # the same samples when every chunk has one token
+    with_gap = ev.gap_mask(ok)
+    gaps = ev.masked_gap_ms(with_gap)  # ev.inter_chunk_ms(ok)
+    tokens = ev.ch_n[with_gap]
+    one_token_chunks = bool((tokens == 1).all())
+    # ev.itl_ms(ok), from the gaps at hand; the same samples when every chunk has one token
+    itl = gaps if one_token_chunks else np.repeat(gaps / tokens, tokens)
+    del with_gap, tokens
     okf = frame[ok]
     samples: dict[str, Any] = {c.removesuffix("_ms"): okf[c].to_numpy() for c in _LATENCY_COLUMNS}
     samples["itl"] = itl
@@ -317,5 +328,5 @@ def summarize_level(
                        clock_uncertainty_ms),  # fmt: skip
         schedule=schedule,
         interrupted=interrupted,
-        windows=None if window_s is None else windows(measured, window_s),
+        windows=None if window_s is None else windows_of(frame, ev, window_s),
     )

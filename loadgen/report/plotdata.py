@@ -8,7 +8,8 @@ figure carries so the page stays small. Pure numpy, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,9 @@ __all__ = [
     "spread",
     "ecdf_points",
     "binned_quantiles",
+    "bin_ids",
+    "NO_BIN",
+    "quantiles_by_bin",
     "bin_edges",
     "keep_peaks",
     "palette",
@@ -96,24 +100,76 @@ def binned_quantiles(
     falls in the bin (NaN for an empty bin), and the maximum."""
     n_bins = edges.size - 1
     centres = (edges[:-1] + edges[1:]) / 2
+    if t.size == 0 or n_bins <= 0:
+        return centres, {q: np.full(max(n_bins, 0), np.nan) for q in quantiles}, np.full(max(n_bins, 0), np.nan)
+    qs, top = quantiles_by_bin(bin_ids(t, edges), n_bins, lambda at: values[at], quantiles)
+    return centres, qs, top
+
+
+def bin_ids(t: F64, edges: F64) -> npt.NDArray[np.uint16]:
+    """The bin of ``edges`` each ``t`` falls in (clipped to the first and last bins)."""
+    n_bins = edges.size - 1
+    if not 0 < n_bins < NO_BIN:
+        raise ValueError(f"{n_bins} bins: between 1 and {NO_BIN - 1} are supported")
+    return np.clip(np.searchsorted(edges, t, side="right") - 1, 0, n_bins - 1).astype(np.uint16)
+
+
+NO_BIN = (1 << 16) - 1  # an id no bin has
+_GROUP = 1 << 21  # samples sorted at a time by quantiles_by_bin
+
+
+def quantiles_by_bin(
+    ids: npt.NDArray[np.uint16], n_bins: int, values_of: Callable[[npt.NDArray[np.int64]], F64],
+    quantiles: Sequence[float], counts: npt.NDArray[np.integer[Any]] | None = None,
+) -> tuple[dict[float, F64], F64]:  # fmt: skip
+    """Per bin: the given percentiles and the maximum (NaN when empty) of the values of
+    the items whose ``ids`` is that bin (items with ids >= ``n_bins`` belong to none),
+    each item counted ``counts[i]`` times (once without). ``values_of(items)`` gives the
+    values of the given items, so they need not exist all at once: a few bins are done
+    at a time, with about :data:`_GROUP` samples."""
     out = {q: np.full(n_bins, np.nan) for q in quantiles}
     top = np.full(n_bins, np.nan)
-    if t.size == 0 or n_bins <= 0:
-        return centres, out, top
-    ids = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, n_bins - 1)
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    sorted_vals = values[order]
-    cuts = np.searchsorted(sorted_ids, np.arange(n_bins + 1))
-    for b in range(n_bins):
-        lo, hi = cuts[b], cuts[b + 1]
-        if hi > lo:
-            chunk = sorted_vals[lo:hi]
-            pct = np.percentile(chunk, list(quantiles))
-            for q, v in zip(quantiles, pct):
-                out[q][b] = v
-            top[b] = chunk.max()
-    return centres, out, top
+    per_bin = np.zeros(n_bins)
+    for b in range(0, ids.size, _GROUP):  # a block at a time: no temporaries the size of ids
+        block = slice(b, b + _GROUP)
+        weights = None if counts is None else counts[block]
+        per_bin += np.bincount(ids[block], weights=weights, minlength=NO_BIN + 1)[:n_bins]
+    # where a bin's items can be: not before the running maximum of ids reaches it, not
+    # after the running minimum from the end passes it (items roughly in time order
+    # make these spans short, so each group of bins scans a slice, not every item)
+    rising = np.where(ids < n_bins, ids, np.uint16(0))
+    np.maximum.accumulate(rising, out=rising)
+    falling = np.empty_like(ids)
+    np.minimum.accumulate(ids[::-1], out=falling[::-1])
+    b0 = 0
+    while b0 < n_bins:
+        b1 = max(int(np.searchsorted(np.cumsum(per_bin[b0:]), _GROUP, side="right")) + b0, b0 + 1)
+        lo = int(np.searchsorted(rising, np.uint16(b0)))  # a uint16 key: no copy of rising as int64
+        hi = int(np.searchsorted(falling, np.uint16(b1)))
+        span = ids[lo:hi]
+        at = np.flatnonzero((span >= b0) & (span < b1)) + lo
+        b0, lo_bin = b1, b0
+        if at.size == 0:
+            continue
+        vals = values_of(at)
+        if counts is not None:
+            vals = np.repeat(vals, counts[at])
+        if b1 - lo_bin == 1:  # one bin: no sorting by bin
+            sorted_vals, cuts = vals, np.array([0, vals.size])
+        else:
+            bins = ids[at] if counts is None else np.repeat(ids[at], counts[at])
+            order = np.argsort(bins, kind="stable")
+            sorted_vals = vals[order]
+            cuts = np.searchsorted(bins[order], np.arange(lo_bin, b1 + 1, dtype=np.uint16))
+        for b in range(lo_bin, b1):
+            lo, hi = cuts[b - lo_bin], cuts[b - lo_bin + 1]
+            if hi > lo:
+                chunk = sorted_vals[lo:hi]
+                pct = np.percentile(chunk, list(quantiles))
+                for q, v in zip(quantiles, pct):
+                    out[q][b] = v
+                top[b] = chunk.max()
+    return out, top
 
 
 def keep_peaks(t: F64, values: F64, k: int, n_bins: int = 500) -> npt.NDArray[np.int64]:

@@ -2,8 +2,8 @@
 
 The per-request frame and event arrays come from :mod:`loadgen.metrics.per_request`
 (warm-up records dropped, as the summaries do), built from the columnar reading of
-``records.jsonl`` (:func:`~loadgen.report.files.read_records_columnar`); this module
-only reads files.
+``records.jsonl`` and ``events.bin`` a piece at a time
+(:func:`~loadgen.report.files.read_records_pieces`); this module only reads files.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pandas as pd
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.compare import LevelSamples
-from loadgen.metrics.per_request import EventArrays, frame_and_events_from_flat
+from loadgen.metrics.per_request import EventArrays, frame_and_events_from_pieces
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.records import RequestRecord
-from loadgen.report.files import read_records_columnar, read_run, read_summary
+from loadgen.report.files import read_records_pieces, read_run, read_summary
 
 __all__ = ["RunData", "load_run", "read_server_metrics", "SERVER_METRICS_FILE"]
 
@@ -90,6 +90,10 @@ def _errors(records: list[RequestRecord]) -> dict[str, Counter[str]]:
     return out
 
 
+def _measured(rec: RequestRecord) -> bool:
+    return not rec.warmup
+
+
 def load_run(folder: Path) -> RunData:
     """Read a run folder (``summary.json`` and ``records.jsonl`` required; ``run.json``
     and ``server_metrics.jsonl`` used when present)."""
@@ -107,8 +111,8 @@ def load_run(folder: Path) -> RunData:
         run = read_run(folder)
     except ConfigError:
         run = {}
-    cols = read_records_columnar(folder)  # events apart: the records hold none
-    frame, ev = frame_and_events_from_flat(cols.records, cols.n_events, cols.events)
+    found = read_records_pieces(folder, keep=_measured)  # the records hold no events
+    frame, ev = frame_and_events_from_pieces(found.records, found.n_events, found.pieces())
     anchor = (run.get("clock_anchor") or {}).get("perf_counter_ns")
     if not isinstance(anchor, int):
         sent = frame["sent_ns"].to_numpy()
@@ -119,7 +123,7 @@ def load_run(folder: Path) -> RunData:
         summary=summary,
         frame=frame,
         ev=ev,
-        errors=_errors(cols.records),
+        errors=_errors(found.records),
         server=read_server_metrics(folder / SERVER_METRICS_FILE),
         anchor_ns=anchor,
     )

@@ -10,12 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from loadgen.metrics import per_request
 from loadgen.metrics.per_request import (
     FRAME_COLUMNS,
     event_arrays,
     event_arrays_from_flat,
+    event_arrays_from_pieces,
     frame_and_events,
     frame_and_events_from_flat,
+    frame_and_events_from_pieces,
     inter_chunk_samples,
     itl_samples,
     per_request_frame,
@@ -278,3 +281,64 @@ def test_flat_events_must_match_their_counts():
         event_arrays_from_flat(n_events, flat[:-1])
     with pytest.raises(ValueError, match="counts given for"):
         frame_and_events_from_flat(records[:-1], n_events, flat)
+
+
+def _random_records(seed, n=300):
+    rng = random.Random(seed)
+    records = []
+    for i in range(n):
+        t, events = rng.uniform(0, 100), []
+        for _ in range(rng.randint(0, 9)):
+            t += 0 if events and rng.random() < 0.3 else rng.uniform(-5, 40)  # coalesced, out of order
+            events.append((round(t, 3), rng.choice([0, 1, 1, 2, 5])))
+        records.append(rec(i, events, status=rng.choice([ErrorKind.OK] * 8 + [ErrorKind.TIMEOUT]),
+                           warmup=rng.random() < 0.1))  # fmt: skip
+    return records
+
+
+def _pieces(n_events, flat, cuts):
+    """The events split after the records at ``cuts``."""
+    bounds = [0, *cuts, len(n_events)]
+    first = np.r_[0, np.cumsum(n_events)]
+    for a, b in zip(bounds, bounds[1:]):
+        yield n_events[a:b], flat[first[a] : first[b], 0], flat[first[a] : first[b], 1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_event_arrays_from_pieces_equal_the_whole(seed):
+    records = [r for r in _random_records(seed) if not r.warmup]
+    n_events, flat = _flat(records)
+    whole = event_arrays_from_flat(n_events, flat)
+    cuts = sorted(random.Random(seed).sample(range(1, len(records)), 12))
+    ev = event_arrays_from_pieces(n_events, _pieces(n_events, flat, cuts))
+    for name in ("n_records", "n_events", "ev_count", "ev_n", "n_chunks", "ch_t", "ch_n", "ev_t", "ch_gap_ms"):
+        np.testing.assert_array_equal(getattr(ev, name), getattr(whole, name), err_msg=name)
+    assert ev.ev_n.dtype == ev.ch_n.dtype == np.int32  # what a whole run is held in
+    np.testing.assert_array_equal(ev.itl_max_ms(), whole.itl_max_ms())
+    np.testing.assert_array_equal(ev.itl_ms(), whole.itl_ms())
+
+
+def test_pieces_keep_int64_counts_that_int32_cannot_hold():
+    n_events = np.array([2, 1])
+    pieces = [(n_events[:1], [5, 9], [1, 2]), (n_events[1:], [7], [2**40])]
+    ev = event_arrays_from_pieces(n_events, pieces)
+    assert ev.ch_n.dtype == np.int64 and ev.ch_n.tolist() == [1, 2, 2**40]
+    with pytest.raises(ValueError, match="pieces hold 1 records"):
+        event_arrays_from_pieces(n_events, pieces[:1])
+
+
+def test_frame_from_pieces_equals_frame_from_records():
+    records = _random_records(9)
+    n_events, flat = _flat(records)
+    bare = [dataclasses.replace(r, events=[]) for r in records]
+    frame, ev = frame_and_events_from_pieces(bare, n_events, _pieces(n_events, flat, [3, 4, 100, 250]))
+    want_frame, want_ev = frame_and_events(records)
+    pd.testing.assert_frame_equal(frame, want_frame, check_exact=True)
+    np.testing.assert_array_equal(ev.itl_ms(), want_ev.itl_ms())
+
+
+def test_itl_max_a_block_at_a_time(monkeypatch):
+    records = _random_records(3)
+    want = frame_and_events(records)[1].itl_max_ms()
+    monkeypatch.setattr(per_request, "_BLOCK", 5)
+    np.testing.assert_array_equal(frame_and_events(records)[1].itl_max_ms(), want)

@@ -240,7 +240,7 @@ def test_a_real_run_folder(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("module", ["html", "page", "figures", "request_figures", "compare", "compare_figures",
-                                    "plotdata", "rundata"])  # fmt: skip
+                                    "plotdata", "rundata", "files", "readers", "recordio"])  # fmt: skip
 def test_public_names(module: str) -> None:
     mod = importlib.import_module(f"loadgen.report.{module}")
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)
