@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, Sequence, Union
 
-import orjson
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
@@ -36,9 +35,10 @@ from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary, un
 from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
-from loadgen.records import RequestRecord, RequestSpec, record_from_json
+from loadgen.records import RequestRecord, RequestSpec
 from loadgen.report.console import LiveStats, level_line, show_summary
-from loadgen.report.files import RunWriter, holds_run, machine_info, record_line
+from loadgen.report.files import RunWriter, holds_run, machine_info
+from loadgen.report.recordio import decode_batch, encode_batch
 from loadgen.workload.source import WorkloadSource
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.spec import Workload
@@ -255,14 +255,6 @@ def _workers(cfg: RunConfig, cluster: RayCluster | None = None) -> tuple[int, st
     return n, f"--workers {n}"
 
 
-def _encode_batch(records: Sequence[RequestRecord]) -> bytes:
-    return b"".join(record_line(r) for r in records)
-
-
-def _decode_batch(blob: bytes) -> list[RequestRecord]:
-    return [record_from_json(orjson.loads(line)) for line in blob.splitlines() if line]
-
-
 Levels = Union["_InProcess", WorkerPool, RayPool]
 
 
@@ -348,14 +340,19 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                 writer.append(rec)
                 stats.add(rec)
 
+            def on_records(recs: Sequence[RequestRecord]) -> None:  # a worker's batch: one write
+                writer.append_batch(encode_batch(recs))
+                for rec in recs:
+                    stats.add(rec)
+
             levels: Levels
             setup = WorkerSetup(make_transport=functools.partial(make_transport, cfg.transport, tcfg),
                                 make_source=functools.partial(WorkloadSource, cfg.workload, cfg.seed, synth),
-                                encode=_encode_batch, decode=_decode_batch)  # fmt: skip
+                                encode=encode_batch, decode=decode_batch)  # fmt: skip
             if cluster is not None:
-                levels = RayPool(setup, n_workers, on_record)
+                levels = RayPool(setup, n_workers, on_records)
             elif n_workers > 1:
-                levels = WorkerPool(setup, n_workers, on_record, max_in_flight=cfg.profile.max_in_flight)
+                levels = WorkerPool(setup, n_workers, on_records, max_in_flight=cfg.profile.max_in_flight)
             else:
                 levels = _InProcess(Runner(transport, on_record), source)
             stats = LiveStats(lambda: levels.in_flight)

@@ -201,12 +201,12 @@ class RayPool:
     """``n`` Ray actors that run levels together; the interface of
     :class:`~loadgen.load.workers.WorkerPool`. Enter it inside :func:`connect`."""
 
-    def __init__(self, setup: WorkerSetup, n: int, on_record: Callable[[RequestRecord], None] | None = None, *,
+    def __init__(self, setup: WorkerSetup, n: int, on_records: Callable[[Sequence[RequestRecord]], None] | None = None, *,
                  pings: int = PINGS,
                  call_timeout_s: float = 60.0, start_timeout_s: float = 120.0) -> None:  # fmt: skip
         if n < 1:
             raise ValueError(f"workers must be >= 1, got {n}")
-        self.setup, self.n, self.on_record = setup, n, on_record
+        self.setup, self.n, self.on_records = setup, n, on_records
         self.pings, self.call_timeout_s, self.start_timeout_s = pings, call_timeout_s, start_timeout_s
         self._members: list[_Member] = []
         self._level: LevelCollector | None = None
@@ -324,11 +324,11 @@ class RayPool:
 
     async def run_level(self, plan: LevelPlan) -> LevelResult:
         """Run ``plan`` over the live actors: each builds its share, then all start at one
-        instant (each on its own clock). Records arrive through ``on_record``."""
+        instant (each on its own clock). Records arrive through ``on_records``."""
         live = [m for m in self._members if m.alive]
         if not live:
             raise TargetError("every Ray worker has been lost")
-        level = self._level = LevelCollector(plan, self.on_record)
+        level = self._level = LevelCollector(plan, self.on_records)
         self._waiting = {m.index for m in live}
         try:
             for m in live:

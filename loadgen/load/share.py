@@ -78,20 +78,19 @@ async def run_share(runner: Runner, plan: LevelPlan, prepared: Any, worker: int)
 
 
 class LevelCollector:
-    """The coordinator's side of one level: ``on_record`` gets every record once, as it
-    arrives (the run folder, the live display)."""
+    """The coordinator's side of one level: ``on_records`` gets every record once, a
+    batch at a time, as it arrives (the run folder, the live display)."""
 
-    def __init__(self, plan: LevelPlan, on_record: Callable[[RequestRecord], None] | None) -> None:
+    def __init__(self, plan: LevelPlan, on_records: Callable[[Sequence[RequestRecord]], None] | None) -> None:
         self.result = LevelResult(plan)
-        self.on_record = on_record
+        self.on_records = on_records
         self.lost: list[int] = []
         self._stats: dict[int, WorkerStats] = {}
 
     def add(self, records: Sequence[RequestRecord]) -> None:
         self.result.records.extend(records)
-        if self.on_record is not None:
-            for r in records:
-                self.on_record(r)
+        if self.on_records is not None and records:
+            self.on_records(records)
 
     def done(self, worker: int, end: ShareDone) -> None:
         self._stats[worker] = end.stats

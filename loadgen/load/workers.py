@@ -185,20 +185,20 @@ class _Worker:
 class WorkerPool:
     """``n`` worker processes that run levels together; the coordinator's side.
 
-    ``on_record`` receives every record as its batch arrives (the run folder writer, the
+    ``on_records`` receives each batch of records as it arrives (the run folder writer, the
     live display). Use as an async context manager; :meth:`interrupt` stops the level
     (Ctrl-C). A worker that dies is left out of the rest of the run: its last-listed
     in-flight requests become ``worker_lost`` records, its finished but unsent ones are
     lost, and :attr:`LevelResult.lost_workers` names it.
     """
 
-    def __init__(self, setup: WorkerSetup, n: int, on_record: Callable[[RequestRecord], None] | None = None,
+    def __init__(self, setup: WorkerSetup, n: int, on_records: Callable[[Sequence[RequestRecord]], None] | None = None,
                  start_timeout_s: float = 120.0, max_in_flight: int | None = None) -> None:  # fmt: skip
         if n < 1:
             raise ValueError(f"workers must be >= 1, got {n}")
         self.setup = setup
         self.n = n
-        self.on_record = on_record
+        self.on_records = on_records
         self.start_timeout_s = start_timeout_s
         self.max_in_flight = max_in_flight  # open loop: one cap over all workers (shared credits)
         self._workers: list[_Worker] = []
@@ -285,9 +285,8 @@ class WorkerPool:
             recs = self.setup.decode(blob)
             if self._level is not None:
                 self._level.add(recs)
-            elif self.on_record is not None:
-                for r in recs:
-                    self.on_record(r)
+            elif self.on_records is not None:
+                self.on_records(recs)
         elif kind == "ready":
             w.done = True
         elif kind == "prepared":
@@ -339,12 +338,12 @@ class WorkerPool:
 
     async def run_level(self, plan: LevelPlan) -> LevelResult:
         """Run ``plan`` over the live workers: each builds its share, then all start at
-        one instant on the shared clock. The records arrive through ``on_record`` (and
+        one instant on the shared clock. The records arrive through ``on_records`` (and
         in the result); ``worker_stats`` holds each worker's health."""
         live = [w for w in self._workers if w.alive]
         if not live:
             raise TargetError("every worker process has died")
-        level = self._level = LevelCollector(plan, self.on_record)
+        level = self._level = LevelCollector(plan, self.on_records)
         self._waiting = {w.index for w in live}
         try:
             for k, w in enumerate(live):

@@ -208,7 +208,7 @@ async def test_a_clock_offset_is_estimated_within_its_uncertainty_and_taken_off_
 
     from loadgen.load.ray_pool import _Member
     from loadgen.load.share import WorkerSetup
-    from loadgen.orchestrate import _decode_batch, _encode_batch
+    from loadgen.report.recordio import decode_batch as _decode_batch, encode_batch as _encode_batch
     from loadgen.records import RequestRecord
 
     skew = 5_000_000_000
