@@ -40,7 +40,11 @@ from loadgen.workload.spec import workload_from_flags
 
 from _bench import raise_fd_limit, server_process
 
-ARGS = {"tokens": 64, "itl_ms": 20.0, "ttft_ms": 75.0}
+ARGS = {"tokens": 64, "itl_ms": 20.0, "ttft_ms": 75.0}  # the server process reads them from SCALE_OUT_*
+
+
+def _server_args() -> dict[str, float]:
+    return {k: float(os.environ.get(f"SCALE_OUT_{k.upper()}", v)) for k, v in ARGS.items()}
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # --ray auto: Ray on 127.0.0.1, no usage stats
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -51,7 +55,8 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     if not body.get("stream", False):
         return web.json_response({"choices": [{"text": " t"}], "usage": {"prompt_tokens": len(body["prompt"].split()),
                                                                           "completion_tokens": 1}})  # fmt: skip
-    tokens, itl, ttft = int(ARGS["tokens"]), ARGS["itl_ms"] / 1e3, ARGS["ttft_ms"] / 1e3
+    args = _server_args()
+    tokens, itl, ttft = int(args["tokens"]), args["itl_ms"] / 1e3, args["ttft_ms"] / 1e3
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     loop = asyncio.get_running_loop()
@@ -129,7 +134,11 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2,auto")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--ray", default=None, help="workers as Ray actors: auto or a cluster address")
+    ap.add_argument("--itl-ms", type=float, default=ARGS["itl_ms"], help="the server's spacing between tokens")
+    ap.add_argument("--tokens", type=int, default=int(ARGS["tokens"]), help="tokens per answer")
     args = ap.parse_args()
+    ARGS.update(itl_ms=args.itl_ms, tokens=args.tokens)
+    os.environ["SCALE_OUT_ITL_MS"], os.environ["SCALE_OUT_TOKENS"] = str(args.itl_ms), str(args.tokens)
     raise_fd_limit()
     runs = [("concurrency", float(s)) for s in args.streams.split(",") if s] + [
         ("rate", float(r)) for r in args.rates.split(",") if r]  # fmt: skip
