@@ -36,6 +36,7 @@ from rich.console import Console
 
 from loadgen.load.profiles import Profile
 from loadgen.orchestrate import RunConfig, execute
+from loadgen.report.files import read_records
 from loadgen.workload.spec import workload_from_flags
 
 from _bench import raise_fd_limit, server_process
@@ -101,16 +102,16 @@ def one(url: str, mode: str, value: float, workers: str, seconds: float, ray: st
         cpu0, t0 = _cpu_s(), time.perf_counter()
         outcome = execute(cfg, Console(file=io.StringIO()))
         wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
-        recs = [json.loads(x) for x in (Path(tmp) / "run" / "records.jsonl").read_text().splitlines()]
+        recs = list(read_records(Path(tmp) / "run"))
     level = outcome.summary.levels[0]
     ttft_err, gap_err = [], []
     for r in recs:
-        srv = r.get("server") or {}
+        srv = r.server or {}
         w = srv.get("writes_ns")
-        if r["status"] != "ok" or not w or not r["events"]:
+        if not r.ok or not w or not r.events:
             continue
-        ev = np.array([t for t, _ in r["events"]], dtype=np.int64)
-        ttft_err.append(((ev[0] - r["sent_ns"]) - (w[0] - srv["arrival_ns"])) / 1e6)
+        ev = np.array([t for t, _ in r.events], dtype=np.int64)
+        ttft_err.append(((ev[0] - r.sent_ns) - (w[0] - srv["arrival_ns"])) / 1e6)
         if len(ev) == len(w):
             gap_err.append(np.abs(np.diff(ev) - np.diff(np.asarray(w, dtype=np.int64))) / 1e6)
     gaps = np.concatenate(gap_err) if gap_err else np.zeros(1)

@@ -27,6 +27,7 @@ from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError, TargetError
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
+from loadgen.load.share import measure_share
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
 from loadgen.load.share import WorkerSetup
 from loadgen.load.workers import WorkerPool, auto_workers
@@ -276,7 +277,9 @@ class _InProcess:
         self.runner.interrupt()
 
     async def run_level(self, plan: LevelPlan) -> LevelResult:
-        return await self.runner.run_level(plan, self.source)
+        res, stats = await measure_share(self.runner, plan, self.runner.prepare(plan, self.source), 0)
+        res.worker_stats = [stats]  # this process's own CPU and run-queue wait
+        return res
 
 
 async def _sweep_levels(

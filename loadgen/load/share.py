@@ -61,6 +61,13 @@ def _runqueue_ns() -> int | None:
 
 async def run_share(runner: Runner, plan: LevelPlan, prepared: Any, worker: int) -> ShareDone:
     """Run a prepared share of a level and measure the worker's own health meanwhile."""
+    res, stats = await measure_share(runner, plan, prepared, worker)
+    return ShareDone(stats, res.scheduled, res.dropped, res.interrupted)
+
+
+async def measure_share(runner: Runner, plan: LevelPlan, prepared: Any, worker: int) -> tuple[LevelResult, WorkerStats]:
+    """Run a prepared share of a level; its result and this process's own health (CPU,
+    run-queue wait, loop lag) meanwhile."""
     cpu0, wall0, rq0 = time.process_time(), _now(), _runqueue_ns()
     res = await runner.run_prepared(plan, prepared)
     rq1 = _runqueue_ns()
@@ -74,7 +81,7 @@ async def run_share(runner: Runner, plan: LevelPlan, prepared: Any, worker: int)
         wall_s=(_now() - wall0) / 1e9,
         runqueue_s=None if rq0 is None or rq1 is None else (rq1 - rq0) / 1e9,
     )
-    return ShareDone(stats, res.scheduled, res.dropped, res.interrupted)
+    return res, stats
 
 
 class LevelCollector:

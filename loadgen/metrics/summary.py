@@ -51,7 +51,7 @@ from loadgen.records import RequestRecord
 
 __all__ = ["summarize_level", "level_window_ns"]
 
-_RUNQUEUE_BOUND = 0.10  # a worker runnable but without a CPU more than this share of the time lags
+_RUNQUEUE_BOUND = 0.05  # a sender runnable but without a CPU more than this share of the time stamps late
 CLOCK_NOTE_MS = 1.0  # workers' clock offsets less certain than this: the level says so
 _LATENCY_COLUMNS = ("ttft_ms", "ttft_queued_ms", "tpot_ms", "e2e_ms", "e2e_queued_ms")
 
@@ -189,8 +189,11 @@ def _client(
     lag = distribution(np.asarray(loop_lag_ms, dtype=np.float64))
     late = distribution(frame["send_lateness_ms"].to_numpy())
     reasons = _bound(lag, late, client_bound_ms)
-    for wh in per_worker or ():
-        reasons.extend(f"worker {wh.worker}: {r}" for r in wh.reasons)
+    if per_worker and len(per_worker) == 1:  # one sending process: its reasons are the level's
+        reasons.extend(r for r in per_worker[0].reasons if r not in reasons)
+    else:
+        for wh in per_worker or ():
+            reasons.extend(f"worker {wh.worker}: {r}" for r in wh.reasons)
     if lost_workers:
         reasons.append(f"worker(s) {', '.join(map(str, lost_workers))} died during the level: it is partial, "
                        "their in-flight requests are worker_lost records")  # fmt: skip
@@ -199,9 +202,7 @@ def _client(
         notes = [f"worker clock offsets are known to ±{clock_uncertainty_ms:.3g} ms only (> {CLOCK_NOTE_MS:g} ms): "
                  "the workers' common start and the level's time window are that uncertain; per-request "
                  "latencies are not"]  # fmt: skip
-    series = None
-    if lag_series is not None and not workers:
-        series = lag_over_time(lag_series[0], loop_lag_ms, lag_series[1])
+    series = None if lag_series is None else lag_over_time(lag_series[0], loop_lag_ms, lag_series[1])
     return ClientHealth(
         loop_lag_ms=lag,
         send_lateness_ms=late,

@@ -340,6 +340,8 @@ def lateness_over_time(data: RunData) -> dict[str, Any] | None:
                            "name": "event-loop lag max (ms)", "legendgroup": "lag", "showlegend": i == 0,
                            "line": {"color": "#0072B2", "width": 1}, "meta": f"client.loop_lag.{i}"})  # fmt: skip
         workers = lv.client.workers or []
+        if len(workers) < 2:
+            workers = []  # one sender: its line is the level's
         colours = palette(len(workers) + 1)[1:]
         for wh, colour in zip(workers, colours):  # worker processes: one line each
             ws = wh.loop_lag_over_time

@@ -58,8 +58,9 @@ def test_same_seed_same_requests_and_schedule_with_1_2_4_workers(server: Scripte
             assert [w.worker for w in level.client.workers] == list(range(n))
             assert all(w.cpu_percent is not None and w.cpu_percent > 0 for w in level.client.workers)
             assert sum(w.send_lateness_ms.count for w in level.client.workers) == level.client.send_lateness_ms.count
-        else:
-            assert level.client.workers is None
+        else:  # one process: its own health, as one worker
+            assert [w.worker for w in level.client.workers] == [0]
+            assert level.client.workers[0].send_lateness_ms == level.client.send_lateness_ms
     assert seen[0] == seen[1] == seen[2]
     assert sum(r[1] for r in seen[0][0]) == 3  # three warm-up requests, the same three
 
