@@ -44,6 +44,7 @@ import pandas as pd
 from loadgen.records import ErrorKind, RequestRecord
 
 __all__ = [
+    "segment_sum",
     "EventArrays",
     "event_arrays",
     "event_arrays_from_flat",
@@ -146,7 +147,7 @@ class EventArrays:
 
     def output_tokens(self) -> I64:
         """Tokens per record (sum of its events)."""
-        return _segment_sum(self.ev_n, self.ev_count)
+        return segment_sum(self.ev_n, self.ev_count)
 
     def inter_chunk_ms(self, rows: Mask | None = None) -> F64:
         """Raw inter-chunk gaps of the selected records."""
@@ -189,7 +190,7 @@ _BLOCK = 1 << 22  # chunks at a time in itl_max_ms
 _INT32 = np.iinfo(np.int32)
 
 
-def _segment_sum(values: npt.NDArray[Any], counts: I64) -> I64:
+def segment_sum(values: npt.NDArray[Any], counts: I64) -> I64:
     """Sum of consecutive segments of ``values`` of the given lengths (0 for empty)."""
     out = np.zeros(counts.size, dtype=np.int64)
     has = counts > 0
@@ -239,7 +240,7 @@ def event_arrays_from_columns(n_events: npt.ArrayLike, t_ns: npt.ArrayLike, n_to
     ev_count = n_events
     if not (k > 0).all():  # rare: events without tokens are dropped
         keep = k > 0
-        ev_count = _segment_sum(keep.astype(np.int64), n_events)
+        ev_count = segment_sum(keep.astype(np.int64), n_events)
         t, k = t[keep], k[keep]
     ev_first = np.cumsum(ev_count) - ev_count
     later = np.zeros(t.size, dtype=bool)  # True where an event follows one of its record
@@ -261,7 +262,7 @@ def event_arrays_from_columns(n_events: npt.ArrayLike, t_ns: npt.ArrayLike, n_to
         n_events=n_events,
         ev_count=ev_count,
         ev_n=k,
-        n_chunks=_segment_sum(start, ev_count),
+        n_chunks=segment_sum(start, ev_count),
         ch_t=t[idx],
         ch_n=np.add.reduceat(k, idx),
         ev_chunk=start,

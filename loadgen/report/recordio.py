@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from loadgen.metrics.per_request import segment_sum
 from loadgen.records import ErrorKind, RequestRecord, TokenSource, record_from_json
 
 __all__ = [
@@ -100,14 +101,6 @@ def _unzigzag(u: U64) -> U64:
     np.negative(sign, out=sign)  # 0 or all ones (modulo 2**64)
     out = u >> _ONE
     out ^= sign
-    return out
-
-
-def _segment_sum(values: npt.NDArray[Any], counts: I64) -> I64:
-    out = np.zeros(counts.size, dtype=np.int64)
-    has = counts > 0
-    if has.any():
-        out[has] = np.add.reduceat(values, (np.cumsum(counts) - counts)[has], dtype=np.int64)
     return out
 
 
@@ -181,8 +174,8 @@ def encode_events(sent_ns: I64, counts: I64, t_ns: I64, n_tokens: I64) -> tuple[
     main_top = zz >= np.uint64(1 << 63)
     if not flag.any():  # one token an event: no counts follow
         out, length = _varints(main, main_top)
-        return out, _segment_sum(length, counts)
-    n_flag = _segment_sum(flag, counts)
+        return out, segment_sum(length, counts)
+    n_flag = segment_sum(flag, counts)
     values = np.empty(n_ev + int(n_flag.sum()), dtype=np.uint64)
     top = np.zeros(values.size, dtype=bool)
     main_at = np.arange(n_ev, dtype=np.int64) + np.repeat(np.cumsum(n_flag) - n_flag, counts)
@@ -191,7 +184,7 @@ def encode_events(sent_ns: I64, counts: I64, t_ns: I64, n_tokens: I64) -> tuple[
     rank = np.cumsum(flag) - flag  # flagged events before this one, over all records
     values[(np.repeat(first + counts, counts) + rank)[flag]] = _zigzag(n_tokens[flag])
     out, length = _varints(values, top)
-    return out, _segment_sum(length, counts + n_flag)
+    return out, segment_sum(length, counts + n_flag)
 
 
 _LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
@@ -273,9 +266,9 @@ def decode_events(buf: U8, counts: I64, nbytes: I64, sent_ns: I64) -> tuple[I64,
         main_top = None if top is None else top[~is_extra]
         extra_top = None if top is None else top[is_extra]
     flag = (main & _ONE).astype(np.bool_)
-    bad = counts + _segment_sum(flag, counts) != v_count
+    bad = counts + segment_sum(flag, counts) != v_count
     if main_top is not None:
-        bad |= _segment_sum(main_top > 1, counts) > 0
+        bad |= segment_sum(main_top > 1, counts) > 0
     if bad.any():
         raise EventsCorrupt(int(np.argmax(bad)))
     if extra_top is not None and extra_top.any():  # a token count over 64 bits
