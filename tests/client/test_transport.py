@@ -270,7 +270,7 @@ async def test_interrupt_records_in_flight_as_cancelled() -> None:
         runner = Runner(tr, on_record=got.append)
         plan = LevelPlan(0, "concurrency", 4, requests=100)
         task = asyncio.ensure_future(runner.run_level(plan, iter(_specs(100, 50))))
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(1.0)  # each request streams for 2.5 s: well past its first token, far from done
         runner.interrupt()
         res = await task
         await tr.aclose()
