@@ -49,6 +49,7 @@ class TokenSource(str, enum.Enum):
     USAGE_DELTA = "usage_delta"  # per-event usage (continuous_usage_stats)
     EVENTS = "events"  # one token per output-carrying event, no final usage seen
     EVENTS_CORRECTED = "events_corrected"  # one per event, rescaled to final usage
+    USAGE_REJECTED = "usage_rejected"  # one per event: the server's usage was invalid or implausible
 
 
 ChatMessage = dict[str, str]  # {"role": ..., "content": ...}

@@ -11,6 +11,13 @@ them, so one stream's parsing never delays another stream's clock.
 Token counting (DESIGN.md): per-event usage deltas when the server streams cumulative
 usage on every event, else one token per output-carrying event, rescaled to the final
 ``usage.completion_tokens`` when present. ``record.token_source`` says which.
+
+The server's usage is checked before it is used: a count must be an integer >= 0 (not a
+bool), and a claim must be possible for what was streamed: no event can carry more tokens
+than its data has characters (a token is at least one character, or one token id, of the
+JSON text). A usage that fails either check is not used to count: every output event
+counts one token and ``token_source`` is ``usage_rejected``; a well-formed but
+implausible count stays on the record as the server's claim.
 """
 
 from __future__ import annotations
@@ -24,7 +31,12 @@ from loadgen.client.sse import SSEDecoder, SSEEvent
 from loadgen.errors import Disconnected, ErrorEvent, InvalidResponse, TransportError
 from loadgen.records import RequestRecord, TokenSource
 
-__all__ = ["StreamState", "distribute"]
+__all__ = ["StreamState", "distribute", "usage_count"]
+
+
+def usage_count(value: Any) -> int | None:
+    """A usage count if ``value`` is one (an int >= 0, not a bool), else None."""
+    return value if type(value) is int and value >= 0 else None
 
 
 def distribute(total: int, n: int) -> list[int]:
@@ -37,7 +49,7 @@ class StreamState:
 
     __slots__ = (
         "record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_done_ns",
-        "_pending", "_scheduled", "_error", "_loop", "_n_events", "_n_bytes",
+        "_pending", "_scheduled", "_error", "_loop", "_n_events", "_n_bytes", "_sizes", "_bad_usage",
     )  # fmt: skip
 
     def __init__(self, record: RequestRecord, dialect: Dialect, defer: bool = True) -> None:
@@ -53,6 +65,8 @@ class StreamState:
         self._pending: list[tuple[bytes, int]] = []
         self._n_events = 0  # SSE events decoded (any kind)
         self._n_bytes = 0
+        self._sizes: list[int] = []  # characters of data per output event: its most tokens
+        self._bad_usage = False  # a usage count that is not an int >= 0, or more than was streamed
         self._scheduled = False
         self._error: Exception | None = None
         try:
@@ -134,16 +148,19 @@ class StreamState:
         if info.error is not None:
             raise ErrorEvent(f"error in stream: {info.error}")
         usage = info.usage if isinstance(info.usage, dict) else None
+        cum = self._completion(usage)
         if info.has_output:
             delta = None
-            if usage is not None and isinstance(usage.get("completion_tokens"), int):
-                cum = usage["completion_tokens"]
+            if cum is not None:
                 delta = cum - self._last_cum
                 self._last_cum = cum
+                if delta > len(data):
+                    self._bad_usage = True
             self._deltas.append(delta)
+            self._sizes.append(len(data))
             self.record.events.append([t_ns, 1])
-        elif usage is not None and isinstance(usage.get("completion_tokens"), int):
-            self._last_cum = max(self._last_cum, usage["completion_tokens"])
+        elif cum is not None:
+            self._last_cum = max(self._last_cum, cum)
         if usage is not None:
             self._usage = usage
         if info.finish_reason:
@@ -151,15 +168,30 @@ class StreamState:
         if info.vendor is not None:
             self.record.server = info.vendor
 
+    def _completion(self, usage: dict[str, Any] | None) -> int | None:
+        """``usage.completion_tokens`` if valid; a present but invalid one is noted."""
+        if usage is None or usage.get("completion_tokens") is None:
+            return None
+        ct = usage_count(usage["completion_tokens"])
+        if ct is None:
+            self._bad_usage = True
+        return ct
+
     def _settle_tokens(self) -> None:
         rec = self.record
         usage = self._usage
         if usage is not None:
             pt = usage.get("prompt_tokens")
-            ct = usage.get("completion_tokens")
-            rec.prompt_tokens = pt if isinstance(pt, int) else None
-            rec.completion_tokens = ct if isinstance(ct, int) else None
+            rec.prompt_tokens = usage_count(pt)
+            rec.completion_tokens = self._completion(usage)
+            if pt is not None and rec.prompt_tokens is None:
+                self._bad_usage = True
         events = rec.events
+        if rec.completion_tokens is not None and rec.completion_tokens > sum(self._sizes):
+            self._bad_usage = True
+        if self._bad_usage:
+            rec.token_source = TokenSource.USAGE_REJECTED  # events keep one token each
+            return
         if not events:
             rec.token_source = TokenSource.EVENTS
             return

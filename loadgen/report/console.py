@@ -216,6 +216,7 @@ _TOKEN_SOURCES = {
     "usage_delta": "from the server's usage on every event (exact)",
     "events_corrected": "counted one per event, scaled to the server's final usage.completion_tokens",
     "events": "counted one per event (the server streamed no usage; exact when each event holds one token)",
+    "usage_rejected": "counted one per event (the server's usage was not a count >= 0, or more than it streamed)",
 }
 
 

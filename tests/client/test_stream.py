@@ -185,3 +185,33 @@ async def test_salvage_keeps_what_arrived_before_a_failure() -> None:
     state.feed(chat("a") + chat("b") + b"data: {broken", 50)
     state.salvage()  # the transport failed (a reset, Ctrl-C) before the loop parsed the read
     assert state.record.events == [[50, 1], [50, 1]]
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [1_000_000_000, 1_000_000, -5, True, 2.5, "9"],
+)
+def test_a_usage_that_is_not_a_plausible_count_is_rejected_not_trusted(claim: Any) -> None:
+    """Five streamed events cannot hold a billion tokens; negative, bool and non-int
+    counts are no counts: each event counts one token, and the record says why."""
+    usage: Any = {"prompt_tokens": 7, "completion_tokens": claim}
+    reads = [(chat("x"), 10 * (k + 1)) for k in range(5)]
+    rec = run([*reads, (sse({"choices": [], "usage": usage}) + DONE, 100)])
+    assert rec.ok and rec.token_source is TokenSource.USAGE_REJECTED
+    assert [n for _, n in rec.events] == [1] * 5
+    assert rec.completion_tokens == (claim if type(claim) is int and claim >= 0 else None)
+
+
+def test_a_per_event_usage_jump_beyond_the_event_is_rejected() -> None:
+    rec = run([
+        (chat("a", usage={"prompt_tokens": 7, "completion_tokens": 1}), 10),
+        (chat("b", usage={"prompt_tokens": 7, "completion_tokens": 10**9}), 20),
+        (DONE, 30),
+    ])  # fmt: skip
+    assert rec.token_source is TokenSource.USAGE_REJECTED and rec.output_tokens == 2
+
+
+def test_a_negative_or_bool_prompt_count_is_not_kept() -> None:
+    for bad in (-1, True):
+        rec = run([(chat("a"), 10), (sse({"choices": [], "usage": {"prompt_tokens": bad, "completion_tokens": 1}}) + DONE, 20)])
+        assert rec.prompt_tokens is None and rec.token_source is TokenSource.USAGE_REJECTED
