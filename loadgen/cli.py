@@ -253,8 +253,12 @@ def _profile(
         if slo_latency not in ("queued", "sent"):
             raise ConfigError("choose queued or sent", key="--slo-latency")
         prof = replace(prof, slo_latency=slo_latency)
-    from loadgen.load.arrivals import ARRIVALS
+    from loadgen.load.arrivals import ARRIVALS, check_rate
 
+    if prof.mode == "rate" and prof.kind == "levels":  # sweeps pick their rates from measurements
+        n = None if prof.requests is None else prof.requests + (prof.warmup_requests or 0)
+        for value in prof.levels:
+            check_rate(value, n, prof.duration_s, key="--levels" if levels else "--rate")
     if arrival not in ARRIVALS:
         raise ConfigError(f"unknown arrival process {arrival!r}; choose one of: {', '.join(ARRIVALS)}", key="--arrival")
     if arrival != "poisson" or not name:

@@ -95,6 +95,8 @@ def test_bad_workload_file_names_file_and_key(server: ScriptedServerProcess, tmp
         (["--api", "grpc"], "--api"),
         (["--prompt-tokens", "zipf:a=2"], "lognormal"),
         (["--concurrency", "2", "--rate", "3"], "not both"),
+        (["--rate", "1e9", "--duration", "1"], "--rate: request rate must be > 0 and at most 1,000,000/s"),
+        (["--rate", "1e5", "--duration", "1e5", "--requests", "1000000000"], "--rate: 1,000,000,000 arrivals in one level"),
     ],
 )
 def test_bad_flags_are_one_line(server: ScriptedServerProcess, args: list[str], needle: str) -> None:

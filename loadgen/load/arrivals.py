@@ -7,6 +7,9 @@ across worker processes without coordination). Offsets are seconds from the leve
 - ``gamma``: gamma gaps with shape = burstiness and mean 1/rate; burstiness < 1 is
   burstier than Poisson, > 1 smoother (the convention of vLLM's benchmark).
 - ``constant``: evenly spaced, 1/rate apart.
+
+The schedule is bounded: a rate above ``MAX_RATE`` or a level of more than
+``MAX_SCHEDULED`` arrivals (8 bytes each) is refused with a ConfigError, never allocated.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ import numpy as np
 
 from loadgen.errors import ConfigError
 
-__all__ = ["ARRIVALS", "arrival", "schedule"]
+__all__ = ["ARRIVALS", "MAX_RATE", "MAX_SCHEDULED", "arrival", "check_rate", "schedule"]
+
+MAX_RATE = 1e6  # requests per second: far beyond what one client can send
+MAX_SCHEDULED = 20_000_000  # arrivals in one level's schedule (160 MB of offsets)
 
 _Sampler = Callable[[np.random.Generator, float, int, float], np.ndarray]
 ARRIVALS: dict[str, _Sampler] = {}
@@ -48,6 +54,18 @@ def _constant(rng: np.random.Generator, rate: float, n: int, burstiness: float) 
     return np.full(n, 1.0 / rate)
 
 
+def check_rate(rate: float, n: int | None = None, duration_s: float | None = None, key: str = "--rate") -> None:
+    """Refuse a rate that is not > 0, above MAX_RATE, or a level of over MAX_SCHEDULED arrivals."""
+    if not 0 < rate <= MAX_RATE:
+        raise ConfigError(f"request rate must be > 0 and at most {MAX_RATE:,.0f}/s, got {rate:g}", key=key)
+    expected = min(n if n is not None else float("inf"), rate * duration_s if duration_s is not None else float("inf"))
+    if expected > MAX_SCHEDULED:
+        raise ConfigError(
+            f"{expected:,.0f} arrivals in one level is more than {MAX_SCHEDULED:,}; lower the rate, --requests or --duration",
+            key=key,
+        )
+
+
 def schedule(
     kind: str,
     rate: float,
@@ -63,19 +81,18 @@ def schedule(
     """
     if kind not in ARRIVALS:
         raise ConfigError(f"unknown arrival process {kind!r}; choose one of: {', '.join(ARRIVALS)}", key="--arrival")
-    if not rate > 0:
-        raise ConfigError(f"request rate must be > 0, got {rate}", key="--rate")
     if n is None and duration_s is None:
         raise ConfigError("an open-loop level needs --requests or --duration")
+    check_rate(rate, n, duration_s)
     rng = np.random.default_rng(seed)
     sampler = ARRIVALS[kind]
-    if n is not None:
+    if n is not None and (duration_s is None or n <= rate * duration_s * 1.2 + 16):
         gaps = sampler(rng, rate, max(n - 1, 0), burstiness)
         offsets = np.concatenate(([0.0], np.cumsum(gaps)))[:n]
     else:
         offsets = np.zeros(1)
     if duration_s is not None:
-        if n is None:  # grow until the duration is covered
+        if n is None or offsets.size < n:  # grow until the duration is covered
             chunk = max(int(rate * duration_s * 1.2) + 16, 16)
             parts = [np.zeros(1)]
             last = 0.0
@@ -85,5 +102,5 @@ def schedule(
                 parts.append(part)
                 last = float(part[-1])
             offsets = np.concatenate(parts)
-        offsets = offsets[offsets < duration_s]
+        offsets = offsets[offsets < duration_s][:n]
     return offsets

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from loadgen.errors import ConfigError
+from loadgen.load import arrivals
 from loadgen.load.arrivals import ARRIVALS, schedule
 
 N = 40_001  # offsets, so 40,000 gaps
@@ -113,3 +114,17 @@ def test_bad_arguments_are_config_errors(kwargs: dict[str, object], match: str) 
     rate = kwargs.pop("rate")
     with pytest.raises(ConfigError, match=match):
         schedule(kind, rate, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_schedule_too_large_to_hold_is_refused_not_allocated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arrivals, "MAX_SCHEDULED", 1_000)
+    with pytest.raises(ConfigError, match="--rate: 10,000 arrivals in one level"):
+        schedule("poisson", 100.0, duration_s=100.0)
+    assert len(schedule("poisson", 100.0, n=50, duration_s=100.0)) == 50  # --requests bounds it
+    with pytest.raises(ConfigError, match="at most 1,000,000/s"):
+        schedule("constant", 1e9, n=10)
+
+
+def test_many_requests_with_a_short_duration_are_bounded_by_the_duration() -> None:
+    offsets = schedule("constant", 1_000.0, n=1_000_000_000, duration_s=0.01)
+    assert len(offsets) == 10
