@@ -33,6 +33,7 @@ __all__ = [
     "TargetError",
     "TransportError",
     "HTTPStatusError",
+    "redirect_text",
     "RequestTimeout",
     "Disconnected",
     "InvalidResponse",
@@ -81,10 +82,19 @@ class TransportError(LoadgenError):
 
 
 class HTTPStatusError(TransportError):
-    def __init__(self, status: int, body: str) -> None:
+    """A status other than 200; a 3xx is never followed and names its ``Location``."""
+
+    def __init__(self, status: int, body: str, location: str | None = None) -> None:
         self.status = status
         self.body = body
-        super().__init__(f"HTTP {status}: {body[:300]}")
+        text = redirect_text(location) if 300 <= status < 400 else body[:300]
+        super().__init__(f"HTTP {status}: {text}")
+
+
+def redirect_text(location: str | None) -> str:
+    """What a refused redirect says (redirects are not followed: they would carry the
+    request's headers to another origin and turn the POST into a GET)."""
+    return f"redirect to {location[:200]!r} not followed" if location else "redirect (no Location) not followed"
 
 
 class RequestTimeout(TransportError):

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from loadgen.errors import ConfigError, TargetError
+from loadgen.errors import ConfigError, TargetError, redirect_text
 
 __all__ = ["ServerInfo", "normalize_url", "split_credentials", "redact_url", "discover"]
 
@@ -66,7 +66,7 @@ def discover(base_url: str, headers: dict[str, str], model: str | None = None, t
     url = base_url + "/v1/models"
     shown = redact_url(url)
     try:
-        resp = httpx.get(url, headers=headers, timeout=timeout_s)
+        resp = httpx.get(url, headers=headers, timeout=timeout_s, follow_redirects=False)
     except httpx.ConnectError as exc:
         raise TargetError(f"cannot reach {shown}: {exc}. Is the server running?") from exc
     except httpx.TimeoutException as exc:
@@ -75,6 +75,8 @@ def discover(base_url: str, headers: dict[str, str], model: str | None = None, t
         raise TargetError(f"cannot reach {shown}: {type(exc).__name__}: {exc}") from exc
     if resp.status_code in (401, 403):
         raise TargetError(f"{shown} answered {resp.status_code}: set the API key (--api-key-env NAME)")
+    if 300 <= resp.status_code < 400:
+        raise TargetError(f"{shown} answered HTTP {resp.status_code}: {redirect_text(resp.headers.get('Location'))}")
     if resp.status_code != 200:
         if model:  # some servers lack /v1/models; trust the user's model name
             return ServerInfo(base_url, model, [model])

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from loadgen.client.dialects import Dialect, DialectOptions
+from loadgen.errors import redirect_text
 from loadgen.records import RequestSpec
 
 __all__ = ["ProbeResult", "non_stream_body", "probe_prompt_tokens"]
@@ -54,14 +55,14 @@ async def probe_prompt_tokens(
     url = base_url.rstrip("/") + dialect.path
     body = non_stream_body(spec, dialect, options)
     try:
-        async with httpx.AsyncClient(headers=headers or {}, timeout=timeout_s) as client:
+        async with httpx.AsyncClient(headers=headers or {}, timeout=timeout_s, follow_redirects=False) as client:
             resp = await client.post(url, json=body)
     except httpx.TimeoutException:
         return ProbeResult(None, f"the non-streamed request got no answer within {timeout_s:g} s")
     except httpx.HTTPError as exc:
         return ProbeResult(None, f"the non-streamed request failed: {type(exc).__name__}: {exc}")
     if resp.status_code != 200:
-        text = " ".join(resp.text.split())[:200]
+        text = redirect_text(resp.headers.get("Location")) if 300 <= resp.status_code < 400 else " ".join(resp.text.split())[:200]
         return ProbeResult(None, f"the non-streamed request answered HTTP {resp.status_code}: {text}")
     try:
         obj = resp.json()

@@ -166,10 +166,10 @@ class AiohttpTransport(_StreamingTransport):
         session = self._get_session()
         record = state.record
         record.sent_ns = _now()
-        async with session.post(self.url, json=body) as resp:
+        async with session.post(self.url, json=body, allow_redirects=False) as resp:
             if resp.status != 200:
                 text = await resp.text(errors="replace")
-                raise HTTPStatusError(resp.status, text)
+                raise HTTPStatusError(resp.status, text, resp.headers.get("Location"))
             async for chunk in resp.content.iter_any():
                 t = _now()
                 state.feed(chunk, t)
@@ -197,6 +197,7 @@ class HttpxTransport(_StreamingTransport):
                     headers=cfg.headers,
                     limits=httpx.Limits(max_connections=cfg.max_connections, max_keepalive_connections=cfg.max_connections),
                     timeout=httpx.Timeout(cfg.read_timeout_s, connect=cfg.connect_timeout_s),
+                    follow_redirects=False,
                 )
             except ImportError as exc:  # http2=True without h2
                 raise ConfigError(f"HTTP/2 needs the h2 package: pip install 'httpx[http2]' ({exc})") from exc
@@ -210,7 +211,7 @@ class HttpxTransport(_StreamingTransport):
             async with client.stream("POST", self.url, json=body) as resp:
                 if resp.status_code != 200:
                     await resp.aread()
-                    raise HTTPStatusError(resp.status_code, resp.text)
+                    raise HTTPStatusError(resp.status_code, resp.text, resp.headers.get("Location"))
                 async for chunk in resp.aiter_bytes():
                     t = _now()
                     state.feed(chunk, t)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
 
-from loadgen.client.discovery import normalize_url, redact_url, split_credentials
-from loadgen.errors import ConfigError
+from loadgen.client.discovery import discover, normalize_url, redact_url, split_credentials
+from loadgen.errors import ConfigError, TargetError
+from tests.client.redirecting import RedirectingServers
 
 
 @pytest.mark.parametrize(
@@ -36,3 +38,11 @@ def test_credentials_become_a_basic_header() -> None:
     assert base == "http://h:8000"
     assert base64.b64decode(headers["Authorization"].removeprefix("Basic ")) == b"me:p@ss"
     assert split_credentials("http://h:8000") == ("http://h:8000", {})
+
+
+async def test_a_redirected_model_list_is_an_error_naming_its_location() -> None:
+    """Even with --model given: the URL is not the server's."""
+    async with RedirectingServers() as srv:
+        with pytest.raises(TargetError, match=f"answered HTTP 302: redirect to '{srv.target}/v1/models' not followed"):
+            await asyncio.to_thread(discover, srv.url, {"X-Secret": "s"}, "m")
+    assert srv.reached == []

@@ -9,6 +9,7 @@ import pytest
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.probe import ProbeResult, non_stream_body, probe_prompt_tokens
 from loadgen.records import RequestSpec
+from tests.client.redirecting import RedirectingServers
 from tests.scripted_server import Script, ScriptedServer
 
 SECRET = "Bearer sk-very-secret"
@@ -65,3 +66,11 @@ async def test_unreachable_or_silent_server_is_a_reason() -> None:
     async with ScriptedServer(Script(ttft_s=1.0)) as srv:  # answers only after the 0.2 s limit
         res = await _probe(srv.url, timeout_s=0.2)
     assert res == ProbeResult(None, "the non-streamed request got no answer within 0.2 s")
+
+
+async def test_a_redirect_is_a_reason_naming_its_location() -> None:
+    async with RedirectingServers() as srv:
+        got = await _probe(srv.url)
+    assert srv.reached == []
+    assert got.prompt_tokens is None
+    assert got.error == f"the non-streamed request answered HTTP 302: redirect to '{srv.target}/v1/chat/completions' not followed"

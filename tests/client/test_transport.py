@@ -26,6 +26,7 @@ from loadgen.client.transport import (
 from loadgen.errors import TransportError
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec, TokenSource
+from tests.client.redirecting import RedirectingServers
 from tests.scripted_server import Script, ScriptedServer, ScriptedServerProcess
 
 
@@ -289,3 +290,19 @@ async def test_request_body_has_vllm_fields_unless_strict() -> None:
     assert loose["stream_options"] == {"include_usage": True}
     assert "ignore_eos" not in strict and "min_tokens" not in strict
     assert strict["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_a_redirect_is_not_followed_but_recorded_with_its_location(kind: str) -> None:
+    """Following a 302 would send the secret header to another origin as a body-less GET."""
+    async with RedirectingServers() as srv:
+        tr = _transport(srv.url, kind=kind)
+        tr.config.headers["X-Secret"] = "s3cret"
+        rec = RequestRecord(index=0)
+        try:
+            await tr.send(_specs(1, 4)[0], rec)
+        finally:
+            await tr.aclose()
+    assert srv.reached == []
+    assert rec.status is ErrorKind.HTTP_ERROR and rec.http_status == 302
+    assert rec.error == f"HTTP 302: redirect to '{srv.target}/v1/completions' not followed"
