@@ -145,6 +145,9 @@ def run(
     from loadgen.workload.spec import load_workload, workload_from_flags
 
     base, url_auth = split_credentials(normalize_url(url))
+    for key, seconds in (("--timeout", timeout), ("--read-timeout", read_timeout)):
+        if not seconds > 0:
+            raise ConfigError(f"must be a number of seconds > 0, got {seconds:g}", key=key)
     if ray is not None:
         from loadgen.load.ray_pool import import_ray
 
@@ -230,6 +233,12 @@ def _profile(
         raise ConfigError("must be > 0", key="--rate")
     if requests is not None and requests < 1:
         raise ConfigError("must be >= 1", key="--requests")
+    if duration is not None and not 0 < duration < float("inf"):
+        raise ConfigError(f"must be a number of seconds > 0, got {duration:g}", key="--duration")
+    if warmup is not None and warmup < 0:
+        raise ConfigError(f"must be >= 0, got {warmup}", key="--warmup")
+    if max_in_flight is not None and max_in_flight < 1:
+        raise ConfigError(f"must be >= 1 (leave it out for no cap), got {max_in_flight}", key="--max-in-flight")
     prof = load_profile(name, search_dirs("profiles")) if name else Profile(levels=[8.0])
     if levels:
         try:

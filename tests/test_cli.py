@@ -95,6 +95,15 @@ def test_bad_workload_file_names_file_and_key(server: ScriptedServerProcess, tmp
         (["--api", "grpc"], "--api"),
         (["--prompt-tokens", "zipf:a=2"], "lognormal"),
         (["--concurrency", "2", "--rate", "3"], "not both"),
+        (["--warmup", "-3"], "--warmup: must be >= 0, got -3"),
+        (["--duration", "-1"], "--duration: must be a number of seconds > 0, got -1"),
+        (["--read-timeout", "-1"], "--read-timeout: must be a number of seconds > 0, got -1"),
+        (["--timeout", "0"], "--timeout: must be a number of seconds > 0, got 0"),
+        (["--rate", "5", "--max-in-flight", "0"], "--max-in-flight: must be >= 1"),
+        (["--prompt-tokens", "10000000"], "lengths must be at most 1,000,000 tokens"),
+        (["--prompt-tokens", "normal:mean=1e308,std=1e308"], "lengths must be at most 1,000,000 tokens"),
+        (["--url", "http://127.0.0.1:99999"], "--url: not a valid URL"),
+        (["--url", "http://[::1"], "--url: not a valid URL"),
         (["--rate", "1e9", "--duration", "1"], "--rate: request rate must be > 0 and at most 1,000,000/s"),
         (["--rate", "1e5", "--duration", "1e5", "--requests", "1000000000"], "--rate: 1,000,000,000 arrivals in one level"),
     ],
@@ -103,6 +112,7 @@ def test_bad_flags_are_one_line(server: ScriptedServerProcess, args: list[str], 
     res = runner.invoke(app, ["run", "--url", server.url, "--requests", "1", *args])
     assert res.exit_code == 2, res.output
     assert needle in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
 
 
 def test_secrets_never_reach_files(server: ScriptedServerProcess, tmp_path: Path) -> None:

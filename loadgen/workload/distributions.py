@@ -21,6 +21,10 @@ distributions *conditioned* on ``[min, max]`` — drawn by inverse-CDF inside th
 which is the same law as redrawing every out-of-range sample — so no probability piles
 up on the bounds. Samples are then rounded to the nearest integer. Every sample of
 every kind is an ``int64`` ``>= 1`` and inside ``[min, max]``.
+
+**Size limit.** No length may exceed ``MAX_LENGTH`` tokens (prompts are built in
+memory): a distribution whose value, max or mean is larger is refused when parsed, and
+an unbounded tail stops at ``MAX_LENGTH``.
 """
 
 from __future__ import annotations
@@ -48,9 +52,11 @@ __all__ = [
     "parse_distribution",
     "register",
     "kinds",
+    "MAX_LENGTH",
 ]
 
-_CAP = 2**53  # upper bound when max is not given: keeps the int64 cast exact
+MAX_LENGTH = 1_000_000  # tokens: beyond any context window (and a prompt is built in memory)
+_CAP = MAX_LENGTH  # upper bound when max is not given
 
 
 class Distribution(Protocol):
@@ -407,4 +413,14 @@ def parse_distribution(
         if prm.required and prm.name not in raw:
             raise ctx.error(f"{kind}: missing required parameter {prm.name!r}", cls)
     params = {name: convert(v, declared[name], cls, ctx) for name, v in raw.items()}
-    return cls.build(params, ctx)
+    dist = cls.build(params, ctx)
+    _check_size(dist, cls, ctx)
+    return dist
+
+
+def _check_size(dist: Distribution, cls: type[Kind], ctx: Ctx) -> None:
+    """Refuse lengths over MAX_LENGTH (a value, max or mean), before anything is sampled."""
+    bounds = list(dist.values) if isinstance(dist, Empirical) else [getattr(dist, "value", None), getattr(dist, "max", None)]
+    largest = max((b for b in bounds if b is not None), default=0)
+    if largest > MAX_LENGTH or not dist.mean() <= MAX_LENGTH:
+        raise ctx.error(f"{cls.KIND}: lengths must be at most {MAX_LENGTH:,} tokens, got {dist.describe()}")
