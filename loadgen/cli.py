@@ -116,7 +116,7 @@ def run(
     warmup: Optional[int] = typer.Option(None, help="Requests sent first in each level and excluded"),
     slo_latency: Optional[str] = typer.Option(None, help="Rate levels judge TTFT/E2E SLOs from: queued (default) or sent"),
     slo: List[str] = typer.Option([], help="SLO, repeatable: ttft=500ms, tpot=50ms, itl=80ms, e2e=10s, ttft:p90=300ms"),
-    out: Optional[Path] = typer.Option(None, help="Run folder (default reports/<time>-<label>)"),
+    out: Optional[str] = typer.Option(None, help="Run folder: new, empty or an earlier run's (default reports/<time>-<label>)"),
     label: str = typer.Option("", help="A name for this run (shown in reports)"),
     seed: int = typer.Option(0, help="Seed for lengths, prompts and arrivals"),
     transport: str = typer.Option("aiohttp", help="aiohttp or httpx"),
@@ -145,6 +145,8 @@ def run(
     from loadgen.workload.spec import load_workload, workload_from_flags
 
     base, url_auth = split_credentials(normalize_url(url))
+    if out is not None and not out.strip():
+        raise ConfigError("give a folder (an empty name would mean the current directory)", key="--out")
     for key, seconds in (("--timeout", timeout), ("--read-timeout", read_timeout)):
         if not seconds > 0:
             raise ConfigError(f"must be a number of seconds > 0, got {seconds:g}", key=key)
@@ -168,7 +170,7 @@ def run(
         api=api,
         workload=wl,
         profile=prof,
-        out=out or default_run_dir(Path("reports"), run_label),
+        out=Path(out) if out is not None else default_run_dir(Path("reports"), run_label),
         model=model,
         slos=[parse_slo(s) for s in (slo or prof.slos)],
         seed=seed,

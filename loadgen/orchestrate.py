@@ -38,7 +38,7 @@ from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
 from loadgen.report.console import LiveStats, level_line, show_summary
-from loadgen.report.files import RunWriter, holds_run, machine_info
+from loadgen.report.files import RunWriter, check_out_folder, holds_run, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
 from loadgen.workload.source import WorkloadSource
 from loadgen.workload.prompts import PromptSynthesizer
@@ -311,6 +311,7 @@ async def _sweep_levels(
 
 
 async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
+    check_out_folder(cfg.out)  # before anything is sent
     info = await asyncio.to_thread(discover, cfg.url, cfg.headers, cfg.model)
     tcfg = _transport_config(cfg, info)
     transport = make_transport(cfg.transport, tcfg)

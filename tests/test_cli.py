@@ -252,3 +252,21 @@ def test_a_server_with_no_usage_at_all_is_one_warning_line(tmp_path: Path) -> No
                         "no chat template, so compare them with the server's own prompt counts"]  # fmt: skip
     calib = json.loads((tmp_path / "x" / "run.json").read_text())["calibration"]
     assert calib["calibrated"] is False and "non-streamed answer has no usage" in calib["reason"]
+
+
+def test_out_refuses_a_folder_that_is_not_a_run_folder(server: ScriptedServerProcess, tmp_path: Path) -> None:
+    """A user's own records.jsonl is not replaced; an empty name is not the current directory."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "records.jsonl").write_text("my data\n")
+    res = runner.invoke(app, ["run", "--url", server.url, "--requests", "1", "--out", str(mine)])
+    assert res.exit_code == 2, res.output
+    assert "neither empty nor a loadgen run folder" in res.output and len(res.output.strip().splitlines()) == 1
+    assert (mine / "records.jsonl").read_text() == "my data\n" and sorted(p.name for p in mine.iterdir()) == ["records.jsonl"]
+    res = runner.invoke(app, ["run", "--url", server.url, "--requests", "1", "--out", ""])
+    assert res.exit_code == 2 and "--out: give a folder" in res.output, res.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for _ in range(2):  # an empty folder, then the run folder it became
+        res = runner.invoke(app, ["run", "--url", server.url, "--requests", "1", "--out", str(empty)])
+        assert res.exit_code == 0, res.output

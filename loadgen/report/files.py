@@ -47,6 +47,7 @@ from loadgen.report.recordio import EVENTS_FILE, EVENTS_MAGIC, encode_batch, spl
 __all__ = [
     "RUN_FILES",
     "holds_run",
+    "check_out_folder",
     "RunWriter",
     "record_line",
     "RecordColumns",
@@ -90,6 +91,36 @@ RUN_FILES = ("run.json", "records.jsonl", EVENTS_FILE, "summary.json", "report.h
 
 def holds_run(folder: Path) -> bool:
     return any((folder / name).exists() for name in RUN_FILES)
+
+
+def _is_loadgen_run(folder: Path) -> bool:
+    """Whether loadgen wrote this folder: its run.json says so, or events.bin starts with our magic."""
+    try:
+        with open(folder / EVENTS_FILE, "rb") as fh:
+            if fh.read(len(EVENTS_MAGIC)) == EVENTS_MAGIC:
+                return True
+    except OSError:
+        pass
+    try:
+        meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("tool") == "loadgen"
+
+
+def check_out_folder(folder: Path) -> None:
+    """Refuse (ConfigError on ``--out``) a folder a run would overwrite that is not ours:
+    it must be absent, empty, or a loadgen run folder (whose run is then replaced)."""
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is a file, not a folder", key="--out")
+    try:
+        empty = next(folder.iterdir(), None) is None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {folder}: {exc.strerror or exc}", key="--out") from exc
+    if not empty and not _is_loadgen_run(folder):
+        raise ConfigError(f"{folder} is neither empty nor a loadgen run folder; give a new or empty folder", key="--out")
 
 
 class RunWriter:
