@@ -125,6 +125,8 @@ class StreamState:
             raise InvalidResponse(f"the response is not an event stream ({self._n_bytes} bytes, no SSE event)")
         if not self._done and self._finish is None:
             raise Disconnected("stream ended before [DONE] or a finish_reason")
+        if not rec.events and self._finish is None:  # an empty answer still says why it stopped
+            raise InvalidResponse("no output: the stream ended with [DONE] without output or a finish_reason")
         self._settle_tokens()
 
     def _event(self, ev: SSEEvent, t_ns: int) -> None:

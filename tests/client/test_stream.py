@@ -148,6 +148,8 @@ def test_vendor_timings_are_kept() -> None:
         (chat("a") + sse({"error": {"message": "engine died", "code": 500}}) + DONE, ErrorEvent,
          "error in stream: engine died"),
         (chat("a") + sse({"error": "plain text"}) + DONE, ErrorEvent, "error in stream: plain text"),
+        (sse({"choices": None}) + DONE, InvalidResponse, "no output"),
+        (DONE, InvalidResponse, "no output"),
     ],
 )  # fmt: skip
 def test_bad_streams_raise_their_error(body: bytes, error: type[Exception], match: str) -> None:
@@ -215,3 +217,8 @@ def test_a_negative_or_bool_prompt_count_is_not_kept() -> None:
     for bad in (-1, True):
         rec = run([(chat("a"), 10), (sse({"choices": [], "usage": {"prompt_tokens": bad, "completion_tokens": 1}}) + DONE, 20)])
         assert rec.prompt_tokens is None and rec.token_source is TokenSource.USAGE_REJECTED
+
+
+def test_an_empty_answer_that_says_why_it_stopped_is_ok() -> None:
+    rec = run([(chat(role="assistant", content=""), 10), (chat("", finish="stop") + DONE, 20)])
+    assert rec.ok and rec.events == [] and rec.output_tokens == 0
