@@ -117,8 +117,11 @@ class StreamState:
         self._parse_pending()
         if self._error is not None:
             raise self._error
-        for ev in self._sse.close():
-            self._event(ev, t_ns)
+        for ev in self._sse.close():  # an event without its blank line: the stream may have been cut
+            try:
+                self._event(ev, t_ns)
+            except InvalidResponse as exc:
+                raise Disconnected(f"stream ended mid-event ({exc})") from exc
         rec = self.record
         rec.done_ns = self._done_ns or t_ns
         if self._n_events == 0 and self._n_bytes > 0:

@@ -222,3 +222,11 @@ def test_a_negative_or_bool_prompt_count_is_not_kept() -> None:
 def test_an_empty_answer_that_says_why_it_stopped_is_ok() -> None:
     rec = run([(chat(role="assistant", content=""), 10), (chat("", finish="stop") + DONE, 20)])
     assert rec.ok and rec.events == [] and rec.output_tokens == 0
+
+
+def test_a_stream_cut_mid_event_is_a_disconnect_not_a_bad_response() -> None:
+    whole = chat("b")
+    with pytest.raises(Disconnected, match="stream ended mid-event"):
+        run([(chat("a") + whole[: len(whole) // 2], 10)])
+    rec = run([(chat("a", finish="stop") + b"data: [DONE]", 10)])  # a last event without its blank line still counts
+    assert rec.ok and len(rec.events) == 1

@@ -306,3 +306,29 @@ async def test_a_redirect_is_not_followed_but_recorded_with_its_location(kind: s
     assert srv.reached == []
     assert rec.status is ErrorKind.HTTP_ERROR and rec.http_status == 302
     assert rec.error == f"HTTP 302: redirect to '{srv.target}/v1/completions' not followed"
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_a_close_delimited_stream_cut_mid_event_is_disconnected(kind: str) -> None:
+    """No chunked encoding: the body ends when the connection does, here halfway through an event."""
+    event = b'data: {"choices": [{"index": 0, "text": "tok", "finish_reason": null}]}\n\n'
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+        writer.write(event + event[: len(event) // 2])
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        tr = _transport(f"http://127.0.0.1:{port}", kind=kind)
+        rec = RequestRecord(index=0)
+        try:
+            await tr.send(_specs(1, 4)[0], rec)
+        finally:
+            await tr.aclose()
+    assert rec.status is ErrorKind.DISCONNECTED, rec.error
+    assert len(rec.events) == 1
