@@ -203,6 +203,10 @@ def run(
         console.print(f"[dim]report: {render_run_report(outcome.folder)}[/dim]")
     if outcome.interrupted:
         raise typer.Exit(130)
+    failed = sum(lv.requests.failed for lv in outcome.summary.levels)
+    if failed and not any(lv.requests.ok for lv in outcome.summary.levels):
+        err_console.print(f"[bold red]error:[/bold red] every request failed ({failed}); see the failures above")
+        raise typer.Exit(1)
 
 
 def _workers_flag(text: str) -> int | str:

@@ -270,3 +270,12 @@ def test_out_refuses_a_folder_that_is_not_a_run_folder(server: ScriptedServerPro
     for _ in range(2):  # an empty folder, then the run folder it became
         res = runner.invoke(app, ["run", "--url", server.url, "--requests", "1", "--out", str(empty)])
         assert res.exit_code == 0, res.output
+
+
+def test_a_run_in_which_every_request_failed_exits_1(tmp_path: Path) -> None:
+    with ScriptedServerProcess(Script(status=500)) as srv:
+        res = runner.invoke(app, ["run", "--url", srv.url, "--model", "m", "--requests", "3", "--no-calibrate",
+                                  "--out", str(tmp_path / "failed")])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert "every request failed (3)" in res.output and "Traceback" not in res.output
+    assert (tmp_path / "failed" / "summary.json").exists()
