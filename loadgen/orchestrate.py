@@ -414,8 +414,14 @@ def _sigint(loop: asyncio.AbstractEventLoop, runner: Levels) -> Iterator[None]:
 def execute(cfg: RunConfig, console: Console) -> RunOutcome:
     """Run synchronously on a fresh (uvloop when available) event loop."""
     loop = new_event_loop()
+    task = loop.create_task(_execute(cfg, console))
     try:
-        outcome = loop.run_until_complete(_execute(cfg, console))
+        outcome = loop.run_until_complete(task)
+    except KeyboardInterrupt:  # Ctrl-C before the run's own handler (discovery, calibration)
+        task.cancel()  # let the run's cleanup (closing the transport) run on this loop
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(task)
+        raise
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()

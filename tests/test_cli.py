@@ -160,6 +160,24 @@ def test_ctrl_c_keeps_records_and_summarises(tmp_path: Path) -> None:
     assert summary["levels"][0]["requests"]["total"] == len(records)
 
 
+def test_ctrl_c_during_calibration_is_one_line(tmp_path: Path) -> None:
+    """Interrupted before the run's own handler: the cleanup runs, no 'Exception ignored' noise."""
+    log = tmp_path / "served.jsonl"
+    with ScriptedServerProcess(Script(ttft_s=60, log_path=str(log))) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.cli", "run", "--url", srv.url, "--requests", "2",
+             "--out", str(tmp_path / "run")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (log.exists() and log.read_text()):  # calibration sent
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, output
+    assert output.strip() == "interrupted", output
+
+
 def test_report_and_compare_commands(server: ScriptedServerProcess, tmp_path: Path) -> None:
     def run(name: str, output_tokens: str) -> Path:
         out = tmp_path / name
