@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import numpy as np
@@ -317,7 +318,14 @@ def event_arrays_from_pieces(
 
 
 def _ints(records: Sequence[RequestRecord], attr: str) -> I64:
-    return np.fromiter((getattr(r, attr) for r in records), dtype=np.int64, count=len(records))
+    return np.fromiter(map(attrgetter(attr), records), dtype=np.int64, count=len(records))
+
+
+_STATUS_VALUE: dict[Any, str] = {k: k.value for k in ErrorKind}  # a str enum: its values hash alike
+
+
+def _status_value(status: Any) -> str:
+    return _STATUS_VALUE.get(status) or ErrorKind(status).value
 
 
 def _ms(later: I64, earlier: I64, valid: Mask) -> F64:
@@ -326,7 +334,7 @@ def _ms(later: I64, earlier: I64, valid: Mask) -> F64:
 
 def _build_frame(recs: Sequence[RequestRecord], ev: EventArrays) -> pd.DataFrame:
     n = len(recs)
-    status = [ErrorKind(r.status).value for r in recs]
+    status = list(map(_status_value, map(attrgetter("status"), recs)))
     sent = _ints(recs, "sent_ns")
     done = _ints(recs, "done_ns")
     sched = _ints(recs, "scheduled_ns")
@@ -350,7 +358,7 @@ def _build_frame(recs: Sequence[RequestRecord], ev: EventArrays) -> pd.DataFrame
     cols = {
         "index": _ints(recs, "index"),
         "level": _ints(recs, "level"),
-        "request_class": [r.request_class for r in recs],
+        "request_class": list(map(attrgetter("request_class"), recs)),
         "status": status,
         "ok": np.array([s == "ok" for s in status], dtype=bool),
         "scheduled_ns": sched,
