@@ -48,7 +48,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from loadgen.records import ErrorKind, RequestRecord, TokenSource, record_from_json
+from loadgen.records import ErrorKind, RequestRecord, TokenSource, record_and_events
 
 __all__ = [
     "EVENTS_FILE",
@@ -334,9 +334,8 @@ def parse_line(line: bytes) -> tuple[RequestRecord, Any] | None:
             return None
     if not isinstance(obj, dict):
         return None
-    events = obj.pop("events", [])
     try:
-        return record_from_json(obj), events
+        return record_and_events(obj)
     except (ValueError, TypeError):
         return None
 
