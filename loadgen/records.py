@@ -27,6 +27,7 @@ __all__ = [
     "RequestRecord",
     "record_to_json",
     "record_from_json",
+    "record_and_events",
 ]
 
 
@@ -147,7 +148,27 @@ def record_from_json(line: str | dict[str, Any]) -> RequestRecord:
         raise ValueError("this line's events are in events.bin: read the run folder, not the line")
     if not _FIELDS.issuperset(d):
         d = {k: v for k, v in d.items() if k in _FIELDS}
-    rec = RequestRecord(**d)  # the report reads 100,000s of these: the enums by lookup
+    return _enums(RequestRecord(**d))
+
+
+def _enums(rec: RequestRecord) -> RequestRecord:
+    # the report reads 100,000s of these: the enums by lookup
     rec.status = _STATUS.get(rec.status) or ErrorKind(rec.status)
     rec.token_source = _SOURCE.get(rec.token_source) or TokenSource(rec.token_source)
     return rec
+
+
+_ORDER = tuple(f.name for f in dataclasses.fields(RequestRecord))
+
+
+def record_and_events(d: dict[str, Any]) -> tuple[RequestRecord, Any]:
+    """:func:`record_from_json` of a parsed line whose ``events`` are kept apart: the
+    record (its ``events`` empty) and the line's ``events`` value (a list of pairs, a
+    reference into ``events.bin``, or whatever else it holds; ``[]`` when absent).
+    Raises ValueError or TypeError when it is not a record."""
+    if tuple(d) == _ORDER:  # every field, in the writer's order: by position (about 5x faster)
+        rec = RequestRecord(*d.values())
+        events, rec.events = rec.events, []
+        return _enums(rec), events
+    events = d.pop("events", [])
+    return record_from_json(d), events

@@ -35,13 +35,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from loadgen.records import ErrorKind, RequestRecord
+from loadgen.records import ErrorKind, RequestRecord, TokenSource
 
 __all__ = [
     "segment_sum",
@@ -318,7 +319,21 @@ def event_arrays_from_pieces(
 
 
 def _ints(records: Sequence[RequestRecord], attr: str) -> I64:
-    return np.fromiter((getattr(r, attr) for r in records), dtype=np.int64, count=len(records))
+    return np.fromiter(map(attrgetter(attr), records), dtype=np.int64, count=len(records))
+
+
+_STATUS_VALUE: dict[Any, str] = {k: k.value for k in ErrorKind}  # a str enum: its values hash alike
+
+
+def _status_value(status: Any) -> str:
+    return _STATUS_VALUE.get(status) or ErrorKind(status).value
+
+
+_SOURCE_VALUE: dict[Any, str] = {k: k.value for k in TokenSource}
+
+
+def _source_value(source: Any) -> Any:
+    return _SOURCE_VALUE.get(source) or getattr(source, "value", source)
 
 
 def _ms(later: I64, earlier: I64, valid: Mask) -> F64:
@@ -327,13 +342,13 @@ def _ms(later: I64, earlier: I64, valid: Mask) -> F64:
 
 def _build_frame(recs: Sequence[RequestRecord], ev: EventArrays) -> pd.DataFrame:
     n = len(recs)
-    status = [ErrorKind(r.status).value for r in recs]
+    status = list(map(_status_value, map(attrgetter("status"), recs)))
     sent = _ints(recs, "sent_ns")
     done = _ints(recs, "done_ns")
     sched = _ints(recs, "scheduled_ns")
     sched = np.where(sched == 0, sent, sched)
     credit = _ints(recs, "credit_ns")
-    prompt = np.array([np.nan if r.prompt_tokens is None else r.prompt_tokens for r in recs], dtype=np.float64)
+    prompt = np.array(list(map(attrgetter("prompt_tokens"), recs)), dtype=np.float64)  # None -> NaN
 
     has = ev.n_chunks > 0
     first = np.zeros(n, dtype=np.int64)
@@ -351,9 +366,9 @@ def _build_frame(recs: Sequence[RequestRecord], ev: EventArrays) -> pd.DataFrame
     cols = {
         "index": _ints(recs, "index"),
         "level": _ints(recs, "level"),
-        "request_class": [r.request_class for r in recs],
+        "request_class": list(map(attrgetter("request_class"), recs)),
         "status": status,
-        "ok": np.array([s == "ok" for s in status], dtype=bool),
+        "ok": np.fromiter(map("ok".__eq__, status), dtype=bool, count=n),
         "scheduled_ns": sched,
         "sent_ns": sent,
         "done_ns": done,
@@ -373,7 +388,7 @@ def _build_frame(recs: Sequence[RequestRecord], ev: EventArrays) -> pd.DataFrame
         "first_token_ns": first,
         "last_token_ns": last,
         "send_lateness_ms": _ms(sent, np.maximum(sched, credit), is_sent),  # the client's own delay
-        "token_source": [getattr(r.token_source, "value", r.token_source) for r in recs],
+        "token_source": list(map(_source_value, map(attrgetter("token_source"), recs))),
         "credit_wait_ms": _ms(credit, sched, credit != 0),  # waiting for the in-flight cap
     }
     return pd.DataFrame(cols, columns=list(FRAME_COLUMNS))

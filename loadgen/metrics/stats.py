@@ -41,7 +41,8 @@ def _clean(values: Iterable[float] | npt.ArrayLike) -> npt.NDArray[np.float64]:
     """The non-NaN values as a new float64 array (never a view of the input)."""
     seq = values if hasattr(values, "__len__") else list(values)  # type: ignore[arg-type]
     arr = np.asarray(seq, dtype=np.float64).ravel()
-    return arr[~np.isnan(arr)]  # boolean indexing always copies
+    nan = np.isnan(arr)
+    return arr[~nan] if nan.any() else arr.copy()  # boolean indexing always copies; a copy is faster
 
 
 def describe(values: Iterable[float] | npt.ArrayLike) -> dict[str, Any]:
@@ -54,12 +55,14 @@ def describe(values: Iterable[float] | npt.ArrayLike) -> dict[str, Any]:
     arr = _clean(values)
     if arr.size == 0:
         return {k: (0 if k == "count" else None) for k in STAT_KEYS}
-    out: dict[str, Any] = {
-        "count": int(arr.size),
-        "mean": float(arr.mean()),
-        "std": float(arr.std()),
-        "min": float(arr.min()),
-    }
+    n = arr.size
+    # numpy's mean and std in numpy's order of operations (the same floats), one sum shared
+    mean = arr.sum() / n
+    dev = arr - mean
+    np.multiply(dev, dev, out=dev)
+    std = np.sqrt(dev.sum() / n)
+    del dev
+    out: dict[str, Any] = {"count": int(n), "mean": float(mean), "std": float(std), "min": float(arr.min())}
     top = float(arr.max())
     # arr is _clean's own copy: the partition may reorder it (after the sums above)
     pct = np.percentile(arr, PERCENTILES, overwrite_input=True)

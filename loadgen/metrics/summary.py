@@ -113,12 +113,16 @@ def _throughput(
 
 def _by_class(
     frame: pd.DataFrame, ev: EventArrays, ok: npt.NDArray[np.bool_], itl: npt.NDArray[np.float64],
+    level: dict[str, Distribution],
 ) -> dict[str, ClassSummary]:  # fmt: skip
-    """Per request class; ``itl`` are the level's ITL samples (``ev.itl_ms(ok)``)."""
+    """Per request class; ``itl`` are the level's ITL samples (``ev.itl_ms(ok)``) and
+    ``level`` the level's own ttft/tpot/itl/e2e distributions, which a level of one class
+    shares (the same samples: not described twice)."""
     names, codes = np.unique(frame["request_class"].to_numpy(dtype=str), return_inverse=True)
-    one_class = len(names) == 1
-    if not one_class:
-        itl_codes = ev.like_itl(np.repeat(codes.astype(np.int32), ev.n_chunks), ok)
+    if len(names) == 1:
+        return {str(names[0]): ClassSummary(requests=len(frame), ttft_ms=level["ttft_ms"], tpot_ms=level["tpot_ms"],
+                                            itl_ms=level["itl_ms"], e2e_ms=level["e2e_ms"])}  # fmt: skip
+    itl_codes = ev.like_itl(np.repeat(codes.astype(np.int32), ev.n_chunks), ok)
     out: dict[str, ClassSummary] = {}
     for c, name in enumerate(names.tolist()):
         rows = codes == c
@@ -127,7 +131,7 @@ def _by_class(
             requests=int(rows.sum()),
             ttft_ms=distribution(sel["ttft_ms"].to_numpy()),
             tpot_ms=distribution(sel["tpot_ms"].to_numpy()),
-            itl_ms=distribution(itl if one_class else itl[itl_codes == c]),
+            itl_ms=distribution(itl[itl_codes == c]),
             e2e_ms=distribution(sel["e2e_ms"].to_numpy()),
         )
     return out
@@ -284,6 +288,8 @@ def summarize_level(
     samples: dict[str, Any] = {c.removesuffix("_ms"): okf[c].to_numpy() for c in _LATENCY_COLUMNS}
     samples["itl"] = itl
     itl_stats = distribution(itl)
+    latency = {"ttft_ms": distribution(samples["ttft"]), "tpot_ms": distribution(samples["tpot"]),
+               "itl_ms": itl_stats, "e2e_ms": distribution(samples["e2e"])}  # fmt: skip
     schedule = None
     if scheduled is not None:
         waits = frame["credit_wait_ms"].to_numpy()
@@ -306,12 +312,12 @@ def summarize_level(
             slos=[str(s) for s in slos if s.stat is None],
             checks=level_checks(samples, slos),
         ),
-        ttft_ms=distribution(samples["ttft"]),
+        ttft_ms=latency["ttft_ms"],
         ttft_queued_ms=distribution(samples["ttft_queued"]),
         itl_ms=itl_stats,
         inter_chunk_ms=itl_stats if one_token_chunks else distribution(gaps),
-        tpot_ms=distribution(samples["tpot"]),
-        e2e_ms=distribution(samples["e2e"]),
+        tpot_ms=latency["tpot_ms"],
+        e2e_ms=latency["e2e_ms"],
         e2e_queued_ms=distribution(samples["e2e_queued"]),
         prompt_tokens=distribution(_prompt_tokens(okf)),
         output_tokens=distribution(okf["output_tokens"].to_numpy()),
@@ -322,7 +328,7 @@ def summarize_level(
             output_achieved_mean=distribution(okf["output_tokens"].to_numpy()).mean,
         ),
         events=_events(ev, ok, okf),
-        by_class=_by_class(frame, ev, ok, itl),
+        by_class=_by_class(frame, ev, ok, itl, latency),
         client=_client(frame, loop_lag_ms, client_bound_ms,
                        None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns), workers, lost_workers,
                        np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured)),

@@ -49,7 +49,7 @@ import numpy.typing as npt
 import orjson
 
 from loadgen.metrics.per_request import segment_sum
-from loadgen.records import ErrorKind, RequestRecord, TokenSource, record_from_json
+from loadgen.records import ErrorKind, RequestRecord, TokenSource, record_and_events
 
 __all__ = [
     "EVENTS_FILE",
@@ -327,9 +327,8 @@ def parse_line(line: bytes) -> tuple[RequestRecord, Any] | None:
             return None
     if not isinstance(obj, dict):
         return None
-    events = obj.pop("events", [])
     try:
-        return record_from_json(obj), events
+        return record_and_events(obj)
     except (ValueError, TypeError):
         return None
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import loadgen.metrics
 
-ALLOWED = {"__future__", "collections", "dataclasses", "itertools", "math", "re", "types", "typing", "numpy",
-           "pandas"}  # fmt: skip
+ALLOWED = {"__future__", "collections", "dataclasses", "itertools", "math", "operator", "re", "types", "typing",
+           "numpy", "pandas"}  # fmt: skip
 ALLOWED_LOADGEN = {"loadgen.records", "loadgen.errors"}
 
 

@@ -24,6 +24,7 @@ from loadgen.report.recordio import (
     encode_batch,
     encode_columns,
     encode_events,
+    parse_line,
     split_batch,
 )
 from loadgen.report.rundata import load_run
@@ -267,3 +268,19 @@ def test_pieces_of_any_size_read_alike(tmp_path: Path, monkeypatch: pytest.Monke
         run = load_run(run_folder)
         pd.testing.assert_frame_equal(run.frame, want_run.frame, check_exact=True)
         np.testing.assert_array_equal(run.ev.itl_ms(), want_run.ev.itl_ms())
+
+
+def test_a_line_in_any_key_order_reads_as_in_the_writers_order() -> None:
+    """parse_line binds the writer's lines by position (fast), any other line by name."""
+    rec = RequestRecord(index=7, level=2, worker=1, request_class="long", sent_ns=5, done_ns=9,
+                        status=ErrorKind.TIMEOUT, error="slow", prompt_tokens=3,
+                        token_source=TokenSource.USAGE_DELTA, warmup=True, server={"q": 1}, credit_ns=4)  # fmt: skip
+    line = orjson.loads(record_line(rec))
+    shuffled = dict(reversed(list(line.items())))
+    extra = {**line, "from_a_newer_version": 1}
+    for d in (line, shuffled, extra):
+        parsed = parse_line(orjson.dumps(d))
+        assert parsed is not None
+        assert parsed[0] == dataclasses.replace(rec, events=[]) and parsed[1] == line["events"]
+        assert parsed[0].status is ErrorKind.TIMEOUT and parsed[0].token_source is TokenSource.USAGE_DELTA
+    assert parse_line(orjson.dumps({**line, "status": "no-such-kind"})) is None
