@@ -8,7 +8,6 @@ The node-killing test runs last: it leaves the cluster with its head node only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import sys
@@ -22,10 +21,10 @@ from typer.testing import CliRunner
 
 from loadgen.load.profiles import Profile
 from loadgen.load.ray_pool import RayPool, connect
-from loadgen.load.runner import LevelPlan, LevelResult
 from loadgen.orchestrate import RunConfig, execute
 from loadgen.records import ErrorKind
 from loadgen.workload.spec import workload_from_flags
+from tests.load.level_hooks import beside_first_level
 from tests.scripted_server import Script, ScriptedServerProcess
 
 @pytest.fixture(scope="module")
@@ -96,36 +95,13 @@ def test_same_requests_and_schedule_as_worker_processes_and_offsets_in_run_json(
     assert local.summary.levels[0].client.clock_uncertainty_ms is None
 
 
-@contextlib.contextmanager
-def _during_first_level(hook: Any) -> Iterator[None]:
-    """Run ``hook(pool)`` beside the first level a :class:`RayPool` runs."""
-    original = RayPool.run_level
-    calls: list[int] = []
-
-    async def run_level(self: RayPool, plan: LevelPlan) -> LevelResult:
-        calls.append(plan.index)
-        if len(calls) > 1:
-            return await original(self, plan)
-        task = asyncio.ensure_future(hook(self))
-        try:
-            return await original(self, plan)
-        finally:
-            task.cancel()
-
-    RayPool.run_level = run_level  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        RayPool.run_level = original  # type: ignore[method-assign]
-
-
 def test_interrupt_cancels_every_actors_requests_and_keeps_them(cluster: Any, tmp_path: Path) -> None:
     async def interrupt(pool: RayPool) -> None:
         while pool.in_flight < 4:  # every user's first request reported in flight
             await asyncio.sleep(0.05)
         pool.interrupt()
 
-    with ScriptedServerProcess(Script(ttft_s=0.02, itl_s=0.2)) as srv, _during_first_level(interrupt):
+    with ScriptedServerProcess(Script(ttft_s=0.02, itl_s=0.2)) as srv, beside_first_level(RayPool, interrupt):
         cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "50"),
                         profile=Profile(mode="concurrency", levels=[4], requests=40), out=tmp_path / "int",
                         live=False, workers=2, seed=1, ray=cluster.address)  # fmt: skip
@@ -153,7 +129,7 @@ def test_a_node_killed_mid_level_turns_its_in_flight_requests_into_worker_lost(c
         cluster.remove_node(node)
 
     out = tmp_path / "lost"
-    with ScriptedServerProcess(Script(ttft_s=0.05, itl_s=0.05)) as srv, _during_first_level(kill_second_node):
+    with ScriptedServerProcess(Script(ttft_s=0.05, itl_s=0.05)) as srv, beside_first_level(RayPool, kill_second_node):
         cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "10"),
                         profile=Profile(mode="concurrency", levels=[4, 4], requests=16), out=out, live=False,
                         workers=2, seed=1, ray=cluster.address)  # fmt: skip

@@ -5,23 +5,21 @@ server on loopback."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import os
 import signal
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from loadgen.load.profiles import Profile
-from loadgen.load.runner import LevelPlan, LevelResult
 from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.orchestrate import RunConfig, execute
 from loadgen.records import ErrorKind
 from loadgen.workload.spec import workload_from_flags
+from tests.load.level_hooks import beside_first_level
 from tests.scripted_server import Script, ScriptedServerProcess
 
 
@@ -101,25 +99,6 @@ def test_the_cap_is_global_over_the_workers(tmp_path: Path) -> None:
     assert level.client.send_lateness_ms.p50 < wait.p50  # waiting for a credit is not lateness
 
 
-@contextlib.contextmanager
-def _during_each_level(hook: Callable[[WorkerPool], Awaitable[None]]) -> Iterator[None]:
-    """Run ``hook(pool)`` beside every level a :class:`WorkerPool` runs (cancelled at its end)."""
-    original = WorkerPool.run_level
-
-    async def run_level(self: WorkerPool, plan: LevelPlan) -> LevelResult:
-        task = asyncio.ensure_future(hook(self))
-        try:
-            return await original(self, plan)
-        finally:
-            task.cancel()
-
-    WorkerPool.run_level = run_level  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        WorkerPool.run_level = original  # type: ignore[method-assign]
-
-
 def test_a_worker_that_dies_loses_only_its_unflushed_records(tmp_path: Path) -> None:
     """Kill one of two workers mid-level: the level ends, says which worker died and is
     client-bound; its in-flight requests are worker_lost records; the other worker's
@@ -131,7 +110,7 @@ def test_a_worker_that_dies_loses_only_its_unflushed_records(tmp_path: Path) -> 
         killed.append(pool.pids[1])
         os.kill(pool.pids[1], signal.SIGKILL)
 
-    with ScriptedServerProcess(Script(ttft_s=0.05, itl_s=0.05)) as srv, _during_each_level(kill_worker_1):
+    with ScriptedServerProcess(Script(ttft_s=0.05, itl_s=0.05)) as srv, beside_first_level(WorkerPool, kill_worker_1):
         cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "40"),
                         profile=Profile(mode="concurrency", levels=[4], requests=24), out=tmp_path / "dies",
                         live=False, workers=2, seed=1)  # fmt: skip
@@ -157,7 +136,7 @@ def test_interrupt_cancels_every_workers_requests_and_keeps_them(tmp_path: Path)
         await asyncio.sleep(1.0)
         pool.interrupt()
 
-    with ScriptedServerProcess(Script(ttft_s=0.02, itl_s=0.2)) as srv, _during_each_level(interrupt):
+    with ScriptedServerProcess(Script(ttft_s=0.02, itl_s=0.2)) as srv, beside_first_level(WorkerPool, interrupt):
         cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "50"),
                         profile=Profile(mode="concurrency", levels=[6], requests=60), out=tmp_path / "int",
                         live=False, workers=2, seed=1)  # fmt: skip
