@@ -37,7 +37,7 @@ from loadgen.metrics.results import (
 )
 from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_checks, level_slos, parse_slo, request_meets, slo_attainment
-from loadgen.metrics.stats import PERCENTILES, describe, distribution, jsonable, stat_value
+from loadgen.metrics.stats import PERCENTILES, describe, distribution, stat_value
 from loadgen.metrics.summary import summarize_level
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
     "describe",
     "distribution",
     "stat_value",
-    "jsonable",
     "EventArrays",
     "event_arrays",
     "frame_and_events",

@@ -7,8 +7,7 @@ sample). Results are plain Python floats, ready for ``json.dumps``.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,6 @@ __all__ = [
     "distribution",
     "distribution_of_counts",
     "stat_value",
-    "jsonable",
 ]
 
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
@@ -137,20 +135,3 @@ def stat_value(values: Iterable[float] | npt.ArrayLike, stat: str) -> float | No
     if stat.startswith("p"):
         return float(np.percentile(arr, float(stat[1:])))
     raise ValueError(f"unknown statistic {stat!r} (allowed: pXX, mean, min, max)")
-
-
-def jsonable(obj: Any) -> Any:
-    """Deep copy of ``obj`` with numpy scalars turned into Python numbers, tuples and
-    arrays into lists, and NaN/±inf into ``None`` (so ``allow_nan=False`` works)."""
-    if isinstance(obj, Mapping):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    return obj
