@@ -344,6 +344,8 @@ def serve(
         "torch: tiny (default), small, llama-3.2-1b(-shape), llama-3.1-8b(-shape), llama-3.1-70b, smollm2-135m",
     ),
     tp: int = typer.Option(1, help="Tensor-parallel GPUs"),
+    replicas: int = typer.Option(1, help="sim: independent engines (each of --tp GPUs) behind one API"),
+    router: str = typer.Option("round-robin", help="With --replicas: round-robin, least-loaded or prefix-aware"),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)"),
     port: int = typer.Option(8000, help="Port (0 = any free port)"),
     chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill", help="Split long prefills"),
@@ -376,7 +378,7 @@ def serve(
     from loadgen.server.faults import FaultConfig
 
     config = ServeConfig(
-        engine=engine, model=model or "", tp=tp, seed=seed,
+        engine=engine, model=model or "", tp=tp, seed=seed, replicas=replicas, router=router,
         scheduler=SchedulerLimits(enable_chunked_prefill=chunked_prefill, max_num_batched_tokens=max_num_batched_tokens,
                                   max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching),
         sim=SimOptions(gpu=gpu, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter, time_scale=time_scale,
@@ -395,7 +397,7 @@ def serve(
         if engine == "torch" and info:
             where = f"{info.get('device')}, {info.get('dtype')}, {info.get('threads')} threads, {info.get('num_gpu_blocks')} KV blocks"
         else:
-            where = f"{tp}x {gpu}"
+            where = f"{tp}x {gpu}" if replicas == 1 else f"{replicas} replicas of {tp}x {gpu}, {router} routing"
         print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode})", flush=True)
 
     try:

@@ -22,6 +22,7 @@ from loadgen.errors import ConfigError
 from loadgen.server.engine.models import MODELS, ModelShape
 from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.faults import FaultConfig
+from loadgen.server.replicas import ROUTERS
 from loadgen.server.sim.gpus import GPUS
 from loadgen.server.torch.engine import ENGINE_MODES
 from loadgen.server.torch.loader import DTYPES, model_names
@@ -188,13 +189,17 @@ class ServeConfig:
     ``model`` is a preset name (``""``: the engine's default, :data:`DEFAULT_MODELS`); it
     is stored as looked up (lower case) and is the name the server serves. ``tp``: GPUs
     of the sim's tensor-parallel group (the torch engine runs on one device). ``seed``:
-    sampling, jitter and the torch engine's random weights.
+    sampling, jitter and the torch engine's random weights (replica ``i`` of the sim
+    uses ``seed + 1000 * i``). ``replicas``: independent sim engines behind one API,
+    chosen per request by ``router`` (:mod:`loadgen.server.replicas`).
     """
 
     engine: str = "sim"
     model: str = ""
     tp: int = 1
     seed: int = 0
+    replicas: int = 1
+    router: str = "round-robin"
     scheduler: SchedulerLimits = field(default_factory=SchedulerLimits)
     sim: SimOptions = field(default_factory=SimOptions)
     torch: TorchOptions = field(default_factory=TorchOptions)
@@ -210,6 +215,10 @@ class ServeConfig:
         MODELS.lookup(name, valid, what=f"{self.engine} model")
         object.__setattr__(self, "model", name)
         self.scheduler.validate()
+        _integer(self.replicas, "--replicas", 1, 64)
+        if self.router not in ROUTERS:
+            raise ConfigError(f"unknown router {self.router!r}; valid: {', '.join(ROUTERS)}",
+                              key="--router")
         if self.engine == "sim":
             _integer(self.tp, "--tp", 1, 64)
             self.sim.validate(self.shape)
@@ -217,6 +226,9 @@ class ServeConfig:
             if self.tp != 1:
                 raise ConfigError(f"the torch engine runs on one device; got {self.tp!r}",
                                   key="--tp")
+            if self.replicas != 1:
+                raise ConfigError(f"the torch engine runs one replica; got {self.replicas!r}",
+                                  key="--replicas")
             self.torch.validate()
         self.network.validate()
 

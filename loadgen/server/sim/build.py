@@ -23,7 +23,21 @@ from loadgen.server.sim.runner import SimRunner
 if TYPE_CHECKING:
     from loadgen.server.config import ServeConfig
 
-__all__ = ["sim_engine"]
+__all__ = ["sim_engine", "kv_blocks"]
+
+
+def _roofline(config: ServeConfig) -> RooflineModel:
+    sim = config.sim
+    return RooflineModel(get_gpu(sim.gpu), config.shape, config.tp, mfu=sim.mfu, mbu=sim.mbu,
+                         overhead_s=sim.overhead_ms / 1e3,
+                         allreduce_latency_s=sim.allreduce_latency_s)
+
+
+def kv_blocks(config: ServeConfig) -> int:
+    """KV blocks of one pool of ``config``: ``num_gpu_blocks``, else sized from memory."""
+    limits = config.scheduler
+    return limits.num_gpu_blocks or _roofline(config).num_kv_blocks(
+        limits.block_size, limits.gpu_memory_utilization)
 
 
 def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic,
@@ -31,11 +45,8 @@ def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic,
     """The sim engine of ``config`` on ``clock`` (a :class:`ManualClock` for virtual
     time); ``on_step`` is called with every step of every pool."""
     sim, limits, shape = config.sim, config.scheduler, config.shape
-    roofline = RooflineModel(get_gpu(sim.gpu), shape, config.tp, mfu=sim.mfu, mbu=sim.mbu,
-                             overhead_s=sim.overhead_ms / 1e3,
-                             allreduce_latency_s=sim.allreduce_latency_s)
-    blocks = limits.num_gpu_blocks or roofline.num_kv_blocks(limits.block_size,
-                                                             limits.gpu_memory_utilization)
+    roofline = _roofline(config)
+    blocks = kv_blocks(config)
     engine_config = limits.engine_config(shape, num_gpu_blocks=blocks,
                                          eos_token_id=shape.eos_token_id)
 
