@@ -209,6 +209,14 @@ def run(
         raise typer.Exit(1)
 
 
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``; ``""`` -> ``()``; anything else a one-line error."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"expected integers separated by commas, got {text!r}", key=flag) from None
+
+
 def _workers_flag(text: str) -> int | str:
     if text.strip().lower() == "auto":
         return "auto"
@@ -369,6 +377,8 @@ def serve(
     dtype: str = typer.Option("auto", help="torch: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16"),
     kv_cache_gb: Optional[float] = typer.Option(None, help="torch: KV-cache pool size in GB (default: from free memory)"),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode"),
+    cuda_graph_sizes: str = typer.Option(
+        "", help="torch on CUDA: decode batch sizes captured at start-up, e.g. 1,2,4,8 (default 1,2,4..256)"),
 ) -> None:
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
     from loadgen.server.api import create_app
@@ -383,7 +393,8 @@ def serve(
                                   max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching),
         sim=SimOptions(gpu=gpu, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter, time_scale=time_scale,
                        disaggregate=disaggregate, kv_link_gbps=kv_link_gbps),
-        torch=TorchOptions(device=device, dtype=dtype, threads=threads, kv_cache_gb=kv_cache_gb, cuda_graphs=cuda_graphs),
+        torch=TorchOptions(device=device, dtype=dtype, threads=threads, kv_cache_gb=kv_cache_gb, cuda_graphs=cuda_graphs,
+                           cuda_graph_sizes=_int_list(cuda_graph_sizes, "--cuda-graph-sizes")),
         faults=FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
                            disconnect_rate=disconnect_rate, seed=seed),
         network=Network(host=host, port=port),
@@ -396,6 +407,8 @@ def serve(
         info = getattr(eng, "info", None)
         if engine == "torch" and info:
             where = f"{info.get('device')}, {info.get('dtype')}, {info.get('threads')} threads, {info.get('num_gpu_blocks')} KV blocks"
+            if info.get("cuda_graphs"):
+                where += f", {info['cuda_graphs']} CUDA graphs captured in {info.get('graph_capture_s')} s"
         else:
             where = f"{tp}x {gpu}" if replicas == 1 else f"{replicas} replicas of {tp}x {gpu}, {router} routing"
         print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode})", flush=True)

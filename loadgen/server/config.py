@@ -139,6 +139,8 @@ class TorchOptions:
     CUDA, fp32 on CPU) or a dtype name. ``threads``: torch CPU threads (None: all cores
     but one). ``kv_cache_gb``: the KV pool (None: 1 GiB on CPU, free memory on CUDA).
     ``engine_mode``: ``process`` (a spawned engine process) or ``thread`` (tests).
+    ``cuda_graph_sizes``: padded decode batch sizes captured as CUDA graphs at start-up
+    (empty: 1, 2, 4, ... 256, and ``max_num_seqs``).
     """
 
     device: str = "auto"
@@ -146,6 +148,7 @@ class TorchOptions:
     threads: int | None = None
     kv_cache_gb: float | None = None
     cuda_graphs: bool = True
+    cuda_graph_sizes: tuple[int, ...] = ()
     engine_mode: str = "process"
     startup_timeout_s: float = 600.0
 
@@ -160,6 +163,8 @@ class TorchOptions:
                               key="--dtype")
         if self.threads is not None:
             _integer(self.threads, "--threads")
+        for size in self.cuda_graph_sizes:
+            _integer(size, "--cuda-graph-sizes", 1, 4096)
         if self.kv_cache_gb is not None:
             _number(self.kv_cache_gb, "--kv-cache-gb", 0.0, 1e6, above=True)
         if self.engine_mode not in ENGINE_MODES:
