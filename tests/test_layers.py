@@ -1,4 +1,4 @@
-"""The dependency rule of DESIGN.md, checked on the import statements of every module."""
+"""The dependency rule (docs/architecture.md, "Layers"), checked on the import statements of every module."""
 
 from __future__ import annotations
 
