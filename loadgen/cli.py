@@ -307,6 +307,35 @@ def report(
 
 @app.command()
 @friendly
+def export(
+    folder: Path = typer.Argument(..., help="A run folder"),
+    format: str = typer.Option("csv", "--format", help="csv or parquet (needs pyarrow)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: the run folder)"),
+) -> None:
+    """Write a run's per-request and per-level tables (requests.csv, levels.csv)."""
+    from loadgen.report.export import export_run
+
+    for path in export_run(folder, format, out):
+        _console().print(f"wrote {path}")
+
+
+@app.command()
+@friendly
+def schema(
+    what: str = typer.Argument("summary", help="Which file's schema: summary"),
+) -> None:
+    """Print the JSON Schema of summary.json (generated from the typed results)."""
+    import json
+
+    from loadgen.metrics.schema import summary_schema
+
+    if what != "summary":
+        raise ConfigError(f"unknown schema {what!r}; valid: summary", key="WHAT")
+    typer.echo(json.dumps(summary_schema(), indent=2))
+
+
+@app.command()
+@friendly
 def compare(
     folders: List[Path] = typer.Argument(..., help="Two or more run folders; the first is the baseline"),
     out: Path = typer.Option(Path("reports/comparison.html"), "--out", "-o", help="Output HTML file"),
