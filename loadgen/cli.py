@@ -10,7 +10,7 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from loadgen.errors import ConfigError, LoadgenError
 from loadgen.paths import search_dirs
 
 __all__ = ["app", "main"]
+
+if TYPE_CHECKING:
+    from loadgen.metrics.gates import Gates
 
 app = typer.Typer(
     name="loadgen",
@@ -135,6 +138,12 @@ def run(
     ray: Optional[str] = typer.Option(None, help="Workers are Ray actors spread over a cluster's nodes: auto (the "
                                       "cluster in RAY_ADDRESS or started here by ray start, else a local one) or "
                                       "the cluster's HOST:PORT; needs pip install 'loadgen[distributed]'"),
+    fail_on: List[str] = typer.Option([], help="CI gates: exit non-zero when a level fails them: slo, errors, "
+                                      "client-bound (comma-separated or repeated; exit 3 errors, 4 slo, 5 client-bound)"),
+    max_error_rate: Optional[float] = typer.Option(None, help="Gate on errors above this share of requests, e.g. "
+                                                   "0.01 (implies --fail-on errors; default 0 with it)"),
+    abort_on_fail: bool = typer.Option(False, help="Stop a sweep at the first level that fails a gate "
+                                       "(the --fail-on gates; slo,errors when none is given)"),
     quiet: bool = typer.Option(False, help="No live display"),
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
@@ -164,6 +173,7 @@ def run(
         wl = load_workload(workload or "chat", search_dirs("workloads"))
     prof = _profile(profile, concurrency, rate, levels, requests, duration, warmup, arrival, burstiness,
                     max_in_flight, slo_latency)  # fmt: skip
+    gates = _gates(fail_on, max_error_rate, abort_on_fail, prof.attainment_target)
     run_label = label or wl.name
     cfg = RunConfig(
         url=base,
@@ -188,6 +198,8 @@ def run(
         scrape_metrics=scrape_metrics,
         workers=_workers_flag(workers or ("auto" if ray is not None else "1")),
         ray=ray,
+        gates=gates,
+        abort_on_fail=abort_on_fail,
     )
     from loadgen.client.dialects import get_dialect
     from loadgen.client.transport import TRANSPORTS
@@ -207,6 +219,29 @@ def run(
     if failed and not any(lv.requests.ok for lv in outcome.summary.levels):
         err_console.print(f"[bold red]error:[/bold red] every request failed ({failed}); see the failures above")
         raise typer.Exit(1)
+    from loadgen.metrics.gates import exit_code, run_failures
+
+    failures = run_failures(outcome.summary.levels, gates)
+    for failure in failures:
+        err_console.print(f"[bold red]gate failed ({failure.reason}):[/bold red] {escape(failure.message)}",
+                          soft_wrap=True)
+    if failures:
+        raise typer.Exit(exit_code(failures))
+
+
+def _gates(fail_on: list[str], max_error_rate: float | None, abort_on_fail: bool,
+           attainment_target: float) -> Gates:
+    """The --fail-on gates; --max-error-rate implies errors, --abort-on-fail alone slo,errors."""
+    from loadgen.metrics.gates import Gates, parse_fail_on
+
+    reasons = parse_fail_on(fail_on)
+    if max_error_rate is not None:
+        if not 0.0 <= max_error_rate < 1.0:
+            raise ConfigError(f"must be a share in [0, 1), got {max_error_rate:g}", key="--max-error-rate")
+        reasons |= {"errors"}
+    if abort_on_fail and not reasons:
+        reasons = frozenset({"slo", "errors"})
+    return Gates(reasons, max_error_rate or 0.0, attainment_target)
 
 
 def _int_list(text: str, flag: str) -> tuple[int, ...]:
