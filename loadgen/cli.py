@@ -342,6 +342,31 @@ def report(
 
 @app.command()
 @friendly
+def matrix(
+    file: Path = typer.Argument(..., help="A matrix file (TOML): server configurations, workload, profile, SLOs"),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<time>-matrix-<name>)"),
+) -> None:
+    """Run one workload against several server configurations, then compare them."""
+    from loadgen.matrix import load_matrix, run_matrix
+    from loadgen.report.files import default_run_dir
+
+    spec = load_matrix(file)
+    if out is not None and not out.strip():
+        raise ConfigError("give a folder (an empty name would mean the current directory)", key="--out")
+    folder = Path(out) if out else default_run_dir(Path("reports"), f"matrix-{spec.name}")
+    console = _console()
+    doc = run_matrix(spec, folder, console)
+    ok = [c for c in doc["configs"] if c["status"] == "ok"]
+    console.print(f"matrix: {len(ok)} of {len(doc['configs'])} configurations ran in {doc['wall_s']:.0f} s; "
+                  f"{folder / 'matrix.json'}" + (f", {folder / doc['html']}" if doc.get("html") else ""))
+    if any(c["status"] == "interrupted" for c in doc["configs"]):
+        raise typer.Exit(130)
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly
 def export(
     folder: Path = typer.Argument(..., help="A run folder"),
     format: str = typer.Option("csv", "--format", help="csv or parquet (needs pyarrow)"),
