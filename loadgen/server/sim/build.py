@@ -30,7 +30,7 @@ def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic,
                on_step: StepHook | None = None) -> SimEngine:
     """The sim engine of ``config`` on ``clock`` (a :class:`ManualClock` for virtual
     time); ``on_step`` is called with every step of every pool."""
-    sim, limits, shape = config.sim, config.scheduler, config.shape
+    sim, limits, shape = config.sim, config.limits, config.shape
     roofline = RooflineModel(get_gpu(sim.gpu), shape, config.tp, mfu=sim.mfu, mbu=sim.mbu,
                              overhead_s=sim.overhead_ms / 1e3,
                              allreduce_latency_s=sim.allreduce_latency_s)

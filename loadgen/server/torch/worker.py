@@ -90,7 +90,7 @@ def build_core(config: ServeConfig) -> tuple[EngineCore, dict[str, Any]]:
     from loadgen.server.torch.memory import plan_kv_blocks
     from loadgen.server.torch.runner import TorchRunner
 
-    shape, opts, limits = config.shape, config.torch, config.scheduler
+    shape, opts, limits = config.shape, config.torch, config.limits
     device = opts.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -113,10 +113,10 @@ def build_core(config: ServeConfig) -> tuple[EngineCore, dict[str, Any]]:
     engine_config = limits.engine_config(
         shape, num_gpu_blocks=blocks, eos_token_id=None if random_weights else shape.eos_token_id)
     engine_config.max_model_len = min(engine_config.max_model_len, blocks * limits.block_size)
-    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < limits.max_num_seqs]
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < limits.seq_limit]
     runner = TorchRunner(model, num_blocks=blocks, block_size=limits.block_size,
                          suppress_token_ids=range(NUM_RESERVED) if random_weights else (),
-                         cuda_graphs=graphs, decode_batch_sizes=[*sizes, limits.max_num_seqs],
+                         cuda_graphs=graphs, decode_batch_sizes=[*sizes, limits.seq_limit],
                          graph_memory_bytes=_GRAPH_GATHER)
     info = {"device": device, "dtype": dtype_name, "threads": threads, "num_gpu_blocks": blocks,
             "max_model_len": engine_config.max_model_len, "kv_cache_bytes": runner.kv_bytes,
