@@ -6,7 +6,10 @@ timestamp requests, so tests drive it in virtual time.
 
 Policy of :meth:`Scheduler.schedule`, with a budget of ``max_num_batched_tokens``:
 
-1. **Decodes first**: every running request whose prompt is done gets one token.
+1. **Decodes first**: every running request whose prompt is done gets one token. (vLLM
+   V1 walks its running queue in admission order instead, so a request admitted after a
+   prompt still being chunked gets no token in a step whose budget that chunk took; here
+   it does. Requests admitted before it are treated alike.)
 2. **Partial prefills** (chunked prefill only): running requests with prompt left get a
    chunk of at most the remaining budget (and ``long_prefill_token_threshold``).
 3. **Waiting requests**, in FIFO order, while fewer than ``max_num_seqs`` run and budget
