@@ -36,7 +36,7 @@ def _roofline(config: ServeConfig) -> RooflineModel:
 
 def kv_blocks(config: ServeConfig) -> int:
     """KV blocks of one pool of ``config``: ``num_gpu_blocks``, else sized from memory."""
-    limits = config.scheduler
+    limits = config.limits
     return limits.num_gpu_blocks or _roofline(config).num_kv_blocks(
         limits.block_size, limits.gpu_memory_utilization)
 
@@ -45,7 +45,7 @@ def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic,
                on_step: StepHook | None = None) -> SimEngine:
     """The sim engine of ``config`` on ``clock`` (a :class:`ManualClock` for virtual
     time); ``on_step`` is called with every step of every pool."""
-    sim, limits, shape = config.sim, config.scheduler, config.shape
+    sim, limits, shape = config.sim, config.limits, config.shape
     roofline = _roofline(config)
     blocks = kv_blocks(config)
     engine_config = limits.engine_config(shape, num_gpu_blocks=blocks,
