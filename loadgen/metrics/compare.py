@@ -325,6 +325,32 @@ class Row:
     diff: Difference
 
 
+# what a serving engineer reads first, in this order when changes are equally large
+HEADLINE: tuple[str, ...] = ("itl_ms", "ttft_ms", "output_tokens_per_s", "goodput", "slo_attainment",
+                             "tpot_ms", "e2e_ms")
+
+
+def headline(rows: Sequence[Row], limit: int = 4) -> tuple[list[Row], list[str]]:
+    """The changes that matter: for each headline metric (:data:`HEADLINE`), the
+    statistic and level where it changed most (a significant verdict, the largest
+    relative change), the largest changes first, at most ``limit``; and the labels of
+    the headline metrics that changed significantly nowhere."""
+    picked: list[Row] = []
+    unchanged: list[str] = []
+    for metric in HEADLINE:
+        cands = [r for r in rows if r.metric == metric]
+        if not cands:
+            continue
+        moved = [r for r in cands if r.diff.verdict in (BETTER, WORSE) and r.diff.rel is not None]
+        if moved:
+            picked.append(max(moved, key=lambda r: abs(r.diff.rel or 0.0)))
+        else:
+            unchanged.append(cands[0].label)
+    order = {key: i for i, key in enumerate(HEADLINE)}
+    picked.sort(key=lambda r: (-abs(r.diff.rel or 0.0), order[r.metric]))
+    return picked[:limit], unchanged
+
+
 def common_levels(summaries: Sequence[RunSummary]) -> list[tuple[str, float, list[int]]]:
     """Load levels present in every run: ``(mode, value, [level index in each run])``,
     sorted by mode then value (the first level of a run wins when one repeats)."""
