@@ -98,9 +98,64 @@ def _redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def _config_defaults(command: Any, path: Path) -> dict[str, Any]:
+    """The options a ``--config`` file gives ``loadgen run`` (see :func:`_config_callback`)."""
+    import json
+    import tomllib
+
+    names = {p.name for p in command.params if p.name}
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc.strerror or exc}") from None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+            argv = [str(a) for a in data["command"]][2:]  # a run folder's run.json: its command
+        except (ValueError, KeyError, TypeError):
+            raise typer.BadParameter(f"{path} is not a loadgen run.json (no 'command' list)") from None
+        kept, skip = [], False
+        for i, arg in enumerate(argv):
+            flag = arg.split("=", 1)[0]
+            if skip:
+                skip = False
+                continue
+            if flag in ("--out", "--header", "--config", "--label"):  # a new run, and values never stored
+                skip = "=" not in arg and i + 1 < len(argv)
+                continue
+            kept.append(arg)
+        sub = command.make_context("run", kept, resilient_parsing=True)
+        return {k: v for k, v in sub.params.items()
+                if getattr(sub.get_parameter_source(k), "name", "") == "COMMANDLINE"}
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise typer.BadParameter(f"{path}: not valid TOML ({exc})") from None
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in names or name in ("config",):
+            raise typer.BadParameter(f"{path}: unknown option {key!r} (keys are loadgen run's options, "
+                                     "e.g. url, workload, concurrency, slo)")
+        out[name] = value
+    return out
+
+
+def _config_callback(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Optional[Path]:
+    """``--config FILE``: every option from a TOML file (keys are the options' names) or a
+    run folder's ``run.json`` (its command line); flags given on the command line win."""
+    if value is not None:
+        ctx.default_map = {**(ctx.default_map or {}), **_config_defaults(ctx.command, value)}
+    return value
+
+
 @app.command()
 @friendly
 def run(
+    config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=_config_callback,
+                                          help="Options from a TOML file, or a run folder's run.json to repeat that "
+                                          "run (same seed, same requests); flags given here win. Header values and "
+                                          "API keys are never in run.json: pass them again"),
     url: str = typer.Option(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
     api: str = typer.Option("chat", help="API dialect: chat or completions"),
     model: Optional[str] = typer.Option(None, help="Model name (default: the first of /v1/models)"),
