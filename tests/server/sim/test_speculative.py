@@ -77,7 +77,7 @@ def test_a_verify_step_costs_k_plus_1_query_tokens_per_sequence() -> None:
 def test_a_draft_model_adds_k_of_its_decode_steps() -> None:
     h100 = get_gpu("h100")
     draft = RooflineModel(h100, get_model("llama-3.2-1b"))
-    _, ngram_steps, roofline = run(3, 0.7, users=4, tokens=60)
+    _, ngram_steps, _ = run(3, 0.7, users=4, tokens=60)
     _, draft_steps, _ = run(3, 0.7, users=4, tokens=60, draft=draft)
     assert [s for s, _ in ngram_steps] == [s for s, _ in draft_steps]  # same draws, same steps
     for (shape, free), (_, paid) in zip(ngram_steps, draft_steps):
