@@ -350,7 +350,7 @@ def serve(
     max_num_batched_tokens: int = typer.Option(2048, help="Token budget per engine step"),
     max_num_seqs: int = typer.Option(256, help="Most sequences running at once"),
     prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching", help="Reuse KV of shared prefixes"),
-    mfu: float = typer.Option(0.7, help="Model FLOPs utilisation of the simulated GPU (large GEMMs)"),
+    mfu: float = typer.Option(0.6, help="Model FLOPs utilisation of the simulated GPU (large GEMMs)"),
     mbu: float = typer.Option(0.8, help="Memory bandwidth utilisation of the simulated GPU"),
     overhead_ms: float = typer.Option(0.5, help="Fixed cost per engine step, ms"),
     jitter: float = typer.Option(0.0, help="Seeded multiplicative noise on step times (0.05 = ±5%)"),

@@ -23,8 +23,8 @@ from loadgen.server.engine.models import MODELS, ModelShape
 from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.faults import FaultConfig
 from loadgen.server.sim.gpus import GPUS
-from loadgen.server.sim.roofline import KV_CACHE_DTYPES
 from loadgen.server.sim.roofline import DTYPES as SIM_DTYPES
+from loadgen.server.sim.roofline import KV_CACHE_DTYPES
 from loadgen.server.torch.engine import ENGINE_MODES
 from loadgen.server.torch.loader import DTYPES, model_names
 
@@ -112,10 +112,10 @@ class SimOptions:
     """
 
     gpu: str = "h100"
-    mfu: float = 0.7
+    mfu: float = 0.6
     mbu: float = 0.8
     overhead_ms: float = 0.5
-    allreduce_latency_s: float = 5e-6
+    allreduce_latency_s: float = 20e-6
     jitter: float = 0.0
     eos_probability: float = 0.0
     min_token_id: int = 4

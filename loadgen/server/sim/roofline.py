@@ -4,7 +4,7 @@ The kernels of a step run one after another on each GPU of a tensor-parallel gro
 ``tp``; each *kernel group* is bounded by its own roofline and the step is their sum::
 
     step = sum over groups of max(FLOPs / (peak * eff(M)), bytes / (bandwidth * mbu))
-           + all-reduce time + overhead
+           + layers * layer_latency + all-reduce time + overhead
 
 Groups (all layers together; every figure per GPU, weights and heads split ``tp`` ways):
 
@@ -39,14 +39,20 @@ of the plateau and a 128-token one at half of it. Attention prefill follows the 
 curve in its query tokens; decode attention, a batched matrix-vector product over each
 sequence's own KV, is priced at the plateau (its KV read bounds it).
 
-Defaults: ``mfu = 0.7``: large bf16 GEMMs reach 65-75 % of the dense peak on H100-class
-GPUs (cuBLAS/CUTLASS); a 2,048-token prefill of Llama-3.1-8B on an H100 then takes
-≈ 52 ms. ``mbu = 0.8``: kernels stream weights and KV at ~80 % of the HBM peak.
-``overhead_s = 0.5 ms``: scheduling, input preparation, sampling and launch gaps per
-step that remain with CUDA graphs (vLLM V1's CPU overhead per step is a few hundred µs);
-a batch-1 decode with 1k context of the 8B model on an H100 then takes ≈ 6.5 ms
-(published: 6-7 ms). ``benchmarks/sim_vs_published.py`` checks these against published
-vLLM and SGLang measurements.
+Defaults, calibrated against published vLLM and SGLang measurements
+(``benchmarks/sim_vs_published.py``) and physically plausible: ``mfu = 0.6``: large bf16
+GEMMs reach 65-75 % of the dense peak on H100-class GPUs in isolation, a whole model's
+mix of shapes somewhat less; a 2,048-token prefill of Llama-3.1-8B on an H100 then takes
+≈ 55 ms. ``mbu = 0.8``: kernels stream weights and KV at ~80 % of the HBM peak.
+``allreduce_latency_s = 20 µs``: an all-reduce of decode-sized messages (a few hundred
+KB) across NVLink GPUs is bound by launch, synchronisation and protocol latency, not by
+bandwidth. ``layer_latency_s = 30 µs``: a decoder layer runs ~10 kernels (norms, GEMMs,
+rotary, KV write, attention, activation, all-reduces) and each has a few µs of launch,
+ramp-up and tail that no roofline covers and CUDA graphs do not remove.
+``overhead_s = 0.5 ms``: scheduling, input preparation and sampling per step (vLLM V1's
+CPU overhead per step is a few hundred µs). A batch-1 decode with 1k context of the 8B
+model then takes ≈ 7.1 ms on an H100 and 13.6 ms on an A100-40GB (published there: about
+75 tokens/s, 13.3 ms).
 
 Precision: ``dtype="fp8"`` stores the layers' linear weights in one byte (embedding and
 LM head stay bf16, as in vLLM's FP8 checkpoints) and runs their GEMMs at the GPU's fp8
@@ -92,7 +98,8 @@ class KernelCost:
 class StepCost:
     """The modelled cost of one step on one GPU of the group.
 
-    ``flops``/``bytes``/``compute_s``/``memory_s`` are totals over ``kernels``.
+    ``flops``/``bytes``/``compute_s``/``memory_s`` are totals over ``kernels``;
+    ``latency_s`` is the kernels' fixed latency (``layers * layer_latency_s``).
     """
 
     flops: float
@@ -102,6 +109,7 @@ class StepCost:
     comm_s: float
     overhead_s: float
     kernels: tuple[KernelCost, ...] = ()
+    latency_s: float = 0.0
 
     @property
     def kernel_s(self) -> float:
@@ -110,8 +118,10 @@ class StepCost:
 
     @property
     def total_s(self) -> float:
-        """The step time: the kernel groups plus all-reduce and overhead."""
-        return self.kernel_s + self.comm_s + self.overhead_s
+        """The step time: the kernel groups plus their fixed latencies, all-reduce and
+        overhead."""
+        return self.kernel_s + self.latency_s + self.comm_s + self.overhead_s
+
 
     def kernel(self, name: str) -> KernelCost | None:
         """The kernel group called ``name`` (None when the step has none)."""
@@ -127,15 +137,16 @@ class RooflineModel:
     speculative tokens).
     """
 
-    def __init__(self, gpu: GpuSpec, model: ModelShape, tp: int = 1, *, mfu: float = 0.7,
-                 mbu: float = 0.8, overhead_s: float = 5e-4, allreduce_latency_s: float = 5e-6,
-                 gemm_half_m: float = 128.0, dtype: str = "bf16", kv_cache_dtype: str = "auto",
-                 decode_query_len: int = 1) -> None:
+    def __init__(self, gpu: GpuSpec, model: ModelShape, tp: int = 1, *, mfu: float = 0.6,
+                 mbu: float = 0.8, overhead_s: float = 5e-4, allreduce_latency_s: float = 20e-6,
+                 gemm_half_m: float = 128.0, layer_latency_s: float = 30e-6, dtype: str = "bf16",
+                 kv_cache_dtype: str = "auto", decode_query_len: int = 1) -> None:
         if dtype not in DTYPES or kv_cache_dtype not in KV_CACHE_DTYPES:
             raise EngineError(f"unknown dtype {dtype!r} / kv cache dtype {kv_cache_dtype!r}")
         self.gpu, self.model, self.tp = gpu, model, tp
         self.mfu, self.mbu, self.gemm_half_m = mfu, mbu, gemm_half_m
         self.overhead_s, self.allreduce_latency_s = overhead_s, allreduce_latency_s
+        self.layer_latency_s = layer_latency_s
         self.dtype, self.kv_cache_dtype = dtype, kv_cache_dtype
         self.decode_query_len = decode_query_len
         m = model
@@ -245,7 +256,7 @@ class RooflineModel:
             comm = 2 * m.num_layers * (self.allreduce_latency_s + volume / self.gpu.link_bandwidth)
         return StepCost(sum(x.flops for x in kernels), sum(x.bytes for x in kernels),
                         sum(x.compute_s for x in kernels), sum(x.memory_s for x in kernels),
-                        comm, self.overhead_s, tuple(kernels))
+                        comm, self.overhead_s, tuple(kernels), m.num_layers * self.layer_latency_s)
 
     def step_time(self, seqs: Iterable[tuple[int, int, bool]]) -> float:
         """``step_cost(seqs).total_s``."""

@@ -12,8 +12,8 @@ rejection, and the target adds one token of its own (the correction or bonus tok
 a step yields ``1 + a`` tokens, ``a`` in ``0..K``, expected ``(1 - A^(K+1)) / (1 - A)``.
 The draws are a pure function of (request seed, position), like the tokens. Drafting
 costs, per step, ``K`` decode steps of a draft model over the decoding sequences (its
-kernel groups and all-reduces, not the per-step overhead, which the target step
-already pays) when a draft model preset is given; n-gram (prompt lookup) drafting, the
+kernel groups, their latencies and all-reduces, not the per-step overhead, which the
+target step already pays) when a draft model preset is given; n-gram (prompt lookup) drafting, the
 default, runs on the CPU in microseconds and is modelled as free. The scheduler's
 token budget counts one token per decode, not ``K + 1`` (vLLM counts the drafts too).
 """
@@ -118,7 +118,7 @@ class SimRunner:
             decodes = [(1, s.start_pos, True) for s in batch.seqs if s.is_decode]
             if spec.draft is not None and decodes:
                 draft = spec.draft.step_cost(decodes)
-                duration += spec.tokens * (draft.kernel_s + draft.comm_s)
+                duration += spec.tokens * (draft.kernel_s + draft.latency_s + draft.comm_s)
             sampled = {s.seq_id: self._speculate(s, spec) if s.is_decode else [self._sample(s)]
                        for s in batch.seqs if s.sample}
         if self.jitter > 0.0:

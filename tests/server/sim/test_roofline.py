@@ -32,8 +32,9 @@ def test_decode_at_batch_1_is_bandwidth_bound_on_the_weights() -> None:
     # KV (1025 x 128 KiB), activations and logits add ~1 %
     weights_s = (PARAMS - EMBED) * 2 / (H100_BW * 0.8)
     assert cost.kernel_s == pytest.approx(weights_s, rel=0.015) and cost.kernel_s > weights_s
-    assert model.decode_time(1, 1024) == pytest.approx(cost.kernel_s + 0.5e-3)
-    assert 5e-3 <= model.decode_time(1, 1024) <= 8e-3  # published: 6-7 ms per token
+    # plus 30 µs of kernel latencies per layer and the step's overhead
+    assert model.decode_time(1, 1024) == pytest.approx(cost.kernel_s + 32 * 30e-6 + 0.5e-3)
+    assert 6e-3 <= model.decode_time(1, 1024) <= 8e-3  # published: 6-7.5 ms per token
 
 
 def test_one_kernel_group_by_hand_mlp_of_256_tokens() -> None:
@@ -41,13 +42,13 @@ def test_one_kernel_group_by_hand_mlp_of_256_tokens() -> None:
     assert mlp is not None
     params = 32 * 3 * 4096 * 14336  # gate, up, down of 32 layers: 5.64e9
     flops = 2 * params * 256  # 2.89e12
-    efficiency = 0.7 * 256 / (256 + 128)  # 0.467 of the peak at 256 rows
+    efficiency = 0.6 * 256 / (256 + 128)  # 0.4 of the peak at 256 rows
     assert mlp.flops == pytest.approx(flops)
-    assert mlp.compute_s == pytest.approx(flops / (H100_FLOPS * efficiency))  # 6.25 ms
+    assert mlp.compute_s == pytest.approx(flops / (H100_FLOPS * efficiency))  # 7.3 ms
     act = 256 * 32 * 2 * (2 * 4096 + 3 * 14336)  # in/out of gate_up and down, bf16
     assert mlp.bytes == pytest.approx(params * 2 + act)  # 11.3 GB + 0.84 GB
     assert mlp.memory_s == pytest.approx((params * 2 + act) / (H100_BW * 0.8))  # 4.52 ms
-    assert mlp.time_s == mlp.compute_s == pytest.approx(6.25e-3, rel=0.01)  # compute-bound
+    assert mlp.time_s == mlp.compute_s == pytest.approx(7.29e-3, rel=0.01)  # compute-bound
 
 
 def test_prefill_of_2048_tokens_is_compute_bound_near_50_ms() -> None:
@@ -56,9 +57,9 @@ def test_prefill_of_2048_tokens_is_compute_bound_near_50_ms() -> None:
     gemm = cost.kernel("projections"), cost.kernel("mlp")
     assert all(k is not None and k.compute_s > k.memory_s for k in gemm)
     linear = 2 * (PARAMS - 2 * EMBED) * 2048
-    eff = 0.7 * 2048 / (2048 + 128)
+    eff = 0.6 * 2048 / (2048 + 128)
     assert sum(k.flops for k in gemm if k) == pytest.approx(linear, rel=1e-4)  # norms aside
-    assert model.prefill_time(2048) == pytest.approx(0.050, rel=0.15)
+    assert model.prefill_time(2048) == pytest.approx(0.055, rel=0.1)
     assert model.prefill_time(2048) > linear / (H100_FLOPS * eff)
 
 
@@ -67,17 +68,18 @@ def test_a_mixed_step_costs_its_decode_attention_on_top_of_the_prefill() -> None
     model = h100_8b()
     chunk, decodes = [(512, 0, False)], [(1, 1024, True)] * 32
     mixed, prefill, decode = (model.step_cost(x) for x in (chunk + decodes, chunk, decodes))
-    one_roofline = max(mixed.compute_s, mixed.memory_s) + mixed.comm_s + mixed.overhead_s
+    one_roofline = max(mixed.compute_s, mixed.memory_s) + mixed.latency_s + mixed.overhead_s
     assert mixed.total_s > max(prefill.total_s, decode.total_s)
-    assert mixed.total_s > one_roofline * 1.1  # the old max(all FLOPs, all bytes) model
+    assert mixed.total_s > one_roofline * 1.05  # the old max(all FLOPs, all bytes) model
     # by hand: GEMMs compute-bound on 544 rows, attention of the chunk compute-bound,
     # decode attention bandwidth-bound on 32 x 1025 tokens of KV, the LM head on its weights
-    eff = 0.7 * 544 / (544 + 128)
+    eff = 0.6 * 544 / (544 + 128)
     gemm_flops = 2 * (PARAMS - 2 * EMBED) * 544
-    prefill_attn = 4 * 32 * 4096 * (512 * 513 // 2) / (H100_FLOPS * 0.7 * 512 / 640)
+    prefill_attn = 4 * 32 * 4096 * (512 * 513 // 2) / (H100_FLOPS * 0.6 * 512 / 640)
     decode_attn = (32 * 1025 * KV_PER_TOKEN + 32 * 2 * 32 * 2 * 4096) / (H100_BW * 0.8)
     lm_head = (EMBED * 2 + 32 * (4096 * 2 + 128256 * 4)) / (H100_BW * 0.8)
-    expected = gemm_flops / (H100_FLOPS * eff) + prefill_attn + decode_attn + lm_head + 0.5e-3
+    expected = (gemm_flops / (H100_FLOPS * eff) + prefill_attn + decode_attn + lm_head
+                + 32 * 30e-6 + 0.5e-3)
     assert mixed.total_s == pytest.approx(expected, rel=1e-3)
     interference = mixed.total_s - prefill.total_s
     assert interference > decode_attn  # at least the KV read the decodes add
@@ -97,11 +99,13 @@ def test_monotonic_in_batch_context_and_prompt() -> None:
 
 def test_knobs_scale_the_right_side_of_the_roofline() -> None:
     base = h100_8b()
-    slow_compute = h100_8b(mfu=0.35)
+    slow_compute = h100_8b(mfu=0.45)
     slow_memory = h100_8b(mbu=0.4)
     assert slow_compute.decode_time(1, 1024) == base.decode_time(1, 1024)
-    assert slow_compute.prefill_time(4096) - 0.5e-3 == pytest.approx(2 * (base.prefill_time(4096) - 0.5e-3), rel=0.01)
-    assert slow_memory.decode_time(1, 1024) - 0.5e-3 == pytest.approx(2 * (base.decode_time(1, 1024) - 0.5e-3))
+    fixed = 0.5e-3 + 32 * 30e-6  # overhead and kernel latencies
+    assert slow_compute.prefill_time(4096) - fixed == pytest.approx(4 / 3 * (base.prefill_time(4096) - fixed), rel=0.01)
+    assert slow_memory.decode_time(1, 1024) - fixed == pytest.approx(2 * (base.decode_time(1, 1024) - fixed))
+    assert h100_8b(layer_latency_s=0.0).decode_time(1, 0) == pytest.approx(base.decode_time(1, 0) - 32 * 30e-6)
     assert h100_8b(overhead_s=0.0).decode_time(1, 0) == pytest.approx(base.decode_time(1, 0) - 0.5e-3)
     with pytest.raises(ConfigError, match="mfu"):  # checked once, in the server's config
         ServeConfig(sim=SimOptions(mfu=1.5))
@@ -116,7 +120,8 @@ def test_fp8_weights_halve_the_bytes_and_double_the_gemm_peak() -> None:
     for name in ("projections", "mlp"):
         k16, k8 = d16.kernel(name), d8.kernel(name)
         assert k16 and k8 and k8.memory_s == pytest.approx(k16.memory_s / 2, rel=0.01)
-    assert 1.6 < bf16.decode_time(1, 1024) / fp8.decode_time(1, 1024) < 2.0
+    assert 1.8 < d16.kernel_s / d8.kernel_s < 2.0  # the bf16 LM head and the KV stay
+    assert 1.5 < bf16.decode_time(1, 1024) / fp8.decode_time(1, 1024) < d16.kernel_s / d8.kernel_s
     p16, p8 = bf16.step_cost([(4096, 0, True)]), fp8.step_cost([(4096, 0, True)])
     assert p8.kernel("mlp").compute_s == pytest.approx(p16.kernel("mlp").compute_s * 989 / 1979)  # type: ignore[union-attr]
     assert p8.kernel("attention_prefill") == p16.kernel("attention_prefill")  # attention stays bf16
@@ -147,7 +152,7 @@ def test_tensor_parallel_splits_work_and_adds_all_reduce() -> None:
     # hand check of the all-reduce term: 2 per layer, ring 2(tp-1)/tp of tokens*hidden*2 B
     cost = tp4.step_cost([(1000, 0, False)])
     volume = 2 * 3 / 4 * 1000 * 8192 * 2
-    assert cost.comm_s == pytest.approx(2 * 80 * (5e-6 + volume / 450e9))
+    assert cost.comm_s == pytest.approx(2 * 80 * (20e-6 + volume / 450e9))
 
 
 def test_moe_reads_only_the_experts_it_routes_to() -> None:

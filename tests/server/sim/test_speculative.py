@@ -83,7 +83,7 @@ def test_a_draft_model_adds_k_of_its_decode_steps() -> None:
     for (shape, free), (_, paid) in zip(ngram_steps, draft_steps):
         decodes = [(1, start, True) for _, start, dec in shape if dec]
         extra = draft.step_cost(decodes) if decodes else None
-        expected = free + (3 * (extra.kernel_s + extra.comm_s) if extra else 0.0)
+        expected = free + (3 * (extra.kernel_s + extra.latency_s + extra.comm_s) if extra else 0.0)
         assert paid == pytest.approx(expected)
 
 
