@@ -10,7 +10,7 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from loadgen.errors import ConfigError, LoadgenError
 from loadgen.paths import search_dirs
 
 __all__ = ["app", "main"]
+
+if TYPE_CHECKING:
+    from loadgen.metrics.gates import Gates
 
 app = typer.Typer(
     name="loadgen",
@@ -135,6 +138,12 @@ def run(
     ray: Optional[str] = typer.Option(None, help="Workers are Ray actors spread over a cluster's nodes: auto (the "
                                       "cluster in RAY_ADDRESS or started here by ray start, else a local one) or "
                                       "the cluster's HOST:PORT; needs pip install 'loadgen[distributed]'"),
+    fail_on: List[str] = typer.Option([], help="CI gates: exit non-zero when a level fails them: slo, errors, "
+                                      "client-bound (comma-separated or repeated; exit 3 errors, 4 slo, 5 client-bound)"),
+    max_error_rate: Optional[float] = typer.Option(None, help="Gate on errors above this share of requests, e.g. "
+                                                   "0.01 (implies --fail-on errors; default 0 with it)"),
+    abort_on_fail: bool = typer.Option(False, help="Stop a sweep at the first level that fails a gate "
+                                       "(the --fail-on gates; slo,errors when none is given)"),
     quiet: bool = typer.Option(False, help="No live display"),
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
@@ -164,6 +173,7 @@ def run(
         wl = load_workload(workload or "chat", search_dirs("workloads"))
     prof = _profile(profile, concurrency, rate, levels, requests, duration, warmup, arrival, burstiness,
                     max_in_flight, slo_latency)  # fmt: skip
+    gates = _gates(fail_on, max_error_rate, abort_on_fail, prof.attainment_target)
     run_label = label or wl.name
     cfg = RunConfig(
         url=base,
@@ -188,6 +198,8 @@ def run(
         scrape_metrics=scrape_metrics,
         workers=_workers_flag(workers or ("auto" if ray is not None else "1")),
         ray=ray,
+        gates=gates,
+        abort_on_fail=abort_on_fail,
     )
     from loadgen.client.dialects import get_dialect
     from loadgen.client.transport import TRANSPORTS
@@ -207,6 +219,37 @@ def run(
     if failed and not any(lv.requests.ok for lv in outcome.summary.levels):
         err_console.print(f"[bold red]error:[/bold red] every request failed ({failed}); see the failures above")
         raise typer.Exit(1)
+    from loadgen.metrics.gates import exit_code, run_failures
+
+    failures = run_failures(outcome.summary.levels, gates)
+    for failure in failures:
+        err_console.print(f"[bold red]gate failed ({failure.reason}):[/bold red] {escape(failure.message)}",
+                          soft_wrap=True)
+    if failures:
+        raise typer.Exit(exit_code(failures))
+
+
+def _gates(fail_on: list[str], max_error_rate: float | None, abort_on_fail: bool,
+           attainment_target: float) -> Gates:
+    """The --fail-on gates; --max-error-rate implies errors, --abort-on-fail alone slo,errors."""
+    from loadgen.metrics.gates import Gates, parse_fail_on
+
+    reasons = parse_fail_on(fail_on)
+    if max_error_rate is not None:
+        if not 0.0 <= max_error_rate < 1.0:
+            raise ConfigError(f"must be a share in [0, 1), got {max_error_rate:g}", key="--max-error-rate")
+        reasons |= {"errors"}
+    if abort_on_fail and not reasons:
+        reasons = frozenset({"slo", "errors"})
+    return Gates(reasons, max_error_rate or 0.0, attainment_target)
+
+
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``; ``""`` -> ``()``; anything else a one-line error."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"expected integers separated by commas, got {text!r}", key=flag) from None
 
 
 def _workers_flag(text: str) -> int | str:
@@ -299,6 +342,60 @@ def report(
 
 @app.command()
 @friendly
+def matrix(
+    file: Path = typer.Argument(..., help="A matrix file (TOML): server configurations, workload, profile, SLOs"),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<time>-matrix-<name>)"),
+) -> None:
+    """Run one workload against several server configurations, then compare them."""
+    from loadgen.matrix import load_matrix, run_matrix
+    from loadgen.report.files import default_run_dir
+
+    spec = load_matrix(file)
+    if out is not None and not out.strip():
+        raise ConfigError("give a folder (an empty name would mean the current directory)", key="--out")
+    folder = Path(out) if out else default_run_dir(Path("reports"), f"matrix-{spec.name}")
+    console = _console()
+    doc = run_matrix(spec, folder, console)
+    ok = [c for c in doc["configs"] if c["status"] == "ok"]
+    console.print(f"matrix: {len(ok)} of {len(doc['configs'])} configurations ran in {doc['wall_s']:.0f} s; "
+                  f"{folder / 'matrix.json'}" + (f", {folder / doc['html']}" if doc.get("html") else ""))
+    if any(c["status"] == "interrupted" for c in doc["configs"]):
+        raise typer.Exit(130)
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly
+def export(
+    folder: Path = typer.Argument(..., help="A run folder"),
+    format: str = typer.Option("csv", "--format", help="csv or parquet (needs pyarrow)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: the run folder)"),
+) -> None:
+    """Write a run's per-request and per-level tables (requests.csv, levels.csv)."""
+    from loadgen.report.export import export_run
+
+    for path in export_run(folder, format, out):
+        _console().print(f"wrote {path}")
+
+
+@app.command()
+@friendly
+def schema(
+    what: str = typer.Argument("summary", help="Which file's schema: summary"),
+) -> None:
+    """Print the JSON Schema of summary.json (generated from the typed results)."""
+    import json
+
+    from loadgen.metrics.schema import summary_schema
+
+    if what != "summary":
+        raise ConfigError(f"unknown schema {what!r}; valid: summary", key="WHAT")
+    typer.echo(json.dumps(summary_schema(), indent=2))
+
+
+@app.command()
+@friendly
 def compare(
     folders: List[Path] = typer.Argument(..., help="Two or more run folders; the first is the baseline"),
     out: Path = typer.Option(Path("reports/comparison.html"), "--out", "-o", help="Output HTML file"),
@@ -344,6 +441,8 @@ def serve(
         "torch: tiny (default), small, llama-3.2-1b(-shape), llama-3.1-8b(-shape), llama-3.1-70b, smollm2-135m",
     ),
     tp: int = typer.Option(1, help="Tensor-parallel GPUs"),
+    replicas: int = typer.Option(1, help="sim: independent engines (each of --tp GPUs) behind one API"),
+    router: str = typer.Option("round-robin", help="With --replicas: round-robin, least-loaded or prefix-aware"),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)"),
     port: int = typer.Option(8000, help="Port (0 = any free port)"),
     chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill", help="Split long prefills"),
@@ -372,6 +471,8 @@ def serve(
     draft_model: str = typer.Option("", help="sim: model preset that drafts (its cost is modelled); default: n-gram, free"),
     kv_cache_gb: Optional[float] = typer.Option(None, help="torch: KV-cache pool size in GB (default: from free memory)"),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode"),
+    cuda_graph_sizes: str = typer.Option(
+        "", help="torch on CUDA: decode batch sizes captured at start-up, e.g. 1,2,4,8 (default 1,2,4..256)"),
 ) -> None:
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
     from loadgen.server.api import create_app
@@ -381,14 +482,15 @@ def serve(
     from loadgen.server.faults import FaultConfig
 
     config = ServeConfig(
-        engine=engine, model=model or "", tp=tp, seed=seed,
+        engine=engine, model=model or "", tp=tp, seed=seed, replicas=replicas, router=router,
         scheduler=SchedulerLimits(enable_chunked_prefill=chunked_prefill, max_num_batched_tokens=max_num_batched_tokens,
                                   max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching),
         sim=SimOptions(gpu=gpu, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter, time_scale=time_scale,
                        disaggregate=disaggregate, kv_link_gbps=kv_link_gbps,
                        dtype={"auto": "bf16", "bfloat16": "bf16"}.get(dtype, dtype), kv_cache_dtype=kv_cache_dtype,
                        speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate, draft_model=draft_model),
-        torch=TorchOptions(device=device, dtype=dtype, threads=threads, kv_cache_gb=kv_cache_gb, cuda_graphs=cuda_graphs),
+        torch=TorchOptions(device=device, dtype=dtype, threads=threads, kv_cache_gb=kv_cache_gb, cuda_graphs=cuda_graphs,
+                           cuda_graph_sizes=_int_list(cuda_graph_sizes, "--cuda-graph-sizes")),
         faults=FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
                            disconnect_rate=disconnect_rate, seed=seed),
         network=Network(host=host, port=port),
@@ -401,8 +503,10 @@ def serve(
         info = getattr(eng, "info", None)
         if engine == "torch" and info:
             where = f"{info.get('device')}, {info.get('dtype')}, {info.get('threads')} threads, {info.get('num_gpu_blocks')} KV blocks"
+            if info.get("cuda_graphs"):
+                where += f", {info['cuda_graphs']} CUDA graphs captured in {info.get('graph_capture_s')} s"
         else:
-            where = f"{tp}x {gpu}"
+            where = f"{tp}x {gpu}" if replicas == 1 else f"{replicas} replicas of {tp}x {gpu}, {router} routing"
         print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode})", flush=True)
 
     try:

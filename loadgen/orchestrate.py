@@ -32,6 +32,7 @@ from loadgen.load.ray_pool import RayCluster, RayPool, connect
 from loadgen.load.share import WorkerSetup
 from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.load.sweeps import sweep
+from loadgen.metrics.gates import Gates, level_failures
 from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary, unit_label
 from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
@@ -73,6 +74,8 @@ class RunConfig:
     scrape_metrics: bool = False  # poll the target's /metrics into server_metrics.jsonl
     workers: int | str = 1  # worker processes that send (the coordinator sends nothing), or "auto"
     ray: str | None = None  # workers are Ray actors of this cluster ("auto" or an address) instead
+    gates: Gates = field(default_factory=Gates)  # --fail-on: what makes the run fail (exit code)
+    abort_on_fail: bool = False  # stop the sweep at the first level that fails a gate
 
 
 @dataclass
@@ -303,6 +306,10 @@ async def _sweep_levels(
             console.print(level_line(level), highlight=False)
         if runner.interrupted:
             return _run_summary(levels, prof, None, True)
+        failed = level_failures(level, len(levels) - 1, cfg.gates) if cfg.abort_on_fail else []
+        if failed:
+            stopped = f"--abort-on-fail: {failed[0].message}"
+            break
         try:
             plan = gen.send(level)
         except StopIteration as stop:

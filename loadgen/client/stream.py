@@ -8,7 +8,7 @@ Parsing is deferred to a ``call_soon`` callback: when many streams' bytes arrive
 event-loop turn, every stream takes its timestamp first and the SSE/JSON work runs after
 them, so one stream's parsing never delays another stream's clock.
 
-Token counting (DESIGN.md): per-event usage deltas when the server streams cumulative
+Token counting (docs/metrics.md, "Per request"): per-event usage deltas when the server streams cumulative
 usage on every event, else one token per output-carrying event, rescaled to the final
 ``usage.completion_tokens`` when present. ``record.token_source`` says which.
 

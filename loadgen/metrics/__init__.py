@@ -1,7 +1,7 @@
 """Records -> numbers: per-request metrics, level summaries, SLOs, goodput, capacity.
 
-Pure (numpy/pandas): no I/O, no printing, no network. Definitions follow DESIGN.md
-"Metric definitions" exactly; see each module's docstring.
+Pure (numpy/pandas): no I/O, no printing, no network. Definitions are those of
+docs/metrics.md exactly; see each module's docstring.
 
 - :mod:`~loadgen.metrics.results` — the typed results (``LevelSummary``, ``RunSummary``,
   ``Distribution``, …) that ``summary.json`` serialises

@@ -1,6 +1,6 @@
 """Records -> one row per request, plus the per-token and per-chunk latency samples.
 
-Definitions (DESIGN.md "Metric definitions"), for one request:
+Definitions (docs/metrics.md), for one request:
 
 - Chunk: consecutive events with the same ``t_ns`` (read from the socket at once) are
   merged into one chunk, their tokens summed. Every event after the first of its chunk

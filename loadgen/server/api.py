@@ -154,7 +154,9 @@ class ServerApi:
         return web.Response(text="ok")
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        text = self.metrics.render(self.engine.stats())
+        per_replica = getattr(self.engine, "replica_stats", None)  # a ReplicatedEngine
+        replicas = per_replica() if per_replica is not None else ()
+        text = self.metrics.render(self.engine.stats(), replicas)
         return web.Response(body=text.encode(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 

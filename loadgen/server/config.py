@@ -22,6 +22,7 @@ from loadgen.errors import ConfigError
 from loadgen.server.engine.models import MODELS, ModelShape
 from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.faults import FaultConfig
+from loadgen.server.replicas import ROUTERS
 from loadgen.server.sim.gpus import GPUS
 from loadgen.server.sim.roofline import DTYPES as SIM_DTYPES
 from loadgen.server.sim.roofline import KV_CACHE_DTYPES
@@ -165,6 +166,8 @@ class TorchOptions:
     CUDA, fp32 on CPU) or a dtype name. ``threads``: torch CPU threads (None: all cores
     but one). ``kv_cache_gb``: the KV pool (None: 1 GiB on CPU, free memory on CUDA).
     ``engine_mode``: ``process`` (a spawned engine process) or ``thread`` (tests).
+    ``cuda_graph_sizes``: padded decode batch sizes captured as CUDA graphs at start-up
+    (empty: 1, 2, 4, ... 256, and ``max_num_seqs``).
     """
 
     device: str = "auto"
@@ -172,6 +175,7 @@ class TorchOptions:
     threads: int | None = None
     kv_cache_gb: float | None = None
     cuda_graphs: bool = True
+    cuda_graph_sizes: tuple[int, ...] = ()
     engine_mode: str = "process"
     startup_timeout_s: float = 600.0
 
@@ -186,6 +190,8 @@ class TorchOptions:
                               key="--dtype")
         if self.threads is not None:
             _integer(self.threads, "--threads")
+        for size in self.cuda_graph_sizes:
+            _integer(size, "--cuda-graph-sizes", 1, 4096)
         if self.kv_cache_gb is not None:
             _number(self.kv_cache_gb, "--kv-cache-gb", 0.0, 1e6, above=True)
         if self.engine_mode not in ENGINE_MODES:
@@ -215,13 +221,17 @@ class ServeConfig:
     ``model`` is a preset name (``""``: the engine's default, :data:`DEFAULT_MODELS`); it
     is stored as looked up (lower case) and is the name the server serves. ``tp``: GPUs
     of the sim's tensor-parallel group (the torch engine runs on one device). ``seed``:
-    sampling, jitter and the torch engine's random weights.
+    sampling, jitter and the torch engine's random weights (replica ``i`` of the sim
+    uses ``seed + 1000 * i``). ``replicas``: independent sim engines behind one API,
+    chosen per request by ``router`` (:mod:`loadgen.server.replicas`).
     """
 
     engine: str = "sim"
     model: str = ""
     tp: int = 1
     seed: int = 0
+    replicas: int = 1
+    router: str = "round-robin"
     scheduler: SchedulerLimits = field(default_factory=SchedulerLimits)
     sim: SimOptions = field(default_factory=SimOptions)
     torch: TorchOptions = field(default_factory=TorchOptions)
@@ -237,6 +247,10 @@ class ServeConfig:
         MODELS.lookup(name, valid, what=f"{self.engine} model")
         object.__setattr__(self, "model", name)
         self.scheduler.validate()
+        _integer(self.replicas, "--replicas", 1, 64)
+        if self.router not in ROUTERS:
+            raise ConfigError(f"unknown router {self.router!r}; valid: {', '.join(ROUTERS)}",
+                              key="--router")
         if self.engine == "sim":
             _integer(self.tp, "--tp", 1, 64)
             self.sim.validate(self.shape)
@@ -244,6 +258,9 @@ class ServeConfig:
             if self.tp != 1:
                 raise ConfigError(f"the torch engine runs on one device; got {self.tp!r}",
                                   key="--tp")
+            if self.replicas != 1:
+                raise ConfigError(f"the torch engine runs one replica; got {self.replicas!r}",
+                                  key="--replicas")
             self.torch.validate()
         self.network.validate()
 

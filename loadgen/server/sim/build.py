@@ -2,8 +2,9 @@
 
 The roofline model of ``tp`` GPUs of the chosen type runs the shared scheduler; the KV
 pool of each GPU group is sized from its memory, ``memory * gpu_memory_utilization * tp -
-weights`` (a draft model's weights and KV included), unless ``num_gpu_blocks`` is given. With ``disaggregate`` a second, identical
-pool decodes what the first prefilled (:mod:`.disagg`).
+weights`` (a draft model's weights and KV included), unless ``num_gpu_blocks`` is given.
+With ``disaggregate`` a second, identical pool decodes what the first prefilled
+(:mod:`.disagg`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,38 @@ from loadgen.server.sim.runner import SimRunner, Speculation
 if TYPE_CHECKING:
     from loadgen.server.config import ServeConfig
 
-__all__ = ["sim_engine"]
+__all__ = ["sim_engine", "kv_blocks"]
+
+
+def _roofline(config: ServeConfig, model: ModelShape | None = None) -> RooflineModel:
+    """The cost model of ``model`` (default: the served one) on ``config``'s GPU group;
+    the served model prices ``1 + K`` query tokens per decode as decodes when speculating."""
+    sim = config.sim
+    query = 1 + sim.speculative_tokens if model is None else 1
+    return RooflineModel(get_gpu(sim.gpu), model or config.shape, config.tp, mfu=sim.mfu,
+                         mbu=sim.mbu, overhead_s=sim.overhead_ms / 1e3,
+                         allreduce_latency_s=sim.allreduce_latency_s, dtype=sim.dtype,
+                         kv_cache_dtype=sim.kv_cache_dtype, decode_query_len=query)
+
+
+def _speculation(config: ServeConfig) -> Speculation | None:
+    sim = config.sim
+    if not sim.speculative_tokens:
+        return None
+    draft = _roofline(config, MODELS[sim.draft_model.strip().lower()]) if sim.draft_model else None
+    return Speculation(sim.speculative_tokens, sim.acceptance_rate, draft)
+
+
+def kv_blocks(config: ServeConfig) -> int:
+    """KV blocks of one pool of ``config``: ``num_gpu_blocks``, else sized from memory
+    (a draft model's weights and KV taken out)."""
+    limits = config.scheduler
+    if limits.num_gpu_blocks:
+        return limits.num_gpu_blocks
+    spec = _speculation(config)
+    draft = spec.draft if spec is not None else None
+    extra = (draft.weight_bytes / config.tp, draft.kv_bytes_per_token_per_gpu) if draft else (0.0, 0.0)
+    return _roofline(config).num_kv_blocks(limits.block_size, limits.gpu_memory_utilization, *extra)
 
 
 def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic,
@@ -32,25 +64,9 @@ def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic,
     """The sim engine of ``config`` on ``clock`` (a :class:`ManualClock` for virtual
     time); ``on_step`` is called with every step of every pool."""
     sim, limits, shape = config.sim, config.scheduler, config.shape
-    gpu = get_gpu(sim.gpu)
-
-    def roofline_of(model: ModelShape, decode_query_len: int = 1) -> RooflineModel:
-        return RooflineModel(gpu, model, config.tp, mfu=sim.mfu, mbu=sim.mbu,
-                             overhead_s=sim.overhead_ms / 1e3,
-                             allreduce_latency_s=sim.allreduce_latency_s, dtype=sim.dtype,
-                             kv_cache_dtype=sim.kv_cache_dtype, decode_query_len=decode_query_len)
-
-    roofline = roofline_of(shape, 1 + sim.speculative_tokens)
-    speculation = None
-    draft_weights = draft_kv = 0.0
-    if sim.speculative_tokens:
-        draft = roofline_of(MODELS[sim.draft_model.strip().lower()]) if sim.draft_model else None
-        speculation = Speculation(sim.speculative_tokens, sim.acceptance_rate, draft)
-        if draft is not None:
-            draft_weights = draft.weight_bytes / config.tp
-            draft_kv = draft.kv_bytes_per_token_per_gpu
-    blocks = limits.num_gpu_blocks or roofline.num_kv_blocks(
-        limits.block_size, limits.gpu_memory_utilization, draft_weights, draft_kv)
+    roofline = _roofline(config)
+    speculation = _speculation(config)
+    blocks = kv_blocks(config)
     engine_config = limits.engine_config(shape, num_gpu_blocks=blocks,
                                          eos_token_id=shape.eos_token_id)
 

@@ -3,11 +3,13 @@
 A decode step of a small batch is a few hundred short kernels; launching them one by one
 costs more than running them. A CUDA graph records the whole forward once and replays
 it with one launch. Graphs need static shapes, so a decode-only step is padded to a
-batch size of ``batch_sizes`` (1, 2, 4, ... 256 by default) and to a power-of-two
-number of KV blocks per row (:func:`block_bucket`),
-with padded rows writing to the runner's null block and masked out of attention. Graphs
-are captured lazily, the first time a (batch, blocks) shape is seen, into one shared
-memory pool; a shape whose gathered K/V would exceed ``memory_bytes`` runs eagerly.
+batch size of ``batch_sizes`` (1, 2, 4, ... 256 by default, ``--cuda-graph-sizes``) and
+to a power-of-two number of KV blocks per row (:func:`block_bucket`), with padded rows
+writing to the runner's null block and masked out of attention. Every (batch, blocks)
+shape of :func:`capture_plan` is captured at start-up, before the server takes requests,
+into one shared memory pool (as vLLM does: capturing lazily would put capture stalls
+into the first requests' ITL); a shape outside the plan — its gathered K/V would exceed
+``memory_bytes`` — runs eagerly.
 The graph covers the decoder up to the final norm; the LM head and sampling run eagerly
 (so the pool never holds ``[batch, vocab]`` logits per graph).
 
@@ -18,6 +20,7 @@ and the reason is logged once.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
@@ -25,7 +28,7 @@ import torch
 
 from loadgen.server.engine.batch import ScheduledSeq
 
-__all__ = ["DecodeGraphs", "PaddedDecoder", "bucket", "block_bucket"]
+__all__ = ["DecodeGraphs", "PaddedDecoder", "bucket", "block_bucket", "capture_plan"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,22 @@ def block_bucket(context_len: int, block_size: int) -> int:
     power of two (so few shapes, hence few CUDA graphs, cover all contexts)."""
     blocks = -(-context_len // block_size)
     return 1 << (blocks - 1).bit_length()
+
+
+def capture_plan(batch_sizes: Sequence[int], block_size: int, max_context_len: int,
+                 memory_bytes: int, token_bytes: int) -> list[tuple[int, int]]:
+    """The (batch, blocks) shapes captured at start-up: every batch size times every
+    power-of-two block count up to the longest context's, less those whose gathered K and V
+    of one layer (``batch * blocks * block_size * token_bytes``) exceed ``memory_bytes``."""
+    top = block_bucket(max(1, max_context_len), block_size)
+    shapes = []
+    for batch in sorted(set(batch_sizes)):
+        blocks = 1
+        while blocks <= top:
+            if batch * blocks * block_size * token_bytes <= memory_bytes:
+                shapes.append((batch, blocks))
+            blocks *= 2
+    return shapes
 
 
 class PaddedDecoder(Protocol):
@@ -72,7 +91,8 @@ class _Graph:
 
 
 class DecodeGraphs:
-    """Lazily captured decode graphs of one runner (see the module docstring).
+    """The decode graphs of one runner, captured by :meth:`capture_all` (see the module
+    docstring).
 
     ``token_bytes``: K and V of one token in one layer, to bound a shape's gathered K/V.
     """
@@ -103,20 +123,30 @@ class DecodeGraphs:
         if self.gathered_bytes(batch, blocks) > self.memory_bytes:
             return None
         g = self.graphs.get((batch, blocks))
-        if g is None:
-            try:
-                g = self._capture(batch, blocks)
-            except Exception as exc:  # out of memory, an op that cannot be captured...
-                self.disabled_reason = f"{type(exc).__name__}: {exc}"
-                log.warning("CUDA graph capture failed, decoding eagerly: %s", self.disabled_reason)
-                torch.cuda.synchronize()
-                return None
-            self.graphs[(batch, blocks)] = g
+        if g is None:  # not in the start-up plan: eager, never a capture mid-serving
+            return None
         for static, new in zip(g.inputs, r.padded_inputs(seqs, batch, blocks)):
             static.copy_(new, non_blocking=True)
         g.graph.replay()
         self.replays += 1
         return g.hidden
+
+    def capture_all(self, max_context_len: int) -> tuple[int, float]:
+        """Capture every shape of :func:`capture_plan`; ``(graphs, seconds)``. A failed
+        capture switches graphs off (the reason is logged once): decodes run eagerly."""
+        started = time.perf_counter()
+        plan = capture_plan(self.batch_sizes, self.runner.block_size, max_context_len,
+                            self.memory_bytes, self.token_bytes)
+        for batch, blocks in plan:
+            try:
+                self.graphs[(batch, blocks)] = self._capture(batch, blocks)
+            except Exception as exc:  # out of memory, an op that cannot be captured...
+                self.disabled_reason = f"{type(exc).__name__}: {exc}"
+                log.warning("CUDA graph capture failed, decoding eagerly: %s", self.disabled_reason)
+                self.graphs.clear()
+                torch.cuda.synchronize()
+                break
+        return len(self.graphs), time.perf_counter() - started
 
     def _capture(self, batch: int, blocks: int) -> _Graph:
         r = self.runner

@@ -6,7 +6,10 @@
   pass of a ``max_num_batched_tokens`` prefill measures the activation peak; the pool
   gets ``total * gpu_memory_utilization`` minus what is already in use (weights, other
   processes), minus that peak, the logits of ``max_num_seqs`` sampled rows and the
-  memory reserved for CUDA graphs.
+  memory reserved for CUDA graphs — and what decode steps gather as they run: a decode
+  step copies the K and V of one layer's blocks into a padded batch (at most twice the
+  blocks in use, since each group pads to a power of two), so every KV block costs
+  ``2 / num_layers`` of its size again (:func:`blocks_within`).
 """
 
 from __future__ import annotations
@@ -24,13 +27,19 @@ from loadgen.server.torch.runner import TorchRunner
 if TYPE_CHECKING:
     from loadgen.server.config import SchedulerLimits
 
-__all__ = ["plan_kv_blocks", "CPU_KV_CACHE_GB"]
+__all__ = ["plan_kv_blocks", "blocks_within", "CPU_KV_CACHE_GB"]
 
 CPU_KV_CACHE_GB = 1.0
 
 
 def _block_bytes(model: LlamaModel, block_size: int) -> int:
     return block_size * model.cfg.kv_values_per_token * model.embed.element_size()
+
+
+def blocks_within(budget: int, block_bytes: int, num_layers: int) -> int:
+    """KV blocks that fit ``budget`` bytes with their decode gather: one layer's K and V of
+    every block, padded at most twofold, is ``2 * block_bytes / num_layers`` a block."""
+    return max(0, budget * num_layers // (block_bytes * (num_layers + 2)))
 
 
 def plan_kv_blocks(model: LlamaModel, limits: SchedulerLimits, *, kv_cache_gb: float | None,
@@ -46,7 +55,7 @@ def plan_kv_blocks(model: LlamaModel, limits: SchedulerLimits, *, kv_cache_gb: f
     logits = limits.max_num_seqs * model.cfg.vocab_size * 4 * 3  # logits, softmax, scratch
     usable = int(total * limits.gpu_memory_utilization) - (total - free)
     budget = usable - peak - logits - graph_memory_bytes
-    blocks = budget // per_block
+    blocks = blocks_within(budget, per_block, model.cfg.num_layers)
     needed = -(-limits.max_num_batched_tokens // limits.block_size)
     if blocks < needed:
         raise EngineError(

@@ -25,7 +25,7 @@ from torch import nn
 
 from loadgen.server.engine.models import ModelShape
 
-__all__ = ["Attention", "LlamaLayer", "LlamaModel", "rms_norm", "rope_cos_sin", "apply_rope"]
+__all__ = ["Attention", "LlamaLayer", "LlamaModel", "rms_norm", "rope_cos_sin", "rope_inv_freq", "apply_rope"]
 
 # attention(layer_index, q [T, H, D], k [T, Hkv, D], v [T, Hkv, D]) -> [T, H * D]
 Attention = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -39,11 +39,34 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * xf.to(dtype)
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
-                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos`` and ``sin`` of the rotary angles, ``[T, head_dim // 2]`` each."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float()
+def rope_inv_freq(head_dim: int, theta: float,
+                  scaling: tuple[float, float, float, int] | None = None,
+                  device: torch.device | None = None) -> torch.Tensor:
+    """The rotary frequencies (radians per position), ``[head_dim // 2]``.
+
+    With Llama 3's ``scaling = (factor, low, high, original_len)``: a dimension whose
+    wavelength ``2 pi / f`` is shorter than ``original_len / high`` keeps ``f``; one longer
+    than ``original_len / low`` turns ``factor`` times slower; in between the two are mixed
+    linearly in ``original_len / wavelength``. Since the angle at position ``p`` is
+    ``p * f``, this changes every position's rotation in the slow dimensions.
+    """
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float()
     inv_freq = 1.0 / (theta ** (exponents / head_dim))
+    if scaling is None:
+        return inv_freq
+    factor, low, high, original = scaling
+    wavelength = 2 * math.pi / inv_freq
+    mix = ((original / wavelength - low) / (high - low)).clamp(0.0, 1.0)
+    # mix 1: short wavelengths (< original / high), unchanged; 0: long ones, slowed down
+    return mix * inv_freq + (1.0 - mix) * inv_freq / factor
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
+                 dtype: torch.dtype,
+                 scaling: tuple[float, float, float, int] | None = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` of the rotary angles, ``[T, head_dim // 2]`` each."""
+    inv_freq = rope_inv_freq(head_dim, theta, scaling, positions.device)
     freqs = positions.float()[:, None] * inv_freq[None, :]
     return freqs.cos().to(dtype), freqs.sin().to(dtype)
 
@@ -129,7 +152,7 @@ class LlamaModel(nn.Module):
         q_size, kv_size, f = cfg.q_size, cfg.kv_size, cfg.intermediate_size
         eps = cfg.rms_norm_eps
         h = F.embedding(input_ids, self.embed)
-        cos, sin = rope_cos_sin(positions, D, cfg.rope_theta, h.dtype)
+        cos, sin = rope_cos_sin(positions, D, cfg.rope_theta, h.dtype, cfg.rope_scaling)
         for i, module in enumerate(self.layers):
             layer = cast(LlamaLayer, module)
             x = rms_norm(h, layer.attn_norm, eps)

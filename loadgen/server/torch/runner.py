@@ -26,8 +26,8 @@ through :class:`~loadgen.server.torch.model.LlamaModel` once. Attention is paged
   the request's own CPU ``torch.Generator`` (seeded by
   :func:`~loadgen.server.engine.runner.request_seed`; it lives as long as the request).
 
-On CUDA, decode-only steps replay CUDA graphs (:mod:`.cuda_graphs`) captured lazily per
-padded batch size and context bucket. The padded decode path also runs eagerly (on CPU,
+On CUDA, decode-only steps replay CUDA graphs (:mod:`.cuda_graphs`), one per padded
+batch size and context bucket, all captured at start-up (:meth:`TorchRunner.capture_graphs`). The padded decode path also runs eagerly (on CPU,
 ``pad_decodes=True``) so that its logic is tested without a GPU.
 """
 
@@ -121,6 +121,13 @@ class TorchRunner:
         self._generators: dict[int, torch.Generator] = {}
         self._group = cfg.num_heads // cfg.num_kv_heads
         self._step: StepInputs | None = None
+
+    def capture_graphs(self, max_context_len: int) -> tuple[int, float]:
+        """Capture the decode graphs for contexts up to ``max_context_len`` now (before
+        serving); ``(graphs, seconds)``, ``(0, 0.0)`` without graphs."""
+        if self.graphs is None:
+            return 0, 0.0
+        return self.graphs.capture_all(max_context_len)
 
     @property
     def kv_bytes(self) -> int:

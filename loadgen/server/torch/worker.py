@@ -30,6 +30,7 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from loadgen.errors import EngineError
@@ -39,7 +40,7 @@ from loadgen.server.engine.interface import EngineRequest, SamplingParams, Token
 if TYPE_CHECKING:
     from loadgen.server.config import ServeConfig
 
-__all__ = ["engine_main", "build_core", "default_threads", "encode_request", "decode_outputs"]
+__all__ = ["engine_main", "build_core", "graph_batch_sizes", "default_threads", "encode_request", "decode_outputs"]
 
 _STOP = ("stop",)
 _GRAPH_GATHER = 1 << 30  # bytes of gathered K/V per layer up to which decodes use CUDA graphs
@@ -80,6 +81,13 @@ def decode_outputs(items: list[tuple[Any, ...]]) -> list[TokenOutput]:
 
 
 # ---------------------------------------------------------------------- building
+def graph_batch_sizes(sizes: Sequence[int], max_num_seqs: int) -> list[int]:
+    """The padded decode batch sizes: ``sizes`` (``--cuda-graph-sizes``; default 1, 2, 4,
+    ... 256) below ``max_num_seqs``, and ``max_num_seqs`` itself, so every batch pads."""
+    base = sizes or (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    return sorted({b for b in base if b < max_num_seqs} | {max_num_seqs})
+
+
 def build_core(config: ServeConfig) -> tuple[EngineCore, dict[str, Any]]:
     """The step loop of ``config`` (model, runner, scheduler); also the facts the server
     reports."""
@@ -113,14 +121,17 @@ def build_core(config: ServeConfig) -> tuple[EngineCore, dict[str, Any]]:
     engine_config = limits.engine_config(
         shape, num_gpu_blocks=blocks, eos_token_id=None if random_weights else shape.eos_token_id)
     engine_config.max_model_len = min(engine_config.max_model_len, blocks * limits.block_size)
-    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < limits.max_num_seqs]
     runner = TorchRunner(model, num_blocks=blocks, block_size=limits.block_size,
                          suppress_token_ids=range(NUM_RESERVED) if random_weights else (),
-                         cuda_graphs=graphs, decode_batch_sizes=[*sizes, limits.max_num_seqs],
+                         cuda_graphs=graphs,
+                         decode_batch_sizes=graph_batch_sizes(opts.cuda_graph_sizes,
+                                                              limits.max_num_seqs),
                          graph_memory_bytes=_GRAPH_GATHER)
+    num_graphs, capture_s = runner.capture_graphs(engine_config.max_model_len)
     info = {"device": device, "dtype": dtype_name, "threads": threads, "num_gpu_blocks": blocks,
             "max_model_len": engine_config.max_model_len, "kv_cache_bytes": runner.kv_bytes,
-            "weight_bytes": model.weight_bytes, "model": config.model, "torch": torch.__version__}
+            "weight_bytes": model.weight_bytes, "model": config.model, "torch": torch.__version__,
+            "cuda_graphs": num_graphs, "graph_capture_s": round(capture_s, 2)}
     return EngineCore(engine_config, runner, time.monotonic, realtime=True), info
 
 
