@@ -230,3 +230,15 @@ def test_eos_probability_and_jitter() -> None:
     assert d1 == d2 and d1[0] == a[0] and len(set(d1)) == 2000
     assert sum(d1) / len(d1) == pytest.approx(plain.duration_s, rel=0.03)  # mean-one noise
     assert min(d1) > 0
+
+
+def test_serve_config_dtypes_reach_the_cost_model_and_the_kv_pool() -> None:
+    from loadgen.server.sim.build import kv_blocks, sim_engine
+
+    base = kv_blocks(ServeConfig())
+    assert kv_blocks(ServeConfig(sim=SimOptions(kv_cache_dtype="fp8"))) in (2 * base, 2 * base + 1)
+    fp8 = ServeConfig(sim=SimOptions(dtype="fp8"))
+    saved = (PARAMS - 2 * EMBED) * 1  # one byte per linear weight saved
+    assert kv_blocks(fp8) == int((80e9 * 0.9 - PARAMS * 2 + saved) // (KV_PER_TOKEN * 16))
+    runner = sim_engine(fp8).core.runner  # type: ignore[attr-defined]
+    assert runner.roofline.dtype == "fp8" and runner.roofline.gemm_peak == 1979e12
