@@ -132,6 +132,8 @@ def run(
     timeout: float = typer.Option(600.0, help="Whole-request timeout in seconds"),
     read_timeout: float = typer.Option(120.0, help="Longest silence within a stream, seconds"),
     scrape_metrics: bool = typer.Option(False, help="Poll the server's Prometheus /metrics every second"),
+    scrape_url: List[str] = typer.Option([], help="Another Prometheus endpoint to poll with it, e.g. a DCGM "
+                                         "exporter's http://127.0.0.1:9400/metrics (repeatable; implies --scrape-metrics)"),
     workers: Optional[str] = typer.Option(None, help="Worker processes that send (auto: one per 128 concurrent "
                                           "streams, up to the CPUs); the main process then only coordinates and "
                                           "writes. Default 1, or auto with --ray"),
@@ -195,7 +197,8 @@ def run(
         label=run_label,
         command=["loadgen", *_redact_argv(sys.argv[1:])],
         live=not quiet and sys.stdout.isatty(),
-        scrape_metrics=scrape_metrics,
+        scrape_metrics=scrape_metrics or bool(scrape_url),
+        scrape_urls=[_metrics_url(u) for u in scrape_url],
         workers=_workers_flag(workers or ("auto" if ray is not None else "1")),
         ray=ray,
         gates=gates,
@@ -242,6 +245,22 @@ def _gates(fail_on: list[str], max_error_rate: float | None, abort_on_fail: bool
     if abort_on_fail and not reasons:
         reasons = frozenset({"slo", "errors"})
     return Gates(reasons, max_error_rate or 0.0, attainment_target)
+
+
+def _metrics_url(text: str) -> str:
+    """A --scrape-url: http(s) with a host (one-line error otherwise); kept as given."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text.strip())
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"expected an http(s) URL such as http://127.0.0.1:9400/metrics, got {text!r}",
+                          key="--scrape-url")
+    return text.strip()
 
 
 def _int_list(text: str, flag: str) -> tuple[int, ...]:

@@ -72,6 +72,7 @@ class RunConfig:
     command: list[str] = field(default_factory=list)
     live: bool = True
     scrape_metrics: bool = False  # poll the target's /metrics into server_metrics.jsonl
+    scrape_urls: list[str] = field(default_factory=list)  # other Prometheus endpoints read with it (DCGM)
     workers: int | str = 1  # worker processes that send (the coordinator sends nothing), or "auto"
     ray: str | None = None  # workers are Ray actors of this cluster ("auto" or an address) instead
     gates: Gates = field(default_factory=Gates)  # --fail-on: what makes the run fail (exit code)
@@ -381,7 +382,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                 if cfg.scrape_metrics:
                     from loadgen.client.scrape import MetricsScraper
 
-                    scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers)
+                    scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers,
+                                             extra_urls=cfg.scrape_urls)
                     await stack.enter_async_context(scraper)
                 stack.enter_context(_sigint(asyncio.get_running_loop(), levels))
                 if cfg.live:

@@ -50,6 +50,12 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
                    20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 FINISH_REASONS = ("stop", "length", "abort")
+# the simulated GPUs' telemetry under the DCGM exporter's names: (name, help, field, scale)
+_DCGM = (
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "util", 100.0),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "power_w", 1.0),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "fb_used_mib", 1.0),
+)
 
 
 def format_value(value: float) -> str:
@@ -235,7 +241,8 @@ class ServerMetrics:
         key = str(status)
         self.rejected[key] = self.rejected.get(key, 0) + 1
 
-    def render(self, stats: EngineStats, replicas: Sequence[EngineStats] = ()) -> str:
+    def render(self, stats: EngineStats, replicas: Sequence[EngineStats] = (),
+               gpus: Sequence[Any] = ()) -> str:
         """The ``/metrics`` body. With more than one replica the engine's gauges and
         counters are written once per replica, labelled ``engine="i"`` (as vLLM labels its
         data-parallel engines); a scraper sums or averages them."""
@@ -293,4 +300,11 @@ class ServerMetrics:
         for hist in (self.ttft, self.itl, self.tpot, self.e2e, self.queue, self.prefill,
                      self.decode):
             lines.extend(hist.render(model))
+        for name, help_text, field, scale in _DCGM:
+            if not gpus:
+                break
+            lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} gauge"))
+            for i, g in enumerate(gpus):
+                labels = _labels((("gpu", str(i)), ("modelName", "loadgen sim")))
+                lines.append(f"{name}{labels} {format_value(round(getattr(g, field) * scale, 3))}")
         return "\n".join(lines) + "\n"

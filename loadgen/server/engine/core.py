@@ -118,6 +118,7 @@ class EngineCore:
         self.last_step_end = -math.inf
         self._last_input = -math.inf
         self._stalled = False
+        self.busy_s = 0.0  # clock seconds of the steps started so far
 
     # ------------------------------------------------------------------ inputs
     def add_request(self, request: EngineRequest, *, at: float | None = None,
@@ -193,6 +194,7 @@ class EngineCore:
             end = max(start, self.clock())
         self._inflight = (batch, result)
         self._busy_until = end
+        self.busy_s += end - start
         if self.on_step is not None:
             self.on_step(batch, result, start, end)
 
@@ -202,5 +204,7 @@ class EngineCore:
         return poll_due(self, self.clock() if now is None else now, self.max_steps_per_poll)
 
     def stats(self) -> EngineStats:
-        """The scheduler's gauges and counters."""
-        return self.scheduler.stats()
+        """The scheduler's gauges and counters, and the time spent in steps."""
+        stats = self.scheduler.stats()
+        stats.busy_s = self.busy_s
+        return stats

@@ -57,6 +57,7 @@ class EngineStats:
     prompt_tokens: int = 0  # processed prompt tokens (counter)
     generation_tokens: int = 0  # generated tokens (counter)
     steps: int = 0
+    busy_s: float = 0.0  # clock seconds spent running steps (counter)
 
 
 class AsyncEngine(Protocol):

@@ -21,6 +21,7 @@ from loadgen.server.sim.engine import SimEngine
 from loadgen.server.sim.gpus import get_gpu
 from loadgen.server.sim.roofline import RooflineModel
 from loadgen.server.sim.runner import SimRunner, Speculation
+from loadgen.server.sim.telemetry import GpuTelemetry, Pool
 
 if TYPE_CHECKING:
     from loadgen.server.config import ServeConfig
@@ -84,5 +85,8 @@ def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic,
         core = DisaggCore(prefill, decode, lambda n: roofline.kv_transfer_s(n, link), clock,
                           time_scale=sim.time_scale)
     max_len = min(engine_config.max_model_len, blocks * engine_config.block_size)
+    pool = Pool(tp=config.tp, weight_bytes_per_gpu=roofline.weight_bytes / config.tp,
+                kv_bytes_per_gpu=blocks * limits.block_size * roofline.kv_bytes_per_token_per_gpu)
+    pools = [pool, dataclasses.replace(pool)] if sim.disaggregate else [pool]
     return SimEngine(core, model_name=config.model, vocab_size=shape.vocab_size,
-                     max_model_len=max_len, clock=clock)
+                     max_model_len=max_len, clock=clock, telemetry=GpuTelemetry(get_gpu(sim.gpu), pools))
