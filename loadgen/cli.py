@@ -526,6 +526,13 @@ def serve(
                 where += f", {info['cuda_graphs']} CUDA graphs captured in {info.get('graph_capture_s')} s"
         else:
             where = f"{tp}x {gpu}" if replicas == 1 else f"{replicas} replicas of {tp}x {gpu}, {router} routing"
+            sim = config.sim
+            extras = [f"{what} fp8" for what, dt in (("weights", sim.dtype), ("KV cache", sim.kv_cache_dtype))
+                      if dt == "fp8"]
+            if sim.speculative_tokens:
+                extras.append(f"speculative decoding: {sim.speculative_tokens} draft tokens per step "
+                              f"({sim.draft_model or 'n-gram'}), acceptance {sim.acceptance_rate:g}")
+            where += "".join(f", {x}" for x in extras)
         print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode})", flush=True)
 
     try:
