@@ -465,9 +465,13 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)"),
     port: int = typer.Option(8000, help="Port (0 = any free port)"),
     chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill", help="Split long prefills"),
-    max_num_batched_tokens: int = typer.Option(2048, help="Token budget per engine step"),
-    max_num_seqs: int = typer.Option(256, help="Most sequences running at once"),
-    prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching", help="Reuse KV of shared prefixes"),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, help="Token budget per engine step (default as vllm serve: 8192 on H100/H200/B200/MI300X, "
+        "2048 on A100/L40S; max_model_len without chunked prefill)"),
+    max_num_seqs: int | None = typer.Option(
+        None, help="Most sequences running at once (default as vllm serve: 1024 on H100/H200/B200/MI300X, 256 on A100/L40S)"),
+    prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Reuse KV of shared prefixes"),
+    max_model_len: Optional[int] = typer.Option(None, help="Context length served (default: the model's, capped by the KV cache)"),
     mfu: float = typer.Option(0.6, help="Model FLOPs utilisation of the simulated GPU (large GEMMs)"),
     mbu: float = typer.Option(0.8, help="Memory bandwidth utilisation of the simulated GPU"),
     overhead_ms: float = typer.Option(0.5, help="Fixed cost per engine step, ms"),
@@ -503,7 +507,8 @@ def serve(
     config = ServeConfig(
         engine=engine, model=model or "", tp=tp, seed=seed, replicas=replicas, router=router,
         scheduler=SchedulerLimits(enable_chunked_prefill=chunked_prefill, max_num_batched_tokens=max_num_batched_tokens,
-                                  max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching),
+                                  max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching,
+                                  max_model_len=max_model_len),
         sim=SimOptions(gpu=gpu, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter, time_scale=time_scale,
                        disaggregate=disaggregate, kv_link_gbps=kv_link_gbps,
                        dtype={"auto": "bf16", "bfloat16": "bf16"}.get(dtype, dtype), kv_cache_dtype=kv_cache_dtype,
@@ -517,6 +522,7 @@ def serve(
     eng = build_engine(config)
     application = create_app(eng, faults=config.faults)
     mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
+    print(f"loadgen serve: {config.limits.describe()}", flush=True)
 
     def ready(url: str) -> None:
         info = getattr(eng, "info", None)

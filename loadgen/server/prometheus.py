@@ -1,7 +1,8 @@
 """Server metrics in the Prometheus text format (0.0.4), written by hand, with vLLM names.
 
 Gauges and counters of the engine (running/waiting requests, KV-cache usage, prefix-cache
-queries and hits, preemptions, prompt/generation tokens) are read from
+queries and hits, preemptions, prompt/generation tokens; vLLM counts the prefix-cache
+lookups of preempted requests apart and does not export them, ``loadgen:`` names do) are read from
 :meth:`AsyncEngine.stats` at scrape time. Per-request histograms are observed by the API
 when a request ends:
 
@@ -275,6 +276,14 @@ class ServerMetrics:
         sample("vllm:prefix_cache_hits_total", "counter",
                "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_cache_hits,
                "prefix_cache_hits")
+        sample("loadgen:prefix_cache_preempted_queries_total", "counter",
+               "Prefix cache queries of requests preempted before (not in "
+               "vllm:prefix_cache_queries_total), in tokens.", stats.prefix_cache_preempted_queries,
+               "prefix_cache_preempted_queries")
+        sample("loadgen:prefix_cache_preempted_hits_total", "counter",
+               "Prefix cache hits of requests preempted before (not in "
+               "vllm:prefix_cache_hits_total), in tokens.", stats.prefix_cache_preempted_hits,
+               "prefix_cache_preempted_hits")
         sample("vllm:num_preemptions_total", "counter",
                "Cumulative number of preemptions from the engine.", stats.preemptions,
                "preemptions")

@@ -1,4 +1,4 @@
-"""A pure continuous-batching scheduler in the style of vLLM v1 (no I/O, no sleeps).
+"""A pure continuous-batching scheduler after vLLM V1's (no I/O, no sleeps).
 
 One engine step is ``batch = schedule()`` → a runner executes it →
 ``update(batch, sampled)``. The scheduler takes a clock (``now() -> seconds``) only to
@@ -6,18 +6,23 @@ timestamp requests, so tests drive it in virtual time.
 
 Policy of :meth:`Scheduler.schedule`, with a budget of ``max_num_batched_tokens``:
 
-1. **Decodes first**: every running request whose prompt is done gets one token.
+1. **Decodes first**: every running request whose prompt is done gets one token. (vLLM
+   V1 walks its running queue in admission order instead, so a request admitted after a
+   prompt still being chunked gets no token in a step whose budget that chunk took; here
+   it does. Requests admitted before it are treated alike.)
 2. **Partial prefills** (chunked prefill only): running requests with prompt left get a
    chunk of at most the remaining budget (and ``long_prefill_token_threshold``).
 3. **Waiting requests**, in FIFO order, while fewer than ``max_num_seqs`` run and budget
    remains (and nobody was preempted in this step). A cached prefix (prefix caching) is
    reused and not recomputed. With chunked prefill a prompt gets a chunk of the remaining
-   budget. Without it a prompt runs whole: if it does not fit in the remaining budget it
-   still runs whole when it is the step's only prefill — so a step may exceed the budget
-   by one prompt, exactly the stall that chunked prefill removes — otherwise it waits
-   for the next step (FIFO, it is not overtaken). Decodes stay in such a step, as in
-   vLLM v1 (whose budget is raised to ``max_model_len`` when chunking is off); this
-   keeps every request's inter-token gap equal to the step time, long step included.
+   budget. Without it a prompt runs whole, several whole prompts share a step, and
+   admission stops at the first prompt that does not fit in the remaining budget (it is
+   not overtaken): the budget is never exceeded. As in vLLM V1, an unchunked engine needs
+   ``max_num_batched_tokens >= max_model_len`` (``loadgen serve`` raises the default
+   budget to the context length and refuses a smaller explicit one), so every admissible
+   prompt fits an empty step; here a request longer than the budget is rejected as too
+   long. Decodes stay in a step with long prefills, so a decoding request's inter-token
+   gap is the whole step, long prefills included: the stall chunked prefill removes.
 
 When a running request needs a block and none is free, the newest running request not
 yet scheduled in this step is preempted by recompute: its blocks are freed (full blocks
@@ -104,6 +109,11 @@ class Scheduler:
             raise PromptTooLong(
                 f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
                 f"exceeds the context length of {cfg.max_model_len} tokens")
+        if not cfg.enable_chunked_prefill and total > cfg.max_num_batched_tokens:
+            raise PromptTooLong(
+                f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
+                f"exceeds max_num_batched_tokens ({cfg.max_num_batched_tokens}), the longest "
+                f"sequence an engine without chunked prefill can recompute in one step")
         if self.kv.blocks_for(total) > cfg.num_gpu_blocks:
             raise PromptTooLong(
                 f"prompt + max_tokens = {total} tokens exceeds the KV cache "
@@ -148,7 +158,6 @@ class Scheduler:
         limit = cfg.long_prefill_token_threshold or cfg.max_num_batched_tokens
         chunked = cfg.enable_chunked_prefill
         scheduled: set[int] = set()
-        prefill_scheduled = False
 
         decodes: list[Sequence] = []
         prefills: list[Sequence] = []
@@ -162,14 +171,14 @@ class Scheduler:
                     continue
                 remaining = len(seq.token_ids) - seq.num_computed_tokens
                 n = 1 if decode_pass else min(remaining, budget, limit) if chunked else remaining
-                if not decode_pass and not chunked and prefill_scheduled and n > budget:
+                if n > budget:
                     continue
                 if not self._allocate_running(seq, n, scheduled, batch):
                     continue
+                self._cache_blocks(seq, seq.num_computed_tokens + n)
                 self._add_to_batch(batch, seq, n, now, decode_pass)
                 scheduled.add(seq.seq_id)
                 budget -= n
-                prefill_scheduled |= not decode_pass
 
         while (not batch.preempted_seq_ids and self.waiting and budget > 0
                and len(self.running) < cfg.max_num_seqs):
@@ -181,20 +190,20 @@ class Scheduler:
             n = seq.num_tokens - computed
             if chunked:
                 n = min(n, budget, limit)
-            elif n > budget and prefill_scheduled:
-                break  # runs whole in a later step, alone
+            elif n > budget:
+                break  # whole prompts only; FIFO: nobody overtakes it
             if not self.kv.allocate(seq.seq_id, computed + n, prefix):
                 break
             self.waiting.popleft()
-            self.kv.record_lookup(seq.num_tokens, prefix.num_tokens)
+            self.kv.record_lookup(seq.num_tokens, prefix.num_tokens, preempted=seq.preemptions > 0)
             seq.status = SeqStatus.RUNNING
             seq.num_computed_tokens = computed
             if seq.first_scheduled_s is None:
                 seq.num_cached_tokens = prefix.num_tokens
             self.running.append(seq)
+            self._cache_blocks(seq, computed + n)
             self._add_to_batch(batch, seq, n, now, False)
             budget -= n
-            prefill_scheduled = True
 
         if batch.seqs:
             batch.finished_seq_ids, self._finished_since_batch = self._finished_since_batch, []
@@ -209,6 +218,13 @@ class Scheduler:
         # at least one token must be computed to sample from, so never hit the last one
         usable = (seq.num_tokens - 1) // self.config.block_size
         return self.kv.find_cached_prefix(hashes[:usable])
+
+    def _cache_blocks(self, seq: Sequence, num_tokens: int) -> None:
+        """Register the full blocks of the first ``num_tokens`` tokens (those this step
+        computes included), so a request admitted later in the step hits them."""
+        if self.config.enable_prefix_caching:
+            hashes = seq.update_block_hashes(self.config.block_size)
+            self.kv.cache_full_blocks(seq.seq_id, hashes, num_tokens)
 
     def _allocate_running(self, seq: Sequence, n: int, scheduled: set[int],
                           batch: ScheduledBatch) -> bool:
@@ -260,9 +276,6 @@ class Scheduler:
             seq.num_computed_tokens = item.start_pos + len(item.token_ids)
             if not item.is_decode:
                 self.num_computed_prompt_tokens += len(item.token_ids)
-            if self.config.enable_prefix_caching:
-                hashes = seq.update_block_hashes(self.config.block_size)
-                self.kv.cache_full_blocks(seq.seq_id, hashes, seq.num_computed_tokens)
             if not item.sample:
                 continue
             new = sampled.get(item.seq_id)
@@ -332,6 +345,9 @@ class Scheduler:
         return EngineStats(
             running=len(self.running), waiting=len(self.waiting), kv_usage=self.kv.usage,
             prefix_cache_queries=self.kv.prefix_cache_queries,
-            prefix_cache_hits=self.kv.prefix_cache_hits, preemptions=self.num_preemptions,
+            prefix_cache_hits=self.kv.prefix_cache_hits,
+            prefix_cache_preempted_queries=self.kv.prefix_cache_preempted_queries,
+            prefix_cache_preempted_hits=self.kv.prefix_cache_preempted_hits,
+            preemptions=self.num_preemptions,
             prompt_tokens=self.num_prompt_tokens, generation_tokens=self.num_generation_tokens,
             steps=self._step)

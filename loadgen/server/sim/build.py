@@ -51,7 +51,7 @@ def _speculation(config: ServeConfig) -> Speculation | None:
 def kv_blocks(config: ServeConfig) -> int:
     """KV blocks of one pool of ``config``: ``num_gpu_blocks``, else sized from memory
     (a draft model's weights and KV taken out)."""
-    limits = config.scheduler
+    limits = config.limits
     if limits.num_gpu_blocks:
         return limits.num_gpu_blocks
     spec = _speculation(config)
@@ -64,7 +64,7 @@ def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic,
                on_step: StepHook | None = None) -> SimEngine:
     """The sim engine of ``config`` on ``clock`` (a :class:`ManualClock` for virtual
     time); ``on_step`` is called with every step of every pool."""
-    sim, limits, shape = config.sim, config.scheduler, config.shape
+    sim, limits, shape = config.sim, config.limits, config.shape
     roofline = _roofline(config)
     speculation = _speculation(config)
     blocks = kv_blocks(config)

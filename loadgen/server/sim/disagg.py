@@ -175,12 +175,17 @@ class DisaggCore:
 
     def stats(self) -> EngineStats:
         """Both pools together: KV usage over all blocks, prompt and cache counters from
-        the prefill pool, transfers in flight counted as waiting."""
+        the prefill pool (the preempted requests' lookups from both: a request preempted
+        in the decode pool is prefilled again there), transfers in flight counted as
+        waiting."""
         p, d = self.prefill.stats(), self.decode.stats()
         pk, dk = self.prefill.scheduler.kv, self.decode.scheduler.kv
         return EngineStats(
             running=p.running + d.running, waiting=p.waiting + d.waiting + len(self._transfers),
             kv_usage=(pk.num_used_blocks + dk.num_used_blocks) / (pk.num_blocks + dk.num_blocks),
             prefix_cache_queries=p.prefix_cache_queries, prefix_cache_hits=p.prefix_cache_hits,
+            prefix_cache_preempted_queries=(p.prefix_cache_preempted_queries
+                                            + d.prefix_cache_preempted_queries),
+            prefix_cache_preempted_hits=p.prefix_cache_preempted_hits + d.prefix_cache_preempted_hits,
             preemptions=p.preemptions + d.preemptions, prompt_tokens=p.prompt_tokens,
             generation_tokens=p.generation_tokens + d.generation_tokens, steps=p.steps + d.steps)
