@@ -477,7 +477,13 @@ def serve(
     overhead_ms: float = typer.Option(0.5, help="Fixed cost per engine step, ms"),
     jitter: float = typer.Option(0.0, help="Seeded multiplicative noise on step times (0.05 = ±5%)"),
     disaggregate: bool = typer.Option(False, help="Separate prefill and decode GPU pools"),
-    kv_link_gbps: float = typer.Option(50.0, help="KV transfer bandwidth between pools, GB/s"),
+    kv_link_gbps: float = typer.Option(50.0, help="KV transfer bandwidth between pools, GB/s per tensor-parallel rank"),
+    prefill_replicas: int = typer.Option(1, help="Disaggregated: prefill engines (xPyD; above 1 implies --disaggregate)"),
+    decode_replicas: int = typer.Option(1, help="Disaggregated: decode engines (xPyD; above 1 implies --disaggregate)"),
+    prefill_tp: Optional[int] = typer.Option(None, help="Disaggregated: GPUs per prefill engine (default --tp)"),
+    decode_tp: Optional[int] = typer.Option(None, help="Disaggregated: GPUs per decode engine (default --tp)"),
+    prefill_gpu: Optional[str] = typer.Option(None, help="Disaggregated: the prefill engines' GPU (default --gpu)"),
+    decode_gpu: Optional[str] = typer.Option(None, help="Disaggregated: the decode engines' GPU (default --gpu)"),
     time_scale: float = typer.Option(1.0, help="Real seconds per simulated second"),
     fail_rate: float = typer.Option(0.0, help="Fault: fraction of requests answered HTTP 500"),
     stall_ms: float = typer.Option(0.0, help="Fault: length of a stall before a token, ms"),
@@ -512,7 +518,9 @@ def serve(
         sim=SimOptions(gpu=gpu, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter, time_scale=time_scale,
                        disaggregate=disaggregate, kv_link_gbps=kv_link_gbps,
                        dtype={"auto": "bf16", "bfloat16": "bf16"}.get(dtype, dtype), kv_cache_dtype=kv_cache_dtype,
-                       speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate, draft_model=draft_model),
+                       speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate, draft_model=draft_model,
+                       prefill_replicas=prefill_replicas, decode_replicas=decode_replicas, prefill_tp=prefill_tp,
+                       decode_tp=decode_tp, prefill_gpu=prefill_gpu, decode_gpu=decode_gpu),
         torch=TorchOptions(device=device, dtype=dtype, threads=threads, kv_cache_gb=kv_cache_gb, cuda_graphs=cuda_graphs,
                            cuda_graph_sizes=_int_list(cuda_graph_sizes, "--cuda-graph-sizes")),
         faults=FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
@@ -532,6 +540,10 @@ def serve(
                 where += f", {info['cuda_graphs']} CUDA graphs captured in {info.get('graph_capture_s')} s"
         else:
             where = f"{tp}x {gpu}" if replicas == 1 else f"{replicas} replicas of {tp}x {gpu}, {router} routing"
+            if config.sim.disaggregated:
+                where = (f"{prefill_replicas} prefill x {prefill_tp or tp}x {prefill_gpu or gpu} + "
+                         f"{decode_replicas} decode x {decode_tp or tp}x {decode_gpu or gpu}, KV links "
+                         f"{kv_link_gbps:g} GB/s per rank") + ("" if replicas == 1 else f"; {replicas} replicas")
             sim = config.sim
             extras = [f"{what} fp8" for what, dt in (("weights", sim.dtype), ("KV cache", sim.kv_cache_dtype))
                       if dt == "fp8"]

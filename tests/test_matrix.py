@@ -131,6 +131,7 @@ def test_bad_matrix_files_name_the_key(tmp_path: Path, text: str, needle: str) -
     assert result.exit_code == 2 and "Traceback" not in result.output
 
 
-def test_the_shipped_matrix_file_loads() -> None:
+def test_the_shipped_matrix_files_load() -> None:
+    assert len(load_matrix(Path(__file__).parent.parent / "profiles" / "matrix" / "disagg.toml").configs) == 3
     spec = load_matrix(Path(__file__).parent.parent / "profiles" / "matrix" / "chunking.toml")
     assert len(spec.configs) == 4 and spec.baseline == spec.configs[0].name == "chunked 2048"

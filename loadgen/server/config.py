@@ -169,7 +169,11 @@ class SimOptions:
     ``jitter``: sigma of a seeded mean-one log-normal factor on step times;
     ``eos_probability`` per token; ``min_token_id``: lower ids are never generated (the
     word tokenizer's special tokens); ``time_scale``: real seconds per modelled second;
-    ``kv_link_gbps``: GB/s between the prefill and decode pools when ``disaggregate``.
+    ``kv_link_gbps``: GB/s of each tensor-parallel rank's link between the prefill and
+    decode pools when ``disaggregate``; ``prefill_replicas``/``decode_replicas`` engines
+    in each pool (xPyD; either above 1 implies ``disaggregate``), each of
+    ``prefill_tp``/``decode_tp`` GPUs of type ``prefill_gpu``/``decode_gpu`` (None: the
+    engine's ``tp`` and ``gpu``).
     ``dtype``/``kv_cache_dtype``: bf16 or fp8 weights, auto (bf16) or fp8 KV cache;
     ``speculative_tokens`` K drafts per decode step, each accepted with probability
     ``acceptance_rate`` until the first rejection; ``draft_model``: a model preset that
@@ -193,10 +197,29 @@ class SimOptions:
     speculative_tokens: int = 0
     acceptance_rate: float = 0.7
     draft_model: str = ""
+    prefill_replicas: int = 1
+    decode_replicas: int = 1
+    prefill_tp: int | None = None
+    decode_tp: int | None = None
+    prefill_gpu: str | None = None
+    decode_gpu: str | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether prefill and decode run in separate pools."""
+        return self.disaggregate or self.prefill_replicas > 1 or self.decode_replicas > 1
 
     def validate(self, model: ModelShape) -> None:
         """Raise :class:`ConfigError` naming the first invalid option."""
         GPUS.lookup(self.gpu)
+        for key, gpu in (("--prefill-gpu", self.prefill_gpu), ("--decode-gpu", self.decode_gpu)):
+            if gpu is not None:
+                GPUS.lookup(gpu)
+        _integer(self.prefill_replicas, "--prefill-replicas", 1, 64)
+        _integer(self.decode_replicas, "--decode-replicas", 1, 64)
+        for key, tp in (("--prefill-tp", self.prefill_tp), ("--decode-tp", self.decode_tp)):
+            if tp is not None:
+                _integer(tp, key, 1, 64)
         for key, value, low, high in (("--mfu", self.mfu, 1e-6, 1.0), ("--mbu", self.mbu, 1e-6, 1.0),
                                       ("--overhead-ms", self.overhead_ms, 0.0, 10_000.0),
                                       ("allreduce_latency_s", self.allreduce_latency_s, 0.0, 1.0),

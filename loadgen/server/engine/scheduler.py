@@ -24,6 +24,14 @@ Policy of :meth:`Scheduler.schedule`, with a budget of ``max_num_batched_tokens`
    long. Decodes stay in a step with long prefills, so a decoding request's inter-token
    gap is the whole step, long prefills included: the stall chunked prefill removes.
 
+Disaggregation (:mod:`loadgen.server.sim.disagg`) uses three more calls, as vLLM's KV
+connectors do: a prefill pool's request added with ``hold_kv`` keeps its blocks after it
+finishes, until :meth:`Scheduler.release` (its KV is being read by the decode side); a
+decode pool's :meth:`Scheduler.reserve` allocates a request's blocks before its KV
+arrives (it then counts as waiting, takes no step, and is refused while the blocks or
+``max_num_seqs`` are not there), and :meth:`Scheduler.kv_received` queues it to compute
+its last prompt token (the one that yields the first output token).
+
 When a running request needs a block and none is free, the newest running request not
 yet scheduled in this step is preempted by recompute: its blocks are freed (full blocks
 stay in the prefix cache) and it goes back to the front of the waiting queue, to be
@@ -83,19 +91,33 @@ class Scheduler:
         self._step = 0
         self._last_batch_step = -1
         self._finished_since_batch: list[int] = []
+        self._receiving: dict[str, Sequence] = {}  # blocks reserved, KV on its way
+        self._delay_free: set[str] = set()  # hold_kv requests not finished yet
+        self._held: dict[str, int] = {}  # finished hold_kv requests: request id -> seq id
         self.num_preemptions = 0
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
         self.num_computed_prompt_tokens = 0  # prefill work done (excludes cache hits)
 
     # ------------------------------------------------------------------ requests
-    def add_request(self, request: EngineRequest, *, num_external_tokens: int = 0) -> None:
+    def add_request(self, request: EngineRequest, *, num_external_tokens: int = 0,
+                    hold_kv: bool = False) -> None:
         """Queue a request. Raises :class:`PromptTooLong`, :class:`QueueFull` or
         :class:`EngineError` (empty prompt, bad ``max_tokens``, duplicate id).
 
         ``num_external_tokens`` leading tokens arrive with their KV already computed
-        (a disaggregated decode pool receiving the prefill pool's KV).
+        (a disaggregated decode pool receiving the prefill pool's KV). With ``hold_kv``
+        the request's blocks outlive it until :meth:`release`.
         """
+        seq = self._new_seq(request, num_external_tokens)
+        if len(self.waiting) >= self.config.max_waiting:
+            raise QueueFull(f"the waiting queue is full ({self.config.max_waiting} requests)")
+        self._register(seq)
+        if hold_kv:
+            self._delay_free.add(seq.request_id)
+        self.waiting.append(seq)
+
+    def _new_seq(self, request: EngineRequest, num_external_tokens: int) -> Sequence:
         cfg = self.config
         prompt, params = request.prompt_token_ids, request.params
         if request.request_id in self._by_request:
@@ -118,22 +140,52 @@ class Scheduler:
             raise PromptTooLong(
                 f"prompt + max_tokens = {total} tokens exceeds the KV cache "
                 f"({cfg.num_gpu_blocks * cfg.block_size} tokens)")
-        if len(self.waiting) >= cfg.max_waiting:
-            raise QueueFull(f"the waiting queue is full ({cfg.max_waiting} requests)")
-        seq = Sequence(
+        return Sequence(
             seq_id=next(self._seq_ids), request_id=request.request_id, params=params,
             token_ids=list(prompt), num_prompt_tokens=len(prompt), arrival_s=self._now(),
             num_external_tokens=min(num_external_tokens, len(prompt) - 1))
+
+    def _register(self, seq: Sequence) -> None:
         self._by_request[seq.request_id] = seq
         self._by_seq[seq.seq_id] = seq
+
+    # ------------------------------------------------------------------ KV transfer
+    def reserve(self, request: EngineRequest, *, num_external_tokens: int) -> bool:
+        """Allocate the blocks of a request whose first ``num_external_tokens`` tokens'
+        KV is about to arrive; False (nothing changed) when blocks or ``max_num_seqs``
+        are short. Raises like :meth:`add_request` for a request that can never fit."""
+        seq = self._new_seq(request, num_external_tokens)
+        if len(self.running) + len(self._receiving) >= self.config.max_num_seqs:
+            return False
+        if not self.kv.allocate(seq.seq_id, seq.num_external_tokens):
+            return False
+        self._register(seq)
+        self._receiving[seq.request_id] = seq
+        return True
+
+    def kv_received(self, request_id: str) -> None:
+        """The reserved request's KV is in place: queue it (its blocks kept)."""
+        seq = self._receiving.pop(request_id)
         self.waiting.append(seq)
+
+    def release(self, request_id: str) -> None:
+        """Free the blocks a finished ``hold_kv`` request kept (no-op if none)."""
+        seq_id = self._held.pop(request_id, None)
+        if seq_id is not None:
+            self.kv.free(seq_id)
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is and free its blocks; False if unknown."""
+        self._delay_free.discard(request_id)
+        if request_id in self._held:
+            self.release(request_id)
+            return True
         seq = self._by_request.get(request_id)
         if seq is None:
             return False
-        if seq.status is SeqStatus.WAITING:
+        if self._receiving.pop(request_id, None) is not None:
+            pass  # blocks reserved, KV in flight: only the blocks to free
+        elif seq.status is SeqStatus.WAITING:
             self.waiting.remove(seq)
         else:
             self.running.remove(seq)
@@ -143,6 +195,11 @@ class Scheduler:
     def get(self, request_id: str) -> Sequence | None:
         """The request's sequence while it is waiting or running."""
         return self._by_request.get(request_id)
+
+    @property
+    def num_receiving(self) -> int:
+        """Requests with blocks reserved whose KV has not arrived yet."""
+        return len(self._receiving)
 
     def has_unfinished(self) -> bool:
         """Whether any request is waiting or running."""
@@ -183,7 +240,8 @@ class Scheduler:
         while (not batch.preempted_seq_ids and self.waiting and budget > 0
                and len(self.running) < cfg.max_num_seqs):
             seq = self.waiting[0]
-            prefix = self._lookup_prefix(seq)
+            received = self.kv.has_seq(seq.seq_id)  # its KV arrived into reserved blocks
+            prefix = CachedPrefix(block_size=cfg.block_size) if received else self._lookup_prefix(seq)
             computed = max(prefix.num_tokens, seq.num_external_tokens)
             if seq.num_external_tokens > prefix.num_tokens:
                 prefix = CachedPrefix(block_size=cfg.block_size)
@@ -333,7 +391,11 @@ class Scheduler:
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = reason
         seq.finish_s = self._now()
-        self.kv.free(seq.seq_id)
+        if seq.request_id in self._delay_free and reason != "abort":
+            self._delay_free.discard(seq.request_id)
+            self._held[seq.request_id] = seq.seq_id  # read by the decode side; release() frees
+        else:
+            self.kv.free(seq.seq_id)
         del self._by_request[seq.request_id]
         del self._by_seq[seq.seq_id]
         self._finished_since_batch.append(seq.seq_id)
@@ -343,7 +405,8 @@ class Scheduler:
         """Gauges and counters (token counters as in vLLM: prompt tokens counted when a
         request's first token is produced)."""
         return EngineStats(
-            running=len(self.running), waiting=len(self.waiting), kv_usage=self.kv.usage,
+            running=len(self.running), waiting=len(self.waiting) + len(self._receiving),
+            kv_usage=self.kv.usage,
             prefix_cache_queries=self.kv.prefix_cache_queries,
             prefix_cache_hits=self.kv.prefix_cache_hits,
             prefix_cache_preempted_queries=self.kv.prefix_cache_preempted_queries,

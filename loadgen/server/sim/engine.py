@@ -93,7 +93,7 @@ class SimEngine(OutputStreams):
         if self.telemetry is None:
             return []
         core = self.core
-        pools = [core.prefill, core.decode] if isinstance(core, DisaggCore) else [core]
+        pools = core.cores if isinstance(core, DisaggCore) else [core]
         stats = [p.stats() for p in pools]
         return self.telemetry.sample(self._clock(), [s.busy_s for s in stats], [s.kv_usage for s in stats])
 

@@ -43,8 +43,9 @@ class GpuSample:
 
 @dataclass(slots=True)
 class Pool:
-    """One GPU group (``tp`` GPUs running one core's steps)."""
+    """One GPU group (``tp`` GPUs of type ``gpu`` running one core's steps)."""
 
+    gpu: GpuSpec
     tp: int
     weight_bytes_per_gpu: float
     kv_bytes_per_gpu: float  # the KV pool's size on one GPU
@@ -56,15 +57,14 @@ class Pool:
 class GpuTelemetry:
     """Turns each pool's busy seconds and KV usage into DCGM-style samples."""
 
-    gpu: GpuSpec
     pools: list[Pool] = field(default_factory=list)
 
     def sample(self, now: float, busy_s: Sequence[float], kv_usage: Sequence[float]) -> list[GpuSample]:
         """Samples for every GPU; ``busy_s`` and ``kv_usage`` are per pool, in pool order."""
-        tdp = BOARD_POWER_W.get(self.gpu.name, 700.0)
-        idle = IDLE_SHARE * tdp
         out: list[GpuSample] = []
         for pool, busy, kv in zip(self.pools, busy_s, kv_usage):
+            tdp = BOARD_POWER_W.get(pool.gpu.name, 700.0)
+            idle = IDLE_SHARE * tdp
             if pool.last_t is None or now <= pool.last_t:
                 util = 0.0
             else:
