@@ -114,9 +114,12 @@ def test_per_token_itl_under_speculative_decoding(tmp_path: Path) -> None:
     assert [e["events"] for e in log] == [len(r.events) for r in recs]
     level = outcome.summary.to_json()["levels"][0]
     itl, tpot, chunk = level["itl_ms"], level["tpot_ms"], level["inter_chunk_ms"]
+    # one ITL sample per token after the first chunk (events read at once form one chunk)
+    first_chunk = [sum(n for t, n in r.events if t == r.events[0][0]) for r in recs]
+    assert itl["count"] == sum(64 - k for k in first_chunk)
     # per-token ITL matches the server's own per-token write gaps
     server_itl = np.concatenate([np.array(e["itl_s"]) * 1e3 for e in log])
-    assert itl["count"] == len(server_itl) == 6 * 63
-    assert abs(itl["mean"] - float(server_itl.mean())) < 0.5
+    assert len(server_itl) == 6 * 63
+    assert abs(itl["p50"] - float(np.median(server_itl))) < 1.0
     assert itl["mean"] == approx(tpot["mean"], rel=0.1)  # per-token accounting is consistent
     assert chunk["mean"] > 1.8 * itl["mean"]  # a verify step (~7 ms) per event
