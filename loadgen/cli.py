@@ -508,7 +508,7 @@ def workloads() -> None:
 @friendly
 def serve(
     engine: str = typer.Option("sim", help="Engine: sim (roofline-simulated GPU) or torch (a real model)"),
-    gpu: str = typer.Option("h100", help="Simulated GPU: a100-80gb, h100, h200, b200, l40s, mi300x"),
+    gpu: str = typer.Option("h100", help="Simulated GPU: a100-80gb, a100-40gb, h100, h200, b200, l40s, mi300x"),
     model: Optional[str] = typer.Option(
         None,
         help="sim: llama-3.1-8b (default), llama-3.1-70b, qwen2.5-7b, mixtral-8x7b or any torch model; "
@@ -527,7 +527,7 @@ def serve(
         None, help="Most sequences running at once (default as vllm serve: 1024 on H100/H200/B200/MI300X, 256 on A100/L40S)"),
     prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Reuse KV of shared prefixes"),
     max_model_len: Optional[int] = typer.Option(None, help="Context length served (default: the model's, capped by the KV cache)"),
-    mfu: float = typer.Option(0.6, help="Model FLOPs utilisation of the simulated GPU"),
+    mfu: float = typer.Option(0.6, help="Model FLOPs utilisation of the simulated GPU (large GEMMs)"),
     mbu: float = typer.Option(0.8, help="Memory bandwidth utilisation of the simulated GPU"),
     overhead_ms: float = typer.Option(0.5, help="Fixed cost per engine step, ms"),
     jitter: float = typer.Option(0.0, help="Seeded multiplicative noise on step times (0.05 = ±5%)"),
@@ -547,7 +547,12 @@ def serve(
     seed: int = typer.Option(0, help="Seed for sampling, jitter and faults"),
     device: str = typer.Option("auto", help="torch: auto, cpu, cuda or cuda:N"),
     threads: Optional[int] = typer.Option(None, help="torch on CPU: threads (default: all cores but one)"),
-    dtype: str = typer.Option("auto", help="torch: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16"),
+    dtype: str = typer.Option("auto", help="sim: auto (bf16) or fp8 weights; torch: auto (bf16 on CUDA, fp32 on CPU), "
+                              "float32, bfloat16, float16"),
+    kv_cache_dtype: str = typer.Option("auto", help="sim: auto (bf16) or fp8 KV cache"),
+    speculative_tokens: int = typer.Option(0, help="sim: draft tokens verified per decode step (speculative decoding)"),
+    acceptance_rate: float = typer.Option(0.7, help="sim: probability each draft token is accepted"),
+    draft_model: str = typer.Option("", help="sim: model preset that drafts (its cost is modelled); default: n-gram, free"),
     kv_cache_gb: Optional[float] = typer.Option(None, help="torch: KV-cache pool size in GB (default: from free memory)"),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode"),
     cuda_graph_sizes: str = typer.Option(
@@ -567,6 +572,8 @@ def serve(
                                   max_model_len=max_model_len),
         sim=SimOptions(gpu=gpu, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter, time_scale=time_scale,
                        disaggregate=disaggregate, kv_link_gbps=kv_link_gbps,
+                       dtype={"auto": "bf16", "bfloat16": "bf16"}.get(dtype, dtype), kv_cache_dtype=kv_cache_dtype,
+                       speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate, draft_model=draft_model,
                        prefill_replicas=prefill_replicas, decode_replicas=decode_replicas, prefill_tp=prefill_tp,
                        decode_tp=decode_tp, prefill_gpu=prefill_gpu, decode_gpu=decode_gpu),
         torch=TorchOptions(device=device, dtype=dtype, threads=threads, kv_cache_gb=kv_cache_gb, cuda_graphs=cuda_graphs,
@@ -592,6 +599,13 @@ def serve(
                 where = (f"{prefill_replicas} prefill x {prefill_tp or tp}x {prefill_gpu or gpu} + "
                          f"{decode_replicas} decode x {decode_tp or tp}x {decode_gpu or gpu}, KV links "
                          f"{kv_link_gbps:g} GB/s per rank") + ("" if replicas == 1 else f"; {replicas} replicas")
+            sim = config.sim
+            extras = [f"{what} fp8" for what, dt in (("weights", sim.dtype), ("KV cache", sim.kv_cache_dtype))
+                      if dt == "fp8"]
+            if sim.speculative_tokens:
+                extras.append(f"speculative decoding: {sim.speculative_tokens} draft tokens per step "
+                              f"({sim.draft_model or 'n-gram'}), acceptance {sim.acceptance_rate:g}")
+            where += "".join(f", {x}" for x in extras)
         print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode})", flush=True)
 
     try:

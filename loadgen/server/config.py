@@ -26,6 +26,8 @@ from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.faults import FaultConfig
 from loadgen.server.replicas import ROUTERS
 from loadgen.server.sim.gpus import GPUS, GpuSpec
+from loadgen.server.sim.roofline import DTYPES as SIM_DTYPES
+from loadgen.server.sim.roofline import KV_CACHE_DTYPES
 from loadgen.server.torch.engine import ENGINE_MODES
 from loadgen.server.torch.loader import DTYPES, model_names
 
@@ -172,19 +174,29 @@ class SimOptions:
     in each pool (xPyD; either above 1 implies ``disaggregate``), each of
     ``prefill_tp``/``decode_tp`` GPUs of type ``prefill_gpu``/``decode_gpu`` (None: the
     engine's ``tp`` and ``gpu``).
+    ``dtype``/``kv_cache_dtype``: bf16 or fp8 weights, auto (bf16) or fp8 KV cache;
+    ``speculative_tokens`` K drafts per decode step, each accepted with probability
+    ``acceptance_rate`` until the first rejection; ``draft_model``: a model preset that
+    drafts them (its K steps are priced), or ``""`` for n-gram drafting (free) — see
+    :mod:`loadgen.server.sim.runner`.
     """
 
     gpu: str = "h100"
     mfu: float = 0.6
     mbu: float = 0.8
     overhead_ms: float = 0.5
-    allreduce_latency_s: float = 5e-6
+    allreduce_latency_s: float = 20e-6
     jitter: float = 0.0
     eos_probability: float = 0.0
     min_token_id: int = 4
     time_scale: float = 1.0
     disaggregate: bool = False
     kv_link_gbps: float = 50.0
+    dtype: str = "bf16"
+    kv_cache_dtype: str = "auto"
+    speculative_tokens: int = 0
+    acceptance_rate: float = 0.7
+    draft_model: str = ""
     prefill_replicas: int = 1
     decode_replicas: int = 1
     prefill_tp: int | None = None
@@ -217,6 +229,21 @@ class SimOptions:
                                       ("--kv-link-gbps", self.kv_link_gbps, 1e-9, 1e9)):
             _number(value, key, low, high)
         _integer(self.min_token_id, "min_token_id", 0, model.vocab_size - 2)
+        for flag, dtype, valid in (("--dtype", self.dtype, SIM_DTYPES),
+                                   ("--kv-cache-dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)):
+            if dtype not in valid:
+                raise ConfigError(f"unknown dtype {dtype!r}; valid: {', '.join(valid)}", key=flag)
+        _integer(self.speculative_tokens, "--speculative-tokens", 0, 16)
+        _number(self.acceptance_rate, "--acceptance-rate", 0.0, 1.0)
+        if self.draft_model:
+            if self.draft_model.strip().lower() not in MODELS:
+                raise ConfigError(f"unknown draft model {self.draft_model!r}; valid: "
+                                  f"{', '.join(MODELS)}", key="--draft-model")
+            draft = MODELS[self.draft_model.strip().lower()]
+            if draft.vocab_size != model.vocab_size:
+                raise ConfigError(f"{draft.name} has a vocabulary of {draft.vocab_size}, "
+                                  f"{model.name} of {model.vocab_size}: they must match",
+                                  key="--draft-model")
 
 
 @dataclass(frozen=True, slots=True)
