@@ -57,6 +57,13 @@ def _console() -> Console:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 
 
+def _mib(value: float, flag: str) -> int:
+    """``value`` MiB as a whole number of bytes (one-line error outside (0, 1e6])."""
+    if not 0 < value <= 1e6:  # False for NaN too
+        raise ConfigError(f"must be a number of MiB in (0, 1e6], got {value!r}", key=flag)
+    return max(1, int(value * 2**20))
+
+
 def _headers(header: list[str], api_key_env: str | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for h in header:
@@ -557,12 +564,18 @@ def serve(
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode"),
     cuda_graph_sizes: str = typer.Option(
         "", help="torch on CUDA: decode batch sizes captured at start-up, e.g. 1,2,4,8 (default 1,2,4..256)"),
+    api_key: Optional[str] = typer.Option(
+        None, envvar="LOADGEN_API_KEY", show_default=False,
+        help="Require 'Authorization: Bearer KEY' on /v1/* (as vllm serve --api-key); /health and /metrics stay open",
+    ),
+    body_timeout: float = typer.Option(30.0, help="Seconds a request body may take to arrive (then 408, connection closed)"),
+    max_body_mb: float = typer.Option(64.0, help="Largest request body in MiB (larger: 413)"),
 ) -> None:
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
     from loadgen.server.api import create_app
     from loadgen.server.app import run_forever
     from loadgen.server.build import build_engine
-    from loadgen.server.config import Network, SchedulerLimits, ServeConfig, SimOptions, TorchOptions
+    from loadgen.server.config import HttpLimits, Network, SchedulerLimits, ServeConfig, SimOptions, TorchOptions
     from loadgen.server.faults import FaultConfig
 
     config = ServeConfig(
@@ -581,9 +594,10 @@ def serve(
         faults=FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
                            disconnect_rate=disconnect_rate, seed=seed),
         network=Network(host=host, port=port),
+        http=HttpLimits(api_key=api_key, body_timeout_s=body_timeout, max_body_bytes=_mib(max_body_mb, "--max-body-mb")),
     )  # fmt: skip
     eng = build_engine(config)
-    application = create_app(eng, faults=config.faults)
+    application = create_app(eng, faults=config.faults, limits=config.http)
     mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
     print(f"loadgen serve: {config.limits.describe()}", flush=True)
 
@@ -606,7 +620,8 @@ def serve(
                 extras.append(f"speculative decoding: {sim.speculative_tokens} draft tokens per step "
                               f"({sim.draft_model or 'n-gram'}), acceptance {sim.acceptance_rate:g}")
             where += "".join(f", {x}" for x in extras)
-        print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode})", flush=True)
+        auth = ", API key required on /v1" if api_key is not None else ""
+        print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode}{auth})", flush=True)
 
     try:
         run_forever(application, config.network.host, config.network.port, on_ready=ready)

@@ -20,9 +20,10 @@ event carries the cumulative usage. The stream ends with ``data: [DONE]``.
 token and the words of a matched stop sequence (neither appears in the text).
 
 Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``): 400 for
-invalid bodies, unknown models and prompts over the context length, 429 when the engine's
-queue (or ``max_in_flight``) is full, 404/405 for unknown routes and methods, 500 for
-injected faults and server bugs. A client that disconnects mid-request aborts its engine
+invalid bodies, unknown models and prompts over the context length, 401 without the API key
+(when one is set), 408 for a body that does not arrive in time, 413 for a body over the size
+limit (see :mod:`loadgen.server.guard`), 429 when the engine's queue (or ``max_in_flight``)
+is full, 404/405 for unknown routes and methods, 500 for injected faults and server bugs. A client that disconnects mid-request aborts its engine
 request (the engine's iterator is closed, freeing its KV blocks).
 """
 
@@ -42,7 +43,9 @@ from aiohttp.tcp_helpers import tcp_nodelay
 
 from loadgen.errors import EngineError, PromptTooLong, QueueFull
 from loadgen.server.engine.interface import AsyncEngine, EngineRequest, SamplingParams, TokenOutput
+from loadgen.server.config import HttpLimits
 from loadgen.server.faults import FaultConfig, FaultInjector, FaultPlan
+from loadgen.server.guard import check_api_key, read_json
 from loadgen.server.prometheus import RequestTrace, ServerMetrics
 from loadgen.server.protocol import (ParsedRequest, RequestRejected, error_body, parse_request,
                                      usage_body)
@@ -131,8 +134,10 @@ class ServerApi:
     """Request handlers and state of one app (reachable as ``app[API_KEY]``)."""
 
     def __init__(self, engine: AsyncEngine, *, model_name: str, faults: FaultConfig | None,
-                 max_in_flight: int | None, history: int, tokenizer: Tokenizer) -> None:
+                 max_in_flight: int | None, history: int, tokenizer: Tokenizer,
+                 limits: HttpLimits) -> None:
         self.engine = engine
+        self.limits = limits
         self.model_name = model_name
         self.tokenizer = tokenizer
         self.metrics = ServerMetrics(model_name, history=history)
@@ -183,10 +188,7 @@ class ServerApi:
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival_ns = perf_counter_ns()
-        try:
-            body = await request.json(loads=json.loads)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RequestRejected(f"the request body is not valid JSON: {exc}") from None
+        body = await read_json(request, self.limits)
         parsed = parse_request(body, chat=chat, model_name=self.model_name,
                                tokenizer=self.tokenizer, max_model_len=self.engine.max_model_len)
         plan = self.faults.plan(parsed.max_tokens) if self.faults is not None else None
@@ -384,10 +386,18 @@ def _error_middleware(api: ServerApi) -> Any:
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
+            check_api_key(request, api.limits.api_key)
             return await handler(request)
         except RequestRejected as exc:
             api.metrics.reject(exc.status)
-            return web.json_response(exc.body(), status=exc.status)
+            response = web.json_response(exc.body(), status=exc.status)
+            if exc.close:
+                response.force_close()
+            if exc.hangup and request.transport is not None:
+                await response.prepare(request)
+                await response.write_eof()
+                request.transport.close()
+            return response
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -408,7 +418,7 @@ API_KEY = web.AppKey("loadgen_api", ServerApi)
 def create_app(engine: AsyncEngine, *, model_name: str | None = None,
                faults: FaultConfig | None = None, max_in_flight: int | None = None,
                history: int = 10_000, tokenizer: Tokenizer | None = None,
-               manage_engine: bool = True) -> web.Application:
+               manage_engine: bool = True, limits: HttpLimits | None = None) -> web.Application:
     """The aiohttp application serving ``engine`` under the name ``model_name``.
 
     ``model_name`` defaults to the engine's; ``faults`` injects seeded failures;
@@ -417,7 +427,9 @@ def create_app(engine: AsyncEngine, *, model_name: str | None = None,
     keeps; the tokenizer defaults to the engine's own (an ``engine.tokenizer`` attribute,
     e.g. a real model's), else a :class:`WordTokenizer` of the engine's vocabulary.
     With ``manage_engine`` the app starts the engine on startup and stops it on cleanup.
+    ``limits``: the API key, body timeout and body size limit (:mod:`loadgen.server.guard`).
     """
+    limits = limits or HttpLimits()
     name = model_name or engine.model_name
     tok: Tokenizer | None = tokenizer
     if tok is None:
@@ -425,8 +437,9 @@ def create_app(engine: AsyncEngine, *, model_name: str | None = None,
     if tok is None:
         tok = WordTokenizer(engine.vocab_size)
     api = ServerApi(engine, model_name=name, faults=faults, max_in_flight=max_in_flight,
-                    history=history, tokenizer=tok)
-    app = web.Application(middlewares=[_error_middleware(api)], client_max_size=64 * 2**20)
+                    history=history, tokenizer=tok, limits=limits)
+    app = web.Application(middlewares=[_error_middleware(api)],
+                          client_max_size=limits.max_body_bytes)
     app[API_KEY] = api
     app.router.add_post("/v1/completions", api.completions)
     app.router.add_post("/v1/chat/completions", api.chat_completions)

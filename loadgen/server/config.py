@@ -4,7 +4,8 @@
 the engine kind, the model preset, tensor parallelism and the seed, with nested parts —
 :class:`SchedulerLimits` (both engines), :class:`SimOptions` (the sim only),
 :class:`TorchOptions` (the torch engine only), the
-:class:`~loadgen.server.faults.FaultConfig` and the :class:`Network` address.
+:class:`~loadgen.server.faults.FaultConfig`, the :class:`Network` address and the
+:class:`HttpLimits` (API key, body timeout and size).
 
 Constructing a :class:`ServeConfig` checks every value the chosen engine reads and raises
 :class:`~loadgen.errors.ConfigError` naming the flag (``--max-num-seqs: must be an integer
@@ -32,7 +33,7 @@ from loadgen.server.torch.engine import ENGINE_MODES
 from loadgen.server.torch.loader import DTYPES, model_names
 
 __all__ = ["ENGINES", "DEFAULT_MODELS", "batch_defaults", "SchedulerLimits", "SimOptions",
-           "TorchOptions", "Network", "ServeConfig"]
+           "TorchOptions", "Network", "HttpLimits", "ServeConfig"]
 
 ENGINES = ("sim", "torch")
 DEFAULT_MODELS = {"sim": "llama-3.1-8b", "torch": "tiny"}
@@ -303,6 +304,27 @@ class Network:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """The HTTP front's guards (:mod:`loadgen.server.guard`): the API key (None: no
+    authentication), the body-read timeout and the body size limit. The key never appears
+    in a repr or an error message."""
+
+    api_key: str | None = field(default=None, repr=False)
+    body_timeout_s: float = 30.0
+    max_body_bytes: int = 64 * 2**20
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first invalid setting."""
+        key = self.api_key
+        if key is not None and not (isinstance(key, str) and key and key.isascii()
+                                    and key.isprintable() and " " not in key):
+            raise ConfigError("must be a non-empty string of printable ASCII without spaces",
+                              key="--api-key")
+        _number(self.body_timeout_s, "--body-timeout", 0.0, 1e6, above=True)
+        _integer(self.max_body_bytes, "max_body_bytes")
+
+
+@dataclass(frozen=True, slots=True)
 class ServeConfig:
     """Everything ``loadgen serve`` runs with (see the module docstring).
 
@@ -326,6 +348,7 @@ class ServeConfig:
     torch: TorchOptions = field(default_factory=TorchOptions)
     faults: FaultConfig = field(default_factory=FaultConfig)
     network: Network = field(default_factory=Network)
+    http: HttpLimits = field(default_factory=HttpLimits)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -352,6 +375,7 @@ class ServeConfig:
                                   key="--replicas")
             self.torch.validate()
         self.network.validate()
+        self.http.validate()
         _ = self.limits  # refuses a token budget below max_model_len without chunking
 
     @property
