@@ -31,7 +31,11 @@ class DialectOptions:
 
 @dataclass(slots=True)
 class EventInfo:
-    """What one event's JSON says: output present, its usage, finish reason, errors."""
+    """What one event's JSON says: output present, its usage, finish reason, errors.
+
+    Whatever the JSON holds, the fields have their types: a ``choices`` that is not a list
+    has no choices, a ``usage`` or ``loadgen`` that is not an object is absent, a
+    ``finish_reason`` that is not a non-empty string is none."""
 
     has_output: bool
     usage: dict[str, Any] | None
@@ -84,24 +88,39 @@ def _error_text(obj: dict[str, Any]) -> str | None:
     return str(err)
 
 
+def _choices(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The event's choices that are objects; ``choices`` that is not a list has none."""
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        return []
+    return [ch for ch in choices if isinstance(ch, dict)]
+
+
+def _info(obj: dict[str, Any], has_output: bool, finish: str | None) -> EventInfo:
+    usage, vendor = obj.get("usage"), obj.get("loadgen")
+    return EventInfo(has_output, usage if isinstance(usage, dict) else None, finish, _error_text(obj),
+                     vendor if isinstance(vendor, dict) else None)
+
+
+def _finish_reason(ch: dict[str, Any], finish: str | None) -> str | None:
+    reason = ch.get("finish_reason")
+    return reason if isinstance(reason, str) and reason else finish
+
+
 def _completions_event(obj: dict[str, Any]) -> EventInfo:
     has_output = False
     finish = None
-    for ch in obj.get("choices") or ():
-        if not isinstance(ch, dict):
-            continue
+    for ch in _choices(obj):
         if ch.get("text") or ch.get("token_ids"):
             has_output = True
-        finish = ch.get("finish_reason") or finish
-    return EventInfo(has_output, obj.get("usage"), finish, _error_text(obj), obj.get("loadgen"))
+        finish = _finish_reason(ch, finish)
+    return _info(obj, has_output, finish)
 
 
 def _chat_event(obj: dict[str, Any]) -> EventInfo:
     has_output = False
     finish = None
-    for ch in obj.get("choices") or ():
-        if not isinstance(ch, dict):
-            continue
+    for ch in _choices(obj):
         delta = ch.get("delta") or {}
         if isinstance(delta, dict) and (
             delta.get("content")
@@ -112,8 +131,8 @@ def _chat_event(obj: dict[str, Any]) -> EventInfo:
             has_output = True
         if ch.get("token_ids"):
             has_output = True
-        finish = ch.get("finish_reason") or finish
-    return EventInfo(has_output, obj.get("usage"), finish, _error_text(obj), obj.get("loadgen"))
+        finish = _finish_reason(ch, finish)
+    return _info(obj, has_output, finish)
 
 
 @dataclass(frozen=True, slots=True)
