@@ -34,6 +34,14 @@ NUMBERS: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from([0, 1, -1, 2**63, -(2**63), 10**30, 1e308, -1e308, 5e-324, 0.5, True, False]),
 )
 
+# whole numbers as text, up to past Python's 4,300-digit limit on int(str)
+DIGITS: st.SearchStrategy[str] = st.builds(lambda sign, n: sign + "9" * n, st.sampled_from(["", "-"]),
+                                           st.sampled_from([19, 20, 40, 309, 400, 4301, 5000]))
+
+# the same numbers as ints (Python's json and tomllib read them so)
+BIG_INTS: st.SearchStrategy[int] = st.builds(lambda neg, n: (-1 if neg else 1) * (10**n - 1), st.booleans(),
+                                             st.sampled_from([19, 20, 40, 309, 400, 4301, 5000]))
+
 SCALARS: st.SearchStrategy[Any] = st.one_of(st.none(), st.booleans(), NUMBERS, st.text(max_size=20))
 
 
