@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import WorkloadError
-from loadgen.workload.distributions import Distribution, parse_distribution
+from loadgen.workload.distributions import MAX_LENGTH, Distribution, parse_distribution
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -133,8 +133,8 @@ class _File:
         v = table[k]
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.error(key, f"expected a whole number >= 1, got {_type_name(v)} {v!r}")
-        if v < 1:
-            raise self.error(key, f"must be >= 1, got {v}")
+        if not 1 <= v <= MAX_LENGTH:  # a prefix is built in memory, like a prompt
+            raise self.error(key, f"must be in [1, {MAX_LENGTH:,}], got {v}")
         return v
 
     def weight(self, table: dict[str, Any], key: str) -> float:
@@ -217,7 +217,7 @@ def _read(path: Path) -> Workload:
         raise f.error(None, f"not UTF-8 text: {exc}") from exc
     try:
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer of over 4,300 digits
         raise f.error(None, f"invalid TOML: {exc}") from exc
     return _parse(doc, f)
 

@@ -163,7 +163,12 @@ BAD_FILES = [
     ("prompt_tokens = 1\noutput_tokens = 1\nshared_prefix = 3\n", "shared_prefix",
      ["expected a table with groups, tokens, got integer"]),
     ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 0\ntokens = 5\n", "shared_prefix.groups",
-     ["must be >= 1, got 0"]),
+     ["must be in [1, 1,000,000], got 0"]),
+    # past int64: was accepted, then an OverflowError when prompts were built (found writing tests/fuzz)
+    ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\ntokens = " + "9" * 40 + "\n",
+     "shared_prefix.tokens", ["must be in [1, 1,000,000]"]),
+    # tomllib's ValueError for an integer of over 4,300 digits escaped (found by tests/fuzz)
+    ("prompt_tokens = " + "9" * 4301 + "\noutput_tokens = 1\n", None, ["invalid TOML", "4300 digits"]),
     ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\n", "shared_prefix.tokens",
      ["missing; it is required (a whole number >= 1)"]),
     ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\ntokens = 5\nsize = 1\n",
@@ -188,14 +193,15 @@ BAD_FILES = [
 ]
 
 
-@pytest.mark.parametrize(("text", "key", "parts"), BAD_FILES, ids=[k + str(i) for i, (_, k, _) in enumerate(BAD_FILES)])
-def test_malformed_file_names_file_and_key(tmp_path: Path, text: str, key: str, parts: list[str]) -> None:
+@pytest.mark.parametrize(("text", "key", "parts"), BAD_FILES,
+                         ids=[f"{k or 'file'}{i}" for i, (_, k, _) in enumerate(BAD_FILES)])
+def test_malformed_file_names_file_and_key(tmp_path: Path, text: str, key: str | None, parts: list[str]) -> None:
     path = write(tmp_path, text)
     with pytest.raises(WorkloadError) as info:
         load_workload(str(path), [])
     msg = str(info.value)
-    assert msg.startswith(f"{path}: {key}: "), msg
-    assert info.value.source == str(path) and info.value.key == key
+    assert msg.startswith(f"{path}: {key}: " if key else f"{path}: "), msg
+    assert info.value.source == str(path) and info.value.key == key and "\n" not in msg
     for part in parts:
         assert part in msg
 
