@@ -50,7 +50,7 @@ EVENTS = st.one_of(
 )
 
 
-@budget(300)
+@budget(150)
 @given(st.sampled_from(sorted(DIALECTS)), EVENTS)
 def test_parse_event_takes_any_json_object(api: str, obj: dict[str, Any]) -> None:
     info = DIALECTS[api].parse_event(obj)
@@ -67,7 +67,7 @@ def _frame(obj: Any, raw: bool) -> bytes:
     return b"data: " + dumps(obj).encode() + b"\n\n"
 
 
-@budget(200)
+@budget(100)
 @given(st.sampled_from(sorted(DIALECTS)),
        st.lists(st.one_of(EVENTS.map(lambda o: (o, False)),
                           st.tuples(st.sampled_from(["[DONE]", "{", "[1]", "null", "NaN", ""]),

@@ -69,7 +69,7 @@ def _check(dist: Distribution) -> None:
     assert "\n" not in dist.describe()
 
 
-@budget(400)
+@budget(250)
 @given(SPECS)
 def test_any_spec_text_is_a_distribution_or_one_line_error(text: str) -> None:
     try:

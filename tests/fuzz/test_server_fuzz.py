@@ -99,7 +99,7 @@ def _check(resp: httpx.Response, stream: Any) -> None:
         assert resp.json()["choices"]
 
 
-@budget(150)
+@budget(120)
 @given(st.data(), ROUTES)
 def test_any_json_body_is_answered_200_or_4xx(client: httpx.Client, data: st.DataObject, path: str) -> None:
     body = data.draw(bodies(chat="chat" in path))

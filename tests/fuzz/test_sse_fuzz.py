@@ -54,7 +54,7 @@ def _decode(chunks: list[bytes]) -> list[SSEEvent]:
     return events + dec.close()
 
 
-@budget(250)
+@budget(200)
 @given(st.data(), st.one_of(streams(), st.binary(max_size=200)))
 def test_any_split_decodes_like_the_whole(data: st.DataObject, stream: bytes) -> None:
     whole = _decode([stream])
@@ -64,7 +64,7 @@ def test_any_split_decodes_like_the_whole(data: st.DataObject, stream: bytes) ->
         assert isinstance(ev.data, str) and isinstance(ev.event, str) and ev.event
 
 
-@budget(200)
+@budget(120)
 @given(st.lists(st.tuples(st.text(max_size=20).filter(lambda t: "\r" not in t and "\n" not in t),
                           ENDINGS), min_size=1, max_size=6), ENDINGS, st.booleans())
 def test_data_lines_join_with_lf_whatever_the_line_ending(lines: list[tuple[str, bytes]],

@@ -190,7 +190,7 @@ def _write(folder: Path, doc: bytes) -> Path:
     return path
 
 
-@budget(150)
+@budget(100)
 @given(st.one_of(workload_documents(), anything()))
 def test_any_workload_file_is_a_workload_or_one_line_error(folder: Path, doc: bytes) -> None:
     path = _write(folder, doc)
@@ -211,7 +211,7 @@ def test_any_workload_file_is_a_workload_or_one_line_error(folder: Path, doc: by
         assert 0 <= cls.shared_prefix_tokens <= MAX_LENGTH and 0 <= cls.shared_prefix_groups
 
 
-@budget(200)
+@budget(120)
 @given(st.one_of(profile_documents(), anything()))
 def test_any_profile_file_is_a_profile_or_one_line_error(folder: Path, doc: bytes) -> None:
     path = _write(folder, doc)
