@@ -23,8 +23,9 @@ Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}`
 invalid bodies, unknown models and prompts over the context length, 401 without the API key
 (when one is set), 408 for a body that does not arrive in time, 413 for a body over the size
 limit (see :mod:`loadgen.server.guard`), 429 when the engine's queue (or ``max_in_flight``)
-is full, 404/405 for unknown routes and methods, 500 for injected faults and server bugs. A client that disconnects mid-request aborts its engine
-request (the engine's iterator is closed, freeing its KV blocks).
+is full, 404/405 for unknown routes and methods, 500 for injected faults and server bugs. A
+client that disconnects mid-request aborts its engine request (the engine's iterator is
+closed, freeing its KV blocks).
 """
 
 from __future__ import annotations
