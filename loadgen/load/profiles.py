@@ -146,8 +146,8 @@ def _typed(name: str, value: Any, default: Any, source: str) -> Any:
     if isinstance(default, (int, float)) or name in ("requests", "duration_s", "max_in_flight", "rate_high"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _err(source, name, f"must be a number, got {value!r}")
-        if value < 0:
-            raise _err(source, name, f"must be >= 0, got {value!r}")
+        if not 0 <= value < math.inf:  # NaN fails too
+            raise _err(source, name, f"must be a finite number >= 0, got {value!r}")
         return value
     return value
 
@@ -198,8 +198,8 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         raise _err(source, "levels", "give either levels or [generate], not both")
     if "levels" in data:
         lv = data["levels"]
-        if not (isinstance(lv, list) and lv and all(isinstance(v, (int, float)) and v > 0 for v in lv)):
-            raise _err(source, "levels", "must be a non-empty list of positive numbers")
+        if not (isinstance(lv, list) and lv and all(isinstance(v, (int, float)) and 0 < v < math.inf for v in lv)):
+            raise _err(source, "levels", "must be a non-empty list of positive, finite numbers")
         prof.levels = [float(v) for v in lv]
     elif "generate" in data:
         prof.levels = _generate(data["generate"], source)

@@ -226,6 +226,10 @@ def test_any_profile_file_is_a_profile_or_one_line_error(folder: Path, doc: byte
     assert profile.kind in KINDS
     assert all(math.isfinite(v) and v > 0 for v in profile.levels)
     assert len(profile.levels) <= 10_000
+    for value in (profile.requests, profile.duration_s, profile.max_in_flight, profile.rate_high,
+                  profile.warmup_requests, profile.burstiness, profile.max_lateness_s, profile.window_s,
+                  profile.rate_low, profile.max_levels, profile.rel_width, profile.max_concurrency):
+        assert value is None or (not isinstance(value, bool) and 0 <= value < math.inf), value
 
 
 BOUNDS = st.one_of(st.floats(min_value=1e-300, max_value=1e300), st.integers(1, 2**70),

@@ -192,9 +192,12 @@ def test_unknown_profile_lists_the_names() -> None:
         (b"[generate]\nstart = " + b"9" * 400 + b"\nstop = 1\n", "finite"),  # OverflowError
         (b"levels = [" + b"9" * 4301 + b"]\n", "invalid TOML"),  # tomllib's ValueError escaped
         (b"\x80levels = [1]\n", "not UTF-8"),  # UnicodeDecodeError escaped
+        (b"levels = [1e400]\n", "finite"),  # an infinite level was accepted
+        (b"levels = [1]\nrequests = nan\n", "finite"),  # NaN requests per level were accepted
+        (b"levels = [1]\nduration_s = inf\n", "finite"),
     ],
     ids=["doubling-to-inf", "doubling-2000-levels", "linear-1e600-levels", "linear-to-inf", "nan-step",
-         "start-of-400-digits", "int-of-4301-digits", "not-utf8"],
+         "start-of-400-digits", "int-of-4301-digits", "not-utf8", "inf-level", "nan-requests", "inf-duration"],
 )
 def test_profiles_that_crashed_or_hung_are_one_line_errors(tmp_path: Path, text: bytes, needle: str) -> None:
     """Found by tests/fuzz: each of these hung, or raised a traceback, before."""
