@@ -566,7 +566,7 @@ def serve(
         "", help="torch on CUDA: decode batch sizes captured at start-up, e.g. 1,2,4,8 (default 1,2,4..256)"),
     api_key: Optional[str] = typer.Option(
         None, envvar="LOADGEN_API_KEY", show_default=False,
-        help="Require 'Authorization: Bearer KEY' on /v1/* (as vllm serve --api-key); /health and /metrics stay open",
+        help="Require the header Authorization: Bearer KEY on /v1/* (as vllm serve --api-key); /health and /metrics stay open",
     ),
     body_timeout: float = typer.Option(30.0, help="Seconds a request body may take to arrive (then 408, connection closed)"),
     max_body_mb: float = typer.Option(64.0, help="Largest request body in MiB (larger: 413)"),
@@ -597,7 +597,7 @@ def serve(
         http=HttpLimits(api_key=api_key, body_timeout_s=body_timeout, max_body_bytes=_mib(max_body_mb, "--max-body-mb")),
     )  # fmt: skip
     eng = build_engine(config)
-    application = create_app(eng, faults=config.faults, limits=config.http)
+    application = create_app(eng, faults=config.faults, http=config.http)
     mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
     print(f"loadgen serve: {config.limits.describe()}", flush=True)
 

@@ -136,9 +136,9 @@ class ServerApi:
 
     def __init__(self, engine: AsyncEngine, *, model_name: str, faults: FaultConfig | None,
                  max_in_flight: int | None, history: int, tokenizer: Tokenizer,
-                 limits: HttpLimits) -> None:
+                 http: HttpLimits) -> None:
         self.engine = engine
-        self.limits = limits
+        self.http = http
         self.model_name = model_name
         self.tokenizer = tokenizer
         self.metrics = ServerMetrics(model_name, history=history)
@@ -189,7 +189,7 @@ class ServerApi:
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival_ns = perf_counter_ns()
-        body = await read_json(request, self.limits)
+        body = await read_json(request, self.http)
         parsed = parse_request(body, chat=chat, model_name=self.model_name,
                                tokenizer=self.tokenizer, max_model_len=self.engine.max_model_len)
         plan = self.faults.plan(parsed.max_tokens) if self.faults is not None else None
@@ -387,7 +387,7 @@ def _error_middleware(api: ServerApi) -> Any:
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            check_api_key(request, api.limits.api_key)
+            check_api_key(request, api.http.api_key)
             return await handler(request)
         except RequestRejected as exc:
             api.metrics.reject(exc.status)
@@ -419,7 +419,7 @@ API_KEY = web.AppKey("loadgen_api", ServerApi)
 def create_app(engine: AsyncEngine, *, model_name: str | None = None,
                faults: FaultConfig | None = None, max_in_flight: int | None = None,
                history: int = 10_000, tokenizer: Tokenizer | None = None,
-               manage_engine: bool = True, limits: HttpLimits | None = None) -> web.Application:
+               manage_engine: bool = True, http: HttpLimits | None = None) -> web.Application:
     """The aiohttp application serving ``engine`` under the name ``model_name``.
 
     ``model_name`` defaults to the engine's; ``faults`` injects seeded failures;
@@ -428,9 +428,9 @@ def create_app(engine: AsyncEngine, *, model_name: str | None = None,
     keeps; the tokenizer defaults to the engine's own (an ``engine.tokenizer`` attribute,
     e.g. a real model's), else a :class:`WordTokenizer` of the engine's vocabulary.
     With ``manage_engine`` the app starts the engine on startup and stops it on cleanup.
-    ``limits``: the API key, body timeout and body size limit (:mod:`loadgen.server.guard`).
+    ``http``: the API key, body timeout and body size limit (:mod:`loadgen.server.guard`).
     """
-    limits = limits or HttpLimits()
+    http = http or HttpLimits()
     name = model_name or engine.model_name
     tok: Tokenizer | None = tokenizer
     if tok is None:
@@ -438,9 +438,9 @@ def create_app(engine: AsyncEngine, *, model_name: str | None = None,
     if tok is None:
         tok = WordTokenizer(engine.vocab_size)
     api = ServerApi(engine, model_name=name, faults=faults, max_in_flight=max_in_flight,
-                    history=history, tokenizer=tok, limits=limits)
+                    history=history, tokenizer=tok, http=http)
     app = web.Application(middlewares=[_error_middleware(api)],
-                          client_max_size=limits.max_body_bytes)
+                          client_max_size=http.max_body_bytes)
     app[API_KEY] = api
     app.router.add_post("/v1/completions", api.completions)
     app.router.add_post("/v1/chat/completions", api.chat_completions)

@@ -72,7 +72,7 @@ async def test_deeply_nested_json_is_a_400_not_a_500(session: aiohttp.ClientSess
 
 async def test_a_body_that_never_arrives_gets_408_and_the_connection_closed() -> None:
     timeout_s = 0.2
-    async with serve(make_engine(), limits=HttpLimits(body_timeout_s=timeout_s)) as url:
+    async with serve(make_engine(), http=HttpLimits(body_timeout_s=timeout_s)) as url:
         head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b"Content-Length: 100\r\n\r\n")
         t0 = time.perf_counter()
@@ -104,7 +104,7 @@ async def test_bodies_over_the_limit_are_413_whether_declared_or_chunked(
         for i in range(0, len(big), 300):
             yield big[i:i + 300]
 
-    async with serve(make_engine(), limits=HttpLimits(max_body_bytes=limit)) as url:
+    async with serve(make_engine(), http=HttpLimits(max_body_bytes=limit)) as url:
         for data in (big, chunked()):
             async with session.post(url + "/v1/completions", data=data) as resp:
                 assert resp.status == 413
@@ -119,7 +119,7 @@ async def test_api_key_guards_v1_only_in_constant_time(session: aiohttp.ClientSe
                                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     seen: list[str] = []
-    async with serve(make_engine(), limits=HttpLimits(api_key=KEY)) as url:
+    async with serve(make_engine(), http=HttpLimits(api_key=KEY)) as url:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY},
                         {"Authorization": f"Bearer {KEY}x"}, {"Authorization": f"bearer {KEY}"}):
             for method, path in (("POST", "/v1/completions"), ("POST", "/v1/chat/completions"),
