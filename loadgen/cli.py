@@ -564,7 +564,7 @@ def serve(
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode"),
     cuda_graph_sizes: str = typer.Option(
         "", help="torch on CUDA: decode batch sizes captured at start-up, e.g. 1,2,4,8 (default 1,2,4..256)"),
-    api_key: Optional[str] = typer.Option(
+    api_key: str | None = typer.Option(
         None, envvar="LOADGEN_API_KEY", show_default=False,
         help="Require the header Authorization: Bearer KEY on /v1/* (as vllm serve --api-key); /health and /metrics stay open",
     ),
