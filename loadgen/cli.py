@@ -1,13 +1,15 @@
 """The ``loadgen`` command line (typer). The only module that touches argv and exit codes.
 
 Every :class:`loadgen.errors.LoadgenError` becomes one line on stderr and exit code 2;
-Ctrl-C during a run keeps every finished record and exits 130.
+Ctrl-C (SIGINT) or SIGTERM during a run keeps every finished record, writes the summary
+and the report, and exits 130 or 143 (128 + the signal).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
@@ -19,6 +21,7 @@ from rich.markup import escape
 from loadgen import __version__
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.paths import search_dirs
+from loadgen.signals import exit_code
 
 __all__ = ["app", "main"]
 
@@ -36,7 +39,7 @@ err_console = Console(stderr=True, highlight=False)
 F = TypeVar("F", bound=Callable[..., Any])
 
 def friendly(fn: F) -> F:
-    """LoadgenError → one red line and exit 2; Ctrl-C outside a run → exit 130."""
+    """LoadgenError → one red line and exit 2; Ctrl-C or SIGTERM outside a run → exit 130 or 143."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -45,9 +48,10 @@ def friendly(fn: F) -> F:
         except LoadgenError as exc:
             err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted[/yellow]")
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            err_console.print("[yellow]interrupted[/yellow]" if signum == signal.SIGINT else "[yellow]terminated[/yellow]")
+            raise typer.Exit(exit_code(signum)) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -206,6 +210,9 @@ def run(
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.discovery import normalize_url, split_credentials
     from loadgen.metrics.slo import parse_slo
+    from loadgen.signals import raise_on_sigterm
+
+    raise_on_sigterm()  # SIGTERM before the run's own handler: one line, exit 143
     from loadgen.orchestrate import RunConfig, execute
     from loadgen.report.files import default_run_dir
     from loadgen.workload.spec import load_workload, workload_from_flags
@@ -271,8 +278,8 @@ def run(
         from loadgen.report.html import render_run_report
 
         console.print(f"[dim]report: {render_run_report(outcome.folder)}[/dim]")
-    if outcome.interrupted:
-        raise typer.Exit(130)
+    if outcome.interrupted or outcome.signum:
+        raise typer.Exit(exit_code(outcome.signum))
     failed = sum(lv.requests.failed for lv in outcome.summary.levels)
     if failed and not any(lv.requests.ok for lv in outcome.summary.levels):
         err_console.print(f"[bold red]error:[/bold red] every request failed ({failed}); see the failures above")

@@ -38,6 +38,7 @@ from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
+from loadgen.signals import STOP_SIGNALS, raise_on_sigterm
 from loadgen.report.console import LiveStats, level_line, show_summary
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
@@ -85,6 +86,7 @@ class RunOutcome:
     summary: RunSummary
     interrupted: bool
     records: int
+    signum: int | None = None  # the signal that stopped the run (SIGINT or SIGTERM)
 
 
 Probe = Callable[[RequestSpec], Awaitable[ProbeResult]]
@@ -337,6 +339,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
         source = WorkloadSource(cfg.workload, cfg.seed, synth)
         with contextlib.ExitStack() as files:
             cluster = None if cfg.ray is None else files.enter_context(connect(cfg.ray))
+            if cluster is not None:
+                raise_on_sigterm()  # ray.init() put its own (sys.exit) in place of ours
             n_workers, why = _workers(cfg, cluster)
             if cluster is not None:
                 console.print(f"[dim]workers: {n_workers} Ray actor{'s' if n_workers > 1 else ''} over the cluster's "
@@ -369,6 +373,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                 levels = _InProcess(Runner(transport, on_record), source)
             stats = LiveStats(lambda: levels.in_flight)
             scraper = None
+            stop = files.enter_context(_stop_signals(asyncio.get_running_loop(), levels))  # until summary.json
 
             def after_level() -> None:
                 if isinstance(levels, RayPool):  # the clock offsets re-estimated before each level
@@ -385,7 +390,6 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                     scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers,
                                              extra_urls=cfg.scrape_urls)
                     await stack.enter_async_context(scraper)
-                stack.enter_context(_sigint(asyncio.get_running_loop(), levels))
                 if cfg.live:
                     stack.enter_context(Live(stats, console=console, refresh_per_second=4, transient=True))
                 summary = await _sweep_levels(cfg, levels, writer, stats, console, anchor_ns, after_level)
@@ -395,29 +399,49 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
             n_records = writer.count
     finally:
         await transport.aclose()
-    return RunOutcome(cfg.out, summary, summary.interrupted, n_records)
+    return RunOutcome(cfg.out, summary, summary.interrupted, n_records, stop.signum)
+
+
+@dataclass
+class _Stop:
+    signum: int | None = None  # the first stop signal received
 
 
 @contextlib.contextmanager
-def _sigint(loop: asyncio.AbstractEventLoop, runner: Levels) -> Iterator[None]:
-    """First Ctrl-C: stop the level, keep every record; the second one is not caught."""
+def _stop_signals(loop: asyncio.AbstractEventLoop, runner: Levels) -> Iterator[_Stop]:
+    """SIGINT or SIGTERM: stop the level, keep every record, write the summary.
 
-    def handler() -> None:
+    A second Ctrl-C is not caught (it interrupts at once). SIGTERM stays handled: ``timeout``
+    sends it twice (to the process, then to its group), and a later one from the same
+    supervisor adds nothing; SIGKILL is what ends a run that will not stop.
+    """
+    stop = _Stop()
+    before = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int) -> None:
+        if stop.signum is None:
+            stop.signum = signum
         runner.interrupt()
-        with contextlib.suppress(Exception):
-            loop.remove_signal_handler(signal.SIGINT)
-
-    try:
-        loop.add_signal_handler(signal.SIGINT, handler)
-        installed = True
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
-        installed = False
-    try:
-        yield
-    finally:
-        if installed:
+        if signum == signal.SIGINT:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal.SIGINT)
+
+    installed = []
+    for sig in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, handler, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
+            pass
+    try:
+        yield stop
+    finally:
+        for sig in installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        if signal.SIGTERM in installed and before is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, before)  # the loop's removal left SIG_DFL
 
 
 def execute(cfg: RunConfig, console: Console) -> RunOutcome:

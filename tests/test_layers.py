@@ -15,10 +15,11 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "paths": set(),
     "aio": set(),
+    "signals": {"errors"},
     "workload": {"records", "errors", "workload"},
     "metrics": {"records", "errors", "metrics"},
     "client": {"records", "errors", "client"},
-    "load": {"records", "errors", "load", "metrics", "aio"},
+    "load": {"records", "errors", "load", "metrics", "aio", "signals"},
     "report": {"", "records", "errors", "report", "metrics"},
     "server": {"errors", "server", "aio"},
 }

@@ -1,0 +1,86 @@
+"""SIGTERM (``timeout``, ``docker stop``, Kubernetes, CI cancellation) stops a run as Ctrl-C
+does: in-flight requests recorded as cancelled, summary and report written, exit 143.
+
+Real ``loadgen run`` subprocesses against a scripted server; each in its own session so a
+signal can go to its whole process group (workers included), as ``timeout`` sends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.scripted_server import Script, ScriptedServerProcess
+
+
+def _start(out: Path, url: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadgen.cli", "run", "--url", url, "--prompt-tokens", "8", "--out", str(out), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_for_records(proc: subprocess.Popen[str], out: Path, n: int) -> None:
+    deadline = time.monotonic() + 30
+    f = out / "records.jsonl"
+    while time.monotonic() < deadline and proc.poll() is None:
+        if f.exists() and len(f.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} records within 30 s (exit code {proc.poll()})")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_like_timeout_keeps_records_and_summarises(tmp_path: Path, workers: int) -> None:
+    """As ``timeout`` does: SIGTERM to the process, then to its whole group (workers too)."""
+    out = tmp_path / "terminated"
+    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
+        proc = _start(out, srv.url, "--concurrency", "4", "--requests", "1000", "--output-tokens", "40",
+                      "--workers", str(workers))  # fmt: skip
+        _wait_for_records(proc, out, 4)
+        os.kill(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, output
+    assert "Traceback" not in output and "interrupted" in output
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    statuses = [r["status"] for r in records]
+    assert statuses.count("cancelled") == 4 and statuses.count("ok") >= 4, statuses
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert summary["levels"][0]["requests"]["total"] == len(records)
+    assert (out / "report.html").stat().st_size > 0
+
+
+def test_sigterm_between_levels_marks_the_sweep_interrupted(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.02)) as srv:
+        proc = _start(out, srv.url, "--levels", "1,2,4", "--requests", "30", "--output-tokens", "10", "--quiet")
+        _wait_for_records(proc, out, 31)  # into the second level
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert len(summary["levels"]) == 2 and summary["levels"][0]["requests"]["total"] == 30
+
+
+def test_sigterm_during_calibration_is_one_line(tmp_path: Path) -> None:
+    """Before the run's own handler: the cleanup runs, one line, exit 143."""
+    log = tmp_path / "served.jsonl"
+    with ScriptedServerProcess(Script(ttft_s=60, log_path=str(log))) as srv:
+        proc = _start(tmp_path / "run", srv.url, "--requests", "2")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (log.exists() and log.read_text()):  # calibration sent
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143, output
+    assert output.strip() == "terminated", output
