@@ -156,11 +156,13 @@ def _config_callback(ctx: typer.Context, param: typer.CallbackParam, value: Opti
 @app.command()
 @friendly
 def run(
+    ctx: typer.Context,
     config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=_config_callback,
                                           help="Options from a TOML file, or a run folder's run.json to repeat that "
                                           "run (same seed, same requests); flags given here win. Header values and "
                                           "API keys are never in run.json: pass them again"),
-    url: str = typer.Option(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
+    url: Optional[str] = typer.Option(None, help="Base URL of the server, e.g. http://127.0.0.1:8000 (required "
+                                      "unless --resume)"),
     api: str = typer.Option("chat", help="API dialect: chat or completions"),
     model: Optional[str] = typer.Option(None, help="Model name (default: the first of /v1/models)"),
     workload: Optional[str] = typer.Option(None, help="Named workload (workloads/NAME.toml) or a .toml path"),
@@ -206,6 +208,9 @@ def run(
     abort_on_fail: bool = typer.Option(False, help="Stop a sweep at the first level that fails a gate "
                                        "(the --fail-on gates; slo,errors when none is given)"),
     quiet: bool = typer.Option(False, help="No live display"),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder (killed mid-sweep) at its "
+                                          "first unfinished level, with its run.json's settings; takes only "
+                                          "--url, --header, --api-key-env and --quiet besides"),
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.discovery import normalize_url, split_credentials
@@ -213,10 +218,15 @@ def run(
     from loadgen.signals import raise_on_sigterm
 
     raise_on_sigterm()  # SIGTERM before the run's own handler: one line, exit 143
-    from loadgen.orchestrate import RunConfig, execute
+    from loadgen.orchestrate import RunConfig
     from loadgen.report.files import default_run_dir
     from loadgen.workload.spec import load_workload, workload_from_flags
 
+    if resume is not None:
+        _resume(ctx, resume, url, header, api_key_env, quiet)
+        return
+    if url is None:
+        raise ConfigError("required (the server's base URL, e.g. http://127.0.0.1:8000)", key="--url")
     base, url_auth = split_credentials(normalize_url(url))
     if out is not None and not out.strip():
         raise ConfigError("give a folder (an empty name would mean the current directory)", key="--out")
@@ -272,6 +282,34 @@ def run(
     get_dialect(api)
     if transport not in TRANSPORTS:
         raise ConfigError(f"unknown transport {transport!r}; choose one of: {', '.join(TRANSPORTS)}", key="--transport")
+    _execute_and_exit(cfg)
+
+
+_RESUME_FLAGS = {"resume", "url", "header", "api_key_env", "quiet"}
+
+
+def _resume(ctx: typer.Context, folder: Path, url: str | None, header: list[str], api_key_env: str | None,
+            quiet: bool) -> None:  # fmt: skip
+    """``run --resume FOLDER``: the run's own settings from its run.json; only the URL and the
+    headers (never stored) may be given again."""
+    from loadgen.client.discovery import normalize_url, split_credentials
+    from loadgen.recover import resume_config
+
+    sources = {name: ctx.get_parameter_source(name) for name in ctx.params if name not in _RESUME_FLAGS}
+    given = sorted(name for name, src in sources.items() if src is not None and src.name != "DEFAULT")
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ConfigError(f"the run's settings come from its run.json; {flags} cannot change them (give only --url, "
+                          "--header, --api-key-env, --quiet)", key="--resume")  # fmt: skip
+    base, url_auth = (None, {}) if url is None else split_credentials(normalize_url(url))
+    cfg, _ = resume_config(folder, base, {**url_auth, **_headers(header, api_key_env)},
+                           command=["loadgen", *_redact_argv(sys.argv[1:])], live=not quiet and sys.stdout.isatty())  # fmt: skip
+    _execute_and_exit(cfg)
+
+
+def _execute_and_exit(cfg: Any) -> None:
+    from loadgen.orchestrate import execute
+
     console = _console()
     outcome = execute(cfg, console)
     if outcome.records:
@@ -415,10 +453,24 @@ def report(
     folder: Path = typer.Argument(..., help="A run folder (with summary.json and records.jsonl)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default FOLDER/report.html)"),
 ) -> None:
-    """Re-render a run's self-contained HTML report from its files."""
+    """Re-render a run's self-contained HTML report from its files.
+
+    A run that never reached its end (kill -9, or a SIGTERM after the supervisor's patience)
+    has no summary.json, or only the one written level by level: it is rebuilt from
+    records.jsonl and run.json first, marked interrupted unless the run finished."""
+    from loadgen.recover import needs_rebuild, rebuild_summary
     from loadgen.report.html import render_run_report
 
-    _console().print(f"report: {render_run_report(folder, out)}")
+    console = _console()
+    if needs_rebuild(folder):
+        rec, summary = rebuild_summary(folder)
+        if rec.torn:
+            console.print("[yellow]note: the last line of records.jsonl was cut off mid-write (a killed run); "
+                          "skipped[/yellow]")  # fmt: skip
+        n = len(summary.levels)
+        console.print(f"summary.json rebuilt from records.jsonl and run.json: {n} level{'s' if n != 1 else ''} "
+                      f"({rec.rebuilt} from their records){', interrupted' if summary.interrupted else ''}")  # fmt: skip
+    console.print(f"report: {render_run_report(folder, out)}")
 
 
 @app.command()
