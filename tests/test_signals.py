@@ -27,14 +27,14 @@ def _start(out: Path, url: str, *args: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def _wait_for_records(proc: subprocess.Popen[str], out: Path, n: int) -> None:
-    deadline = time.monotonic() + 30
+def _wait_for_records(proc: subprocess.Popen[str], out: Path, n: int, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
     f = out / "records.jsonl"
     while time.monotonic() < deadline and proc.poll() is None:
         if f.exists() and len(f.read_text().splitlines()) >= n:
             return
         time.sleep(0.05)
-    raise AssertionError(f"fewer than {n} records within 30 s (exit code {proc.poll()})")
+    raise AssertionError(f"fewer than {n} records within {timeout_s:g} s (exit code {proc.poll()})")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -57,6 +57,23 @@ def test_sigterm_like_timeout_keeps_records_and_summarises(tmp_path: Path, worke
     assert summary["interrupted"] is True
     assert summary["levels"][0]["requests"]["total"] == len(records)
     assert (out / "report.html").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_sigterm_stops_ray_actors_and_keeps_their_records(tmp_path: Path) -> None:
+    """The coordinator takes SIGTERM and stops its actors (a local Ray instance, on loopback)."""
+    pytest.importorskip("ray", reason="--ray needs Ray (pip install 'loadgen[distributed]')")
+    out = tmp_path / "ray"
+    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
+        proc = _start(out, srv.url, "--concurrency", "4", "--requests", "1000", "--output-tokens", "40",
+                      "--ray", "auto", "--workers", "2", "--quiet")  # fmt: skip
+        _wait_for_records(proc, out, 4, timeout_s=120)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, output
+    statuses = [json.loads(x)["status"] for x in (out / "records.jsonl").read_text().splitlines()]
+    assert statuses.count("cancelled") == 4 and statuses.count("ok") >= 4, statuses
+    assert json.loads((out / "summary.json").read_text())["interrupted"] is True
 
 
 def test_sigterm_between_levels_marks_the_sweep_interrupted(tmp_path: Path) -> None:
