@@ -7,6 +7,7 @@ and the report, and exits 130 or 143 (128 + the signal).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -21,7 +22,7 @@ from rich.markup import escape
 from loadgen import __version__
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.paths import search_dirs
-from loadgen.signals import exit_code
+from loadgen.signals import exit_code, raise_on_sigterm
 
 __all__ = ["app", "main"]
 
@@ -52,6 +53,24 @@ def friendly(fn: F) -> F:
             signum = getattr(exc, "signum", signal.SIGINT)
             err_console.print("[yellow]interrupted[/yellow]" if signum == signal.SIGINT else "[yellow]terminated[/yellow]")
             raise typer.Exit(exit_code(signum)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def sigterm_unwinds(fn: F) -> F:
+    """SIGTERM while ``fn`` runs, outside a run's own handler (discovery, calibration),
+    unwinds like Ctrl-C: one line and exit 143 (see :mod:`loadgen.signals`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        previous = signal.getsignal(signal.SIGTERM)
+        raise_on_sigterm()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if previous is not None:
+                with contextlib.suppress(ValueError):  # not the main thread
+                    signal.signal(signal.SIGTERM, previous)
 
     return wrapper  # type: ignore[return-value]
 
@@ -155,6 +174,7 @@ def _config_callback(ctx: typer.Context, param: typer.CallbackParam, value: Opti
 
 @app.command()
 @friendly
+@sigterm_unwinds
 def run(
     ctx: typer.Context,
     config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=_config_callback,
@@ -215,9 +235,6 @@ def run(
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.discovery import normalize_url, split_credentials
     from loadgen.metrics.slo import parse_slo
-    from loadgen.signals import raise_on_sigterm
-
-    raise_on_sigterm()  # SIGTERM before the run's own handler: one line, exit 143
     from loadgen.orchestrate import RunConfig
     from loadgen.report.files import default_run_dir
     from loadgen.workload.spec import load_workload, workload_from_flags
