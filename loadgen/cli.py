@@ -28,6 +28,7 @@ __all__ = ["app", "main"]
 
 if TYPE_CHECKING:
     from loadgen.metrics.gates import Gates
+    from loadgen.orchestrate import RunConfig
 
 app = typer.Typer(
     name="loadgen",
@@ -240,7 +241,7 @@ def run(
     from loadgen.workload.spec import load_workload, workload_from_flags
 
     if resume is not None:
-        _resume(ctx, resume, url, header, api_key_env, quiet)
+        _resume(ctx, resume, url, header, api_key_env, quiet, fail_on, max_error_rate)
         return
     if url is None:
         raise ConfigError("required (the server's base URL, e.g. http://127.0.0.1:8000)", key="--url")
@@ -302,13 +303,13 @@ def run(
     _execute_and_exit(cfg)
 
 
-_RESUME_FLAGS = {"resume", "url", "header", "api_key_env", "quiet"}
+_RESUME_FLAGS = {"resume", "url", "header", "api_key_env", "quiet", "fail_on", "max_error_rate"}
 
 
 def _resume(ctx: typer.Context, folder: Path, url: str | None, header: list[str], api_key_env: str | None,
-            quiet: bool) -> None:  # fmt: skip
+            quiet: bool, fail_on: list[str], max_error_rate: float | None) -> None:  # fmt: skip
     """``run --resume FOLDER``: the run's own settings from its run.json; only the URL and the
-    headers (never stored) may be given again."""
+    headers (never stored) may be given again, and the CI gates that judge the result."""
     from loadgen.client.discovery import normalize_url, split_credentials
     from loadgen.recover import resume_config
 
@@ -317,14 +318,15 @@ def _resume(ctx: typer.Context, folder: Path, url: str | None, header: list[str]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise ConfigError(f"the run's settings come from its run.json; {flags} cannot change them (give only --url, "
-                          "--header, --api-key-env, --quiet)", key="--resume")  # fmt: skip
+                          "--header, --api-key-env, --quiet, --fail-on, --max-error-rate)", key="--resume")  # fmt: skip
     base, url_auth = (None, {}) if url is None else split_credentials(normalize_url(url))
     cfg, _ = resume_config(folder, base, {**url_auth, **_headers(header, api_key_env)},
                            command=["loadgen", *_redact_argv(sys.argv[1:])], live=not quiet and sys.stdout.isatty())  # fmt: skip
+    cfg.gates = _gates(fail_on, max_error_rate, False, cfg.profile.attainment_target)
     _execute_and_exit(cfg)
 
 
-def _execute_and_exit(cfg: Any) -> None:
+def _execute_and_exit(cfg: RunConfig) -> None:
     from loadgen.orchestrate import execute
 
     console = _console()
@@ -339,14 +341,15 @@ def _execute_and_exit(cfg: Any) -> None:
     if failed and not any(lv.requests.ok for lv in outcome.summary.levels):
         err_console.print(f"[bold red]error:[/bold red] every request failed ({failed}); see the failures above")
         raise typer.Exit(1)
-    from loadgen.metrics.gates import exit_code, run_failures
+    from loadgen.metrics.gates import exit_code as gate_exit_code
+    from loadgen.metrics.gates import run_failures
 
-    failures = run_failures(outcome.summary.levels, gates)
+    failures = run_failures(outcome.summary.levels, cfg.gates)
     for failure in failures:
         err_console.print(f"[bold red]gate failed ({failure.reason}):[/bold red] {escape(failure.message)}",
                           soft_wrap=True)
     if failures:
-        raise typer.Exit(exit_code(failures))
+        raise typer.Exit(gate_exit_code(failures))
 
 
 def _gates(fail_on: list[str], max_error_rate: float | None, abort_on_fail: bool,
