@@ -495,6 +495,7 @@ def report(
 
 @app.command()
 @friendly
+@sigterm_unwinds
 def matrix(
     file: Path = typer.Argument(..., help="A matrix file (TOML): server configurations, workload, profile, SLOs"),
     out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<time>-matrix-<name>)"),
@@ -512,8 +513,9 @@ def matrix(
     ok = [c for c in doc["configs"] if c["status"] == "ok"]
     console.print(f"matrix: {len(ok)} of {len(doc['configs'])} configurations ran in {doc['wall_s']:.0f} s; "
                   f"{folder / 'matrix.json'}" + (f", {folder / doc['html']}" if doc.get("html") else ""))
-    if any(c["status"] == "interrupted" for c in doc["configs"]):
-        raise typer.Exit(130)
+    stopped = [c for c in doc["configs"] if c["status"] == "interrupted"]
+    if stopped:
+        raise typer.Exit(exit_code(stopped[0].get("signal")))
     if not ok:
         raise typer.Exit(1)
 

@@ -101,3 +101,39 @@ def test_sigterm_during_calibration_is_one_line(tmp_path: Path) -> None:
         output, _ = proc.communicate(timeout=30)
     assert proc.returncode == 143, output
     assert output.strip() == "terminated", output
+
+
+def test_sigterm_stops_a_matrix_and_its_servers(tmp_path: Path) -> None:
+    """The matrix's servers run in their own process groups: SIGTERM to loadgen must still stop them."""
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('''
+name = "two"
+baseline = "flag=a"
+[server]
+command = "loadgen serve --engine sim --time-scale 2 --port {port} {flag}"
+[grid]
+flag = { a = "--chunked-prefill", b = "--no-chunked-prefill" }
+[run]
+api = "completions"
+prompt_tokens = "64"
+output_tokens = "64"
+[run.profile]
+mode = "concurrency"
+levels = [2]
+requests = 200
+warmup_requests = 0
+''')
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen.cli", "matrix", str(matrix), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and not any(
+            f.read_text() for f in out.glob("*/run/records.jsonl")):  # fmt: skip
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, output
+    doc = json.loads((out / "matrix.json").read_text())
+    first = doc["configs"][0]
+    assert first["status"] == "interrupted" and first["server_exit_code"] is not None, first
+    assert json.loads((out / first["folder"] / "run" / "summary.json").read_text())["interrupted"] is True
