@@ -231,7 +231,8 @@ def run(
     quiet: bool = typer.Option(False, help="No live display"),
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder (killed mid-sweep) at its "
                                           "first unfinished level, with its run.json's settings; takes only "
-                                          "--url, --header, --api-key-env and --quiet besides"),
+                                          "--url, --header, --api-key-env, --quiet, --fail-on and --max-error-rate "
+                                          "besides"),
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.discovery import normalize_url, split_credentials

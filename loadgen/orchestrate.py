@@ -432,7 +432,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
             if scraper is not None and scraper.failures and not scraper.scrapes:
                 console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")
             writer.write_summary(summary.to_json())
-            run_info["finished"] = {"interrupted": summary.interrupted, "levels": len(summary.levels)}
+            run_info["finished"] = {"interrupted": summary.interrupted, "levels": len(summary.levels),
+                                    "stopped": summary.stopped}  # fmt: skip
             writer.write_run(run_info)  # how the run ended: what `loadgen report` and --resume go by
             n_records = writer.count
     finally:

@@ -172,7 +172,8 @@ def _noted(level: LevelSummary) -> LevelSummary:
 def rebuilt_summary(rec: Recovered) -> RunSummary:
     """The run's summary over the recovered levels; ``interrupted`` unless the run ended on its own."""
     interrupted = not rec.complete
-    return run_summary(rec.levels, rec.profile, None if interrupted else rec.stopped, interrupted)
+    stopped = (rec.run.get("finished") or {}).get("stopped") or rec.stopped  # --abort-on-fail is not in the sweep
+    return run_summary(rec.levels, rec.profile, None if interrupted else stopped, interrupted)
 
 
 def rebuild_summary(folder: Path) -> tuple[Recovered, RunSummary]:

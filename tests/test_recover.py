@@ -122,7 +122,7 @@ def test_resume_after_sigkill_keeps_finished_levels_byte_for_byte(sim: str, kill
     assert [lv["load"]["value"] for lv in summary["levels"]] == [1, 2, 4]
     assert [lv["requests"]["ok"] for lv in summary["levels"]] == [12, 12, 12]
     run = json.loads((folder / "run.json").read_text())
-    assert run["finished"] == {"interrupted": False, "levels": 3} and run["resumed"][0]["level"] == 1
+    assert run["finished"] == {"interrupted": False, "levels": 3, "stopped": None} and run["resumed"][0]["level"] == 1
     # finished now: a second resume is refused
     res = runner.invoke(app, ["run", "--resume", str(folder)])
     assert res.exit_code == 2 and "finished already" in res.output
