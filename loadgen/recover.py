@@ -126,11 +126,14 @@ def recover(folder: Path) -> Recovered:
     ended = run.get("finished")
     complete = isinstance(ended, dict) and ended.get("interrupted") is False
     written = _written_levels(folder)
+    kept = next((i for i, lv in enumerate(written) if lv.interrupted), len(written))  # summaries to keep
     by_level: dict[int, list[RequestRecord]] = defaultdict(list)
+    last = -1
     if (folder / "records.jsonl").is_file():
         for rec in read_records(folder):
-            by_level[rec.level].append(rec)
-    last = max(by_level, default=-1)
+            last = max(last, rec.level)
+            if rec.level >= kept:  # only the levels to summarise are held in memory
+                by_level[rec.level].append(rec)
     seed = int((run.get("config") or {}).get("seed", 0))
     gen = sweep(prof, seed)
     plan: LevelPlan | None = next(gen)
@@ -139,7 +142,7 @@ def recover(folder: Path) -> Recovered:
     rebuilt = 0
     while plan is not None:
         i = plan.index
-        if i < len(written) and not written[i].interrupted:
+        if i < kept:
             level = written[i]  # the run's own summary of a level that finished
         elif i in by_level:
             partial = i == last and not complete
