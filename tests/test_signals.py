@@ -59,6 +59,26 @@ def test_sigterm_like_timeout_keeps_records_and_summarises(tmp_path: Path, worke
     assert (out / "report.html").stat().st_size > 0
 
 
+def test_sigterm_to_the_group_while_workers_start_kills_none(tmp_path: Path) -> None:
+    """Worker processes are born with SIGINT and SIGTERM blocked, the first one too (whose
+    start also starts multiprocessing's resource tracker, which unblocks them on its way)."""
+    out = tmp_path / "starting"
+    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
+        proc = _start(out, srv.url, "--concurrency", "4", "--requests", "100", "--output-tokens", "40",
+                      "--workers", "2", "--quiet")  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None and not (out / "run.json").exists():
+            time.sleep(0.01)  # run.json is written just before the workers start
+        time.sleep(0.3)  # while they import (a worker takes about a second to be ready)
+        os.killpg(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, output
+    assert "Traceback" not in output and "died" not in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert summary["levels"][0]["requests"]["total"] == len((out / "records.jsonl").read_text().splitlines())
+
+
 @pytest.mark.slow
 def test_sigterm_stops_ray_actors_and_keeps_their_records(tmp_path: Path) -> None:
     """The coordinator takes SIGTERM and stops its actors (a local Ray instance, on loopback)."""

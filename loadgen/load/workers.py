@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import functools
 import multiprocessing as mp
+from multiprocessing import resource_tracker
 import os
 import queue
 import signal
@@ -225,6 +226,9 @@ class WorkerPool:
 
     async def __aenter__(self) -> "WorkerPool":
         ctx = mp.get_context("spawn")
+        # the first start would spawn it, and unblock SIGINT and SIGTERM in this thread on
+        # the way, before the worker inherits the mask blocked below
+        resource_tracker.ensure_running()
         loop = asyncio.get_running_loop()
         credits = ctx.BoundedSemaphore(self.max_in_flight) if self.max_in_flight else None
         for i in range(self.n):
