@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import functools
 import multiprocessing as mp
-from multiprocessing import resource_tracker
 import os
 import queue
 import signal
@@ -38,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from typing import Any
 

@@ -42,7 +42,14 @@ from loadgen.report.readers import (
     read_records_pieces,
     run_file,
 )
-from loadgen.report.recordio import EVENTS_FILE, EVENTS_MAGIC, encode_batch, events_ref, parse_line, split_batch
+from loadgen.report.recordio import (
+    EVENTS_FILE,
+    EVENTS_MAGIC,
+    encode_batch,
+    events_ref,
+    parse_line,
+    split_batch,
+)
 
 __all__ = [
     "RUN_FILES",
@@ -132,6 +139,9 @@ def records_before_level(folder: Path, level: int) -> tuple[int, int, int]:
     line_end = n_events = count = 0
     with open(folder / "records.jsonl", "rb") as fh:
         for raw in fh:
+            if raw.endswith(b"\n") and not raw.strip():  # a blank line, as the readers skip it
+                line_end += len(raw)
+                continue
             parsed = parse_line(raw.strip()) if raw.endswith(b"\n") else None
             if parsed is None or parsed[0].level >= level:
                 break
