@@ -34,7 +34,10 @@ def _wait_for_records(proc: subprocess.Popen[str], out: Path, n: int, timeout_s:
         if f.exists() and len(f.read_text().splitlines()) >= n:
             return
         time.sleep(0.05)
-    raise AssertionError(f"fewer than {n} records within {timeout_s:g} s (exit code {proc.poll()})")
+    if proc.poll() is None:
+        proc.kill()
+    output, _ = proc.communicate(timeout=30)
+    raise AssertionError(f"fewer than {n} records within {timeout_s:g} s (exit code {proc.returncode}): {output}")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -81,15 +84,22 @@ def test_sigterm_to_the_group_while_workers_start_kills_none(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_sigterm_stops_ray_actors_and_keeps_their_records(tmp_path: Path) -> None:
-    """The coordinator takes SIGTERM and stops its actors (a local Ray instance, on loopback)."""
+    """The coordinator takes SIGTERM and stops its actors (a cluster of its own on loopback:
+    ``--ray auto`` would join any other Ray instance running on the machine)."""
     pytest.importorskip("ray", reason="--ray needs Ray (pip install 'loadgen[distributed]')")
+    from ray.cluster_utils import Cluster
+
     out = tmp_path / "ray"
-    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
-        proc = _start(out, srv.url, "--concurrency", "4", "--requests", "1000", "--output-tokens", "40",
-                      "--ray", "auto", "--workers", "2", "--quiet")  # fmt: skip
-        _wait_for_records(proc, out, 4, timeout_s=120)
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=120)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})  # on loopback: see tests/conftest.py
+    try:
+        with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
+            proc = _start(out, srv.url, "--concurrency", "4", "--requests", "1000", "--output-tokens", "40",
+                          "--ray", cluster.address, "--workers", "2", "--quiet")  # fmt: skip
+            _wait_for_records(proc, out, 4, timeout_s=120)
+            proc.send_signal(signal.SIGTERM)
+            output, _ = proc.communicate(timeout=120)
+    finally:
+        cluster.shutdown()
     assert proc.returncode == 143, output
     statuses = [json.loads(x)["status"] for x in (out / "records.jsonl").read_text().splitlines()]
     assert statuses.count("cancelled") == 4 and statuses.count("ok") >= 4, statuses
