@@ -37,7 +37,7 @@ from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import SLO, parse_slo
 from loadgen.orchestrate import Resume, RunConfig, run_summary, summarize_result
 from loadgen.records import RequestRecord
-from loadgen.report.files import read_run
+from loadgen.report.files import read_run, write_json
 from loadgen.report.readers import read_records
 from loadgen.workload.distributions import parse_distribution
 from loadgen.workload.spec import RequestClass, Workload
@@ -185,9 +185,7 @@ def rebuild_summary(folder: Path) -> tuple[Recovered, RunSummary]:
     if not rec.levels:
         raise ConfigError(f"{folder} holds no records to summarise")
     summary = rebuilt_summary(rec)
-    tmp = folder / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary.to_json(), indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
-    tmp.replace(folder / "summary.json")
+    write_json(folder, "summary.json", summary.to_json())
     return rec, summary
 
 

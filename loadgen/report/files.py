@@ -57,6 +57,7 @@ __all__ = [
     "check_out_folder",
     "RunWriter",
     "records_before_level",
+    "write_json",
     "record_line",
     "RecordColumns",
     "read_records",
@@ -233,9 +234,14 @@ class RunWriter:
         self._write_json("summary.json", summary)
 
     def _write_json(self, name: str, obj: Any) -> None:
-        tmp = self.folder / (name + ".tmp")
-        tmp.write_text(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
-        tmp.replace(self.folder / name)
+        write_json(self.folder, name, obj)
+
+
+def write_json(folder: Path, name: str, obj: Any) -> None:
+    """``folder/name`` as indented JSON, replaced at once (written beside it, then renamed)."""
+    tmp = folder / (name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
+    tmp.replace(folder / name)
 
 
 def record_line(rec: RequestRecord) -> bytes:
