@@ -3,8 +3,9 @@
 A run writes ``records.jsonl`` (and ``events.bin``) as requests finish and, after each
 level, a ``summary.json`` of the levels so far; the run-wide summary (capacity,
 saturation, ``interrupted``) is written at the end, and ``run.json`` then says how the
-run ended (``finished``). A ``kill -9`` (or a SIGTERM that came after the supervisor's
-patience ran out) leaves the records, ``run.json`` and at most that per-level summary.
+run ended (``finished``). A ``kill -9`` (or the SIGKILL a supervisor sends when its grace
+period after SIGTERM runs out first) leaves the records, ``run.json`` and at most that
+per-level summary.
 
 :func:`recover` replays the run's sweep over what the folder holds, the way the run
 itself drove it: each level's summary is the one the run wrote when it has one and the
