@@ -167,7 +167,8 @@ class RunWriter:
         self._events: IO[bytes] | None = None
         self.count = 0
 
-    def _reopen(self, level: int) -> None:
+    def _cut(self, level: int) -> None:
+        """Cut the records files after the records of levels below ``level``."""
         records, events = self.folder / "records.jsonl", self.folder / EVENTS_FILE
         if not records.is_file():
             records.write_bytes(b"")
@@ -178,13 +179,13 @@ class RunWriter:
             raise ConfigError(f"{events} is shorter than records.jsonl says (a damaged run folder)")
         os.truncate(records, line_end)
         os.truncate(events, events_end)
-        self._events = open(events, "ab")
-        self._records = open(records, "ab")
 
     def __enter__(self) -> "RunWriter":
         if self.keep_levels_below is not None:
             try:
-                self._reopen(self.keep_levels_below)
+                self._cut(self.keep_levels_below)
+                self._events = open(self.folder / EVENTS_FILE, "ab")
+                self._records = open(self.folder / "records.jsonl", "ab")
             except OSError as exc:
                 raise ConfigError(f"cannot continue the run folder: {exc}", key="--resume") from exc
             return self
