@@ -1,13 +1,16 @@
 """The ``loadgen`` command line (typer). The only module that touches argv and exit codes.
 
 Every :class:`loadgen.errors.LoadgenError` becomes one line on stderr and exit code 2;
-Ctrl-C during a run keeps every finished record and exits 130.
+Ctrl-C (SIGINT) or SIGTERM during a run keeps every finished record, writes the summary
+and the report, and exits 130 or 143 (128 + the signal).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
@@ -19,11 +22,13 @@ from rich.markup import escape
 from loadgen import __version__
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.paths import search_dirs
+from loadgen.signals import exit_code, raise_on_sigterm
 
 __all__ = ["app", "main"]
 
 if TYPE_CHECKING:
     from loadgen.metrics.gates import Gates
+    from loadgen.orchestrate import RunConfig
 
 app = typer.Typer(
     name="loadgen",
@@ -36,7 +41,7 @@ err_console = Console(stderr=True, highlight=False)
 F = TypeVar("F", bound=Callable[..., Any])
 
 def friendly(fn: F) -> F:
-    """LoadgenError → one red line and exit 2; Ctrl-C outside a run → exit 130."""
+    """LoadgenError → one red line and exit 2; Ctrl-C or SIGTERM outside a run → exit 130 or 143."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -45,9 +50,28 @@ def friendly(fn: F) -> F:
         except LoadgenError as exc:
             err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted[/yellow]")
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            err_console.print("[yellow]interrupted[/yellow]" if signum == signal.SIGINT else "[yellow]terminated[/yellow]")
+            raise typer.Exit(exit_code(signum)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def sigterm_unwinds(fn: F) -> F:
+    """SIGTERM while ``fn`` runs, outside a run's own handler (discovery, calibration),
+    unwinds like Ctrl-C: one line and exit 143 (see :mod:`loadgen.signals`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        previous = signal.getsignal(signal.SIGTERM)
+        raise_on_sigterm()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if previous is not None:
+                with contextlib.suppress(ValueError):  # not the main thread
+                    signal.signal(signal.SIGTERM, previous)
 
     return wrapper  # type: ignore[return-value]
 
@@ -158,12 +182,15 @@ def _config_callback(ctx: typer.Context, param: typer.CallbackParam, value: Opti
 
 @app.command()
 @friendly
+@sigterm_unwinds
 def run(
+    ctx: typer.Context,
     config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=_config_callback,
                                           help="Options from a TOML file, or a run folder's run.json to repeat that "
                                           "run (same seed, same requests); flags given here win. Header values and "
                                           "API keys are never in run.json: pass them again"),
-    url: str = typer.Option(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
+    url: Optional[str] = typer.Option(None, help="Base URL of the server, e.g. http://127.0.0.1:8000 (required "
+                                      "unless --resume)"),
     api: str = typer.Option("chat", help="API dialect: chat or completions"),
     model: Optional[str] = typer.Option(None, help="Model name (default: the first of /v1/models)"),
     workload: Optional[str] = typer.Option(None, help="Named workload (workloads/NAME.toml) or a .toml path"),
@@ -209,14 +236,23 @@ def run(
     abort_on_fail: bool = typer.Option(False, help="Stop a sweep at the first level that fails a gate "
                                        "(the --fail-on gates; slo,errors when none is given)"),
     quiet: bool = typer.Option(False, help="No live display"),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder (killed mid-sweep) at its "
+                                          "first unfinished level, with its run.json's settings; takes only "
+                                          "--url, --header, --api-key-env, --quiet, --fail-on and --max-error-rate "
+                                          "besides"),
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.discovery import normalize_url, split_credentials
     from loadgen.metrics.slo import parse_slo
-    from loadgen.orchestrate import RunConfig, execute
+    from loadgen.orchestrate import RunConfig
     from loadgen.report.files import default_run_dir
     from loadgen.workload.spec import load_workload, workload_from_flags
 
+    if resume is not None:
+        _resume(ctx, resume, url, header, api_key_env, quiet, fail_on, max_error_rate)
+        return
+    if url is None:
+        raise ConfigError("required (the server's base URL, e.g. http://127.0.0.1:8000)", key="--url")
     base, url_auth = split_credentials(normalize_url(url))
     if out is not None and not out.strip():
         raise ConfigError("give a folder (an empty name would mean the current directory)", key="--out")
@@ -272,26 +308,56 @@ def run(
     get_dialect(api)
     if transport not in TRANSPORTS:
         raise ConfigError(f"unknown transport {transport!r}; choose one of: {', '.join(TRANSPORTS)}", key="--transport")
+    _execute_and_exit(cfg)
+
+
+_RESUME_FLAGS = {"resume", "url", "header", "api_key_env", "quiet", "fail_on", "max_error_rate"}
+
+
+def _resume(ctx: typer.Context, folder: Path, url: str | None, header: list[str], api_key_env: str | None,
+            quiet: bool, fail_on: list[str], max_error_rate: float | None) -> None:  # fmt: skip
+    """``run --resume FOLDER``: the run's own settings from its run.json; only the URL and the
+    headers (never stored) may be given again, and the CI gates that judge the result."""
+    from loadgen.client.discovery import normalize_url, split_credentials
+    from loadgen.recover import resume_config
+
+    sources = {name: ctx.get_parameter_source(name) for name in ctx.params if name not in _RESUME_FLAGS}
+    given = sorted(name for name, src in sources.items() if src is not None and src.name != "DEFAULT")
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ConfigError(f"the run's settings come from its run.json; {flags} cannot change them (give only --url, "
+                          "--header, --api-key-env, --quiet, --fail-on, --max-error-rate)", key="--resume")  # fmt: skip
+    base, url_auth = (None, {}) if url is None else split_credentials(normalize_url(url))
+    cfg, _ = resume_config(folder, base, {**url_auth, **_headers(header, api_key_env)},
+                           command=["loadgen", *_redact_argv(sys.argv[1:])], live=not quiet and sys.stdout.isatty())  # fmt: skip
+    cfg.gates = _gates(fail_on, max_error_rate, False, cfg.profile.attainment_target)
+    _execute_and_exit(cfg)
+
+
+def _execute_and_exit(cfg: RunConfig) -> None:
+    from loadgen.orchestrate import execute
+
     console = _console()
     outcome = execute(cfg, console)
     if outcome.records:
         from loadgen.report.html import render_run_report
 
         console.print(f"[dim]report: {render_run_report(outcome.folder)}[/dim]")
-    if outcome.interrupted:
-        raise typer.Exit(130)
+    if outcome.interrupted or outcome.signum:
+        raise typer.Exit(exit_code(outcome.signum))
     failed = sum(lv.requests.failed for lv in outcome.summary.levels)
     if failed and not any(lv.requests.ok for lv in outcome.summary.levels):
         err_console.print(f"[bold red]error:[/bold red] every request failed ({failed}); see the failures above")
         raise typer.Exit(1)
-    from loadgen.metrics.gates import exit_code, run_failures
+    from loadgen.metrics.gates import exit_code as gate_exit_code
+    from loadgen.metrics.gates import run_failures
 
-    failures = run_failures(outcome.summary.levels, gates)
+    failures = run_failures(outcome.summary.levels, cfg.gates)
     for failure in failures:
         err_console.print(f"[bold red]gate failed ({failure.reason}):[/bold red] {escape(failure.message)}",
                           soft_wrap=True)
     if failures:
-        raise typer.Exit(exit_code(failures))
+        raise typer.Exit(gate_exit_code(failures))
 
 
 def _gates(fail_on: list[str], max_error_rate: float | None, abort_on_fail: bool,
@@ -415,14 +481,29 @@ def report(
     folder: Path = typer.Argument(..., help="A run folder (with summary.json and records.jsonl)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default FOLDER/report.html)"),
 ) -> None:
-    """Re-render a run's self-contained HTML report from its files."""
+    """Re-render a run's self-contained HTML report from its files.
+
+    A run that never reached its end (kill -9, or a SIGTERM after the supervisor's patience)
+    has no summary.json, or only the one written level by level: it is rebuilt from
+    records.jsonl and run.json first, marked interrupted unless the run finished."""
+    from loadgen.recover import needs_rebuild, rebuild_summary
     from loadgen.report.html import render_run_report
 
-    _console().print(f"report: {render_run_report(folder, out)}")
+    console = _console()
+    if needs_rebuild(folder):
+        rec, summary = rebuild_summary(folder)
+        if rec.torn:
+            console.print("[yellow]note: the last line of records.jsonl was cut off mid-write (a killed run); "
+                          "skipped[/yellow]")  # fmt: skip
+        n = len(summary.levels)
+        console.print(f"summary.json rebuilt from records.jsonl and run.json: {n} level{'s' if n != 1 else ''} "
+                      f"({rec.rebuilt} from their records){', interrupted' if summary.interrupted else ''}")  # fmt: skip
+    console.print(f"report: {render_run_report(folder, out)}")
 
 
 @app.command()
 @friendly
+@sigterm_unwinds
 def matrix(
     file: Path = typer.Argument(..., help="A matrix file (TOML): server configurations, workload, profile, SLOs"),
     out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<time>-matrix-<name>)"),
@@ -440,8 +521,9 @@ def matrix(
     ok = [c for c in doc["configs"] if c["status"] == "ok"]
     console.print(f"matrix: {len(ok)} of {len(doc['configs'])} configurations ran in {doc['wall_s']:.0f} s; "
                   f"{folder / 'matrix.json'}" + (f", {folder / doc['html']}" if doc.get("html") else ""))
-    if any(c["status"] == "interrupted" for c in doc["configs"]):
-        raise typer.Exit(130)
+    stopped = [c for c in doc["configs"] if c["status"] == "interrupted"]
+    if stopped:
+        raise typer.Exit(exit_code(stopped[0].get("signal")))
     if not ok:
         raise typer.Exit(1)
 
