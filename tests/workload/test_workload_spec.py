@@ -22,7 +22,8 @@ from loadgen.workload.spec import (
 
 REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 SHIPPED = ["chat", "code", "demo", "mixed", "prefix", "rag", "summarize"]
-TOP_KEYS = "allowed keys: name, description, prompt_tokens, output_tokens, shared_prefix, classes"
+TOP_KEYS = ("allowed keys: name, description, prompt_tokens, output_tokens, shared_prefix, classes, sessions, "
+            "tools, tool_choice")
 
 
 def write(tmp_path: Path, text: str, name: str = "wl.toml") -> Path:
