@@ -20,7 +20,7 @@ from loadgen.metrics.per_request import EventArrays
 from loadgen.metrics.results import Reasoning, Sessions, TurnSummary
 from loadgen.metrics.stats import distribution
 
-__all__ = ["by_turn", "sessions_of", "reasoning_of"]
+__all__ = ["by_turn", "reasoning_of", "sessions_of"]
 
 Bools = npt.NDArray[np.bool_]
 

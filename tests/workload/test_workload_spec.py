@@ -21,7 +21,7 @@ from loadgen.workload.spec import (
 )
 
 REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
-SHIPPED = ["chat", "code", "demo", "mixed", "prefix", "rag", "summarize"]
+SHIPPED = ["chat", "code", "demo", "mixed", "multiturn", "prefix", "rag", "summarize"]
 TOP_KEYS = ("allowed keys: name, description, prompt_tokens, output_tokens, shared_prefix, classes, sessions, "
             "tools, tool_choice")
 
@@ -143,7 +143,7 @@ def test_unknown_name_lists_available() -> None:
     with pytest.raises(WorkloadError) as info:
         load_workload("chatt", [REPO_WORKLOADS])
     msg = str(info.value)
-    assert msg.startswith("workload: unknown workload 'chatt'; available: chat, code, demo, mixed, prefix, rag, summarize")
+    assert msg.startswith("workload: unknown workload 'chatt'; available: chat, code, demo, mixed, multiturn, prefix, rag, summarize")
     assert str(REPO_WORKLOADS) in msg
 
 
