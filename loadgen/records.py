@@ -100,7 +100,9 @@ class RequestRecord:
 
     ``events`` holds one ``[t_ns, n_tokens]`` pair per SSE event that carried output,
     stamped when its bytes were read (events from one read share a timestamp; the
-    metrics count those as coalesced instead of zero gaps).
+    metrics count those as coalesced instead of zero gaps). Reasoning events are among
+    them (``reasoning_tokens`` of their tokens); ``first_answer_ns`` is the first event
+    with answer output. A multi-turn request carries its ``session``, ``turn`` and ``turns``.
     """
 
     index: int

@@ -126,7 +126,7 @@ class Runner:
         keeps of them in case this process is lost."""
         return [dataclasses.replace(r, events=[]) for r in self._live.values()]
 
-    async def run_level(self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource) -> LevelResult:
+    async def run_level(self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource) -> LevelResult:
         """Run this process's share of ``plan``: requests from a source (prepared before
         the start), or from one iterator shared by all users."""
         return await self.run_prepared(plan, self.prepare(plan, specs))

@@ -114,7 +114,7 @@ class SessionSpecs:
                 return (sent - 1) * users + u < plan.warmup_requests
 
             for session in self.users[u]:
-                if not await _hold(runner, plan, res, session, _now(), next_turn, u, None, 0):
+                if not await _hold(runner, plan, res, session, _now(), next_turn, u, None, 0, deadline):
                     return
 
         await runner._gather([user(u) for u in self.users])
@@ -158,9 +158,10 @@ def _chain(first: SessionPlan, rest: Iterator[SessionPlan]) -> Iterator[SessionP
 
 async def _hold(
     runner: Runner, plan: LevelPlan, res: LevelResult, session: SessionPlan, due: int,
-    next_turn: _NextTurn, worker: int, cap: Credits | None, max_late: int,
+    next_turn: _NextTurn, worker: int, cap: Credits | None, max_late: int, deadline: int | None = None,
 ) -> bool:  # fmt: skip
-    """Run one session's turns from ``due`` on; False when the user should stop."""
+    """Run one session's turns from ``due`` on; False when the user should stop (the next
+    turn is not due before ``deadline``, or ``next_turn`` says so)."""
     history: list[ChatMessage] = []
     if session.system is not None:
         history.append({"role": "system", "content": session.system})
@@ -170,6 +171,8 @@ async def _hold(
     for t, msg in enumerate(session.turns, 1):
         if t > 1:
             due = last_done + int(session.think_s[t - 2] * 1e9)
+            if deadline is not None and due >= deadline:
+                return False
             await _sleep_until(due)
         warm = next_turn()
         if warm is None:

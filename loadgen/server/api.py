@@ -127,12 +127,14 @@ class _Generation:
             else:
                 parts.append(text)
             if stopped:
-                self.reasoning_all.append(self.reasoning)
+                if self.reasoning:
+                    self.reasoning_all.append(self.reasoning)
                 self.finish_reason = "stop"
                 self.stop_reason = self.stream.matched
                 return "".join(parts)
         self.tokens += eos
-        self.reasoning_all.append(self.reasoning)
+        if self.reasoning:
+            self.reasoning_all.append(self.reasoning)
         if out.finish_reason is not None:
             parts.append(self.stream.flush())
             self.finish_reason = out.finish_reason

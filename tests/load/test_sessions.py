@@ -78,7 +78,7 @@ async def _run(tmp_path: Path, api: str, plan: LevelPlan, think_ms: int = 0, sys
     async with _server(bodies) as url:
         tr = _Answers(url, api)
         try:
-            res = await Runner(tr).run_level(plan, _workload(tmp_path, think_ms, system))  # type: ignore[arg-type]
+            res = await Runner(tr).run_level(plan, _workload(tmp_path, think_ms, system))
         finally:
             await tr.aclose()
     return tr, bodies, res.records
@@ -155,8 +155,23 @@ async def test_a_failed_turn_ends_its_session(tmp_path: Path) -> None:
     async with _server(bodies) as url:
         tr = _Answers(url, "chat")
         try:
-            res = await Runner(tr).run_level(LevelPlan(0, "concurrency", 1, requests=3), source)  # type: ignore[arg-type]
+            res = await Runner(tr).run_level(LevelPlan(0, "concurrency", 1, requests=3), source)
         finally:
             await tr.aclose()
     assert [r.turn for r in res.records] == [1, 1, 1]  # each session ends at its failed first turn
     assert all(r.http_status == 400 for r in res.records)
+
+
+async def test_a_duration_bound_level_starts_no_turn_after_its_end(tmp_path: Path) -> None:
+    bodies: list[dict[str, Any]] = []
+    async with _server(bodies) as url:
+        tr = _Answers(url, "chat")
+        try:
+            res = await Runner(tr).run_level(LevelPlan(0, "concurrency", 2, duration_s=0.5),
+                                             _workload(tmp_path, think_ms=120))  # fmt: skip
+        finally:
+            await tr.aclose()
+    end = res.start_ns + 500_000_000
+    assert res.records and all(r.ok for r in res.records)
+    assert all(r.scheduled_ns < end for r in res.records)
+    assert any(r.turn > 1 for r in res.records)  # the think times did run inside the level
