@@ -652,6 +652,9 @@ def serve(
     ),
     body_timeout: float = typer.Option(30.0, help="Seconds a request body may take to arrive (then 408, connection closed)"),
     max_body_mb: float = typer.Option(64.0, help="Largest request body in MiB (larger: 413)"),
+    reasoning_tokens: str = typer.Option(
+        "", help="Chat answers reason first: this many tokens (a length distribution, e.g. 64 or "
+        "uniform:min=32,max=256) stream as delta.reasoning before the content"),
 ) -> None:
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
     from loadgen.server.api import create_app
@@ -678,8 +681,13 @@ def serve(
         network=Network(host=host, port=port),
         http=HttpLimits(api_key=api_key, body_timeout_s=body_timeout, max_body_bytes=_mib(max_body_mb, "--max-body-mb")),
     )  # fmt: skip
+    reasoning = None
+    if reasoning_tokens:
+        from loadgen.workload.distributions import parse_distribution
+
+        reasoning = parse_distribution(reasoning_tokens, source="command line", key="--reasoning-tokens")
     eng = build_engine(config)
-    application = create_app(eng, faults=config.faults, http=config.http)
+    application = create_app(eng, faults=config.faults, http=config.http, reasoning_tokens=reasoning, seed=seed)
     mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
     print(f"loadgen serve: {config.limits.describe()}", flush=True)
 

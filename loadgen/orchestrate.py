@@ -42,6 +42,7 @@ from loadgen.signals import STOP_SIGNALS, raise_on_sigterm
 from loadgen.report.console import LiveStats, level_line, show_summary
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
+from loadgen.workload.sessions import SessionSource
 from loadgen.workload.source import WorkloadSource
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.spec import Workload
@@ -180,6 +181,8 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
                 }
                 for c in cfg.workload.classes
             ],
+            **({} if cfg.workload.sessions is None else {"sessions": cfg.workload.sessions.to_dict()}),
+            **({} if cfg.workload.tools is None else {"tools": len(cfg.workload.tools)}),
         },
         "profile": {k: v for k, v in asdict(cfg.profile).items()},
         "slos": [str(s) for s in cfg.slos],
@@ -231,7 +234,16 @@ def run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None, 
 
 
 def _options(cfg: RunConfig, info: ServerInfo) -> DialectOptions:
-    return DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage)
+    wl = cfg.workload
+    if wl.tools is not None and cfg.api != "chat":
+        raise ConfigError(f"workload {wl.name!r} sends tools: they need --api chat", key="--api")
+    return DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage,
+                          tools=wl.tools, tool_choice=wl.tool_choice)  # fmt: skip
+
+
+def _source_type(workload: Workload) -> type[WorkloadSource | SessionSource]:
+    """Multi-turn sessions when the workload has a ``[sessions]`` table, else single requests."""
+    return WorkloadSource if workload.sessions is None else SessionSource
 
 
 def _probe(cfg: RunConfig, info: ServerInfo) -> Probe:
@@ -285,7 +297,7 @@ Levels = Union["_InProcess", WorkerPool, RayPool]
 class _InProcess:
     """Levels run by one runner in this process (``--workers 1``)."""
 
-    def __init__(self, runner: Runner, source: WorkloadSource) -> None:
+    def __init__(self, runner: Runner, source: WorkloadSource | SessionSource) -> None:
         self.runner, self.source = runner, source
 
     @property
@@ -361,7 +373,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
             console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib['reason'])}; prompts assume "
                           "one token per word and no chat template, so compare them with the server's own prompt "
                           "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
-        source = WorkloadSource(cfg.workload, cfg.seed, synth)
+        source = _source_type(cfg.workload)(cfg.workload, cfg.seed, synth)
         with contextlib.ExitStack() as files:
             cluster = None if cfg.ray is None else files.enter_context(connect(cfg.ray))
             if cluster is not None:
@@ -399,7 +411,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
 
             levels: Levels
             setup = WorkerSetup(make_transport=functools.partial(make_transport, cfg.transport, tcfg),
-                                make_source=functools.partial(WorkloadSource, cfg.workload, cfg.seed, synth),
+                                make_source=functools.partial(_source_type(cfg.workload), cfg.workload, cfg.seed, synth),
                                 encode=encode_batch, decode=decode_batch)  # fmt: skip
             if cluster is not None:
                 levels = RayPool(setup, n_workers, on_records)

@@ -6,6 +6,11 @@ event carries ``usage``; ``continuous_usage_stats`` (vLLM, SGLang) is opt-in and
 per-event token counts. ``ignore_eos``/``min_tokens`` make vLLM-style servers produce the
 requested output length; strict servers (OpenAI itself) reject unknown fields, so
 ``strict=True`` leaves them out.
+
+Reasoning models stream their thinking in ``delta.reasoning_content`` (DeepSeek, vLLM
+before 0.9) or ``delta.reasoning`` (vLLM since); an event whose only output is reasoning
+is marked ``reasoning``. Tool-call deltas (``delta.tool_calls[].function.arguments``) are
+answer output. ``tools``/``tool_choice`` (chat only) go into the body as given.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class DialectOptions:
     temperature: float | None = 0.0
     max_tokens_field: str = "max_tokens"
     extra_body: dict[str, Any] | None = None
+    tools: list[Any] | None = None  # chat: the workload's tool definitions
+    tool_choice: Any = None  # chat: "auto", "required", "none" or {"type": "function", ...}
 
 
 @dataclass(slots=True)
@@ -42,6 +49,8 @@ class EventInfo:
     finish_reason: str | None
     error: str | None = None
     vendor: dict[str, Any] | None = None
+    reasoning: bool = False  # the event's output is reasoning only (no answer text or tool call)
+    text: str = ""  # the answer text it carries (chat content or completion text)
 
 
 def _common_body(spec: RequestSpec, opts: DialectOptions) -> dict[str, Any]:
@@ -76,6 +85,10 @@ def _chat_body(spec: RequestSpec, opts: DialectOptions) -> dict[str, Any]:
     body = _common_body(spec, opts)
     prompt = spec.prompt
     body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    if opts.tools is not None:
+        body["tools"] = opts.tools
+    if opts.tool_choice is not None:
+        body["tool_choice"] = opts.tool_choice
     return body
 
 
@@ -96,10 +109,11 @@ def _choices(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return [ch for ch in choices if isinstance(ch, dict)]
 
 
-def _info(obj: dict[str, Any], has_output: bool, finish: str | None) -> EventInfo:
+def _info(obj: dict[str, Any], has_output: bool, finish: str | None, reasoning: bool = False,
+          text: str = "") -> EventInfo:  # fmt: skip
     usage, vendor = obj.get("usage"), obj.get("loadgen")
     return EventInfo(has_output, usage if isinstance(usage, dict) else None, finish, _error_text(obj),
-                     vendor if isinstance(vendor, dict) else None)
+                     vendor if isinstance(vendor, dict) else None, reasoning=reasoning, text=text)  # fmt: skip
 
 
 def _finish_reason(ch: dict[str, Any], finish: str | None) -> str | None:
@@ -110,29 +124,34 @@ def _finish_reason(ch: dict[str, Any], finish: str | None) -> str | None:
 def _completions_event(obj: dict[str, Any]) -> EventInfo:
     has_output = False
     finish = None
+    text = ""
     for ch in _choices(obj):
         if ch.get("text") or ch.get("token_ids"):
             has_output = True
+            if isinstance(ch.get("text"), str):
+                text += ch["text"]
         finish = _finish_reason(ch, finish)
-    return _info(obj, has_output, finish)
+    return _info(obj, has_output, finish, text=text)
 
 
 def _chat_event(obj: dict[str, Any]) -> EventInfo:
-    has_output = False
+    answer = reasoning = False
     finish = None
+    text = ""
     for ch in _choices(obj):
         delta = ch.get("delta") or {}
-        if isinstance(delta, dict) and (
-            delta.get("content")
-            or delta.get("reasoning_content")  # vLLM / DeepSeek reasoning parsers
-            or delta.get("reasoning")
-            or delta.get("tool_calls")
-        ):
-            has_output = True
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            if content or delta.get("tool_calls"):
+                answer = True
+                if isinstance(content, str):
+                    text += content
+            if delta.get("reasoning_content") or delta.get("reasoning"):  # DeepSeek / vLLM reasoning parsers
+                reasoning = True
         if ch.get("token_ids"):
-            has_output = True
+            answer = answer or not reasoning
         finish = _finish_reason(ch, finish)
-    return _info(obj, has_output, finish)
+    return _info(obj, answer or reasoning, finish, reasoning=reasoning and not answer, text=text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,25 @@ Parsing is strict: unknown keys, wrong types and bad values raise
 
 With a shared prefix, ``prompt_tokens`` is the length of the *unique* part; a request's
 target prompt length is ``shared_prefix.tokens + prompt_tokens``.
+
+Optional in either form: a ``[sessions]`` table (multi-turn conversations, see
+:mod:`loadgen.workload.sessions`)::
+
+    [sessions]
+    turns = "uniform:min=2,max=8"      # turns per session (a length distribution)
+    think_time_ms = "lognormal:median=2000,sigma=0.5"   # before each later turn (0: none)
+    system_prompt_tokens = 1024        # optional shared system prompt ...
+    groups = 8                         # ... one of this many (default 1)
+    zipf = 1.0                         # ... chosen with Zipf popularity (default 1.0)
+
+and ``tools`` (an array of OpenAI tool tables, or the path of a JSON file holding that
+array, relative to the workload file) with an optional ``tool_choice`` (a string such as
+``"auto"`` or a table), sent with every chat request.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Sequence
@@ -38,13 +53,16 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = [
     "RequestClass",
+    "SessionConfig",
     "Workload",
     "load_workload",
     "workload_from_flags",
     "list_workloads",
 ]
 
-_TOP_KEYS = ("name", "description", "prompt_tokens", "output_tokens", "shared_prefix", "classes")
+_TOP_KEYS = ("name", "description", "prompt_tokens", "output_tokens", "shared_prefix", "classes", "sessions",
+             "tools", "tool_choice")
+_SESSION_KEYS = ("turns", "think_time_ms", "system_prompt_tokens", "groups", "zipf")
 _CLASS_KEYS = ("name", "weight", "prompt_tokens", "output_tokens", "shared_prefix")
 _PREFIX_KEYS = ("groups", "tokens")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -67,13 +85,33 @@ class RequestClass:
 
 
 @dataclass(slots=True)
+class SessionConfig:
+    """A workload's ``[sessions]`` table (see the module docstring)."""
+
+    turns: Distribution
+    think_time_ms: Distribution | None = None  # None: no think time
+    system_prompt_tokens: int = 0  # 0: no system prompt
+    groups: int = 1
+    zipf: float = 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turns": self.turns.describe(),
+                "think_time_ms": None if self.think_time_ms is None else self.think_time_ms.describe(),
+                "system_prompt_tokens": self.system_prompt_tokens, "groups": self.groups, "zipf": self.zipf}  # fmt: skip
+
+
+@dataclass(slots=True)
 class Workload:
-    """A named, weighted mix of request classes; ``source`` is the file (or the flags)."""
+    """A named, weighted mix of request classes; ``source`` is the file (or the flags).
+    ``sessions``: multi-turn conversations; ``tools``/``tool_choice``: sent with chat requests."""
 
     name: str
     description: str
     classes: list[RequestClass]
     source: str
+    sessions: SessionConfig | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able description (for ``run.json``)."""
@@ -91,6 +129,8 @@ class Workload:
                 }
                 for c in self.classes
             ],
+            **({} if self.sessions is None else {"sessions": self.sessions.to_dict()}),
+            **({} if self.tools is None else {"tools": len(self.tools), "tool_choice": self.tool_choice}),
         }
 
 
@@ -164,6 +204,46 @@ class _File:
         self.check_keys(sp, _PREFIX_KEYS, key)
         return self.positive_int(sp, "groups", f"{key}.groups"), self.positive_int(sp, "tokens", f"{key}.tokens")
 
+    def sessions(self, doc: dict[str, Any]) -> SessionConfig | None:
+        if "sessions" not in doc:
+            return None
+        t = doc["sessions"]
+        if not isinstance(t, dict):
+            raise self.error("sessions", f"expected a table with {', '.join(_SESSION_KEYS)}, got {_type_name(t)}")
+        self.check_keys(t, _SESSION_KEYS, "sessions")
+        think = None
+        if t.get("think_time_ms", 0) != 0:
+            think = self.dist(t, "think_time_ms", "sessions.think_time_ms")
+        system = self.positive_int(t, "system_prompt_tokens", "sessions.system_prompt_tokens") \
+            if "system_prompt_tokens" in t else 0  # fmt: skip
+        groups = self.positive_int(t, "groups", "sessions.groups") if "groups" in t else 1
+        if "groups" in t and not system:
+            raise self.error("sessions.groups", "groups of system prompts need sessions.system_prompt_tokens")
+        zipf = t.get("zipf", 1.0)
+        if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or not 0 <= zipf < float("inf"):
+            raise self.error("sessions.zipf", f"expected a finite number >= 0, got {zipf!r}")
+        return SessionConfig(turns=self.dist(t, "turns", "sessions.turns"), think_time_ms=think,
+                             system_prompt_tokens=system, groups=groups, zipf=float(zipf))  # fmt: skip
+
+    def tools(self, doc: dict[str, Any]) -> tuple[list[Any] | None, Any]:
+        tools = doc.get("tools")
+        if isinstance(tools, str):
+            path = self.path.parent / tools
+            try:
+                tools = json.loads(path.read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise self.error("tools", f"cannot read {path}: {exc.strerror or exc}") from exc
+            except ValueError as exc:
+                raise self.error("tools", f"{path} is not JSON: {exc}") from exc
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(x, dict) for x in tools)):
+            raise self.error("tools", f"expected an array of tool tables (or a JSON file of one), got {_type_name(tools)}")
+        choice = doc.get("tool_choice")
+        if choice is not None and not isinstance(choice, (str, dict)):
+            raise self.error("tool_choice", f"expected a string or a table, got {_type_name(choice)}")
+        if choice is not None and tools is None:
+            raise self.error("tool_choice", "needs tools")
+        return tools, choice
+
     def request_class(self, table: dict[str, Any], where: str, name: str | None) -> RequestClass:
         def key(k: str) -> str:
             return f"{where}.{k}" if where else k
@@ -204,7 +284,9 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
             classes.append(rc)
     else:
         classes = [f.request_class(doc, "", "default")]
-    return Workload(name=name, description=description, classes=classes, source=f.source)
+    tools, tool_choice = f.tools(doc)
+    return Workload(name=name, description=description, classes=classes, source=f.source, sessions=f.sessions(doc),
+                    tools=tools, tool_choice=tool_choice)  # fmt: skip
 
 
 def _read(path: Path) -> Workload:

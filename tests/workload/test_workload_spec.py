@@ -21,8 +21,9 @@ from loadgen.workload.spec import (
 )
 
 REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
-SHIPPED = ["chat", "code", "demo", "mixed", "prefix", "rag", "summarize"]
-TOP_KEYS = "allowed keys: name, description, prompt_tokens, output_tokens, shared_prefix, classes"
+SHIPPED = ["chat", "code", "demo", "mixed", "multiturn", "prefix", "rag", "summarize"]
+TOP_KEYS = ("allowed keys: name, description, prompt_tokens, output_tokens, shared_prefix, classes, sessions, "
+            "tools, tool_choice")
 
 
 def write(tmp_path: Path, text: str, name: str = "wl.toml") -> Path:
@@ -103,13 +104,18 @@ def test_default_search_dirs_find_the_shipped_files() -> None:
 def test_readme_examples_load(tmp_path: Path) -> None:
     readme = (REPO_WORKLOADS / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```toml\n(.*?)```", readme, flags=re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 4
     single = load_workload(str(write(tmp_path, blocks[0], "single.toml")), [])
     assert single.classes[0].name == "default" and single.classes[0].shared_prefix_groups == 4
     assert single.classes[0].output_tokens == LogNormal(200.0, 0.8, 1, 2048)
     mix = load_workload(str(write(tmp_path, blocks[1], "mix.toml")), [])
     assert [c.name for c in mix.classes] == ["chat", "long"]
     assert mix.classes[1].output_tokens == Fixed(64)
+    base = "prompt_tokens = 100\noutput_tokens = 100\n"
+    sessions = load_workload(str(write(tmp_path, base + blocks[2], "sessions.toml")), []).sessions
+    assert sessions is not None and (sessions.groups, sessions.system_prompt_tokens) == (8, 512)
+    tools = load_workload(str(write(tmp_path, base + blocks[3], "tools.toml")), [])
+    assert tools.tool_choice == "auto" and tools.tools and tools.tools[0]["function"]["name"] == "get_weather"
 
 
 def test_single_class_file_with_tables_and_csv(tmp_path: Path) -> None:
@@ -142,7 +148,7 @@ def test_unknown_name_lists_available() -> None:
     with pytest.raises(WorkloadError) as info:
         load_workload("chatt", [REPO_WORKLOADS])
     msg = str(info.value)
-    assert msg.startswith("workload: unknown workload 'chatt'; available: chat, code, demo, mixed, prefix, rag, summarize")
+    assert msg.startswith("workload: unknown workload 'chatt'; available: chat, code, demo, mixed, multiturn, prefix, rag, summarize")
     assert str(REPO_WORKLOADS) in msg
 
 
