@@ -723,7 +723,7 @@ def serve(
 @friendly
 def demo(
     out: Path = typer.Option(Path("reports/demo"), help="Where the two run folders go"),
-    seconds: float = typer.Option(8.0, help="Seconds per load level"),
+    seconds: float = typer.Option(7.0, help="Seconds per load level"),
     quiet: bool = typer.Option(False, help="No live display"),
 ) -> None:
     """Chunked prefill on vs off on a simulated H100: starts its own server on loopback."""

@@ -294,7 +294,7 @@ METRICS: tuple[tuple[str, str, str, bool, str], ...] = (
     ("goodput", "goodput", "req/s", True, "rate"),
     ("slo_attainment", "SLO attainment", "%", True, "proportion"),
 )
-_QUANTILES = ((0.5, "p50"), (0.99, "p99"))
+_QUANTILES = ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9"))
 N_BLOCKS = 20
 MIN_EFFECT = 0.02
 
@@ -331,21 +331,25 @@ HEADLINE: tuple[str, ...] = ("itl_ms", "ttft_ms", "output_tokens_per_s", "goodpu
                              "tpot_ms", "e2e_ms")
 
 
-def headline(rows: Sequence[Row], limit: int = 4) -> tuple[list[Row], list[str]]:
+def headline(rows: Sequence[Row], limit: int = 5) -> tuple[list[Row], list[str]]:
     """The changes that matter: for each headline metric (:data:`HEADLINE`), the
-    statistic and level where it changed most (a significant verdict, the largest
-    relative change), the largest changes first, at most ``limit``; and the labels of
-    the headline metrics that changed significantly nowhere."""
+    statistic and level where it got most worse and where it got most better (significant
+    verdicts, largest relative change: a trade-off shows both sides), the largest changes
+    first, at most ``limit``; and the labels of the headline metrics that changed
+    significantly nowhere."""
     picked: list[Row] = []
     unchanged: list[str] = []
     for metric in HEADLINE:
         cands = [r for r in rows if r.metric == metric]
         if not cands:
             continue
-        moved = [r for r in cands if r.diff.verdict in (BETTER, WORSE) and r.diff.rel is not None]
-        if moved:
-            picked.append(max(moved, key=lambda r: abs(r.diff.rel or 0.0)))
-        else:
+        moved = False
+        for side in (WORSE, BETTER):
+            these = [r for r in cands if r.diff.verdict == side and r.diff.rel is not None]
+            if these:
+                picked.append(max(these, key=lambda r: abs(r.diff.rel or 0.0)))
+                moved = True
+        if not moved:
             unchanged.append(cands[0].label)
     order = {key: i for i, key in enumerate(HEADLINE)}
     picked.sort(key=lambda r: (-abs(r.diff.rel or 0.0), order[r.metric]))

@@ -204,7 +204,7 @@ def answer_lines(summary: RunSummary) -> list[str]:
         if sat.found:
             out.append(
                 f"saturation (knee) at {sat.load:g} {unit_label(sat.mode)}: throughput "
-                f"+{100 * (sat.throughput_gain or 0):.0f}% while {sat.metric} +{100 * (sat.latency_growth or 0):.0f}%"
+                f"{100 * (sat.throughput_gain or 0):+.0f}% while {sat.metric} {100 * (sat.latency_growth or 0):+.0f}%"
             )
         else:
             out.append("saturation: no knee within the levels run")
