@@ -233,6 +233,8 @@ def run(
                                       "client-bound (comma-separated or repeated; exit 3 errors, 4 slo, 5 client-bound)"),
     max_error_rate: Optional[float] = typer.Option(None, help="Gate on errors above this share of requests, e.g. "
                                                    "0.01 (implies --fail-on errors; default 0 with it)"),
+    trials: int = typer.Option(1, help="Repeat each level this many times (new requests, arrival seed + i); "
+                               "summary.json and compare then use between-trial variation"),
     abort_on_fail: bool = typer.Option(False, help="Stop a sweep at the first level that fails a gate "
                                        "(the --fail-on gates; slo,errors when none is given)"),
     quiet: bool = typer.Option(False, help="No live display"),
@@ -259,6 +261,8 @@ def run(
     for key, seconds in (("--timeout", timeout), ("--read-timeout", read_timeout)):
         if not seconds > 0:
             raise ConfigError(f"must be a number of seconds > 0, got {seconds:g}", key=key)
+    if not 1 <= trials <= 100:
+        raise ConfigError(f"must be between 1 and 100, got {trials}", key="--trials")
     if ray is not None:
         from loadgen.load.ray_pool import import_ray
 
@@ -301,6 +305,7 @@ def run(
         ray=ray,
         gates=gates,
         abort_on_fail=abort_on_fail,
+        trials=trials,
     )
     from loadgen.client.dialects import get_dialect
     from loadgen.client.transport import TRANSPORTS

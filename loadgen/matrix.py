@@ -29,6 +29,7 @@ File format (TOML)::
     api = "completions"
     workload = "chat"                       # or prompt_tokens / output_tokens
     slos = ["ttft=500ms", "tpot=50ms"]
+    trials = 3                              # each level 3 times: compared between trials
     [run.profile]                           # a profile table, or profile = "name"
     mode = "concurrency"
     levels = [4, 16]
@@ -75,7 +76,7 @@ __all__ = ["MatrixSpec", "ServerConfig", "load_matrix", "run_matrix", "MATRIX_FI
 MATRIX_FILE = "matrix.json"
 _TOP = {"name", "description", "baseline", "server", "grid", "configs", "run"}
 _SERVER = {"command", "url", "health_timeout_s", "stop_grace_s"}
-_RUN = {"api", "workload", "prompt_tokens", "output_tokens", "slos", "profile", "seed", "model"}
+_RUN = {"api", "workload", "prompt_tokens", "output_tokens", "slos", "profile", "seed", "model", "trials"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,7 @@ class MatrixSpec:
     seed: int = 0
     model: str | None = None
     description: str = ""
+    trials: int = 1
 
 
 def _err(source: str, key: str, message: str) -> ConfigError:
@@ -240,10 +242,13 @@ def load_matrix(path: Path) -> MatrixSpec:
     model = run.get("model")
     if model is not None and not isinstance(model, str):
         raise _err(source, "run.model", "must be a string")
+    trials = run.get("trials", 1)
+    if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= 100:
+        raise _err(source, "run.trials", f"must be an integer in [1, 100], got {trials!r}")
     return MatrixSpec(
         name=str(data.get("name", Path(path).stem)), source=source, configs=configs, baseline=baseline,
         command=command, url=url, api=api, workload=workload, profile=profile, slos=list(slos), seed=seed,
-        model=model, description=str(data.get("description", "")), **timeouts)
+        model=model, description=str(data.get("description", "")), trials=trials, **timeouts)
 
 
 def _format(template: str, cfg: ServerConfig, port: int) -> list[str]:
@@ -356,7 +361,7 @@ def run_matrix(spec: MatrixSpec, out: Path, console: Console, *,
                 url=url, api=spec.api, workload=spec.workload, profile=spec.profile, out=folder / "run",
                 model=spec.model, slos=[parse_slo(s) for s in spec.slos], seed=spec.seed,
                 label=cfg.name, command=["loadgen", "matrix", spec.source], live=False,
-                scrape_metrics=True)
+                scrape_metrics=True, trials=spec.trials)
             try:
                 outcome = run_one(run_cfg, console)
             except LoadgenError as exc:  # the target refused (discovery, calibration): go on

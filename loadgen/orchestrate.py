@@ -7,6 +7,7 @@ and the tests. Nothing here reads argv or prints except through the given consol
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import functools
 import signal
@@ -33,6 +34,7 @@ from loadgen.load.share import WorkerSetup
 from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.load.sweeps import Sweep, sweep
 from loadgen.metrics.gates import Gates, level_failures
+from loadgen.metrics.trials import trial_summary
 from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary, unit_label
 from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
@@ -91,6 +93,7 @@ class RunConfig:
     ray: str | None = None  # workers are Ray actors of this cluster ("auto" or an address) instead
     gates: Gates = field(default_factory=Gates)  # --fail-on: what makes the run fail (exit code)
     abort_on_fail: bool = False  # stop the sweep at the first level that fails a gate
+    trials: int = 1  # --trials: each level runs this many times (its own requests, arrival seed + i)
     resume: Resume | None = None  # continue the run in ``out`` instead of starting one
 
 
@@ -197,10 +200,32 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
             "header_names": sorted(cfg.headers),  # names only: values may be secrets
             "workers": cfg.workers,
             "ray": None if cfg.ray is None else redact_url(cfg.ray),
+            "trials": cfg.trials,
         },
         "calibration": calib,
         "machine": machine_info(),
     }
+
+
+def merge_trials(results: Sequence[LevelResult]) -> LevelResult:
+    """One level's repeated trials as one result (records, loop lag, schedule counts and
+    worker health pooled); a single trial as it is."""
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    merged = LevelResult(first.plan, start_ns=first.start_ns, end_ns=results[-1].end_ns)
+    for r in results:
+        merged.records.extend(r.records)
+        merged.loop_lag_ms.extend(r.loop_lag_ms)
+        merged.loop_lag_t_ns.extend(r.loop_lag_t_ns)
+        merged.scheduled += r.scheduled
+        merged.dropped += r.dropped
+        merged.interrupted |= r.interrupted
+        merged.worker_stats.extend(r.worker_stats)
+        merged.lost_workers.extend(w for w in r.lost_workers if w not in merged.lost_workers)
+        if r.clock_uncertainty_ns is not None:
+            merged.clock_uncertainty_ns = max(merged.clock_uncertainty_ns or 0, r.clock_uncertainty_ns)
+    return merged
 
 
 def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], anchor_ns: int) -> LevelSummary:
@@ -332,9 +357,19 @@ async def _sweep_levels(
         plan = next(gen)
     stopped: str | None = None
     while plan is not None:
-        stats.label = f"level {plan.index + 1}: {plan.load.value} {unit_label(plan.mode)}"
-        result = await runner.run_level(plan)
+        results = []
+        for t in range(cfg.trials):
+            trial = plan if t == 0 else dataclasses.replace(plan, trial=t, seed=plan.seed + t)
+            stats.label = (f"level {plan.index + 1}: {plan.load.value} {unit_label(plan.mode)}"
+                           + (f", trial {t + 1}/{cfg.trials}" if cfg.trials > 1 else ""))
+            results.append(await runner.run_level(trial))
+            if runner.interrupted:
+                break
+        result = merge_trials(results)
         level = summarize_result(result, cfg.profile, cfg.slos, anchor_ns)
+        if len(results) > 1:
+            per_trial = [summarize_result(r, cfg.profile, cfg.slos, anchor_ns) for r in results]
+            level = dataclasses.replace(level, trials=trial_summary(per_trial))
         levels.append(level)
         writer.write_summary({"schema_version": SCHEMA_VERSION, "levels": [lv.to_json() for lv in levels]})
         after_level()

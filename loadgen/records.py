@@ -129,6 +129,7 @@ class RequestRecord:
     turns: int = 0  # the turns the session was drawn to have (its last turn has turn == turns)
     first_answer_ns: int = 0  # the first event carrying answer output (not reasoning); 0: none
     reasoning_tokens: int = 0  # output tokens streamed as reasoning (reasoning_content / reasoning deltas)
+    trial: int = 0  # --trials: the repetition of the level it belongs to, from 0
 
     @property
     def ok(self) -> bool:

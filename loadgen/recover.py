@@ -235,6 +235,7 @@ def resume_config(folder: Path, url: str | None, headers: dict[str, str], *, com
         request_timeout_s=float(conf.get("request_timeout_s", 600.0)), label=str(run.get("label", "")),
         command=command, live=live, workers=workers if workers == "auto" else int(workers), ray=conf.get("ray"),
         resume=Resume(run=run, gen=rec.gen, plan=rec.plan, levels=rec.levels[: rec.finished]),
+        trials=int(conf.get("trials", 1)),
     )  # fmt: skip
     return cfg, rec
 

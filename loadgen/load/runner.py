@@ -42,6 +42,9 @@ _now = time.perf_counter_ns
 LAG_INTERVAL_S = 0.010
 
 
+TRIAL_LEVELS = 4096  # levels a run can have before trials' request indices would overlap
+
+
 @dataclass(slots=True)
 class LevelPlan:
     """One load level. ``requests`` excludes the ``warmup_requests`` sent first."""
@@ -61,6 +64,13 @@ class LevelPlan:
     worker: int = 0  # this process's share of the level: users and sends w, w + n, w + 2n, ...
     n_workers: int = 1
     start_ns: int = 0  # the level's start on the shared monotonic clock (0: a few ms from now)
+    trial: int = 0  # --trials: which repetition of the level this is (its own requests)
+
+    @property
+    def spec_level(self) -> int:
+        """Where the level's requests come from in the workload's index space: trial ``t``
+        of level ``i`` draws those of ``i + t * TRIAL_LEVELS`` (new requests, same law)."""
+        return self.index + self.trial * TRIAL_LEVELS
 
     def share(self, worker: int, n_workers: int, start_ns: int) -> "LevelPlan":
         """This level as worker ``worker`` of ``n_workers`` runs it (``max_in_flight`` stays
@@ -175,6 +185,7 @@ class Runner:
         return RequestRecord(
             index=spec.index,
             level=plan.index,
+            trial=plan.trial,
             worker=worker,
             request_class=spec.request_class,
             target_prompt_tokens=spec.prompt_tokens,
@@ -345,7 +356,7 @@ class _Positional(_Specs):
         if plan.mode == "concurrency":
             users = max(int(plan.value), 1)
             for u in range(plan.worker, users, plan.n_workers):
-                it = source.user(plan.index, u, user_quota(u, users, total))
+                it = source.user(plan.spec_level, u, user_quota(u, users, total))
                 head = list(itertools.islice(it, 8 if total is None else USER_PREPARE))
                 self._users[u] = itertools.chain(head, it)
                 self._sent[u] = 0
@@ -366,7 +377,7 @@ class _Positional(_Specs):
 
     def _build(self, n: int) -> None:
         chunk = self._positions[self._built : self._built + n]
-        self._sends.update(zip(chunk, self._source.sends(self._plan.index, list(chunk))))
+        self._sends.update(zip(chunk, self._source.sends(self._plan.spec_level, list(chunk))))
         self._built += len(chunk)
 
     def at(self, position: int) -> RequestSpec | None:

@@ -74,18 +74,18 @@ class SessionSpecs:
         self.offsets = np.zeros(0)
         if plan.mode == "concurrency":
             for u in range(plan.worker, max(int(plan.value), 1), plan.n_workers):
-                it = source.user_sessions(plan.index, u)
+                it = source.user_sessions(plan.spec_level, u)
                 first = next(it)
                 self.users[u] = _chain(first, it)
         else:
             self.offsets = _schedule(plan)
             self.positions = range(plan.worker, len(self.offsets), plan.n_workers)
             for p in self.positions[:_PREPARE]:
-                self.sessions[p] = source.session(plan.index, p)
+                self.sessions[p] = source.session(plan.spec_level, p)
 
     def at(self, position: int) -> SessionPlan:
         got = self.sessions.pop(position, None)
-        return got if got is not None else self.source.session(self.plan.index, position)
+        return got if got is not None else self.source.session(self.plan.spec_level, position)
 
     async def drive(self, runner: Runner, plan: LevelPlan, res: LevelResult) -> None:
         if plan.mode == "concurrency":

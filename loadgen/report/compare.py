@@ -178,11 +178,19 @@ def render_comparison(
     for rows, label in zip(rows_by_run, names[1:]):
         head += _headline(rows, levels, runs[0], label, names[0])
         head += f"<p><b>{esc(label)}</b> vs <b>{esc(names[0])}</b>: {_tally(rows)} across {len(levels)} common level(s).</p>"
-    page.section("summary", "Verdict", head + '<p class="note">Verdicts come from 95% bootstrap confidence intervals '
-                 "of the difference (latency percentiles: resampled requests or tokens; throughput: resampled time "
-                 f"blocks of the level; attainment: resampled requests). Lower latency is better, higher throughput is "
-                 f"better; an interval that contains 0, or a difference under {100 * min_effect:g}% of the baseline, "
-                 "is no significant change.</p>")  # fmt: skip
+    trials = [max((lv.trials.n for lv in r.levels if lv.trials is not None), default=1) for r in runs]
+    if min(trials) > 1:
+        method = (f'<p class="note" id="method">Verdicts use between-trial variation ({" vs ".join(map(str, trials))} '
+                  "trials per level): the difference of the trials' means with its 95% Welch t-interval, which sees "
+                  "run-to-run noise that resampling one run cannot. ")
+    else:
+        method = ('<p class="note" id="method">Verdicts come from 95% bootstrap confidence intervals of the difference '
+                  "(latency percentiles: resampled requests or tokens; throughput: resampled time blocks of the "
+                  "level; attainment: resampled requests): the noise inside one run, not between runs "
+                  "(--trials N measures that). ")
+    page.section("summary", "Verdict", head + method + "Lower latency is better, higher throughput is better; an "
+                 f"interval that contains 0, or a difference under {100 * min_effect:g}% of the baseline, is no "
+                 "significant change.</p>")  # fmt: skip
     page.section("capacity", "Capacity side by side", _capacity_table(runs, names))
     fig = CF.latency_overlay(runs, names)
     page.section("latency", "Latency vs load", '<p class="note">p50 solid, p99 dashed; one colour per run.</p>'
