@@ -367,6 +367,7 @@ def serve(
     dtype: str = typer.Option("auto", help="torch: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16"),
     kv_cache_gb: Optional[float] = typer.Option(None, help="torch: KV-cache pool size in GB (default: from free memory)"),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode"),
+    request_log: int = typer.Option(10_000, help="Finished requests kept for GET /loadgen/requests (0: none)"),
 ) -> None:
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
     from loadgen.server.api import create_app
@@ -386,8 +387,10 @@ def serve(
                            disconnect_rate=disconnect_rate, seed=seed),
         network=Network(host=host, port=port),
     )  # fmt: skip
+    if request_log < 0:
+        raise ConfigError(f"must be >= 0, got {request_log}", key="--request-log")
     eng = build_engine(config)
-    application = create_app(eng, faults=config.faults)
+    application = create_app(eng, faults=config.faults, history=request_log)
     mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
 
     def ready(url: str) -> None:
