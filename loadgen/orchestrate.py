@@ -181,8 +181,10 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
 
 def _summarize(result: LevelResult, cfg: RunConfig, anchor_ns: int) -> LevelSummary:
     plan, prof = result.plan, cfg.profile
+    records, events = result.for_summary()
     return summarize_level(
-        result.records,
+        records,
+        events=events,
         load=plan.load,
         slos=level_slos(cfg.slos, plan.mode, prof.slo_latency),
         loop_lag_ms=result.loop_lag_ms,
@@ -358,7 +360,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
             elif n_workers > 1:
                 levels = WorkerPool(setup, n_workers, on_records, max_in_flight=cfg.profile.max_in_flight)
             else:
-                levels = _InProcess(Runner(transport, on_record), source)
+                levels = _InProcess(Runner(transport, on_record, keep="compact"), source)
             stats = LiveStats(lambda: levels.in_flight)
             scraper = None
 
