@@ -66,6 +66,13 @@ class RecordStore:
     def n_events(self) -> int:
         return len(self._gap)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the columns hold (the side tables aside)."""
+        cols = [*self._ints.values(), self._status, self._source, self._warmup, self._class, self._n_events,
+                self._gap, self._tokens]  # fmt: skip
+        return sum(len(c) * c.itemsize for c in cols)
+
     def add(self, rec: RequestRecord) -> None:
         """Keep ``rec`` (its ``events`` and ``server`` are not referenced afterwards)."""
         row = len(self._status)
