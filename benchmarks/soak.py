@@ -53,6 +53,8 @@ class Sample:
     server_rss_mb: float
     client_fds: int
     server_fds: int
+    client_sockets: int = 0  # of the fds: sockets (connections, the listening one)
+    server_sockets: int = 0
 
 
 @dataclass(slots=True)
@@ -67,6 +69,8 @@ class Verdict:
     server_mb_per_100k: float | None = None
     client_fd_drift: int = 0
     server_fd_drift: int = 0
+    client_socket_drift: int = 0  # of the drift: sockets (a connection pool that grew)
+    server_socket_drift: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -113,15 +117,21 @@ def rss_mb(pid: int) -> float:
     return total_kb / 1024
 
 
-def open_fds(pid: int) -> int:
-    """Open descriptors of ``pid`` and its descendants."""
-    n = 0
+def open_fds(pid: int) -> tuple[int, int]:
+    """Open descriptors of ``pid`` and its descendants, and how many of them are sockets."""
+    n = sockets = 0
     for p in _tree(pid):
         try:
-            n += len(os.listdir(f"/proc/{p}/fd"))
+            fds = os.listdir(f"/proc/{p}/fd")
         except OSError:
             continue
-    return n
+        n += len(fds)
+        for fd in fds:
+            try:
+                sockets += os.readlink(f"/proc/{p}/fd/{fd}").startswith("socket:")
+            except OSError:
+                continue
+    return n, sockets
 
 
 def server_finished(url: str) -> int:
@@ -188,8 +198,9 @@ def soak(minutes: float, rate: float, *, prompt_tokens: int = 128, output_tokens
                 next_t = t0
                 while client.poll() is None and time.monotonic() < deadline:
                     if time.monotonic() >= next_t:
+                        (cfd, csock), (sfd, ssock) = open_fds(client.pid), open_fds(srv)
                         s = Sample(time.monotonic() - t0, server_finished(url), rss_mb(client.pid), rss_mb(srv),
-                                   open_fds(client.pid), open_fds(srv))  # fmt: skip
+                                   cfd, sfd, csock, ssock)  # fmt: skip
                         samples.append(s)
                         if on_sample is not None:
                             on_sample(s)
@@ -214,6 +225,8 @@ def soak(minutes: float, rate: float, *, prompt_tokens: int = 128, output_tokens
     if after:
         v.client_fd_drift = after[-1].client_fds - after[0].client_fds
         v.server_fd_drift = after[-1].server_fds - after[0].server_fds
+        v.client_socket_drift = after[-1].client_sockets - after[0].client_sockets
+        v.server_socket_drift = after[-1].server_sockets - after[0].server_sockets
     return v
 
 
@@ -238,7 +251,9 @@ def verdict_lines(v: Verdict) -> list[str]:
         f"verdict (linear fit over the samples after {v.warmup_s:.0f} s of warm-up; {n:,} requests sampled)",
         f"  client memory growth: {_growth(v.client_mb_per_100k)}",
         f"  server memory growth: {_growth(v.server_mb_per_100k)}",
-        f"  client fd drift: {v.client_fd_drift:+d}   server fd drift: {v.server_fd_drift:+d}",
+        (f"  client fd drift: {v.client_fd_drift:+d} (sockets {v.client_socket_drift:+d})   "
+         f"server fd drift: {v.server_fd_drift:+d} (sockets {v.server_socket_drift:+d}); sockets are the "
+         "client's keep-alive pool, as large as the most requests in flight so far"),
         (f"  sent {v.sent:,} (client schedule less drops), server finished {v.server_finished:,}, "
          f"records written {v.records:,}: {'nothing lost' if v.lost == 0 else f'{v.lost:,} LOST'}"),
         *(f"  note: {x}" for x in v.notes),

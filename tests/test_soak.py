@@ -52,6 +52,8 @@ def test_two_minutes_at_a_fixed_rate_lose_nothing_and_leak_nothing(tmp_path: Pat
     assert v.client_exit == 0, table
     assert v.sent > 3000 and v.records == v.sent == v.server_finished, table  # every request sent is one record
     assert v.client_fd_drift <= FD_SLACK and v.server_fd_drift <= FD_SLACK, table
+    # descriptors other than the pool's connections: none may be left behind
+    assert v.client_fd_drift - v.client_socket_drift <= 1 and v.server_fd_drift - v.server_socket_drift <= 1, table
     assert v.client_mb_per_100k is not None and v.server_mb_per_100k is not None, table
     assert v.client_mb_per_100k < BOUND_MB_PER_100K, table
     assert v.server_mb_per_100k < BOUND_MB_PER_100K, table
