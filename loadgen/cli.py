@@ -660,6 +660,7 @@ def serve(
     reasoning_tokens: str = typer.Option(
         "", help="Chat answers reason first: this many tokens (a length distribution, e.g. 64 or "
         "uniform:min=32,max=256) stream as delta.reasoning before the content"),
+    request_log: int = typer.Option(10_000, help="Finished requests kept for GET /loadgen/requests (0: none)"),
 ) -> None:
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
     from loadgen.server.api import create_app
@@ -691,8 +692,11 @@ def serve(
         from loadgen.workload.distributions import parse_distribution
 
         reasoning = parse_distribution(reasoning_tokens, source="command line", key="--reasoning-tokens")
+    if request_log < 0:
+        raise ConfigError(f"must be >= 0, got {request_log}", key="--request-log")
     eng = build_engine(config)
-    application = create_app(eng, faults=config.faults, http=config.http, reasoning_tokens=reasoning, seed=seed)
+    application = create_app(eng, faults=config.faults, http=config.http, reasoning_tokens=reasoning, seed=seed,
+                              history=request_log)
     mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
     print(f"loadgen serve: {config.limits.describe()}", flush=True)
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, Sequence, Union
 
+import numpy as np
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
@@ -208,14 +209,18 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
 
 
 def merge_trials(results: Sequence[LevelResult]) -> LevelResult:
-    """One level's repeated trials as one result (records, loop lag, schedule counts and
-    worker health pooled); a single trial as it is."""
+    """One level's repeated trials as one result (records and their events, loop lag,
+    schedule counts and worker health pooled); a single trial as it is."""
     if len(results) == 1:
         return results[0]
     first = results[0]
     merged = LevelResult(first.plan, start_ns=first.start_ns, end_ns=results[-1].end_ns)
+    columns: list[tuple[Any, Any, Any]] = []
     for r in results:
-        merged.records.extend(r.records)
+        records, events = r.for_summary()
+        merged.records.extend(records)
+        if events is not None:
+            columns.append(events)
         merged.loop_lag_ms.extend(r.loop_lag_ms)
         merged.loop_lag_t_ns.extend(r.loop_lag_t_ns)
         merged.scheduled += r.scheduled
@@ -225,14 +230,18 @@ def merge_trials(results: Sequence[LevelResult]) -> LevelResult:
         merged.lost_workers.extend(w for w in r.lost_workers if w not in merged.lost_workers)
         if r.clock_uncertainty_ns is not None:
             merged.clock_uncertainty_ns = max(merged.clock_uncertainty_ns or 0, r.clock_uncertainty_ns)
+    if columns:  # compact results: their events apart, in record order
+        merged.events = tuple(np.concatenate([c[k] for c in columns]) for k in range(3))  # type: ignore[assignment]
     return merged
 
 
 def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], anchor_ns: int) -> LevelSummary:
     """One level's summary, as a run writes it (and as ``loadgen report`` rebuilds it)."""
     plan = result.plan
+    records, events = result.for_summary()
     return summarize_level(
-        result.records,
+        records,
+        events=events,
         load=plan.load,
         slos=level_slos(slos, plan.mode, prof.slo_latency),
         loop_lag_ms=result.loop_lag_ms,
@@ -453,7 +462,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
             elif n_workers > 1:
                 levels = WorkerPool(setup, n_workers, on_records, max_in_flight=cfg.profile.max_in_flight)
             else:
-                levels = _InProcess(Runner(transport, on_record), source)
+                levels = _InProcess(Runner(transport, on_record, keep="compact"), source)
             stats = LiveStats(lambda: levels.in_flight)
             scraper = None
             stop = files.enter_context(_stop_signals(asyncio.get_running_loop(), levels))  # until summary.json

@@ -126,7 +126,7 @@ class _Actor:
     async def hello(self) -> tuple[str, str]:
         """Build the transport on this loop; say which node this is (id, address)."""
         ray = import_ray()
-        self._runner = Runner(self._setup.make_transport(), self._pending.append)
+        self._runner = Runner(self._setup.make_transport(), self._pending.append, keep="none")  # the coordinator keeps them
         self._source = self._setup.make_source()
         return str(ray.get_runtime_context().get_node_id()), str(ray.util.get_node_ip_address())
 

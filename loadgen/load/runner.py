@@ -18,27 +18,31 @@ garbage collector is frozen and disabled (a collection pause would show up as la
 from __future__ import annotations
 
 import asyncio
+from array import array
 import dataclasses
 import gc
 import time
 from dataclasses import dataclass, field
 import itertools
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from loadgen.load.arrivals import schedule
 from loadgen.load.credits import Credits, LocalCredits
 from loadgen.load.sessions import SessionSource, SessionSpecs
 from loadgen.load.source import SpecSource, user_quota
+from loadgen.load.store import RecordStore
 from loadgen.load.transport import Transport
 from loadgen.metrics.client import WorkerStats
 from loadgen.metrics.results import Load
 from loadgen.records import RequestRecord, RequestSpec
 
-__all__ = ["LevelPlan", "LevelResult", "Runner"]
+__all__ = ["Keep", "LevelPlan", "LevelResult", "Runner"]
 
 _now = time.perf_counter_ns
+I64 = npt.NDArray[np.int64]
 LAG_INTERVAL_S = 0.010
 
 
@@ -91,12 +95,20 @@ class LevelPlan:
         return Load(self.mode, int(self.value) if self.mode == "concurrency" else float(self.value))
 
 
+Keep = Literal["all", "compact", "none"]
+
+
 @dataclass(slots=True)
 class LevelResult:
+    """One level's outcome. Its finished records are in ``records`` as they came, or —
+    a result made with ``keep="compact"`` — in ``store`` (:meth:`add` decides), or
+    nowhere (``keep="none"``: a worker, whose coordinator keeps them)."""
+
     plan: LevelPlan
     records: list[RequestRecord] = field(default_factory=list)
-    loop_lag_ms: list[float] = field(default_factory=list)
-    loop_lag_t_ns: list[int] = field(default_factory=list)
+    store: RecordStore | None = None
+    loop_lag_ms: array[float] = field(default_factory=lambda: array("d"))  # every 10 ms: compact
+    loop_lag_t_ns: array[int] = field(default_factory=lambda: array("q"))
     start_ns: int = 0
     end_ns: int = 0
     scheduled: int = 0  # requests the schedule asked for (open loop)
@@ -105,14 +117,35 @@ class LevelResult:
     worker_stats: list[WorkerStats] = field(default_factory=list)  # worker processes: each one's health
     lost_workers: list[int] = field(default_factory=list)  # workers lost during the level (it is partial)
     clock_uncertainty_ns: int | None = None  # workers on other clocks: the worst offset uncertainty
+    keep: Keep = "all"
+    events: tuple[I64, I64, I64] | None = None  # pooled trials of compact results: their events apart
+
+    def __post_init__(self) -> None:
+        if self.keep == "compact" and self.store is None:
+            self.store = RecordStore()
+
+    def add(self, rec: RequestRecord) -> None:
+        """Keep a finished record as ``keep`` says (compact: its events and vendor
+        timings are not referenced afterwards)."""
+        if self.store is not None:
+            self.store.add(rec)
+        elif self.keep == "all":
+            self.records.append(rec)
+
+    def for_summary(self) -> tuple[list[RequestRecord], tuple[I64, I64, I64] | None]:
+        """The records and, when compact, their events apart (as ``summarize_level`` takes them)."""
+        if self.store is None:
+            return self.records, self.events
+        return self.store.records(), self.store.events()
 
 
 class Runner:
     """Runs levels against a transport; ``interrupt()`` stops the current level."""
 
     def __init__(self, transport: Transport, on_record: Callable[[RequestRecord], None] | None = None,
-                 credits: Credits | None = None) -> None:  # fmt: skip
+                 credits: Credits | None = None, keep: Keep = "all") -> None:  # fmt: skip
         self.transport = transport
+        self.keep: Keep = keep  # what each level's result keeps of its records (see LevelResult)
         self.on_record = on_record
         self.credits = credits  # the in-flight cap shared with other processes (None: this process's own)
         self.in_flight = 0
@@ -152,7 +185,7 @@ class Runner:
 
     async def run_prepared(self, plan: LevelPlan, specs: "_Specs | SessionSpecs") -> LevelResult:
         """Run a level whose requests :meth:`prepare` built."""
-        res = LevelResult(plan)
+        res = LevelResult(plan, keep=self.keep)
         monitor_stop = asyncio.Event()
         monitor = asyncio.ensure_future(self._monitor(res, monitor_stop))
         gc.collect()
@@ -205,9 +238,9 @@ class Runner:
         finally:
             self.in_flight -= 1
             del self._live[id(rec)]
-            res.records.append(rec)
             if self.on_record is not None:
                 self.on_record(rec)
+            res.add(rec)
 
     async def _closed_loop(self, plan: LevelPlan, specs: "_Specs", res: LevelResult) -> None:
         users = max(int(plan.value), 1)

@@ -90,15 +90,16 @@ class LevelCollector:
     batch at a time, as it arrives (the run folder, the live display)."""
 
     def __init__(self, plan: LevelPlan, on_records: Callable[[Sequence[RequestRecord]], None] | None) -> None:
-        self.result = LevelResult(plan)
+        self.result = LevelResult(plan, keep="compact")  # read once, by the level's summary
         self.on_records = on_records
         self.lost: list[int] = []
         self._stats: dict[int, WorkerStats] = {}
 
     def add(self, records: Sequence[RequestRecord]) -> None:
-        self.result.records.extend(records)
         if self.on_records is not None and records:
             self.on_records(records)
+        for rec in records:
+            self.result.add(rec)
 
     def done(self, worker: int, end: ShareDone) -> None:
         self._stats[worker] = end.stats

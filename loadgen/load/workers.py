@@ -113,7 +113,7 @@ async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: i
     _read_in_thread(cmd, lambda msg: loop.call_soon_threadsafe(inbox.put_nowait, msg), ("close",))
     transport = setup.make_transport()
     source = setup.make_source()
-    runner = Runner(transport, credits=credits)
+    runner = Runner(transport, credits=credits, keep="none")  # the coordinator keeps the records
     pending: list[RequestRecord] = []
     runner.on_record = pending.append
     reported = -1  # runner.sent at the last batch: a new send changes the in-flight list

@@ -41,6 +41,9 @@ def _num(v: Any, digits: int = 1) -> str:
     return "–" if v is None else f"{float(v):,.{digits}f}"
 
 
+_TOK_WINDOW_S = 5.0  # the display's tokens/s is over this many seconds
+
+
 class LiveStats:
     """Running counters for the progress display, fed one finished record at a time;
     ``label`` names what is running (the level)."""
@@ -63,7 +66,11 @@ class LiveStats:
             self.failed += 1
         n = rec.output_tokens
         self.tokens += n
-        self._tok_window.append((time.monotonic(), n))
+        now = time.monotonic()
+        w = self._tok_window
+        w.append((now, n))
+        while now - w[0][0] > _TOK_WINDOW_S:  # bounded without a display to prune it (--quiet)
+            w.popleft()
         ev = rec.events
         if ev and rec.sent_ns:
             self._ttft.append((ev[0][0] - rec.sent_ns) / 1e6)
@@ -73,9 +80,9 @@ class LiveStats:
     def _tokens_per_s(self) -> float:
         now = time.monotonic()
         w = self._tok_window
-        while w and now - w[0][0] > 5.0:
+        while w and now - w[0][0] > _TOK_WINDOW_S:
             w.popleft()
-        span = min(5.0, now - self.started) or 1e-9
+        span = min(_TOK_WINDOW_S, now - self.started) or 1e-9
         return sum(n for _, n in w) / span
 
     @staticmethod

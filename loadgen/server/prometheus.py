@@ -147,16 +147,32 @@ class RequestTrace:
         return out
 
 
+@dataclass(slots=True)
+class _Logged:
+    """What the log keeps of a finished request: its trace less the per-event list (a
+    Python tuple per event would make the log's 10,000 entries tens of MB)."""
+
+    trace: RequestTrace  # its ``events`` emptied
+    first_token_ns: int | None
+    n_events: int
+    itl: array[float]
+
+
 class RequestLog:
     """The last ``capacity`` finished requests, as JSON-ready dicts."""
 
     __slots__ = ("_items",)
 
     def __init__(self, capacity: int = 10_000) -> None:
-        self._items: deque[tuple[RequestTrace, array[float]]] = deque(maxlen=capacity)
+        self._items: deque[_Logged] = deque(maxlen=capacity)
 
     def append(self, trace: RequestTrace, itl: array[float]) -> None:
-        self._items.append((trace, itl))
+        """Keep ``trace`` (its ``events`` are dropped: only the first's time and their
+        number are kept) and its per-token ITL."""
+        first = trace.events[0][0] if trace.events else None
+        n = len(trace.events)
+        trace.events = []
+        self._items.append(_Logged(trace, first, n, itl))
 
     def __len__(self) -> int:
         return len(self._items)
@@ -175,15 +191,16 @@ class RequestLog:
                 "output_tokens": t.output_tokens,
                 "cached_tokens": t.cached_tokens,
                 "arrival_ns": t.arrival_ns,
-                "first_token_ns": t.events[0][0] if t.events else None,
+                "first_token_ns": e.first_token_ns,
                 "done_ns": t.done_ns,
-                "ttft_s": t.ttft_s,
+                "ttft_s": None if e.first_token_ns is None else (e.first_token_ns - t.arrival_ns) / 1e9,
                 "e2e_s": t.e2e_s,
-                "itl_s": itl.tolist(),
-                "events": len(t.events),
+                "itl_s": e.itl.tolist(),
+                "events": e.n_events,
                 "engine": t.engine,
             }
-            for t, itl in items
+            for e in items
+            for t in (e.trace,)
         ]
 
 

@@ -190,3 +190,31 @@ def test_the_collector_is_back_after_a_level(clock: VirtualClock) -> None:
 def test_an_unknown_mode_is_refused(clock: VirtualClock) -> None:
     with pytest.raises(ValueError, match="unknown load mode 'steps'"):
         run_level(clock, FakeTransport(clock), LevelPlan(0, "steps", 1, requests=1))
+
+
+def test_what_a_level_keeps_of_its_records_compact_or_none_and_the_same_summary(clock: VirtualClock) -> None:
+    """keep="compact" (the CLI's in-process runs) keeps the records in a RecordStore and
+    summarises them as the full records would; keep="none" (worker processes) keeps
+    nothing; every record still reaches on_record with its events."""
+    from loadgen.metrics.results import Load
+    from loadgen.metrics.summary import summarize_level
+
+    plan = LevelPlan(0, "rate", 50.0, requests=40, warmup_requests=4, arrival="poisson", seed=3)
+    results = {}
+    for keep in ("all", "compact", "none"):
+        got: list[RequestRecord] = []
+        runner = Runner(FakeTransport(clock, service=lambda s: 0.03 + 0.01 * (s.index % 5)), got.append, keep=keep)
+        results[keep] = run_virtual(runner.run_level(plan, iter(specs(100))), clock), got
+        assert len(got) == 44 and all(r.events for r in got)
+    full, compact, none = (results[k][0] for k in ("all", "compact", "none"))
+    assert len(full.records) == 44 and full.store is None
+    assert compact.records == [] and compact.store is not None and len(compact.store) == 44
+    assert none.records == [] and none.store is None
+    records, events = compact.for_summary()
+    assert events is not None and len(records) == 44
+    # the same requests at the same (virtual) times: the same summary from either form
+    kw: dict[str, Any] = {"load": Load("rate", 50.0), "scheduled": 44}
+    want = summarize_level(full.records, **kw).to_json()
+    got_summary = summarize_level(records, events=events, **kw).to_json()
+    want.pop("client"), got_summary.pop("client")  # loop lag: not replayed identically
+    assert got_summary == want
