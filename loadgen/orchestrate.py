@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import signal
 import time
@@ -40,9 +41,11 @@ from loadgen.records import RequestRecord, RequestSpec
 from loadgen.report.console import LiveStats, level_line, show_summary
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
+from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
 from loadgen.workload.source import WorkloadSource
-from loadgen.workload.prompts import PromptSynthesizer
+from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.spec import Workload
+from loadgen.workload.traces import Trace, TraceSource
 
 __all__ = ["RunConfig", "RunOutcome", "execute", "calibrate"]
 
@@ -73,6 +76,8 @@ class RunConfig:
     scrape_metrics: bool = False  # poll the target's /metrics into server_metrics.jsonl
     workers: int | str = 1  # worker processes that send (the coordinator sends nothing), or "auto"
     ray: str | None = None  # workers are Ray actors of this cluster ("auto" or an address) instead
+    tokenizer: Path | None = None  # a tokenizer.json: exact prompt lengths (else calibrated words)
+    trace: Trace | None = None  # replay this trace's rows at their recorded times (one open-loop level)
 
 
 @dataclass
@@ -161,6 +166,7 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
                 }
                 for c in cfg.workload.classes
             ],
+            **({"dataset": cfg.workload.dataset.describe()} if cfg.workload.dataset is not None else {}),
         },
         "profile": {k: v for k, v in asdict(cfg.profile).items()},
         "slos": [str(s) for s in cfg.slos],
@@ -176,6 +182,8 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
         },
         "calibration": calib,
         "machine": machine_info(),
+        **({"tokenizer": str(cfg.tokenizer)} if cfg.tokenizer is not None else {}),
+        **({"trace": cfg.trace.describe()} if cfg.trace is not None else {}),
     }
 
 
@@ -262,7 +270,7 @@ Levels = Union["_InProcess", WorkerPool, RayPool]
 class _InProcess:
     """Levels run by one runner in this process (``--workers 1``)."""
 
-    def __init__(self, runner: Runner, source: WorkloadSource) -> None:
+    def __init__(self, runner: Runner, source: Any) -> None:
         self.runner, self.source = runner, source
 
     @property
@@ -288,7 +296,7 @@ async def _sweep_levels(
 ) -> RunSummary:  # fmt: skip
     """Drive the profile's sweep: run each level, summarise it, feed the summary back."""
     prof = cfg.profile
-    gen = sweep(prof, cfg.seed)
+    gen = sweep(prof, cfg.seed) if cfg.trace is None else _trace_levels(sweep(prof, cfg.seed), cfg.trace)
     plan: LevelPlan | None = next(gen)
     levels: list[LevelSummary] = []
     stopped: str | None = None
@@ -310,12 +318,43 @@ async def _sweep_levels(
     return _run_summary(levels, prof, stopped, False)
 
 
+def _trace_levels(gen: Any, trace: Trace) -> Any:
+    """The sweep's levels with the trace's recorded send times."""
+    plan = next(gen)
+    while True:
+        summary = yield dataclasses.replace(plan, offsets=trace.offsets)
+        try:
+            plan = gen.send(summary)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | None,
+                    console: Console) -> Callable[[], Any]:  # fmt: skip
+    """A picklable factory of the run's request source: a trace, a dataset or the workload."""
+    if cfg.trace is not None:
+        return functools.partial(TraceSource, cfg.trace, cfg.seed, synth)
+    opts = cfg.workload.dataset
+    if opts is not None and data is not None:
+        measured = measure(data, opts, synth)
+        how = "exact (tokenizer)" if measured.exact else "estimated from the calibration"
+        console.print(f"[dim]dataset: {len(measured):,} of {measured.total:,} entries of {escape(opts.path)}, prompt "
+                      f"lengths {how}[/dim]", highlight=False, soft_wrap=True)  # fmt: skip
+        return functools.partial(DatasetSource, measured, cfg.seed, opts.replacement)
+    return functools.partial(WorkloadSource, cfg.workload, cfg.seed, synth)
+
+
 async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
     check_out_folder(cfg.out)  # before anything is sent
+    counter = None
+    if cfg.tokenizer is not None:
+        counter = TokenizerCounter(cfg.tokenizer)
+        counter.count("loadgen")  # a bad file: one line now, not mid-run
+    data = load_dataset(cfg.workload.dataset) if cfg.workload.dataset is not None else None
     info = await asyncio.to_thread(discover, cfg.url, cfg.headers, cfg.model)
     tcfg = _transport_config(cfg, info)
     transport = make_transport(cfg.transport, tcfg)
-    synth = PromptSynthesizer(seed=cfg.seed)
+    synth = PromptSynthesizer(seed=cfg.seed, counter=counter)
     started, anchor_ns = time.time(), time.perf_counter_ns()
     try:
         if cfg.calibrate:
@@ -326,7 +365,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
             console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib['reason'])}; prompts assume "
                           "one token per word and no chat template, so compare them with the server's own prompt "
                           "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
-        source = WorkloadSource(cfg.workload, cfg.seed, synth)
+        make_source = _source_factory(cfg, synth, data, console)
+        source = make_source()
         with contextlib.ExitStack() as files:
             cluster = None if cfg.ray is None else files.enter_context(connect(cfg.ray))
             n_workers, why = _workers(cfg, cluster)
@@ -351,7 +391,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
 
             levels: Levels
             setup = WorkerSetup(make_transport=functools.partial(make_transport, cfg.transport, tcfg),
-                                make_source=functools.partial(WorkloadSource, cfg.workload, cfg.seed, synth),
+                                make_source=make_source,
                                 encode=encode_batch, decode=decode_batch)  # fmt: skip
             if cluster is not None:
                 levels = RayPool(setup, n_workers, on_records)

@@ -72,6 +72,7 @@ class RequestSpec:
     max_tokens: int
     request_class: str = "default"
     group: int | None = None  # shared-prefix group, if any
+    source_row: int | None = None  # the dataset entry or trace row it came from (0-based data row)
 
 
 @dataclass(slots=True)
@@ -102,6 +103,7 @@ class RequestRecord:
     warmup: bool = False
     server: dict[str, Any] | None = None  # vendor timings (reference server's "loadgen")
     credit_ns: int = 0  # open loop with a cap: when it got its in-flight credit (0: it needed none)
+    source_row: int | None = None  # the dataset entry or trace row it replays (0-based data row; None: synthetic)
 
     @property
     def ok(self) -> bool:

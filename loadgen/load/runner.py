@@ -28,7 +28,7 @@ import numpy as np
 
 from loadgen.load.arrivals import schedule
 from loadgen.load.credits import Credits, LocalCredits
-from loadgen.load.source import SpecSource, user_quota
+from loadgen.load.source import KnowsUsers, SpecSource, user_quota
 from loadgen.load.transport import Transport
 from loadgen.metrics.client import WorkerStats
 from loadgen.metrics.results import Load
@@ -59,6 +59,7 @@ class LevelPlan:
     worker: int = 0  # this process's share of the level: users and sends w, w + n, w + 2n, ...
     n_workers: int = 1
     start_ns: int = 0  # the level's start on the shared monotonic clock (0: a few ms from now)
+    offsets: np.ndarray | None = None  # trace replay: the send offsets (s, ascending) instead of arrival/value
 
     def share(self, worker: int, n_workers: int, start_ns: int) -> "LevelPlan":
         """This level as worker ``worker`` of ``n_workers`` runs it (``max_in_flight`` stays
@@ -174,6 +175,7 @@ class Runner:
             target_prompt_tokens=spec.prompt_tokens,
             target_output_tokens=spec.max_tokens,
             warmup=warmup,
+            source_row=spec.source_row,
         )
 
     async def _send(self, spec: RequestSpec, rec: RequestRecord, res: LevelResult) -> None:
@@ -284,6 +286,9 @@ async def _sleep_until(t_ns: int) -> None:
 def _schedule(plan: LevelPlan) -> np.ndarray:
     """The level's whole open-loop schedule (offsets in s), the same in every worker."""
     n = None if plan.requests is None else plan.requests + plan.warmup_requests
+    if plan.offsets is not None:  # a trace's recorded times, cut to the level's bounds
+        cut = plan.offsets[:n]
+        return cut if plan.duration_s is None else cut[cut < plan.duration_s]
     return schedule(plan.arrival, plan.value, n=n, duration_s=plan.duration_s, seed=plan.seed,
                     burstiness=plan.burstiness)  # fmt: skip
 
@@ -335,6 +340,8 @@ class _Positional(_Specs):
         self._sends: dict[int, RequestSpec] = {}
         if plan.mode == "concurrency":
             users = max(int(plan.value), 1)
+            if isinstance(source, KnowsUsers):
+                source.set_users(plan.index, users)
             for u in range(plan.worker, users, plan.n_workers):
                 it = source.user(plan.index, u, user_quota(u, users, total))
                 head = list(itertools.islice(it, 8 if total is None else USER_PREPARE))

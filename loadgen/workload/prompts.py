@@ -291,6 +291,12 @@ class PromptSynthesizer:
                 hi = mid
         return build(lo)[0]
 
+    def group_text(self, group: int, words: int) -> str:
+        """The first ``words`` words of shared block ``group`` (the text a shared prefix of
+        that group starts with; a shorter one is a prefix of a longer one)."""
+        w = np.array([max(1, int(words))], dtype=np.int64)
+        return self._compose(w, w, np.zeros(1, dtype=np.int64), np.array([int(group)], dtype=np.int64))[0]
+
     def calibration_texts(self, word_counts: Sequence[int] = (32, 256)) -> list[tuple[int, str]]:
         """``(words, text)`` pairs for calibration requests, unlike any request prompt."""
         w = np.asarray(word_counts, dtype=np.int64)
