@@ -284,15 +284,20 @@ class TraceSource:
         hashes = tr.hash_ids[row] if tr.hash_ids is not None else []
         if not hashes:
             return synth.text(n, index)
+        counter = synth.counter
         body = max(1, n - round(synth.overhead_tokens))  # the text's own tokens
-        parts, left = [], body
-        for h in hashes:
+        parts: list[str] = []
+        left = body
+        for k, h in enumerate(hashes):
             if left <= 0:
                 break
-            take = min(BLOCK_TOKENS, left)
+            last = k == len(hashes) - 1 or left <= BLOCK_TOKENS
+            take = left if last and left <= BLOCK_TOKENS else BLOCK_TOKENS  # the last block fills what is left
             parts.append(self._block(h, take))
-            left -= take
-        if left > 0:  # longer than its blocks: a unique tail
+            # with a tokenizer a block may fall a token or two short of a word boundary: the
+            # next block (or the tail) makes up for it, so the prompt's total stays exact
+            left -= counter.count(parts[-1]) if counter is not None else take
+        if left > 0 and body > BLOCK_TOKENS * len(hashes):  # longer than its blocks: a unique tail
             parts.append(synth.text(left + round(synth.overhead_tokens), index))
         return " ".join(parts)
 

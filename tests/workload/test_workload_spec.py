@@ -22,7 +22,8 @@ from loadgen.workload.spec import (
 
 REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 SHIPPED = ["chat", "code", "demo", "mixed", "prefix", "rag", "summarize"]
-TOP_KEYS = "allowed keys: name, description, prompt_tokens, output_tokens, shared_prefix, classes"
+TOP_KEYS = ("allowed keys: name, description, prompt_tokens, output_tokens, joint_tokens, shared_prefix, classes, "
+            "dataset, arrivals")
 
 
 def write(tmp_path: Path, text: str, name: str = "wl.toml") -> Path:
@@ -173,7 +174,8 @@ BAD_FILES = [
     ('prompt_tokens = 1\n[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n', "prompt_tokens",
      ["either top-level prompt_tokens/output_tokens or [[classes]], not both"]),
     ('[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n[[classes]]\nname = "b"\ncolour = "red"\n',
-     "classes[1].colour", ["unknown key 'colour'; allowed keys: name, weight, prompt_tokens, output_tokens, shared_prefix"]),
+     "classes[1].colour", ["unknown key 'colour'; allowed keys: name, weight, prompt_tokens, output_tokens, joint_tokens, "
+                           "shared_prefix"]),
     ('[[classes]]\nname = "a"\nweight = "high"\nprompt_tokens = 1\noutput_tokens = 1\n', "classes[0].weight",
      ["expected a number > 0, got string 'high'"]),
     ('[[classes]]\nname = "a"\nweight = 0\nprompt_tokens = 1\noutput_tokens = 1\n', "classes[0].weight",
