@@ -12,7 +12,6 @@ calibrated run would send for the same count); traces carry their own token coun
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +56,7 @@ class Fit:
         desc = (f"fitted from {Path(self.source).name}: {self.rows} requests, prompt median {p50}, output median "
                 f"{o50}, log-length correlation {self.correlation:.2f}")  # fmt: skip
         lines = [
-            f"# Fitted by `loadgen workload fit` from {self.source} on {time.strftime('%Y-%m-%d')} ({how}).",
+            f"# Fitted by `loadgen workload fit` from {self.source} ({how}).",
             "# The joint (prompt, output) histogram keeps the correlation of the two lengths.",
             f"name = {_q(self.name)}",
             f"description = {_q(desc)}",

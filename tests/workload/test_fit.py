@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -124,3 +125,17 @@ def test_cli_fit_writes_a_workload(tmp_path: Path) -> None:
     assert wl.name == "bursty" and wl.arrivals is not None and wl.arrivals.burstiness < 1  # the sample is bursty
     bad = CliRunner().invoke(app, ["workload", "fit", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "x.toml")])
     assert bad.exit_code == 2 and "no such dataset file" in bad.output and "Traceback" not in bad.output
+
+
+def test_the_readme_fit_example_writes_the_shipped_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_readme import readme_commands
+
+    (cmd,) = readme_commands("loadgen workload fit")
+    args = shlex.split(cmd)[1:]
+    out = args.index("-o") + 1
+    shipped = Path(args[out])
+    args[out] = str(tmp_path / shipped.name)
+    monkeypatch.chdir(SAMPLES.parents[1])
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / shipped.name).read_text() == shipped.read_text(), "run python workloads/samples/make_samples.py"

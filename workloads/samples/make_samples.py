@@ -94,7 +94,38 @@ def traces(n: int = 240) -> None:
             w.writerow([round(float(ti) + 5.0, 3), "ChatGPT", int(pi), int(ai), int(pi + ai), "Conversation log"])
 
 
+def tokenizer() -> None:
+    """A word-level tokenizer.json over loadgen's word list: one token per prompt word, like
+    the reference server counts. A stand-in to try --tokenizer with; for a real server use
+    its model's own tokenizer.json."""
+    try:
+        import tokenizers
+    except ImportError:
+        print("tokenizers is not installed: no tokenizer.json (pip install tokenizers)")
+        return
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(WORDS)}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.save(str(HERE / "tokenizer.json"))
+
+
+def fitted() -> None:
+    """burstgpt-fit.toml: what `loadgen workload fit burstgpt.csv` writes."""
+    from loadgen.workload.fit import fit_workload
+
+    fit = fit_workload(str((HERE / "burstgpt.csv").relative_to(HERE.parents[1])), "burstgpt-fit", bins=16)
+    (HERE / "burstgpt-fit.toml").write_text(fit.to_toml())
+
+
 if __name__ == "__main__":
+    import os
+    import sys
+
+    os.chdir(HERE.parents[1])
+    sys.path.insert(0, str(HERE.parents[1]))
     datasets()
     traces()
-    print("wrote", ", ".join(sorted(f.name for f in HERE.iterdir() if f.suffix in (".json", ".jsonl", ".csv", ".parquet"))))
+    tokenizer()
+    fitted()
+    print("wrote", ", ".join(sorted(f.name for f in HERE.iterdir() if f.suffix in (".json", ".jsonl", ".csv", ".parquet",
+                                                                                  ".toml"))))
