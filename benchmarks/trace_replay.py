@@ -30,14 +30,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _bench import raise_fd_limit, server_process, use_uvloop
 from schedule_accuracy import routes
 
-from _bench import raise_fd_limit, server_process, use_uvloop
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import RequestSpec
-from loadgen.workload.datasets import DatasetOptions, DatasetSource, load_dataset, measure
+from loadgen.workload.datasets import (
+    DatasetOptions,
+    DatasetSource,
+    load_dataset,
+    measure,
+)
 from loadgen.workload.prompts import PromptSynthesizer, default_corpus
 from loadgen.workload.traces import Trace, TraceOptions, TraceSource, load_trace
 
