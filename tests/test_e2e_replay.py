@@ -142,6 +142,19 @@ def test_cli_dataset_flags(url: str, tmp_path: Path) -> None:
     assert len(recs) == 10 and all(r.ok and r.completion_tokens == 3 and (r.prompt_tokens or 0) >= 80 for r in recs)
 
 
+def test_a_workload_file_with_a_dataset_table(url: str, tmp_path: Path) -> None:
+    (tmp_path / "data.jsonl").write_text((SAMPLES / "prompts.jsonl").read_text())
+    (tmp_path / "real.toml").write_text('name = "real"\n[dataset]\npath = "data.jsonl"\nmax_prompt_tokens = 60\n'
+                                        'output_tokens = 2\n')  # fmt: skip
+    res = CliRunner().invoke(app, ["run", "--url", url, "--api", "completions", "--workload", str(tmp_path / "real.toml"),
+                                   "--rate", "50", "--requests", "12", "--quiet", "--out", str(tmp_path / "r")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    recs = list(read_records(tmp_path / "r"))
+    lengths = [len(json.loads(line)["prompt"].split()) for line in (SAMPLES / "prompts.jsonl").read_text().splitlines()]
+    assert len(recs) == 12 and len({r.source_row for r in recs}) == 12
+    assert all(r.prompt_tokens == lengths[r.source_row] <= 60 and r.completion_tokens == 2 for r in recs)  # type: ignore[index]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--trace", "X", "--concurrency", "4"], "--concurrency: a trace replays as one open-loop level"),
     (["--dataset", "X", "--workload", "chat"], "give one of --dataset, --trace, --workload or --prompt-tokens"),
