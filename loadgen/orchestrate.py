@@ -329,9 +329,10 @@ def _trace_levels(gen: Any, trace: Trace) -> Any:
             return stop.value
 
 
-def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | None,
-                    console: Console) -> Callable[[], Any]:  # fmt: skip
-    """A picklable factory of the run's request source: a trace, a dataset or the workload."""
+def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | None, console: Console,
+                    stats: dict[str, Any]) -> Callable[[], Any]:  # fmt: skip
+    """A picklable factory of the run's request source: a trace, a dataset (its counts go
+    into ``stats``) or the workload."""
     if cfg.trace is not None:
         return functools.partial(TraceSource, cfg.trace, cfg.seed, synth)
     opts = cfg.workload.dataset
@@ -340,6 +341,8 @@ def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | No
         how = "exact (tokenizer)" if measured.exact else "estimated from the calibration"
         console.print(f"[dim]dataset: {len(measured):,} of {measured.total:,} entries of {escape(opts.path)}, prompt "
                       f"lengths {how}[/dim]", highlight=False, soft_wrap=True)  # fmt: skip
+        stats.update(entries=len(measured), file_entries=measured.total, skipped_without_prompt=data.skipped,
+                     lengths="exact" if measured.exact else "calibrated")  # fmt: skip
         return functools.partial(DatasetSource, measured, cfg.seed, opts.replacement)
     return functools.partial(WorkloadSource, cfg.workload, cfg.seed, synth)
 
@@ -365,7 +368,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
             console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib['reason'])}; prompts assume "
                           "one token per word and no chat template, so compare them with the server's own prompt "
                           "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
-        make_source = _source_factory(cfg, synth, data, console)
+        dataset_stats: dict[str, Any] = {}
+        make_source = _source_factory(cfg, synth, data, console, dataset_stats)
         source = make_source()
         with contextlib.ExitStack() as files:
             cluster = None if cfg.ray is None else files.enter_context(connect(cfg.ray))
@@ -379,6 +383,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                 console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
             writer = files.enter_context(RunWriter(cfg.out))
             run_info = _run_json(cfg, info, calib, started, anchor_ns)
+            if dataset_stats:
+                run_info["workload"]["dataset"].update(dataset_stats)
             writer.write_run(run_info)
             def on_record(rec: RequestRecord) -> None:
                 writer.append(rec)

@@ -66,6 +66,7 @@ def test_each_dataset_format_runs_with_the_files_lengths(url: str, tmp_path: Pat
     assert all(r.target_output_tokens == answers[r.source_row] == r.completion_tokens for r in recs)  # type: ignore[index]
     run_json = json.loads((tmp_path / "r" / "run.json").read_text())
     assert run_json["workload"]["dataset"]["path"] == opts.path
+    assert run_json["workload"]["dataset"]["entries"] == 48 and run_json["workload"]["dataset"]["lengths"] == "calibrated"
 
 
 def trace_rows(name: str) -> list[dict]:  # type: ignore[type-arg]
