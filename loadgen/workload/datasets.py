@@ -339,10 +339,13 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-def _count(text: str, synth: PromptSynthesizer, counter: TokenCounter | None) -> float:
-    if counter is not None:
-        return float(counter.count(text))
-    return synth.tokens_per_word * _words(text)
+def _counts(texts: list[str], synth: PromptSynthesizer, counter: TokenCounter | None) -> np.ndarray:
+    """Tokens of each text: counted (batched when the counter can), else calibrated words."""
+    if counter is None:
+        return synth.tokens_per_word * np.array([_words(t) for t in texts], dtype=float)
+    many = getattr(counter, "count_many", None)
+    counts = many(texts) if many is not None else [counter.count(t) for t in texts]
+    return np.asarray(counts, dtype=float)
 
 
 def _prompt_text(p: Prompt) -> str:
@@ -355,13 +358,17 @@ def measure(ds: Dataset, opts: DatasetOptions, synth: PromptSynthesizer) -> Meas
     counter = synth.counter
     overhead = synth.overhead_tokens
     # the template's tokens: the calibrated overhead (one user message) per message sent
-    prompt = np.array([max(1, round(_count(_prompt_text(p), synth, counter) + overhead * (1 if isinstance(p, str)
-                       else len(p)))) for p in ds.prompts], dtype=np.int64)  # fmt: skip
+    messages = np.array([1 if isinstance(p, str) else len(p) for p in ds.prompts], dtype=float)
+    counted = _counts([_prompt_text(p) for p in ds.prompts], synth, counter)
+    prompt = np.maximum(1, np.rint(counted + overhead * messages)).astype(np.int64)
     if opts.output_tokens is not None:
         output = np.full(len(ds.prompts), opts.output_tokens, dtype=np.int64)
     else:
-        output = np.array([o if o is not None else (max(1, round(_count(a, synth, counter))) if a else DEFAULT_OUTPUT_TOKENS)
-                           for o, a in zip(ds.outputs, ds.answers)], dtype=np.int64)  # fmt: skip
+        answered = [i for i, (o, a) in enumerate(zip(ds.outputs, ds.answers)) if o is None and a]
+        output = np.array([DEFAULT_OUTPUT_TOKENS if o is None else o for o in ds.outputs], dtype=np.int64)
+        if answered:
+            n = _counts([ds.answers[i] or "" for i in answered], synth, counter)
+            output[answered] = np.maximum(1, np.rint(n)).astype(np.int64)
     keep = np.ones(len(prompt), dtype=bool)
     if opts.min_prompt_tokens is not None:
         keep &= prompt >= opts.min_prompt_tokens
