@@ -393,7 +393,10 @@ class DatasetSource:
     """The runner's ``SpecSource`` over a measured dataset (see the module docstring)."""
 
     def __init__(self, data: MeasuredDataset, seed: int, replacement: bool = False, name: str = "dataset") -> None:
-        from loadgen.workload.source import LEVEL_STRIDE, USER_STRIDE  # (spec.py imports this module)
+        from loadgen.workload.source import (  # (spec.py imports this module)
+            LEVEL_STRIDE,
+            USER_STRIDE,
+        )
 
         self._level_stride, self._user_stride = LEVEL_STRIDE, USER_STRIDE
         self.data, self.seed, self.replacement, self.name = data, int(seed), replacement, name
