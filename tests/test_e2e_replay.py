@@ -127,9 +127,10 @@ def test_a_tokenizer_makes_synthetic_prompts_exact(url: str, tmp_path: Path) -> 
     tok.save(str(tmp_path / "tokenizer.json"))
     cfg = RunConfig(url=url, api="chat", workload=workload_from_flags("uniform:min=20,max=900", "4"),
                     profile=Profile(levels=[4], requests=12), out=tmp_path / "r", live=False,
-                    tokenizer=tmp_path / "tokenizer.json")  # fmt: skip
+                    tokenizer=tmp_path / "tokenizer.json", workers=2)  # fmt: skip (the counter goes to the workers)
     recs = run(cfg)
     assert len(recs) == 12 and all(r.prompt_tokens == r.target_prompt_tokens for r in recs)
+    assert {r.worker for r in recs} == {0, 1, 2, 3}
     assert json.loads((tmp_path / "r" / "run.json").read_text())["tokenizer"] == str(tmp_path / "tokenizer.json")
 
 

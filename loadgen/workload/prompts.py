@@ -82,6 +82,13 @@ class TokenizerCounter:
         self._module: Any = tokenizers
         self._tok: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles as its path (worker processes load the file again)."""
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
     def _load(self) -> Any:
         if self._tok is None:
             try:
