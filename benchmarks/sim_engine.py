@@ -29,8 +29,9 @@ from loadgen.server.sim import sim_engine
 
 # name -> (scheduler limits, sim options other than the GPU)
 CONFIGS: dict[str, tuple[SchedulerLimits, dict[str, Any]]] = {
-    "chunked (default)": (SchedulerLimits(), {}),
+    "chunked (vllm serve default)": (SchedulerLimits(), {}),
     "no chunked prefill": (SchedulerLimits(enable_chunked_prefill=False), {}),
+    "chunked, budget 2048": (SchedulerLimits(max_num_batched_tokens=2048), {}),
     "chunked, budget 512": (SchedulerLimits(max_num_batched_tokens=512), {}),
     "disaggregated, 50 GB/s": (SchedulerLimits(), {"disaggregate": True, "kv_link_gbps": 50.0}),
 }
@@ -110,7 +111,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"{args.model} on {args.tp}x {args.gpu}, {args.users} users, {args.requests} requests "
           f"(every {args.long_every}th has {args.long_tokens} prompt tokens)")
-    head = (f"{'configuration':<24}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>9}{'ITL p99':>9}"
+    head = (f"{'configuration':<30}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>9}{'ITL p99':>9}"
             f"{'ITL max':>9}{'long TTFT':>11}{'tok/s':>8}{'sim s':>8}{'wall s':>8}")
     print(head)
     for name, (limits, sim) in CONFIGS.items():
@@ -118,7 +119,7 @@ def main() -> None:
         r = simulate(args, limits, sim)
         wall = time.perf_counter() - start
         ms = {k: v * 1e3 for k, v in r.items()}
-        print(f"{name:<24}{ms['ttft_p50']:>8.1f}ms{ms['ttft_p99']:>8.1f}ms{ms['itl_p50']:>7.1f}ms"
+        print(f"{name:<30}{ms['ttft_p50']:>8.1f}ms{ms['ttft_p99']:>8.1f}ms{ms['itl_p50']:>7.1f}ms"
               f"{ms['itl_p99']:>7.1f}ms{ms['itl_max']:>7.1f}ms{ms['long_ttft_p50']:>9.1f}ms"
               f"{r['tok_s']:>8.0f}{r['sim_s']:>8.1f}{wall:>8.1f}")
 

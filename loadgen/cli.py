@@ -10,7 +10,7 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from loadgen.errors import ConfigError, LoadgenError
 from loadgen.paths import search_dirs
 
 __all__ = ["app", "main"]
+
+if TYPE_CHECKING:
+    from loadgen.metrics.gates import Gates
 
 app = typer.Typer(
     name="loadgen",
@@ -129,12 +132,20 @@ def run(
     timeout: float = typer.Option(600.0, help="Whole-request timeout in seconds"),
     read_timeout: float = typer.Option(120.0, help="Longest silence within a stream, seconds"),
     scrape_metrics: bool = typer.Option(False, help="Poll the server's Prometheus /metrics every second"),
+    scrape_url: List[str] = typer.Option([], help="Another Prometheus endpoint to poll with it, e.g. a DCGM "
+                                         "exporter's http://127.0.0.1:9400/metrics (repeatable; implies --scrape-metrics)"),
     workers: Optional[str] = typer.Option(None, help="Worker processes that send (auto: one per 128 concurrent "
                                           "streams, up to the CPUs); the main process then only coordinates and "
                                           "writes. Default 1, or auto with --ray"),
     ray: Optional[str] = typer.Option(None, help="Workers are Ray actors spread over a cluster's nodes: auto (the "
                                       "cluster in RAY_ADDRESS or started here by ray start, else a local one) or "
                                       "the cluster's HOST:PORT; needs pip install 'loadgen[distributed]'"),
+    fail_on: List[str] = typer.Option([], help="CI gates: exit non-zero when a level fails them: slo, errors, "
+                                      "client-bound (comma-separated or repeated; exit 3 errors, 4 slo, 5 client-bound)"),
+    max_error_rate: Optional[float] = typer.Option(None, help="Gate on errors above this share of requests, e.g. "
+                                                   "0.01 (implies --fail-on errors; default 0 with it)"),
+    abort_on_fail: bool = typer.Option(False, help="Stop a sweep at the first level that fails a gate "
+                                       "(the --fail-on gates; slo,errors when none is given)"),
     quiet: bool = typer.Option(False, help="No live display"),
     dataset: str | None = typer.Option(None, help="Replay a dataset's prompts: ShareGPT .json, chat/prompt .jsonl, "
                                           ".csv or .parquet (see workloads/README.md)"),
@@ -190,6 +201,7 @@ def run(
                 arrival, burstiness = "gamma", wl.arrivals.burstiness
         prof = _profile(profile, concurrency, rate, levels, requests, duration, warmup, arrival, burstiness,
                         max_in_flight, slo_latency)  # fmt: skip
+    gates = _gates(fail_on, max_error_rate, abort_on_fail, prof.attainment_target)
     run_label = label or wl.name
     cfg = RunConfig(
         url=base,
@@ -211,11 +223,14 @@ def run(
         label=run_label,
         command=["loadgen", *_redact_argv(sys.argv[1:])],
         live=not quiet and sys.stdout.isatty(),
-        scrape_metrics=scrape_metrics,
+        scrape_metrics=scrape_metrics or bool(scrape_url),
+        scrape_urls=[_metrics_url(u) for u in scrape_url],
         workers=_workers_flag(workers or ("auto" if ray is not None else "1")),
         ray=ray,
         tokenizer=tokenizer,
         trace=loaded,
+        gates=gates,
+        abort_on_fail=abort_on_fail,
     )
     from loadgen.client.dialects import get_dialect
     from loadgen.client.transport import TRANSPORTS
@@ -235,6 +250,45 @@ def run(
     if failed and not any(lv.requests.ok for lv in outcome.summary.levels):
         err_console.print(f"[bold red]error:[/bold red] every request failed ({failed}); see the failures above")
         raise typer.Exit(1)
+    from loadgen.metrics.gates import exit_code, run_failures
+
+    failures = run_failures(outcome.summary.levels, gates)
+    for failure in failures:
+        err_console.print(f"[bold red]gate failed ({failure.reason}):[/bold red] {escape(failure.message)}",
+                          soft_wrap=True)
+    if failures:
+        raise typer.Exit(exit_code(failures))
+
+
+def _gates(fail_on: list[str], max_error_rate: float | None, abort_on_fail: bool,
+           attainment_target: float) -> Gates:
+    """The --fail-on gates; --max-error-rate implies errors, --abort-on-fail alone slo,errors."""
+    from loadgen.metrics.gates import Gates, parse_fail_on
+
+    reasons = parse_fail_on(fail_on)
+    if max_error_rate is not None:
+        if not 0.0 <= max_error_rate < 1.0:
+            raise ConfigError(f"must be a share in [0, 1), got {max_error_rate:g}", key="--max-error-rate")
+        reasons |= {"errors"}
+    if abort_on_fail and not reasons:
+        reasons = frozenset({"slo", "errors"})
+    return Gates(reasons, max_error_rate or 0.0, attainment_target)
+
+
+def _metrics_url(text: str) -> str:
+    """A --scrape-url: http(s) with a host (one-line error otherwise); kept as given."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text.strip())
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"expected an http(s) URL such as http://127.0.0.1:9400/metrics, got {text!r}",
+                          key="--scrape-url")
+    return text.strip()
 
 
 def _int_list(text: str, flag: str) -> tuple[int, ...]:
@@ -411,6 +465,60 @@ def report(
 
 @app.command()
 @friendly
+def matrix(
+    file: Path = typer.Argument(..., help="A matrix file (TOML): server configurations, workload, profile, SLOs"),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<time>-matrix-<name>)"),
+) -> None:
+    """Run one workload against several server configurations, then compare them."""
+    from loadgen.matrix import load_matrix, run_matrix
+    from loadgen.report.files import default_run_dir
+
+    spec = load_matrix(file)
+    if out is not None and not out.strip():
+        raise ConfigError("give a folder (an empty name would mean the current directory)", key="--out")
+    folder = Path(out) if out else default_run_dir(Path("reports"), f"matrix-{spec.name}")
+    console = _console()
+    doc = run_matrix(spec, folder, console)
+    ok = [c for c in doc["configs"] if c["status"] == "ok"]
+    console.print(f"matrix: {len(ok)} of {len(doc['configs'])} configurations ran in {doc['wall_s']:.0f} s; "
+                  f"{folder / 'matrix.json'}" + (f", {folder / doc['html']}" if doc.get("html") else ""))
+    if any(c["status"] == "interrupted" for c in doc["configs"]):
+        raise typer.Exit(130)
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly
+def export(
+    folder: Path = typer.Argument(..., help="A run folder"),
+    format: str = typer.Option("csv", "--format", help="csv or parquet (needs pyarrow)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: the run folder)"),
+) -> None:
+    """Write a run's per-request and per-level tables (requests.csv, levels.csv)."""
+    from loadgen.report.export import export_run
+
+    for path in export_run(folder, format, out):
+        _console().print(f"wrote {path}")
+
+
+@app.command()
+@friendly
+def schema(
+    what: str = typer.Argument("summary", help="Which file's schema: summary"),
+) -> None:
+    """Print the JSON Schema of summary.json (generated from the typed results)."""
+    import json
+
+    from loadgen.metrics.schema import summary_schema
+
+    if what != "summary":
+        raise ConfigError(f"unknown schema {what!r}; valid: summary", key="WHAT")
+    typer.echo(json.dumps(summary_schema(), indent=2))
+
+
+@app.command()
+@friendly
 def compare(
     folders: List[Path] = typer.Argument(..., help="Two or more run folders; the first is the baseline"),
     out: Path = typer.Option(Path("reports/comparison.html"), "--out", "-o", help="Output HTML file"),
@@ -495,15 +603,25 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)"),
     port: int = typer.Option(8000, help="Port (0 = any free port)"),
     chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill", help="Split long prefills"),
-    max_num_batched_tokens: int = typer.Option(2048, help="Token budget per engine step"),
-    max_num_seqs: int = typer.Option(256, help="Most sequences running at once"),
-    prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching", help="Reuse KV of shared prefixes"),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, help="Token budget per engine step (default as vllm serve: 8192 on H100/H200/B200/MI300X, "
+        "2048 on A100/L40S; max_model_len without chunked prefill)"),
+    max_num_seqs: int | None = typer.Option(
+        None, help="Most sequences running at once (default as vllm serve: 1024 on H100/H200/B200/MI300X, 256 on A100/L40S)"),
+    prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Reuse KV of shared prefixes"),
+    max_model_len: Optional[int] = typer.Option(None, help="Context length served (default: the model's, capped by the KV cache)"),
     mfu: float = typer.Option(0.6, help="Model FLOPs utilisation of the simulated GPU"),
     mbu: float = typer.Option(0.8, help="Memory bandwidth utilisation of the simulated GPU"),
     overhead_ms: float = typer.Option(0.5, help="Fixed cost per engine step, ms"),
     jitter: float = typer.Option(0.0, help="Seeded multiplicative noise on step times (0.05 = ±5%)"),
     disaggregate: bool = typer.Option(False, help="Separate prefill and decode GPU pools"),
-    kv_link_gbps: float = typer.Option(50.0, help="KV transfer bandwidth between pools, GB/s"),
+    kv_link_gbps: float = typer.Option(50.0, help="KV transfer bandwidth between pools, GB/s per tensor-parallel rank"),
+    prefill_replicas: int = typer.Option(1, help="Disaggregated: prefill engines (xPyD; above 1 implies --disaggregate)"),
+    decode_replicas: int = typer.Option(1, help="Disaggregated: decode engines (xPyD; above 1 implies --disaggregate)"),
+    prefill_tp: Optional[int] = typer.Option(None, help="Disaggregated: GPUs per prefill engine (default --tp)"),
+    decode_tp: Optional[int] = typer.Option(None, help="Disaggregated: GPUs per decode engine (default --tp)"),
+    prefill_gpu: Optional[str] = typer.Option(None, help="Disaggregated: the prefill engines' GPU (default --gpu)"),
+    decode_gpu: Optional[str] = typer.Option(None, help="Disaggregated: the decode engines' GPU (default --gpu)"),
     time_scale: float = typer.Option(1.0, help="Real seconds per simulated second"),
     fail_rate: float = typer.Option(0.0, help="Fault: fraction of requests answered HTTP 500"),
     stall_ms: float = typer.Option(0.0, help="Fault: length of a stall before a token, ms"),
@@ -528,9 +646,12 @@ def serve(
     config = ServeConfig(
         engine=engine, model=model or "", tp=tp, seed=seed, replicas=replicas, router=router,
         scheduler=SchedulerLimits(enable_chunked_prefill=chunked_prefill, max_num_batched_tokens=max_num_batched_tokens,
-                                  max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching),
+                                  max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching,
+                                  max_model_len=max_model_len),
         sim=SimOptions(gpu=gpu, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter, time_scale=time_scale,
-                       disaggregate=disaggregate, kv_link_gbps=kv_link_gbps),
+                       disaggregate=disaggregate, kv_link_gbps=kv_link_gbps,
+                       prefill_replicas=prefill_replicas, decode_replicas=decode_replicas, prefill_tp=prefill_tp,
+                       decode_tp=decode_tp, prefill_gpu=prefill_gpu, decode_gpu=decode_gpu),
         torch=TorchOptions(device=device, dtype=dtype, threads=threads, kv_cache_gb=kv_cache_gb, cuda_graphs=cuda_graphs,
                            cuda_graph_sizes=_int_list(cuda_graph_sizes, "--cuda-graph-sizes")),
         faults=FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
@@ -540,6 +661,7 @@ def serve(
     eng = build_engine(config)
     application = create_app(eng, faults=config.faults)
     mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
+    print(f"loadgen serve: {config.limits.describe()}", flush=True)
 
     def ready(url: str) -> None:
         info = getattr(eng, "info", None)
@@ -549,6 +671,10 @@ def serve(
                 where += f", {info['cuda_graphs']} CUDA graphs captured in {info.get('graph_capture_s')} s"
         else:
             where = f"{tp}x {gpu}" if replicas == 1 else f"{replicas} replicas of {tp}x {gpu}, {router} routing"
+            if config.sim.disaggregated:
+                where = (f"{prefill_replicas} prefill x {prefill_tp or tp}x {prefill_gpu or gpu} + "
+                         f"{decode_replicas} decode x {decode_tp or tp}x {decode_gpu or gpu}, KV links "
+                         f"{kv_link_gbps:g} GB/s per rank") + ("" if replicas == 1 else f"; {replicas} replicas")
         print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode})", flush=True)
 
     try:

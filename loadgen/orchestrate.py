@@ -33,6 +33,7 @@ from loadgen.load.ray_pool import RayCluster, RayPool, connect
 from loadgen.load.share import WorkerSetup
 from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.load.sweeps import sweep
+from loadgen.metrics.gates import Gates, level_failures
 from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary, unit_label
 from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
@@ -74,8 +75,11 @@ class RunConfig:
     command: list[str] = field(default_factory=list)
     live: bool = True
     scrape_metrics: bool = False  # poll the target's /metrics into server_metrics.jsonl
+    scrape_urls: list[str] = field(default_factory=list)  # other Prometheus endpoints read with it (DCGM)
     workers: int | str = 1  # worker processes that send (the coordinator sends nothing), or "auto"
     ray: str | None = None  # workers are Ray actors of this cluster ("auto" or an address) instead
+    gates: Gates = field(default_factory=Gates)  # --fail-on: what makes the run fail (exit code)
+    abort_on_fail: bool = False  # stop the sweep at the first level that fails a gate
     tokenizer: Path | None = None  # a tokenizer.json: exact prompt lengths (else calibrated words)
     trace: Trace | None = None  # replay this trace's rows at their recorded times (one open-loop level)
 
@@ -311,6 +315,10 @@ async def _sweep_levels(
             console.print(level_line(level), highlight=False)
         if runner.interrupted:
             return _run_summary(levels, prof, None, True)
+        failed = level_failures(level, len(levels) - 1, cfg.gates) if cfg.abort_on_fail else []
+        if failed:
+            stopped = f"--abort-on-fail: {failed[0].message}"
+            break
         try:
             plan = gen.send(level)
         except StopIteration as stop:
@@ -420,7 +428,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                 if cfg.scrape_metrics:
                     from loadgen.client.scrape import MetricsScraper
 
-                    scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers)
+                    scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers,
+                                             extra_urls=cfg.scrape_urls)
                     await stack.enter_async_context(scraper)
                 stack.enter_context(_sigint(asyncio.get_running_loop(), levels))
                 if cfg.live:

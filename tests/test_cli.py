@@ -297,3 +297,23 @@ def test_a_run_in_which_every_request_failed_exits_1(tmp_path: Path) -> None:
     assert res.exit_code == 1, res.output
     assert "every request failed (3)" in res.output and "Traceback" not in res.output
     assert (tmp_path / "failed" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(("gpu", "line"), [
+    ("h100", "max_num_batched_tokens=8192, max_num_seqs=1024, chunked prefill on, prefix caching on"),
+    ("a100", "max_num_batched_tokens=2048, max_num_seqs=256, chunked prefill on, prefix caching on"),
+])
+def test_serve_prints_its_effective_limits_at_start_up(gpu: str, line: str) -> None:
+    from loadgen.server.process import ServerProcess
+
+    server = ServerProcess(["--gpu", gpu])
+    with server:
+        pass
+    assert f"loadgen serve: {line}" in server.output
+
+
+def test_serve_refuses_a_budget_below_the_context_without_chunking() -> None:
+    res = runner.invoke(app, ["serve", "--no-chunked-prefill", "--max-num-batched-tokens", "4096"])
+    assert res.exit_code == 2
+    assert "--max-num-batched-tokens: 4096 is smaller than max_model_len (131072)" in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1

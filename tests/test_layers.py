@@ -22,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"", "records", "errors", "report", "metrics"},
     "server": {"errors", "server", "aio"},
 }
-WIRING = {"cli", "orchestrate", "demo", "__init__"}  # may wire everything together
+WIRING = {"cli", "orchestrate", "demo", "matrix", "__init__", "__main__"}  # may wire everything together
 SERVER = PKG / "server"
 # inside server/: subpackage -> the server parts it may import. The shared core knows no
 # engine kind; the sim and torch engines never import each other (the config only for types).

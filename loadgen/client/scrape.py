@@ -21,6 +21,15 @@ averaged for fractions):
   hits / queries since the previous scrape (None on the first scrape or when no query
   happened in between)
 - kept in ``raw`` too: preemptions, prompt and generation token counters.
+- GPU telemetry, under NVIDIA's DCGM exporter names (from the target, e.g. the reference
+  server's simulated GPUs, or from ``extra_urls`` such as a ``dcgm-exporter`` on the GPU
+  host): ``gpu_util`` (0..1, the mean of ``DCGM_FI_DEV_GPU_UTIL`` over GPUs),
+  ``power_w`` (the sum of ``DCGM_FI_DEV_POWER_USAGE``), ``fb_used_mib`` (the sum of
+  ``DCGM_FI_DEV_FB_USED``).
+
+``extra_urls`` are full URLs of other Prometheus endpoints, read at the same tick; their
+samples join the target's in one line (a name found in several is combined like label
+sets). One that fails is counted as a failure without losing the others' samples.
 
 Nothing here raises out of a scrape: failures (connection, HTTP status, timeout, a body
 that is not Prometheus text) are counted in :attr:`MetricsScraper.failures`.
@@ -34,6 +43,7 @@ import json
 import math
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import IO, Any, Mapping
 
 import aiohttp
@@ -61,8 +71,12 @@ KNOWN_METRICS: dict[str, str] = {
     "sglang:num_queue_reqs": _SUM,
     "sglang:token_usage": _MEAN,
     "sglang:cache_hit_rate": _MEAN,
+    "DCGM_FI_DEV_GPU_UTIL": _MEAN,
+    "DCGM_FI_DEV_POWER_USAGE": _SUM,
+    "DCGM_FI_DEV_FB_USED": _SUM,
 }
-_PREFIXES = tuple(sorted({name.split(":")[0] + ":" for name in KNOWN_METRICS}))
+_PREFIXES = tuple(sorted({name.split(":")[0] + ":" if ":" in name else name.rsplit("_", 1)[0]
+                          for name in KNOWN_METRICS}))
 _RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
 _WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
 _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
@@ -102,10 +116,8 @@ def _after_labels(line: str, start: int) -> int:
     return -1
 
 
-def parse_prometheus(text: str, names: Mapping[str, str] = KNOWN_METRICS) -> dict[str, float]:
-    """The samples of ``names`` in Prometheus text ``text``, label sets combined (sum or
-    mean, as ``names`` says). Other lines are skipped cheaply; a malformed line of a
-    known name is ignored, and so are NaN and infinite values."""
+def _samples(text: str, names: Mapping[str, str] = KNOWN_METRICS) -> dict[str, list[float]]:
+    """Every sample value of ``names`` in Prometheus text, per name (one per label set)."""
     acc: dict[str, list[float]] = {}
     for line in text.splitlines():
         if not line.startswith(_PREFIXES):
@@ -128,7 +140,18 @@ def parse_prometheus(text: str, names: Mapping[str, str] = KNOWN_METRICS) -> dic
         if value is None or not math.isfinite(value):
             continue
         acc.setdefault(name, []).append(value)
+    return acc
+
+
+def _reduce(acc: Mapping[str, list[float]], names: Mapping[str, str] = KNOWN_METRICS) -> dict[str, float]:
     return {k: (sum(v) if names[k] == _SUM else sum(v) / len(v)) for k, v in acc.items()}
+
+
+def parse_prometheus(text: str, names: Mapping[str, str] = KNOWN_METRICS) -> dict[str, float]:
+    """The samples of ``names`` in Prometheus text ``text``, label sets combined (sum or
+    mean, as ``names`` says). Other lines are skipped cheaply; a malformed line of a
+    known name is ignored, and so are NaN and infinite values."""
+    return _reduce(_samples(text, names), names)
 
 
 def _first(raw: Mapping[str, float], names: tuple[str, ...]) -> float | None:
@@ -136,6 +159,23 @@ def _first(raw: Mapping[str, float], names: tuple[str, ...]) -> float | None:
         if n in raw:
             return raw[n]
     return None
+
+
+def _redact(url: str) -> str:
+    """``url`` without credentials (never in an error line)."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}" if sep else url
+
+
+def _merge(parts: Sequence[Mapping[str, list[float]]]) -> dict[str, float]:
+    """Samples of several endpoints in one dict: a name found in several is combined like
+    label sets of one (a mean over every GPU, not a mean of the endpoints' means)."""
+    acc: dict[str, list[float]] = {}
+    for part in parts:
+        for k, v in part.items():
+            acc.setdefault(k, []).extend(v)
+    return _reduce(acc)
 
 
 class MetricsScraper:
@@ -154,10 +194,12 @@ class MetricsScraper:
         interval_s: float = 1.0,
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
+        extra_urls: Sequence[str] = (),
     ) -> None:
         if not (interval_s > 0 and math.isfinite(interval_s)):
             raise ValueError(f"interval_s must be a positive number, got {interval_s!r}")
         self.url = base_url.rstrip("/") + "/metrics"
+        self.extra_urls = list(extra_urls)
         self.out_path = Path(out_path)
         self.interval_s = interval_s
         self.timeout_s = timeout_s if timeout_s is not None else max(interval_s, 2.0)
@@ -184,7 +226,7 @@ class MetricsScraper:
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.out_path, "a", encoding="utf-8")
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        self._session = aiohttp.ClientSession(timeout=timeout, headers=self.headers)
+        self._session = aiohttp.ClientSession(timeout=timeout)  # headers go to the target only
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
@@ -218,20 +260,12 @@ class MetricsScraper:
         """One scrape: the line written, or None when it failed (counted, not raised)."""
         if self._session is None or self._file is None:
             raise RuntimeError("MetricsScraper.scrape_once() before start()")
-        try:
-            async with self._session.get(self.url) as resp:
-                body = await resp.text(errors="replace")
-                t_ns = time.perf_counter_ns()
-                if resp.status != 200:
-                    self._fail(f"HTTP {resp.status}")
-                    return None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
-            self._fail(f"{type(exc).__name__}: {exc}")
+        answers = await asyncio.gather(*(self._fetch(u) for u in [self.url, *self.extra_urls]))
+        t_ns = time.perf_counter_ns()
+        found = [a for a in answers if a]
+        if not found:
             return None
-        raw = parse_prometheus(body)
-        if not raw:
-            self._fail("no known metric in the answer")
-            return None
+        raw = _merge(found)
         line = {
             "t_ns": t_ns,
             "running": _first(raw, _RUNNING),
@@ -240,6 +274,12 @@ class MetricsScraper:
             "prefix_hit_rate": self._hit_rate(raw),
             "raw": raw,
         }
+        if "DCGM_FI_DEV_GPU_UTIL" in raw:
+            line["gpu_util"] = raw["DCGM_FI_DEV_GPU_UTIL"] / 100.0
+        if "DCGM_FI_DEV_POWER_USAGE" in raw:
+            line["power_w"] = raw["DCGM_FI_DEV_POWER_USAGE"]
+        if "DCGM_FI_DEV_FB_USED" in raw:
+            line["fb_used_mib"] = raw["DCGM_FI_DEV_FB_USED"]
         self._prev = raw
         try:
             self._file.write(json.dumps(line, allow_nan=False, default=str) + "\n")
@@ -249,6 +289,25 @@ class MetricsScraper:
             return None
         self.scrapes += 1
         return line
+
+    async def _fetch(self, url: str) -> dict[str, list[float]] | None:
+        """The known samples of one endpoint, per name, or None (the failure counted)."""
+        assert self._session is not None
+        try:
+            headers = self.headers if url == self.url else None  # the target's secrets stay with it
+            async with self._session.get(url, headers=headers, allow_redirects=False) as resp:
+                body = await resp.text(errors="replace")
+                if resp.status != 200:
+                    self._fail(f"HTTP {resp.status} from {_redact(url)}")
+                    return None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+            self._fail(f"{type(exc).__name__}: {exc}")
+            return None
+        found = _samples(body)
+        if not found:
+            self._fail(f"no known metric in the answer of {_redact(url)}")
+            return None
+        return found
 
     def _hit_rate(self, raw: Mapping[str, float]) -> float | None:
         gauge = _first(raw, _HIT_GAUGES)

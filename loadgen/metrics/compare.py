@@ -42,6 +42,7 @@ from loadgen.metrics.per_request import EventArrays
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import parse_slo, slo_attainment
 from loadgen.metrics.summary import level_window_ns
+from loadgen.metrics.trials import TRIAL_METRICS, welch_interval
 
 __all__ = [
     "BETTER",
@@ -325,6 +326,32 @@ class Row:
     diff: Difference
 
 
+# what a serving engineer reads first, in this order when changes are equally large
+HEADLINE: tuple[str, ...] = ("itl_ms", "ttft_ms", "output_tokens_per_s", "goodput", "slo_attainment",
+                             "tpot_ms", "e2e_ms")
+
+
+def headline(rows: Sequence[Row], limit: int = 4) -> tuple[list[Row], list[str]]:
+    """The changes that matter: for each headline metric (:data:`HEADLINE`), the
+    statistic and level where it changed most (a significant verdict, the largest
+    relative change), the largest changes first, at most ``limit``; and the labels of
+    the headline metrics that changed significantly nowhere."""
+    picked: list[Row] = []
+    unchanged: list[str] = []
+    for metric in HEADLINE:
+        cands = [r for r in rows if r.metric == metric]
+        if not cands:
+            continue
+        moved = [r for r in cands if r.diff.verdict in (BETTER, WORSE) and r.diff.rel is not None]
+        if moved:
+            picked.append(max(moved, key=lambda r: abs(r.diff.rel or 0.0)))
+        else:
+            unchanged.append(cands[0].label)
+    order = {key: i for i, key in enumerate(HEADLINE)}
+    picked.sort(key=lambda r: (-abs(r.diff.rel or 0.0), order[r.metric]))
+    return picked[:limit], unchanged
+
+
 def common_levels(summaries: Sequence[RunSummary]) -> list[tuple[str, float, list[int]]]:
     """Load levels present in every run: ``(mode, value, [level index in each run])``,
     sorted by mode then value (the first level of a run wins when one repeats)."""
@@ -380,12 +407,43 @@ def _proportion(level: LevelSummary) -> tuple[int, float | None]:
     return level.requests.total, level.goodput.slo_attainment
 
 
+_TRIAL_KEYS = {"throughput.output_tokens_per_s": "output_tokens_per_s", "goodput.requests_per_s": "goodput",
+               "goodput.slo_attainment": "slo_attainment"}
+
+
+def trial_rows(a: LevelSummary, b: LevelSummary, position: int = 0, *, min_effect: float = MIN_EFFECT,
+               confidence: float = 0.95) -> list[Row]:
+    """The rows of two levels that both ran repeated trials: each headline metric's
+    mean over trials, the difference of the means and its Welch interval (the note
+    says so and how many trials each side had)."""
+    assert a.trials is not None and b.trials is not None
+    rows = []
+    for path, (label, stat, unit, higher) in TRIAL_METRICS.items():
+        sa, sb = a.trials.metrics.get(path), b.trials.metrics.get(path)
+        if sa is None or sb is None:
+            continue
+        note = f"between trials: {a.trials.n} vs {b.trials.n}"
+        ci = welch_interval(sa.values, sb.values)
+        if sa.mean is None or sb.mean is None or ci is None:
+            d = Difference(sa.mean, sb.mean, None, None, None, NOT_AVAILABLE, confidence, note)
+        else:
+            diff = sb.mean - sa.mean
+            rel = diff / sa.mean if sa.mean != 0 else None
+            d = Difference(sa.mean, sb.mean, diff, rel, ci,
+                           verdict(ci, higher, rel=rel, min_effect=min_effect), confidence, note)
+        metric = _TRIAL_KEYS.get(path, path.split(".")[0])
+        rows.append(Row(position, metric, label, stat, unit, d))
+    return rows
+
+
 def compare_level(
     a: LevelSamples, b: LevelSamples, position: int = 0, *, resamples: int = DEFAULT_RESAMPLES,
     min_effect: float = MIN_EFFECT,
 ) -> list[Row]:  # fmt: skip
     """Every metric of level ``a`` (the baseline) against level ``b`` (seeded by
     ``position``, so the same runs always give the same intervals)."""
+    if a.summary.trials is not None and b.summary.trials is not None:
+        return trial_rows(a.summary, b.summary, position, min_effect=min_effect)
     rows: list[Row] = []
     rate_mode = a.summary.load.mode == "rate"
     for m, (key, label, unit, higher, kind) in enumerate(METRICS):

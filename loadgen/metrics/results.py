@@ -39,6 +39,8 @@ __all__ = [
     "WorkerHealth",
     "Schedule",
     "Window",
+    "TrialStat",
+    "Trials",
     "LevelSummary",
     "Capacity",
     "Saturation",
@@ -363,6 +365,26 @@ class Window(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
+class TrialStat(_JSON):
+    """One headline metric over repeated trials of a level: each trial's value, their
+    mean and the 95% t-interval of the mean (``None`` with fewer than two values)."""
+
+    values: list[float | None]
+    mean: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Trials(_JSON):
+    """``--trials N``: the level ran ``n`` times (seeds ``seed + i``, fresh connections);
+    ``metrics`` maps a dotted path (``"ttft_ms.p99"``) to its between-trial statistics."""
+
+    n: int
+    metrics: dict[str, TrialStat] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class LevelSummary(_JSON):
     """One load level (see :mod:`loadgen.metrics.summary` for how each number is made)."""
 
@@ -387,6 +409,7 @@ class LevelSummary(_JSON):
     schedule: Schedule | None = field(default=None, metadata=_key("schedule", omit_none=True))
     interrupted: bool = False
     windows: list[Window] | None = field(default=None, metadata=_key("windows", omit_none=True))
+    trials: Trials | None = field(default=None, metadata=_key("trials", omit_none=True))
 
     def dist(self, name: str) -> Distribution:
         """A latency or length distribution by field name (``"ttft_ms"``, ``"itl_ms"``…)."""

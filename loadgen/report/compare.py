@@ -100,6 +100,27 @@ def _table(levels: Sequence[tuple[str, float, list[int]]], runs: Sequence[RunDat
             "</tbody></table></div>")  # fmt: skip
 
 
+def _headline(rows: Sequence[Row], levels: Sequence[tuple[str, float, list[int]]], base: RunData,
+              label: str, base_label: str) -> str:
+    """What changed where it matters, first: the largest significant change of each
+    headline statistic, with its level, before and after."""
+    picked, unchanged = C.headline(rows)
+    items = []
+    for r in picked:
+        d = r.diff
+        lv = base.levels[levels[r.level][2][0]].load.label()
+        stat = "" if r.stat in ("rate", "value") else f" {r.stat}"
+        cls = "better" if d.verdict == C.BETTER else "worse"
+        rel = "" if d.rel is None else f" ({100 * d.rel:+.0f}%)"
+        items.append(f'<li data-metric="{esc(r.metric)}"><b>{esc(r.label)}{esc(stat)}</b> at {esc(lv)}: '
+                     f"{fmt(d.a)} → {fmt(d.b)} {esc(r.unit)}{rel}, "
+                     f'<span class="{cls}">{esc(d.verdict)}</span></li>')
+    if unchanged:
+        items.append(f'<li class="same">no significant change in {esc(", ".join(unchanged))}</li>')
+    return (f'<p><b>{esc(label)}</b> vs <b>{esc(base_label)}</b>, where it matters:</p>'
+            f'<ul class="headline">{"".join(items)}</ul>')
+
+
 def _tally(rows: Sequence[Row]) -> str:
     counts = {v: sum(1 for r in rows if r.diff.verdict == v) for v in (C.BETTER, C.WORSE, C.NO_CHANGE)}
     return (f'<span class="better">{counts[C.BETTER]} better</span>, <span class="worse">{counts[C.WORSE]} worse'
@@ -155,6 +176,7 @@ def render_comparison(
         head += ('<div class="banner warn" id="workload-warning">⚠ Compared with --force although the workloads '
                  f"differ: {esc('; '.join(diffs))}</div>")  # fmt: skip
     for rows, label in zip(rows_by_run, names[1:]):
+        head += _headline(rows, levels, runs[0], label, names[0])
         head += f"<p><b>{esc(label)}</b> vs <b>{esc(names[0])}</b>: {_tally(rows)} across {len(levels)} common level(s).</p>"
     page.section("summary", "Verdict", head + '<p class="note">Verdicts come from 95% bootstrap confidence intervals '
                  "of the difference (latency percentiles: resampled requests or tokens; throughput: resampled time "

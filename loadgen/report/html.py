@@ -208,6 +208,22 @@ def _maybe(page: Page, fig_id: str, fig: dict[str, Any] | None, empty: str, heig
     return page.figure(fig_id, fig, height) if fig is not None else f'<p class="note">{esc(empty)}</p>'
 
 
+def _gpu(page: Page, data: RunData) -> str:
+    """GPU telemetry (DCGM names) and each level's energy per output token, when scraped."""
+    fig = R.gpu_telemetry(data)
+    if fig is None:
+        return ""
+    rows = "".join(
+        f"<tr><td>{esc(label)}</td><td>{'—' if w is None else f'{w:,.0f}'}</td>"
+        f"<td>{'—' if j is None else f'{j:.3g}'}</td></tr>" for label, w, j in R.level_energy(data))
+    table = ('<table id="energy"><thead><tr><th>level</th><th>mean power (W)</th><th>energy per output token (J)'
+             f"</th></tr></thead><tbody>{rows}</tbody></table>") if rows else ""
+    note = ('<p class="note">GPU telemetry scraped under NVIDIA DCGM exporter names (the reference server\'s '
+            "simulated GPUs model power between idle and board power). Energy per token: the power samples "
+            "integrated over the part of each level they cover, divided by the output tokens streamed then.</p>")
+    return note + page.figure("fig-gpu", fig, 380) + table
+
+
 def _token_source(levels: Sequence[LevelSummary]) -> str:
     line = token_source_line(levels)
     return f'<p class="note" id="token-source">{esc(line[:1].upper() + line[1:])}.</p>' if line else ""
@@ -270,7 +286,8 @@ def build_run_page(data: RunData) -> Page:
     page.section("server", "Server metrics",
                  _maybe(page, "fig-server", R.server_metrics(data),
                         f"Not scraped ({SERVER_METRICS_FILE} absent): run with --scrape-metrics to poll the server's "
-                        "Prometheus /metrics.", 600))  # fmt: skip
+                        "Prometheus /metrics.", 600)
+                 + _gpu(page, data))  # fmt: skip
     return page
 
 

@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from loadgen.metrics.energy import energy_j
 from loadgen.metrics.per_request import EventArrays
+from loadgen.metrics.summary import level_window_ns
 from loadgen.report.figures import base_layout, grid
 from loadgen.report.page import esc
 from loadgen.report.plotdata import (
@@ -391,6 +393,59 @@ def _series(lines: Sequence[dict[str, Any]], key: str) -> list[float | None]:
         v = line.get(key)
         out.append(float(v) if isinstance(v, (int, float)) else None)
     return out
+
+
+def level_energy(data: RunData) -> list[tuple[str, float | None, float | None]]:
+    """Per level: its label, mean power (W) and energy per output token (J), over the part
+    of its window that the power samples cover (None when they cover none of it)."""
+    lines = [ln for ln in data.server if isinstance(ln.get("power_w"), (int, float))]
+    if len(lines) < 2:
+        return []
+    t = np.array([ln["t_ns"] for ln in lines], dtype=np.int64)
+    p = np.array([ln["power_w"] for ln in lines], dtype=np.float64)
+    ev = data.ev
+    out = []
+    for i, level in enumerate(data.levels):
+        rows = data.frame[data.level_rows(i)]
+        window = level_window_ns(rows)
+        watts = joules = None
+        if window is not None:
+            lo, hi = max(window[0], int(t.min())), min(window[1], int(t.max()))
+            energy = energy_j(t, p, lo, hi) if hi > lo else None
+            if energy is not None:
+                watts = energy / ((hi - lo) / 1e9)
+                tokens = float(ev.ch_n[(ev.ch_t >= lo) & (ev.ch_t <= hi)].sum())
+                joules = energy / tokens if tokens > 0 else None
+        out.append((level.load.label(), watts, joules))
+    return out
+
+
+def gpu_telemetry(data: RunData) -> dict[str, Any] | None:
+    """GPU utilisation and power over time (DCGM names, scraped), with each level's
+    energy per output token in the title; None when nothing was scraped."""
+    lines = [ln for ln in data.server if "gpu_util" in ln or "power_w" in ln]
+    if not lines:
+        return None
+    pick = spread(len(lines), 5000)
+    lines = [lines[int(i)] for i in pick]
+    t = rounded(data.seconds(np.array([ln["t_ns"] for ln in lines], dtype=np.int64)), 3)
+    util = [None if v is None else round(100 * v, 2) for v in _series(lines, "gpu_util")]
+    layout, refs = grid(1, 2, ["GPU utilisation (%, mean over GPUs)", "Power (W, all GPUs)"])
+    traces: list[dict[str, Any]] = [
+        {"type": "scatter", "mode": "lines", "x": t, "y": util, "name": "GPU utilisation",
+         "line": {"color": "#0072B2"}, "xaxis": refs[0][0], "yaxis": refs[0][1], "meta": "gpu.util"},
+        {"type": "scatter", "mode": "lines", "x": t, "y": _series(lines, "power_w"), "name": "power",
+         "line": {"color": "#D55E00"}, "xaxis": refs[1][0], "yaxis": refs[1][1], "meta": "gpu.power_w"},
+    ]  # fmt: skip
+    for k in (1, 2):
+        layout["xaxis" if k == 1 else f"xaxis{k}"]["title"] = {"text": "seconds since the run started"}
+        layout["yaxis" if k == 1 else f"yaxis{k}"]["rangemode"] = "tozero"
+    layout["yaxis"]["range"] = [0, 105]
+    shapes = []
+    for xr, yr in refs:
+        shapes.extend(_level_bands(data, xr, f"{yr} domain"))
+    layout["shapes"] = shapes
+    return {"data": traces, "layout": base_layout(layout, height=380)}
 
 
 def server_metrics(data: RunData) -> dict[str, Any] | None:

@@ -156,7 +156,9 @@ class ServerApi:
     async def prometheus(self, request: web.Request) -> web.Response:
         per_replica = getattr(self.engine, "replica_stats", None)  # a ReplicatedEngine
         replicas = per_replica() if per_replica is not None else ()
-        text = self.metrics.render(self.engine.stats(), replicas)
+        telemetry = getattr(self.engine, "gpu_telemetry", None)  # the sim's simulated GPUs
+        gpus = telemetry() if telemetry is not None else []
+        text = self.metrics.render(self.engine.stats(), replicas, gpus)
         return web.Response(body=text.encode(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 

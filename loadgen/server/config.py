@@ -8,7 +8,9 @@ the engine kind, the model preset, tensor parallelism and the seed, with nested 
 
 Constructing a :class:`ServeConfig` checks every value the chosen engine reads and raises
 :class:`~loadgen.errors.ConfigError` naming the flag (``--max-num-seqs: must be an integer
->= 1, got 0``); the other engine's options are not read, so not checked. Past that point
+>= 1, got 0``); the other engine's options are not read, so not checked. Scheduler limits
+left unset take ``vllm serve``'s defaults for the chosen GPU (:func:`batch_defaults`);
+:attr:`ServeConfig.limits` holds the effective ones. Past that point
 nothing re-checks them: the engines take the config as it is. All parts are frozen,
 picklable dataclasses — the torch engine's process receives the :class:`ServeConfig`
 itself.
@@ -16,22 +18,37 @@ itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loadgen.errors import ConfigError
 from loadgen.server.engine.models import MODELS, ModelShape
 from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.faults import FaultConfig
 from loadgen.server.replicas import ROUTERS
-from loadgen.server.sim.gpus import GPUS
+from loadgen.server.sim.gpus import GPUS, GpuSpec
 from loadgen.server.torch.engine import ENGINE_MODES
 from loadgen.server.torch.loader import DTYPES, model_names
 
-__all__ = ["ENGINES", "DEFAULT_MODELS", "SchedulerLimits", "SimOptions", "TorchOptions",
-           "Network", "ServeConfig"]
+__all__ = ["ENGINES", "DEFAULT_MODELS", "batch_defaults", "SchedulerLimits", "SimOptions",
+           "TorchOptions", "Network", "ServeConfig"]
 
 ENGINES = ("sim", "torch")
 DEFAULT_MODELS = {"sim": "llama-3.1-8b", "torch": "tiny"}
+GIB = 1 << 30
+
+
+def batch_defaults(gpu: GpuSpec | None) -> tuple[int, int]:
+    """``(max_num_batched_tokens, max_num_seqs)`` that ``vllm serve`` (the OpenAI API
+    server) picks when neither is given: 8,192 and 1,024 on a GPU of at least 70 GiB that
+    is not an A100 (H100, H200, B200, MI300X), else 2,048 and 256 (A100, L40S, or no GPU
+    known: the torch engine's device is only found in its own process).
+
+    From ``EngineArgs.get_batch_defaults`` in vLLM's ``vllm/engine/arg_utils.py`` (v0.9 to
+    v0.27; v0.28 adds a tier of 16,384 tokens for GPUs of at least 160 GiB, not modelled).
+    """
+    if gpu is not None and gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name:
+        return 8192, 1024
+    return 2048, 256
 
 
 def _integer(value: object, key: str, low: int = 1, high: int | None = None) -> None:
@@ -54,15 +71,20 @@ def _number(value: object, key: str, low: float, high: float, *, above: bool = F
 class SchedulerLimits:
     """The scheduler's and the KV cache's settings (vLLM's names), for both engines.
 
+    ``max_num_batched_tokens`` / ``max_num_seqs`` None: ``vllm serve``'s defaults for the
+    GPU (:func:`batch_defaults`); without chunked prefill the token budget defaults to
+    ``max_model_len`` instead, and a smaller one is refused, as vLLM does (a whole prompt
+    must fit one step). ``max_num_seqs`` defaults to at most the token budget.
     ``max_model_len`` None: the model's (the API caps it at the KV cache's size).
     ``num_gpu_blocks`` None: sized from device memory (``gpu_memory_utilization`` of it,
     less the weights; the torch engine on a CPU takes 1 GiB unless ``--kv-cache-gb``).
+    Prefix caching is on by default, as in vLLM V1.
     """
 
     enable_chunked_prefill: bool = True
-    max_num_batched_tokens: int = 2048
-    max_num_seqs: int = 256
-    enable_prefix_caching: bool = False
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enable_prefix_caching: bool = True
     long_prefill_token_threshold: int | None = None
     max_model_len: int | None = None
     max_waiting: int = 10_000
@@ -72,8 +94,10 @@ class SchedulerLimits:
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid setting."""
-        _integer(self.max_num_batched_tokens, "--max-num-batched-tokens")
-        _integer(self.max_num_seqs, "--max-num-seqs")
+        if self.max_num_batched_tokens is not None:
+            _integer(self.max_num_batched_tokens, "--max-num-batched-tokens")
+        if self.max_num_seqs is not None:
+            _integer(self.max_num_seqs, "--max-num-seqs")
         for key in ("long_prefill_token_threshold", "max_model_len", "num_gpu_blocks"):
             if getattr(self, key) is not None:
                 _integer(getattr(self, key), key)
@@ -81,17 +105,58 @@ class SchedulerLimits:
         _integer(self.block_size, "block_size")
         _number(self.gpu_memory_utilization, "gpu_memory_utilization", 0.0, 1.0, above=True)
 
+    def resolved(self, gpu: GpuSpec | None, model_max_len: int) -> SchedulerLimits:
+        """These limits with every default filled in for ``gpu`` (None: unknown) and a
+        model of context ``model_max_len``; raises :class:`ConfigError` for a token budget
+        below ``max_model_len`` without chunked prefill."""
+        tokens, seqs = batch_defaults(gpu)
+        max_len = self.max_model_len or model_max_len
+        budget = self.max_num_batched_tokens
+        if not self.enable_chunked_prefill:
+            if budget is None:
+                budget = max_len
+            elif budget < max_len:
+                raise ConfigError(
+                    f"{budget} is smaller than max_model_len ({max_len}): without chunked "
+                    f"prefill a whole prompt must fit one step; raise it, leave it unset, "
+                    f"or keep chunked prefill", key="--max-num-batched-tokens")
+        budget = budget or tokens
+        return replace(self, max_num_batched_tokens=budget,
+                       max_num_seqs=self.max_num_seqs or min(seqs, budget))
+
+    @property
+    def token_budget(self) -> int:
+        """``max_num_batched_tokens`` of resolved limits (:attr:`ServeConfig.limits`)."""
+        if self.max_num_batched_tokens is None:
+            raise ValueError("unresolved scheduler limits: use ServeConfig.limits")
+        return self.max_num_batched_tokens
+
+    @property
+    def seq_limit(self) -> int:
+        """``max_num_seqs`` of resolved limits (:attr:`ServeConfig.limits`)."""
+        if self.max_num_seqs is None:
+            raise ValueError("unresolved scheduler limits: use ServeConfig.limits")
+        return self.max_num_seqs
+
     def engine_config(self, model: ModelShape, *, num_gpu_blocks: int,
                       eos_token_id: int | None) -> EngineConfig:
-        """The scheduler's :class:`EngineConfig` for ``model`` with a sized KV cache."""
+        """The scheduler's :class:`EngineConfig` for ``model`` with a sized KV cache (of
+        resolved limits: :attr:`ServeConfig.limits`)."""
         return EngineConfig(
             block_size=self.block_size, num_gpu_blocks=num_gpu_blocks,
-            max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.token_budget, max_num_seqs=self.seq_limit,
             enable_chunked_prefill=self.enable_chunked_prefill,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
             enable_prefix_caching=self.enable_prefix_caching,
             max_model_len=self.max_model_len or model.max_model_len,
             max_waiting=self.max_waiting, eos_token_id=eos_token_id)
+
+    def describe(self) -> str:
+        """One line of the effective limits, as ``vllm serve`` logs them at start-up."""
+        return (f"max_num_batched_tokens={self.max_num_batched_tokens}, "
+                f"max_num_seqs={self.max_num_seqs}, chunked prefill "
+                f"{'on' if self.enable_chunked_prefill else 'off'}, prefix caching "
+                f"{'on' if self.enable_prefix_caching else 'off'}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +167,11 @@ class SimOptions:
     ``jitter``: sigma of a seeded mean-one log-normal factor on step times;
     ``eos_probability`` per token; ``min_token_id``: lower ids are never generated (the
     word tokenizer's special tokens); ``time_scale``: real seconds per modelled second;
-    ``kv_link_gbps``: GB/s between the prefill and decode pools when ``disaggregate``.
+    ``kv_link_gbps``: GB/s of each tensor-parallel rank's link between the prefill and
+    decode pools when ``disaggregate``; ``prefill_replicas``/``decode_replicas`` engines
+    in each pool (xPyD; either above 1 implies ``disaggregate``), each of
+    ``prefill_tp``/``decode_tp`` GPUs of type ``prefill_gpu``/``decode_gpu`` (None: the
+    engine's ``tp`` and ``gpu``).
     """
 
     gpu: str = "h100"
@@ -116,10 +185,29 @@ class SimOptions:
     time_scale: float = 1.0
     disaggregate: bool = False
     kv_link_gbps: float = 50.0
+    prefill_replicas: int = 1
+    decode_replicas: int = 1
+    prefill_tp: int | None = None
+    decode_tp: int | None = None
+    prefill_gpu: str | None = None
+    decode_gpu: str | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether prefill and decode run in separate pools."""
+        return self.disaggregate or self.prefill_replicas > 1 or self.decode_replicas > 1
 
     def validate(self, model: ModelShape) -> None:
         """Raise :class:`ConfigError` naming the first invalid option."""
         GPUS.lookup(self.gpu)
+        for key, gpu in (("--prefill-gpu", self.prefill_gpu), ("--decode-gpu", self.decode_gpu)):
+            if gpu is not None:
+                GPUS.lookup(gpu)
+        _integer(self.prefill_replicas, "--prefill-replicas", 1, 64)
+        _integer(self.decode_replicas, "--decode-replicas", 1, 64)
+        for key, tp in (("--prefill-tp", self.prefill_tp), ("--decode-tp", self.decode_tp)):
+            if tp is not None:
+                _integer(tp, key, 1, 64)
         for key, value, low, high in (("--mfu", self.mfu, 1e-6, 1.0), ("--mbu", self.mbu, 1e-6, 1.0),
                                       ("--overhead-ms", self.overhead_ms, 0.0, 10_000.0),
                                       ("allreduce_latency_s", self.allreduce_latency_s, 0.0, 1.0),
@@ -196,7 +284,8 @@ class ServeConfig:
     of the sim's tensor-parallel group (the torch engine runs on one device). ``seed``:
     sampling, jitter and the torch engine's random weights (replica ``i`` of the sim
     uses ``seed + 1000 * i``). ``replicas``: independent sim engines behind one API,
-    chosen per request by ``router`` (:mod:`loadgen.server.replicas`).
+    chosen per request by ``router`` (:mod:`loadgen.server.replicas`). :attr:`limits`:
+    the scheduler limits in effect (``scheduler`` with the defaults of the GPU filled in).
     """
 
     engine: str = "sim"
@@ -236,6 +325,14 @@ class ServeConfig:
                                   key="--replicas")
             self.torch.validate()
         self.network.validate()
+        _ = self.limits  # refuses a token budget below max_model_len without chunking
+
+    @property
+    def limits(self) -> SchedulerLimits:
+        """The effective scheduler limits: unset ones take ``vllm serve``'s defaults for
+        the sim's GPU (the torch engine: the defaults of an unknown device)."""
+        gpu = GPUS.lookup(self.sim.gpu) if self.engine == "sim" else None
+        return self.scheduler.resolved(gpu, self.shape.max_model_len)
 
     @property
     def shape(self) -> ModelShape:

@@ -1,7 +1,8 @@
 """Server metrics in the Prometheus text format (0.0.4), written by hand, with vLLM names.
 
 Gauges and counters of the engine (running/waiting requests, KV-cache usage, prefix-cache
-queries and hits, preemptions, prompt/generation tokens) are read from
+queries and hits, preemptions, prompt/generation tokens; vLLM counts the prefix-cache
+lookups of preempted requests apart and does not export them, ``loadgen:`` names do) are read from
 :meth:`AsyncEngine.stats` at scrape time. Per-request histograms are observed by the API
 when a request ends:
 
@@ -50,6 +51,12 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
                    20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 FINISH_REASONS = ("stop", "length", "abort")
+# the simulated GPUs' telemetry under the DCGM exporter's names: (name, help, field, scale)
+_DCGM = (
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "util", 100.0),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "power_w", 1.0),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "fb_used_mib", 1.0),
+)
 
 
 def format_value(value: float) -> str:
@@ -235,7 +242,8 @@ class ServerMetrics:
         key = str(status)
         self.rejected[key] = self.rejected.get(key, 0) + 1
 
-    def render(self, stats: EngineStats, replicas: Sequence[EngineStats] = ()) -> str:
+    def render(self, stats: EngineStats, replicas: Sequence[EngineStats] = (),
+               gpus: Sequence[Any] = ()) -> str:
         """The ``/metrics`` body. With more than one replica the engine's gauges and
         counters are written once per replica, labelled ``engine="i"`` (as vLLM labels its
         data-parallel engines); a scraper sums or averages them."""
@@ -268,6 +276,14 @@ class ServerMetrics:
         sample("vllm:prefix_cache_hits_total", "counter",
                "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_cache_hits,
                "prefix_cache_hits")
+        sample("loadgen:prefix_cache_preempted_queries_total", "counter",
+               "Prefix cache queries of requests preempted before (not in "
+               "vllm:prefix_cache_queries_total), in tokens.", stats.prefix_cache_preempted_queries,
+               "prefix_cache_preempted_queries")
+        sample("loadgen:prefix_cache_preempted_hits_total", "counter",
+               "Prefix cache hits of requests preempted before (not in "
+               "vllm:prefix_cache_hits_total), in tokens.", stats.prefix_cache_preempted_hits,
+               "prefix_cache_preempted_hits")
         sample("vllm:num_preemptions_total", "counter",
                "Cumulative number of preemptions from the engine.", stats.preemptions,
                "preemptions")
@@ -293,4 +309,11 @@ class ServerMetrics:
         for hist in (self.ttft, self.itl, self.tpot, self.e2e, self.queue, self.prefill,
                      self.decode):
             lines.extend(hist.render(model))
+        for name, help_text, field, scale in _DCGM:
+            if not gpus:
+                break
+            lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} gauge"))
+            for i, g in enumerate(gpus):
+                labels = _labels((("gpu", str(i)), ("modelName", "loadgen sim")))
+                lines.append(f"{name}{labels} {format_value(round(getattr(g, field) * scale, 3))}")
         return "\n".join(lines) + "\n"

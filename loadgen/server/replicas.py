@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.server.engine.interface import AsyncEngine, EngineRequest, EngineStats, TokenOutput
@@ -151,6 +152,15 @@ class ReplicatedEngine:
             if aclose is not None:  # closing ours early (a disconnect) aborts theirs
                 await aclose()
 
+    def gpu_telemetry(self) -> list[Any]:
+        """Every replica's GPU samples, replica after replica (see the sim's telemetry)."""
+        out: list[Any] = []
+        for engine in self.engines:
+            sample = getattr(engine, "gpu_telemetry", None)
+            if sample is not None:
+                out.extend(sample())
+        return out
+
     def replica_stats(self) -> list[EngineStats]:
         """Each replica's own gauges and counters, in replica order."""
         return [e.stats() for e in self.engines]
@@ -168,5 +178,6 @@ class ReplicatedEngine:
             total.prompt_tokens += s.prompt_tokens
             total.generation_tokens += s.generation_tokens
             total.steps += s.steps
+            total.busy_s += s.busy_s
         total.kv_usage = sum(s.kv_usage for s in parts) / len(parts)
         return total

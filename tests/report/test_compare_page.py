@@ -10,7 +10,7 @@ import pytest
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.compare import BETTER, NO_CHANGE, WORSE
-from loadgen.metrics.compare import common_levels, compare_level
+from loadgen.metrics.compare import common_levels, compare_level, headline
 from loadgen.metrics.results import RunSummary
 from loadgen.report.compare import render_comparison, workload_differences
 from loadgen.report.files import read_summary
@@ -126,3 +126,25 @@ def test_comparison_escapes_labels(comparison: Path) -> None:
 
     assert EVIL not in html and "<img" not in html.replace(plotly_js(), "")
     assert any("&lt;img" in json.dumps(f) for f in figures(html).values())
+
+
+def test_the_verdict_leads_with_what_changed_where_it_matters(comparison: Path,
+                                                              baseline_and_slower: tuple[Path, Path]) -> None:
+    html = comparison.read_text()
+    verdict = html[html.index('id="summary"'):html.index('id="capacity"')]
+    items = re.findall(r'<li data-metric="([\w_]+)"><b>([^<]+)</b> at ([^:]+): ([^<]+)<span class="(\w+)">', verdict)
+    # every TTFT is 25 ms longer: the median TTFT of the lowest level grew most (+84%),
+    # SLO attainment and goodput fell with it; ITL, TPOT and throughput did not move
+    assert items and items[0][:3] == ("ttft_ms", "TTFT p50", "1 user")
+    assert items[0][4] == "worse" and "→" in items[0][3]
+    assert {i[0] for i in items} == {"ttft_ms", "slo_attainment", "goodput", "e2e_ms"}
+    assert "no significant change in ITL, output tokens/s, TPOT" in verdict
+    first_li = verdict.index("<li")
+    assert first_li < verdict.index("better</span>, <span class=\"worse\">")  # the headline comes before the tally
+    runs = [load_run(p) for p in baseline_and_slower]
+    rows = [r for i in range(len(runs[0].levels))
+            for r in compare_level(runs[0].level_samples(i), runs[1].level_samples(i), i, resamples=300)]
+    picked, unchanged = headline(rows)
+    assert picked[0].metric == "ttft_ms" and picked[0].stat == "p50"
+    assert all(abs(picked[k].diff.rel or 0) >= abs(picked[k + 1].diff.rel or 0) for k in range(len(picked) - 1))
+    assert unchanged == ["ITL", "output tokens/s", "TPOT"]

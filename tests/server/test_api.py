@@ -400,3 +400,26 @@ async def test_non_ascii_and_json_line_separators_survive(server: tuple[Any, str
     raw = json.dumps(body, ensure_ascii=False).encode()
     async with session.post(url + "/v1/completions", data=raw) as resp:
         assert (await resp.json())["usage"]["prompt_tokens"] == 4
+
+
+async def test_metrics_count_prefix_hits_and_the_preempted_requests_lookups_apart(
+        session: aiohttp.ClientSession) -> None:
+    # 12 blocks of 16 tokens; two requests of 48 + 100 tokens need 10 blocks each: the
+    # newer is preempted and looks the cache up again when it comes back
+    engine = make_engine(num_gpu_blocks=12)
+    prompt = list(range(100, 148))  # 3 blocks, the same for both
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 100, "ignore_eos": True}
+    async with serve(engine) as url:
+        async def one() -> None:
+            async with session.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+        await asyncio.wait_for(asyncio.gather(one(), one()), 30)
+        after = await scrape(session, url)
+    assert sample(after, "vllm:num_preemptions_total") >= 1
+    # both first lookups: 48 tokens each; the second request, admitted in the same step as
+    # the first, hits its two full blocks that are not the prompt's last (32 tokens)
+    assert sample(after, "vllm:prefix_cache_queries_total") == 96
+    assert sample(after, "vllm:prefix_cache_hits_total") == 32
+    preempted = sample(after, "loadgen:prefix_cache_preempted_queries_total")
+    assert preempted > 48  # its prompt and the tokens it had generated
+    assert 0 <= sample(after, "loadgen:prefix_cache_preempted_hits_total") <= preempted

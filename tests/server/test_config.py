@@ -9,7 +9,8 @@ import pytest
 
 from loadgen.errors import ConfigError
 from loadgen.server.config import (Network, SchedulerLimits, ServeConfig, SimOptions,
-                                   TorchOptions)
+                                   TorchOptions, batch_defaults)
+from loadgen.server.sim.gpus import GPUS
 
 
 def test_defaults_follow_the_engine() -> None:
@@ -44,6 +45,38 @@ def test_sim_flags_are_checked_naming_the_flag(kwargs: dict[str, Any], key: str)
     with pytest.raises(ConfigError) as exc:
         ServeConfig(**kwargs)
     assert exc.value.key == key and str(exc.value).startswith(key)
+
+
+@pytest.mark.parametrize(("gpu", "tokens", "seqs"), [
+    ("h100", 8192, 1024), ("h200", 8192, 1024), ("b200", 8192, 1024), ("mi300x", 8192, 1024),
+    ("a100", 2048, 256),  # 80 GB, but vLLM excludes the A100 by name
+    ("l40s", 2048, 256),  # 48 GB
+])
+def test_unset_limits_take_vllm_serves_defaults_for_the_gpu(gpu: str, tokens: int, seqs: int) -> None:
+    assert batch_defaults(GPUS.lookup(gpu)) == (tokens, seqs)
+    limits = ServeConfig(sim=SimOptions(gpu=gpu)).limits
+    assert (limits.max_num_batched_tokens, limits.max_num_seqs) == (tokens, seqs)
+    assert limits.enable_chunked_prefill and limits.enable_prefix_caching  # vLLM V1's defaults
+    explicit = ServeConfig(sim=SimOptions(gpu=gpu),
+                           scheduler=SchedulerLimits(max_num_batched_tokens=512, max_num_seqs=8))
+    assert (explicit.limits.max_num_batched_tokens, explicit.limits.max_num_seqs) == (512, 8)
+    small = ServeConfig(sim=SimOptions(gpu=gpu), scheduler=SchedulerLimits(max_num_batched_tokens=64))
+    assert small.limits.max_num_seqs == 64  # as vLLM: at most the token budget
+    assert ServeConfig(engine="torch").limits.token_budget == 2048  # device unknown: small
+
+
+def test_without_chunking_the_budget_is_max_model_len_and_a_smaller_one_is_refused() -> None:
+    off = SchedulerLimits(enable_chunked_prefill=False)
+    assert ServeConfig(scheduler=off).limits.token_budget == 131072  # Llama-3.1-8B's context
+    short = SchedulerLimits(enable_chunked_prefill=False, max_model_len=8192)
+    assert ServeConfig(scheduler=short).limits.token_budget == 8192
+    with pytest.raises(ConfigError) as exc:
+        ServeConfig(scheduler=SchedulerLimits(enable_chunked_prefill=False,
+                                              max_num_batched_tokens=4096, max_model_len=8192))
+    assert exc.value.key == "--max-num-batched-tokens" and "max_model_len (8192)" in str(exc.value)
+    assert "\n" not in str(exc.value)
+    big = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=9000, max_model_len=8192)
+    assert ServeConfig(scheduler=big).limits.token_budget == 9000
 
 
 @pytest.mark.parametrize(("kwargs", "key"), [

@@ -118,15 +118,37 @@ class EngineCore:
         self.last_step_end = -math.inf
         self._last_input = -math.inf
         self._stalled = False
+        self.busy_s = 0.0  # clock seconds of the steps started so far
 
     # ------------------------------------------------------------------ inputs
     def add_request(self, request: EngineRequest, *, at: float | None = None,
-                    num_external_tokens: int = 0) -> None:
-        """Queue a request arriving at ``at`` (default: the clock). Raises on rejection."""
+                    num_external_tokens: int = 0, hold_kv: bool = False) -> None:
+        """Queue a request arriving at ``at`` (default: the clock). Raises on rejection.
+        ``hold_kv``: its blocks outlive it until :meth:`release` (a prefill pool's)."""
         self._t = self.clock() if at is None else at
-        self.scheduler.add_request(request, num_external_tokens=num_external_tokens)
-        self._last_input = max(self._last_input, self._t)
+        self.scheduler.add_request(request, num_external_tokens=num_external_tokens, hold_kv=hold_kv)
+        self._wake(self._t)
+
+    def _wake(self, t: float) -> None:
+        self._last_input = max(self._last_input, t)
         self._stalled = False
+
+    def reserve(self, request: EngineRequest, *, at: float, num_external_tokens: int) -> bool:
+        """Reserve blocks at ``at`` for a request whose KV is coming (a decode pool's)."""
+        self._t = at
+        return self.scheduler.reserve(request, num_external_tokens=num_external_tokens)
+
+    def kv_received(self, request_id: str, *, at: float) -> None:
+        """The reserved request's KV arrived at ``at``: it may be scheduled."""
+        self._t = at
+        self.scheduler.kv_received(request_id)
+        self._wake(at)
+
+    def release(self, request_id: str, *, at: float) -> None:
+        """Free the blocks a finished ``hold_kv`` request kept (its KV was read)."""
+        self._t = at
+        self.scheduler.release(request_id)
+        self._wake(at)
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is and free its blocks; False if unknown."""
@@ -193,6 +215,7 @@ class EngineCore:
             end = max(start, self.clock())
         self._inflight = (batch, result)
         self._busy_until = end
+        self.busy_s += end - start
         if self.on_step is not None:
             self.on_step(batch, result, start, end)
 
@@ -202,5 +225,7 @@ class EngineCore:
         return poll_due(self, self.clock() if now is None else now, self.max_steps_per_poll)
 
     def stats(self) -> EngineStats:
-        """The scheduler's gauges and counters."""
-        return self.scheduler.stats()
+        """The scheduler's gauges and counters, and the time spent in steps."""
+        stats = self.scheduler.stats()
+        stats.busy_s = self.busy_s
+        return stats

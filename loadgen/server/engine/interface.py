@@ -53,10 +53,13 @@ class EngineStats:
     kv_usage: float = 0.0  # fraction of KV blocks in use, 0..1
     prefix_cache_queries: int = 0  # prompt tokens looked up
     prefix_cache_hits: int = 0  # prompt tokens found cached
+    prefix_cache_preempted_queries: int = 0  # the same, for requests preempted before
+    prefix_cache_preempted_hits: int = 0
     preemptions: int = 0
     prompt_tokens: int = 0  # processed prompt tokens (counter)
     generation_tokens: int = 0  # generated tokens (counter)
     steps: int = 0
+    busy_s: float = 0.0  # clock seconds spent running steps (counter)
 
 
 class AsyncEngine(Protocol):

@@ -4,13 +4,17 @@ The KV cache is a pool of ``num_blocks`` blocks of ``block_size`` token slots. E
 sequence owns a *block table*: the list of block ids holding its tokens in order
 (token ``i`` lives in block ``table[i // block_size]`` at offset ``i % block_size``).
 
-Prefix caching: when a block is *full* and its tokens' KV is computed, it is registered
-under its chained hash (see :func:`chain_hash`): the hash of the parent block's hash and
-the block's token ids, so equal hashes mean equal whole prefixes. A later sequence whose
-prompt starts with the same blocks reuses them (reference counts > 1). A block whose
-reference count drops to zero keeps its KV and hash and goes into an LRU of *cached free*
-blocks; those are handed out again only when no truly free block is left, oldest
-first, and then lose their hash. Only full blocks are ever cached.
+Prefix caching, as in vLLM V1's block pool: a sequence's full blocks are registered
+under their chained hash (see :func:`chain_hash`: the hash of the parent block's hash and
+the block's token ids, so equal hashes mean equal whole prefixes) as soon as they are
+allocated for the tokens a step computes, so a sequence admitted later in the same step
+already hits them. A later sequence whose prompt starts with the same blocks reuses them
+(reference counts > 1). Every block whose reference count is zero, cached or not, sits in
+one LRU free queue: blocks are taken from its head, and a taken block that was cached
+loses its hash then (it is evicted). A finished sequence's blocks are appended at the
+tail in reverse order, so its last blocks (the least likely to be shared) are evicted
+before its first ones. Never-cached blocks get no priority: a hit rate here is what vLLM
+would see under the same pressure. Only full blocks are ever cached.
 
 Hashes use Python's ``hash`` of ``(int, tuple[int, ...])``, which is deterministic across
 processes (ints are never salted); a 64-bit collision is accepted as negligible.
@@ -18,7 +22,7 @@ processes (ints are never salted); a 64-bit collision is accepted as negligible.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -48,7 +52,10 @@ class KVCacheManager:
     """Allocates KV blocks to sequences; optionally caches full blocks by prefix hash.
 
     Counters ``prefix_cache_queries`` / ``prefix_cache_hits`` are in tokens and are
-    updated by :meth:`record_lookup` (the scheduler calls it once per admission).
+    updated by :meth:`record_lookup` (the scheduler calls it once per admission); the
+    lookups of requests that were preempted before are counted apart, in
+    ``prefix_cache_preempted_queries`` / ``prefix_cache_preempted_hits`` (as vLLM does, so
+    that a victim finding its own blocks again does not raise the hit rate).
     """
 
     def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = False) -> None:
@@ -59,19 +66,21 @@ class KVCacheManager:
         self.enable_prefix_caching = enable_prefix_caching
         self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
-        self._free: deque[int] = deque(range(num_blocks))  # ref 0, no cached content
-        self._evictable: OrderedDict[int, None] = OrderedDict()  # ref 0, cached; LRU first
+        # every block with ref 0, cached or not, in eviction order (head first)
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self._by_hash: dict[int, int] = {}
         self._tables: dict[int, list[int]] = {}
         self._num_hashed: dict[int, int] = {}  # seq -> leading blocks already registered
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        self.prefix_cache_preempted_queries = 0
+        self.prefix_cache_preempted_hits = 0
 
     # ------------------------------------------------------------------ queries
     @property
     def num_free_blocks(self) -> int:
-        """Blocks that can be allocated now (free plus cached-free)."""
-        return len(self._free) + len(self._evictable)
+        """Blocks that can be allocated now (never cached or cached but unused)."""
+        return len(self._free)
 
     @property
     def num_used_blocks(self) -> int:
@@ -113,13 +122,24 @@ class KVCacheManager:
             found.block_ids.append(block)
         return found
 
-    def record_lookup(self, queried_tokens: int, hit_tokens: int) -> None:
-        """Count one prefix lookup: tokens looked up and tokens found cached."""
-        self.prefix_cache_queries += queried_tokens
-        self.prefix_cache_hits += hit_tokens
+    def record_lookup(self, queried_tokens: int, hit_tokens: int, *, preempted: bool = False) -> None:
+        """Count one prefix lookup: tokens looked up and tokens found cached; a request
+        preempted before is counted apart."""
+        if preempted:
+            self.prefix_cache_preempted_queries += queried_tokens
+            self.prefix_cache_preempted_hits += hit_tokens
+        else:
+            self.prefix_cache_queries += queried_tokens
+            self.prefix_cache_hits += hit_tokens
+
+    def free_queue(self) -> list[int]:
+        """The free blocks in eviction order, next evicted first (for tests)."""
+        return list(self._free)
 
     def cache_full_blocks(self, seq_id: int, block_hashes: Sequence[int], num_computed_tokens: int) -> None:
-        """Register the sequence's blocks that are full and computed under their hashes.
+        """Register under their hashes the sequence's full blocks among its first
+        ``num_computed_tokens`` tokens: computed, or being computed by the step just
+        scheduled (vLLM caches blocks when it allocates them for a step).
 
         ``block_hashes[i]`` is the chained hash of the sequence's block ``i``; it must
         cover at least ``num_computed_tokens // block_size`` blocks.
@@ -168,7 +188,7 @@ class KVCacheManager:
             if prefix is not None and prefix.block_ids:
                 for block in prefix.block_ids:
                     if self._ref[block] == 0:
-                        del self._evictable[block]
+                        del self._free[block]
                     self._ref[block] += 1
                     table.append(block)
                 self._num_hashed[seq_id] = len(prefix.block_ids)
@@ -177,14 +197,11 @@ class KVCacheManager:
         return True
 
     def _take_block(self) -> int:
-        if self._free:
-            block = self._free.popleft()
-        else:
-            block, _ = self._evictable.popitem(last=False)
-            h = self._hash[block]
-            if h is not None:
-                del self._by_hash[h]
-                self._hash[block] = None
+        block, _ = self._free.popitem(last=False)
+        h = self._hash[block]
+        if h is not None:  # evict it from the prefix cache
+            del self._by_hash[h]
+            self._hash[block] = None
         self._ref[block] = 1
         return block
 
@@ -196,13 +213,10 @@ class KVCacheManager:
             return
         # tail first: the end of a sequence is the least likely to be shared, so it is
         # placed to be evicted first
-        for block in reversed(table):
+        for block in reversed(table) if self.enable_prefix_caching else table:
             self._ref[block] -= 1
             if self._ref[block] == 0:
-                if self._hash[block] is not None:
-                    self._evictable[block] = None
-                else:
-                    self._free.append(block)
+                self._free[block] = None
 
     # ------------------------------------------------------------------ checks
     def check_consistency(self) -> None:
@@ -213,15 +227,9 @@ class KVCacheManager:
                 refs[block] += 1
         if refs != self._ref:
             raise RuntimeError("reference counts do not match the block tables")
-        free, evictable = set(self._free), set(self._evictable)
-        if len(free) != len(self._free) or free & evictable:
-            raise RuntimeError("a block is listed twice in the free pools")
         for block in range(self.num_blocks):
-            idle = refs[block] == 0
-            if idle != (block in free or block in evictable):
-                raise RuntimeError(f"block {block}: free-pool membership disagrees with ref count")
-            if block in evictable and self._hash[block] is None:
-                raise RuntimeError(f"block {block}: cached-free without a hash")
+            if (refs[block] == 0) != (block in self._free):
+                raise RuntimeError(f"block {block}: free-queue membership disagrees with ref count")
         for h, block in self._by_hash.items():
             if self._hash[block] != h:
                 raise RuntimeError(f"block {block}: hash map out of sync")

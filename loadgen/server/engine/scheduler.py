@@ -1,4 +1,4 @@
-"""A pure continuous-batching scheduler in the style of vLLM v1 (no I/O, no sleeps).
+"""A pure continuous-batching scheduler after vLLM V1's (no I/O, no sleeps).
 
 One engine step is ``batch = schedule()`` → a runner executes it →
 ``update(batch, sampled)``. The scheduler takes a clock (``now() -> seconds``) only to
@@ -6,18 +6,31 @@ timestamp requests, so tests drive it in virtual time.
 
 Policy of :meth:`Scheduler.schedule`, with a budget of ``max_num_batched_tokens``:
 
-1. **Decodes first**: every running request whose prompt is done gets one token.
+1. **Decodes first**: every running request whose prompt is done gets one token. (vLLM
+   V1 walks its running queue in admission order instead, so a request admitted after a
+   prompt still being chunked gets no token in a step whose budget that chunk took; here
+   it does. Requests admitted before it are treated alike.)
 2. **Partial prefills** (chunked prefill only): running requests with prompt left get a
    chunk of at most the remaining budget (and ``long_prefill_token_threshold``).
 3. **Waiting requests**, in FIFO order, while fewer than ``max_num_seqs`` run and budget
    remains (and nobody was preempted in this step). A cached prefix (prefix caching) is
    reused and not recomputed. With chunked prefill a prompt gets a chunk of the remaining
-   budget. Without it a prompt runs whole: if it does not fit in the remaining budget it
-   still runs whole when it is the step's only prefill — so a step may exceed the budget
-   by one prompt, exactly the stall that chunked prefill removes — otherwise it waits
-   for the next step (FIFO, it is not overtaken). Decodes stay in such a step, as in
-   vLLM v1 (whose budget is raised to ``max_model_len`` when chunking is off); this
-   keeps every request's inter-token gap equal to the step time, long step included.
+   budget. Without it a prompt runs whole, several whole prompts share a step, and
+   admission stops at the first prompt that does not fit in the remaining budget (it is
+   not overtaken): the budget is never exceeded. As in vLLM V1, an unchunked engine needs
+   ``max_num_batched_tokens >= max_model_len`` (``loadgen serve`` raises the default
+   budget to the context length and refuses a smaller explicit one), so every admissible
+   prompt fits an empty step; here a request longer than the budget is rejected as too
+   long. Decodes stay in a step with long prefills, so a decoding request's inter-token
+   gap is the whole step, long prefills included: the stall chunked prefill removes.
+
+Disaggregation (:mod:`loadgen.server.sim.disagg`) uses three more calls, as vLLM's KV
+connectors do: a prefill pool's request added with ``hold_kv`` keeps its blocks after it
+finishes, until :meth:`Scheduler.release` (its KV is being read by the decode side); a
+decode pool's :meth:`Scheduler.reserve` allocates a request's blocks before its KV
+arrives (it then counts as waiting, takes no step, and is refused while the blocks or
+``max_num_seqs`` are not there), and :meth:`Scheduler.kv_received` queues it to compute
+its last prompt token (the one that yields the first output token).
 
 When a running request needs a block and none is free, the newest running request not
 yet scheduled in this step is preempted by recompute: its blocks are freed (full blocks
@@ -78,19 +91,33 @@ class Scheduler:
         self._step = 0
         self._last_batch_step = -1
         self._finished_since_batch: list[int] = []
+        self._receiving: dict[str, Sequence] = {}  # blocks reserved, KV on its way
+        self._delay_free: set[str] = set()  # hold_kv requests not finished yet
+        self._held: dict[str, int] = {}  # finished hold_kv requests: request id -> seq id
         self.num_preemptions = 0
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
         self.num_computed_prompt_tokens = 0  # prefill work done (excludes cache hits)
 
     # ------------------------------------------------------------------ requests
-    def add_request(self, request: EngineRequest, *, num_external_tokens: int = 0) -> None:
+    def add_request(self, request: EngineRequest, *, num_external_tokens: int = 0,
+                    hold_kv: bool = False) -> None:
         """Queue a request. Raises :class:`PromptTooLong`, :class:`QueueFull` or
         :class:`EngineError` (empty prompt, bad ``max_tokens``, duplicate id).
 
         ``num_external_tokens`` leading tokens arrive with their KV already computed
-        (a disaggregated decode pool receiving the prefill pool's KV).
+        (a disaggregated decode pool receiving the prefill pool's KV). With ``hold_kv``
+        the request's blocks outlive it until :meth:`release`.
         """
+        seq = self._new_seq(request, num_external_tokens)
+        if len(self.waiting) >= self.config.max_waiting:
+            raise QueueFull(f"the waiting queue is full ({self.config.max_waiting} requests)")
+        self._register(seq)
+        if hold_kv:
+            self._delay_free.add(seq.request_id)
+        self.waiting.append(seq)
+
+    def _new_seq(self, request: EngineRequest, num_external_tokens: int) -> Sequence:
         cfg = self.config
         prompt, params = request.prompt_token_ids, request.params
         if request.request_id in self._by_request:
@@ -104,26 +131,61 @@ class Scheduler:
             raise PromptTooLong(
                 f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
                 f"exceeds the context length of {cfg.max_model_len} tokens")
+        if not cfg.enable_chunked_prefill and total > cfg.max_num_batched_tokens:
+            raise PromptTooLong(
+                f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
+                f"exceeds max_num_batched_tokens ({cfg.max_num_batched_tokens}), the longest "
+                f"sequence an engine without chunked prefill can recompute in one step")
         if self.kv.blocks_for(total) > cfg.num_gpu_blocks:
             raise PromptTooLong(
                 f"prompt + max_tokens = {total} tokens exceeds the KV cache "
                 f"({cfg.num_gpu_blocks * cfg.block_size} tokens)")
-        if len(self.waiting) >= cfg.max_waiting:
-            raise QueueFull(f"the waiting queue is full ({cfg.max_waiting} requests)")
-        seq = Sequence(
+        return Sequence(
             seq_id=next(self._seq_ids), request_id=request.request_id, params=params,
             token_ids=list(prompt), num_prompt_tokens=len(prompt), arrival_s=self._now(),
             num_external_tokens=min(num_external_tokens, len(prompt) - 1))
+
+    def _register(self, seq: Sequence) -> None:
         self._by_request[seq.request_id] = seq
         self._by_seq[seq.seq_id] = seq
+
+    # ------------------------------------------------------------------ KV transfer
+    def reserve(self, request: EngineRequest, *, num_external_tokens: int) -> bool:
+        """Allocate the blocks of a request whose first ``num_external_tokens`` tokens'
+        KV is about to arrive; False (nothing changed) when blocks or ``max_num_seqs``
+        are short. Raises like :meth:`add_request` for a request that can never fit."""
+        seq = self._new_seq(request, num_external_tokens)
+        if len(self.running) + len(self._receiving) >= self.config.max_num_seqs:
+            return False
+        if not self.kv.allocate(seq.seq_id, seq.num_external_tokens):
+            return False
+        self._register(seq)
+        self._receiving[seq.request_id] = seq
+        return True
+
+    def kv_received(self, request_id: str) -> None:
+        """The reserved request's KV is in place: queue it (its blocks kept)."""
+        seq = self._receiving.pop(request_id)
         self.waiting.append(seq)
+
+    def release(self, request_id: str) -> None:
+        """Free the blocks a finished ``hold_kv`` request kept (no-op if none)."""
+        seq_id = self._held.pop(request_id, None)
+        if seq_id is not None:
+            self.kv.free(seq_id)
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is and free its blocks; False if unknown."""
+        self._delay_free.discard(request_id)
+        if request_id in self._held:
+            self.release(request_id)
+            return True
         seq = self._by_request.get(request_id)
         if seq is None:
             return False
-        if seq.status is SeqStatus.WAITING:
+        if self._receiving.pop(request_id, None) is not None:
+            pass  # blocks reserved, KV in flight: only the blocks to free
+        elif seq.status is SeqStatus.WAITING:
             self.waiting.remove(seq)
         else:
             self.running.remove(seq)
@@ -133,6 +195,11 @@ class Scheduler:
     def get(self, request_id: str) -> Sequence | None:
         """The request's sequence while it is waiting or running."""
         return self._by_request.get(request_id)
+
+    @property
+    def num_receiving(self) -> int:
+        """Requests with blocks reserved whose KV has not arrived yet."""
+        return len(self._receiving)
 
     def has_unfinished(self) -> bool:
         """Whether any request is waiting or running."""
@@ -148,7 +215,6 @@ class Scheduler:
         limit = cfg.long_prefill_token_threshold or cfg.max_num_batched_tokens
         chunked = cfg.enable_chunked_prefill
         scheduled: set[int] = set()
-        prefill_scheduled = False
 
         decodes: list[Sequence] = []
         prefills: list[Sequence] = []
@@ -162,39 +228,40 @@ class Scheduler:
                     continue
                 remaining = len(seq.token_ids) - seq.num_computed_tokens
                 n = 1 if decode_pass else min(remaining, budget, limit) if chunked else remaining
-                if not decode_pass and not chunked and prefill_scheduled and n > budget:
+                if n > budget:
                     continue
                 if not self._allocate_running(seq, n, scheduled, batch):
                     continue
+                self._cache_blocks(seq, seq.num_computed_tokens + n)
                 self._add_to_batch(batch, seq, n, now, decode_pass)
                 scheduled.add(seq.seq_id)
                 budget -= n
-                prefill_scheduled |= not decode_pass
 
         while (not batch.preempted_seq_ids and self.waiting and budget > 0
                and len(self.running) < cfg.max_num_seqs):
             seq = self.waiting[0]
-            prefix = self._lookup_prefix(seq)
+            received = self.kv.has_seq(seq.seq_id)  # its KV arrived into reserved blocks
+            prefix = CachedPrefix(block_size=cfg.block_size) if received else self._lookup_prefix(seq)
             computed = max(prefix.num_tokens, seq.num_external_tokens)
             if seq.num_external_tokens > prefix.num_tokens:
                 prefix = CachedPrefix(block_size=cfg.block_size)
             n = seq.num_tokens - computed
             if chunked:
                 n = min(n, budget, limit)
-            elif n > budget and prefill_scheduled:
-                break  # runs whole in a later step, alone
+            elif n > budget:
+                break  # whole prompts only; FIFO: nobody overtakes it
             if not self.kv.allocate(seq.seq_id, computed + n, prefix):
                 break
             self.waiting.popleft()
-            self.kv.record_lookup(seq.num_tokens, prefix.num_tokens)
+            self.kv.record_lookup(seq.num_tokens, prefix.num_tokens, preempted=seq.preemptions > 0)
             seq.status = SeqStatus.RUNNING
             seq.num_computed_tokens = computed
             if seq.first_scheduled_s is None:
                 seq.num_cached_tokens = prefix.num_tokens
             self.running.append(seq)
+            self._cache_blocks(seq, computed + n)
             self._add_to_batch(batch, seq, n, now, False)
             budget -= n
-            prefill_scheduled = True
 
         if batch.seqs:
             batch.finished_seq_ids, self._finished_since_batch = self._finished_since_batch, []
@@ -209,6 +276,13 @@ class Scheduler:
         # at least one token must be computed to sample from, so never hit the last one
         usable = (seq.num_tokens - 1) // self.config.block_size
         return self.kv.find_cached_prefix(hashes[:usable])
+
+    def _cache_blocks(self, seq: Sequence, num_tokens: int) -> None:
+        """Register the full blocks of the first ``num_tokens`` tokens (those this step
+        computes included), so a request admitted later in the step hits them."""
+        if self.config.enable_prefix_caching:
+            hashes = seq.update_block_hashes(self.config.block_size)
+            self.kv.cache_full_blocks(seq.seq_id, hashes, num_tokens)
 
     def _allocate_running(self, seq: Sequence, n: int, scheduled: set[int],
                           batch: ScheduledBatch) -> bool:
@@ -260,9 +334,6 @@ class Scheduler:
             seq.num_computed_tokens = item.start_pos + len(item.token_ids)
             if not item.is_decode:
                 self.num_computed_prompt_tokens += len(item.token_ids)
-            if self.config.enable_prefix_caching:
-                hashes = seq.update_block_hashes(self.config.block_size)
-                self.kv.cache_full_blocks(seq.seq_id, hashes, seq.num_computed_tokens)
             if not item.sample:
                 continue
             new = sampled.get(item.seq_id)
@@ -311,7 +382,11 @@ class Scheduler:
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = reason
         seq.finish_s = self._now()
-        self.kv.free(seq.seq_id)
+        if seq.request_id in self._delay_free and reason != "abort":
+            self._delay_free.discard(seq.request_id)
+            self._held[seq.request_id] = seq.seq_id  # read by the decode side; release() frees
+        else:
+            self.kv.free(seq.seq_id)
         del self._by_request[seq.request_id]
         del self._by_seq[seq.seq_id]
         self._finished_since_batch.append(seq.seq_id)
@@ -321,8 +396,12 @@ class Scheduler:
         """Gauges and counters (token counters as in vLLM: prompt tokens counted when a
         request's first token is produced)."""
         return EngineStats(
-            running=len(self.running), waiting=len(self.waiting), kv_usage=self.kv.usage,
+            running=len(self.running), waiting=len(self.waiting) + len(self._receiving),
+            kv_usage=self.kv.usage,
             prefix_cache_queries=self.kv.prefix_cache_queries,
-            prefix_cache_hits=self.kv.prefix_cache_hits, preemptions=self.num_preemptions,
+            prefix_cache_hits=self.kv.prefix_cache_hits,
+            prefix_cache_preempted_queries=self.kv.prefix_cache_preempted_queries,
+            prefix_cache_preempted_hits=self.kv.prefix_cache_preempted_hits,
+            preemptions=self.num_preemptions,
             prompt_tokens=self.num_prompt_tokens, generation_tokens=self.num_generation_tokens,
             steps=self._step)

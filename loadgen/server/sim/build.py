@@ -2,23 +2,26 @@
 
 The roofline model of ``tp`` GPUs of the chosen type runs the shared scheduler; the KV
 pool of each GPU group is sized from its memory, ``memory * gpu_memory_utilization * tp -
-weights``, unless ``num_gpu_blocks`` is given. With ``disaggregate`` a second, identical
-pool decodes what the first prefilled (:mod:`.disagg`).
+weights``, unless ``num_gpu_blocks`` is given, and its batch limits default to
+``vllm serve``'s for its GPU. Disaggregated (:mod:`.disagg`), ``prefill_replicas`` prefill
+engines and ``decode_replicas`` decode engines, each with its own GPU type and TP, are
+joined by per-rank KV links.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from typing import TYPE_CHECKING
 
 from loadgen.server.engine.core import Clock, Core, EngineCore, StepHook
-from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.sim.disagg import DisaggCore
 from loadgen.server.sim.engine import SimEngine
 from loadgen.server.sim.gpus import get_gpu
 from loadgen.server.sim.roofline import RooflineModel
 from loadgen.server.sim.runner import SimRunner
+from loadgen.server.sim.telemetry import GpuTelemetry, Pool
 
 if TYPE_CHECKING:
     from loadgen.server.config import ServeConfig
@@ -26,16 +29,16 @@ if TYPE_CHECKING:
 __all__ = ["sim_engine", "kv_blocks"]
 
 
-def _roofline(config: ServeConfig) -> RooflineModel:
+def _roofline(config: ServeConfig, gpu: str | None = None, tp: int | None = None) -> RooflineModel:
     sim = config.sim
-    return RooflineModel(get_gpu(sim.gpu), config.shape, config.tp, mfu=sim.mfu, mbu=sim.mbu,
+    return RooflineModel(get_gpu(gpu or sim.gpu), config.shape, tp or config.tp, mfu=sim.mfu, mbu=sim.mbu,
                          overhead_s=sim.overhead_ms / 1e3,
                          allreduce_latency_s=sim.allreduce_latency_s)
 
 
 def kv_blocks(config: ServeConfig) -> int:
     """KV blocks of one pool of ``config``: ``num_gpu_blocks``, else sized from memory."""
-    limits = config.scheduler
+    limits = config.limits
     return limits.num_gpu_blocks or _roofline(config).num_kv_blocks(
         limits.block_size, limits.gpu_memory_utilization)
 
@@ -44,24 +47,42 @@ def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic,
                on_step: StepHook | None = None) -> SimEngine:
     """The sim engine of ``config`` on ``clock`` (a :class:`ManualClock` for virtual
     time); ``on_step`` is called with every step of every pool."""
-    sim, limits, shape = config.sim, config.scheduler, config.shape
-    roofline = _roofline(config)
-    blocks = kv_blocks(config)
-    engine_config = limits.engine_config(shape, num_gpu_blocks=blocks,
-                                         eos_token_id=shape.eos_token_id)
+    sim, shape = config.sim, config.shape
+    seeds = itertools.count(config.seed)
+    pools: list[Pool] = []
 
-    def make_core(cfg: EngineConfig, seed: int) -> EngineCore:
-        runner = SimRunner(roofline, seed=seed, jitter=sim.jitter,
+    def make_core(gpu: str | None, tp: int | None, *, decode: bool) -> tuple[EngineCore, RooflineModel]:
+        roofline = _roofline(config, gpu, tp)
+        spec = get_gpu(gpu or sim.gpu)
+        limits = config.scheduler.resolved(spec, shape.max_model_len)
+        blocks = limits.num_gpu_blocks or roofline.num_kv_blocks(limits.block_size,
+                                                                 limits.gpu_memory_utilization)
+        cfg = limits.engine_config(shape, num_gpu_blocks=blocks, eos_token_id=shape.eos_token_id)
+        if decode:
+            cfg = dataclasses.replace(cfg, max_waiting=10**9)
+        runner = SimRunner(roofline, seed=next(seeds), jitter=sim.jitter,
                            eos_probability=sim.eos_probability, min_token_id=sim.min_token_id)
-        return EngineCore(cfg, runner, clock, time_scale=sim.time_scale, on_step=on_step)
+        pools.append(Pool(spec, roofline.tp, weight_bytes_per_gpu=shape.weight_bytes / roofline.tp,
+                          kv_bytes_per_gpu=blocks * limits.block_size * roofline.kv_bytes_per_token_per_gpu))
+        return EngineCore(cfg, runner, clock, time_scale=sim.time_scale, on_step=on_step), roofline
 
-    prefill = make_core(engine_config, config.seed)
-    core: Core = prefill
-    if sim.disaggregate:
-        decode = make_core(dataclasses.replace(engine_config, max_waiting=10**9), config.seed + 1)
+    core: Core
+    if sim.disaggregated:
+        pre = [make_core(sim.prefill_gpu, sim.prefill_tp, decode=False) for _ in range(sim.prefill_replicas)]
+        dec = [make_core(sim.decode_gpu, sim.decode_tp, decode=True) for _ in range(sim.decode_replicas)]
         link = sim.kv_link_gbps * 1e9
-        core = DisaggCore(prefill, decode, lambda n: roofline.kv_transfer_s(n, link), clock,
+
+        def transfer_s(num_tokens: int, p: int, d: int) -> float:
+            links = min(pre[p][1].tp, dec[d][1].tp)  # one link per tensor-parallel rank
+            return num_tokens * shape.kv_bytes_per_token / (link * links)
+
+        core = DisaggCore([c for c, _ in pre], [c for c, _ in dec], transfer_s, clock,
                           time_scale=sim.time_scale)
-    max_len = min(engine_config.max_model_len, blocks * engine_config.block_size)
+        engines = core.cores
+    else:
+        single, _ = make_core(None, None, decode=False)
+        core, engines = single, [single]
+    max_len = min(min(e.scheduler.config.max_model_len,
+                      e.scheduler.config.num_gpu_blocks * e.scheduler.config.block_size) for e in engines)
     return SimEngine(core, model_name=config.model, vocab_size=shape.vocab_size,
-                     max_model_len=max_len, clock=clock)
+                     max_model_len=max_len, clock=clock, telemetry=GpuTelemetry(pools))

@@ -1,16 +1,26 @@
-"""Prefill/decode disaggregation: two engine cores joined by a KV-transfer link.
+"""Prefill/decode disaggregation as deployed: prefill pools, decode pools, KV links.
 
-A request is prefilled in the *prefill pool* (its own GPUs, scheduler and KV cache),
-which also samples its first token. Its prompt's KV then crosses the link — modelled as
-one link used by one transfer at a time, each taking ``prompt tokens * KV bytes per
-token / link bandwidth`` — and the request joins the *decode pool* with that KV in place
-(``num_external_tokens``), where it decodes the remaining tokens. A first token that
-ends the request (EOS, a stop token, or ``max_tokens == 1``) finishes it in the prefill
-pool. A request preempted in the decode pool recomputes its KV there.
+The flow follows vLLM's P/D proxy and KV connectors (xPyD: ``P`` prefill engines and
+``D`` decode engines, each its own scheduler, KV cache and GPUs):
 
-Timings merge both pools: ``queue_s``, ``prefill_s`` and ``ttft_s`` come from the
-prefill pool, ``kv_transfer_s`` is the wait for the link (queueing included), and
-``decode_s`` / ``e2e_s`` end at the decode pool's last token.
+1. A request is prefilled by a prefill engine (round-robin over the ``P``) with
+   ``max_tokens = 1``; the proxy discards that token. Its KV blocks are **held** after it
+   finishes, until the decode side has read them.
+2. A decode engine (the one with the fewest requests running or reserved) **reserves**
+   blocks for the prompt before the transfer starts; while no decode engine has the
+   blocks (or a free sequence slot) the request waits, its prefill blocks still held.
+3. The prompt's KV crosses the link: each tensor-parallel rank has its own link, so a
+   transfer takes ``prompt tokens * KV bytes per token / (link bandwidth * links)`` with
+   ``links = min(prefill TP, decode TP)``; a prefill engine's links carry one transfer at
+   a time (in order).
+4. The decode engine computes the prompt's last token (the KV of all the others arrived)
+   and streams every output token from its first: **TTFT is the decode side's first
+   token**, so the transfer and the decode queue are inside it, not in the first ITL gap.
+
+A request preempted in a decode pool recomputes its KV there. Timings merge both sides:
+``queue_s`` and ``prefill_s`` come from the prefill engine, ``kv_transfer_s`` runs from
+the prefill's end to the KV's arrival (waiting for blocks and the link included),
+``ttft_s``, ``decode_s`` and ``e2e_s`` end on the decode side.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -33,36 +45,59 @@ class _Pending:
     request: EngineRequest
     arrival_s: float
     ticket: int
-    first_token_ids: tuple[int, ...] = ()
-    transfer_s: float = 0.0
+    prefill: int  # index of its prefill engine
+    decode: int = -1  # index of its decode engine, once reserved
+    prefill_done_s: float = math.nan
+    reserved_s: float = math.nan
+    kv_arrived_s: float = math.nan
     prefill_timings: dict[str, float] | None = None
 
 
 class DisaggCore:
-    """Implements :class:`~loadgen.server.engine.core.Core` over two :class:`EngineCore`.
+    """Implements :class:`~loadgen.server.engine.core.Core` over prefill and decode
+    :class:`EngineCore` lists (see the module docstring).
 
-    ``kv_transfer_s(num_tokens)`` gives the modelled transfer time of a prompt's KV; it is
-    multiplied by ``time_scale`` like step times.
+    ``kv_transfer_s(num_tokens, prefill_index, decode_index)`` gives the modelled
+    transfer time of a prompt's KV between two engines; it is multiplied by
+    ``time_scale`` like step times.
     """
 
-    def __init__(self, prefill: EngineCore, decode: EngineCore,
-                 kv_transfer_s: Callable[[int], float], clock: Clock, *,
+    def __init__(self, prefill: EngineCore | Sequence[EngineCore], decode: EngineCore | Sequence[EngineCore],
+                 kv_transfer_s: Callable[[int, int, int], float], clock: Clock, *,
                  time_scale: float = 1.0, max_events_per_poll: int = 128) -> None:
-        self.prefill, self.decode = prefill, decode
+        self.prefills = [prefill] if isinstance(prefill, EngineCore) else list(prefill)
+        self.decodes = [decode] if isinstance(decode, EngineCore) else list(decode)
         self.kv_transfer_s = kv_transfer_s
         self.clock = clock
         self.time_scale = time_scale
         self.max_events_per_poll = max_events_per_poll
         self._pending: dict[str, _Pending] = {}
+        self._to_reserve: deque[str] = deque()  # prefilled, waiting for decode blocks (FIFO)
         self._transfers: list[tuple[float, int, str]] = []  # (done at, ticket, request id)
         self._tickets = itertools.count()
-        self._link_free_at = -math.inf
+        self._next_prefill = 0
+        self._link_free_at = [-math.inf] * len(self.prefills)
         self.num_transfers = 0
         self.transfer_seconds = 0.0
 
+    @property
+    def prefill(self) -> EngineCore:
+        """The first prefill engine (1P1D: the only one)."""
+        return self.prefills[0]
+
+    @property
+    def decode(self) -> EngineCore:
+        """The first decode engine (1P1D: the only one)."""
+        return self.decodes[0]
+
+    @property
+    def cores(self) -> list[EngineCore]:
+        """Every engine, prefill ones first."""
+        return [*self.prefills, *self.decodes]
+
     # ------------------------------------------------------------------ inputs
     def add_request(self, request: EngineRequest, *, at: float | None = None) -> None:
-        """Queue a request in the prefill pool (checked against the decode pool too)."""
+        """Queue a request in a prefill engine (checked against the decode pool too)."""
         now = self.clock() if at is None else at
         total = len(request.prompt_token_ids) + request.params.max_tokens
         dec = self.decode.scheduler
@@ -74,26 +109,33 @@ class DisaggCore:
         if dec.kv.blocks_for(total) > dec.config.num_gpu_blocks:
             raise PromptTooLong(f"prompt + max_tokens = {total} tokens exceeds the decode "
                                 f"pool's KV cache ({dec.config.num_gpu_blocks * dec.config.block_size} tokens)")
-        params = replace(request.params, max_tokens=1)
-        self.prefill.add_request(EngineRequest(request.request_id, request.prompt_token_ids, params), at=now)
-        self._pending[request.request_id] = _Pending(request, now, next(self._tickets))
+        index = self._next_prefill
+        params = replace(request.params, max_tokens=1, min_tokens=0)
+        self.prefills[index].add_request(EngineRequest(request.request_id, request.prompt_token_ids, params),
+                                         at=now, hold_kv=True)
+        self._next_prefill = (index + 1) % len(self.prefills)
+        self._pending[request.request_id] = _Pending(request, now, next(self._tickets), index)
 
     def abort(self, request_id: str) -> bool:
-        """Drop a request in either pool or on the link; False if unknown."""
+        """Drop a request wherever it is (either side, the link) and free its blocks."""
         record = self._pending.pop(request_id, None)
-        if self.prefill.abort(request_id) or self.decode.abort(request_id):
-            return True
-        return record is not None  # aborted while its KV was in flight
+        if record is None:
+            return False
+        if request_id in self._to_reserve:
+            self._to_reserve.remove(request_id)
+        self.prefills[record.prefill].abort(request_id)  # queued, running or holding its KV
+        if record.decode >= 0:
+            self.decodes[record.decode].abort(request_id)  # reserved or running
+        return True
 
     def has_unfinished(self) -> bool:
-        """Whether any request is in a pool or on the link."""
+        """Whether any request is in a pool, waiting for blocks, or on a link."""
         return bool(self._pending)
 
     # ------------------------------------------------------------------ events
     def next_event_time(self) -> float | None:
-        """The earliest of both pools' next events and the next transfer's end."""
-        times = [t for t in (self.prefill.next_event_time(), self.decode.next_event_time())
-                 if t is not None]
+        """The earliest of the engines' next events and the next transfer's end."""
+        times = [t for t in (c.next_event_time() for c in self.cores) if t is not None]
         if self._transfers:
             times.append(self._transfers[0][0])
         return min(times) if times else None
@@ -103,84 +145,112 @@ class DisaggCore:
         return poll_due(self, self.clock() if now is None else now, self.max_events_per_poll)
 
     def process_event(self) -> list[TokenOutput]:
-        """The earliest event: a transfer that ends, else a step of the decode pool, else
-        one of the prefill pool."""
+        """The earliest event: a transfer that ends, else a decode step, else a prefill step."""
         t = self.next_event_time()
         if self._transfers and self._transfers[0][0] == t:
             self._finish_transfer()
             return []
-        if self.decode.next_event_time() == t:
-            return self._from_decode(self.decode.process_event())
-        return self._from_prefill(self.prefill.process_event())
+        for core in self.decodes:
+            if core.next_event_time() == t:
+                return self._from_decode(core.process_event(), core.last_step_end)
+        for core in self.prefills:
+            if core.next_event_time() == t:
+                return self._from_prefill(core.process_event(), core.last_step_end)
+        return []
 
-    def _from_prefill(self, outs: list[TokenOutput]) -> list[TokenOutput]:
-        t = self.prefill.last_step_end
-        result = []
+    def _from_prefill(self, outs: list[TokenOutput], t: float) -> list[TokenOutput]:
         for out in outs:
             record = self._pending.get(out.request_id)
-            if record is None:
+            if record is None or out.finish_reason is None:
                 continue
-            if out.finish_reason == "stop" or record.request.params.max_tokens <= 1:
-                del self._pending[out.request_id]
-                out.timings = self._merge(record, out.timings, None, t)
-                result.append(out)
+            if out.finish_reason == "abort":
+                self._pending.pop(out.request_id, None)
                 continue
-            record.first_token_ids = tuple(out.token_ids)
+            record.prefill_done_s = t
             record.prefill_timings = out.timings
-            start = max(t, self._link_free_at)
-            done = start + self.kv_transfer_s(len(record.request.prompt_token_ids)) * self.time_scale
-            self._link_free_at = done
-            record.transfer_s = done - t
-            heapq.heappush(self._transfers, (done, record.ticket, out.request_id))
-            result.append(TokenOutput(out.request_id, out.token_ids,
-                                      num_cached_tokens=out.num_cached_tokens))
-        return result
+            self._to_reserve.append(out.request_id)
+        self._reserve(t)
+        return []  # the proxy discards the prefill engine's token
+
+    def _reserve(self, t: float) -> None:
+        """Reserve decode blocks for prefilled requests, in order, and start their transfers."""
+        while self._to_reserve:
+            rid = self._to_reserve[0]
+            record = self._pending[rid]
+            req = record.request
+            order = sorted(range(len(self.decodes)), key=lambda d: self._load(d))
+            for d in order:
+                core = self.decodes[d]
+                if core.reserve(req, at=max(t, record.prefill_done_s),
+                                num_external_tokens=len(req.prompt_token_ids)):
+                    break
+            else:
+                return  # no decode engine has room: wait for one to free blocks (FIFO)
+            self._to_reserve.popleft()
+            record.decode = d
+            record.reserved_s = max(t, record.prefill_done_s)
+            p = record.prefill
+            start = max(record.reserved_s, self._link_free_at[p])
+            seconds = self.kv_transfer_s(len(req.prompt_token_ids), p, d) * self.time_scale
+            done = start + seconds
+            self._link_free_at[p] = done
+            heapq.heappush(self._transfers, (done, record.ticket, rid))
+
+    def _load(self, d: int) -> int:
+        sched = self.decodes[d].scheduler
+        return len(sched.running) + len(sched.waiting) + sched.num_receiving
 
     def _finish_transfer(self) -> None:
-        done, ticket, request_id = heapq.heappop(self._transfers)
-        record = self._pending.get(request_id)
+        done, ticket, rid = heapq.heappop(self._transfers)
+        record = self._pending.get(rid)
         if record is None or record.ticket != ticket:
             return  # aborted in flight
         self.num_transfers += 1
-        self.transfer_seconds += record.transfer_s
-        req = record.request
-        params = replace(req.params, max_tokens=req.params.max_tokens - 1,
-                         min_tokens=max(0, req.params.min_tokens - 1))
-        decode_req = EngineRequest(req.request_id, [*req.prompt_token_ids, *record.first_token_ids],
-                                   params)
-        self.decode.add_request(decode_req, at=done, num_external_tokens=len(req.prompt_token_ids))
+        record.kv_arrived_s = done
+        self.transfer_seconds += done - record.prefill_done_s
+        self.prefills[record.prefill].release(rid, at=done)  # the KV was read: free it
+        self.decodes[record.decode].kv_received(rid, at=done)
 
-    def _from_decode(self, outs: list[TokenOutput]) -> list[TokenOutput]:
-        t = self.decode.last_step_end
+    def _from_decode(self, outs: list[TokenOutput], t: float) -> list[TokenOutput]:
         for out in outs:
             if out.finish_reason is not None:
                 record = self._pending.pop(out.request_id, None)
                 if record is not None:
-                    out.timings = self._merge(record, record.prefill_timings, out.timings, t)
+                    out.timings = self._merge(record, out.timings, t)
+        self._reserve(t)  # the decode side may have freed blocks
         return outs
 
     @staticmethod
-    def _merge(record: _Pending, pre: dict[str, float] | None, dec: dict[str, float] | None,
-               finish_s: float) -> dict[str, float]:
-        pre = pre or {}
-        merged = dict(pre)
-        first = record.arrival_s + pre.get("ttft_s", 0.0)
-        merged["kv_transfer_s"] = record.transfer_s if dec is not None else 0.0
+    def _merge(record: _Pending, dec: dict[str, float] | None, finish_s: float) -> dict[str, float]:
+        pre = record.prefill_timings or {}
+        dec = dec or {}
+        merged = {k: v for k, v in pre.items() if k in ("queue_s", "prefill_s")}
+        first = record.reserved_s + dec.get("ttft_s", math.nan)  # the decode side's first token
+        merged["kv_transfer_s"] = record.kv_arrived_s - record.prefill_done_s
+        merged["ttft_s"] = first - record.arrival_s
         merged["decode_s"] = finish_s - first
         merged["e2e_s"] = finish_s - record.arrival_s
-        if dec is not None:
-            merged["decode_steps"] = dec["decode_steps"] + 1.0
-            merged["preemptions"] = pre.get("preemptions", 0.0) + dec["preemptions"]
+        merged["decode_steps"] = dec.get("decode_steps", 0.0)
+        merged["preemptions"] = pre.get("preemptions", 0.0) + dec.get("preemptions", 0.0)
         return merged
 
     def stats(self) -> EngineStats:
-        """Both pools together: KV usage over all blocks, prompt and cache counters from
-        the prefill pool, transfers in flight counted as waiting."""
-        p, d = self.prefill.stats(), self.decode.stats()
-        pk, dk = self.prefill.scheduler.kv, self.decode.scheduler.kv
+        """All engines together: KV usage over all blocks, prompt and cache counters from
+        the prefill side, requests waiting for decode blocks or on a link as waiting."""
+        pre = [c.stats() for c in self.prefills]
+        dec = [c.stats() for c in self.decodes]
+        used = sum(c.scheduler.kv.num_used_blocks for c in self.cores)
+        total = sum(c.scheduler.kv.num_blocks for c in self.cores)
         return EngineStats(
-            running=p.running + d.running, waiting=p.waiting + d.waiting + len(self._transfers),
-            kv_usage=(pk.num_used_blocks + dk.num_used_blocks) / (pk.num_blocks + dk.num_blocks),
-            prefix_cache_queries=p.prefix_cache_queries, prefix_cache_hits=p.prefix_cache_hits,
-            preemptions=p.preemptions + d.preemptions, prompt_tokens=p.prompt_tokens,
-            generation_tokens=p.generation_tokens + d.generation_tokens, steps=p.steps + d.steps)
+            running=sum(s.running for s in pre + dec),
+            waiting=sum(s.waiting for s in pre) + sum(s.waiting for s in dec) + len(self._to_reserve),
+            kv_usage=used / total,
+            prefix_cache_queries=sum(s.prefix_cache_queries for s in pre),
+            prefix_cache_hits=sum(s.prefix_cache_hits for s in pre),
+            prefix_cache_preempted_queries=sum(s.prefix_cache_preempted_queries for s in pre),
+            prefix_cache_preempted_hits=sum(s.prefix_cache_preempted_hits for s in pre),
+            preemptions=sum(s.preemptions for s in pre + dec),
+            prompt_tokens=sum(s.prompt_tokens for s in pre),
+            generation_tokens=sum(s.generation_tokens for s in dec),
+            steps=sum(s.steps for s in pre + dec),
+            busy_s=sum(s.busy_s for s in pre + dec))

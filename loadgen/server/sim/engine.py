@@ -20,6 +20,8 @@ from loadgen.errors import EngineError
 from loadgen.server.engine.core import Clock, Core
 from loadgen.server.engine.interface import EngineRequest, EngineStats
 from loadgen.server.engine.streams import OutputStreams
+from loadgen.server.sim.disagg import DisaggCore
+from loadgen.server.sim.telemetry import GpuSample, GpuTelemetry
 
 __all__ = ["SimEngine"]
 
@@ -28,8 +30,9 @@ class SimEngine(OutputStreams):
     """An :class:`AsyncEngine` over a core (a single pool or a disaggregated pair)."""
 
     def __init__(self, core: Core, *, model_name: str, vocab_size: int, max_model_len: int,
-                 clock: Clock = time.monotonic) -> None:
+                 clock: Clock = time.monotonic, telemetry: GpuTelemetry | None = None) -> None:
         super().__init__()
+        self.telemetry = telemetry
         self.core = core
         self.model_name = model_name
         self.vocab_size = vocab_size
@@ -83,6 +86,16 @@ class SimEngine(OutputStreams):
     def stats(self) -> EngineStats:
         """The core's gauges and counters (see ``EngineStats``)."""
         return self.core.stats()
+
+    def gpu_telemetry(self) -> list[GpuSample]:
+        """DCGM-style samples of every simulated GPU since the previous call
+        (:mod:`loadgen.server.sim.telemetry`); none without telemetry."""
+        if self.telemetry is None:
+            return []
+        core = self.core
+        pools = core.cores if isinstance(core, DisaggCore) else [core]
+        stats = [p.stats() for p in pools]
+        return self.telemetry.sample(self._clock(), [s.busy_s for s in stats], [s.kv_usage for s in stats])
 
     def _poke(self) -> None:
         if self._wake is not None:

@@ -52,11 +52,11 @@ def plan_kv_blocks(model: LlamaModel, limits: SchedulerLimits, *, kv_cache_gb: f
         return max(1, int(CPU_KV_CACHE_GB * 2**30) // per_block)
     peak = _profile_activations(model, limits)
     free, total = torch.cuda.mem_get_info(model.embed.device)
-    logits = limits.max_num_seqs * model.cfg.vocab_size * 4 * 3  # logits, softmax, scratch
+    logits = limits.seq_limit * model.cfg.vocab_size * 4 * 3  # logits, softmax, scratch
     usable = int(total * limits.gpu_memory_utilization) - (total - free)
     budget = usable - peak - logits - graph_memory_bytes
     blocks = blocks_within(budget, per_block, model.cfg.num_layers)
-    needed = -(-limits.max_num_batched_tokens // limits.block_size)
+    needed = -(-limits.token_budget // limits.block_size)
     if blocks < needed:
         raise EngineError(
             f"not enough GPU memory for the KV cache: {max(budget, 0) / 2**30:.2f} GiB left "
@@ -69,7 +69,7 @@ def plan_kv_blocks(model: LlamaModel, limits: SchedulerLimits, *, kv_cache_gb: f
 def _profile_activations(model: LlamaModel, limits: SchedulerLimits) -> int:
     """Peak bytes allocated by one full-budget prefill step beyond what is resident."""
     device = model.embed.device
-    n = limits.max_num_batched_tokens
+    n = limits.token_budget
     blocks = -(-n // limits.block_size)
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()

@@ -98,7 +98,7 @@ def build_core(config: ServeConfig) -> tuple[EngineCore, dict[str, Any]]:
     from loadgen.server.torch.memory import plan_kv_blocks
     from loadgen.server.torch.runner import TorchRunner
 
-    shape, opts, limits = config.shape, config.torch, config.scheduler
+    shape, opts, limits = config.shape, config.torch, config.limits
     device = opts.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -125,7 +125,7 @@ def build_core(config: ServeConfig) -> tuple[EngineCore, dict[str, Any]]:
                          suppress_token_ids=range(NUM_RESERVED) if random_weights else (),
                          cuda_graphs=graphs,
                          decode_batch_sizes=graph_batch_sizes(opts.cuda_graph_sizes,
-                                                              limits.max_num_seqs),
+                                                              limits.seq_limit),
                          graph_memory_bytes=_GRAPH_GATHER)
     num_graphs, capture_s = runner.capture_graphs(engine_config.max_model_len)
     info = {"device": device, "dtype": dtype_name, "threads": threads, "num_gpu_blocks": blocks,

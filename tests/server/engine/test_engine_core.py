@@ -155,7 +155,8 @@ def test_in_real_time_one_poll_runs_one_step_and_returns_its_outputs() -> None:
 def stall(chunked: bool) -> tuple[float, float, EngineCore, RooflineModel, list[Step]]:
     """32 chat users decoding when a 16k-token prompt arrives; returns the longest gap
     between two tokens of a decoding user while the long prompt prefills, and its TTFT."""
-    core, clock, roofline, steps = sim_core(max_num_batched_tokens=2048,
+    # unchunked, the budget is max_model_len (vLLM's rule, see SchedulerLimits)
+    core, clock, roofline, steps = sim_core(max_num_batched_tokens=2048 if chunked else 32768,
                                             enable_chunked_prefill=chunked)
     for i in range(32):
         core.add_request(req(f"chat{i}", 128, 400))
@@ -198,3 +199,37 @@ def test_without_chunking_the_stall_is_the_whole_prefill() -> None:
     assert roofline.prefill_time(16384) <= worst <= roofline.prefill_time(16384) + roofline.decode_time(32, 600)
     chunked_worst, *_ = stall(chunked=True)
     assert worst > 5 * chunked_worst
+
+
+def test_without_chunking_eight_1k_prompts_run_in_one_8k_step() -> None:
+    # vLLM V1 without chunked prefill: whole prompts share a step up to the budget (which
+    # is max_model_len), so eight simultaneous 1k-token prompts are one long step
+    core, clock, roofline, steps = sim_core(max_num_batched_tokens=32768,
+                                            enable_chunked_prefill=False)
+    for i in range(8):
+        core.add_request(req(f"p{i}", 1024, 2))
+    got = run_events(core, clock)
+    first = steps[0]
+    assert [(s.request_id, s.num_tokens, s.start_pos) for s in first[0].seqs] == [
+        (f"p{i}", 1024, 0) for i in range(8)]
+    assert first[0].num_tokens == 8192
+    eight = roofline.step_time([(1024, 0, True)] * 8)
+    assert first[3] - first[2] == pytest.approx(eight)
+    # the step's time is that of an 8k-token prefill: the GEMMs of 8,192 tokens, one read
+    # of the weights; attention is over 1k contexts, so a bit less than one 8k prompt
+    assert roofline.prefill_time(1024) * 6 < eight <= roofline.prefill_time(8192)
+    ttfts = [o.timings["ttft_s"] for _, o in got if o.timings]  # type: ignore[index]
+    assert len(ttfts) == 8 and ttfts == [pytest.approx(eight)] * 8
+    assert len(steps) == 2  # the prefill step, then one decode step of all eight
+
+
+def test_without_chunking_admission_stops_at_the_first_prompt_that_does_not_fit() -> None:
+    core, clock, _, steps = sim_core(max_num_batched_tokens=4096, max_model_len=4096,
+                                     enable_chunked_prefill=False)
+    for i, n in enumerate((1500, 1500, 1500, 100)):
+        core.add_request(req(f"p{i}", n, 1))
+    run_events(core, clock)
+    # 1500 + 1500 fit in 4096; the third does not, and the 100-token prompt behind it
+    # does not overtake it (FIFO)
+    assert [[s.request_id for s in b.seqs] for b, *_ in steps] == [["p0", "p1"], ["p2", "p3"]]
+    assert all(b.num_tokens <= 4096 for b, *_ in steps)

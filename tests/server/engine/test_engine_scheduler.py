@@ -154,21 +154,27 @@ def test_long_prefill_token_threshold_caps_each_chunk() -> None:
     assert [(x.request_id, x.num_tokens) for x in batch.seqs] == [("a", 16), ("b", 16)]
 
 
-def test_without_chunking_a_prompt_over_the_budget_runs_whole_and_alone() -> None:
-    s, clock = make(max_num_batched_tokens=64, enable_chunked_prefill=False)
+def test_without_chunking_whole_prompts_share_a_step_and_never_exceed_the_budget() -> None:
+    s, clock = make(max_num_batched_tokens=64, max_model_len=64, enable_chunked_prefill=False)
     s.add_request(req("d", 8, max_tokens=50))
     step(s, clock)
-    s.add_request(req("p1", 40))
-    s.add_request(req("p2", 40))
-    s.add_request(req("huge", 200))
-    batch, _ = step(s, clock)  # p1 fits; p2 does not fit the rest and must wait
-    assert [(x.request_id, x.num_tokens) for x in batch.seqs] == [("d", 1), ("p1", 40)]
-    batch, _ = step(s, clock)  # p2 fits; huge waits (FIFO, not overtaken by later ones)
-    assert [(x.request_id, x.num_tokens) for x in batch.seqs] == [("d", 1), ("p1", 1), ("p2", 40)]
-    batch, _ = step(s, clock)  # huge: whole, the only prefill, decodes still in the step
+    s.add_request(req("p1", 34))
+    s.add_request(req("p2", 30))
+    s.add_request(req("p3", 10))
+    batch, _ = step(s, clock)  # 1 + 34 fit; p2 does not fit the 29 left and stops admission:
+    # p3 would fit, but does not overtake it
+    assert [(x.request_id, x.num_tokens) for x in batch.seqs] == [("d", 1), ("p1", 34)]
+    batch, _ = step(s, clock)  # p2 and p3 whole, in one step with the decodes
     assert [(x.request_id, x.num_tokens) for x in batch.seqs] == [
-        ("d", 1), ("p1", 1), ("p2", 1), ("huge", 200)]
-    assert batch.seqs[-1].sample and batch.num_tokens == 203
+        ("d", 1), ("p1", 1), ("p2", 30), ("p3", 10)]
+    assert batch.num_tokens == 42 and all(x.sample for x in batch.seqs)
+
+
+def test_without_chunking_a_prompt_longer_than_the_budget_is_rejected() -> None:
+    s, _ = make(max_num_batched_tokens=64, enable_chunked_prefill=False)
+    with pytest.raises(PromptTooLong, match="max_num_batched_tokens"):
+        s.add_request(req("huge", 60, max_tokens=5))
+    s.add_request(req("fits", 60, max_tokens=4))
 
 
 def test_max_num_seqs_limits_running() -> None:
@@ -266,6 +272,46 @@ def test_prefix_hits_are_counted_and_save_prefill() -> None:
     assert computed_a == 67 and s.num_computed_prompt_tokens - computed_a == 5
     st = s.stats()
     assert (st.prefix_cache_queries, st.prefix_cache_hits) == (67 + 69, 64)
+
+
+def test_a_request_admitted_later_in_the_same_step_hits_the_blocks_cached_in_it() -> None:
+    # vLLM caches a block when it is allocated for the step that computes it, so the
+    # second of two requests sharing a prefix, admitted in the same step, reuses it
+    s, clock = make(enable_prefix_caching=True, max_num_batched_tokens=256)
+    shared = list(range(100, 164))  # 16 blocks of 4
+    s.add_request(EngineRequest("a", shared + [1, 2, 3], SamplingParams(max_tokens=2)))
+    s.add_request(EngineRequest("b", shared + [7, 8, 9, 10, 11], SamplingParams(max_tokens=2)))
+    batch, outs = step(s, clock)
+    assert [(x.request_id, x.start_pos, x.num_tokens) for x in batch.seqs] == [
+        ("a", 0, 67), ("b", 64, 5)]
+    assert batch.seqs[1].block_table[:16] == batch.seqs[0].block_table[:16]
+    assert [o.num_cached_tokens for o in outs] == [0, 64]
+    st = s.stats()
+    assert (st.prefix_cache_queries, st.prefix_cache_hits) == (67 + 69, 64)
+    assert s.num_computed_prompt_tokens == 67 + 5
+
+
+def test_prefix_lookups_of_preempted_requests_are_counted_apart() -> None:
+    s, clock = make(num_gpu_blocks=6, max_num_batched_tokens=64, enable_prefix_caching=True)
+    s.add_request(req("old", 8, max_tokens=10))
+    s.add_request(req("new", 8, max_tokens=10, first=500))
+    for _ in range(10):
+        batch, _ = step(s, clock)
+        if batch.preempted_seq_ids:
+            break
+    seq = s.get("new")
+    assert seq is not None and seq.preemptions == 1
+    length_at_preemption = seq.num_tokens
+    run_all(s, clock)
+    st = s.stats()
+    # the first admissions: 8 + 8 prompt tokens looked up, nothing cached
+    assert (st.prefix_cache_queries, st.prefix_cache_hits) == (16, 0)
+    # the victim's second admission, apart: it looks up its prompt and output so far (13
+    # tokens) and finds its own first block again. By hand: "new" held blocks [2, 3, 5],
+    # freed tail first (queue [5, 3, 2]); "old" grew to 18 tokens and took 5 and 3 from
+    # the head before "new" could come back, so only block 2 (4 tokens) is still cached
+    assert st.prefix_cache_preempted_queries == length_at_preemption == 13
+    assert st.prefix_cache_preempted_hits == 4
 
 
 def test_a_fully_cached_prompt_still_computes_its_last_block() -> None:

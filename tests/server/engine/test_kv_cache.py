@@ -80,24 +80,38 @@ def test_only_computed_blocks_are_cached() -> None:
     assert kv.num_cached_blocks == 3
 
 
-def test_cached_free_blocks_are_reused_from_the_lru_and_evicted_last() -> None:
-    kv = KVCacheManager(num_blocks=4, block_size=4, enable_prefix_caching=True)
-    old, new = hashes_of(list(range(8))), hashes_of(list(range(100, 108)))
-    kv.allocate(1, 8)
-    kv.cache_full_blocks(1, old, 8)
+def test_one_lru_queue_evicts_cached_and_uncached_blocks_alike_tail_first() -> None:
+    # Worked by hand (vLLM V1's block pool: one free queue, taken from the head, a
+    # finished sequence's blocks appended at the tail in reverse order):
+    #   start                       queue [0 1 2 3 4 5]
+    #   seq 1: 12 tokens -> 0 1 2, all three full and cached (a0 a1 a2)
+    #   seq 2:  6 tokens -> 3 4; block 3 full and cached (b0), block 4 partial, never cached
+    #                               queue [5]
+    #   free seq 1 (2, 1, 0)        queue [5 2 1 0]
+    #   free seq 2 (4, 3)           queue [5 2 1 0 4 3]
+    # The old policy (never-cached blocks first) would hand out 5 and 4 before any cached
+    # block; here a cached block (2, the tail of seq 1) goes before the uncached 4.
+    kv = KVCacheManager(num_blocks=6, block_size=4, enable_prefix_caching=True)
+    a, b = hashes_of(list(range(12))), hashes_of(list(range(100, 106)))
+    assert kv.allocate(1, 12) and kv.allocate(2, 6)
+    kv.cache_full_blocks(1, a, 12)
+    kv.cache_full_blocks(2, b, 6)
+    assert kv.block_table(1) == [0, 1, 2] and kv.block_table(2) == [3, 4]
     kv.free(1)
-    kv.allocate(2, 8)  # takes the two truly free blocks first
-    kv.cache_full_blocks(2, new, 8)
-    assert len(kv.find_cached_prefix(old).block_ids) == 2
     kv.free(2)
-    assert kv.num_free_blocks == 4 and kv.num_cached_blocks == 4
-    # a hit on a cached-free block takes it out of the pool
-    hit = kv.find_cached_prefix(new[:1])
-    assert kv.allocate(3, 4, hit) and kv.num_free_blocks == 3
-    # one more block: evicts the least recently freed, which is the tail of `old`
-    assert kv.allocate(4, 4)
-    assert kv.find_cached_prefix(old).num_tokens == 4
-    assert kv.num_cached_blocks == 3
+    assert kv.free_queue() == [5, 2, 1, 0, 4, 3]
+    assert kv.num_free_blocks == 6 and kv.num_cached_blocks == 4
+    # seq 3, two new blocks: 5 (never used), then 2, which evicts a2
+    assert kv.allocate(3, 8) and kv.block_table(3) == [5, 2]
+    assert kv.find_cached_prefix(a).block_ids == [0, 1]
+    assert kv.free_queue() == [1, 0, 4, 3]
+    # seq 4 hits a0 a1: they leave the queue; its third block is the head, 4
+    hit = kv.find_cached_prefix(a)
+    assert kv.allocate(4, 12, hit) and kv.block_table(4) == [0, 1, 4]
+    assert kv.free_queue() == [3] and kv.find_cached_prefix(b).block_ids == [3]
+    # the last free block is b0's: taking it evicts b0
+    assert kv.allocate(5, 4) and kv.block_table(5) == [3]
+    assert kv.find_cached_prefix(b).num_tokens == 0 and kv.num_free_blocks == 0
     kv.check_consistency()
 
 
@@ -141,3 +155,11 @@ def test_prefix_caching_off_never_hits() -> None:
     assert kv.find_cached_prefix(hashes).num_tokens == 0 and kv.num_cached_blocks == 0
     kv.record_lookup(8, 0)
     assert (kv.prefix_cache_queries, kv.prefix_cache_hits) == (8, 0)
+
+
+def test_lookups_of_preempted_requests_are_counted_apart() -> None:
+    kv = KVCacheManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
+    kv.record_lookup(10, 8)
+    kv.record_lookup(12, 12, preempted=True)
+    assert (kv.prefix_cache_queries, kv.prefix_cache_hits) == (10, 8)
+    assert (kv.prefix_cache_preempted_queries, kv.prefix_cache_preempted_hits) == (12, 12)

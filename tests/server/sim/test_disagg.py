@@ -1,4 +1,5 @@
-"""Prefill/decode disaggregation in virtual time: the KV transfer is the only difference."""
+"""Prefill/decode disaggregation as deployed, in virtual time: TTFT from the decode side,
+KV held until transferred, decode blocks reserved first, one link per rank, xPyD."""
 
 from __future__ import annotations
 
@@ -33,13 +34,15 @@ def colocated(eos_probability: float = 0.0) -> tuple[EngineCore, ManualClock]:
     return EngineCore(config(), SimRunner(roofline(), eos_probability=eos_probability), clock), clock
 
 
-def disaggregated(link: float = 50e9, eos_probability: float = 0.0,
-                  decode_blocks: int = 4096) -> tuple[DisaggCore, ManualClock]:
+def disaggregated(link: float = 50e9, eos_probability: float = 0.0, decode_blocks: int = 4096,
+                  prefills: int = 1, decodes: int = 1, **limits: object) -> tuple[DisaggCore, ManualClock]:
     clock = ManualClock()
     model = roofline()
-    prefill = EngineCore(config(), SimRunner(model, eos_probability=eos_probability), clock)
-    decode = EngineCore(config(num_gpu_blocks=decode_blocks), SimRunner(model), clock)
-    return DisaggCore(prefill, decode, lambda n: model.kv_transfer_s(n, link), clock), clock
+    pre = [EngineCore(config(**limits), SimRunner(model, eos_probability=eos_probability), clock)
+           for _ in range(prefills)]
+    dec = [EngineCore(config(num_gpu_blocks=decode_blocks, **limits), SimRunner(model), clock)
+           for _ in range(decodes)]
+    return DisaggCore(pre, dec, lambda n, p, d: model.kv_transfer_s(n, link), clock), clock
 
 
 def run(core: EngineCore | DisaggCore, clock: ManualClock) -> list[tuple[float, TokenOutput]]:
@@ -57,7 +60,7 @@ def req(rid: str, n: int, max_tokens: int, **params: object) -> EngineRequest:
     return EngineRequest(rid, [7] * n, SamplingParams(max_tokens=max_tokens, **params))  # type: ignore[arg-type]
 
 
-def test_disaggregation_adds_exactly_the_kv_transfer_time() -> None:
+def test_ttft_includes_the_transfer_and_the_decode_sides_first_step() -> None:
     co, clock1 = colocated()
     co.add_request(req("a", 1000, 4))
     base = run(co, clock1)
@@ -65,21 +68,42 @@ def test_disaggregation_adds_exactly_the_kv_transfer_time() -> None:
     dis.add_request(req("a", 1000, 4))
     split = run(dis, clock2)
     transfer = 1000 * KV_PER_TOKEN / 50e9
-    assert [o.token_ids for _, o in split] == [o.token_ids for _, o in base]
+    last_token = roofline().step_time([(1, 999, True)])  # the decode side computes the last prompt token
     assert [o.finish_reason for _, o in split] == [None, None, None, "length"]
-    assert split[0][0] == pytest.approx(base[0][0])  # same TTFT: the prefill pool samples it
-    for (t_dis, _), (t_co, _) in zip(split[1:], base[1:]):
-        assert t_dis - t_co == pytest.approx(transfer, abs=1e-12)
-    timings, base_timings = split[-1][1].timings, base[-1][1].timings
-    assert timings is not None and base_timings is not None
+    # the prefill pool's step is the colocated prefill; then the link, then one short step
+    assert split[0][0] == pytest.approx(base[0][0] + transfer + last_token, abs=1e-12)
+    # later tokens: the same decode steps as colocated
+    gaps = [b - a for (a, _), (b, _) in zip(split, split[1:])]
+    base_gaps = [b - a for (a, _), (b, _) in zip(base, base[1:])]
+    assert gaps == pytest.approx(base_gaps, abs=1e-12)
+    timings = split[-1][1].timings
+    assert timings is not None
     assert timings["kv_transfer_s"] == pytest.approx(transfer)
-    assert timings["ttft_s"] == pytest.approx(base_timings["ttft_s"])
-    assert timings["e2e_s"] == pytest.approx(base_timings["e2e_s"] + transfer)
-    assert timings["decode_steps"] == base_timings["decode_steps"] == 3
+    assert timings["ttft_s"] == pytest.approx(split[0][0])  # arrival at t = 0
+    assert timings["e2e_s"] == pytest.approx(split[-1][0])
+    assert timings["decode_steps"] == 3
     faster, clock3 = disaggregated(link=450e9)
     faster.add_request(req("a", 1000, 4))
     nvlink = run(faster, clock3)
-    assert nvlink[1][0] - base[1][0] == pytest.approx(1000 * KV_PER_TOKEN / 450e9, abs=1e-12)
+    assert split[0][0] - nvlink[0][0] == pytest.approx(transfer - 1000 * KV_PER_TOKEN / 450e9, abs=1e-12)
+
+
+def test_the_prefill_pool_holds_the_kv_until_it_is_transferred() -> None:
+    dis, clock = disaggregated(link=5e9)  # slow link: 26 ms for 1000 tokens
+    dis.add_request(req("a", 1000, 4))
+    blocks = -(-1000 // 16)
+    prefill_end = roofline().prefill_time(1000)
+    clock.advance_to(dis.next_event_time() or 0.0)
+    dis.poll()  # the prefill step starts
+    clock.advance_to(prefill_end)
+    assert dis.poll() == []  # its token is not streamed
+    assert dis.prefill.scheduler.kv.num_used_blocks == blocks  # held while the link reads it
+    assert dis.decode.scheduler.kv.num_used_blocks == -(-999 // 16)  # reserved before the transfer
+    assert dis.stats().waiting == 1  # reserved, KV in flight: waiting, as in vLLM
+    clock.advance_to(prefill_end + 1000 * KV_PER_TOKEN / 5e9)
+    dis.poll()
+    assert dis.prefill.scheduler.kv.num_used_blocks == 0  # freed once transferred
+    assert dis.num_transfers == 1
 
 
 def test_the_link_carries_one_transfer_at_a_time() -> None:
@@ -94,51 +118,93 @@ def test_the_link_carries_one_transfer_at_a_time() -> None:
     assert dis.num_transfers == 2
 
 
-def test_a_request_ending_at_its_first_token_never_reaches_the_decode_pool() -> None:
-    dis, clock = disaggregated()
-    dis.add_request(req("one", 100, 1))
-    dis.add_request(req("ten", 100, 10))
-    got = [(o.request_id, o.finish_reason) for _, o in run(dis, clock)]
-    assert got == [("one", "length")] + [("ten", None)] * 9 + [("ten", "length")]
-    assert dis.num_transfers == 1
-    dis2, clock2 = disaggregated(eos_probability=1.0)
-    dis2.add_request(req("eos", 100, 10))
-    (only,) = [o for _, o in run(dis2, clock2)]
-    assert only.finish_reason == "stop" and only.timings is not None
-    assert only.timings["kv_transfer_s"] == 0.0
-    assert dis2.decode.stats().steps == 0 and dis2.num_transfers == 0
+def test_a_transfer_waits_for_decode_blocks() -> None:
+    # 100 decode blocks (1600 tokens): a (1000 + 400) fits, b (1000 + 4) must wait for a
+    dis, clock = disaggregated(decode_blocks=100)
+    dis.add_request(req("a", 1000, 400))
+    dis.add_request(req("b", 1000, 4))
+    got = run(dis, clock)
+    a_done = max(t for t, o in got if o.request_id == "a")
+    b_first = min(t for t, o in got if o.request_id == "b")
+    assert b_first > a_done  # b's KV could only move once a's decode blocks were free
+    timings = {o.request_id: o.timings for _, o in got if o.finish_reason}
+    b = timings["b"]
+    assert b is not None and b["kv_transfer_s"] > a_done - roofline().prefill_time(2000)
+    assert dis.decode.scheduler.kv.num_used_blocks == 0
 
 
-def test_ignore_eos_and_min_tokens_carry_over_to_the_decode_pool() -> None:
+def test_the_prefill_engines_token_is_discarded_and_params_carry_over() -> None:
     dis, clock = disaggregated(eos_probability=1.0)  # the prefill pool always samples EOS
-    dis.add_request(req("a", 100, 5, ignore_eos=True))
-    tokens = [t for _, o in run(dis, clock) for t in o.token_ids]
-    assert len(tokens) == 5
+    dis.add_request(req("a", 100, 5))
+    dis.add_request(req("b", 100, 5, min_tokens=5))
+    out = run(dis, clock)
+    assert [o.request_id for _, o in out].count("a") == 5  # the decode side's tokens only
+    assert sum(len(o.token_ids) for _, o in out if o.request_id == "b") == 5
+    one, clock2 = disaggregated()
+    one.add_request(req("one", 100, 1))
+    (only,) = [o for _, o in run(one, clock2)]
+    assert only.finish_reason == "length" and one.num_transfers == 1  # through the decode side too
+
+
+def test_per_rank_links_and_xpyd_from_the_config() -> None:
+    from loadgen.server.config import SchedulerLimits, ServeConfig, SimOptions
+    from loadgen.server.sim.build import sim_engine
+
+    def transfer(**sim: object) -> tuple[float, DisaggCore]:
+        clock = ManualClock()
+        cfg = ServeConfig(tp=2, scheduler=SchedulerLimits(max_model_len=8192),
+                          sim=SimOptions(disaggregate=True, kv_link_gbps=50.0, **sim))  # type: ignore[arg-type]
+        engine = sim_engine(cfg, clock=clock)
+        core = engine.core
+        assert isinstance(core, DisaggCore)
+        core.add_request(req("a", 1000, 2))
+        out = run(core, clock)  # type: ignore[arg-type]
+        timings = out[-1][1].timings
+        assert timings is not None
+        return timings["kv_transfer_s"], core
+
+    one_link = 1000 * KV_PER_TOKEN / 50e9
+    two, core = transfer()
+    assert two == pytest.approx(one_link / 2)  # tp 2 on both sides: two links
+    assert len(core.prefills) == len(core.decodes) == 1
+    mixed, core = transfer(prefill_tp=4, decode_tp=1, prefill_replicas=2, decode_replicas=3)
+    assert mixed == pytest.approx(one_link)  # one decode rank: one link
+    assert (len(core.prefills), len(core.decodes)) == (2, 3)
+    assert [c.runner.roofline.tp for c in core.cores] == [4, 4, 1, 1, 1]  # type: ignore[attr-defined]
+
+
+def test_prefills_spread_over_engines_and_their_links_run_in_parallel() -> None:
+    dis, clock = disaggregated(prefills=2, decodes=2)
+    dis.add_request(req("a", 800, 2))
+    dis.add_request(req("b", 800, 2))
+    out = {o.request_id: o for _, o in run(dis, clock) if o.finish_reason}
+    one = 800 * KV_PER_TOKEN / 50e9
+    assert out["a"].timings is not None and out["b"].timings is not None
+    assert out["a"].timings["kv_transfer_s"] == pytest.approx(one)
+    assert out["b"].timings["kv_transfer_s"] == pytest.approx(one)  # its own prefill engine's link
+    assert [c.stats().steps for c in dis.prefills] == [1, 1]
+    assert all(c.stats().generation_tokens == 2 for c in dis.decodes)  # least loaded: one each
 
 
 def test_abort_while_the_kv_is_in_flight_or_decoding_frees_everything() -> None:
-    dis, clock = disaggregated()
+    dis, clock = disaggregated(link=5e9)
     dis.add_request(req("a", 1000, 50))
     dis.add_request(req("b", 1000, 50))
-    first = []
-    for _ in range(10):
-        t = dis.next_event_time()
-        assert t is not None
-        clock.advance_to(t)
-        first += dis.poll()
-        if len(first) == 2:
-            break
-    assert dis.abort("a")  # its KV is crossing the link
+    clock.advance_to(dis.next_event_time() or 0.0)
+    dis.poll()
+    clock.advance_to(roofline().step_time([(1000, 0, True), (1000, 0, True)]))
+    assert dis.poll() == []  # both prefilled: a's KV on the link, b's queued behind it
+    assert dis.abort("a")
     rest = run(dis, clock)
-    assert [o.request_id for _, o in rest] == ["b"] * 49
+    assert [o.request_id for _, o in rest] == ["b"] * 50
     assert dis.num_transfers == 1
     dis.add_request(req("c", 100, 50))
-    for _ in range(6):
+    while not dis.decode.has_request("c"):
         t = dis.next_event_time()
         assert t is not None
         clock.advance_to(t)
         dis.poll()
-    assert dis.decode.has_request("c") and dis.abort("c") and not dis.abort("c")
+    assert dis.abort("c") and not dis.abort("c")
     assert not dis.has_unfinished() and run(dis, clock) == []  # the step in flight ends
     assert dis.next_event_time() is None
     for pool in (dis.prefill, dis.decode):

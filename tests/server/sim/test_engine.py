@@ -175,8 +175,8 @@ async def test_disaggregated_engine_end_to_end() -> None:
 
 
 def test_build_engine_follows_the_config() -> None:
-    limits = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=8192,
-                             max_num_seqs=64, enable_prefix_caching=True)
+    limits = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=40000,
+                             max_num_seqs=64, enable_prefix_caching=False)
     eng = build_engine(ServeConfig(model="qwen2.5-7b", tp=2, seed=3, scheduler=limits, sim=SimOptions(
         gpu="h200", mfu=0.5, mbu=0.7, overhead_ms=1.0, jitter=0.1)))
     assert isinstance(eng, SimEngine)
@@ -185,7 +185,7 @@ def test_build_engine_follows_the_config() -> None:
     assert isinstance(core, EngineCore)
     config = core.scheduler.config
     assert (config.enable_chunked_prefill, config.max_num_batched_tokens, config.max_num_seqs,
-            config.enable_prefix_caching) == (False, 8192, 64, True)
+            config.enable_prefix_caching) == (False, 40000, 64, False)
     with pytest.raises(EngineError, match="--tp"):
         sim_engine(ServeConfig(model="llama-3.1-70b"))
 

@@ -202,8 +202,9 @@ async def test_startup_failure_is_reported() -> None:
 
 
 def test_build_engine_follows_the_config() -> None:
+    # without chunking the budget must cover max_model_len (vLLM refuses less)
     limits = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=512,
-                             max_num_seqs=8, enable_prefix_caching=True)
+                             max_num_seqs=8, enable_prefix_caching=False, max_model_len=512)
     engine = build_engine(ServeConfig(engine="torch", scheduler=limits,
                                       torch=TorchOptions(threads=1, engine_mode="thread")))
     assert isinstance(engine, TorchEngine)

@@ -102,6 +102,16 @@ def test_greedy_tokens_identical_for_every_chunk_size(tiny: LlamaModel) -> None:
         assert reference[f"r{i}"][0] == int(tiny.reference_logits(prompt)[-1].argmax())
 
 
+def test_a_same_step_prefix_hit_reads_the_kv_written_in_that_step(tiny: LlamaModel) -> None:
+    # all four arrive together: requests 2..4 hit the shared blocks that request 1 is
+    # computing in the same step (its K and V are written before any attention reads them)
+    prompts = [p for p in random_prompts(4, seed=3, shared=3 * BLOCK + 5)]
+    miss = serve(tiny, prompts)
+    hit = serve(tiny, prompts, prefix_caching=True, check=True)
+    assert hit.scheduler is not None and hit.scheduler.kv.prefix_cache_hits == 3 * 3 * BLOCK
+    assert hit.outputs == miss.outputs and hit.worst_rel_err <= 1e-4
+
+
 def test_prefix_cache_hit_gives_the_same_tokens_and_is_counted(tiny: LlamaModel) -> None:
     prompts = [p for p in random_prompts(4, seed=3, shared=3 * BLOCK + 5)]
     miss = serve(tiny, prompts, staggered=True)
