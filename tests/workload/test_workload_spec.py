@@ -104,13 +104,15 @@ def test_default_search_dirs_find_the_shipped_files() -> None:
 def test_readme_examples_load(tmp_path: Path) -> None:
     readme = (REPO_WORKLOADS / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```toml\n(.*?)```", readme, flags=re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     single = load_workload(str(write(tmp_path, blocks[0], "single.toml")), [])
     assert single.classes[0].name == "default" and single.classes[0].shared_prefix_groups == 4
     assert single.classes[0].output_tokens == LogNormal(200.0, 0.8, 1, 2048)
     mix = load_workload(str(write(tmp_path, blocks[1], "mix.toml")), [])
     assert [c.name for c in mix.classes] == ["chat", "long"]
     assert mix.classes[1].output_tokens == Fixed(64)
+    joint = load_workload(str(write(tmp_path, blocks[2], "joint.toml")), []).classes[0].joint
+    assert joint is not None and joint.cells == ((0, 0, 40.0), (1, 1, 25.0), (3, 2, 5.0))
 
 
 def test_single_class_file_with_tables_and_csv(tmp_path: Path) -> None:
