@@ -11,8 +11,9 @@ Formats (``format = "auto"`` picks by extension, and for JSONL by the first entr
 - ``prompts``: JSONL of ``{"prompt": "...", "output_tokens": 128}`` (``output_tokens`` optional).
 - ``csv``: columns ``prompt`` and optional ``output_tokens``.
 - ``parquet``: a Hugging Face dataset saved with ``to_parquet`` (a file, or a folder of
-  ``*.parquet``), whose rows hold ``conversations``, ``messages`` or ``prompt`` as above;
-  needs ``pyarrow`` (``pip install 'loadgen[datasets]'``).
+  ``*.parquet``) or ``save_to_disk`` (a split's folder of ``*.arrow`` shards), whose rows
+  hold ``conversations``, ``messages`` or ``prompt`` as above; needs ``pyarrow``
+  (``pip install 'loadgen[datasets]'``).
 
 **Token counts.** With a tokenizer (``--tokenizer``) a prompt's length is the exact count
 of its text (chat: the contents of its messages) plus the calibrated template overhead
@@ -252,6 +253,13 @@ def _read_csv(path: Path, ds: Dataset) -> None:
             ds.add(row, p, None, _output(rec.get("output_tokens") or None, ds.path, where))
 
 
+def _arrow(path: Path) -> Any:
+    """A Hugging Face ``save_to_disk`` shard (an Arrow IPC stream) as a data frame."""
+    pa: Any = importlib.import_module("pyarrow")  # (checked by the caller)
+    with pa.memory_map(str(path)) as src:
+        return pa.ipc.open_stream(src).read_all().to_pandas()
+
+
 def _read_parquet(path: Path, ds: Dataset) -> None:
     try:
         importlib.import_module("pyarrow")
@@ -259,13 +267,15 @@ def _read_parquet(path: Path, ds: Dataset) -> None:
         raise WorkloadError("reading Parquet needs pyarrow: pip install 'loadgen[datasets]'", source=ds.path) from None
     import pandas as pd
 
-    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    files = (sorted(path.glob("*.parquet")) or sorted(path.glob("*.arrow"))) if path.is_dir() else [path]
     if not files:
-        raise WorkloadError("the folder holds no *.parquet file", source=ds.path)
+        splits = sorted(p.name for p in path.iterdir() if p.is_dir() and any(p.glob("*.arrow")))
+        hint = f"; a dataset dict: give one split's folder, e.g. {path / splits[0]}" if splits else ""
+        raise WorkloadError(f"the folder holds no *.parquet or *.arrow file{hint}", source=ds.path)
     try:
-        frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        frame = pd.concat([_arrow(f) if f.suffix == ".arrow" else pd.read_parquet(f) for f in files], ignore_index=True)
     except (OSError, ValueError, TypeError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise WorkloadError(f"cannot read Parquet: {exc}", source=ds.path) from None
+        raise WorkloadError(f"cannot read {files[0].suffix[1:].capitalize()}: {exc}", source=ds.path) from None
     kind = next((k for c, k in (("conversations", "sharegpt"), ("messages", "chat"), ("prompt", "prompts"))
                  if c in frame.columns), None)  # fmt: skip
     if kind is None:

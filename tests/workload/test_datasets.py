@@ -203,6 +203,23 @@ def test_parquet_without_pyarrow_says_how_to_install(monkeypatch: pytest.MonkeyP
         load_dataset(DatasetOptions(str(SAMPLES / "sharegpt.parquet")))
 
 
+def test_a_hugging_face_save_to_disk_folder(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (loadgen[datasets])")
+    split = tmp_path / "ds" / "train"  # what datasets.DatasetDict.save_to_disk writes: a folder per split
+    split.mkdir(parents=True)
+    table = pa.table({"prompt": [f"q {i} " + "w " * i for i in range(1, 7)], "output_tokens": [3, 4, 5, 6, 7, 8]})
+    for k, part in enumerate((table.slice(0, 4), table.slice(4))):  # two shards, Arrow IPC streams
+        with pa.OSFile(str(split / f"data-0000{k}-of-00002.arrow"), "wb") as sink, \
+                pa.ipc.new_stream(sink, table.schema) as writer:  # fmt: skip
+            writer.write_table(part)
+    (split / "state.json").write_text("{}")
+    ds = load_dataset(DatasetOptions(str(split)))
+    assert ds.format == "parquet" and ds.prompts == table.column("prompt").to_pylist() and ds.outputs == [3, 4, 5, 6, 7, 8]
+    with pytest.raises(WorkloadError, match=r"no \*\.parquet or \*\.arrow file; a dataset dict: give one split's folder, "
+                                            r"e\.g\. .*ds/train"):  # fmt: skip
+        load_dataset(DatasetOptions(str(tmp_path / "ds")))
+
+
 def test_dataset_table_in_a_workload_file(tmp_path: Path) -> None:
     wl = tmp_path / "w.toml"
     wl.write_text(f'name = "real"\n[dataset]\npath = "{SAMPLES / "prompts.csv"}"\nmax_prompt_tokens = 100\n'
