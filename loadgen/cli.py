@@ -184,7 +184,7 @@ def run(
     if workload and (prompt_tokens or output_tokens):
         raise ConfigError("give either --workload or --prompt-tokens/--output-tokens, not both")
     replay = _replay(dataset, dataset_format, min_prompt_tokens, max_prompt_tokens, replacement, trace, trace_format,
-                     speed, window, rate, workload, prompt_tokens, output_tokens)  # fmt: skip
+                     speed, window, rate, workload, prompt_tokens, output_tokens, (arrival, burstiness))  # fmt: skip
     if replay is not None:
         wl, loaded = replay
     elif prompt_tokens or output_tokens:
@@ -378,7 +378,7 @@ def _profile(
 def _replay(
     dataset: str | None, dataset_format: str, min_prompt: int | None, max_prompt: int | None, replacement: bool,
     trace: str | None, trace_format: str, speed: float, window: str | None, rate: float | None,
-    workload: str | None, prompt_tokens: str | None, output_tokens: str | None,
+    workload: str | None, prompt_tokens: str | None, output_tokens: str | None, arrival: tuple[str, float],
 ) -> Any:  # fmt: skip
     """``(workload, trace or None)`` for --dataset / --trace, or None without either."""
     from loadgen.workload.datasets import DatasetOptions
@@ -402,6 +402,8 @@ def _replay(
     if trace is not None:
         if output_tokens:
             raise ConfigError("a trace gives each request's output length; remove it", key="--output-tokens")
+        if arrival != ("poisson", 1.0):
+            raise ConfigError("a trace replays at its recorded times; remove it", key="--arrival/--burstiness")
         tr = load_trace(TraceOptions(trace, trace_format, speed, parse_window(window) if window else None, rate))
         name = Path(trace).stem
         return Workload(name=name, description=f"{tr.format} trace {trace}", classes=[], source=trace), tr

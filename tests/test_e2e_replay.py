@@ -164,6 +164,7 @@ def test_a_workload_file_with_a_dataset_table(url: str, tmp_path: Path) -> None:
     (["--min-prompt-tokens", "5"], "--min-prompt-tokens: only goes with --dataset"),
     (["--dataset", "X", "--output-tokens", "lognormal:median=5,sigma=1"], "--output-tokens: with --dataset, a whole"),
     (["--trace", "X", "--window", "5"], "--window: expected START:END"),
+    (["--trace", "X", "--arrival", "gamma"], "--arrival/--burstiness: a trace replays at its recorded times"),
     (["--dataset", "X"], "X: no such dataset file"),
 ])  # fmt: skip
 def test_cli_replay_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
