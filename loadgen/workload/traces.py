@@ -182,10 +182,8 @@ def _numbers(col: Any, src: str, name: str, float_ok: bool = False) -> np.ndarra
 def _sniff(path: Path, src: str) -> tuple[str, list[str]]:
     with path.open("rb") as fh:
         head = fh.read(4096)
-    try:
-        first = head.decode("utf-8", errors="strict").splitlines()[0] if head else ""
-    except UnicodeDecodeError:
-        raise WorkloadError("not UTF-8 text", source=src) from None
+    lines = head.decode("utf-8-sig", errors="replace").splitlines()  # (4 KiB may end inside a character)
+    first = lines[0] if lines else ""
     if first.lstrip().startswith("{"):
         return "mooncake", []
     header = next(csv.reader(io.StringIO(first)), [])
