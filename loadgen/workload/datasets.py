@@ -240,7 +240,7 @@ def _read_jsonl(path: Path, ds: Dataset) -> None:
 
 def _read_csv(path: Path, ds: Dataset) -> None:
     ds.format = "csv"
-    with path.open(newline="", encoding="utf-8") as fh:
+    with path.open(newline="", encoding="utf-8-sig") as fh:  # (a byte-order mark is not part of the header)
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
         if "prompt" not in header:
