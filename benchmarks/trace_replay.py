@@ -1,7 +1,7 @@
 """Real-traffic inputs: how fast each format loads, and how closely a replay keeps its schedule.
 
 For every trace format (Mooncake JSONL, Azure CSV, BurstGPT CSV) a 12,000-row trace is
-written to a temporary folder (bursty gamma arrivals, shape 0.5, at a mean 100 req/s;
+written to a temporary folder (bursty gamma arrivals, shape ``--burstiness`` 0.5, at a mean 100 req/s;
 Mooncake rows share hash ids), then:
 
 - load: ``load_trace`` wall time (best of 3) — the target is under 2 s for 12,000 rows;
@@ -14,7 +14,7 @@ For every dataset format (ShareGPT JSON, chat JSONL, prompt JSONL, CSV, Parquet 
 is installed) a 12,000-entry file is loaded and measured (calibrated word counts), then
 sent open loop (Poisson, 100 req/s) for the same time.
 
-    python benchmarks/trace_replay.py [--seconds 10] [--rows 12000]
+    python benchmarks/trace_replay.py [--seconds 10] [--rows 12000] [--burstiness 0.5]
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ from loadgen.workload.prompts import PromptSynthesizer, default_corpus
 from loadgen.workload.traces import Trace, TraceOptions, TraceSource, load_trace
 
 
-def write_traces(folder: Path, n: int) -> dict[str, Path]:
+def write_traces(folder: Path, n: int, shape: float) -> dict[str, Path]:
     rng = np.random.default_rng(0)
-    t = np.concatenate(([0.0], np.cumsum(rng.gamma(0.5, 1 / (100 * 0.5), n - 1))))
+    t = np.concatenate(([0.0], np.cumsum(rng.gamma(shape, 1 / (100 * shape), n - 1))))
     p = np.clip(rng.lognormal(np.log(600), 0.8, n), 16, 8000).astype(int)
     o = np.clip(rng.lognormal(np.log(120), 0.7, n), 1, 2000).astype(int)
     paths = {"mooncake": folder / "trace.jsonl", "azure": folder / "azure.csv", "burstgpt": folder / "burstgpt.csv"}
@@ -127,6 +127,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rows", type=int, default=12_000)
+    ap.add_argument("--burstiness", type=float, default=0.5, help="the traces' gamma shape (1 = Poisson)")
     args = ap.parse_args()
     raise_fd_limit()
     synth = PromptSynthesizer(seed=0)
@@ -138,7 +139,7 @@ def main() -> None:
         asyncio.run(replay(url, LevelPlan(0, "rate", 100.0, duration_s=2.0, seed=9), warm))
         print(f"{'format':<10} {'rows':>6} {'load s':>7} {'replayed':>8} {'failed':>6} {'sched/s':>8} "
               f"{'late p50 ms':>11} {'p99 ms':>7} {'max ms':>7}")  # fmt: skip
-        for fmt, path in write_traces(folder, args.rows).items():
+        for fmt, path in write_traces(folder, args.rows, args.burstiness).items():
             secs, tr = best_of(lambda p=path: load_trace(TraceOptions(str(p))))
             assert isinstance(tr, Trace)
             plan = LevelPlan(0, "rate", tr.mean_rate, duration_s=args.seconds, offsets=tr.offsets)
