@@ -1,13 +1,16 @@
 """The ``loadgen`` command line (typer). The only module that touches argv and exit codes.
 
 Every :class:`loadgen.errors.LoadgenError` becomes one line on stderr and exit code 2;
-Ctrl-C during a run keeps every finished record and exits 130.
+Ctrl-C (SIGINT) or SIGTERM during a run keeps every finished record, writes the summary
+and the report, and exits 130 or 143 (128 + the signal).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
@@ -19,11 +22,13 @@ from rich.markup import escape
 from loadgen import __version__
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.paths import search_dirs
+from loadgen.signals import exit_code, raise_on_sigterm
 
 __all__ = ["app", "main"]
 
 if TYPE_CHECKING:
     from loadgen.metrics.gates import Gates
+    from loadgen.orchestrate import RunConfig
 
 app = typer.Typer(
     name="loadgen",
@@ -36,7 +41,7 @@ err_console = Console(stderr=True, highlight=False)
 F = TypeVar("F", bound=Callable[..., Any])
 
 def friendly(fn: F) -> F:
-    """LoadgenError → one red line and exit 2; Ctrl-C outside a run → exit 130."""
+    """LoadgenError → one red line and exit 2; Ctrl-C or SIGTERM outside a run → exit 130 or 143."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -45,9 +50,28 @@ def friendly(fn: F) -> F:
         except LoadgenError as exc:
             err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted[/yellow]")
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            err_console.print("[yellow]interrupted[/yellow]" if signum == signal.SIGINT else "[yellow]terminated[/yellow]")
+            raise typer.Exit(exit_code(signum)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def sigterm_unwinds(fn: F) -> F:
+    """SIGTERM while ``fn`` runs, outside a run's own handler (discovery, calibration),
+    unwinds like Ctrl-C: one line and exit 143 (see :mod:`loadgen.signals`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        previous = signal.getsignal(signal.SIGTERM)
+        raise_on_sigterm()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if previous is not None:
+                with contextlib.suppress(ValueError):  # not the main thread
+                    signal.signal(signal.SIGTERM, previous)
 
     return wrapper  # type: ignore[return-value]
 
@@ -55,6 +79,13 @@ def friendly(fn: F) -> F:
 def _console() -> Console:
     """stdout console; wide enough for the level table when output is not a terminal."""
     return Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+
+
+def _mib(value: float, flag: str) -> int:
+    """``value`` MiB as a whole number of bytes (one-line error outside (0, 1e6])."""
+    if not 0 < value <= 1e6:  # False for NaN too
+        raise ConfigError(f"must be a number of MiB in (0, 1e6], got {value!r}", key=flag)
+    return max(1, int(value * 2**20))
 
 
 def _headers(header: list[str], api_key_env: str | None) -> dict[str, str]:
@@ -98,10 +129,68 @@ def _redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def _config_defaults(command: Any, path: Path) -> dict[str, Any]:
+    """The options a ``--config`` file gives ``loadgen run`` (see :func:`_config_callback`)."""
+    import json
+    import tomllib
+
+    names = {p.name for p in command.params if p.name}
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc.strerror or exc}") from None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+            argv = [str(a) for a in data["command"]][2:]  # a run folder's run.json: its command
+        except (ValueError, KeyError, TypeError):
+            raise typer.BadParameter(f"{path} is not a loadgen run.json (no 'command' list)") from None
+        kept, skip = [], False
+        for i, arg in enumerate(argv):
+            flag = arg.split("=", 1)[0]
+            if skip:
+                skip = False
+                continue
+            if flag in ("--out", "--header", "--config", "--label"):  # a new run, and values never stored
+                skip = "=" not in arg and i + 1 < len(argv)
+                continue
+            kept.append(arg)
+        sub = command.make_context("run", kept, resilient_parsing=True)
+        return {k: v for k, v in sub.params.items()
+                if getattr(sub.get_parameter_source(k), "name", "") == "COMMANDLINE"}
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise typer.BadParameter(f"{path}: not valid TOML ({exc})") from None
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in names or name in ("config",):
+            raise typer.BadParameter(f"{path}: unknown option {key!r} (keys are loadgen run's options, "
+                                     "e.g. url, workload, concurrency, slo)")
+        out[name] = value
+    return out
+
+
+def _config_callback(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Optional[Path]:
+    """``--config FILE``: every option from a TOML file (keys are the options' names) or a
+    run folder's ``run.json`` (its command line); flags given on the command line win."""
+    if value is not None:
+        ctx.default_map = {**(ctx.default_map or {}), **_config_defaults(ctx.command, value)}
+    return value
+
+
 @app.command()
 @friendly
+@sigterm_unwinds
 def run(
-    url: str = typer.Option(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
+    ctx: typer.Context,
+    config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=_config_callback,
+                                          help="Options from a TOML file, or a run folder's run.json to repeat that "
+                                          "run (same seed, same requests); flags given here win. Header values and "
+                                          "API keys are never in run.json: pass them again"),
+    url: Optional[str] = typer.Option(None, help="Base URL of the server, e.g. http://127.0.0.1:8000 (required "
+                                      "unless --resume)"),
     api: str = typer.Option("chat", help="API dialect: chat or completions"),
     model: Optional[str] = typer.Option(None, help="Model name (default: the first of /v1/models)"),
     workload: Optional[str] = typer.Option(None, help="Named workload (workloads/NAME.toml) or a .toml path"),
@@ -147,6 +236,10 @@ def run(
     abort_on_fail: bool = typer.Option(False, help="Stop a sweep at the first level that fails a gate "
                                        "(the --fail-on gates; slo,errors when none is given)"),
     quiet: bool = typer.Option(False, help="No live display"),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder (killed mid-sweep) at its "
+                                          "first unfinished level, with its run.json's settings; takes only "
+                                          "--url, --header, --api-key-env, --quiet, --fail-on and --max-error-rate "
+                                          "besides"),
     dataset: str | None = typer.Option(None, help="Replay a dataset's prompts: ShareGPT .json, chat/prompt .jsonl, "
                                           ".csv or .parquet (see workloads/README.md)"),
     dataset_format: str = typer.Option("auto", help="With --dataset: auto, sharegpt, chat, prompts, csv or parquet"),
@@ -165,10 +258,15 @@ def run(
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.discovery import normalize_url, split_credentials
     from loadgen.metrics.slo import parse_slo
-    from loadgen.orchestrate import RunConfig, execute
+    from loadgen.orchestrate import RunConfig
     from loadgen.report.files import default_run_dir
     from loadgen.workload.spec import load_workload, workload_from_flags
 
+    if resume is not None:
+        _resume(ctx, resume, url, header, api_key_env, quiet, fail_on, max_error_rate)
+        return
+    if url is None:
+        raise ConfigError("required (the server's base URL, e.g. http://127.0.0.1:8000)", key="--url")
     base, url_auth = split_credentials(normalize_url(url))
     if out is not None and not out.strip():
         raise ConfigError("give a folder (an empty name would mean the current directory)", key="--out")
@@ -238,26 +336,62 @@ def run(
     get_dialect(api)
     if transport not in TRANSPORTS:
         raise ConfigError(f"unknown transport {transport!r}; choose one of: {', '.join(TRANSPORTS)}", key="--transport")
+    _execute_and_exit(cfg)
+
+
+_RESUME_FLAGS = {"resume", "url", "header", "api_key_env", "quiet", "fail_on", "max_error_rate"}
+
+
+def _resume(ctx: typer.Context, folder: Path, url: str | None, header: list[str], api_key_env: str | None,
+            quiet: bool, fail_on: list[str], max_error_rate: float | None) -> None:  # fmt: skip
+    """``run --resume FOLDER``: the run's own settings from its run.json; only the URL and the
+    headers (never stored) may be given again, and the CI gates that judge the result."""
+    from loadgen.client.discovery import normalize_url, split_credentials
+    from loadgen.recover import resume_config
+
+    sources = {name: ctx.get_parameter_source(name) for name in ctx.params if name not in _RESUME_FLAGS}
+    given = sorted(name for name, src in sources.items() if src is not None and src.name != "DEFAULT")
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ConfigError(f"the run's settings come from its run.json; {flags} cannot change them (give only --url, "
+                          "--header, --api-key-env, --quiet, --fail-on, --max-error-rate)", key="--resume")  # fmt: skip
+    from loadgen.report.files import read_run
+
+    if (folder / "run.json").is_file():
+        earlier = read_run(folder)
+        if "trace" in earlier or "dataset" in (earlier.get("workload") or {}):
+            raise ConfigError("a dataset or trace replay cannot be resumed yet; run it again", key="--resume")
+    base, url_auth = (None, {}) if url is None else split_credentials(normalize_url(url))
+    cfg, _ = resume_config(folder, base, {**url_auth, **_headers(header, api_key_env)},
+                           command=["loadgen", *_redact_argv(sys.argv[1:])], live=not quiet and sys.stdout.isatty())  # fmt: skip
+    cfg.gates = _gates(fail_on, max_error_rate, False, cfg.profile.attainment_target)
+    _execute_and_exit(cfg)
+
+
+def _execute_and_exit(cfg: RunConfig) -> None:
+    from loadgen.orchestrate import execute
+
     console = _console()
     outcome = execute(cfg, console)
     if outcome.records:
         from loadgen.report.html import render_run_report
 
         console.print(f"[dim]report: {render_run_report(outcome.folder)}[/dim]")
-    if outcome.interrupted:
-        raise typer.Exit(130)
+    if outcome.interrupted or outcome.signum:
+        raise typer.Exit(exit_code(outcome.signum))
     failed = sum(lv.requests.failed for lv in outcome.summary.levels)
     if failed and not any(lv.requests.ok for lv in outcome.summary.levels):
         err_console.print(f"[bold red]error:[/bold red] every request failed ({failed}); see the failures above")
         raise typer.Exit(1)
-    from loadgen.metrics.gates import exit_code, run_failures
+    from loadgen.metrics.gates import exit_code as gate_exit_code
+    from loadgen.metrics.gates import run_failures
 
-    failures = run_failures(outcome.summary.levels, gates)
+    failures = run_failures(outcome.summary.levels, cfg.gates)
     for failure in failures:
         err_console.print(f"[bold red]gate failed ({failure.reason}):[/bold red] {escape(failure.message)}",
                           soft_wrap=True)
     if failures:
-        raise typer.Exit(exit_code(failures))
+        raise typer.Exit(gate_exit_code(failures))
 
 
 def _gates(fail_on: list[str], max_error_rate: float | None, abort_on_fail: bool,
@@ -459,14 +593,29 @@ def report(
     folder: Path = typer.Argument(..., help="A run folder (with summary.json and records.jsonl)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default FOLDER/report.html)"),
 ) -> None:
-    """Re-render a run's self-contained HTML report from its files."""
+    """Re-render a run's self-contained HTML report from its files.
+
+    A run that never reached its end (kill -9, or a SIGTERM after the supervisor's patience)
+    has no summary.json, or only the one written level by level: it is rebuilt from
+    records.jsonl and run.json first, marked interrupted unless the run finished."""
+    from loadgen.recover import needs_rebuild, rebuild_summary
     from loadgen.report.html import render_run_report
 
-    _console().print(f"report: {render_run_report(folder, out)}")
+    console = _console()
+    if needs_rebuild(folder):
+        rec, summary = rebuild_summary(folder)
+        if rec.torn:
+            console.print("[yellow]note: the last line of records.jsonl was cut off mid-write (a killed run); "
+                          "skipped[/yellow]")  # fmt: skip
+        n = len(summary.levels)
+        console.print(f"summary.json rebuilt from records.jsonl and run.json: {n} level{'s' if n != 1 else ''} "
+                      f"({rec.rebuilt} from their records){', interrupted' if summary.interrupted else ''}")  # fmt: skip
+    console.print(f"report: {render_run_report(folder, out)}")
 
 
 @app.command()
 @friendly
+@sigterm_unwinds
 def matrix(
     file: Path = typer.Argument(..., help="A matrix file (TOML): server configurations, workload, profile, SLOs"),
     out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<time>-matrix-<name>)"),
@@ -484,8 +633,9 @@ def matrix(
     ok = [c for c in doc["configs"] if c["status"] == "ok"]
     console.print(f"matrix: {len(ok)} of {len(doc['configs'])} configurations ran in {doc['wall_s']:.0f} s; "
                   f"{folder / 'matrix.json'}" + (f", {folder / doc['html']}" if doc.get("html") else ""))
-    if any(c["status"] == "interrupted" for c in doc["configs"]):
-        raise typer.Exit(130)
+    stopped = [c for c in doc["configs"] if c["status"] == "interrupted"]
+    if stopped:
+        raise typer.Exit(exit_code(stopped[0].get("signal")))
     if not ok:
         raise typer.Exit(1)
 
@@ -593,7 +743,7 @@ def workload_fit(
 @friendly
 def serve(
     engine: str = typer.Option("sim", help="Engine: sim (roofline-simulated GPU) or torch (a real model)"),
-    gpu: str = typer.Option("h100", help="Simulated GPU: a100-80gb, h100, h200, b200, l40s, mi300x"),
+    gpu: str = typer.Option("h100", help="Simulated GPU: a100-80gb, a100-40gb, h100, h200, b200, l40s, mi300x"),
     model: Optional[str] = typer.Option(
         None,
         help="sim: llama-3.1-8b (default), llama-3.1-70b, qwen2.5-7b, mixtral-8x7b or any torch model; "
@@ -612,7 +762,7 @@ def serve(
         None, help="Most sequences running at once (default as vllm serve: 1024 on H100/H200/B200/MI300X, 256 on A100/L40S)"),
     prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching", help="Reuse KV of shared prefixes"),
     max_model_len: Optional[int] = typer.Option(None, help="Context length served (default: the model's, capped by the KV cache)"),
-    mfu: float = typer.Option(0.6, help="Model FLOPs utilisation of the simulated GPU"),
+    mfu: float = typer.Option(0.6, help="Model FLOPs utilisation of the simulated GPU (large GEMMs)"),
     mbu: float = typer.Option(0.8, help="Memory bandwidth utilisation of the simulated GPU"),
     overhead_ms: float = typer.Option(0.5, help="Fixed cost per engine step, ms"),
     jitter: float = typer.Option(0.0, help="Seeded multiplicative noise on step times (0.05 = ±5%)"),
@@ -632,17 +782,31 @@ def serve(
     seed: int = typer.Option(0, help="Seed for sampling, jitter and faults"),
     device: str = typer.Option("auto", help="torch: auto, cpu, cuda or cuda:N"),
     threads: Optional[int] = typer.Option(None, help="torch on CPU: threads (default: all cores but one)"),
-    dtype: str = typer.Option("auto", help="torch: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16"),
+    dtype: str = typer.Option("auto", help="sim: auto (bf16) or fp8 weights; torch: auto (bf16 on CUDA, fp32 on CPU), "
+                              "float32, bfloat16, float16"),
+    kv_cache_dtype: str = typer.Option("auto", help="sim: auto (bf16) or fp8 KV cache"),
+    speculative_tokens: int = typer.Option(0, help="sim: draft tokens verified per decode step (speculative decoding)"),
+    acceptance_rate: float = typer.Option(0.7, help="sim: probability each draft token is accepted"),
+    draft_model: str = typer.Option("", help="sim: model preset that drafts (its cost is modelled); default: n-gram, free"),
     kv_cache_gb: Optional[float] = typer.Option(None, help="torch: KV-cache pool size in GB (default: from free memory)"),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode"),
     cuda_graph_sizes: str = typer.Option(
         "", help="torch on CUDA: decode batch sizes captured at start-up, e.g. 1,2,4,8 (default 1,2,4..256)"),
+    api_key: str | None = typer.Option(
+        None, envvar="LOADGEN_API_KEY", show_default=False,
+        help="Require the header Authorization: Bearer KEY on /v1/* (as vllm serve --api-key); /health and /metrics stay open",
+    ),
+    body_timeout: float = typer.Option(30.0, help="Seconds a request body may take to arrive (then 408, connection closed)"),
+    max_body_mb: float = typer.Option(64.0, help="Largest request body in MiB (larger: 413)"),
+    reasoning_tokens: str = typer.Option(
+        "", help="Chat answers reason first: this many tokens (a length distribution, e.g. 64 or "
+        "uniform:min=32,max=256) stream as delta.reasoning before the content"),
 ) -> None:
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
     from loadgen.server.api import create_app
     from loadgen.server.app import run_forever
     from loadgen.server.build import build_engine
-    from loadgen.server.config import Network, SchedulerLimits, ServeConfig, SimOptions, TorchOptions
+    from loadgen.server.config import HttpLimits, Network, SchedulerLimits, ServeConfig, SimOptions, TorchOptions
     from loadgen.server.faults import FaultConfig
 
     config = ServeConfig(
@@ -652,6 +816,8 @@ def serve(
                                   max_model_len=max_model_len),
         sim=SimOptions(gpu=gpu, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter, time_scale=time_scale,
                        disaggregate=disaggregate, kv_link_gbps=kv_link_gbps,
+                       dtype={"auto": "bf16", "bfloat16": "bf16"}.get(dtype, dtype), kv_cache_dtype=kv_cache_dtype,
+                       speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate, draft_model=draft_model,
                        prefill_replicas=prefill_replicas, decode_replicas=decode_replicas, prefill_tp=prefill_tp,
                        decode_tp=decode_tp, prefill_gpu=prefill_gpu, decode_gpu=decode_gpu),
         torch=TorchOptions(device=device, dtype=dtype, threads=threads, kv_cache_gb=kv_cache_gb, cuda_graphs=cuda_graphs,
@@ -659,9 +825,15 @@ def serve(
         faults=FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
                            disconnect_rate=disconnect_rate, seed=seed),
         network=Network(host=host, port=port),
+        http=HttpLimits(api_key=api_key, body_timeout_s=body_timeout, max_body_bytes=_mib(max_body_mb, "--max-body-mb")),
     )  # fmt: skip
+    reasoning = None
+    if reasoning_tokens:
+        from loadgen.workload.distributions import parse_distribution
+
+        reasoning = parse_distribution(reasoning_tokens, source="command line", key="--reasoning-tokens")
     eng = build_engine(config)
-    application = create_app(eng, faults=config.faults)
+    application = create_app(eng, faults=config.faults, http=config.http, reasoning_tokens=reasoning, seed=seed)
     mode = "chunked prefill" if chunked_prefill else "no chunked prefill"
     print(f"loadgen serve: {config.limits.describe()}", flush=True)
 
@@ -677,7 +849,15 @@ def serve(
                 where = (f"{prefill_replicas} prefill x {prefill_tp or tp}x {prefill_gpu or gpu} + "
                          f"{decode_replicas} decode x {decode_tp or tp}x {decode_gpu or gpu}, KV links "
                          f"{kv_link_gbps:g} GB/s per rank") + ("" if replicas == 1 else f"; {replicas} replicas")
-        print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode})", flush=True)
+            sim = config.sim
+            extras = [f"{what} fp8" for what, dt in (("weights", sim.dtype), ("KV cache", sim.kv_cache_dtype))
+                      if dt == "fp8"]
+            if sim.speculative_tokens:
+                extras.append(f"speculative decoding: {sim.speculative_tokens} draft tokens per step "
+                              f"({sim.draft_model or 'n-gram'}), acceptance {sim.acceptance_rate:g}")
+            where += "".join(f", {x}" for x in extras)
+        auth = ", API key required on /v1" if api_key is not None else ""
+        print(f"loadgen serve: listening on {url} ({engine}: {eng.model_name} on {where}, {mode}{auth})", flush=True)
 
     try:
         run_forever(application, config.network.host, config.network.port, on_ready=ready)

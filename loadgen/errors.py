@@ -20,7 +20,9 @@
             └── QueueFull           the waiting queue is full (HTTP 429)
 
 The CLI catches ``LoadgenError`` and prints its message as one line (exit code 2);
-nothing else is caught there, so bugs still show a traceback.
+nothing else is caught there, so bugs still show a traceback. Apart from the tree,
+``Terminated`` (a ``KeyboardInterrupt``) is SIGTERM outside a run's own handler: it
+unwinds like Ctrl-C and the CLI exits 143.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "EngineError",
     "PromptTooLong",
     "QueueFull",
+    "Terminated",
 ]
 
 
@@ -128,3 +131,12 @@ class PromptTooLong(EngineError):
 
 class QueueFull(EngineError):
     """The engine's waiting queue is full; the API answers 429."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``docker stop``, Kubernetes) where no run handles it: unwinds
+    like Ctrl-C; ``signum`` gives the exit code (128 + signum)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"terminated by signal {signum}")

@@ -365,8 +365,9 @@ def run_matrix(spec: MatrixSpec, out: Path, console: Console, *,
             entry["run"] = "run"
             entry["summary"] = _headline(outcome.summary)
             died = server is not None and server.proc.poll() is not None
-            if outcome.interrupted:
+            if outcome.interrupted or outcome.signum:
                 entry["status"] = "interrupted"
+                entry["signal"] = outcome.signum  # SIGINT or SIGTERM: the exit code follows it
                 break
             entry["status"] = "server_died" if died else "ok"
             if died:

@@ -32,23 +32,37 @@ from loadgen.load.share import measure_share
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
 from loadgen.load.share import WorkerSetup
 from loadgen.load.workers import WorkerPool, auto_workers
-from loadgen.load.sweeps import sweep
+from loadgen.load.sweeps import Sweep, sweep
 from loadgen.metrics.gates import Gates, level_failures
 from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary, unit_label
 from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
+from loadgen.signals import STOP_SIGNALS, raise_on_sigterm
 from loadgen.report.console import LiveStats, level_line, show_summary
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
+from loadgen.workload.sessions import SessionSource
 from loadgen.workload.source import WorkloadSource
 from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace, TraceSource
 
-__all__ = ["RunConfig", "RunOutcome", "execute", "calibrate"]
+__all__ = ["RunConfig", "RunOutcome", "Resume", "execute", "calibrate", "summarize_result", "run_summary"]
+
+
+@dataclass
+class Resume:
+    """A run continued in its own folder from its first unfinished level (``--resume``;
+    see :mod:`loadgen.recover`): the sweep, fed the finished levels' summaries, and the
+    plan of the level to run next."""
+
+    run: dict[str, Any]  # the folder's run.json
+    gen: Sweep
+    plan: LevelPlan
+    levels: list[LevelSummary]
 
 
 @dataclass
@@ -80,6 +94,7 @@ class RunConfig:
     ray: str | None = None  # workers are Ray actors of this cluster ("auto" or an address) instead
     gates: Gates = field(default_factory=Gates)  # --fail-on: what makes the run fail (exit code)
     abort_on_fail: bool = False  # stop the sweep at the first level that fails a gate
+    resume: Resume | None = None  # continue the run in ``out`` instead of starting one
     tokenizer: Path | None = None  # a tokenizer.json: exact prompt lengths (else calibrated words)
     trace: Trace | None = None  # replay this trace's rows at their recorded times (one open-loop level)
 
@@ -90,6 +105,7 @@ class RunOutcome:
     summary: RunSummary
     interrupted: bool
     records: int
+    signum: int | None = None  # the signal that stopped the run (SIGINT or SIGTERM)
 
 
 Probe = Callable[[RequestSpec], Awaitable[ProbeResult]]
@@ -170,6 +186,8 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
                 }
                 for c in cfg.workload.classes
             ],
+            **({} if cfg.workload.sessions is None else {"sessions": cfg.workload.sessions.to_dict()}),
+            **({} if cfg.workload.tools is None else {"tools": len(cfg.workload.tools)}),
             **({"dataset": cfg.workload.dataset.describe()} if cfg.workload.dataset is not None else {}),
         },
         "profile": {k: v for k, v in asdict(cfg.profile).items()},
@@ -183,6 +201,8 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
             "read_timeout_s": cfg.read_timeout_s,
             "request_timeout_s": cfg.request_timeout_s,
             "header_names": sorted(cfg.headers),  # names only: values may be secrets
+            "workers": cfg.workers,
+            "ray": None if cfg.ray is None else redact_url(cfg.ray),
         },
         "calibration": calib,
         "machine": machine_info(),
@@ -191,12 +211,13 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
     }
 
 
-def _summarize(result: LevelResult, cfg: RunConfig, anchor_ns: int) -> LevelSummary:
-    plan, prof = result.plan, cfg.profile
+def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], anchor_ns: int) -> LevelSummary:
+    """One level's summary, as a run writes it (and as ``loadgen report`` rebuilds it)."""
+    plan = result.plan
     return summarize_level(
         result.records,
         load=plan.load,
-        slos=level_slos(cfg.slos, plan.mode, prof.slo_latency),
+        slos=level_slos(slos, plan.mode, prof.slo_latency),
         loop_lag_ms=result.loop_lag_ms,
         loop_lag_t_ns=result.loop_lag_t_ns,
         anchor_ns=anchor_ns,
@@ -211,7 +232,8 @@ def _summarize(result: LevelResult, cfg: RunConfig, anchor_ns: int) -> LevelSumm
     )
 
 
-def _run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None, interrupted: bool) -> RunSummary:
+def run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None, interrupted: bool) -> RunSummary:
+    """The whole run's summary over its level summaries."""
     return summarize_run(
         levels, mode=prof.mode, mixed_modes=prof.kind != "levels", attainment_target=prof.attainment_target,
         knee_metric=prof.knee_metric, knee_throughput_gain=prof.knee_throughput_gain,
@@ -220,7 +242,16 @@ def _run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None,
 
 
 def _options(cfg: RunConfig, info: ServerInfo) -> DialectOptions:
-    return DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage)
+    wl = cfg.workload
+    if wl.tools is not None and cfg.api != "chat":
+        raise ConfigError(f"workload {wl.name!r} sends tools: they need --api chat", key="--api")
+    return DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage,
+                          tools=wl.tools, tool_choice=wl.tool_choice)  # fmt: skip
+
+
+def _source_type(workload: Workload) -> type[WorkloadSource | SessionSource]:
+    """Multi-turn sessions when the workload has a ``[sessions]`` table, else single requests."""
+    return WorkloadSource if workload.sessions is None else SessionSource
 
 
 def _probe(cfg: RunConfig, info: ServerInfo) -> Probe:
@@ -300,21 +331,25 @@ async def _sweep_levels(
 ) -> RunSummary:  # fmt: skip
     """Drive the profile's sweep: run each level, summarise it, feed the summary back."""
     prof = cfg.profile
-    gen = sweep(prof, cfg.seed) if cfg.trace is None else _trace_levels(sweep(prof, cfg.seed), cfg.trace)
-    plan: LevelPlan | None = next(gen)
     levels: list[LevelSummary] = []
+    plan: LevelPlan | None
+    if cfg.resume is not None:  # the finished levels' summaries are in the sweep already
+        gen, plan, levels = cfg.resume.gen, cfg.resume.plan, list(cfg.resume.levels)
+    else:
+        gen = sweep(prof, cfg.seed) if cfg.trace is None else _trace_levels(sweep(prof, cfg.seed), cfg.trace)
+        plan = next(gen)
     stopped: str | None = None
     while plan is not None:
         stats.label = f"level {plan.index + 1}: {plan.load.value} {unit_label(plan.mode)}"
         result = await runner.run_level(plan)
-        level = _summarize(result, cfg, anchor_ns)
+        level = summarize_result(result, cfg.profile, cfg.slos, anchor_ns)
         levels.append(level)
         writer.write_summary({"schema_version": SCHEMA_VERSION, "levels": [lv.to_json() for lv in levels]})
         after_level()
         if not cfg.live:
             console.print(level_line(level), highlight=False)
         if runner.interrupted:
-            return _run_summary(levels, prof, None, True)
+            return run_summary(levels, prof, None, True)
         failed = level_failures(level, len(levels) - 1, cfg.gates) if cfg.abort_on_fail else []
         if failed:
             stopped = f"--abort-on-fail: {failed[0].message}"
@@ -323,7 +358,7 @@ async def _sweep_levels(
             plan = gen.send(level)
         except StopIteration as stop:
             stopped, plan = stop.value, None
-    return _run_summary(levels, prof, stopped, False)
+    return run_summary(levels, prof, stopped, False)
 
 
 def _trace_levels(gen: Any, trace: Trace) -> Any:
@@ -352,7 +387,7 @@ def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | No
         stats.update(entries=len(measured), file_entries=measured.total, skipped_without_prompt=data.skipped,
                      lengths="exact" if measured.exact else "calibrated")  # fmt: skip
         return functools.partial(DatasetSource, measured, cfg.seed, opts.replacement)
-    return functools.partial(WorkloadSource, cfg.workload, cfg.seed, synth)
+    return functools.partial(_source_type(cfg.workload), cfg.workload, cfg.seed, synth)
 
 
 async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
@@ -368,7 +403,11 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
     synth = PromptSynthesizer(seed=cfg.seed, counter=counter)
     started, anchor_ns = time.time(), time.perf_counter_ns()
     try:
-        if cfg.calibrate:
+        if cfg.resume is not None:  # the run's own fit: the same prompts as before
+            calib = cfg.resume.run.get("calibration") or {"calibrated": False}
+            if calib.get("calibrated"):
+                synth.calibrate([(int(w), int(n)) for w, n in calib["samples"]])
+        elif cfg.calibrate:
             calib = await calibrate(transport, synth, cfg.api, _probe(cfg, info))
         else:
             calib = {"calibrated": False, "method": None, "reason": "--no-calibrate"}
@@ -381,16 +420,29 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
         source = make_source()
         with contextlib.ExitStack() as files:
             cluster = None if cfg.ray is None else files.enter_context(connect(cfg.ray))
+            if cluster is not None:
+                raise_on_sigterm()  # ray.init() put its own (sys.exit) in place of ours
             n_workers, why = _workers(cfg, cluster)
             if cluster is not None:
                 console.print(f"[dim]workers: {n_workers} Ray actor{'s' if n_workers > 1 else ''} over the cluster's "
                               f"{cluster.nodes} node{'s' if cluster.nodes > 1 else ''} ({why})[/dim]")  # fmt: skip
             elif n_workers > 1 or cfg.workers == "auto":
                 console.print(f"[dim]workers: {n_workers} process{'es' if n_workers > 1 else ''} ({why})[/dim]")
-            if holds_run(cfg.out):
-                console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
-            writer = files.enter_context(RunWriter(cfg.out))
-            run_info = _run_json(cfg, info, calib, started, anchor_ns)
+            if cfg.resume is not None:
+                run_info = dict(cfg.resume.run)
+                run_info.pop("finished", None)
+                run_info.setdefault("resumed", []).append({
+                    "at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                    "level": cfg.resume.plan.index, "command": cfg.command})  # fmt: skip
+                anchor_ns = int((run_info.get("clock_anchor") or {}).get("perf_counter_ns", anchor_ns))
+                writer = files.enter_context(RunWriter(cfg.out, keep_levels_below=cfg.resume.plan.index))
+                console.print(f"[dim]resuming {cfg.out} at level {cfg.resume.plan.index + 1} "
+                              f"({writer.count} records of finished levels kept)[/dim]")  # fmt: skip
+            else:
+                if holds_run(cfg.out):
+                    console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
+                writer = files.enter_context(RunWriter(cfg.out))
+                run_info = _run_json(cfg, info, calib, started, anchor_ns)
             if dataset_stats:
                 run_info["workload"]["dataset"].update(dataset_stats)
             writer.write_run(run_info)
@@ -415,6 +467,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                 levels = _InProcess(Runner(transport, on_record), source)
             stats = LiveStats(lambda: levels.in_flight)
             scraper = None
+            stop = files.enter_context(_stop_signals(asyncio.get_running_loop(), levels))  # until summary.json
 
             def after_level() -> None:
                 if isinstance(levels, RayPool):  # the clock offsets re-estimated before each level
@@ -431,39 +484,61 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                     scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers,
                                              extra_urls=cfg.scrape_urls)
                     await stack.enter_async_context(scraper)
-                stack.enter_context(_sigint(asyncio.get_running_loop(), levels))
                 if cfg.live:
                     stack.enter_context(Live(stats, console=console, refresh_per_second=4, transient=True))
                 summary = await _sweep_levels(cfg, levels, writer, stats, console, anchor_ns, after_level)
             if scraper is not None and scraper.failures and not scraper.scrapes:
                 console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")
             writer.write_summary(summary.to_json())
+            run_info["finished"] = {"interrupted": summary.interrupted, "levels": len(summary.levels),
+                                    "stopped": summary.stopped}  # fmt: skip
+            writer.write_run(run_info)  # how the run ended: what `loadgen report` and --resume go by
             n_records = writer.count
     finally:
         await transport.aclose()
-    return RunOutcome(cfg.out, summary, summary.interrupted, n_records)
+    return RunOutcome(cfg.out, summary, summary.interrupted, n_records, stop.signum)
+
+
+@dataclass
+class _Stop:
+    signum: int | None = None  # the first stop signal received
 
 
 @contextlib.contextmanager
-def _sigint(loop: asyncio.AbstractEventLoop, runner: Levels) -> Iterator[None]:
-    """First Ctrl-C: stop the level, keep every record; the second one is not caught."""
+def _stop_signals(loop: asyncio.AbstractEventLoop, runner: Levels) -> Iterator[_Stop]:
+    """SIGINT or SIGTERM: stop the level, keep every record, write the summary.
 
-    def handler() -> None:
+    A second Ctrl-C is not caught (it interrupts at once). SIGTERM stays handled: ``timeout``
+    sends it twice (to the process, then to its group), and a later one from the same
+    supervisor adds nothing; SIGKILL is what ends a run that will not stop.
+    """
+    stop = _Stop()
+    before = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int) -> None:
+        if stop.signum is None:
+            stop.signum = signum
         runner.interrupt()
-        with contextlib.suppress(Exception):
-            loop.remove_signal_handler(signal.SIGINT)
-
-    try:
-        loop.add_signal_handler(signal.SIGINT, handler)
-        installed = True
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
-        installed = False
-    try:
-        yield
-    finally:
-        if installed:
+        if signum == signal.SIGINT:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal.SIGINT)
+
+    installed = []
+    for sig in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, handler, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
+            pass
+    try:
+        yield stop
+    finally:
+        for sig in installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        if signal.SIGTERM in installed and before is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, before)  # the loop's removal left SIG_DFL
 
 
 def execute(cfg: RunConfig, console: Console) -> RunOutcome:

@@ -25,6 +25,7 @@ __all__ = [
     "Prompt",
     "RequestSpec",
     "RequestRecord",
+    "SessionPlan",
     "record_to_json",
     "record_from_json",
     "record_and_events",
@@ -72,7 +73,26 @@ class RequestSpec:
     max_tokens: int
     request_class: str = "default"
     group: int | None = None  # shared-prefix group, if any
+    session: int | None = None  # multi-turn sessions: the session's id within its level
+    turn: int = 0  # its turn in the session, from 1 (0: not a session's request)
+    turns: int = 0  # the turns its session was drawn to have
+    answer: list[str] | None = None  # when a list, the transport appends the answer text streamed back
     source_row: int | None = None  # the dataset entry or trace row it came from (0-based data row)
+
+
+@dataclass(slots=True)
+class SessionPlan:
+    """One multi-turn conversation to hold: per turn, the new user message as a spec (its
+    ``prompt`` the message, its lengths and class); ``think_s[t]`` is the pause before
+    turn ``t + 2``; ``system`` an optional system prompt of ``system_tokens`` tokens (its
+    shared group ``group``). The runner builds each turn's prompt from the history."""
+
+    session: int
+    turns: list[RequestSpec]
+    think_s: list[float] = field(default_factory=list)
+    system: str | None = None
+    system_tokens: int = 0
+    group: int | None = None
 
 
 @dataclass(slots=True)
@@ -81,7 +101,9 @@ class RequestRecord:
 
     ``events`` holds one ``[t_ns, n_tokens]`` pair per SSE event that carried output,
     stamped when its bytes were read (events from one read share a timestamp; the
-    metrics count those as coalesced instead of zero gaps).
+    metrics count those as coalesced instead of zero gaps). Reasoning events are among
+    them (``reasoning_tokens`` of their tokens); ``first_answer_ns`` is the first event
+    with answer output. A multi-turn request carries its ``session``, ``turn`` and ``turns``.
     """
 
     index: int
@@ -103,6 +125,11 @@ class RequestRecord:
     warmup: bool = False
     server: dict[str, Any] | None = None  # vendor timings (reference server's "loadgen")
     credit_ns: int = 0  # open loop with a cap: when it got its in-flight credit (0: it needed none)
+    session: int | None = None  # multi-turn sessions: the session's id within the level
+    turn: int = 0  # the turn within the session, from 1 (0: not a session's request)
+    turns: int = 0  # the turns the session was drawn to have (its last turn has turn == turns)
+    first_answer_ns: int = 0  # the first event carrying answer output (not reasoning); 0: none
+    reasoning_tokens: int = 0  # output tokens streamed as reasoning (reasoning_content / reasoning deltas)
     source_row: int | None = None  # the dataset entry or trace row it replays (0-based data row; None: synthetic)
 
     @property

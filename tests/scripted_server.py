@@ -51,6 +51,8 @@ class Script:
     tokens_per_word: float = 1.0  # the stand-in tokenizer's prompt tokens per whitespace word
     template_tokens: int = 3  # chat: tokens a template adds per message
     log_path: str | None = None  # append {"stream", "prompt_tokens"} per request as a JSON line
+    tool_calls: bool = False  # chat: the output streams as one tool call's argument deltas
+    reasoning: int = 0  # chat: the first this many output events stream delta.reasoning_content
 
 
 class ScriptedServer:
@@ -144,7 +146,16 @@ class ScriptedServer:
 
         def chunk(text: str, finish: str | None, cum: int) -> dict[str, Any]:
             if chat:
-                choice: dict[str, Any] = {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}
+                delta: dict[str, Any] = {"content": text} if text else {}
+                if sc.tool_calls and text:
+                    call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+                    if cum <= sc.tokens_per_event:  # the first delta names the call
+                        call.update(id="call_0", type="function")
+                        call["function"]["name"] = "lookup"
+                    delta = {"tool_calls": [call]}
+                elif cum <= sc.reasoning and text:
+                    delta = {"reasoning_content": text}
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
             else:
                 choice = {"index": 0, "text": text, "finish_reason": finish}
             obj: dict[str, Any] = {"id": "x", "object": "chunk", "model": "scripted-model", "choices": [choice]}

@@ -42,3 +42,11 @@ def test_serve_rejects_bad_flags_in_one_line() -> None:
     assert res.exit_code == 2 and "h100" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["serve", "--fail-rate", "2"])
     assert res.exit_code == 2 and "fail_rate" in res.output
+
+
+def test_serve_rejects_bad_sim_precision_and_speculation_flags_in_one_line() -> None:
+    for flags, key in ((["--dtype", "int4"], "--dtype"), (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype"),
+                       (["--speculative-tokens", "99"], "--speculative-tokens"),
+                       (["--speculative-tokens", "3", "--draft-model", "gpt-9"], "--draft-model")):
+        res = CliRunner().invoke(app, ["serve", *flags])
+        assert res.exit_code == 2 and key in res.output and "Traceback" not in res.output, res.output

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from pytest import approx
 from rich.console import Console
 
 from loadgen.load.profiles import Profile
@@ -85,3 +86,40 @@ def test_scrape_metrics_records_the_servers_view(tmp_path: Path) -> None:
     assert max(x["running"] or 0 for x in lines) >= 1  # the server saw our requests running
     assert all(0.0 <= (x["kv_usage"] or 0.0) <= 1.0 for x in lines)
     assert "vllm:num_requests_running" in lines[0]["raw"]
+
+
+def test_per_token_itl_under_speculative_decoding(tmp_path: Path) -> None:
+    """A verify step streams 1 + accepted tokens in one event. Counted per token (per-event
+    usage deltas), ITL is the step time shared by the event's tokens and agrees with TPOT;
+    one sample per event (what vLLM's benchmark calls ITL) would overstate it ~2.5x."""
+    args = ["--engine", "sim", "--speculative-tokens", "3", "--acceptance-rate", "0.7"]
+    with ServerProcess(args) as url:
+        cfg = RunConfig(
+            url=url,
+            api="completions",
+            workload=workload_from_flags("256", "64"),
+            profile=Profile(levels=[1], requests=6),
+            out=tmp_path / "spec",
+            live=False,
+            continuous_usage=True,
+        )
+        outcome = execute(cfg, Console(file=io.StringIO()))
+        log = [e for e in httpx.get(url + "/loadgen/requests").json()["data"]
+               if e["output_tokens"] == 64]  # not the client's probes
+    recs = list(read_records(tmp_path / "spec"))
+    assert len(recs) == 6 and all(r.ok and r.output_tokens == 64 for r in recs)
+    assert all(r.token_source.value == "usage_delta" for r in recs)
+    sizes = [n for r in recs for _, n in r.events[1:]]
+    assert max(sizes) == 4 and 1.9 < sum(sizes) / len(sizes) < 3.2  # 2.53 expected
+    assert [e["events"] for e in log] == [len(r.events) for r in recs]
+    level = outcome.summary.to_json()["levels"][0]
+    itl, tpot, chunk = level["itl_ms"], level["tpot_ms"], level["inter_chunk_ms"]
+    # one ITL sample per token after the first chunk (events read at once form one chunk)
+    first_chunk = [sum(n for t, n in r.events if t == r.events[0][0]) for r in recs]
+    assert itl["count"] == sum(64 - k for k in first_chunk)
+    # per-token ITL matches the server's own per-token write gaps
+    server_itl = np.concatenate([np.array(e["itl_s"]) * 1e3 for e in log])
+    assert len(server_itl) == 6 * 63
+    assert abs(itl["p50"] - float(np.median(server_itl))) < 1.0
+    assert itl["mean"] == approx(tpot["mean"], rel=0.1)  # per-token accounting is consistent
+    assert chunk["mean"] > 1.8 * itl["mean"]  # a verify step (~7 ms) per event

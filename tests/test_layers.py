@@ -15,14 +15,15 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "paths": set(),
     "aio": set(),
+    "signals": {"errors"},
     "workload": {"records", "errors", "workload"},
     "metrics": {"records", "errors", "metrics"},
     "client": {"records", "errors", "client"},
-    "load": {"records", "errors", "load", "metrics", "aio"},
+    "load": {"records", "errors", "load", "metrics", "aio", "signals"},
     "report": {"", "records", "errors", "report", "metrics"},
     "server": {"errors", "server", "aio"},
 }
-WIRING = {"cli", "orchestrate", "demo", "matrix", "__init__", "__main__"}  # may wire everything together
+WIRING = {"cli", "orchestrate", "recover", "demo", "matrix", "__init__", "__main__"}  # may wire everything together
 SERVER = PKG / "server"
 # inside server/: subpackage -> the server parts it may import. The shared core knows no
 # engine kind; the sim and torch engines never import each other (the config only for types).

@@ -12,6 +12,12 @@ Token counting (docs/metrics.md, "Per request"): per-event usage deltas when the
 usage on every event, else one token per output-carrying event, rescaled to the final
 ``usage.completion_tokens`` when present. ``record.token_source`` says which.
 
+Reasoning: events whose output is reasoning only (see :mod:`loadgen.client.dialects`)
+count as output like any other (TTFT and ITL cover them); their tokens, once counted,
+are ``record.reasoning_tokens``, and the first event with answer output (text or a tool
+call) is ``record.first_answer_ns``. With an ``answer`` list, the answer text streamed
+back is appended to it (multi-turn sessions resend it; nothing else keeps text).
+
 The server's usage is checked before it is used: a count must be an integer >= 0 (not a
 bool), and a claim must be possible for what was streamed: no event can carry more tokens
 than its data has characters (a token is at least one character, or one token id, of the
@@ -50,10 +56,14 @@ class StreamState:
     __slots__ = (
         "record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_done_ns",
         "_pending", "_scheduled", "_error", "_loop", "_n_events", "_n_bytes", "_sizes", "_bad_usage",
+        "_reasoning", "_answer",
     )  # fmt: skip
 
-    def __init__(self, record: RequestRecord, dialect: Dialect, defer: bool = True) -> None:
+    def __init__(self, record: RequestRecord, dialect: Dialect, defer: bool = True,
+                 answer: list[str] | None = None) -> None:  # fmt: skip
         self.record = record
+        self._reasoning: list[bool] = []  # per output event: reasoning only
+        self._answer = answer
         self.dialect = dialect
         self._sse = SSEDecoder()
         self._done = False  # saw [DONE]
@@ -131,6 +141,8 @@ class StreamState:
         if not rec.events and self._finish is None:  # an empty answer still says why it stopped
             raise InvalidResponse("no output: the stream ended with [DONE] without output or a finish_reason")
         self._settle_tokens()
+        if any(self._reasoning):
+            rec.reasoning_tokens = sum(ev[1] for ev, r in zip(rec.events, self._reasoning) if r)
 
     def _event(self, ev: SSEEvent, t_ns: int) -> None:
         self._n_events += 1
@@ -164,6 +176,11 @@ class StreamState:
             self._deltas.append(delta)
             self._sizes.append(len(data))
             self.record.events.append([t_ns, 1])
+            self._reasoning.append(info.reasoning)
+            if not info.reasoning and not self.record.first_answer_ns:
+                self.record.first_answer_ns = t_ns
+            if self._answer is not None and info.text:
+                self._answer.append(info.text)
         elif cum is not None:
             self._last_cum = max(self._last_cum, cum)
         if usage is not None:

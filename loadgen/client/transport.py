@@ -107,7 +107,7 @@ class _StreamingTransport:
 
     async def send(self, spec: RequestSpec, record: RequestRecord) -> None:
         body = self.config.dialect.build_body(spec, self.config.options)
-        state = StreamState(record, self.config.dialect)
+        state = StreamState(record, self.config.dialect, answer=spec.answer)
         try:
             with _translated():
                 await self._exchange(body, state)

@@ -18,10 +18,12 @@ Kinds (see :mod:`loadgen.load.sweeps` for how each one runs):
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,6 +35,7 @@ from loadgen.errors import ProfileError
 __all__ = ["Profile", "StopRules", "load_profile", "list_profiles", "KINDS"]
 
 KINDS = ("levels", "sweep-rate", "capacity", "soak", "ramp")
+MAX_LEVELS = 1000  # a generator giving more is refused (inf or 1e300 would never end)
 MODES = ("concurrency", "rate")
 
 
@@ -99,27 +102,39 @@ def _generate(spec: Any, source: str) -> list[float]:
     _check_keys(spec, _GEN, source, "generate.")
     kind = spec.get("kind", "doubling")
     try:
-        start, stop = float(spec["start"]), float(spec["stop"])
+        start, stop = _finite(spec["start"]), _finite(spec["stop"])
     except KeyError as exc:
         raise _err(source, f"generate.{exc.args[0]}", "missing; a generator needs start and stop") from None
-    except (TypeError, ValueError):
-        raise _err(source, "generate", "start and stop must be numbers") from None
+    except (TypeError, ValueError, OverflowError):
+        raise _err(source, "generate", "start and stop must be finite numbers") from None
     if not 0 < start <= stop:
         raise _err(source, "generate", f"need 0 < start <= stop, got start={start:g}, stop={stop:g}")
-    out: list[float] = []
     if kind == "doubling":
-        v = start
-        while v <= stop * (1 + 1e-9):
-            out.append(v)
-            v *= 2
+        n = int(math.log2(stop) - math.log2(start) + 1e-9) + 1  # not stop / start: 1e300 / 1e-300 is inf
     elif kind == "linear":
-        step = float(spec.get("step", 0) or 0)
-        if step <= 0:
-            raise _err(source, "generate.step", "a linear generator needs step > 0")
-        n = int((stop - start) / step + 1e-9) + 1
-        out = [start + i * step for i in range(n)]
+        try:
+            step = _finite(spec.get("step", 0) or 0)
+        except (TypeError, ValueError, OverflowError):
+            step = 0.0
+        if not step > 0:
+            raise _err(source, "generate.step", "a linear generator needs a finite step > 0")
+        n = int(min((stop - start) / step, MAX_LEVELS) + 1e-9) + 1
     else:
         raise _err(source, "generate.kind", f"unknown generator {kind!r}; allowed: doubling, linear")
+    if n > MAX_LEVELS:
+        raise _err(source, "generate", f"gives {n:,} levels or more; at most {MAX_LEVELS:,} are allowed")
+    if kind == "doubling":
+        return [start * 2**i for i in range(n)]
+    return [start + i * step for i in range(n)]
+
+
+def _finite(value: Any) -> float:
+    """``float(value)`` if it is a finite number, else TypeError (a bool) or ValueError."""
+    if isinstance(value, bool):
+        raise TypeError(value)
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(value)
     return out
 
 
@@ -131,8 +146,8 @@ def _typed(name: str, value: Any, default: Any, source: str) -> Any:
     if isinstance(default, (int, float)) or name in ("requests", "duration_s", "max_in_flight", "rate_high"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _err(source, name, f"must be a number, got {value!r}")
-        if value < 0:
-            raise _err(source, name, f"must be >= 0, got {value!r}")
+        if not 0 <= value < math.inf:  # NaN fails too
+            raise _err(source, name, f"must be a finite number >= 0, got {value!r}")
         return value
     return value
 
@@ -183,8 +198,8 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         raise _err(source, "levels", "give either levels or [generate], not both")
     if "levels" in data:
         lv = data["levels"]
-        if not (isinstance(lv, list) and lv and all(isinstance(v, (int, float)) and v > 0 for v in lv)):
-            raise _err(source, "levels", "must be a non-empty list of positive numbers")
+        if not (isinstance(lv, list) and lv and all(isinstance(v, (int, float)) and 0 < v < math.inf for v in lv)):
+            raise _err(source, "levels", "must be a non-empty list of positive, finite numbers")
         prof.levels = [float(v) for v in lv]
     elif "generate" in data:
         prof.levels = _generate(data["generate"], source)
@@ -214,11 +229,15 @@ def load_profile(name_or_path: str, search_dirs: Sequence[Path]) -> Profile:
             raise ProfileError(f"unknown profile {name_or_path!r}; available: {names} (searched {_dirs_text(search_dirs)})")
         path = found[0]
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"invalid TOML: {exc}", source=str(path)) from None
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
-        raise ProfileError(f"cannot read: {exc}", source=str(path)) from None
+        raise ProfileError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"not UTF-8 text: {exc}", source=str(path)) from None
+    try:
+        data = tomllib.loads(text)
+    except ValueError as exc:  # TOMLDecodeError, or an integer of over 4,300 digits
+        raise ProfileError(f"invalid TOML: {exc}", source=str(path)) from None
     return profile_from_dict(data, str(path), path.stem)
 
 

@@ -34,14 +34,16 @@ import contextlib
 import dataclasses
 import importlib
 import logging
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.errors import ConfigError, TargetError
+from loadgen.errors import ConfigError, TargetError, Terminated
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.share import START_LEAD_NS, LevelCollector, ShareDone, WorkerSetup, run_share
+from loadgen.load.sessions import SessionSource
 from loadgen.load.source import SpecSource
 from loadgen.records import RequestRecord
 
@@ -88,6 +90,10 @@ def connect(address: str) -> Iterator[RayCluster]:
                 ray.init(include_dashboard=False, **quiet)  # no cluster to join: a local one
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise TargetError(f"cannot join the Ray cluster at {address}: {exc}") from exc
+        except SystemExit as exc:  # ray.init's own SIGTERM handler (sys.exit(signum)) while it connects
+            if exc.code == signal.SIGTERM:
+                raise Terminated(signal.SIGTERM) from None
+            raise
     try:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         cpus = int(ray.cluster_resources().get("CPU", 0))
@@ -113,7 +119,7 @@ class _Actor:
         self._setup, self._worker = setup, worker
         self._pending: list[RequestRecord] = []
         self._runner: Runner | None = None
-        self._source: SpecSource | None = None
+        self._source: SpecSource | SessionSource | None = None
         self._prepared: tuple[LevelPlan, Any] | None = None
         self._level: asyncio.Future[ShareDone] | None = None
 

@@ -1,7 +1,8 @@
 """The async load runner: closed loop (N users) and open loop (precomputed arrivals).
 
 One :class:`Runner` drives one level at a time through a :class:`Transport`. Requests
-come from a :class:`~loadgen.load.source.SpecSource` (by user and by schedule position,
+come from a :class:`~loadgen.load.source.SpecSource`, from a session source (multi-turn
+conversations, :mod:`loadgen.load.sessions`) (by user and by schedule position,
 so a level can be split over worker processes: worker ``w`` of ``n`` runs the users
 ``u ≡ w (mod n)`` and the sends ``i ≡ w (mod n)``, from the shared ``start_ns``), or from
 one plain iterator shared by every user (benchmarks and tests). Every
@@ -28,6 +29,7 @@ import numpy as np
 
 from loadgen.load.arrivals import schedule
 from loadgen.load.credits import Credits, LocalCredits
+from loadgen.load.sessions import SessionSource, SessionSpecs
 from loadgen.load.source import KnowsUsers, SpecSource, user_quota
 from loadgen.load.transport import Transport
 from loadgen.metrics.client import WorkerStats
@@ -125,19 +127,21 @@ class Runner:
         keeps of them in case this process is lost."""
         return [dataclasses.replace(r, events=[]) for r in self._live.values()]
 
-    async def run_level(self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource) -> LevelResult:
+    async def run_level(self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource) -> LevelResult:
         """Run this process's share of ``plan``: requests from a source (prepared before
         the start), or from one iterator shared by all users."""
         return await self.run_prepared(plan, self.prepare(plan, specs))
 
     @staticmethod
-    def prepare(plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource) -> "_Specs":
+    def prepare(plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource) -> "_Specs | SessionSpecs":
         """Build the level's requests ahead of its start (a source's prompts are made here)."""
         if isinstance(specs, Iterator):
             return _Shared(specs, plan)
+        if isinstance(specs, SessionSource):
+            return SessionSpecs(specs, plan)
         return _Positional(specs, plan)
 
-    async def run_prepared(self, plan: LevelPlan, specs: "_Specs") -> LevelResult:
+    async def run_prepared(self, plan: LevelPlan, specs: "_Specs | SessionSpecs") -> LevelResult:
         """Run a level whose requests :meth:`prepare` built."""
         res = LevelResult(plan)
         monitor_stop = asyncio.Event()
@@ -150,7 +154,9 @@ class Runner:
             await _sleep_until(plan.start_ns)
         res.start_ns = plan.start_ns or _now()
         try:
-            if plan.mode == "concurrency":
+            if isinstance(specs, SessionSpecs):
+                await specs.drive(self, plan, res)
+            elif plan.mode == "concurrency":
                 await self._closed_loop(plan, specs, res)
             elif plan.mode == "rate":
                 await self._open_loop(plan, specs, res)
@@ -175,6 +181,9 @@ class Runner:
             target_prompt_tokens=spec.prompt_tokens,
             target_output_tokens=spec.max_tokens,
             warmup=warmup,
+            session=spec.session,
+            turn=spec.turn,
+            turns=spec.turns,
             source_row=spec.source_row,
         )
 

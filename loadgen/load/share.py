@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
+from loadgen.load.sessions import SessionSource
 from loadgen.load.source import SpecSource
 from loadgen.load.transport import Transport
 from loadgen.metrics.client import WorkerStats
@@ -34,7 +35,7 @@ class WorkerSetup:
     ``functools.partial`` of them): the transport, the request source, the record codec."""
 
     make_transport: Callable[[], Transport]
-    make_source: Callable[[], SpecSource]
+    make_source: Callable[[], SpecSource | SessionSource]
     encode: Callable[[Sequence[RequestRecord]], bytes]
     decode: Callable[[bytes], list[RequestRecord]]
     flush_s: float = 0.5

@@ -15,9 +15,11 @@ need no conversion). A level goes:
    only what it sent since its last batch is unknown (see :mod:`loadgen.load.share`);
 4. ``done``: the worker's own health (event-loop lag, CPU, run-queue wait).
 
-Ctrl-C reaches every process of the terminal's group: workers ignore SIGINT and stop on
-the coordinator's ``interrupt`` instead, so in-flight requests become ``cancelled``
-records and nothing is lost. The transport, the request source and the record codec
+Ctrl-C reaches every process of the terminal's group, and so does the SIGTERM of
+``timeout`` or of a supervisor that signals the group: workers ignore both (they are born
+with them blocked, so not even a signal during their start-up kills one) and stop on the
+coordinator's ``interrupt`` instead, so in-flight requests become ``cancelled`` records and
+nothing is lost. The transport, the request source and the record codec
 come as picklable factories: ``load/`` knows neither the client nor the run folder.
 """
 
@@ -35,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -44,6 +47,7 @@ from loadgen.load.credits import SharedCredits
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.share import START_LEAD_NS, LevelCollector, ShareDone, WorkerSetup, run_share
 from loadgen.records import RequestRecord
+from loadgen.signals import STOP_SIGNALS, ignore_stop_signals
 
 __all__ = ["WorkerSetup", "WorkerPool", "auto_workers", "STREAMS_PER_WORKER"]
 
@@ -82,7 +86,8 @@ def _read_in_thread(conn: Connection, deliver: Callable[[Any], object], at_end: 
 
 
 def _worker_main(cmd: Connection, out: Connection, setup: WorkerSetup, worker: int, credits: Any) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator says when to stop
+    ignore_stop_signals()  # the coordinator says when to stop
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the parent while it started us
     loop = new_event_loop()
     try:
         loop.run_until_complete(_serve(cmd, out, setup, worker, None if credits is None else SharedCredits(credits)))
@@ -221,6 +226,9 @@ class WorkerPool:
 
     async def __aenter__(self) -> "WorkerPool":
         ctx = mp.get_context("spawn")
+        # the first start would spawn it, and unblock SIGINT and SIGTERM in this thread on
+        # the way, before the worker inherits the mask blocked below
+        resource_tracker.ensure_running()
         loop = asyncio.get_running_loop()
         credits = ctx.BoundedSemaphore(self.max_in_flight) if self.max_in_flight else None
         for i in range(self.n):
@@ -228,7 +236,11 @@ class WorkerPool:
             out_r, out_w = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=_worker_main, args=(cmd_r, out_w, self.setup, i, credits), name=f"loadgen-worker-{i}",
                                daemon=True)  # fmt: skip
-            proc.start()
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the child inherits the mask
+            try:
+                proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a signal that came meanwhile arrives now
             cmd_r.close()
             out_w.close()
             w = _Worker(i, proc, cmd_w, out_r)

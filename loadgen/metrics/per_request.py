@@ -13,6 +13,10 @@ Definitions (docs/metrics.md), for one request:
   ``itl_max_ms`` is the request's largest such per-token value.
 - TPOT = (last chunk time - first chunk time) / (output tokens - 1), for >= 2 tokens.
 - E2E = ``done_ns`` - ``sent_ns``; ``e2e_queued`` from ``scheduled_ns``.
+- Time to first answer token (``ttfa_ms``) = ``first_answer_ns`` - ``sent_ns``: the first
+  event with answer output, after any reasoning (equal to TTFT without reasoning);
+  ``reasoning_tokens`` are the output tokens streamed as reasoning (ITL covers both).
+- Sessions: ``session`` (-1: none) and ``turn`` (from 1; 0: none) of multi-turn requests.
 
 Warm-up records are dropped before anything. :func:`per_request_frame` keeps the values
 of failed requests too (the ``ok`` column tells them apart); every aggregate in
@@ -72,7 +76,7 @@ FRAME_COLUMNS: tuple[str, ...] = (
     "ttft_ms", "ttft_queued_ms", "e2e_ms", "e2e_queued_ms", "tpot_ms", "itl_max_ms",
     "output_tokens", "prompt_tokens", "target_prompt_tokens", "target_output_tokens",
     "n_events", "n_chunks", "coalesced_events", "first_token_ns", "last_token_ns",
-    "send_lateness_ms", "token_source", "credit_wait_ms",
+    "send_lateness_ms", "token_source", "credit_wait_ms", "ttfa_ms", "reasoning_tokens", "session", "turn",
 )  # fmt: skip
 
 @dataclass(slots=True)
@@ -348,6 +352,7 @@ def _build_frame(recs: Sequence[RequestRecord], ev: EventArrays) -> pd.DataFrame
     sched = _ints(recs, "scheduled_ns")
     sched = np.where(sched == 0, sent, sched)
     credit = _ints(recs, "credit_ns")
+    answer = _ints(recs, "first_answer_ns")
     prompt = np.array(list(map(attrgetter("prompt_tokens"), recs)), dtype=np.float64)  # None -> NaN
 
     has = ev.n_chunks > 0
@@ -390,6 +395,10 @@ def _build_frame(recs: Sequence[RequestRecord], ev: EventArrays) -> pd.DataFrame
         "send_lateness_ms": _ms(sent, np.maximum(sched, credit), is_sent),  # the client's own delay
         "token_source": list(map(_source_value, map(attrgetter("token_source"), recs))),
         "credit_wait_ms": _ms(credit, sched, credit != 0),  # waiting for the in-flight cap
+        "ttfa_ms": _ms(answer, sent, (answer != 0) & is_sent),
+        "reasoning_tokens": _ints(recs, "reasoning_tokens"),
+        "session": np.fromiter((-1 if r.session is None else r.session for r in recs), dtype=np.int64, count=n),
+        "turn": _ints(recs, "turn"),
     }
     return pd.DataFrame(cols, columns=list(FRAME_COLUMNS))
 

@@ -41,6 +41,9 @@ __all__ = [
     "Window",
     "TrialStat",
     "Trials",
+    "TurnSummary",
+    "Sessions",
+    "Reasoning",
     "LevelSummary",
     "Capacity",
     "Saturation",
@@ -385,6 +388,38 @@ class Trials(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
+class TurnSummary(_JSON):
+    """One turn index of a multi-turn level (``requests`` counts all, the rest the ok ones)."""
+
+    requests: int
+    ttft_ms: Distribution
+    itl_ms: Distribution
+    e2e_ms: Distribution
+    prompt_tokens: Distribution
+
+
+@dataclass(frozen=True, slots=True)
+class Sessions(_JSON):
+    """Multi-turn sessions of a level: how many had a measured turn, how many ended with
+    their last turn ok (``completed``), and ok turns per session."""
+
+    sessions: int
+    completed: int
+    turns_per_session: Distribution
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning(_JSON):
+    """A level whose answers streamed reasoning: time to the first *answer* token (after
+    the reasoning; TTFT counts the first token of any kind) and the split of output tokens."""
+
+    requests: int  # ok requests that streamed reasoning
+    time_to_first_answer_ms: Distribution
+    reasoning_tokens: Distribution
+    answer_tokens: Distribution
+
+
+@dataclass(frozen=True, slots=True)
 class LevelSummary(_JSON):
     """One load level (see :mod:`loadgen.metrics.summary` for how each number is made)."""
 
@@ -410,6 +445,9 @@ class LevelSummary(_JSON):
     interrupted: bool = False
     windows: list[Window] | None = field(default=None, metadata=_key("windows", omit_none=True))
     trials: Trials | None = field(default=None, metadata=_key("trials", omit_none=True))
+    sessions: Sessions | None = field(default=None, metadata=_key("sessions", omit_none=True))
+    by_turn: dict[str, TurnSummary] | None = field(default=None, metadata=_key("by_turn", omit_none=True))
+    reasoning: Reasoning | None = field(default=None, metadata=_key("reasoning", omit_none=True))
 
     def dist(self, name: str) -> Distribution:
         """A latency or length distribution by field name (``"ttft_ms"``, ``"itl_ms"``…)."""

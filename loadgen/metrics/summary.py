@@ -14,7 +14,8 @@ output tokens when their event arrived inside it.
 its ok ones; ``client.send_lateness_ms`` covers every sent request. When every chunk
 carries one token, ``itl_ms`` and ``inter_chunk_ms`` are the same samples. Open-loop
 levels (``scheduled`` given) carry a ``schedule``: late sends count measured requests
-only, like ``requests.total``.
+only, like ``requests.total``. Multi-turn and reasoning levels add ``by_turn``,
+``sessions`` and ``reasoning`` (:mod:`loadgen.metrics.turns`); other levels leave them out.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from loadgen.metrics.results import (
 )
 from loadgen.metrics.slo import SLO, level_checks, slo_attainment
 from loadgen.metrics.stats import distribution, distribution_of_counts
+from loadgen.metrics.turns import by_turn, reasoning_of, sessions_of
 from loadgen.records import RequestRecord
 
 __all__ = ["summarize_level", "level_window_ns"]
@@ -336,4 +338,13 @@ def summarize_level(
         schedule=schedule,
         interrupted=interrupted,
         windows=None if window_s is None else windows_of(frame, ev, window_s),
+        sessions=sessions_of(frame, ok, _turns(records, frame)),
+        by_turn=by_turn(frame, ev, ok, itl, _prompt_tokens(frame)),
+        reasoning=reasoning_of(okf),
     )
+
+
+def _turns(records: Sequence[RequestRecord], frame: pd.DataFrame) -> npt.NDArray[np.int64]:
+    """Each frame row's session length (the measured records, in the frame's order)."""
+    measured = [r for r in records if not r.warmup]
+    return np.fromiter((r.turns for r in measured), dtype=np.int64, count=len(measured))

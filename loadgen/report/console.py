@@ -234,6 +234,32 @@ def token_source_line(levels: Sequence[LevelSummary], prefix: str = "output toke
     return prefix + "; ".join(parts) if parts else ""
 
 
+def _with_unit(v: Any) -> str:
+    text = fmt_ms(v)
+    return text if text == "–" or text.endswith("s") else f"{text} ms"
+
+
+def session_lines(levels: Sequence[LevelSummary]) -> list[str]:
+    """Per level with sessions or reasoning, one line each: sessions and TTFT p50 by turn
+    (the first turns and the last), reasoning's time to first answer and token split."""
+    lines = []
+    multi = len(levels) > 1
+    for lv in levels:
+        where = f"{lv.load.value} {lv.load.unit}: " if multi else ""
+        if lv.sessions is not None and lv.by_turn:
+            turns = sorted(lv.by_turn, key=int)
+            shown = turns if len(turns) <= 6 else [*turns[:4], turns[-1]]
+            ttft = " · ".join(f"{t}: {_with_unit(lv.by_turn[t].ttft_ms.p50)}" for t in shown)
+            lines.append(f"{where}sessions {lv.sessions.sessions} ({lv.sessions.completed} completed); "
+                         f"TTFT p50 by turn {ttft}")  # fmt: skip
+        if lv.reasoning is not None:
+            r = lv.reasoning
+            lines.append(f"{where}reasoning in {r.requests} answers: first answer token p50 "
+                         f"{_with_unit(r.time_to_first_answer_ms.p50)} (TTFT p50 {_with_unit(lv.ttft_ms.p50)}); tokens p50 "
+                         f"{_num(r.reasoning_tokens.p50, 0)} reasoning, {_num(r.answer_tokens.p50, 0)} answer")  # fmt: skip
+    return lines
+
+
 def show_summary(summary: RunSummary, console: Console, folder: Path) -> None:
     """The end-of-run view: one level's table or the level table with the answers."""
     levels = summary.levels
@@ -244,6 +270,8 @@ def show_summary(summary: RunSummary, console: Console, folder: Path) -> None:
         console.print(level_table(levels, title="Results per load level"))
         for line in answer_lines(summary):
             console.print(line)
+    for line in session_lines(levels):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     tokens = token_source_line(levels)
     if tokens:
         console.print(tokens, style="dim", highlight=False, markup=False, soft_wrap=True)

@@ -42,13 +42,22 @@ from loadgen.report.readers import (
     read_records_pieces,
     run_file,
 )
-from loadgen.report.recordio import EVENTS_FILE, EVENTS_MAGIC, encode_batch, split_batch
+from loadgen.report.recordio import (
+    EVENTS_FILE,
+    EVENTS_MAGIC,
+    encode_batch,
+    events_ref,
+    parse_line,
+    split_batch,
+)
 
 __all__ = [
     "RUN_FILES",
     "holds_run",
     "check_out_folder",
     "RunWriter",
+    "records_before_level",
+    "write_json",
     "record_line",
     "RecordColumns",
     "read_records",
@@ -123,16 +132,63 @@ def check_out_folder(folder: Path) -> None:
         raise ConfigError(f"{folder} is neither empty nor a loadgen run folder; give a new or empty folder", key="--out")
 
 
-class RunWriter:
-    """Writes one run folder. Use as a context manager so the records files are closed."""
+def records_before_level(folder: Path, level: int) -> tuple[int, int, int]:
+    """Where the records of levels ``< level`` end: ``(records.jsonl bytes, events.bin
+    bytes, records)``. Levels run one after another, so their records follow one another
+    in the file; the cut is at the first line of a later level, or at the first line
+    that is not a record (the torn last line of a killed run)."""
+    line_end = n_events = count = 0
+    with open(folder / "records.jsonl", "rb") as fh:
+        for raw in fh:
+            if raw.endswith(b"\n") and not raw.strip():  # a blank line, as the readers skip it
+                line_end += len(raw)
+                continue
+            parsed = parse_line(raw.strip()) if raw.endswith(b"\n") else None
+            if parsed is None or parsed[0].level >= level:
+                break
+            ref = events_ref(parsed[1])
+            n_events += ref[1] if ref is not None else 0
+            line_end += len(raw)
+            count += 1
+    return line_end, len(EVENTS_MAGIC) + n_events, count
 
-    def __init__(self, folder: Path) -> None:
+
+class RunWriter:
+    """Writes one run folder. Use as a context manager so the records files are closed.
+
+    ``keep_levels_below``: continue the run already in the folder (``--resume``): the
+    records of levels below it are kept byte for byte, the rest of the records files
+    (a partly-run level, a torn line) is cut off, and new records are appended."""
+
+    def __init__(self, folder: Path, keep_levels_below: int | None = None) -> None:
         self.folder = folder
+        self.keep_levels_below = keep_levels_below
         self._records: IO[bytes] | None = None
         self._events: IO[bytes] | None = None
         self.count = 0
 
+    def _cut(self, level: int) -> None:
+        """Cut the records files after the records of levels below ``level``."""
+        records, events = self.folder / "records.jsonl", self.folder / EVENTS_FILE
+        if not records.is_file():
+            records.write_bytes(b"")
+        if not events.is_file():  # a folder of an older version: events inline in the lines
+            events.write_bytes(EVENTS_MAGIC)
+        line_end, events_end, self.count = records_before_level(self.folder, level)
+        if events.stat().st_size < events_end:
+            raise ConfigError(f"{events} is shorter than records.jsonl says (a damaged run folder)")
+        os.truncate(records, line_end)
+        os.truncate(events, events_end)
+
     def __enter__(self) -> "RunWriter":
+        if self.keep_levels_below is not None:
+            try:
+                self._cut(self.keep_levels_below)
+                self._events = open(self.folder / EVENTS_FILE, "ab")
+                self._records = open(self.folder / "records.jsonl", "ab")
+            except OSError as exc:
+                raise ConfigError(f"cannot continue the run folder: {exc}", key="--resume") from exc
+            return self
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             for name in RUN_FILES:  # a folder holds one run: an older one's files would mix in
@@ -179,9 +235,14 @@ class RunWriter:
         self._write_json("summary.json", summary)
 
     def _write_json(self, name: str, obj: Any) -> None:
-        tmp = self.folder / (name + ".tmp")
-        tmp.write_text(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
-        tmp.replace(self.folder / name)
+        write_json(self.folder, name, obj)
+
+
+def write_json(folder: Path, name: str, obj: Any) -> None:
+    """``folder/name`` as indented JSON, replaced at once (written beside it, then renamed)."""
+    tmp = folder / (name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
+    tmp.replace(folder / name)
 
 
 def record_line(rec: RequestRecord) -> bytes:

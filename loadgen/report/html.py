@@ -21,7 +21,7 @@ from typing import Any
 from loadgen.metrics.results import LevelSummary, RunSummary, unit_label
 from loadgen.report import figures as F
 from loadgen.report import request_figures as R
-from loadgen.report.console import fmt_ms, token_source_line
+from loadgen.report.console import fmt_ms, session_lines, token_source_line
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
 
@@ -243,7 +243,8 @@ def build_run_page(data: RunData) -> Page:
                                                   (run.get("profile") or {}).get("name"), run.get("started_at")) if x)),
     )  # fmt: skip
     page.section("headline", "Answer", _headline(data))
-    page.section("levels", "Levels", level_table_html(levels))
+    turns = "".join(f'<p class="note session-line">{esc(line)}</p>' for line in session_lines(levels))
+    page.section("levels", "Levels", level_table_html(levels) + turns)
     mode, idx = F.plotted_levels(levels)
     other = len(levels) - len(idx)
     skipped = f" {other} level(s) of another load mode are in the table only." if other else ""

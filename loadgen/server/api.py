@@ -19,11 +19,21 @@ event carries the cumulative usage. The stream ends with ``data: [DONE]``.
 ``usage.completion_tokens`` counts every token the engine generated, including an EOS
 token and the words of a matched stop sequence (neither appears in the text).
 
+Reasoning (``reasoning_tokens``, ``loadgen serve --reasoning-tokens DIST``): each chat
+request draws a count from the distribution (seeded) and streams that many of its first
+generated tokens as ``delta.reasoning`` (vLLM's field name since 0.9; older vLLM and
+DeepSeek call it ``reasoning_content``) before the answer's ``delta.content``. As in vLLM,
+reasoning tokens are part of ``max_tokens`` and ``usage.completion_tokens``; a
+non-streamed answer carries them in ``message.reasoning``. Completions requests have no
+reasoning field: their text is unchanged.
+
 Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``): 400 for
-invalid bodies, unknown models and prompts over the context length, 429 when the engine's
-queue (or ``max_in_flight``) is full, 404/405 for unknown routes and methods, 500 for
-injected faults and server bugs. A client that disconnects mid-request aborts its engine
-request (the engine's iterator is closed, freeing its KV blocks).
+invalid bodies, unknown models and prompts over the context length, 401 without the API key
+(when one is set), 408 for a body that does not arrive in time, 413 for a body over the size
+limit (see :mod:`loadgen.server.guard`), 429 when the engine's queue (or ``max_in_flight``)
+is full, 404/405 for unknown routes and methods, 500 for injected faults and server bugs. A
+client that disconnects mid-request aborts its engine request (the engine's iterator is
+closed, freeing its KV blocks).
 """
 
 from __future__ import annotations
@@ -35,20 +45,23 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 from aiohttp import web
 from aiohttp.tcp_helpers import tcp_nodelay
 
 from loadgen.errors import EngineError, PromptTooLong, QueueFull
 from loadgen.server.engine.interface import AsyncEngine, EngineRequest, SamplingParams, TokenOutput
+from loadgen.server.config import HttpLimits
 from loadgen.server.faults import FaultConfig, FaultInjector, FaultPlan
+from loadgen.server.guard import check_api_key, read_json
 from loadgen.server.prometheus import RequestTrace, ServerMetrics
 from loadgen.server.protocol import (ParsedRequest, RequestRejected, error_body, parse_request,
                                      usage_body)
 from loadgen.server.tokenizer import Tokenizer, WordTokenizer
 
-__all__ = ["create_app", "API_KEY", "ServerApi"]
+__all__ = ["create_app", "API_KEY", "ServerApi", "CountSampler"]
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +85,23 @@ async def _aclose(it: AsyncIterator[TokenOutput]) -> None:
         await aclose()
 
 
+class CountSampler(Protocol):
+    """Draws whole numbers (a workload length distribution fits: the CLI passes one)."""
+
+    def sample(self, rng: np.random.Generator, n: int) -> Any: ...
+
+
 class _Generation:
-    """Turns engine outputs into released text (stop sequences applied) and counts tokens."""
+    """Turns engine outputs into released text (stop sequences applied) and counts tokens;
+    the first ``reasoning_budget`` tokens' text goes to ``reasoning`` instead (per feed)."""
 
     __slots__ = ("stream", "min_tokens", "tokens", "cached", "finish_reason",
-                 "stop_reason", "timings")
+                 "stop_reason", "timings", "reasoning_budget", "reasoning", "reasoning_all")
 
-    def __init__(self, tok: Tokenizer, parsed: ParsedRequest) -> None:
+    def __init__(self, tok: Tokenizer, parsed: ParsedRequest, reasoning_budget: int = 0) -> None:
+        self.reasoning_budget = reasoning_budget
+        self.reasoning = ""  # the reasoning text released by the last feed
+        self.reasoning_all: list[str] = []
         self.stream = tok.output_stream(parsed.stop)
         self.min_tokens = parsed.min_tokens
         self.tokens = 0
@@ -91,17 +114,27 @@ class _Generation:
         """Text released by one engine output (``""`` if none); sets ``finish_reason``."""
         self.cached = max(self.cached, out.num_cached_tokens)
         parts: list[str] = []
+        thinking: list[str] = []
+        self.reasoning = ""
         ids = out.token_ids
         eos = out.finish_reason == "stop" and bool(ids)  # the last id is EOS: count, not show
         for token_id in ids[:-1] if eos else ids:
             self.tokens += 1
             text, stopped = self.stream.push(token_id, may_stop=self.tokens >= self.min_tokens)
-            parts.append(text)
+            if self.tokens <= self.reasoning_budget:
+                thinking.append(text)
+                self.reasoning = "".join(thinking)
+            else:
+                parts.append(text)
             if stopped:
+                if self.reasoning:
+                    self.reasoning_all.append(self.reasoning)
                 self.finish_reason = "stop"
                 self.stop_reason = self.stream.matched
                 return "".join(parts)
         self.tokens += eos
+        if self.reasoning:
+            self.reasoning_all.append(self.reasoning)
         if out.finish_reason is not None:
             parts.append(self.stream.flush())
             self.finish_reason = out.finish_reason
@@ -131,8 +164,12 @@ class ServerApi:
     """Request handlers and state of one app (reachable as ``app[API_KEY]``)."""
 
     def __init__(self, engine: AsyncEngine, *, model_name: str, faults: FaultConfig | None,
-                 max_in_flight: int | None, history: int, tokenizer: Tokenizer) -> None:
+                 max_in_flight: int | None, history: int, tokenizer: Tokenizer,
+                 http: HttpLimits, reasoning_tokens: CountSampler | None = None, seed: int = 0) -> None:
+        self.reasoning_tokens = reasoning_tokens
+        self._reasoning_rng = np.random.default_rng([seed, 0x7EA5])
         self.engine = engine
+        self.http = http
         self.model_name = model_name
         self.tokenizer = tokenizer
         self.metrics = ServerMetrics(model_name, history=history)
@@ -183,10 +220,7 @@ class ServerApi:
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival_ns = perf_counter_ns()
-        try:
-            body = await request.json(loads=json.loads)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RequestRejected(f"the request body is not valid JSON: {exc}") from None
+        body = await read_json(request, self.http)
         parsed = parse_request(body, chat=chat, model_name=self.model_name,
                                tokenizer=self.tokenizer, max_model_len=self.engine.max_model_len)
         plan = self.faults.plan(parsed.max_tokens) if self.faults is not None else None
@@ -205,7 +239,10 @@ class ServerApi:
         trace = RequestTrace(id=rid, endpoint="chat" if chat else "completions",
                              stream=parsed.stream, arrival_ns=arrival_ns,
                              prompt_tokens=len(parsed.prompt_ids))
-        gen = _Generation(self.tokenizer, parsed)
+        budget = 0
+        if chat and self.reasoning_tokens is not None:
+            budget = max(int(self.reasoning_tokens.sample(self._reasoning_rng, 1)[0]), 0)
+        gen = _Generation(self.tokenizer, parsed, budget)
         task = asyncio.current_task()
         if task is not None:
             self.tasks.add(task)
@@ -249,11 +286,13 @@ class ServerApi:
             return TokenOutput(request_id="", token_ids=[], finish_reason="abort")
 
     def _chunk(self, trace: RequestTrace, chat: bool, text: str | None,
-               finish: str | None, role: bool = False) -> dict[str, Any]:
+               finish: str | None, role: bool = False, reasoning: str = "") -> dict[str, Any]:
         choice: dict[str, Any]
         if chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-            if text is not None and not role:
+            if reasoning and not role:
+                delta["reasoning"] = reasoning
+            if text is not None and not role and (text or not reasoning):
                 delta["content"] = text
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         else:
@@ -280,7 +319,7 @@ class ServerApi:
                 finish = gen.finish_reason
                 trace.output_tokens = gen.tokens
                 trace.cached_tokens = gen.cached
-                if text or finish is not None:
+                if text or gen.reasoning or finish is not None:
                     if plan is not None and plan.stall():
                         self.metrics.faults["stall"] += 1
                         await asyncio.sleep(plan.stall_s)
@@ -290,7 +329,7 @@ class ServerApi:
                             role["usage"] = usage_body(prompt_tokens, 0)
                         await response.write(_sse(role))
                         role_sent = True
-                    chunk = self._chunk(trace, chat, text, finish)
+                    chunk = self._chunk(trace, chat, text, finish, reasoning=gen.reasoning)
                     if parsed.continuous_usage:
                         chunk["usage"] = usage_body(prompt_tokens, gen.tokens)
                     if finish is not None:
@@ -300,7 +339,7 @@ class ServerApi:
                     data = _sse(chunk)
                     sent_ns = perf_counter_ns()  # the bytes go to the socket in this write
                     await response.write(data)
-                    if text:
+                    if text or gen.reasoning:
                         trace.events.append((sent_ns, gen.tokens - last_tokens))
                         last_tokens = gen.tokens
                     if plan is not None and plan.disconnect_after is not None and (
@@ -340,8 +379,9 @@ class ServerApi:
                 break
             out = await self._next(outputs)
         text = "".join(parts)
+        reasoning = "".join(gen.reasoning_all)
         now = perf_counter_ns()
-        if text:
+        if text or reasoning:
             trace.events.append((now, gen.tokens))
         trace.output_tokens = gen.tokens
         trace.cached_tokens = gen.cached
@@ -354,6 +394,8 @@ class ServerApi:
                                   "finish_reason": gen.finish_reason}
         if trace.endpoint == "chat":
             choice["message"] = {"role": "assistant", "content": text}
+            if reasoning:
+                choice["message"]["reasoning"] = reasoning
         else:
             choice["text"] = text
         if gen.stop_reason is not None:
@@ -384,10 +426,18 @@ def _error_middleware(api: ServerApi) -> Any:
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
+            check_api_key(request, api.http.api_key)
             return await handler(request)
         except RequestRejected as exc:
             api.metrics.reject(exc.status)
-            return web.json_response(exc.body(), status=exc.status)
+            response = web.json_response(exc.body(), status=exc.status)
+            if exc.close:
+                response.force_close()
+            if exc.hangup and request.transport is not None:
+                await response.prepare(request)
+                await response.write_eof()
+                request.transport.close()
+            return response
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -408,7 +458,8 @@ API_KEY = web.AppKey("loadgen_api", ServerApi)
 def create_app(engine: AsyncEngine, *, model_name: str | None = None,
                faults: FaultConfig | None = None, max_in_flight: int | None = None,
                history: int = 10_000, tokenizer: Tokenizer | None = None,
-               manage_engine: bool = True) -> web.Application:
+               manage_engine: bool = True, http: HttpLimits | None = None,
+               reasoning_tokens: CountSampler | None = None, seed: int = 0) -> web.Application:
     """The aiohttp application serving ``engine`` under the name ``model_name``.
 
     ``model_name`` defaults to the engine's; ``faults`` injects seeded failures;
@@ -417,7 +468,10 @@ def create_app(engine: AsyncEngine, *, model_name: str | None = None,
     keeps; the tokenizer defaults to the engine's own (an ``engine.tokenizer`` attribute,
     e.g. a real model's), else a :class:`WordTokenizer` of the engine's vocabulary.
     With ``manage_engine`` the app starts the engine on startup and stops it on cleanup.
+    ``http``: the API key, body timeout and body size limit (:mod:`loadgen.server.guard`).
+    ``reasoning_tokens`` (drawn with ``seed``) makes chat answers reason first (module doc).
     """
+    http = http or HttpLimits()
     name = model_name or engine.model_name
     tok: Tokenizer | None = tokenizer
     if tok is None:
@@ -425,8 +479,9 @@ def create_app(engine: AsyncEngine, *, model_name: str | None = None,
     if tok is None:
         tok = WordTokenizer(engine.vocab_size)
     api = ServerApi(engine, model_name=name, faults=faults, max_in_flight=max_in_flight,
-                    history=history, tokenizer=tok)
-    app = web.Application(middlewares=[_error_middleware(api)], client_max_size=64 * 2**20)
+                    history=history, tokenizer=tok, http=http, reasoning_tokens=reasoning_tokens, seed=seed)
+    app = web.Application(middlewares=[_error_middleware(api)],
+                          client_max_size=http.max_body_bytes)
     app[API_KEY] = api
     app.router.add_post("/v1/completions", api.completions)
     app.router.add_post("/v1/chat/completions", api.chat_completions)

@@ -4,7 +4,8 @@
 the engine kind, the model preset, tensor parallelism and the seed, with nested parts —
 :class:`SchedulerLimits` (both engines), :class:`SimOptions` (the sim only),
 :class:`TorchOptions` (the torch engine only), the
-:class:`~loadgen.server.faults.FaultConfig` and the :class:`Network` address.
+:class:`~loadgen.server.faults.FaultConfig`, the :class:`Network` address and the
+:class:`HttpLimits` (API key, body timeout and size).
 
 Constructing a :class:`ServeConfig` checks every value the chosen engine reads and raises
 :class:`~loadgen.errors.ConfigError` naming the flag (``--max-num-seqs: must be an integer
@@ -26,11 +27,13 @@ from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.faults import FaultConfig
 from loadgen.server.replicas import ROUTERS
 from loadgen.server.sim.gpus import GPUS, GpuSpec
+from loadgen.server.sim.roofline import DTYPES as SIM_DTYPES
+from loadgen.server.sim.roofline import KV_CACHE_DTYPES
 from loadgen.server.torch.engine import ENGINE_MODES
 from loadgen.server.torch.loader import DTYPES, model_names
 
 __all__ = ["ENGINES", "DEFAULT_MODELS", "batch_defaults", "SchedulerLimits", "SimOptions",
-           "TorchOptions", "Network", "ServeConfig"]
+           "TorchOptions", "Network", "HttpLimits", "ServeConfig"]
 
 ENGINES = ("sim", "torch")
 DEFAULT_MODELS = {"sim": "llama-3.1-8b", "torch": "tiny"}
@@ -172,19 +175,29 @@ class SimOptions:
     in each pool (xPyD; either above 1 implies ``disaggregate``), each of
     ``prefill_tp``/``decode_tp`` GPUs of type ``prefill_gpu``/``decode_gpu`` (None: the
     engine's ``tp`` and ``gpu``).
+    ``dtype``/``kv_cache_dtype``: bf16 or fp8 weights, auto (bf16) or fp8 KV cache;
+    ``speculative_tokens`` K drafts per decode step, each accepted with probability
+    ``acceptance_rate`` until the first rejection; ``draft_model``: a model preset that
+    drafts them (its K steps are priced), or ``""`` for n-gram drafting (free) — see
+    :mod:`loadgen.server.sim.runner`.
     """
 
     gpu: str = "h100"
     mfu: float = 0.6
     mbu: float = 0.8
     overhead_ms: float = 0.5
-    allreduce_latency_s: float = 5e-6
+    allreduce_latency_s: float = 20e-6
     jitter: float = 0.0
     eos_probability: float = 0.0
     min_token_id: int = 4
     time_scale: float = 1.0
     disaggregate: bool = False
     kv_link_gbps: float = 50.0
+    dtype: str = "bf16"
+    kv_cache_dtype: str = "auto"
+    speculative_tokens: int = 0
+    acceptance_rate: float = 0.7
+    draft_model: str = ""
     prefill_replicas: int = 1
     decode_replicas: int = 1
     prefill_tp: int | None = None
@@ -217,6 +230,21 @@ class SimOptions:
                                       ("--kv-link-gbps", self.kv_link_gbps, 1e-9, 1e9)):
             _number(value, key, low, high)
         _integer(self.min_token_id, "min_token_id", 0, model.vocab_size - 2)
+        for flag, dtype, valid in (("--dtype", self.dtype, SIM_DTYPES),
+                                   ("--kv-cache-dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)):
+            if dtype not in valid:
+                raise ConfigError(f"unknown dtype {dtype!r}; valid: {', '.join(valid)}", key=flag)
+        _integer(self.speculative_tokens, "--speculative-tokens", 0, 16)
+        _number(self.acceptance_rate, "--acceptance-rate", 0.0, 1.0)
+        if self.draft_model:
+            if self.draft_model.strip().lower() not in MODELS:
+                raise ConfigError(f"unknown draft model {self.draft_model!r}; valid: "
+                                  f"{', '.join(MODELS)}", key="--draft-model")
+            draft = MODELS[self.draft_model.strip().lower()]
+            if draft.vocab_size != model.vocab_size:
+                raise ConfigError(f"{draft.name} has a vocabulary of {draft.vocab_size}, "
+                                  f"{model.name} of {model.vocab_size}: they must match",
+                                  key="--draft-model")
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +304,27 @@ class Network:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """The HTTP front's guards (:mod:`loadgen.server.guard`): the API key (None: no
+    authentication), the body-read timeout and the body size limit. The key never appears
+    in a repr or an error message."""
+
+    api_key: str | None = field(default=None, repr=False)
+    body_timeout_s: float = 30.0
+    max_body_bytes: int = 64 * 2**20
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first invalid setting."""
+        key = self.api_key
+        if key is not None and not (isinstance(key, str) and key and key.isascii()
+                                    and key.isprintable() and " " not in key):
+            raise ConfigError("must be a non-empty string of printable ASCII without spaces",
+                              key="--api-key")
+        _number(self.body_timeout_s, "--body-timeout", 0.0, 1e6, above=True)
+        _integer(self.max_body_bytes, "max_body_bytes")
+
+
+@dataclass(frozen=True, slots=True)
 class ServeConfig:
     """Everything ``loadgen serve`` runs with (see the module docstring).
 
@@ -299,6 +348,7 @@ class ServeConfig:
     torch: TorchOptions = field(default_factory=TorchOptions)
     faults: FaultConfig = field(default_factory=FaultConfig)
     network: Network = field(default_factory=Network)
+    http: HttpLimits = field(default_factory=HttpLimits)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -325,6 +375,7 @@ class ServeConfig:
                                   key="--replicas")
             self.torch.validate()
         self.network.validate()
+        self.http.validate()
         _ = self.limits  # refuses a token budget below max_model_len without chunking
 
     @property

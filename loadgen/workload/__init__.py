@@ -4,6 +4,7 @@
 - :mod:`.spec` — :class:`Workload` / :class:`RequestClass` and the strict TOML loader.
 - :mod:`.prompts` — prompt text of a target token length, calibration, exact counts.
 - :mod:`.generate` — :func:`generate_specs` / :func:`spec_stream`.
+- :mod:`.sessions` — multi-turn sessions of a workload with a ``[sessions]`` table.
 
 Pure: numpy and the stdlib only; no network, no CLI.
 """
@@ -11,8 +12,10 @@ Pure: numpy and the stdlib only; no network, no CLI.
 from loadgen.workload.distributions import Distribution, parse_distribution
 from loadgen.workload.generate import generate_specs, spec_stream
 from loadgen.workload.prompts import PromptSynthesizer, TokenCounter, TokenizerCounter
+from loadgen.workload.sessions import SessionSource
 from loadgen.workload.spec import (
     RequestClass,
+    SessionConfig,
     Workload,
     list_workloads,
     load_workload,
@@ -23,6 +26,8 @@ __all__ = [
     "Distribution",
     "parse_distribution",
     "RequestClass",
+    "SessionConfig",
+    "SessionSource",
     "Workload",
     "load_workload",
     "workload_from_flags",

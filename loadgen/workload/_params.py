@@ -13,7 +13,8 @@ from loadgen.errors import WorkloadError
 if TYPE_CHECKING:
     from loadgen.workload.distributions import Distribution
 
-__all__ = ["Param", "Kind", "Ctx", "usage", "parse_int", "convert", "split_params", "NUMBER_RE"]
+__all__ = ["Param", "Kind", "Ctx", "usage", "parse_int", "convert", "split_params", "shown", "NUMBER_RE",
+           "INT_LIMIT"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +58,27 @@ INT_RE = re.compile(r"[+-]?\d+")
 NUMBER_RE = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
+INT_LIMIT = 2**53  # no parameter is near: larger numbers are refused before any arithmetic
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters (an int too long for ``repr`` is named so)."""
+    try:
+        text = repr(value)
+    except ValueError:  # Python refuses int -> str beyond 4,300 digits
+        return "a whole number of over 4,300 digits"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def parse_int(text: str | None) -> int | None:
     if text is None:
         return None
     text = text.strip()
-    if INT_RE.fullmatch(text):
-        return int(text)
     try:
+        if INT_RE.fullmatch(text):
+            return int(text)
         f = float(text)
-    except ValueError:
+    except ValueError:  # not a number, or more digits than int() takes
         return None
     return int(f) if f.is_integer() else None
 
@@ -76,7 +89,7 @@ TYPE_WORDS = {"int": "a whole number", "float": "a number", "ints": "a list of w
 
 def convert(raw: Any, prm: Param, cls: type[Kind], ctx: Ctx) -> Any:
     """Coerce one parameter (spec-text string or TOML value) to its declared type."""
-    bad = ctx.error(f"{cls.KIND}: parameter {prm.name!r} must be {TYPE_WORDS[prm.type]}, got {raw!r}", cls)
+    bad = ctx.error(f"{cls.KIND}: parameter {prm.name!r} must be {TYPE_WORDS[prm.type]}, got {shown(raw)}", cls)
     if prm.type == "str":
         if not isinstance(raw, str) or not raw.strip():
             raise bad
@@ -104,11 +117,17 @@ def convert(raw: Any, prm: Param, cls: type[Kind], ctx: Ctx) -> Any:
         if value is None:
             raise bad
         raw = value
+    too_large = ctx.error(f"{cls.KIND}: parameter {prm.name!r} must be at most {INT_LIMIT:,} in size, "
+                          f"got {shown(raw)}", cls)
+    if isinstance(raw, int) and abs(raw) > INT_LIMIT:  # before any float(): 10**400 has none
+        raise too_large
     if not isinstance(raw, (int, float)) or not math.isfinite(raw):
         raise bad
     if prm.type == "int":
         if not float(raw).is_integer():
             raise bad
+        if abs(raw) > INT_LIMIT:
+            raise too_large
         return int(raw)
     return float(raw)
 

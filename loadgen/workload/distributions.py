@@ -283,6 +283,7 @@ class Empirical:
         self._p = None
         if self.weights is not None:
             w = np.asarray(self.weights, dtype=float)
+            w = w / w.max()  # first to the largest: weights near 1e308 must not sum to inf
             self._p = w / w.sum()
 
     @classmethod

@@ -18,6 +18,20 @@ Parsing is strict: unknown keys, wrong types and bad values raise
 With a shared prefix, ``prompt_tokens`` is the length of the *unique* part; a request's
 target prompt length is ``shared_prefix.tokens + prompt_tokens``.
 
+Optional in either form: a ``[sessions]`` table (multi-turn conversations, see
+:mod:`loadgen.workload.sessions`)::
+
+    [sessions]
+    turns = "uniform:min=2,max=8"      # turns per session (a length distribution)
+    think_time_ms = "lognormal:median=2000,sigma=0.5"   # before each later turn (0: none)
+    system_prompt_tokens = 1024        # optional shared system prompt ...
+    groups = 8                         # ... one of this many (default 1)
+    zipf = 1.0                         # ... chosen with Zipf popularity (default 1.0)
+
+and ``tools`` (an array of OpenAI tool tables, or the path of a JSON file holding that
+array, relative to the workload file) with an optional ``tool_choice`` (a string such as
+``"auto"`` or a table), sent with every chat request.
+
 A class may give a ``[joint_tokens]`` table (:mod:`loadgen.workload.joint`) instead of
 ``prompt_tokens`` and ``output_tokens``: the two lengths drawn together. A workload may
 instead replay a dataset, with a ``[dataset]`` table (``path``, relative to the file;
@@ -29,6 +43,7 @@ the run's default when no load flag or profile is given.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Sequence
@@ -38,7 +53,7 @@ from typing import Any
 
 from loadgen.errors import WorkloadError
 from loadgen.workload.datasets import FORMATS, DatasetOptions
-from loadgen.workload.distributions import Distribution, parse_distribution
+from loadgen.workload.distributions import MAX_LENGTH, Distribution, parse_distribution
 from loadgen.workload.joint import JointLengths, Marginal, parse_joint
 
 if sys.version_info >= (3, 11):
@@ -49,6 +64,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 __all__ = [
     "Arrivals",
     "RequestClass",
+    "SessionConfig",
     "Workload",
     "load_workload",
     "workload_from_flags",
@@ -56,7 +72,8 @@ __all__ = [
 ]
 
 _TOP_KEYS = ("name", "description", "prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix", "classes",
-             "dataset", "arrivals")
+             "sessions", "tools", "tool_choice", "dataset", "arrivals")
+_SESSION_KEYS = ("turns", "think_time_ms", "system_prompt_tokens", "groups", "zipf")
 _CLASS_KEYS = ("name", "weight", "prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix")
 _DATASET_KEYS = ("path", "format", "min_prompt_tokens", "max_prompt_tokens", "replacement", "output_tokens")
 _ARRIVAL_KEYS = ("rate", "burstiness")
@@ -90,9 +107,26 @@ class Arrivals:
 
 
 @dataclass(slots=True)
+class SessionConfig:
+    """A workload's ``[sessions]`` table (see the module docstring)."""
+
+    turns: Distribution
+    think_time_ms: Distribution | None = None  # None: no think time
+    system_prompt_tokens: int = 0  # 0: no system prompt
+    groups: int = 1
+    zipf: float = 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turns": self.turns.describe(),
+                "think_time_ms": None if self.think_time_ms is None else self.think_time_ms.describe(),
+                "system_prompt_tokens": self.system_prompt_tokens, "groups": self.groups, "zipf": self.zipf}  # fmt: skip
+
+
+@dataclass(slots=True)
 class Workload:
     """A named, weighted mix of request classes; ``source`` is the file (or the flags).
 
+    ``sessions``: multi-turn conversations; ``tools``/``tool_choice``: sent with chat requests.
     With ``dataset``, requests replay the dataset's prompts instead (``classes`` is empty).
     """
 
@@ -100,6 +134,9 @@ class Workload:
     description: str
     classes: list[RequestClass]
     source: str
+    sessions: SessionConfig | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
     dataset: DatasetOptions | None = None
     arrivals: Arrivals | None = None
 
@@ -119,6 +156,8 @@ class Workload:
                 }
                 for c in self.classes
             ],
+            **({} if self.sessions is None else {"sessions": self.sessions.to_dict()}),
+            **({} if self.tools is None else {"tools": len(self.tools), "tool_choice": self.tool_choice}),
             **({"dataset": self.dataset.describe()} if self.dataset is not None else {}),
             **({"arrivals": {"rate": self.arrivals.rate, "burstiness": self.arrivals.burstiness}}
                if self.arrivals is not None else {}),
@@ -164,8 +203,8 @@ class _File:
         v = table[k]
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.error(key, f"expected a whole number >= 1, got {_type_name(v)} {v!r}")
-        if v < 1:
-            raise self.error(key, f"must be >= 1, got {v}")
+        if not 1 <= v <= MAX_LENGTH:  # a prefix is built in memory, like a prompt
+            raise self.error(key, f"must be in [1, {MAX_LENGTH:,}], got {v}")
         return v
 
     def weight(self, table: dict[str, Any], key: str) -> float:
@@ -194,6 +233,46 @@ class _File:
             raise self.error(key, f"expected a table with {', '.join(_PREFIX_KEYS)}, got {_type_name(sp)}")
         self.check_keys(sp, _PREFIX_KEYS, key)
         return self.positive_int(sp, "groups", f"{key}.groups"), self.positive_int(sp, "tokens", f"{key}.tokens")
+
+    def sessions(self, doc: dict[str, Any]) -> SessionConfig | None:
+        if "sessions" not in doc:
+            return None
+        t = doc["sessions"]
+        if not isinstance(t, dict):
+            raise self.error("sessions", f"expected a table with {', '.join(_SESSION_KEYS)}, got {_type_name(t)}")
+        self.check_keys(t, _SESSION_KEYS, "sessions")
+        think = None
+        if t.get("think_time_ms", 0) != 0:
+            think = self.dist(t, "think_time_ms", "sessions.think_time_ms")
+        system = self.positive_int(t, "system_prompt_tokens", "sessions.system_prompt_tokens") \
+            if "system_prompt_tokens" in t else 0  # fmt: skip
+        groups = self.positive_int(t, "groups", "sessions.groups") if "groups" in t else 1
+        if "groups" in t and not system:
+            raise self.error("sessions.groups", "groups of system prompts need sessions.system_prompt_tokens")
+        zipf = t.get("zipf", 1.0)
+        if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or not 0 <= zipf < float("inf"):
+            raise self.error("sessions.zipf", f"expected a finite number >= 0, got {zipf!r}")
+        return SessionConfig(turns=self.dist(t, "turns", "sessions.turns"), think_time_ms=think,
+                             system_prompt_tokens=system, groups=groups, zipf=float(zipf))  # fmt: skip
+
+    def tools(self, doc: dict[str, Any]) -> tuple[list[Any] | None, Any]:
+        tools = doc.get("tools")
+        if isinstance(tools, str):
+            path = self.path.parent / tools
+            try:
+                tools = json.loads(path.read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise self.error("tools", f"cannot read {path}: {exc.strerror or exc}") from exc
+            except ValueError as exc:
+                raise self.error("tools", f"{path} is not JSON: {exc}") from exc
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(x, dict) for x in tools)):
+            raise self.error("tools", f"expected an array of tool tables (or a JSON file of one), got {_type_name(tools)}")
+        choice = doc.get("tool_choice")
+        if choice is not None and not isinstance(choice, (str, dict)):
+            raise self.error("tool_choice", f"expected a string or a table, got {_type_name(choice)}")
+        if choice is not None and tools is None:
+            raise self.error("tool_choice", "needs tools")
+        return tools, choice
 
     def request_class(self, table: dict[str, Any], where: str, name: str | None) -> RequestClass:
         def key(k: str) -> str:
@@ -262,11 +341,12 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
     arrivals = _arrivals(doc, f) if "arrivals" in doc else None
     single = [k for k in ("prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix") if k in doc]
     if "dataset" in doc:
-        other = single + (["classes"] if "classes" in doc else [])
+        other = single + [k for k in ("classes", "sessions") if k in doc]
         if other:
-            raise f.error(other[0], "a [dataset] workload takes its lengths from the dataset; remove this key")
+            raise f.error(other[0], "a [dataset] workload takes its prompts and lengths from the dataset; remove this key")
+        tools, tool_choice = f.tools(doc)
         return Workload(name=name, description=description, classes=[], source=f.source, dataset=_dataset(doc, f),
-                        arrivals=arrivals)  # fmt: skip
+                        arrivals=arrivals, tools=tools, tool_choice=tool_choice)  # fmt: skip
     if "classes" in doc:
         if single:
             raise f.error(single[0], "give either top-level prompt_tokens/output_tokens or [[classes]], not both")
@@ -287,7 +367,9 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
             classes.append(rc)
     else:
         classes = [f.request_class(doc, "", "default")]
-    return Workload(name=name, description=description, classes=classes, source=f.source, arrivals=arrivals)
+    tools, tool_choice = f.tools(doc)
+    return Workload(name=name, description=description, classes=classes, source=f.source, sessions=f.sessions(doc),
+                    tools=tools, tool_choice=tool_choice, arrivals=arrivals)  # fmt: skip
 
 
 def _read(path: Path) -> Workload:
@@ -300,7 +382,7 @@ def _read(path: Path) -> Workload:
         raise f.error(None, f"not UTF-8 text: {exc}") from exc
     try:
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer of over 4,300 digits
         raise f.error(None, f"invalid TOML: {exc}") from exc
     return _parse(doc, f)
 

@@ -230,3 +230,22 @@ def test_a_stream_cut_mid_event_is_a_disconnect_not_a_bad_response() -> None:
         run([(chat("a") + whole[: len(whole) // 2], 10)])
     rec = run([(chat("a", finish="stop") + b"data: [DONE]", 10)])  # a last event without its blank line still counts
     assert rec.ok and len(rec.events) == 1
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+@pytest.mark.parametrize(
+    "odd",
+    [{"choices": True}, {"choices": 5}, {"choices": {"text": "a"}}, {"usage": []},
+     {"usage": "9"}, {"loadgen": [1]}, {"choices": [{"finish_reason": ["stop"]}]},
+     {"choices": [{"finish_reason": 1}]}],
+)
+def test_events_of_the_wrong_shape_are_ignored_not_a_crash(api: str, odd: dict[str, Any]) -> None:
+    """Found by tests/fuzz: a non-list ``choices`` raised TypeError out of the parser, and
+    a non-object usage, vendor field or finish reason reached the record."""
+    good = chat("a") if api == "chat" else text("a")
+    end = chat(None, finish="stop") if api == "chat" else text("", finish="stop")
+    rec = run([(good, 10), (sse(odd), 20), (end + DONE, 30)], api=api)
+    assert rec.ok and rec.events == [[10, 1]] and rec.server is None
+    assert rec.completion_tokens is None and rec.prompt_tokens is None
+    with pytest.raises(InvalidResponse, match="no output"):  # alone, it is no answer at all
+        run([(sse(odd) + DONE, 10)], api=api)

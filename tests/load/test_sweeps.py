@@ -179,3 +179,39 @@ def test_bad_profile_files_name_the_key(name: str, needles: list[str]) -> None:
 def test_unknown_profile_lists_the_names() -> None:
     with pytest.raises(ProfileError, match="available: capacity, quick, ramp"):
         load_profile("nope", search_dirs("profiles"))
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (b"[generate]\nstart = 1\nstop = inf\n", "finite"),  # doubling to inf never ended
+        (b"[generate]\nstart = 1e-300\nstop = 1e300\n", "at most 1,000"),  # 1,994 levels
+        (b'[generate]\nkind = "linear"\nstart = 1\nstop = 1e300\nstep = 1e-300\n', "at most 1,000"),
+        (b'[generate]\nkind = "linear"\nstart = 1\nstop = inf\nstep = 1\n', "finite"),  # OverflowError
+        (b'[generate]\nkind = "linear"\nstart = 1\nstop = 4\nstep = nan\n', "step"),  # ValueError
+        (b"[generate]\nstart = " + b"9" * 400 + b"\nstop = 1\n", "finite"),  # OverflowError
+        (b"levels = [" + b"9" * 4301 + b"]\n", "invalid TOML"),  # tomllib's ValueError escaped
+        (b"\x80levels = [1]\n", "not UTF-8"),  # UnicodeDecodeError escaped
+        (b"levels = [1e400]\n", "finite"),  # an infinite level was accepted
+        (b"levels = [1]\nrequests = nan\n", "finite"),  # NaN requests per level were accepted
+        (b"levels = [1]\nduration_s = inf\n", "finite"),
+    ],
+    ids=["doubling-to-inf", "doubling-2000-levels", "linear-1e600-levels", "linear-to-inf", "nan-step",
+         "start-of-400-digits", "int-of-4301-digits", "not-utf8", "inf-level", "nan-requests", "inf-duration"],
+)
+def test_profiles_that_crashed_or_hung_are_one_line_errors(tmp_path: Path, text: bytes, needle: str) -> None:
+    """Found by tests/fuzz: each of these hung, or raised a traceback, before."""
+    path = tmp_path / "p.toml"
+    path.write_bytes(text)
+    with pytest.raises(ProfileError, match=needle) as err:
+        load_profile(str(path), [])
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+def test_generators_still_reach_their_stop() -> None:
+    from loadgen.load.profiles import profile_from_dict
+
+    assert profile_from_dict({"generate": {"start": 1, "stop": 256}}, "p").levels == [2.0**i for i in range(9)]
+    assert profile_from_dict({"generate": {"start": 0.5, "stop": 4.0000001}}, "p").levels == [0.5, 1, 2, 4]
+    linear = {"kind": "linear", "start": 1, "stop": 10, "step": 3}
+    assert profile_from_dict({"generate": linear}, "p").levels == [1, 4, 7, 10]

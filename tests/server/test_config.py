@@ -39,6 +39,12 @@ def test_defaults_follow_the_engine() -> None:
     ({"sim": SimOptions(kv_link_gbps=-1.0)}, "--kv-link-gbps"),
     ({"sim": SimOptions(eos_probability=1.5)}, "eos_probability"),
     ({"sim": SimOptions(min_token_id=128255)}, "min_token_id"),
+    ({"sim": SimOptions(dtype="int4")}, "--dtype"),
+    ({"sim": SimOptions(kv_cache_dtype="fp4")}, "--kv-cache-dtype"),
+    ({"sim": SimOptions(speculative_tokens=17)}, "--speculative-tokens"),
+    ({"sim": SimOptions(acceptance_rate=1.5)}, "--acceptance-rate"),
+    ({"sim": SimOptions(speculative_tokens=3, draft_model="gpt-2")}, "--draft-model"),
+    ({"sim": SimOptions(speculative_tokens=3, draft_model="smollm2-135m")}, "--draft-model"),
     ({"network": Network(port=70000)}, "--port"),
 ])
 def test_sim_flags_are_checked_naming_the_flag(kwargs: dict[str, Any], key: str) -> None:

@@ -239,3 +239,28 @@ def test_parse_errors_name_key_and_allowed_values(spec: object, parts: list[str]
     assert info.value.source == "wl.toml" and info.value.key == "classes[0].prompt_tokens"
     for part in parts:
         assert part in message
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ("9" * 5000, "whole number"),  # int() refuses over 4,300 digits: was a ValueError
+        ("uniform:min=1,max=" + "9" * 400, "at most 9,007,199,254,740,992"),  # was an OverflowError
+        ({"dist": "fixed", "value": 10**5000}, "over 4,300 digits"),  # repr() itself fails
+        ({"dist": "normal", "mean": 10**400, "std": 1}, "at most"),
+        ("empirical:values=9.223372036854776e+18", "whole numbers"),  # past int64: was OverflowError
+    ],
+    ids=["5000-digits", "max-of-400-digits", "toml-int-of-5000-digits", "toml-mean-1e400", "past-int64"],
+)
+def test_numbers_too_large_for_arithmetic_are_one_line_errors(spec: object, needle: str) -> None:
+    """Found by tests/fuzz: these raised ValueError/OverflowError tracebacks."""
+    with pytest.raises(WorkloadError, match=needle) as info:
+        parse_distribution(spec)  # type: ignore[arg-type]
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+
+
+def test_empirical_weights_near_the_float_limit_still_sample() -> None:
+    """Found by tests/fuzz: weights of 1e308 summed to inf, so sampling raised ValueError."""
+    dist = parse_distribution("empirical:values=10;20,weights=1e308;1e308")
+    counts = np.bincount(dist.sample(np.random.default_rng(0), 10_000))
+    assert counts[10] > 0 and counts[20] > 0 and counts.sum() == 10_000

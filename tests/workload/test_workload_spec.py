@@ -21,9 +21,9 @@ from loadgen.workload.spec import (
 )
 
 REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
-SHIPPED = ["chat", "code", "demo", "mixed", "prefix", "rag", "summarize"]
+SHIPPED = ["chat", "code", "demo", "mixed", "multiturn", "prefix", "rag", "summarize"]
 TOP_KEYS = ("allowed keys: name, description, prompt_tokens, output_tokens, joint_tokens, shared_prefix, classes, "
-            "dataset, arrivals")
+            "sessions, tools, tool_choice, dataset, arrivals")
 
 
 def write(tmp_path: Path, text: str, name: str = "wl.toml") -> Path:
@@ -104,14 +104,19 @@ def test_default_search_dirs_find_the_shipped_files() -> None:
 def test_readme_examples_load(tmp_path: Path) -> None:
     readme = (REPO_WORKLOADS / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```toml\n(.*?)```", readme, flags=re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 5
     single = load_workload(str(write(tmp_path, blocks[0], "single.toml")), [])
     assert single.classes[0].name == "default" and single.classes[0].shared_prefix_groups == 4
     assert single.classes[0].output_tokens == LogNormal(200.0, 0.8, 1, 2048)
     mix = load_workload(str(write(tmp_path, blocks[1], "mix.toml")), [])
     assert [c.name for c in mix.classes] == ["chat", "long"]
     assert mix.classes[1].output_tokens == Fixed(64)
-    joint = load_workload(str(write(tmp_path, blocks[2], "joint.toml")), []).classes[0].joint
+    base = "prompt_tokens = 100\noutput_tokens = 100\n"
+    sessions = load_workload(str(write(tmp_path, base + blocks[2], "sessions.toml")), []).sessions
+    assert sessions is not None and (sessions.groups, sessions.system_prompt_tokens) == (8, 512)
+    tools = load_workload(str(write(tmp_path, base + blocks[3], "tools.toml")), [])
+    assert tools.tool_choice == "auto" and tools.tools and tools.tools[0]["function"]["name"] == "get_weather"
+    joint = load_workload(str(write(tmp_path, blocks[4], "joint.toml")), []).classes[0].joint
     assert joint is not None and joint.cells == ((0, 0, 40.0), (1, 1, 25.0), (3, 2, 5.0))
 
 
@@ -145,7 +150,7 @@ def test_unknown_name_lists_available() -> None:
     with pytest.raises(WorkloadError) as info:
         load_workload("chatt", [REPO_WORKLOADS])
     msg = str(info.value)
-    assert msg.startswith("workload: unknown workload 'chatt'; available: chat, code, demo, mixed, prefix, rag, summarize")
+    assert msg.startswith("workload: unknown workload 'chatt'; available: chat, code, demo, mixed, multiturn, prefix, rag, summarize")
     assert str(REPO_WORKLOADS) in msg
 
 
@@ -166,7 +171,12 @@ BAD_FILES = [
     ("prompt_tokens = 1\noutput_tokens = 1\nshared_prefix = 3\n", "shared_prefix",
      ["expected a table with groups, tokens, got integer"]),
     ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 0\ntokens = 5\n", "shared_prefix.groups",
-     ["must be >= 1, got 0"]),
+     ["must be in [1, 1,000,000], got 0"]),
+    # past int64: was accepted, then an OverflowError when prompts were built (found writing tests/fuzz)
+    ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\ntokens = " + "9" * 40 + "\n",
+     "shared_prefix.tokens", ["must be in [1, 1,000,000]"]),
+    # tomllib's ValueError for an integer of over 4,300 digits escaped (found by tests/fuzz)
+    ("prompt_tokens = " + "9" * 4301 + "\noutput_tokens = 1\n", None, ["invalid TOML", "4300 digits"]),
     ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\n", "shared_prefix.tokens",
      ["missing; it is required (a whole number >= 1)"]),
     ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\ntokens = 5\nsize = 1\n",
@@ -192,14 +202,15 @@ BAD_FILES = [
 ]
 
 
-@pytest.mark.parametrize(("text", "key", "parts"), BAD_FILES, ids=[k + str(i) for i, (_, k, _) in enumerate(BAD_FILES)])
-def test_malformed_file_names_file_and_key(tmp_path: Path, text: str, key: str, parts: list[str]) -> None:
+@pytest.mark.parametrize(("text", "key", "parts"), BAD_FILES,
+                         ids=[f"{k or 'file'}{i}" for i, (_, k, _) in enumerate(BAD_FILES)])
+def test_malformed_file_names_file_and_key(tmp_path: Path, text: str, key: str | None, parts: list[str]) -> None:
     path = write(tmp_path, text)
     with pytest.raises(WorkloadError) as info:
         load_workload(str(path), [])
     msg = str(info.value)
-    assert msg.startswith(f"{path}: {key}: "), msg
-    assert info.value.source == str(path) and info.value.key == key
+    assert msg.startswith(f"{path}: {key}: " if key else f"{path}: "), msg
+    assert info.value.source == str(path) and info.value.key == key and "\n" not in msg
     for part in parts:
         assert part in msg
 

@@ -340,7 +340,16 @@ class Scheduler:
             if not new:
                 raise EngineError(f"the runner returned no token for sequence {item.seq_id}")
             outputs.append(self._append_tokens(seq, new, now))
+            if len(new) > 1 and item.is_decode and seq.status is SeqStatus.RUNNING:
+                self._keep_verified_kv(seq)
         return outputs
+
+    def _keep_verified_kv(self, seq: Sequence) -> None:
+        """Speculative decoding: the verify pass wrote the KV of the accepted draft tokens,
+        so only the newest token is left to feed, if blocks can hold them (else the rest
+        is recomputed in the next step, as a short prefill)."""
+        if self.kv.allocate(seq.seq_id, seq.num_tokens - 1):
+            seq.num_computed_tokens = seq.num_tokens - 1
 
     def _append_tokens(self, seq: Sequence, new: Iterable[int], now: float) -> TokenOutput:
         if seq.first_token_s is None:

@@ -1,28 +1,64 @@
-"""The roofline model of one engine step (the sim runner, :mod:`.runner`, prices steps with it).
+"""The cost model of one engine step, kernel group by kernel group (the sim runner prices steps with it).
 
-Step time (per GPU of a tensor-parallel group of ``tp``)::
+The kernels of a step run one after another on each GPU of a tensor-parallel group of
+``tp``; each *kernel group* is bounded by its own roofline and the step is their sum::
 
-    max(FLOPs / (peak * mfu), bytes / (bandwidth * mbu)) + all-reduce time + overhead
+    step = sum over groups of max(FLOPs / (peak * eff(M)), bytes / (bandwidth * mbu))
+           + layers * layer_latency + all-reduce time + overhead
 
-- FLOPs: ``2 * P_linear`` per scheduled token (every weight matrix of every layer; MoE:
-  the routed experts only) + attention ``4 * layers * q_size`` per (query, key) pair,
-  causal over each sequence's context + the LM head ``2 * hidden * vocab`` per sampled
-  token.
-- Bytes: the weights once per step (MoE: only the experts some token was routed to,
-  expected ``E * (1 - (1 - k/E)^T)`` of ``E`` for ``T`` tokens; the LM head only when
-  a token is sampled; embedding rows are gathered, negligible) + the KV read (each
-  sequence's cached context) + the KV written (the new tokens).
-- All-reduce (tp > 1): two per layer (after attention and after the MLP) of
-  ``tokens * hidden * 2`` bytes, ring algorithm ``2 (tp - 1) / tp`` of it per GPU over
-  the GPU's one-way link bandwidth, plus a fixed latency each.
+Groups (all layers together; every figure per GPU, weights and heads split ``tp`` ways):
 
-Defaults: ``mfu = 0.6``: large bf16 GEMMs reach 60-70 % of the dense peak on H100-class
-GPUs, attention and small chunks less; with it a 2048-token prefill of Llama-3.1-8B on
-an H100 takes ≈ 50 ms, the usual measured figure. ``mbu = 0.8``: decode kernels stream
-weights at ~80 % of the HBM peak. ``overhead_s = 0.5 ms``: scheduling, input
-preparation, sampling and launch gaps per step that remain with CUDA graphs (vLLM v1's
-CPU overhead per step is a few hundred µs); a batch-1 decode with 1k context of the
-8B model on an H100 then takes ≈ 6.2 ms (measured ITL there is 6-7 ms).
+- ``projections``: QKV and O, ``2 * attention params`` FLOPs per token; bytes: those
+  weights (and the RMSNorms) once, plus the GEMMs' input and output activations.
+- ``mlp``: gate/up and down, ``2 * experts_per_token * expert params`` FLOPs per token;
+  bytes: the experts some token was routed to (expected ``E * (1 - (1 - k/E)^T)`` of
+  ``E`` for ``T`` tokens; dense: all) plus activations.
+- ``attention_prefill``: sequences with more than ``decode_query_len`` new tokens:
+  ``4 * q_size`` FLOPs per (query, key) pair, causal; bytes: their cached context's KV
+  read once and their new KV written.
+- ``attention_decode``: the other sequences (one new token; ``1 + K`` when verifying
+  ``K`` speculated tokens): bytes: each sequence's KV read, the new KV written.
+- ``lm_head``: ``2 * hidden * vocab`` FLOPs per sampled token; its weights and the fp32
+  logits.
+- all-reduce (tp > 1): two per layer (after attention and after the MLP) of
+  ``tokens * hidden * 2`` bytes, ring ``2 (tp - 1) / tp`` of it per GPU over the GPU's
+  one-way link, plus a fixed latency each.
+
+A mixed step therefore costs *more* than the larger of its prefill and decode parts: the
+decodes' KV reads no longer hide under the prefill's GEMMs (prefill–decode interference).
+
+GEMM efficiency rises with the rows ``M`` it multiplies (tokens of the step; tokens per
+expert for MoE; sampled tokens for the LM head) towards the plateau ``mfu``::
+
+    eff(M) = mfu * M / (M + gemm_half_m)
+
+Tensor-core tiles are 64-128 rows: a GEMM of a few rows leaves most of each tile empty,
+so a step of few tokens does not reach the peak however long it runs (below ~100 rows
+the weight read bounds it anyway). ``gemm_half_m = 128`` puts a 2,048-token step at 94 %
+of the plateau and a 128-token one at half of it. Attention prefill follows the same
+curve in its query tokens; decode attention, a batched matrix-vector product over each
+sequence's own KV, is priced at the plateau (its KV read bounds it).
+
+Defaults, calibrated against published vLLM and SGLang measurements
+(``benchmarks/sim_vs_published.py``) and physically plausible: ``mfu = 0.6``: large bf16
+GEMMs reach 65-75 % of the dense peak on H100-class GPUs in isolation, a whole model's
+mix of shapes somewhat less; a 2,048-token prefill of Llama-3.1-8B on an H100 then takes
+≈ 55 ms. ``mbu = 0.8``: kernels stream weights and KV at ~80 % of the HBM peak.
+``allreduce_latency_s = 20 µs``: an all-reduce of decode-sized messages (a few hundred
+KB) across NVLink GPUs is bound by launch, synchronisation and protocol latency, not by
+bandwidth. ``layer_latency_s = 30 µs``: a decoder layer runs ~10 kernels (norms, GEMMs,
+rotary, KV write, attention, activation, all-reduces) and each has a few µs of launch,
+ramp-up and tail that no roofline covers and CUDA graphs do not remove.
+``overhead_s = 0.5 ms``: scheduling, input preparation and sampling per step (vLLM V1's
+CPU overhead per step is a few hundred µs). A batch-1 decode with 1k context of the 8B
+model then takes ≈ 7.1 ms on an H100 and 13.6 ms on an A100-40GB (published there: about
+75 tokens/s, 13.3 ms).
+
+Precision: ``dtype="fp8"`` stores the layers' linear weights in one byte (embedding and
+LM head stay bf16, as in vLLM's FP8 checkpoints) and runs their GEMMs at the GPU's fp8
+peak (a GPU without fp8 tensor cores, the A100, runs them at its bf16 peak: weight-only
+fp8, as vLLM's Marlin kernels do). ``kv_cache_dtype="fp8"`` stores K and V in one byte:
+half the KV bytes read and written, twice the tokens per GB; attention math stays bf16.
 """
 
 from __future__ import annotations
@@ -34,12 +70,37 @@ from loadgen.errors import EngineError
 from loadgen.server.engine.models import ModelShape
 from loadgen.server.sim.gpus import GpuSpec
 
-__all__ = ["StepCost", "RooflineModel"]
+__all__ = ["KernelCost", "StepCost", "RooflineModel", "DTYPES", "KV_CACHE_DTYPES"]
+
+DTYPES = ("bf16", "fp8")
+KV_CACHE_DTYPES = ("auto", "fp8")
+ACT_BYTES = 2  # activations stay bf16
+LOGIT_BYTES = 4  # vLLM computes logits in fp32
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCost:
+    """One kernel group of a step on one GPU: its work and its two roofline bounds."""
+
+    name: str
+    flops: float
+    bytes: float
+    compute_s: float
+    memory_s: float
+
+    @property
+    def time_s(self) -> float:
+        """The group's time: the larger of its compute and memory bounds."""
+        return max(self.compute_s, self.memory_s)
 
 
 @dataclass(frozen=True, slots=True)
 class StepCost:
-    """The modelled cost of one step on one GPU of the group."""
+    """The modelled cost of one step on one GPU of the group.
+
+    ``flops``/``bytes``/``compute_s``/``memory_s`` are totals over ``kernels``;
+    ``latency_s`` is the kernels' fixed latency (``layers * layer_latency_s``).
+    """
 
     flops: float
     bytes: float
@@ -47,42 +108,84 @@ class StepCost:
     memory_s: float
     comm_s: float
     overhead_s: float
+    kernels: tuple[KernelCost, ...] = ()
+    latency_s: float = 0.0
+
+    @property
+    def kernel_s(self) -> float:
+        """The kernel groups one after another."""
+        return sum(k.time_s for k in self.kernels)
 
     @property
     def total_s(self) -> float:
-        """The step time: the roofline bound plus all-reduce and overhead."""
-        return max(self.compute_s, self.memory_s) + self.comm_s + self.overhead_s
+        """The step time: the kernel groups plus their fixed latencies, all-reduce and
+        overhead."""
+        return self.kernel_s + self.latency_s + self.comm_s + self.overhead_s
+
+
+    def kernel(self, name: str) -> KernelCost | None:
+        """The kernel group called ``name`` (None when the step has none)."""
+        return next((k for k in self.kernels if k.name == name), None)
 
 
 class RooflineModel:
-    """Roofline step-time model of ``model`` on ``tp`` GPUs of type ``gpu``.
+    """Per-kernel roofline of ``model`` on ``tp`` GPUs of type ``gpu`` (module docstring).
 
-    The efficiencies and overhead are taken as given (``loadgen serve`` checks them in
-    :class:`~loadgen.server.config.SimOptions`).
+    The efficiencies, overhead and dtypes are taken as given (``loadgen serve`` checks
+    them in :class:`~loadgen.server.config.SimOptions`). ``decode_query_len``: a sequence
+    with at most this many new tokens is priced as a decode (1; ``1 + K`` with ``K``
+    speculative tokens).
     """
 
     def __init__(self, gpu: GpuSpec, model: ModelShape, tp: int = 1, *, mfu: float = 0.6,
-                 mbu: float = 0.8, overhead_s: float = 5e-4,
-                 allreduce_latency_s: float = 5e-6) -> None:
+                 mbu: float = 0.8, overhead_s: float = 5e-4, allreduce_latency_s: float = 20e-6,
+                 gemm_half_m: float = 128.0, layer_latency_s: float = 30e-6, dtype: str = "bf16",
+                 kv_cache_dtype: str = "auto", decode_query_len: int = 1) -> None:
+        if dtype not in DTYPES or kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise EngineError(f"unknown dtype {dtype!r} / kv cache dtype {kv_cache_dtype!r}")
         self.gpu, self.model, self.tp = gpu, model, tp
-        self.mfu, self.mbu = mfu, mbu
+        self.mfu, self.mbu, self.gemm_half_m = mfu, mbu, gemm_half_m
         self.overhead_s, self.allreduce_latency_s = overhead_s, allreduce_latency_s
+        self.layer_latency_s = layer_latency_s
+        self.dtype, self.kv_cache_dtype = dtype, kv_cache_dtype
+        self.decode_query_len = decode_query_len
         m = model
-        self._dense_linear = m.num_layers * m.shared_params_per_layer
-        self._expert = m.num_layers * m.expert_params_per_layer
-        self._flops_per_token = 2.0 * (self._dense_linear + m.experts_per_token * self._expert)
-        self._attn_flops_per_pair = 4.0 * m.num_layers * m.q_size
-        self._lm_head_flops = 2.0 * m.hidden_size * m.vocab_size
+        fp8 = dtype == "fp8"
+        self.weight_bytes_per_param = 1 if fp8 else m.bytes_per_param
+        self.gemm_peak = (gpu.fp8_flops or gpu.peak_flops) if fp8 else gpu.peak_flops
+        kv_bytes = 1 if kv_cache_dtype == "fp8" else m.bytes_per_param
+        self.kv_bytes_per_token = m.kv_values_per_token * kv_bytes
         kv_heads_per_gpu = -(-m.num_kv_heads // tp)  # replicated when tp > kv heads
-        self.kv_bytes_per_token_per_gpu = (
-            2 * m.num_layers * kv_heads_per_gpu * m.head_dim * m.bytes_per_param)
+        self.kv_bytes_per_token_per_gpu = 2 * m.num_layers * kv_heads_per_gpu * m.head_dim * kv_bytes
+        L = m.num_layers
+        self._attn_params = L * (m.attn_params_per_layer + 2 * m.hidden_size)  # norms ride along
+        self._router_params = L * (m.hidden_size * m.num_experts if m.num_experts > 1 else 0)
+        self._expert_params = L * m.expert_params_per_layer
+        # activations in and out of the GEMMs, per token (all layers)
+        self._attn_act = L * ACT_BYTES * (2 * m.hidden_size + 2 * m.q_size + 2 * m.kv_size)
+        self._mlp_act = L * ACT_BYTES * m.experts_per_token * (2 * m.hidden_size
+                                                               + 3 * m.intermediate_size)
+        self._attn_flops_per_pair = 4.0 * L * m.q_size
 
     # ------------------------------------------------------------------ memory
-    def num_kv_blocks(self, block_size: int = 16, gpu_memory_utilization: float = 0.9) -> int:
-        """KV blocks that fit: GPU memory * utilisation minus the weights, per GPU."""
-        weights = self.model.weight_bytes / self.tp
+    @property
+    def weight_bytes(self) -> float:
+        """All weights (every GPU together): linear layers at ``dtype``, embedding, LM
+        head and norms at the model's precision."""
+        m = self.model
+        linear = m.num_layers * (m.attn_params_per_layer
+                                 + m.num_experts * m.expert_params_per_layer)
+        return linear * self.weight_bytes_per_param + (m.num_params - linear) * m.bytes_per_param
+
+    def num_kv_blocks(self, block_size: int = 16, gpu_memory_utilization: float = 0.9,
+                      extra_bytes_per_gpu: float = 0.0, extra_kv_bytes_per_token: float = 0.0) -> int:
+        """KV blocks that fit: GPU memory * utilisation minus the weights (and
+        ``extra_bytes_per_gpu``, a draft model's weights), per GPU; each token costs
+        ``extra_kv_bytes_per_token`` more (a draft model's KV)."""
+        weights = self.weight_bytes / self.tp + extra_bytes_per_gpu
         free = self.gpu.memory_bytes * gpu_memory_utilization - weights
-        blocks = int(free // (self.kv_bytes_per_token_per_gpu * block_size))
+        per_block = (self.kv_bytes_per_token_per_gpu + extra_kv_bytes_per_token) * block_size
+        blocks = int(free // per_block)
         if blocks < 1:
             raise EngineError(
                 f"{self.model.name} needs {weights / 1e9:.1f} GB of weights per GPU, more than "
@@ -92,38 +195,68 @@ class RooflineModel:
 
     def kv_transfer_s(self, num_tokens: int, link_bytes_per_s: float) -> float:
         """Time to move ``num_tokens`` tokens of KV (all layers) over one link."""
-        return num_tokens * self.model.kv_bytes_per_token / link_bytes_per_s
+        return num_tokens * self.kv_bytes_per_token / link_bytes_per_s
 
     # ------------------------------------------------------------------ step time
+    def gemm_efficiency(self, m: float) -> float:
+        """The fraction of the peak a GEMM of ``m`` rows reaches (module docstring);
+        ``m = 0``: the plateau."""
+        return self.mfu * m / (m + self.gemm_half_m) if m > 0 else self.mfu
+
+    def _kernel(self, name: str, flops: float, nbytes: float, peak: float, rows: float) -> KernelCost:
+        compute = flops / (peak * self.gemm_efficiency(rows)) if flops else 0.0
+        return KernelCost(name, flops, nbytes, compute, nbytes / (self.gpu.mem_bandwidth * self.mbu))
+
     def step_cost(self, seqs: Iterable[tuple[int, int, bool]]) -> StepCost:
         """Cost of a step given ``(new_tokens, cached_context, samples)`` per sequence."""
         m, tp = self.model, self.tp
-        tokens = pairs = sampled = context = 0
+        tokens = sampled = 0
+        pre_tokens = pre_pairs = pre_context = 0
+        dec_pairs = dec_context = dec_tokens = 0
         for new, cached, samples in seqs:
             tokens += new
-            context += cached
-            pairs += new * cached + new * (new + 1) // 2
             sampled += bool(samples)
+            pairs = new * cached + new * (new + 1) // 2
+            if new > self.decode_query_len:
+                pre_tokens += new
+                pre_pairs += pairs
+                pre_context += cached
+            else:
+                dec_tokens += new
+                dec_pairs += pairs
+                dec_context += cached
         if tokens == 0:
             return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        flops = (self._flops_per_token * tokens + self._attn_flops_per_pair * pairs
-                 + self._lm_head_flops * sampled) / tp
-        experts = m.num_experts
-        if experts > 1:
-            touched = experts * (1.0 - (1.0 - m.experts_per_token / experts) ** tokens)
-            weights = self._dense_linear + self._expert * touched
-        else:
-            weights = self._dense_linear + self._expert
+        wb, kv = self.weight_bytes_per_param, self.kv_bytes_per_token_per_gpu
+        kernels = [self._kernel("projections", 2.0 * self._attn_params * tokens / tp,
+                                (self._attn_params * wb + self._attn_act * tokens) / tp,
+                                self.gemm_peak, tokens)]
+        experts, k = m.num_experts, m.experts_per_token
+        touched = experts * (1.0 - (1.0 - k / experts) ** tokens) if experts > 1 else 1.0
+        mlp_bytes = (self._router_params + self._expert_params * touched) * wb + self._mlp_act * tokens
+        kernels.append(self._kernel("mlp", 2.0 * (self._router_params + k * self._expert_params) * tokens / tp,
+                                    mlp_bytes / tp, self.gemm_peak, tokens * k / experts))
+        act = ACT_BYTES * m.num_layers * 2 * m.q_size / tp  # Q in, O out per token
+        if pre_tokens:
+            kernels.append(self._kernel("attention_prefill", self._attn_flops_per_pair * pre_pairs / tp,
+                                        (pre_context + pre_tokens) * kv + pre_tokens * act,
+                                        self.gpu.peak_flops, pre_tokens))
+        if dec_tokens:
+            kernels.append(self._kernel("attention_decode", self._attn_flops_per_pair * dec_pairs / tp,
+                                        (dec_context + dec_tokens) * kv + dec_tokens * act,
+                                        self.gpu.peak_flops, 0))
         if sampled:
-            weights += m.lm_head_params
-        nbytes = (weights * m.bytes_per_param / tp
-                  + (context + tokens) * self.kv_bytes_per_token_per_gpu)
+            head_bytes = m.lm_head_params * m.bytes_per_param + sampled * (
+                m.hidden_size * ACT_BYTES + m.vocab_size * LOGIT_BYTES)
+            kernels.append(self._kernel("lm_head", 2.0 * m.hidden_size * m.vocab_size * sampled / tp,
+                                        head_bytes / tp, self.gpu.peak_flops, sampled))
         comm = 0.0
         if tp > 1:
-            volume = 2.0 * (tp - 1) / tp * tokens * m.hidden_size * m.bytes_per_param
+            volume = 2.0 * (tp - 1) / tp * tokens * m.hidden_size * ACT_BYTES
             comm = 2 * m.num_layers * (self.allreduce_latency_s + volume / self.gpu.link_bandwidth)
-        return StepCost(flops, nbytes, flops / (self.gpu.peak_flops * self.mfu),
-                        nbytes / (self.gpu.mem_bandwidth * self.mbu), comm, self.overhead_s)
+        return StepCost(sum(x.flops for x in kernels), sum(x.bytes for x in kernels),
+                        sum(x.compute_s for x in kernels), sum(x.memory_s for x in kernels),
+                        comm, self.overhead_s, tuple(kernels), m.num_layers * self.layer_latency_s)
 
     def step_time(self, seqs: Iterable[tuple[int, int, bool]]) -> float:
         """``step_cost(seqs).total_s``."""

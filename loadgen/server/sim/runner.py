@@ -2,11 +2,26 @@
 
 Tokens are a pure function of (request seed, position), so a request preempted and
 recomputed, or moved from a prefill pool to a decode pool, gets the same tokens.
+
+Speculative decoding (:class:`Speculation`, ``--speculative-tokens K --acceptance-rate
+A``): every decode step verifies ``K`` draft tokens per sequence, so the target model
+runs ``K + 1`` query tokens per sequence (priced as such: decode attention over
+``K + 1`` queries, GEMMs of ``K + 1`` rows each). Accepted tokens follow the standard
+geometric model: each draft is accepted with probability ``A`` until the first
+rejection, and the target adds one token of its own (the correction or bonus token), so
+a step yields ``1 + a`` tokens, ``a`` in ``0..K``, expected ``(1 - A^(K+1)) / (1 - A)``.
+The draws are a pure function of (request seed, position), like the tokens. Drafting
+costs, per step, ``K`` decode steps of a draft model over the decoding sequences (its
+kernel groups, their latencies and all-reduces, not the per-step overhead, which the
+target step already pays) when a draft model preset is given; n-gram (prompt lookup) drafting, the
+default, runs on the CPU in microseconds and is modelled as free. The scheduler's
+token budget counts one token per decode, not ``K + 1`` (vLLM counts the drafts too).
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Iterable
 
 from loadgen.errors import EngineError
@@ -14,9 +29,27 @@ from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.runner import StepResult, request_seed
 from loadgen.server.sim.roofline import RooflineModel, StepCost
 
-__all__ = ["SimRunner", "sim_token"]
+__all__ = ["SimRunner", "Speculation", "sim_token"]
 
 _MASK = (1 << 64) - 1
+_EOS_SALT = 0xD1B54A32D192ED03
+_ACCEPT_SALT = 0x8CB92BA72F3D8DD7
+
+
+@dataclass(frozen=True, slots=True)
+class Speculation:
+    """Speculative decoding (module docstring): ``tokens`` drafts per decode step, each
+    accepted with ``acceptance_rate``; ``draft`` prices the draft model (None: n-gram)."""
+
+    tokens: int
+    acceptance_rate: float
+    draft: RooflineModel | None = None
+
+    @property
+    def expected_tokens_per_step(self) -> float:
+        """``(1 - A^(K+1)) / (1 - A)``: accepted drafts plus the target's own token."""
+        a, k = self.acceptance_rate, self.tokens
+        return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
 def _mix64(x: int) -> int:
@@ -56,7 +89,7 @@ class SimRunner:
 
     def __init__(self, roofline: RooflineModel, *, seed: int = 0, jitter: float = 0.0,
                  eos_probability: float = 0.0, eos_token_id: int | None = None,
-                 min_token_id: int = 0) -> None:
+                 min_token_id: int = 0, speculation: Speculation | None = None) -> None:
         self.roofline = roofline
         self.vocab_size = roofline.model.vocab_size
         self.eos_token_id = roofline.model.eos_token_id if eos_token_id is None else eos_token_id
@@ -65,21 +98,49 @@ class SimRunner:
         self._eos_only = frozenset(() if self.eos_token_id is None else (self.eos_token_id,))
         self._rng = random.Random(seed)
         self.last_cost: StepCost | None = None
+        self.speculation = speculation if speculation is not None and speculation.tokens > 0 else None
 
     def execute(self, batch: ScheduledBatch) -> StepResult:
-        """The modelled duration of ``batch`` and a token for each sampling sequence."""
-        cost = self.roofline.step_cost((len(s.token_ids), s.start_pos, s.sample) for s in batch.seqs)
-        self.last_cost = cost
-        duration = cost.total_s
+        """The modelled duration of ``batch`` and the new token(s) of each sampling
+        sequence (several for a decode when speculating)."""
+        spec = self.speculation
+        if spec is None:
+            cost = self.roofline.step_cost((len(s.token_ids), s.start_pos, s.sample) for s in batch.seqs)
+            self.last_cost = cost
+            duration = cost.total_s
+            sampled = {s.seq_id: [self._sample(s)] for s in batch.seqs if s.sample}
+        else:
+            verify = [(spec.tokens + 1 if s.is_decode else len(s.token_ids), s.start_pos, s.sample)
+                      for s in batch.seqs]
+            cost = self.roofline.step_cost(verify)
+            self.last_cost = cost
+            duration = cost.total_s
+            decodes = [(1, s.start_pos, True) for s in batch.seqs if s.is_decode]
+            if spec.draft is not None and decodes:
+                draft = spec.draft.step_cost(decodes)
+                duration += spec.tokens * (draft.kernel_s + draft.latency_s + draft.comm_s)
+            sampled = {s.seq_id: self._speculate(s, spec) if s.is_decode else [self._sample(s)]
+                       for s in batch.seqs if s.sample}
         if self.jitter > 0.0:
             duration *= self._rng.lognormvariate(-self.jitter ** 2 / 2, self.jitter)
-        sampled = {s.seq_id: [self._sample(s)] for s in batch.seqs if s.sample}
         return StepResult(sampled, duration)
 
-    def _sample(self, seq: ScheduledSeq) -> int:
+    def _speculate(self, seq: ScheduledSeq, spec: Speculation) -> list[int]:
+        """The tokens a verify step yields: the accepted drafts and the target's own."""
         seed, position = request_seed(seq), seq.context_len
+        accepted = 0
+        while accepted < spec.tokens:
+            draw = _mix64(((seed * 0x100000001B3 + position + accepted) ^ _ACCEPT_SALT) & _MASK)
+            if draw / 2.0 ** 64 >= spec.acceptance_rate:
+                break
+            accepted += 1
+        return [self._sample(seq, position + i) for i in range(accepted + 1)]
+
+    def _sample(self, seq: ScheduledSeq, position: int | None = None) -> int:
+        seed = request_seed(seq)
+        position = seq.context_len if position is None else position
         if self.eos_probability > 0.0 and self.eos_token_id is not None:
-            draw = _mix64(((seed * 0x100000001B3 + position) ^ 0xD1B54A32D192ED03) & _MASK)
+            draw = _mix64(((seed * 0x100000001B3 + position) ^ _EOS_SALT) & _MASK)
             if draw / 2.0 ** 64 < self.eos_probability:
                 return self.eos_token_id
         stops = seq.params.stop_token_ids

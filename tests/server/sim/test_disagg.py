@@ -171,6 +171,8 @@ def test_per_rank_links_and_xpyd_from_the_config() -> None:
     assert mixed == pytest.approx(one_link)  # one decode rank: one link
     assert (len(core.prefills), len(core.decodes)) == (2, 3)
     assert [c.runner.roofline.tp for c in core.cores] == [4, 4, 1, 1, 1]  # type: ignore[attr-defined]
+    fp8, _ = transfer(kv_cache_dtype="fp8")
+    assert fp8 == pytest.approx(two / 2)  # an fp8 KV cache moves half the bytes
 
 
 def test_prefills_spread_over_engines_and_their_links_run_in_parallel() -> None:

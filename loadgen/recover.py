@@ -1,0 +1,254 @@
+"""A run folder after a crash: its summary rebuilt, its sweep resumed.
+
+A run writes ``records.jsonl`` (and ``events.bin``) as requests finish and, after each
+level, a ``summary.json`` of the levels so far; the run-wide summary (capacity,
+saturation, ``interrupted``) is written at the end, and ``run.json`` then says how the
+run ended (``finished``). A ``kill -9`` (or the SIGKILL a supervisor sends when its grace
+period after SIGTERM runs out first) leaves the records, ``run.json`` and at most that
+per-level summary.
+
+:func:`recover` replays the run's sweep over what the folder holds, the way the run
+itself drove it: each level's summary is the one the run wrote when it has one and the
+level finished, else it is made again from the level's records (the same
+``summarize_level``; the event-loop lag and the workers' own health are not in the
+records, so a level made again judges the client by its send lateness alone). A level
+with records after which the run stopped is partial (``interrupted``) unless ``run.json``
+says the run finished. :func:`rebuild_summary` writes the result as ``summary.json``
+(``loadgen report``); :func:`resume_config` turns it into a :class:`RunConfig` that runs
+the sweep on from its first unfinished level (``loadgen run --resume``), after
+the run folder's writer has cut the records of a partly-run level off the files
+(:class:`~loadgen.report.files.RunWriter`'s ``keep_levels_below``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen.errors import ConfigError
+from loadgen.load.profiles import Profile, StopRules
+from loadgen.load.runner import LevelPlan, LevelResult
+from loadgen.load.sweeps import Sweep, sweep
+from loadgen.metrics.results import LevelSummary, RunSummary
+from loadgen.metrics.slo import SLO, parse_slo
+from loadgen.orchestrate import Resume, RunConfig, run_summary, summarize_result
+from loadgen.records import RequestRecord
+from loadgen.report.files import read_run, write_json
+from loadgen.report.readers import read_records
+from loadgen.workload.distributions import parse_distribution
+from loadgen.workload.spec import RequestClass, Workload
+
+__all__ = ["Recovered", "needs_rebuild", "rebuild_summary", "recover", "resume_config", "workload_of"]
+
+
+@dataclass
+class Recovered:
+    """What a run folder says of its run, replayed through its sweep."""
+
+    folder: Path
+    run: dict[str, Any]  # run.json
+    profile: Profile
+    slos: list[SLO]
+    levels: list[LevelSummary]  # every level with records, in order (a partial one last)
+    finished: int  # how many leading levels finished
+    gen: Sweep  # the sweep, fed the finished levels' summaries
+    plan: LevelPlan | None  # the first level that did not finish (None: the sweep is over)
+    stopped: str | None  # why the sweep ended early (a stop rule), when it is over
+    complete: bool  # run.json says the run ended on its own (not interrupted)
+    rebuilt: int  # levels summarised again from their records
+    torn: bool  # the last line of records.jsonl was cut off mid-write (and is skipped)
+
+
+def _run_json(folder: Path) -> dict[str, Any]:
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder (expected a loadgen run folder)")
+    if not (folder / "run.json").is_file():
+        raise ConfigError(f"{folder} has no run.json: not a loadgen run folder")
+    run = read_run(folder)
+    if run.get("tool") != "loadgen" or not isinstance(run.get("profile"), dict):
+        raise ConfigError(f"{folder / 'run.json'} was not written by a loadgen run")
+    return run
+
+
+def profile_of(run: dict[str, Any]) -> Profile:
+    """The profile a run ran, from its ``run.json``."""
+    data = dict(run["profile"])
+    names = {f.name for f in dataclasses.fields(Profile)}
+    try:
+        if "trim" in data:
+            data["trim"] = tuple(data["trim"])
+        if isinstance(data.get("stop"), dict):
+            data["stop"] = StopRules(**data["stop"])
+        return Profile(**{k: v for k, v in data.items() if k in names})
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"run.json: profile: not a loadgen profile ({exc})") from None
+
+
+def _slos(run: dict[str, Any]) -> list[SLO]:
+    return [parse_slo(str(s)) for s in run.get("slos") or []]
+
+
+def _anchor(run: dict[str, Any]) -> int:
+    anchor = (run.get("clock_anchor") or {}).get("perf_counter_ns")
+    return anchor if isinstance(anchor, int) else 0
+
+
+def _written_levels(folder: Path) -> list[LevelSummary]:
+    """The level summaries of the folder's ``summary.json`` (none when it is absent or unreadable)."""
+    try:
+        raw = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        return [LevelSummary.from_json(lv) for lv in raw["levels"]]
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
+
+
+def _torn(folder: Path) -> bool:
+    try:
+        with open(folder / "records.jsonl", "rb") as fh:
+            if fh.seek(0, os.SEEK_END) == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+def recover(folder: Path) -> Recovered:
+    """Replay the run in ``folder`` (see the module docstring). Raises :class:`ConfigError`
+    when it is not a loadgen run folder."""
+    folder = Path(folder)
+    run = _run_json(folder)
+    prof, slos, anchor_ns = profile_of(run), _slos(run), _anchor(run)
+    ended = run.get("finished")
+    complete = isinstance(ended, dict) and ended.get("interrupted") is False
+    written = _written_levels(folder)
+    kept = next((i for i, lv in enumerate(written) if lv.interrupted), len(written))  # summaries to keep
+    by_level: dict[int, list[RequestRecord]] = defaultdict(list)
+    last = -1
+    if (folder / "records.jsonl").is_file():
+        for rec in read_records(folder):
+            last = max(last, rec.level)
+            if rec.level >= kept:  # only the levels to summarise are held in memory
+                by_level[rec.level].append(rec)
+    seed = int((run.get("config") or {}).get("seed", 0))
+    gen = sweep(prof, seed)
+    plan: LevelPlan | None = next(gen)
+    levels: list[LevelSummary] = []
+    stopped: str | None = None
+    rebuilt = 0
+    while plan is not None:
+        i = plan.index
+        if i < kept:
+            level = written[i]  # the run's own summary of a level that finished
+        elif i in by_level:
+            partial = i == last and not complete
+            res = LevelResult(plan, records=by_level[i], interrupted=partial)
+            res.scheduled = len(by_level[i])  # open loop: what was sent (the unsent are not in the records)
+            level = _noted(summarize_result(res, prof, slos, anchor_ns))
+            rebuilt += 1
+        else:
+            break
+        levels.append(level)
+        if level.interrupted:
+            break
+        try:
+            plan = gen.send(level)
+        except StopIteration as stop:
+            stopped, plan = stop.value, None
+    finished = len(levels) - (1 if levels and levels[-1].interrupted else 0)
+    return Recovered(folder, run, prof, slos, levels, finished, gen, plan, stopped, complete, rebuilt, _torn(folder))
+
+
+REBUILT_NOTE = ("summarised again from records.jsonl: the event-loop lag and the workers' own health are not "
+                "in the records, so the verdict rests on send lateness alone")
+
+
+def _noted(level: LevelSummary) -> LevelSummary:
+    client = dataclasses.replace(level.client, notes=[*(level.client.notes or []), REBUILT_NOTE])
+    return dataclasses.replace(level, client=client)
+
+
+def rebuilt_summary(rec: Recovered) -> RunSummary:
+    """The run's summary over the recovered levels; ``interrupted`` unless the run ended on its own."""
+    interrupted = not rec.complete
+    stopped = (rec.run.get("finished") or {}).get("stopped") or rec.stopped  # --abort-on-fail is not in the sweep
+    return run_summary(rec.levels, rec.profile, None if interrupted else stopped, interrupted)
+
+
+def rebuild_summary(folder: Path) -> tuple[Recovered, RunSummary]:
+    """Write ``folder/summary.json`` again from the records (see :func:`recover`)."""
+    rec = recover(folder)
+    if not rec.levels:
+        raise ConfigError(f"{folder} holds no records to summarise")
+    summary = rebuilt_summary(rec)
+    write_json(folder, "summary.json", summary.to_json())
+    return rec, summary
+
+
+def workload_of(run: dict[str, Any]) -> Workload:
+    """The workload a run drew its requests from, from its ``run.json`` (each length
+    distribution is written as text that parses back to the same one)."""
+    data = run.get("workload") or {}
+    try:
+        classes = [
+            RequestClass(
+                name=str(c["name"]), weight=float(c["weight"]),
+                prompt_tokens=parse_distribution(str(c["prompt_tokens"]), source="run.json", key="prompt_tokens"),
+                output_tokens=parse_distribution(str(c["output_tokens"]), source="run.json", key="output_tokens"),
+                shared_prefix_groups=int(c.get("shared_prefix_groups", 0)),
+                shared_prefix_tokens=int(c.get("shared_prefix_tokens", 0)),
+            )
+            for c in data["classes"]
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"run.json: workload: not a loadgen workload ({exc})") from None
+    return Workload(name=str(data.get("name", "")), description=str(data.get("description", "")), classes=classes,
+                    source=str(data.get("source", "run.json")))  # fmt: skip
+
+
+def resume_config(folder: Path, url: str | None, headers: dict[str, str], *, command: list[str],
+                  live: bool) -> tuple[RunConfig, Recovered]:  # fmt: skip
+    """The :class:`RunConfig` that continues the run in ``folder`` at its first unfinished
+    level: everything from its ``run.json`` but the URL (when given again: its credentials
+    and query string were never written) and the headers (their values never were)."""
+    folder = Path(folder)
+    rec = recover(folder)
+    if rec.complete or rec.plan is None:
+        raise ConfigError(f"the run in {folder} finished already; nothing to resume", key="--resume")
+    run, conf, target = rec.run, rec.run.get("config") or {}, rec.run.get("target") or {}
+    missing = sorted(set(conf.get("header_names") or []) - set(headers))
+    if missing:
+        raise ConfigError(f"the run sent the header(s) {', '.join(missing)}, whose values are never stored: give them "
+                          "again (--header, --api-key-env)", key="--resume")  # fmt: skip
+    workers = conf.get("workers", 1)
+    cfg = RunConfig(
+        url=url or str(target.get("url", "")), api=str(target.get("api", "chat")), workload=workload_of(run),
+        profile=rec.profile, out=folder, model=target.get("model"), slos=rec.slos, seed=int(conf.get("seed", 0)),
+        transport=str(conf.get("transport", "aiohttp")), http2=bool(conf.get("http2", False)), headers=headers,
+        strict=bool(conf.get("strict", False)), continuous_usage=bool(conf.get("continuous_usage", False)),
+        calibrate=False, read_timeout_s=float(conf.get("read_timeout_s", 120.0)),
+        request_timeout_s=float(conf.get("request_timeout_s", 600.0)), label=str(run.get("label", "")),
+        command=command, live=live, workers=workers if workers == "auto" else int(workers), ray=conf.get("ray"),
+        resume=Resume(run=run, gen=rec.gen, plan=rec.plan, levels=rec.levels[: rec.finished]),
+    )  # fmt: skip
+    return cfg, rec
+
+
+def needs_rebuild(folder: Path) -> bool:
+    """Whether ``folder`` is a run folder whose ``summary.json`` is missing or is the one
+    written level by level (a run that never reached its end writes no other)."""
+    folder = Path(folder)
+    if not (folder / "run.json").is_file():
+        return False
+    try:
+        raw = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False  # unreadable: reading it says why
+    return isinstance(raw, dict) and "interrupted" not in raw

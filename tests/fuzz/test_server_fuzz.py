@@ -1,0 +1,119 @@
+"""Fuzz the reference server's request bodies: random JSON (and bytes that are not JSON)
+POSTed to a real server on 127.0.0.1. Every answer is a 200 or a 4xx with an OpenAI-style
+error, never a 5xx, and the server stays healthy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from loadgen.server.api import create_app
+from loadgen.server.app import serve_in_thread
+from tests.fuzz.strategies import NUMBERS, SCALARS, budget, json_values
+from tests.server.helpers import MODEL, make_engine
+
+KEYS = st.sampled_from(["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "min_tokens",
+                        "temperature", "stream", "stream_options", "include_usage",
+                        "continuous_usage_stats", "stop", "n", "best_of", "echo", "logprobs", "seed",
+                        "ignore_eos", "role", "content", "type", "text", "x"])
+ANY = json_values(KEYS, max_leaves=8)
+SMALL = st.one_of(st.integers(1, 24), NUMBERS, st.none(), st.text(max_size=3))
+TEXT = st.one_of(st.text(max_size=30), st.sampled_from(["hello there", "a b c d", "", " ", "\u2028"]))
+MESSAGE = st.one_of(
+    st.fixed_dictionaries({"role": st.one_of(st.sampled_from(["user", "system", "assistant", "", "a b"]), ANY)},
+                          optional={"content": st.one_of(TEXT, st.lists(st.fixed_dictionaries(
+                              {"type": st.sampled_from(["text", "image_url"])}, optional={"text": TEXT}),
+                              max_size=2), ANY)}),
+    ANY,
+)
+FIELDS = st.fixed_dictionaries({}, optional={
+    "model": st.one_of(st.just(MODEL), st.text(max_size=5), ANY),
+    "prompt": st.one_of(TEXT, st.lists(st.integers(-2, 40_000), max_size=6), st.lists(TEXT, max_size=2),
+                        st.lists(st.lists(st.integers(0, 100), max_size=3), max_size=2), ANY),
+    "messages": st.one_of(st.lists(MESSAGE, max_size=3), ANY),
+    "max_tokens": SMALL, "max_completion_tokens": SMALL, "min_tokens": SMALL,
+    "temperature": st.one_of(st.floats(allow_nan=False, allow_infinity=False), SCALARS),
+    "stream": st.one_of(st.booleans(), SCALARS),
+    "stream_options": st.one_of(st.fixed_dictionaries({}, optional={
+        "include_usage": st.one_of(st.booleans(), SCALARS),
+        "continuous_usage_stats": st.one_of(st.booleans(), SCALARS)}), ANY),
+    "stop": st.one_of(TEXT, st.lists(TEXT, max_size=3), ANY),
+    "n": SMALL, "best_of": SMALL, "echo": SCALARS, "logprobs": SCALARS, "seed": NUMBERS,
+    "ignore_eos": st.one_of(st.booleans(), SCALARS),
+    "x": ANY,
+})
+
+
+@st.composite
+def bodies(draw: st.DrawFn, chat: bool) -> dict[str, Any]:
+    """A body that would pass (so later checks are reached) with a few fields fuzzed, or any."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(FIELDS)
+    body: dict[str, Any] = {"model": MODEL, "max_tokens": draw(st.integers(1, 12))}
+    if chat:
+        body["messages"] = [{"role": "user", "content": draw(TEXT.filter(str.strip))}]
+    else:
+        body["prompt"] = draw(st.one_of(TEXT.filter(str.strip), st.lists(st.integers(4, 99), min_size=1,
+                                                                          max_size=5)))
+    if draw(st.booleans()):
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": draw(st.booleans()),
+                                  "continuous_usage_stats": draw(st.booleans())}
+    fuzzed = draw(FIELDS)
+    for key in draw(st.lists(st.sampled_from(sorted(fuzzed)), max_size=3, unique=True) if fuzzed else st.just([])):
+        body[key] = fuzzed[key]
+    return body
+
+
+ROUTES = st.sampled_from(["/v1/completions", "/v1/chat/completions"])
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[httpx.Client]:
+    # a short context keeps every generation short (the sim at 1/100 of real time)
+    def app() -> Any:
+        return create_app(make_engine(max_model_len=128), model_name=MODEL)
+
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=60) as c:
+        yield c
+        assert c.get("/health").status_code == 200  # still healthy after everything
+
+
+def _check(resp: httpx.Response, stream: Any) -> None:
+    assert resp.status_code == 200 or 400 <= resp.status_code < 500, (resp.status_code, resp.text[:300])
+    if resp.status_code != 200:
+        err = resp.json()["error"]
+        assert set(err) == {"message", "type", "param", "code"} and err["message"]
+        event(f"{resp.status_code} {err['param'] or err['code'] or ''}")
+        return
+    event("200")
+    if stream is True:
+        assert resp.text.endswith("data: [DONE]\n\n")
+    else:
+        assert resp.json()["choices"]
+
+
+@budget(120)
+@given(st.data(), ROUTES)
+def test_any_json_body_is_answered_200_or_4xx(client: httpx.Client, data: st.DataObject, path: str) -> None:
+    body = data.draw(bodies(chat="chat" in path))
+    _check(client.post(path, content=json.dumps(body).encode(),
+                       headers={"Content-Type": "application/json"}), body.get("stream"))
+
+
+@budget(100)
+@given(ROUTES,
+       st.one_of(st.binary(max_size=60), ANY.map(lambda v: json.dumps(v).encode()),
+                 st.integers(1, 200_000).map(lambda n: b"[" * n), st.text(max_size=40).map(str.encode)))
+def test_any_bytes_are_answered_200_or_4xx(client: httpx.Client, path: str, raw: bytes) -> None:
+    try:
+        stream = json.loads(raw).get("stream")
+    except (ValueError, RecursionError, AttributeError):
+        stream = None
+    _check(client.post(path, content=raw, headers={"Content-Type": "application/json"}), stream)

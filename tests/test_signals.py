@@ -1,0 +1,169 @@
+"""SIGTERM (``timeout``, ``docker stop``, Kubernetes, CI cancellation) stops a run as Ctrl-C
+does: in-flight requests recorded as cancelled, summary and report written, exit 143.
+
+Real ``loadgen run`` subprocesses against a scripted server; each in its own session so a
+signal can go to its whole process group (workers included), as ``timeout`` sends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.scripted_server import Script, ScriptedServerProcess
+
+
+def _start(out: Path, url: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadgen.cli", "run", "--url", url, "--prompt-tokens", "8", "--out", str(out), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_for_records(proc: subprocess.Popen[str], out: Path, n: int, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    f = out / "records.jsonl"
+    while time.monotonic() < deadline and proc.poll() is None:
+        if f.exists() and len(f.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+    output, _ = proc.communicate(timeout=30)
+    raise AssertionError(f"fewer than {n} records within {timeout_s:g} s (exit code {proc.returncode}): {output}")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_like_timeout_keeps_records_and_summarises(tmp_path: Path, workers: int) -> None:
+    """As ``timeout`` does: SIGTERM to the process, then to its whole group (workers too)."""
+    out = tmp_path / "terminated"
+    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
+        proc = _start(out, srv.url, "--concurrency", "4", "--requests", "1000", "--output-tokens", "40",
+                      "--workers", str(workers))  # fmt: skip
+        _wait_for_records(proc, out, 4)
+        os.kill(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, output
+    assert "Traceback" not in output and "interrupted" in output
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    statuses = [r["status"] for r in records]
+    assert statuses.count("cancelled") == 4 and statuses.count("ok") >= 4, statuses
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert summary["levels"][0]["requests"]["total"] == len(records)
+    assert (out / "report.html").stat().st_size > 0
+
+
+def test_sigterm_to_the_group_while_workers_start_kills_none(tmp_path: Path) -> None:
+    """Worker processes are born with SIGINT and SIGTERM blocked, the first one too (whose
+    start also starts multiprocessing's resource tracker, which unblocks them on its way)."""
+    out = tmp_path / "starting"
+    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
+        proc = _start(out, srv.url, "--concurrency", "4", "--requests", "100", "--output-tokens", "40",
+                      "--workers", "2", "--quiet")  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None and not (out / "run.json").exists():
+            time.sleep(0.01)  # run.json is written just before the workers start
+        time.sleep(0.3)  # while they import (a worker takes about a second to be ready)
+        os.killpg(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, output
+    assert "Traceback" not in output and "died" not in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert summary["levels"][0]["requests"]["total"] == len((out / "records.jsonl").read_text().splitlines())
+
+
+@pytest.mark.slow
+def test_sigterm_stops_ray_actors_and_keeps_their_records(tmp_path: Path) -> None:
+    """The coordinator takes SIGTERM and stops its actors (a cluster of its own on loopback:
+    ``--ray auto`` would join any other Ray instance running on the machine)."""
+    pytest.importorskip("ray", reason="--ray needs Ray (pip install 'loadgen[distributed]')")
+    from ray.cluster_utils import Cluster
+
+    out = tmp_path / "ray"
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})  # on loopback: see tests/conftest.py
+    try:
+        with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
+            proc = _start(out, srv.url, "--concurrency", "4", "--requests", "1000", "--output-tokens", "40",
+                          "--ray", cluster.address, "--workers", "2", "--quiet")  # fmt: skip
+            _wait_for_records(proc, out, 4, timeout_s=120)
+            proc.send_signal(signal.SIGTERM)
+            output, _ = proc.communicate(timeout=120)
+    finally:
+        cluster.shutdown()
+    assert proc.returncode == 143, output
+    statuses = [json.loads(x)["status"] for x in (out / "records.jsonl").read_text().splitlines()]
+    assert statuses.count("cancelled") == 4 and statuses.count("ok") >= 4, statuses
+    assert json.loads((out / "summary.json").read_text())["interrupted"] is True
+
+
+def test_sigterm_between_levels_marks_the_sweep_interrupted(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.02)) as srv:
+        proc = _start(out, srv.url, "--levels", "1,2,4", "--requests", "30", "--output-tokens", "10", "--quiet")
+        _wait_for_records(proc, out, 31)  # into the second level
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert len(summary["levels"]) == 2 and summary["levels"][0]["requests"]["total"] == 30
+
+
+def test_sigterm_during_calibration_is_one_line(tmp_path: Path) -> None:
+    """Before the run's own handler: the cleanup runs, one line, exit 143."""
+    log = tmp_path / "served.jsonl"
+    with ScriptedServerProcess(Script(ttft_s=60, log_path=str(log))) as srv:
+        proc = _start(tmp_path / "run", srv.url, "--requests", "2")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (log.exists() and log.read_text()):  # calibration sent
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143, output
+    assert output.strip() == "terminated", output
+
+
+def test_sigterm_stops_a_matrix_and_its_servers(tmp_path: Path) -> None:
+    """The matrix's servers run in their own process groups: SIGTERM to loadgen must still stop them."""
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('''
+name = "two"
+baseline = "flag=a"
+[server]
+command = "loadgen serve --engine sim --time-scale 2 --port {port} {flag}"
+[grid]
+flag = { a = "--chunked-prefill", b = "--no-chunked-prefill" }
+[run]
+api = "completions"
+prompt_tokens = "64"
+output_tokens = "64"
+[run.profile]
+mode = "concurrency"
+levels = [2]
+requests = 200
+warmup_requests = 0
+''')
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen.cli", "matrix", str(matrix), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and not any(
+            f.read_text() for f in out.glob("*/run/records.jsonl")):  # fmt: skip
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, output
+    doc = json.loads((out / "matrix.json").read_text())
+    first = doc["configs"][0]
+    assert first["status"] == "interrupted" and first["server_exit_code"] is not None, first
+    assert json.loads((out / first["folder"] / "run" / "summary.json").read_text())["interrupted"] is True
