@@ -186,8 +186,7 @@ BAD_FILES = [
     ('prompt_tokens = 1\n[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n', "prompt_tokens",
      ["either top-level prompt_tokens/output_tokens or [[classes]], not both"]),
     ('[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n[[classes]]\nname = "b"\ncolour = "red"\n',
-     "classes[1].colour", ["unknown key 'colour'; allowed keys: name, weight, prompt_tokens, output_tokens, joint_tokens, "
-                           "shared_prefix"]),
+     "classes[1].colour", ["unknown key 'colour'; allowed keys: name, weight, prompt_tokens, output_tokens, joint_tokens, shared_prefix"]),
     ('[[classes]]\nname = "a"\nweight = "high"\nprompt_tokens = 1\noutput_tokens = 1\n', "classes[0].weight",
      ["expected a number > 0, got string 'high'"]),
     ('[[classes]]\nname = "a"\nweight = 0\nprompt_tokens = 1\noutput_tokens = 1\n', "classes[0].weight",
