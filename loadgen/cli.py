@@ -242,6 +242,20 @@ def run(
                                           "first unfinished level, with its run.json's settings; takes only "
                                           "--url, --header, --api-key-env, --quiet, --fail-on and --max-error-rate "
                                           "besides"),
+    dataset: str | None = typer.Option(None, help="Replay a dataset's prompts: ShareGPT .json, chat/prompt .jsonl, "
+                                          ".csv or .parquet (see workloads/README.md)"),
+    dataset_format: str = typer.Option("auto", help="With --dataset: auto, sharegpt, chat, prompts, csv or parquet"),
+    min_prompt_tokens: int | None = typer.Option(None, help="With --dataset: skip shorter prompts"),
+    max_prompt_tokens: int | None = typer.Option(None, help="With --dataset: skip longer prompts"),
+    replacement: bool = typer.Option(False, "--replacement/--no-replacement",
+                                     help="With --dataset: sample entries with replacement (default: without)"),
+    tokenizer: Path | None = typer.Option(None, help="A tokenizer.json: exact prompt lengths (default: words "
+                                             "calibrated from the server's usage); needs loadgen[tokenizer]"),
+    trace: str | None = typer.Option(None, help="Replay a trace at its recorded times: Mooncake .jsonl, Azure or "
+                                        "BurstGPT .csv (--rate R rescales it to R req/s)"),
+    trace_format: str = typer.Option("auto", help="With --trace: auto, mooncake, azure or burstgpt"),
+    speed: float = typer.Option(1.0, help="With --trace: time compression (2 = twice as fast)"),
+    window: str | None = typer.Option(None, help="With --trace: START:END seconds of the trace to replay"),
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.discovery import normalize_url, split_credentials
@@ -271,12 +285,24 @@ def run(
         import_ray()  # before anything else: one clear line when Ray is missing
     if workload and (prompt_tokens or output_tokens):
         raise ConfigError("give either --workload or --prompt-tokens/--output-tokens, not both")
-    if prompt_tokens or output_tokens:
-        wl = workload_from_flags(prompt_tokens or "256", output_tokens or "128")
+    replay = _replay(dataset, dataset_format, min_prompt_tokens, max_prompt_tokens, replacement, trace, trace_format,
+                     speed, window, rate, workload, prompt_tokens, output_tokens, (arrival, burstiness))  # fmt: skip
+    if replay is not None:
+        wl, loaded = replay
+    elif prompt_tokens or output_tokens:
+        wl, loaded = workload_from_flags(prompt_tokens or "256", output_tokens or "128"), None
     else:
-        wl = load_workload(workload or "chat", search_dirs("workloads"))
-    prof = _profile(profile, concurrency, rate, levels, requests, duration, warmup, arrival, burstiness,
-                    max_in_flight, slo_latency)  # fmt: skip
+        wl, loaded = load_workload(workload or "chat", search_dirs("workloads")), None
+    if loaded is not None:
+        prof = _trace_profile(loaded, profile, concurrency, levels, requests, duration, warmup, max_in_flight,
+                              slo_latency)  # fmt: skip
+    else:
+        if wl.arrivals is not None and profile is None and concurrency is None and rate is None and not levels:
+            rate = wl.arrivals.rate  # a fitted workload's own arrivals
+            if arrival == "poisson" and burstiness == 1.0:
+                arrival, burstiness = "gamma", wl.arrivals.burstiness
+        prof = _profile(profile, concurrency, rate, levels, requests, duration, warmup, arrival, burstiness,
+                        max_in_flight, slo_latency)  # fmt: skip
     gates = _gates(fail_on, max_error_rate, abort_on_fail, prof.attainment_target)
     run_label = label or wl.name
     cfg = RunConfig(
@@ -303,6 +329,8 @@ def run(
         scrape_urls=[_metrics_url(u) for u in scrape_url],
         workers=_workers_flag(workers or ("auto" if ray is not None else "1")),
         ray=ray,
+        tokenizer=tokenizer,
+        trace=loaded,
         gates=gates,
         abort_on_fail=abort_on_fail,
         trials=trials,
@@ -332,6 +360,12 @@ def _resume(ctx: typer.Context, folder: Path, url: str | None, header: list[str]
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise ConfigError(f"the run's settings come from its run.json; {flags} cannot change them (give only --url, "
                           "--header, --api-key-env, --quiet, --fail-on, --max-error-rate)", key="--resume")  # fmt: skip
+    from loadgen.report.files import read_run
+
+    if (folder / "run.json").is_file():
+        earlier = read_run(folder)
+        if "trace" in earlier or "dataset" in (earlier.get("workload") or {}):
+            raise ConfigError("a dataset or trace replay cannot be resumed yet; run it again", key="--resume")
     base, url_auth = (None, {}) if url is None else split_credentials(normalize_url(url))
     cfg, _ = resume_config(folder, base, {**url_auth, **_headers(header, api_key_env)},
                            command=["loadgen", *_redact_argv(sys.argv[1:])], live=not quiet and sys.stdout.isatty())  # fmt: skip
@@ -480,6 +514,84 @@ def _profile(
     return prof
 
 
+def _replay(
+    dataset: str | None, dataset_format: str, min_prompt: int | None, max_prompt: int | None, replacement: bool,
+    trace: str | None, trace_format: str, speed: float, window: str | None, rate: float | None,
+    workload: str | None, prompt_tokens: str | None, output_tokens: str | None, arrival: tuple[str, float],
+) -> Any:  # fmt: skip
+    """``(workload, trace or None)`` for --dataset / --trace, or None without either."""
+    from loadgen.workload.datasets import DatasetOptions
+    from loadgen.workload.spec import Workload
+    from loadgen.workload.traces import TraceOptions, load_trace, parse_window
+
+    for flag, given in (("--speed", speed != 1.0), ("--window", window is not None), ("--trace-format",
+                        trace_format != "auto")):  # fmt: skip
+        if given and trace is None:
+            raise ConfigError("only goes with --trace", key=flag)
+    for flag, given in (("--min-prompt-tokens", min_prompt is not None), ("--max-prompt-tokens", max_prompt is not None),
+                        ("--replacement", replacement), ("--dataset-format", dataset_format != "auto")):  # fmt: skip
+        if given and dataset is None:
+            raise ConfigError("only goes with --dataset", key=flag)
+    if dataset is None and trace is None:
+        return None
+    sources = [f for f, v in (("--dataset", dataset), ("--trace", trace), ("--workload", workload),
+                              ("--prompt-tokens", prompt_tokens)) if v]  # fmt: skip
+    if len(sources) > 1:
+        raise ConfigError(f"give one of --dataset, --trace, --workload or --prompt-tokens, not {' and '.join(sources)}")
+    if trace is not None:
+        if output_tokens:
+            raise ConfigError("a trace gives each request's output length; remove it", key="--output-tokens")
+        if arrival != ("poisson", 1.0):
+            raise ConfigError("a trace replays at its recorded times; remove it", key="--arrival/--burstiness")
+        tr = load_trace(TraceOptions(trace, trace_format, speed, parse_window(window) if window else None, rate))
+        name = Path(trace).stem
+        return Workload(name=name, description=f"{tr.format} trace {trace}", classes=[], source=trace), tr
+    if dataset is None:
+        return None
+    for flag, v in (("--min-prompt-tokens", min_prompt), ("--max-prompt-tokens", max_prompt)):
+        if v is not None and v < 1:
+            raise ConfigError(f"must be >= 1, got {v}", key=flag)
+    out = None
+    if output_tokens is not None:
+        try:
+            out = int(output_tokens)
+        except ValueError:
+            raise ConfigError(f"with --dataset, a whole number of tokens for every request, got {output_tokens!r}",
+                              key="--output-tokens") from None  # fmt: skip
+        if out < 1:
+            raise ConfigError(f"must be >= 1, got {out}", key="--output-tokens")
+    opts = DatasetOptions(dataset, dataset_format, min_prompt, max_prompt, replacement, out)
+    return Workload(name=Path(dataset).stem, description=f"dataset {dataset}", classes=[], source=dataset,
+                    dataset=opts), None  # fmt: skip
+
+
+def _trace_profile(
+    tr: Any, name: str | None, concurrency: int | None, levels: str | None, requests: int | None,
+    duration: float | None, warmup: int | None, max_in_flight: int | None, slo_latency: str | None,
+) -> Any:  # fmt: skip
+    """One open-loop level: the trace's rows at their recorded times (--requests/--duration cut it)."""
+    from loadgen.load.profiles import Profile
+
+    for flag, given in (("--profile", name), ("--concurrency", concurrency is not None), ("--levels", levels)):
+        if given:
+            raise ConfigError("a trace replays as one open-loop level at its recorded times; remove it", key=flag)
+    warm = warmup or 0
+    if warm < 0 or warm >= len(tr):
+        raise ConfigError(f"must be >= 0 and below the trace's {len(tr)} rows, got {warm}", key="--warmup")
+    if requests is not None and requests < 1:
+        raise ConfigError("must be >= 1", key="--requests")
+    if duration is not None and not duration > 0:
+        raise ConfigError(f"must be a number of seconds > 0, got {duration:g}", key="--duration")
+    if max_in_flight is not None and max_in_flight < 1:
+        raise ConfigError(f"must be >= 1 (leave it out for no cap), got {max_in_flight}", key="--max-in-flight")
+    if slo_latency is not None and slo_latency not in ("queued", "sent"):
+        raise ConfigError("choose queued or sent", key="--slo-latency")
+    n = min(requests if requests is not None else len(tr), len(tr) - warm)
+    return Profile(name="trace", kind="levels", mode="rate", levels=[round(tr.mean_rate, 6)], requests=n,
+                   duration_s=duration, warmup_requests=warm, arrival="trace", max_in_flight=max_in_flight,
+                   slo_latency=slo_latency or "queued", source=tr.path)  # fmt: skip
+
+
 @app.command()
 @friendly
 def report(
@@ -596,6 +708,40 @@ def workloads() -> None:
     console = _console()
     for name, desc in list_workloads(search_dirs("workloads")):
         console.print(f"[bold]{name:<12}[/bold] {desc}")
+
+
+workload_app = typer.Typer(help="Workload files: fit one from real traffic.", no_args_is_help=True)
+app.add_typer(workload_app, name="workload")
+
+
+@workload_app.command("fit")
+@friendly
+def workload_fit(
+    path: str = typer.Argument(..., help="A dataset (ShareGPT, chat/prompt JSONL, CSV, Parquet) or a trace "
+                               "(Mooncake JSONL, Azure or BurstGPT CSV)"),
+    out: Path = typer.Option(..., "--out", "-o", help="The workload file to write, e.g. workloads/mine.toml"),
+    name: str | None = typer.Option(None, help="The workload's name (default: the output file's name)"),
+    bins: int = typer.Option(32, help="Histogram bins per length (quantile-spaced)"),
+    kind: str = typer.Option("auto", help="auto, dataset or trace"),
+    tokenizer: Path | None = typer.Option(None, help="A tokenizer.json: exact dataset lengths (default: words)"),
+) -> None:
+    """Write a workload with the joint (prompt, output) length histogram of real traffic
+    (and, for a trace, its arrival rate and burstiness)."""
+    from loadgen.workload.fit import fit_workload
+    from loadgen.workload.prompts import TokenizerCounter
+
+    if out.suffix != ".toml":
+        raise ConfigError(f"the workload file must end in .toml, got {str(out)!r}", key="--out")
+    counter = TokenizerCounter(tokenizer) if tokenizer is not None else None
+    fit = fit_workload(path, name or out.stem, bins=bins, counter=counter, kind=kind)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(fit.to_toml(), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(out)) from None
+    arrivals = f", {fit.rate:.3g} req/s, burstiness {fit.burstiness:.3g}" if fit.rate is not None else ""
+    _console().print(f"{out}: {fit.rows:,} requests, {len(fit.joint.cells)} histogram cells, log-length "
+                     f"correlation {fit.correlation:.2f}{arrivals}")  # fmt: skip
 
 
 @app.command()

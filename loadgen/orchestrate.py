@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import contextlib
+import dataclasses
 import functools
 import signal
 import time
@@ -45,10 +46,12 @@ from loadgen.signals import STOP_SIGNALS, raise_on_sigterm
 from loadgen.report.console import LiveStats, level_line, show_summary
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
+from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
 from loadgen.workload.sessions import SessionSource
 from loadgen.workload.source import WorkloadSource
-from loadgen.workload.prompts import PromptSynthesizer
+from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.spec import Workload
+from loadgen.workload.traces import Trace, TraceSource
 
 __all__ = ["RunConfig", "RunOutcome", "Resume", "execute", "calibrate", "summarize_result", "run_summary"]
 
@@ -96,6 +99,8 @@ class RunConfig:
     abort_on_fail: bool = False  # stop the sweep at the first level that fails a gate
     trials: int = 1  # --trials: each level runs this many times (its own requests, arrival seed + i)
     resume: Resume | None = None  # continue the run in ``out`` instead of starting one
+    tokenizer: Path | None = None  # a tokenizer.json: exact prompt lengths (else calibrated words)
+    trace: Trace | None = None  # replay this trace's rows at their recorded times (one open-loop level)
 
 
 @dataclass
@@ -187,6 +192,7 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
             ],
             **({} if cfg.workload.sessions is None else {"sessions": cfg.workload.sessions.to_dict()}),
             **({} if cfg.workload.tools is None else {"tools": len(cfg.workload.tools)}),
+            **({"dataset": cfg.workload.dataset.describe()} if cfg.workload.dataset is not None else {}),
         },
         "profile": {k: v for k, v in asdict(cfg.profile).items()},
         "slos": [str(s) for s in cfg.slos],
@@ -205,6 +211,8 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: 
         },
         "calibration": calib,
         "machine": machine_info(),
+        **({"tokenizer": str(cfg.tokenizer)} if cfg.tokenizer is not None else {}),
+        **({"trace": cfg.trace.describe()} if cfg.trace is not None else {}),
     }
 
 
@@ -331,7 +339,7 @@ Levels = Union["_InProcess", WorkerPool, RayPool]
 class _InProcess:
     """Levels run by one runner in this process (``--workers 1``)."""
 
-    def __init__(self, runner: Runner, source: WorkloadSource | SessionSource) -> None:
+    def __init__(self, runner: Runner, source: Any) -> None:
         self.runner, self.source = runner, source
 
     @property
@@ -362,7 +370,7 @@ async def _sweep_levels(
     if cfg.resume is not None:  # the finished levels' summaries are in the sweep already
         gen, plan, levels = cfg.resume.gen, cfg.resume.plan, list(cfg.resume.levels)
     else:
-        gen = sweep(prof, cfg.seed)
+        gen = sweep(prof, cfg.seed) if cfg.trace is None else _trace_levels(sweep(prof, cfg.seed), cfg.trace)
         plan = next(gen)
     stopped: str | None = None
     while plan is not None:
@@ -397,12 +405,46 @@ async def _sweep_levels(
     return run_summary(levels, prof, stopped, False)
 
 
+def _trace_levels(gen: Any, trace: Trace) -> Any:
+    """The sweep's levels with the trace's recorded send times."""
+    plan = next(gen)
+    while True:
+        summary = yield dataclasses.replace(plan, offsets=trace.offsets)
+        try:
+            plan = gen.send(summary)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | None, console: Console,
+                    stats: dict[str, Any]) -> Callable[[], Any]:  # fmt: skip
+    """A picklable factory of the run's request source: a trace, a dataset (its counts go
+    into ``stats``) or the workload."""
+    if cfg.trace is not None:
+        return functools.partial(TraceSource, cfg.trace, cfg.seed, synth)
+    opts = cfg.workload.dataset
+    if opts is not None and data is not None:
+        measured = measure(data, opts, synth)
+        how = "exact (tokenizer)" if measured.exact else "estimated from the calibration"
+        console.print(f"[dim]dataset: {len(measured):,} of {measured.total:,} entries of {escape(opts.path)}, prompt "
+                      f"lengths {how}[/dim]", highlight=False, soft_wrap=True)  # fmt: skip
+        stats.update(entries=len(measured), file_entries=measured.total, skipped_without_prompt=data.skipped,
+                     lengths="exact" if measured.exact else "calibrated")  # fmt: skip
+        return functools.partial(DatasetSource, measured, cfg.seed, opts.replacement)
+    return functools.partial(_source_type(cfg.workload), cfg.workload, cfg.seed, synth)
+
+
 async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
     check_out_folder(cfg.out)  # before anything is sent
+    counter = None
+    if cfg.tokenizer is not None:
+        counter = TokenizerCounter(cfg.tokenizer)
+        counter.count("loadgen")  # a bad file: one line now, not mid-run
+    data = load_dataset(cfg.workload.dataset) if cfg.workload.dataset is not None else None
     info = await asyncio.to_thread(discover, cfg.url, cfg.headers, cfg.model)
     tcfg = _transport_config(cfg, info)
     transport = make_transport(cfg.transport, tcfg)
-    synth = PromptSynthesizer(seed=cfg.seed)
+    synth = PromptSynthesizer(seed=cfg.seed, counter=counter)
     started, anchor_ns = time.time(), time.perf_counter_ns()
     try:
         if cfg.resume is not None:  # the run's own fit: the same prompts as before
@@ -417,7 +459,9 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
             console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib['reason'])}; prompts assume "
                           "one token per word and no chat template, so compare them with the server's own prompt "
                           "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
-        source = _source_type(cfg.workload)(cfg.workload, cfg.seed, synth)
+        dataset_stats: dict[str, Any] = {}
+        make_source = _source_factory(cfg, synth, data, console, dataset_stats)
+        source = make_source()
         with contextlib.ExitStack() as files:
             cluster = None if cfg.ray is None else files.enter_context(connect(cfg.ray))
             if cluster is not None:
@@ -443,6 +487,8 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                     console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
                 writer = files.enter_context(RunWriter(cfg.out))
                 run_info = _run_json(cfg, info, calib, started, anchor_ns)
+            if dataset_stats:
+                run_info["workload"]["dataset"].update(dataset_stats)
             writer.write_run(run_info)
             def on_record(rec: RequestRecord) -> None:
                 writer.append(rec)
@@ -455,7 +501,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
 
             levels: Levels
             setup = WorkerSetup(make_transport=functools.partial(make_transport, cfg.transport, tcfg),
-                                make_source=functools.partial(_source_type(cfg.workload), cfg.workload, cfg.seed, synth),
+                                make_source=make_source,
                                 encode=encode_batch, decode=decode_batch)  # fmt: skip
             if cluster is not None:
                 levels = RayPool(setup, n_workers, on_records)

@@ -77,6 +77,7 @@ class RequestSpec:
     turn: int = 0  # its turn in the session, from 1 (0: not a session's request)
     turns: int = 0  # the turns its session was drawn to have
     answer: list[str] | None = None  # when a list, the transport appends the answer text streamed back
+    source_row: int | None = None  # the dataset entry or trace row it came from (0-based data row)
 
 
 @dataclass(slots=True)
@@ -130,6 +131,7 @@ class RequestRecord:
     first_answer_ns: int = 0  # the first event carrying answer output (not reasoning); 0: none
     reasoning_tokens: int = 0  # output tokens streamed as reasoning (reasoning_content / reasoning deltas)
     trial: int = 0  # --trials: the repetition of the level it belongs to, from 0
+    source_row: int | None = None  # the dataset entry or trace row it replays (0-based data row; None: synthetic)
 
     @property
     def ok(self) -> bool:

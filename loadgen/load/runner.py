@@ -32,7 +32,7 @@ import numpy.typing as npt
 from loadgen.load.arrivals import schedule
 from loadgen.load.credits import Credits, LocalCredits
 from loadgen.load.sessions import SessionSource, SessionSpecs
-from loadgen.load.source import SpecSource, user_quota
+from loadgen.load.source import KnowsUsers, SpecSource, user_quota
 from loadgen.load.store import RecordStore
 from loadgen.load.transport import Transport
 from loadgen.metrics.client import WorkerStats
@@ -68,6 +68,7 @@ class LevelPlan:
     worker: int = 0  # this process's share of the level: users and sends w, w + n, w + 2n, ...
     n_workers: int = 1
     start_ns: int = 0  # the level's start on the shared monotonic clock (0: a few ms from now)
+    offsets: np.ndarray | None = None  # trace replay: the send offsets (s, ascending) instead of arrival/value
     trial: int = 0  # --trials: which repetition of the level this is (its own requests)
 
     @property
@@ -227,6 +228,7 @@ class Runner:
             session=spec.session,
             turn=spec.turn,
             turns=spec.turns,
+            source_row=spec.source_row,
         )
 
     async def _send(self, spec: RequestSpec, rec: RequestRecord, res: LevelResult) -> None:
@@ -337,6 +339,9 @@ async def _sleep_until(t_ns: int) -> None:
 def _schedule(plan: LevelPlan) -> np.ndarray:
     """The level's whole open-loop schedule (offsets in s), the same in every worker."""
     n = None if plan.requests is None else plan.requests + plan.warmup_requests
+    if plan.offsets is not None:  # a trace's recorded times, cut to the level's bounds
+        cut = plan.offsets[:n]
+        return cut if plan.duration_s is None else cut[cut < plan.duration_s]
     return schedule(plan.arrival, plan.value, n=n, duration_s=plan.duration_s, seed=plan.seed,
                     burstiness=plan.burstiness)  # fmt: skip
 
@@ -388,6 +393,8 @@ class _Positional(_Specs):
         self._sends: dict[int, RequestSpec] = {}
         if plan.mode == "concurrency":
             users = max(int(plan.value), 1)
+            if isinstance(source, KnowsUsers):
+                source.set_users(plan.spec_level, users)
             for u in range(plan.worker, users, plan.n_workers):
                 it = source.user(plan.spec_level, u, user_quota(u, users, total))
                 head = list(itertools.islice(it, 8 if total is None else USER_PREPARE))

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from loadgen.records import RequestSpec
 
-__all__ = ["SpecSource", "user_quota"]
+__all__ = ["KnowsUsers", "SpecSource", "user_quota"]
 
 
 class SpecSource(Protocol):
@@ -33,6 +33,14 @@ class SpecSource(Protocol):
     def sends(self, level: int, positions: Sequence[int]) -> list[RequestSpec]:
         """The requests of the given schedule positions (ascending) of level ``level``."""
         ...
+
+
+@runtime_checkable
+class KnowsUsers(Protocol):
+    """A source that numbers closed-loop requests across users (sampling a dataset without
+    replacement): told each level's user count before the level's requests are built."""
+
+    def set_users(self, level: int, users: int) -> None: ...
 
 
 def user_quota(user: int, users: int, total: int | None) -> int | None:

@@ -31,7 +31,7 @@ __all__ = ["RecordStore"]
 _INTS = ("index", "level", "worker", "target_prompt_tokens", "target_output_tokens",
          "scheduled_ns", "sent_ns", "done_ns", "credit_ns",
          "turn", "turns", "first_answer_ns", "reasoning_tokens", "trial")  # fmt: skip
-_OPTIONAL = ("http_status", "prompt_tokens", "completion_tokens", "session")
+_OPTIONAL = ("http_status", "prompt_tokens", "completion_tokens", "session", "source_row")
 _NONE = -(2**63)  # an optional field's None
 _STATUS = list(ErrorKind)
 _STATUS_CODE = {k: i for i, k in enumerate(_STATUS)}
@@ -117,7 +117,7 @@ class RecordStore:
         names = self._class_names
         errors = self._errors
         out = []
-        for row, (vals, (http, prompt, completion, session), status, source, warm, cls) in enumerate(
+        for row, (vals, (http, prompt, completion, session, source_row), status, source, warm, cls) in enumerate(
             zip(zip(*cols), zip(*opt), self._status, self._source, self._warmup, self._class)
         ):
             index, level, worker, tp, to, sched, sent, done, credit, turn, turns, answer, reasoning, trial = vals
@@ -127,7 +127,7 @@ class RecordStore:
                 done_ns=done, status=_STATUS[status], http_status=http, error=errors.get(row),
                 prompt_tokens=prompt, completion_tokens=completion, token_source=_SOURCE[source],
                 warmup=bool(warm), credit_ns=credit, session=session, turn=turn, turns=turns,
-                first_answer_ns=answer, reasoning_tokens=reasoning, trial=trial,
+                first_answer_ns=answer, reasoning_tokens=reasoning, trial=trial, source_row=source_row,
             ))  # fmt: skip
         return out
 

@@ -48,8 +48,11 @@ def _block(
     first_group = 0
     for ci, cls in enumerate(classes):
         rows = np.flatnonzero(choice == ci)
-        prompt[rows] = cls.prompt_tokens.sample(rng, rows.size)
-        output[rows] = cls.output_tokens.sample(rng, rows.size)
+        if cls.joint is not None:  # the pair drawn together
+            prompt[rows], output[rows] = cls.joint.sample_pairs(rng, rows.size)
+        else:
+            prompt[rows] = cls.prompt_tokens.sample(rng, rows.size)
+            output[rows] = cls.output_tokens.sample(rng, rows.size)
         if cls.shared_prefix_groups > 0:
             group[rows] = first_group + rng.integers(0, cls.shared_prefix_groups, size=rows.size)
             shared[rows] = cls.shared_prefix_tokens

@@ -82,14 +82,30 @@ class TokenizerCounter:
         self._module: Any = tokenizers
         self._tok: Any = None
 
-    def count(self, text: str) -> int:
-        """Number of tokens of ``text``, without BOS/EOS or other special tokens."""
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles as its path (worker processes load the file again)."""
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
+    def _load(self) -> Any:
         if self._tok is None:
             try:
                 self._tok = self._module.Tokenizer.from_file(str(self.path))
             except Exception as exc:  # the Rust binding raises plain Exception
                 raise ConfigError(f"cannot load tokenizer: {exc}", source=str(self.path), key="tokenizer") from exc
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
+        return self._tok
+
+    def count(self, text: str) -> int:
+        """Number of tokens of ``text``, without BOS/EOS or other special tokens."""
+        return len(self._load().encode(text, add_special_tokens=False).ids)
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        """:meth:`count` of each text, batched (the tokenizer's own threads): a dataset at once."""
+        tok = self._load()
+        batch = getattr(tok, "encode_batch_fast", None) or tok.encode_batch  # _fast: no offsets (tokenizers >= 0.20)
+        return [len(e.ids) for e in batch(list(texts), add_special_tokens=False)]
 
 
 class PromptSynthesizer:
@@ -290,6 +306,12 @@ class PromptSynthesizer:
             else:
                 hi = mid
         return build(lo)[0]
+
+    def group_text(self, group: int, words: int) -> str:
+        """The first ``words`` words of shared block ``group`` (the text a shared prefix of
+        that group starts with; a shorter one is a prefix of a longer one)."""
+        w = np.array([max(1, int(words))], dtype=np.int64)
+        return self._compose(w, w, np.zeros(1, dtype=np.int64), np.array([int(group)], dtype=np.int64))[0]
 
     def calibration_texts(self, word_counts: Sequence[int] = (32, 256)) -> list[tuple[int, str]]:
         """``(words, text)`` pairs for calibration requests, unlike any request prompt."""

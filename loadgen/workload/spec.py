@@ -31,6 +31,14 @@ Optional in either form: a ``[sessions]`` table (multi-turn conversations, see
 and ``tools`` (an array of OpenAI tool tables, or the path of a JSON file holding that
 array, relative to the workload file) with an optional ``tool_choice`` (a string such as
 ``"auto"`` or a table), sent with every chat request.
+
+A class may give a ``[joint_tokens]`` table (:mod:`loadgen.workload.joint`) instead of
+``prompt_tokens`` and ``output_tokens``: the two lengths drawn together. A workload may
+instead replay a dataset, with a ``[dataset]`` table (``path``, relative to the file;
+optional ``format``, ``min_prompt_tokens``, ``max_prompt_tokens``, ``replacement``,
+``output_tokens``; see :mod:`loadgen.workload.datasets`), and may say how fast requests
+arrive with ``[arrivals]`` (``rate`` requests/s, optional ``burstiness``, the gamma shape):
+the run's default when no load flag or profile is given.
 """
 
 from __future__ import annotations
@@ -44,7 +52,9 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import WorkloadError
+from loadgen.workload.datasets import FORMATS, DatasetOptions
 from loadgen.workload.distributions import MAX_LENGTH, Distribution, parse_distribution
+from loadgen.workload.joint import JointLengths, Marginal, parse_joint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,6 +62,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 __all__ = [
+    "Arrivals",
     "RequestClass",
     "SessionConfig",
     "Workload",
@@ -60,10 +71,12 @@ __all__ = [
     "list_workloads",
 ]
 
-_TOP_KEYS = ("name", "description", "prompt_tokens", "output_tokens", "shared_prefix", "classes", "sessions",
-             "tools", "tool_choice")
+_TOP_KEYS = ("name", "description", "prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix", "classes",
+             "sessions", "tools", "tool_choice", "dataset", "arrivals")
 _SESSION_KEYS = ("turns", "think_time_ms", "system_prompt_tokens", "groups", "zipf")
-_CLASS_KEYS = ("name", "weight", "prompt_tokens", "output_tokens", "shared_prefix")
+_CLASS_KEYS = ("name", "weight", "prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix")
+_DATASET_KEYS = ("path", "format", "min_prompt_tokens", "max_prompt_tokens", "replacement", "output_tokens")
+_ARRIVAL_KEYS = ("rate", "burstiness")
 _PREFIX_KEYS = ("groups", "tokens")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -82,6 +95,15 @@ class RequestClass:
     output_tokens: Distribution
     shared_prefix_groups: int = 0
     shared_prefix_tokens: int = 0
+    joint: JointLengths | None = None  # prompt and output drawn together (both fields are its sides)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrivals:
+    """A workload's own open-loop arrivals (fitted from a trace): gamma gaps at ``rate``."""
+
+    rate: float
+    burstiness: float = 1.0
 
 
 @dataclass(slots=True)
@@ -103,7 +125,10 @@ class SessionConfig:
 @dataclass(slots=True)
 class Workload:
     """A named, weighted mix of request classes; ``source`` is the file (or the flags).
-    ``sessions``: multi-turn conversations; ``tools``/``tool_choice``: sent with chat requests."""
+
+    ``sessions``: multi-turn conversations; ``tools``/``tool_choice``: sent with chat requests.
+    With ``dataset``, requests replay the dataset's prompts instead (``classes`` is empty).
+    """
 
     name: str
     description: str
@@ -112,6 +137,8 @@ class Workload:
     sessions: SessionConfig | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
+    dataset: DatasetOptions | None = None
+    arrivals: Arrivals | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able description (for ``run.json``)."""
@@ -131,6 +158,9 @@ class Workload:
             ],
             **({} if self.sessions is None else {"sessions": self.sessions.to_dict()}),
             **({} if self.tools is None else {"tools": len(self.tools), "tool_choice": self.tool_choice}),
+            **({"dataset": self.dataset.describe()} if self.dataset is not None else {}),
+            **({"arrivals": {"rate": self.arrivals.rate, "burstiness": self.arrivals.burstiness}}
+               if self.arrivals is not None else {}),
         }
 
 
@@ -249,6 +279,15 @@ class _File:
             return f"{where}.{k}" if where else k
 
         groups, tokens = self.shared_prefix(table, key("shared_prefix"))
+        if "joint_tokens" in table:
+            both = [k for k in ("prompt_tokens", "output_tokens") if k in table]
+            if both:
+                raise self.error(key(both[0]), "give either joint_tokens or prompt_tokens/output_tokens, not both")
+            joint = parse_joint(table["joint_tokens"], self.source, key("joint_tokens"))
+            return RequestClass(name=name if name is not None else self.string(table, "name", key("name")),
+                                weight=self.weight(table, key("weight")), prompt_tokens=Marginal(joint, 0),
+                                output_tokens=Marginal(joint, 1), shared_prefix_groups=groups,
+                                shared_prefix_tokens=tokens, joint=joint)  # fmt: skip
         return RequestClass(
             name=name if name is not None else self.string(table, "name", key("name")),
             weight=self.weight(table, key("weight")),
@@ -259,11 +298,55 @@ class _File:
         )
 
 
+def _dataset(doc: dict[str, Any], f: _File) -> DatasetOptions:
+    t = doc["dataset"]
+    if not isinstance(t, dict):
+        raise f.error("dataset", f"expected a table with {', '.join(_DATASET_KEYS)}, got {_type_name(t)}")
+    f.check_keys(t, _DATASET_KEYS, "dataset")
+    path = Path(f.string(t, "path", "dataset.path"))
+    fmt = f.string(t, "format", "dataset.format", default="auto")
+    if fmt not in FORMATS:
+        raise f.error("dataset.format", f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    ints = {k: f.positive_int(t, k, f"dataset.{k}") for k in ("min_prompt_tokens", "max_prompt_tokens",
+                                                              "output_tokens") if k in t}  # fmt: skip
+    repl = t.get("replacement", False)
+    if not isinstance(repl, bool):
+        raise f.error("dataset.replacement", f"expected true or false, got {_type_name(repl)} {repl!r}")
+    return DatasetOptions(path=str(path if path.is_absolute() else f.path.parent / path), format=fmt,
+                          replacement=repl, **ints)  # fmt: skip
+
+
+def _arrivals(doc: dict[str, Any], f: _File) -> Arrivals:
+    t = doc["arrivals"]
+    if not isinstance(t, dict):
+        raise f.error("arrivals", f"expected a table with {', '.join(_ARRIVAL_KEYS)}, got {_type_name(t)}")
+    f.check_keys(t, _ARRIVAL_KEYS, "arrivals")
+    vals = {}
+    for k in _ARRIVAL_KEYS:
+        if k not in t:
+            if k == "rate":
+                raise f.error("arrivals.rate", "missing; it is required (requests per second > 0)")
+            continue
+        v = t[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+            raise f.error(f"arrivals.{k}", f"expected a number > 0, got {_type_name(v)} {v!r}")
+        vals[k] = float(v)
+    return Arrivals(**vals)
+
+
 def _parse(doc: dict[str, Any], f: _File) -> Workload:
     f.check_keys(doc, _TOP_KEYS, "")
     name = f.string(doc, "name", "name", default=f.path.stem)
     description = f.string(doc, "description", "description", default="")
-    single = [k for k in ("prompt_tokens", "output_tokens", "shared_prefix") if k in doc]
+    arrivals = _arrivals(doc, f) if "arrivals" in doc else None
+    single = [k for k in ("prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix") if k in doc]
+    if "dataset" in doc:
+        other = single + [k for k in ("classes", "sessions") if k in doc]
+        if other:
+            raise f.error(other[0], "a [dataset] workload takes its prompts and lengths from the dataset; remove this key")
+        tools, tool_choice = f.tools(doc)
+        return Workload(name=name, description=description, classes=[], source=f.source, dataset=_dataset(doc, f),
+                        arrivals=arrivals, tools=tools, tool_choice=tool_choice)  # fmt: skip
     if "classes" in doc:
         if single:
             raise f.error(single[0], "give either top-level prompt_tokens/output_tokens or [[classes]], not both")
@@ -286,7 +369,7 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
         classes = [f.request_class(doc, "", "default")]
     tools, tool_choice = f.tools(doc)
     return Workload(name=name, description=description, classes=classes, source=f.source, sessions=f.sessions(doc),
-                    tools=tools, tool_choice=tool_choice)  # fmt: skip
+                    tools=tools, tool_choice=tool_choice, arrivals=arrivals)  # fmt: skip
 
 
 def _read(path: Path) -> Workload:

@@ -22,8 +22,8 @@ from loadgen.workload.spec import (
 
 REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 SHIPPED = ["chat", "code", "demo", "mixed", "multiturn", "prefix", "rag", "summarize"]
-TOP_KEYS = ("allowed keys: name, description, prompt_tokens, output_tokens, shared_prefix, classes, sessions, "
-            "tools, tool_choice")
+TOP_KEYS = ("allowed keys: name, description, prompt_tokens, output_tokens, joint_tokens, shared_prefix, classes, "
+            "sessions, tools, tool_choice, dataset, arrivals")
 
 
 def write(tmp_path: Path, text: str, name: str = "wl.toml") -> Path:
@@ -104,7 +104,7 @@ def test_default_search_dirs_find_the_shipped_files() -> None:
 def test_readme_examples_load(tmp_path: Path) -> None:
     readme = (REPO_WORKLOADS / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```toml\n(.*?)```", readme, flags=re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     single = load_workload(str(write(tmp_path, blocks[0], "single.toml")), [])
     assert single.classes[0].name == "default" and single.classes[0].shared_prefix_groups == 4
     assert single.classes[0].output_tokens == LogNormal(200.0, 0.8, 1, 2048)
@@ -116,6 +116,8 @@ def test_readme_examples_load(tmp_path: Path) -> None:
     assert sessions is not None and (sessions.groups, sessions.system_prompt_tokens) == (8, 512)
     tools = load_workload(str(write(tmp_path, base + blocks[3], "tools.toml")), [])
     assert tools.tool_choice == "auto" and tools.tools and tools.tools[0]["function"]["name"] == "get_weather"
+    joint = load_workload(str(write(tmp_path, blocks[4], "joint.toml")), []).classes[0].joint
+    assert joint is not None and joint.cells == ((0, 0, 40.0), (1, 1, 25.0), (3, 2, 5.0))
 
 
 def test_single_class_file_with_tables_and_csv(tmp_path: Path) -> None:
@@ -184,7 +186,7 @@ BAD_FILES = [
     ('prompt_tokens = 1\n[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n', "prompt_tokens",
      ["either top-level prompt_tokens/output_tokens or [[classes]], not both"]),
     ('[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n[[classes]]\nname = "b"\ncolour = "red"\n',
-     "classes[1].colour", ["unknown key 'colour'; allowed keys: name, weight, prompt_tokens, output_tokens, shared_prefix"]),
+     "classes[1].colour", ["unknown key 'colour'; allowed keys: name, weight, prompt_tokens, output_tokens, joint_tokens, shared_prefix"]),
     ('[[classes]]\nname = "a"\nweight = "high"\nprompt_tokens = 1\noutput_tokens = 1\n', "classes[0].weight",
      ["expected a number > 0, got string 'high'"]),
     ('[[classes]]\nname = "a"\nweight = 0\nprompt_tokens = 1\noutput_tokens = 1\n', "classes[0].weight",

@@ -1,0 +1,459 @@
+"""Real prompts from a dataset file, measured, filtered and sampled into requests.
+
+Formats (``format = "auto"`` picks by extension, and for JSONL by the first entry's keys):
+
+- ``sharegpt``: a JSON array (or JSONL) of ``{"conversations": [{"from": ..., "value": ...}]}``;
+  the first ``human``/``user`` turn is the prompt, the ``gpt``/``assistant`` turn right
+  after it the recorded answer. Entries without a human turn are skipped (and counted).
+- ``chat``: OpenAI chat JSONL, ``{"messages": [{"role": ..., "content": ...}]}``; the
+  messages up to the last ``user`` turn are sent, the ``assistant`` message after it (if
+  any) is the recorded answer.
+- ``prompts``: JSONL of ``{"prompt": "...", "output_tokens": 128}`` (``output_tokens`` optional).
+- ``csv``: columns ``prompt`` and optional ``output_tokens``.
+- ``parquet``: a Hugging Face dataset saved with ``to_parquet`` (a file, or a folder of
+  ``*.parquet``) or ``save_to_disk`` (a split's folder of ``*.arrow`` shards), whose rows
+  hold ``conversations``, ``messages`` or ``prompt`` as above; needs ``pyarrow``
+  (``pip install 'loadgen[datasets]'``).
+
+**Token counts.** With a tokenizer (``--tokenizer``) a prompt's length is the exact count
+of its text (chat: the contents of its messages) plus the calibrated template overhead
+(measured on one user message; a chat prompt of ``k`` messages counts it ``k`` times);
+without one it is estimated from the run's calibration, ``tokens_per_word * words +
+overhead``. The recorded answer's count (same rule, no overhead) is the request's
+``max_tokens`` unless ``output_tokens`` overrides it; an entry with neither uses
+:data:`DEFAULT_OUTPUT_TOKENS`. The length filters apply to these counts.
+
+**Sampling.** Seeded, by position (so worker processes agree): without replacement,
+level ``L`` walks a permutation of the entries drawn from ``(seed, L)`` — open-loop send
+``i`` takes its entry ``i``, closed-loop user ``u`` of ``U`` its entries ``u, u + U, …`` —
+and a level longer than the dataset starts a fresh permutation; with replacement, every
+request draws an entry independently. Each request's ``source_row`` is its entry's
+0-based row in the file.
+
+Errors name the file, the line (JSONL, CSV) or entry (JSON array, Parquet row) and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from loadgen.errors import WorkloadError
+from loadgen.records import ChatMessage, Prompt, RequestSpec
+from loadgen.workload.prompts import PromptSynthesizer, TokenCounter
+
+__all__ = [
+    "DEFAULT_OUTPUT_TOKENS",
+    "FORMATS",
+    "Dataset",
+    "DatasetOptions",
+    "DatasetSource",
+    "MeasuredDataset",
+    "load_dataset",
+    "measure",
+]
+
+FORMATS = ("auto", "sharegpt", "chat", "prompts", "csv", "parquet")
+DEFAULT_OUTPUT_TOKENS = 128
+_HUMAN = ("human", "user")
+_GPT = ("gpt", "assistant", "chatgpt", "bard", "model")
+_BLOCK = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetOptions:
+    """How to read and sample a dataset (``--dataset`` and its flags, or a ``[dataset]`` table)."""
+
+    path: str
+    format: str = "auto"
+    min_prompt_tokens: int | None = None
+    max_prompt_tokens: int | None = None
+    replacement: bool = False
+    output_tokens: int | None = None  # overrides every entry's recorded answer
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": self.path, "format": self.format, "min_prompt_tokens": self.min_prompt_tokens,
+                "max_prompt_tokens": self.max_prompt_tokens, "replacement": self.replacement,
+                "output_tokens": self.output_tokens}  # fmt: skip
+
+
+@dataclass(slots=True)
+class Dataset:
+    """Entries as read: prompt, recorded answer text or output count, and file row."""
+
+    path: str
+    format: str
+    prompts: list[Prompt] = field(default_factory=list)
+    answers: list[str | None] = field(default_factory=list)
+    outputs: list[int | None] = field(default_factory=list)  # recorded output_tokens
+    rows: list[int] = field(default_factory=list)
+    skipped: int = 0  # entries without a prompt (ShareGPT without a human turn)
+
+    def add(self, row: int, prompt: Prompt, answer: str | None = None, output: int | None = None) -> None:
+        self.prompts.append(prompt)
+        self.answers.append(answer)
+        self.outputs.append(output)
+        self.rows.append(row)
+
+
+def _err(path: str, where: str, field_: str | None, message: str) -> WorkloadError:
+    return WorkloadError(message, source=f"{path}: {where}", key=field_)
+
+
+def _type(v: Any) -> str:
+    return {str: "a string", int: "a number", float: "a number", list: "an array", dict: "an object",
+            bool: "a boolean", type(None): "null"}.get(type(v), type(v).__name__)  # fmt: skip
+
+
+def _text(v: Any, path: str, where: str, fld: str) -> str:
+    """A message's content: a string, or OpenAI content parts whose text parts are joined."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple, np.ndarray)):
+        parts = []
+        for i, part in enumerate(v):
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif not (isinstance(part, dict) and part.get("type") not in (None, "text")):
+                raise _err(path, where, f"{fld}[{i}]", f"expected a text part {{\"type\": \"text\", \"text\": ...}}, "
+                                                       f"got {_type(part)}")  # fmt: skip
+        return "\n".join(parts)
+    raise _err(path, where, fld, f"expected a string, got {_type(v)}")
+
+
+def _output(v: Any, path: str, where: str) -> int | None:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, str):
+        try:
+            v = int(v.strip())
+        except ValueError:
+            raise _err(path, where, "output_tokens", f"expected a whole number >= 1, got {v!r}") from None
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float)) or int(v) != v or v < 1:
+        raise _err(path, where, "output_tokens", f"expected a whole number >= 1, got {v!r}")
+    return int(v)
+
+
+def _sharegpt(ds: Dataset, row: int, obj: Any, where: str) -> None:
+    if not isinstance(obj, dict) or "conversations" not in obj:
+        raise _err(ds.path, where, "conversations", f"missing (a ShareGPT entry is an object with conversations), "
+                                                    f"got {_type(obj)}")  # fmt: skip
+    conv = obj["conversations"]
+    if not isinstance(conv, (list, tuple, np.ndarray)):
+        raise _err(ds.path, where, "conversations", f"expected an array of turns, got {_type(conv)}")
+    turns = list(conv)
+    for i, t in enumerate(turns):
+        if not isinstance(t, dict) or not isinstance(t.get("from"), str):
+            raise _err(ds.path, where, f"conversations[{i}].from", "missing or not a string")
+        if "value" not in t:
+            raise _err(ds.path, where, f"conversations[{i}].value", "missing")
+    first = next((i for i, t in enumerate(turns) if t["from"].lower() in _HUMAN), None)
+    if first is None:
+        ds.skipped += 1
+        return
+    prompt = _text(turns[first]["value"], ds.path, where, f"conversations[{first}].value")
+    answer = None
+    if first + 1 < len(turns) and turns[first + 1]["from"].lower() in _GPT:
+        answer = _text(turns[first + 1]["value"], ds.path, where, f"conversations[{first + 1}].value")
+    ds.add(row, prompt, answer)
+
+
+def _chat(ds: Dataset, row: int, obj: Any, where: str) -> None:
+    msgs = obj.get("messages") if isinstance(obj, dict) else None
+    if not isinstance(msgs, (list, tuple, np.ndarray)) or len(msgs) == 0:
+        raise _err(ds.path, where, "messages", f"expected a non-empty array of messages, got {_type(msgs)}")
+    out: list[ChatMessage] = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise _err(ds.path, where, f"messages[{i}].role", "missing or not a string")
+        if "content" not in m:
+            raise _err(ds.path, where, f"messages[{i}].content", "missing")
+        out.append({"role": m["role"], "content": _text(m["content"], ds.path, where, f"messages[{i}].content")})
+    last = max((i for i, m in enumerate(out) if m["role"] == "user"), default=None)
+    if last is None:
+        raise _err(ds.path, where, "messages", "has no message with role 'user'")
+    answer = out[last + 1]["content"] if last + 1 < len(out) and out[last + 1]["role"] == "assistant" else None
+    ds.add(row, out[: last + 1], answer)
+
+
+def _prompt(ds: Dataset, row: int, obj: Any, where: str) -> None:
+    if not isinstance(obj, dict) or "prompt" not in obj:
+        raise _err(ds.path, where, "prompt", "missing (each entry needs a prompt)")
+    p = obj["prompt"]
+    if not isinstance(p, str) or not p.strip():
+        raise _err(ds.path, where, "prompt", f"expected a non-empty string, got {_type(p)}")
+    ds.add(row, p, None, _output(obj.get("output_tokens"), ds.path, where))
+
+
+_ENTRY = {"sharegpt": _sharegpt, "chat": _chat, "prompts": _prompt}
+
+
+def _kind_of(obj: Any) -> str | None:
+    if isinstance(obj, dict):
+        for key, kind in (("conversations", "sharegpt"), ("messages", "chat"), ("prompt", "prompts")):
+            if key in obj:
+                return kind
+    return None
+
+
+def _read_json(path: Path, ds: Dataset) -> None:
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise _err(ds.path, f"line {exc.lineno}", None, f"not valid JSON: {exc.msg}") from None
+    if not isinstance(doc, list):
+        raise _err(ds.path, "line 1", None, f"expected a JSON array of entries, got {_type(doc)}")
+    kind = ds.format if ds.format != "auto" else (_kind_of(doc[0]) if doc else "sharegpt") or "sharegpt"
+    ds.format = kind
+    for i, obj in enumerate(doc):
+        _ENTRY[kind](ds, i, obj, f"entry {i}")
+
+
+def _read_jsonl(path: Path, ds: Dataset) -> None:
+    kind = None if ds.format == "auto" else ds.format
+    row = 0
+    with path.open("rb") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise _err(ds.path, f"line {n}", None, f"not valid JSON: {exc.msg}") from None
+            if kind is None:
+                kind = _kind_of(obj)
+                if kind is None:
+                    raise _err(ds.path, f"line {n}", None, "cannot tell the format: expected an object with "
+                                                           "conversations, messages or prompt")  # fmt: skip
+                ds.format = kind
+            _ENTRY[kind](ds, row, obj, f"line {n}")
+            row += 1
+
+
+def _read_csv(path: Path, ds: Dataset) -> None:
+    ds.format = "csv"
+    with path.open(newline="", encoding="utf-8-sig") as fh:  # (a byte-order mark is not part of the header)
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        if "prompt" not in header:
+            raise _err(ds.path, "line 1", "prompt", f"no such column; columns: {', '.join(header) or '(none)'}")
+        for row, rec in enumerate(reader):
+            where = f"line {reader.line_num}"
+            p = rec.get("prompt")
+            if not p or not p.strip():
+                raise _err(ds.path, where, "prompt", "empty")
+            ds.add(row, p, None, _output(rec.get("output_tokens") or None, ds.path, where))
+
+
+def _arrow(path: Path) -> Any:
+    """A Hugging Face ``save_to_disk`` shard (an Arrow IPC stream) as a data frame."""
+    pa: Any = importlib.import_module("pyarrow")  # (checked by the caller)
+    with pa.memory_map(str(path)) as src:
+        return pa.ipc.open_stream(src).read_all().to_pandas()
+
+
+def _read_parquet(path: Path, ds: Dataset) -> None:
+    try:
+        importlib.import_module("pyarrow")
+    except ImportError:
+        raise WorkloadError("reading Parquet needs pyarrow: pip install 'loadgen[datasets]'", source=ds.path) from None
+    import pandas as pd
+
+    files = (sorted(path.glob("*.parquet")) or sorted(path.glob("*.arrow"))) if path.is_dir() else [path]
+    if not files:
+        splits = sorted(p.name for p in path.iterdir() if p.is_dir() and any(p.glob("*.arrow")))
+        hint = f"; a dataset dict: give one split's folder, e.g. {path / splits[0]}" if splits else ""
+        raise WorkloadError(f"the folder holds no *.parquet or *.arrow file{hint}", source=ds.path)
+    try:
+        frame = pd.concat([_arrow(f) if f.suffix == ".arrow" else pd.read_parquet(f) for f in files], ignore_index=True)
+    except (OSError, ValueError, TypeError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise WorkloadError(f"cannot read {files[0].suffix[1:].capitalize()}: {exc}", source=ds.path) from None
+    kind = next((k for c, k in (("conversations", "sharegpt"), ("messages", "chat"), ("prompt", "prompts"))
+                 if c in frame.columns), None)  # fmt: skip
+    if kind is None:
+        raise WorkloadError(f"no conversations, messages or prompt column; columns: {', '.join(map(str, frame.columns))}",
+                            source=ds.path)  # fmt: skip
+    ds.format = "parquet"
+    cols = [c for c in ("conversations", "messages", "prompt", "output_tokens") if c in frame.columns]
+    for row, values in enumerate(zip(*(frame[c].tolist() for c in cols))):
+        obj = dict(zip(cols, values))
+        for c in ("conversations", "messages"):
+            if isinstance(obj.get(c), np.ndarray):
+                obj[c] = list(obj[c])
+        _ENTRY[kind](ds, row, obj, f"row {row}")
+
+
+def load_dataset(opts: DatasetOptions) -> Dataset:
+    """Read every entry of ``opts.path`` (no counting yet: that needs the calibration)."""
+    path = Path(opts.path)
+    if opts.format not in FORMATS:
+        raise WorkloadError(f"unknown dataset format {opts.format!r}; choose one of: {', '.join(FORMATS)}",
+                            key="format")  # fmt: skip
+    if not path.exists():
+        raise WorkloadError("no such dataset file", source=opts.path)
+    ds = Dataset(path=opts.path, format=opts.format)
+    fmt = opts.format
+    if fmt == "auto":
+        suffix = path.suffix.lower()
+        fmt = {".json": "json", ".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}.get(suffix, "")
+        if path.is_dir():
+            fmt = "parquet"
+        if not fmt:
+            raise WorkloadError(f"cannot tell the format from {suffix or 'no extension'!r}: name it .json, .jsonl, "
+                                ".csv or .parquet, or give the format", source=opts.path)  # fmt: skip
+    try:
+        if fmt == "parquet":
+            _read_parquet(path, ds)
+        elif fmt == "csv":
+            _read_csv(path, ds)
+        elif fmt == "json" or (fmt == "sharegpt" and path.suffix.lower() == ".json"):
+            _read_json(path, ds)
+        else:
+            _read_jsonl(path, ds)
+    except OSError as exc:
+        raise WorkloadError(f"cannot read: {exc.strerror or exc}", source=opts.path) from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"not UTF-8 text: {exc}", source=opts.path) from None
+    except csv.Error as exc:
+        raise WorkloadError(f"invalid CSV: {exc}", source=opts.path) from None
+    if not ds.prompts:
+        raise WorkloadError("holds no usable entry" + (f" ({ds.skipped} without a human turn)" if ds.skipped else ""),
+                            source=opts.path)  # fmt: skip
+    return ds
+
+
+@dataclass(slots=True)
+class MeasuredDataset:
+    """A dataset's entries that passed the filters, with their token counts."""
+
+    prompts: list[Prompt]
+    prompt_tokens: np.ndarray  # int64, the target (server-counted) prompt lengths
+    output_tokens: np.ndarray  # int64, max_tokens per entry
+    rows: np.ndarray  # int64, each entry's row in the file
+    exact: bool  # counted with a tokenizer (else estimated from the calibration)
+    total: int  # entries before filtering
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _counts(texts: list[str], synth: PromptSynthesizer, counter: TokenCounter | None) -> np.ndarray:
+    """Tokens of each text: counted (batched when the counter can), else calibrated words."""
+    if counter is None:
+        return synth.tokens_per_word * np.array([_words(t) for t in texts], dtype=float)
+    many = getattr(counter, "count_many", None)
+    counts = many(texts) if many is not None else [counter.count(t) for t in texts]
+    return np.asarray(counts, dtype=float)
+
+
+def _prompt_text(p: Prompt) -> str:
+    return p if isinstance(p, str) else "\n".join(m["content"] for m in p)
+
+
+def measure(ds: Dataset, opts: DatasetOptions, synth: PromptSynthesizer) -> MeasuredDataset:
+    """Count every entry's tokens (exact with ``synth.counter``, else calibrated words),
+    apply the length filters and the output override."""
+    counter = synth.counter
+    overhead = synth.overhead_tokens
+    # the template's tokens: the calibrated overhead (one user message) per message sent
+    messages = np.array([1 if isinstance(p, str) else len(p) for p in ds.prompts], dtype=float)
+    counted = _counts([_prompt_text(p) for p in ds.prompts], synth, counter)
+    prompt = np.maximum(1, np.rint(counted + overhead * messages)).astype(np.int64)
+    if opts.output_tokens is not None:
+        output = np.full(len(ds.prompts), opts.output_tokens, dtype=np.int64)
+    else:
+        answered = [i for i, (o, a) in enumerate(zip(ds.outputs, ds.answers)) if o is None and a]
+        output = np.array([DEFAULT_OUTPUT_TOKENS if o is None else o for o in ds.outputs], dtype=np.int64)
+        if answered:
+            n = _counts([ds.answers[i] or "" for i in answered], synth, counter)
+            output[answered] = np.maximum(1, np.rint(n)).astype(np.int64)
+    keep = np.ones(len(prompt), dtype=bool)
+    if opts.min_prompt_tokens is not None:
+        keep &= prompt >= opts.min_prompt_tokens
+    if opts.max_prompt_tokens is not None:
+        keep &= prompt <= opts.max_prompt_tokens
+    idx = np.flatnonzero(keep)
+    if idx.size == 0:
+        raise WorkloadError(f"none of its {len(prompt)} entries has a prompt of {opts.min_prompt_tokens or 1}.."
+                            f"{opts.max_prompt_tokens or 'any'} tokens (prompts here: {prompt.min()}..{prompt.max()})",
+                            source=ds.path, key="--min-prompt-tokens/--max-prompt-tokens")  # fmt: skip
+    return MeasuredDataset(
+        prompts=[ds.prompts[i] for i in idx.tolist()],
+        prompt_tokens=prompt[idx],
+        output_tokens=output[idx],
+        rows=np.asarray(ds.rows, dtype=np.int64)[idx],
+        exact=counter is not None,
+        total=len(prompt),
+    )
+
+
+class DatasetSource:
+    """The runner's ``SpecSource`` over a measured dataset (see the module docstring)."""
+
+    def __init__(self, data: MeasuredDataset, seed: int, replacement: bool = False, name: str = "dataset") -> None:
+        from loadgen.workload.source import (  # (spec.py imports this module)
+            LEVEL_STRIDE,
+            USER_STRIDE,
+        )
+
+        self._level_stride, self._user_stride = LEVEL_STRIDE, USER_STRIDE
+        self.data, self.seed, self.replacement, self.name = data, int(seed), replacement, name
+        self._users: dict[int, int] = {}
+        self._cache: dict[tuple[int, int], np.ndarray] = {}
+
+    def set_users(self, level: int, users: int) -> None:
+        """Closed loop: level ``level`` has ``users`` users (user ``u``'s ``k``-th request is
+        the level's request ``k * users + u``)."""
+        self._users[level] = max(int(users), 1)
+
+    def _entries(self, level: int, numbers: np.ndarray) -> np.ndarray:
+        n = len(self.data)
+        size = n if not self.replacement else _BLOCK
+        chunk = numbers // size
+        out = np.empty(numbers.size, dtype=np.int64)
+        for c in np.unique(chunk).tolist():
+            key = (level, c)
+            if key not in self._cache:
+                if len(self._cache) > 64:
+                    self._cache.clear()
+                rng = np.random.default_rng([self.seed & ((1 << 64) - 1), level, c])
+                self._cache[key] = rng.integers(0, n, size) if self.replacement else rng.permutation(n)
+            sel = chunk == c
+            out[sel] = self._cache[key][numbers[sel] - c * size]
+        return out
+
+    def _specs(self, level: int, numbers: np.ndarray, indices: np.ndarray) -> list[RequestSpec]:
+        d = self.data
+        entries = self._entries(level, numbers).tolist()
+        return [RequestSpec(index=i, prompt=d.prompts[e], prompt_tokens=int(d.prompt_tokens[e]),
+                            max_tokens=int(d.output_tokens[e]), request_class=self.name, source_row=int(d.rows[e]))
+                for i, e in zip(indices.tolist(), entries)]  # fmt: skip
+
+    def user(self, level: int, user: int, quota: int | None) -> Iterator[RequestSpec]:
+        users = self._users.get(level)
+        base = level * self._level_stride + user * self._user_stride
+        k, chunk = 0, 64
+        while quota is None or k < quota:
+            m = chunk if quota is None else min(chunk, quota - k)
+            ks = np.arange(k, k + m, dtype=np.int64)
+            # without the user count (a caller that never said it): each user its own stream
+            numbers = ks * users + user if users is not None else user * self._user_stride + ks
+            yield from self._specs(level, numbers, base + ks)
+            k += m
+            chunk = min(chunk * 2, 4096)
+
+    def sends(self, level: int, positions: Sequence[int]) -> list[RequestSpec]:
+        pos = np.asarray(positions, dtype=np.int64)
+        return self._specs(level, pos, level * self._level_stride + pos)
