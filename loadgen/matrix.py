@@ -28,6 +28,8 @@ File format (TOML)::
     [run]
     api = "completions"
     workload = "chat"                       # or prompt_tokens / output_tokens
+    api_key_env = "OPENAI_API_KEY"          # secrets come from the environment, never the file
+    header_env = { "X-Api-Key" = "MY_KEY" } # header name = the variable holding its value
     slos = ["ttft=500ms", "tpot=50ms"]
     trials = 3                              # each level 3 times: compared between trials
     [run.profile]                           # a profile table, or profile = "name"
@@ -63,6 +65,7 @@ import httpx
 from rich.console import Console
 from rich.markup import escape
 
+from loadgen.client.discovery import normalize_url, split_credentials
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.load.profiles import Profile, load_profile, profile_from_dict
 from loadgen.metrics.results import RunSummary
@@ -76,7 +79,8 @@ __all__ = ["MatrixSpec", "ServerConfig", "load_matrix", "run_matrix", "MATRIX_FI
 MATRIX_FILE = "matrix.json"
 _TOP = {"name", "description", "baseline", "server", "grid", "configs", "run"}
 _SERVER = {"command", "url", "health_timeout_s", "stop_grace_s"}
-_RUN = {"api", "workload", "prompt_tokens", "output_tokens", "slos", "profile", "seed", "model", "trials"}
+_RUN = {"api", "workload", "prompt_tokens", "output_tokens", "slos", "profile", "seed", "model", "trials",
+        "api_key_env", "header_env"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,8 @@ class MatrixSpec:
     model: str | None = None
     description: str = ""
     trials: int = 1
+    api_key_env: str | None = None  # the variable holding a key sent as "Authorization: Bearer"
+    header_env: dict[str, str] = field(default_factory=dict)  # header name -> the variable holding its value
 
 
 def _err(source: str, key: str, message: str) -> ConfigError:
@@ -242,13 +248,21 @@ def load_matrix(path: Path) -> MatrixSpec:
     model = run.get("model")
     if model is not None and not isinstance(model, str):
         raise _err(source, "run.model", "must be a string")
+    key_env = run.get("api_key_env")
+    if key_env is not None and (not isinstance(key_env, str) or not key_env):
+        raise _err(source, "run.api_key_env", "must be the name of an environment variable")
+    header_env = run.get("header_env", {})
+    if not isinstance(header_env, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
+                                                   for k, v in header_env.items()):
+        raise _err(source, "run.header_env", 'must be a table of header name = "ENV_VARIABLE"')
     trials = run.get("trials", 1)
     if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= 100:
         raise _err(source, "run.trials", f"must be an integer in [1, 100], got {trials!r}")
     return MatrixSpec(
         name=str(data.get("name", Path(path).stem)), source=source, configs=configs, baseline=baseline,
         command=command, url=url, api=api, workload=workload, profile=profile, slos=list(slos), seed=seed,
-        model=model, description=str(data.get("description", "")), trials=trials, **timeouts)
+        model=model, description=str(data.get("description", "")), trials=trials, api_key_env=key_env,
+        header_env=dict(header_env), **timeouts)
 
 
 def _format(template: str, cfg: ServerConfig, port: int) -> list[str]:
@@ -318,10 +332,25 @@ def _headline(summary: RunSummary) -> dict[str, Any]:
     return {"levels": levels, "capacity": None if cap is None else cap.to_json()}
 
 
+def _headers(spec: MatrixSpec) -> dict[str, str]:
+    """The secrets a matrix sends, read from the environment (never from its file)."""
+    headers: dict[str, str] = {}
+    for name, var in spec.header_env.items():
+        if var not in os.environ:
+            raise ConfigError(f"{spec.source}: run.header_env.{name}: the variable {var} is not set")
+        headers[name] = os.environ[var]
+    if spec.api_key_env is not None:
+        if spec.api_key_env not in os.environ:
+            raise ConfigError(f"{spec.source}: run.api_key_env: the variable {spec.api_key_env} is not set")
+        headers["Authorization"] = f"Bearer {os.environ[spec.api_key_env]}"
+    return headers
+
+
 def run_matrix(spec: MatrixSpec, out: Path, console: Console, *,
                run_one: Callable[[RunConfig, Console], Any] = execute) -> dict[str, Any]:
     """Run every configuration of ``spec`` into ``out``; write and return ``matrix.json``."""
     out = Path(out)
+    secrets = _headers(spec)  # before anything starts: a missing variable is one line
     if out.exists() and any(out.iterdir()) and not (out / MATRIX_FILE).exists():
         raise ConfigError(f"{out} exists and is not a matrix folder; give an empty or new folder", key="--out")
     out.mkdir(parents=True, exist_ok=True)
@@ -357,8 +386,9 @@ def run_matrix(spec: MatrixSpec, out: Path, console: Console, *,
                     entry.update(status="failed_to_start", error=why)
                     continue
             assert url is not None
+            base, url_auth = split_credentials(normalize_url(url))  # a fixed URL's password: a header
             run_cfg = RunConfig(
-                url=url, api=spec.api, workload=spec.workload, profile=spec.profile, out=folder / "run",
+                url=base, api=spec.api, headers={**url_auth, **secrets}, workload=spec.workload, profile=spec.profile, out=folder / "run",
                 model=spec.model, slos=[parse_slo(s) for s in spec.slos], seed=spec.seed,
                 label=cfg.name, command=["loadgen", "matrix", spec.source], live=False,
                 scrape_metrics=True, trials=spec.trials)

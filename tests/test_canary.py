@@ -309,3 +309,35 @@ def test_the_reference_server_logs_no_secret(tmp_path: Path) -> None:
     log = "\n".join(srv.output).encode()
     assert b"listening on" in log  # the log was captured
     assert_clean("the reference server's log", log)
+
+
+def test_a_matrix_takes_its_secrets_from_the_environment_and_writes_none(target: AuthServer, tmp_path: Path) -> None:
+    """``loadgen matrix`` against a fixed URL with a password in it, a key and a header
+    value from environment variables: every request authorised, no canary written."""
+    target.expect_auth = f"Bearer {KEY}"
+    before = target.counts()
+    host = target.url.removeprefix("http://")
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(f'''name = "canary"
+[server]
+url = "http://{USER}:{quote(PASSWORD, safe='')}@{host}"
+[run]
+api = "completions"
+prompt_tokens = "8"
+output_tokens = "4"
+api_key_env = "{KEY_ENV}"
+header_env = {{ "X-Custom-Token" = "CANARY_HEADER_VAR" }}
+[run.profile]
+levels = [2]
+requests = 6
+''')
+    out = tmp_path / "matrix"
+    proc = loadgen("matrix", str(matrix), "--out", str(out), env=_env(**{KEY_ENV: KEY, "CANARY_HEADER_VAR": HEADER}))
+    assert proc.returncode == 0, proc.stdout.decode(errors="replace")[-2000:] + proc.stderr.decode(errors="replace")
+    (entry,) = json.loads((out / "matrix.json").read_text())["configs"]
+    assert entry["status"] == "ok" and entry["summary"]["levels"][0]["ok"] == 6
+    accepted, refused = target.counts()
+    assert accepted - before[0] >= 7 and refused == before[1]  # the key and the header reached it
+    for path in sorted(out.rglob("*")):  # the matrix file itself holds the password, the outputs none
+        if path.is_file():
+            assert_clean(str(path), path.read_bytes())
