@@ -395,6 +395,21 @@ def _series(lines: Sequence[dict[str, Any]], key: str) -> list[float | None]:
     return out
 
 
+def _timeline_axes(data: RunData, layout: dict[str, Any], refs: Sequence[tuple[str, str]],
+                   percent: Sequence[int] = ()) -> None:
+    """Panels over the run's time: seconds on every x axis, y from zero (0-105 for the
+    ``percent`` panels, counted from 1), the levels as bands behind every panel."""
+    for k in range(1, len(refs) + 1):
+        layout["xaxis" if k == 1 else f"xaxis{k}"]["title"] = {"text": "seconds since the run started"}
+        layout["yaxis" if k == 1 else f"yaxis{k}"]["rangemode"] = "tozero"
+    for k in percent:
+        layout["yaxis" if k == 1 else f"yaxis{k}"]["range"] = [0, 105]
+    shapes = []
+    for xr, yr in refs:
+        shapes.extend(_level_bands(data, xr, f"{yr} domain"))
+    layout["shapes"] = shapes
+
+
 def level_energy(data: RunData) -> list[tuple[str, float | None, float | None]]:
     """Per level: its label, mean power (W) and energy per output token (J), over the part
     of its window that the power samples cover (None when they cover none of it)."""
@@ -437,14 +452,7 @@ def gpu_telemetry(data: RunData) -> dict[str, Any] | None:
         {"type": "scatter", "mode": "lines", "x": t, "y": _series(lines, "power_w"), "name": "power",
          "line": {"color": "#D55E00"}, "xaxis": refs[1][0], "yaxis": refs[1][1], "meta": "gpu.power_w"},
     ]  # fmt: skip
-    for k in (1, 2):
-        layout["xaxis" if k == 1 else f"xaxis{k}"]["title"] = {"text": "seconds since the run started"}
-        layout["yaxis" if k == 1 else f"yaxis{k}"]["rangemode"] = "tozero"
-    layout["yaxis"]["range"] = [0, 105]
-    shapes = []
-    for xr, yr in refs:
-        shapes.extend(_level_bands(data, xr, f"{yr} domain"))
-    layout["shapes"] = shapes
+    _timeline_axes(data, layout, refs, percent=(1,))
     return {"data": traces, "layout": base_layout(layout, height=380)}
 
 
@@ -482,13 +490,5 @@ def server_metrics(data: RunData) -> dict[str, Any] | None:
         traces.append({"type": "scatter", "mode": "lines", "x": rounded(data.seconds(g[1:, 0]), 3),
                        "y": rounded(np.maximum(rate, 0), 1), "name": "generated tokens/s", "line": {"color": "#1f2937"},
                        "xaxis": refs[3][0], "yaxis": refs[3][1], "meta": "server.generation_tokens_per_s"})  # fmt: skip
-    for k in range(1, 5):
-        layout["xaxis" if k == 1 else f"xaxis{k}"]["title"] = {"text": "seconds since the run started"}
-        layout["yaxis" if k == 1 else f"yaxis{k}"]["rangemode"] = "tozero"
-    layout["yaxis2"]["range"] = [0, 105]
-    layout["yaxis3"]["range"] = [0, 105]
-    shapes = []
-    for xr, yr in refs:
-        shapes.extend(_level_bands(data, xr, f"{yr} domain"))
-    layout["shapes"] = shapes
+    _timeline_axes(data, layout, refs, percent=(2, 3))
     return {"data": traces, "layout": base_layout(layout, height=600)}
