@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from loadgen import __version__
 from loadgen.errors import ConfigError, LoadgenError
-from loadgen.paths import search_dirs
+from loadgen.paths import search_dirs, shipped
 from loadgen.signals import exit_code, raise_on_sigterm
 
 __all__ = ["app", "main"]
@@ -292,7 +292,7 @@ def run(
     elif prompt_tokens or output_tokens:
         wl, loaded = workload_from_flags(prompt_tokens or "256", output_tokens or "128"), None
     else:
-        wl, loaded = load_workload(workload or "chat", search_dirs("workloads")), None
+        wl, loaded = load_workload(str(shipped(workload)) if workload else "chat", search_dirs("workloads")), None
     if loaded is not None:
         prof = _trace_profile(loaded, profile, concurrency, levels, requests, duration, warmup, max_in_flight,
                               slo_latency)  # fmt: skip
@@ -329,7 +329,7 @@ def run(
         scrape_urls=[_metrics_url(u) for u in scrape_url],
         workers=_workers_flag(workers or ("auto" if ray is not None else "1")),
         ray=ray,
-        tokenizer=tokenizer,
+        tokenizer=None if tokenizer is None else shipped(tokenizer),
         trace=loaded,
         gates=gates,
         abort_on_fail=abort_on_fail,
@@ -521,6 +521,9 @@ def _replay(
 ) -> Any:  # fmt: skip
     """``(workload, trace or None)`` for --dataset / --trace, or None without either."""
     from loadgen.workload.datasets import DatasetOptions
+
+    dataset = None if dataset is None else str(shipped(dataset))
+    trace = None if trace is None else str(shipped(trace))
     from loadgen.workload.spec import Workload
     from loadgen.workload.traces import TraceOptions, load_trace, parse_window
 
@@ -629,7 +632,7 @@ def matrix(
     from loadgen.matrix import load_matrix, run_matrix
     from loadgen.report.files import default_run_dir
 
-    spec = load_matrix(file)
+    spec = load_matrix(shipped(file))
     if out is not None and not out.strip():
         raise ConfigError("give a folder (an empty name would mean the current directory)", key="--out")
     folder = Path(out) if out else default_run_dir(Path("reports"), f"matrix-{spec.name}")
@@ -732,8 +735,8 @@ def workload_fit(
 
     if out.suffix != ".toml":
         raise ConfigError(f"the workload file must end in .toml, got {str(out)!r}", key="--out")
-    counter = TokenizerCounter(tokenizer) if tokenizer is not None else None
-    fit = fit_workload(path, name or out.stem, bins=bins, counter=counter, kind=kind)
+    counter = TokenizerCounter(shipped(tokenizer)) if tokenizer is not None else None
+    fit = fit_workload(str(shipped(path)), name or out.stem, bins=bins, counter=counter, kind=kind)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(fit.to_toml(), encoding="utf-8")

@@ -73,3 +73,22 @@ def test_a_named_run_from_an_empty_directory(installed: Path, tmp_path: Path) ->
     assert all(lv["requests"]["ok"] == 6 for lv in summary["levels"])
     run = json.loads((empty / "run" / "run.json").read_text())
     assert run["workload"]["name"] == "chat" and run["profile"]["name"] == "quick"
+
+
+def test_the_readme_sample_files_and_matrices_ship_and_resolve_from_anywhere(installed: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    check = subprocess.run(
+        [str(installed / "python"), "-c", "from loadgen.paths import shipped\n"
+         "for p in ('profiles/matrix/chunking.toml', 'profiles/matrix/disagg.toml', 'workloads/samples/sharegpt.json',"
+         " 'workloads/samples/sharegpt.parquet', 'workloads/samples/mooncake.jsonl', 'workloads/samples/tokenizer.json',"
+         " 'workloads/samples/burstgpt-fit.toml'):\n    print(p, shipped(p).is_file(), shipped(p).is_absolute())"],
+        cwd=empty, env=_env(), capture_output=True, text=True, check=True)  # fmt: skip
+    assert check.stdout.count("True True") == 7, check.stdout
+    fit = _loadgen(installed, empty, "workload", "fit", "workloads/samples/burstgpt.csv", "-o", "mine.toml")
+    assert fit.returncode == 0 and (empty / "mine.toml").is_file(), fit.stdout + fit.stderr
+    with ScriptedServerProcess(Script(ttft_s=0.005, itl_s=0.001)) as srv:
+        res = _loadgen(installed, empty, "run", "--url", srv.url, "--dataset", "workloads/samples/prompts.jsonl",
+                       "--concurrency", "2", "--requests", "4", "--out", "ds", "--quiet")  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert len((empty / "ds" / "records.jsonl").read_text().splitlines()) == 4
