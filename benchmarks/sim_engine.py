@@ -15,7 +15,6 @@ throughput and the simulated duration, plus the wall time the simulation took.
 from __future__ import annotations
 
 import argparse
-import heapq
 import random
 import time
 from typing import Any
@@ -24,8 +23,9 @@ import numpy as np
 
 from loadgen.server.config import SchedulerLimits, ServeConfig, SimOptions
 from loadgen.server.engine import ManualClock
-from loadgen.server.engine.interface import EngineRequest, SamplingParams
 from loadgen.server.sim import sim_engine
+
+from _virtual import drive
 
 # name -> (scheduler limits, sim options other than the GPU)
 CONFIGS: dict[str, tuple[SchedulerLimits, dict[str, Any]]] = {
@@ -57,35 +57,11 @@ def simulate(args: argparse.Namespace, limits: SchedulerLimits,
     core = engine.core
     work = workload(args.requests, args.long_every, args.long_tokens, args.seed)
     arrivals = [(0.0, u) for u in range(args.users)]
-    heapq.heapify(arrivals)
-    sent = 0
-    times: dict[str, list[float]] = {}
-    sent_at: dict[str, float] = {}
-    is_long: dict[str, bool] = {}
-    finished: list[str] = []
-    for _ in range(50_000_000):
-        t_core = core.next_event_time()
-        t_arr = arrivals[0][0] if arrivals and sent < len(work) else None
-        if t_core is None and t_arr is None:
-            break
-        if t_arr is not None and (t_core is None or t_arr <= t_core):
-            clock.advance_to(t_arr)
-            _, user = heapq.heappop(arrivals)
-            prompt, max_tokens, long = work[sent]
-            rid = f"u{user}-r{sent}"
-            sent += 1
-            core.add_request(EngineRequest(rid, [1000 + (sent * 7 + i) % 5000 for i in range(prompt)],
-                                           SamplingParams(max_tokens=max_tokens)))
-            sent_at[rid], is_long[rid], times[rid] = clock.t, long, []
-            continue
-        assert t_core is not None
-        clock.advance_to(t_core)
-        for out in core.poll(t_core):
-            times[out.request_id].append(t_core)
-            if out.finish_reason is not None:
-                finished.append(out.request_id)
-                user = int(out.request_id[1:out.request_id.index("-")])
-                heapq.heappush(arrivals, (t_core, user))
+    run = drive(core, clock, [(p, m) for p, m, _ in work], arrivals, closed=True)
+    finished = run.finished
+    sent_at = run.sent_at
+    times = {r: [t for t, _ in ev] for r, ev in run.times.items()}
+    is_long = {r: work[i][2] for r, i in run.index.items()}
     chat = [r for r in finished if not is_long[r]]
     longs = [r for r in finished if is_long[r]]
     ttft = np.array([times[r][0] - sent_at[r] for r in chat])

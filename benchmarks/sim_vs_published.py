@@ -30,7 +30,6 @@ with the same unchunked scheduler, where a step holds the prefill and the decode
 from __future__ import annotations
 
 import argparse
-import heapq
 import math
 import random
 import time
@@ -41,8 +40,9 @@ import numpy as np
 
 from loadgen.server.config import SchedulerLimits, ServeConfig, SimOptions
 from loadgen.server.engine import ManualClock
-from loadgen.server.engine.interface import EngineRequest, SamplingParams
 from loadgen.server.sim import sim_engine
+
+from _virtual import drive
 
 
 @dataclass(frozen=True)
@@ -192,35 +192,8 @@ def simulate(setup: Setup, seed: int = 0) -> Result:
         arrivals = [(0.0, i) for i in range(len(work))]
     else:
         arrivals = [(0.0, u) for u in range(int(arg))]
-    heapq.heapify(arrivals)
-    closed = kind == "closed"
-    sent = 0
-    sent_at: dict[str, float] = {}
-    times: dict[str, list[tuple[float, int]]] = {}
-    done: list[str] = []
-    while True:
-        t_core = core.next_event_time()
-        t_arr = arrivals[0][0] if arrivals and sent < len(work) else None
-        if t_core is None and t_arr is None:
-            break
-        if t_arr is not None and (t_core is None or t_arr <= t_core):
-            clock.advance_to(t_arr)
-            _, user = heapq.heappop(arrivals)
-            prompt, max_tokens = work[sent]
-            rid = f"u{user}-r{sent}"
-            sent += 1
-            core.add_request(EngineRequest(rid, [1000 + (sent * 7 + i) % 5000 for i in range(prompt)],
-                                           SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
-            sent_at[rid], times[rid] = clock.t, []
-            continue
-        assert t_core is not None
-        clock.advance_to(t_core)
-        for out in core.poll(t_core):
-            times[out.request_id].append((t_core, len(out.token_ids)))
-            if out.finish_reason is not None:
-                done.append(out.request_id)
-                if closed:
-                    heapq.heappush(arrivals, (t_core, int(out.request_id[1:out.request_id.index("-")])))
+    run = drive(core, clock, work, arrivals, closed=kind == "closed", ignore_eos=True, max_events=10**12)
+    sent_at, times, done = run.sent_at, run.times, run.finished
     ttft = np.array([times[r][0][0] - sent_at[r] for r in done])
     tpot = np.array([(times[r][-1][0] - times[r][0][0]) / (sum(n for _, n in times[r]) - 1)
                      for r in done if sum(n for _, n in times[r]) > 1])
