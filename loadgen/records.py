@@ -132,6 +132,7 @@ class RequestRecord:
     reasoning_tokens: int = 0  # output tokens streamed as reasoning (reasoning_content / reasoning deltas)
     trial: int = 0  # --trials: the repetition of the level it belongs to, from 0
     source_row: int | None = None  # the dataset entry or trace row it replays (0-based data row; None: synthetic)
+    retries: int = 0  # times sent again on a new connection (the stale keep-alive race; loadgen.client.keepalive)
 
     @property
     def ok(self) -> bool:

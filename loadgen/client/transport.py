@@ -1,6 +1,8 @@
 """Streaming transports: aiohttp (default) and httpx (HTTP/2 capable).
 
-Both implement :class:`loadgen.load.transport.Transport`. Library exceptions are
+Both implement :class:`loadgen.load.transport.Transport`. A request that meets a
+connection the server closed while it sat in the pool is sent again once, on a new
+connection, by the rule of :mod:`loadgen.client.keepalive`. Library exceptions are
 translated once, here, by one table (:data:`FOREIGN_ERRORS`, after httpx's
 ``map_httpcore_exceptions``) into :mod:`loadgen.errors`, and those into an ``ErrorKind``
 on the record (:data:`ERROR_KINDS`); nothing but ``CancelledError`` leaves :meth:`send`.
@@ -19,6 +21,7 @@ import aiohttp
 import httpx
 
 from loadgen.client.dialects import Dialect, DialectOptions
+from loadgen.client.keepalive import STALE_ERRNOS, Attempt, KeepAlive
 from loadgen.client.stream import StreamState
 from loadgen.errors import (
     ConfigError,
@@ -85,6 +88,50 @@ def _translated() -> Iterator[None]:
         raise
 
 
+class _Stale(Exception):
+    """A first try lost to the stale keep-alive race; :meth:`_StreamingTransport.send`
+    sends the request again on a new connection."""
+
+
+def _oserror_is_stale(exc: BaseException) -> bool:
+    """A reset, broken pipe or abort (the peer had closed), anywhere in the cause chain."""
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 8:
+        if isinstance(cur, ConnectionResetError) or (isinstance(cur, OSError) and cur.errno in STALE_ERRNOS):
+            return True
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return False
+
+
+def _aiohttp_stale(exc: BaseException) -> bool:
+    """aiohttp: closed with no byte of a response (``ServerDisconnectedError`` carries the
+    partial message when there was one), or a reset / broken pipe."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return exc.message == "Server disconnected"
+    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError) \
+        and _oserror_is_stale(exc)
+
+
+def _httpx_stale(exc: BaseException) -> bool:
+    """httpx: "Server disconnected without sending a response", a failed write, or a reset."""
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "without sending a response" in str(exc)
+    if isinstance(exc, httpx.WriteError):
+        return True
+    return isinstance(exc, httpx.ReadError) and _oserror_is_stale(exc)
+
+
+async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
+    if isinstance(ctx.trace_request_ctx, Attempt):
+        ctx.trace_request_ctx.reused = True
+
+
+_TRACE = aiohttp.TraceConfig()
+_TRACE.on_connection_reuseconn.append(_on_reuse)
+
+
 @dataclass(slots=True)
 class TransportConfig:
     base_url: str  # e.g. http://127.0.0.1:8000 (no trailing /v1)
@@ -104,13 +151,20 @@ class _StreamingTransport:
     def __init__(self, config: TransportConfig) -> None:
         self.config = config
         self.url = config.base_url.rstrip("/") + config.dialect.path
+        self.keepalive = KeepAlive()
 
     async def send(self, spec: RequestSpec, record: RequestRecord) -> None:
         body = self.config.dialect.build_body(spec, self.config.options)
         state = StreamState(record, self.config.dialect, answer=spec.answer)
         try:
             with _translated():
-                await self._exchange(body, state)
+                try:
+                    await self._exchange(body, state, Attempt())
+                except _Stale:
+                    # the stale keep-alive race: the server never read it (keepalive's rule)
+                    record.retries += 1
+                    state = StreamState(record, self.config.dialect, answer=spec.answer)
+                    await self._exchange(body, state, Attempt(), fresh=True)
         except asyncio.CancelledError:
             state.salvage()
             record.fail(ErrorKind.CANCELLED, "cancelled", _now())
@@ -122,7 +176,9 @@ class _StreamingTransport:
         if not record.done_ns:
             record.done_ns = _now()
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState) -> None:
+    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
+        """One try. ``fresh``: on a new connection. A first try that fails as the stale
+        race raises :class:`_Stale` (with the library's exception as its cause)."""
         raise NotImplementedError
 
     async def aclose(self) -> None:
@@ -138,89 +194,130 @@ def _nodelay_socket(addr_info: Any) -> socket.socket:
 
 
 class AiohttpTransport(_StreamingTransport):
-    """aiohttp client; one session per event loop, created lazily inside the loop."""
+    """aiohttp client; one session per event loop, created lazily inside the loop, and a
+    second one without keep-alive for resends and servers that close every connection."""
 
     def __init__(self, config: TransportConfig) -> None:
         super().__init__(config)
         self._session: aiohttp.ClientSession | None = None
+        self._fresh_session: aiohttp.ClientSession | None = None
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
+    def _get_session(self, fresh: bool = False) -> aiohttp.ClientSession:
+        session = self._fresh_session if fresh else self._session
+        if session is None:
             cfg = self.config
             connector = aiohttp.TCPConnector(
-                limit=cfg.max_connections, limit_per_host=0, socket_factory=_nodelay_socket, ttl_dns_cache=300
+                limit=cfg.max_connections, limit_per_host=0, socket_factory=_nodelay_socket, ttl_dns_cache=300,
+                force_close=fresh,
             )
             timeout = aiohttp.ClientTimeout(
                 total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s
             )
-            self._session = aiohttp.ClientSession(
+            session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=timeout,
                 headers=cfg.headers,
                 auto_decompress=True,
                 read_bufsize=2**16,
+                trace_configs=[_TRACE],
             )
-        return self._session
+            if fresh:
+                self._fresh_session = session
+            else:
+                self._session = session
+        return session
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState) -> None:
-        session = self._get_session()
+    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
+        keepalive = self.keepalive
+        session = self._get_session(fresh or keepalive.fresh)
         record = state.record
-        record.sent_ns = _now()
-        async with session.post(self.url, json=body, allow_redirects=False) as resp:
-            if resp.status != 200:
-                text = await resp.text(errors="replace")
-                raise HTTPStatusError(resp.status, text, resp.headers.get("Location"))
-            async for chunk in resp.content.iter_any():
-                t = _now()
-                state.feed(chunk, t)
-            state.close(_now())
+        if not fresh:
+            record.sent_ns = _now()
+        try:
+            async with session.post(self.url, json=body, allow_redirects=False, trace_request_ctx=attempt) as resp:
+                keepalive.answered(attempt)
+                if resp.status != 200:
+                    text = await resp.text(errors="replace")
+                    raise HTTPStatusError(resp.status, text, resp.headers.get("Location"))
+                async for chunk in resp.content.iter_any():
+                    t = _now()
+                    state.feed(chunk, t)
+                state.close(_now())
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if not fresh and not attempt.answered and keepalive.may_resend(attempt, _aiohttp_stale(exc)):
+                raise _Stale() from exc
+            raise
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._fresh_session):
+            if session is not None:
+                await session.close()
+        self._session = self._fresh_session = None
 
 
 class HttpxTransport(_StreamingTransport):
-    """httpx client, HTTP/2 when ``config.http2`` (needs the ``h2`` package)."""
+    """httpx client, HTTP/2 when ``config.http2`` (needs the ``h2`` package); a second
+    client without keep-alive for resends and servers that close every connection."""
 
     def __init__(self, config: TransportConfig) -> None:
         super().__init__(config)
         self._client: Any = None
+        self._fresh_client: Any = None
 
-    def _get_client(self) -> Any:
-        if self._client is None:
+    def _get_client(self, fresh: bool = False) -> Any:
+        client = self._fresh_client if fresh else self._client
+        if client is None:
             cfg = self.config
             try:
-                self._client = httpx.AsyncClient(
+                client = httpx.AsyncClient(
                     http2=cfg.http2,
                     headers=cfg.headers,
-                    limits=httpx.Limits(max_connections=cfg.max_connections, max_keepalive_connections=cfg.max_connections),
+                    limits=httpx.Limits(max_connections=cfg.max_connections,
+                                        max_keepalive_connections=0 if fresh else cfg.max_connections),
                     timeout=httpx.Timeout(cfg.read_timeout_s, connect=cfg.connect_timeout_s),
                     follow_redirects=False,
                 )
             except ImportError as exc:  # http2=True without h2
                 raise ConfigError(f"HTTP/2 needs the h2 package: pip install 'httpx[http2]' ({exc})") from exc
-        return self._client
+            if fresh:
+                self._fresh_client = client
+            else:
+                self._client = client
+        return client
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState) -> None:
-        client = self._get_client()
+    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
+        keepalive = self.keepalive
+        client = self._get_client(fresh or keepalive.fresh)
         record = state.record
-        record.sent_ns = _now()
+        if not fresh:
+            record.sent_ns = _now()
+        attempt.reused = True  # until the pool says it connected
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            if event.startswith("connection.connect_tcp"):
+                attempt.reused = False
+
         async with asyncio.timeout(self.config.request_timeout_s) if hasattr(asyncio, "timeout") else _NoTimeout():
-            async with client.stream("POST", self.url, json=body) as resp:
-                if resp.status_code != 200:
-                    await resp.aread()
-                    raise HTTPStatusError(resp.status_code, resp.text, resp.headers.get("Location"))
-                async for chunk in resp.aiter_bytes():
-                    t = _now()
-                    state.feed(chunk, t)
-                state.close(_now())
+            try:
+                async with client.stream("POST", self.url, json=body, extensions={"trace": trace}) as resp:
+                    keepalive.answered(attempt)
+                    if resp.status_code != 200:
+                        await resp.aread()
+                        raise HTTPStatusError(resp.status_code, resp.text, resp.headers.get("Location"))
+                    async for chunk in resp.aiter_bytes():
+                        t = _now()
+                        state.feed(chunk, t)
+                    state.close(_now())
+            except (httpx.RemoteProtocolError, httpx.WriteError, httpx.ReadError) as exc:
+                if not fresh and not attempt.answered and keepalive.may_resend(attempt, _httpx_stale(exc)):
+                    raise _Stale() from exc
+                raise
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        for client in (self._client, self._fresh_client):
+            if client is not None:
+                await client.aclose()
+        self._client = self._fresh_client = None
 
 
 class _NoTimeout:

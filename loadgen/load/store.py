@@ -30,7 +30,7 @@ __all__ = ["RecordStore"]
 
 _INTS = ("index", "level", "worker", "target_prompt_tokens", "target_output_tokens",
          "scheduled_ns", "sent_ns", "done_ns", "credit_ns",
-         "turn", "turns", "first_answer_ns", "reasoning_tokens", "trial")  # fmt: skip
+         "turn", "turns", "first_answer_ns", "reasoning_tokens", "trial", "retries")  # fmt: skip
 _OPTIONAL = ("http_status", "prompt_tokens", "completion_tokens", "session", "source_row")
 _NONE = -(2**63)  # an optional field's None
 _STATUS = list(ErrorKind)
@@ -120,7 +120,7 @@ class RecordStore:
         for row, (vals, (http, prompt, completion, session, source_row), status, source, warm, cls) in enumerate(
             zip(zip(*cols), zip(*opt), self._status, self._source, self._warmup, self._class)
         ):
-            index, level, worker, tp, to, sched, sent, done, credit, turn, turns, answer, reasoning, trial = vals
+            index, level, worker, tp, to, sched, sent, done, credit, turn, turns, answer, reasoning, trial, retries = vals
             out.append(RequestRecord(
                 index=index, level=level, worker=worker, request_class=names[cls],
                 target_prompt_tokens=tp, target_output_tokens=to, scheduled_ns=sched, sent_ns=sent,
@@ -128,6 +128,7 @@ class RecordStore:
                 prompt_tokens=prompt, completion_tokens=completion, token_source=_SOURCE[source],
                 warmup=bool(warm), credit_ns=credit, session=session, turn=turn, turns=turns,
                 first_answer_ns=answer, reasoning_tokens=reasoning, trial=trial, source_row=source_row,
+                retries=retries,
             ))  # fmt: skip
         return out
 

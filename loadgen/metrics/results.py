@@ -214,12 +214,15 @@ class Load(_JSON):
 
 @dataclass(frozen=True, slots=True)
 class Requests(_JSON):
-    """Measured requests (warm-up excluded), and the failed ones by error kind."""
+    """Measured requests (warm-up excluded), the failed ones by error kind, and how many
+    were sent again after the server closed their kept-alive connection unanswered
+    (``retried``; see :mod:`loadgen.client.keepalive`)."""
 
     total: int
     ok: int
     failed: int
     by_error: dict[str, int] = field(default_factory=dict)
+    retried: int = 0
 
     @property
     def error_rate(self) -> float:

@@ -184,6 +184,7 @@ def _client(
     frame: pd.DataFrame, loop_lag_ms: Sequence[float], client_bound_ms: float,
     lag_series: tuple[Sequence[int], int] | None, workers: Sequence[WorkerStats] | None,
     lost_workers: Sequence[int] | None, users: npt.NDArray[np.int64], clock_uncertainty_ms: float | None,
+    retried: int = 0,
 ) -> ClientHealth:  # fmt: skip
     """The level's client health; with worker processes, each one's too, and the level
     is client-bound when any of them is."""
@@ -208,6 +209,10 @@ def _client(
         notes = [f"worker clock offsets are known to ±{clock_uncertainty_ms:.3g} ms only (> {CLOCK_NOTE_MS:g} ms): "
                  "the workers' common start and the level's time window are that uncertain; per-request "
                  "latencies are not"]  # fmt: skip
+    if retried:
+        notes = (notes or []) + [
+            f"{retried} request(s) were sent again on a new connection: the server closed a kept-alive connection "
+            "before answering them (the stale keep-alive race; their latency includes the failed try)"]  # fmt: skip
     series = None if lag_series is None else lag_over_time(lag_series[0], loop_lag_ms, lag_series[1])
     return ClientHealth(
         loop_lag_ms=lag,
@@ -274,6 +279,7 @@ def summarize_level(
     else:
         frame, ev = frame_and_events_from_columns(records, *events)
     ok = frame["ok"].to_numpy(dtype=bool)
+    retried = sum(1 for r in measured if r.retries)
     window = level_window_ns(frame)
     failed = frame.loc[~ok, "status"].value_counts()
     duration, throughput = _throughput(frame, ev, ok, window, trim)
@@ -305,6 +311,7 @@ def summarize_level(
             ok=int(ok.sum()),
             failed=int((~ok).sum()),
             by_error={str(k): int(v) for k, v in sorted(failed.items())},
+            retried=retried,
         ),
         duration_s=duration,
         throughput=throughput,
@@ -334,7 +341,7 @@ def summarize_level(
         client=_client(frame, loop_lag_ms, client_bound_ms,
                        None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns), workers, lost_workers,
                        np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured)),
-                       clock_uncertainty_ms),  # fmt: skip
+                       clock_uncertainty_ms, retried),  # fmt: skip
         schedule=schedule,
         interrupted=interrupted,
         windows=None if window_s is None else windows_of(frame, ev, window_s),

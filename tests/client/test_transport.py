@@ -219,7 +219,7 @@ class _Raises(_StreamingTransport):
         super().__init__(TransportConfig("http://127.0.0.1:9", get_dialect("completions"), DialectOptions()))
         self.exc = exc
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState) -> None:
+    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Any, fresh: bool = False) -> None:
         state.record.sent_ns = 1
         state.feed(b'data: {"choices": [{"text": "a"}]}\n\n', 2)
         raise self.exc

@@ -65,7 +65,8 @@ def test_shape_is_the_public_contract(summary):
 
 def test_requests_window_and_throughput(summary):
     assert summary["load"] == LOAD
-    assert summary["requests"] == {"total": 6, "ok": 4, "failed": 2, "by_error": {"http_error": 1, "timeout": 1}}
+    assert summary["requests"] == {"total": 6, "ok": 4, "failed": 2, "by_error": {"http_error": 1, "timeout": 1},
+                                   "retried": 0}
     assert summary["duration_s"] == 1.0  # first send (0) to last completion (1000 ms)
     thr = summary["throughput"]
     assert thr["requests_per_s"] == 4.0
@@ -185,7 +186,7 @@ def test_values_are_plain_python(summary):
 
 def test_empty_level_values():
     s = summarize_level([], load=LOAD)
-    assert s["requests"] == {"total": 0, "ok": 0, "failed": 0, "by_error": {}}
+    assert s["requests"] == {"total": 0, "ok": 0, "failed": 0, "by_error": {}, "retried": 0}
     assert s["duration_s"] == 0.0 and s["throughput"]["requests_per_s"] is None
     assert s["goodput"]["slo_attainment"] is None and s["by_class"] == {}
 

