@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -25,13 +26,23 @@ def _env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv holding the project's wheel (its dependencies come from this interpreter's
-    site-packages, so nothing is downloaded); returns its ``bin`` folder."""
+    site-packages, so nothing is downloaded); returns its ``bin`` folder.
+
+    This interpreter may itself be a venv (the README's test command in one): its
+    ``--system-site-packages`` would be the base interpreter's, so the new venv gets this
+    one's package folders by a ``.pth`` file instead. Its lines are plain paths, so the
+    ``.pth`` files there (this checkout's editable install) are not run: the wheel's
+    ``loadgen`` is the one found."""
     tmp = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                     str(tmp / "dist"), str(ROOT)], check=True, cwd=tmp, env=_env())  # fmt: skip
     (wheel,) = (tmp / "dist").glob("loadgen-*.whl")
-    venv.create(tmp / "venv", system_site_packages=True, with_pip=False)
+    venv.create(tmp / "venv", system_site_packages=False, with_pip=False)
     py = tmp / "venv" / "bin" / "python"
+    inner = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           check=True, capture_output=True, text=True, env=_env()).stdout.strip()  # fmt: skip
+    outer = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (Path(inner) / "_outer_site_packages.pth").write_text("".join(f"{p}\n" for p in outer))
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)],
                    check=True, cwd=tmp, env=_env())  # fmt: skip
     return tmp / "venv" / "bin"

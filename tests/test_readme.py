@@ -45,6 +45,10 @@ def test_readme_has_the_examples() -> None:
 def test_readme_run_example(cmd: str, server: ScriptedServerProcess, tmp_path: Path) -> None:
     if "--ray" in cmd:  # a local Ray instance, on loopback (tests/conftest.py)
         pytest.importorskip("ray", reason="--ray needs Ray (pip install 'loadgen[distributed]')")
+    if "--tokenizer" in cmd:
+        pytest.importorskip("tokenizers", reason="--tokenizer needs the optional extra (pip install 'loadgen[tokenizer]')")
+    if ".parquet" in cmd:
+        pytest.importorskip("pyarrow", reason="Parquet needs the optional extra (pip install 'loadgen[datasets]')")
     args = shlex.split(cmd)[1:]
     args = [server.url if a == "http://127.0.0.1:8000" else a for a in args]
     # bound the example: few requests, short levels, our own output folder
@@ -81,7 +85,7 @@ def test_readme_serve_example(cmd: str) -> None:
 
     args = shlex.split(cmd)[2:]
     if "--engine" in args and args[args.index("--engine") + 1] == "torch":
-        pytest.importorskip("torch", reason="the torch engine needs the 'server' extra")
+        pytest.importorskip("torch", reason="the torch engine needs the 'server' extra (pip install -e '.[server]')")
     if "smollm2-135m" in args:
         import importlib.util
 

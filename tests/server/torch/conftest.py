@@ -1,6 +1,7 @@
 """Fixtures of the torch engine tests: the model, scheduler-driven runs, live servers.
 
-The whole directory is skipped when torch is not installed (``pip install -e '.[server]'``).
+The whole directory is skipped when torch is not installed (``pip install -e '.[server]'``):
+each module is reported as skipped with that reason, whether the suite or this folder runs.
 Every test runs torch on one CPU thread.
 """
 
@@ -9,25 +10,37 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the torch engine needs torch: pip install -e '.[server]'")
+REASON = "the torch engine needs torch: pip install -e '.[server]'"
 
-from loadgen.server.engine.models import get_model  # noqa: E402
-from loadgen.server.torch.loader import build_model  # noqa: E402
-from loadgen.server.torch.model import LlamaModel  # noqa: E402
+try:
+    import torch
+except ImportError:  # every module here imports torch: skip each one, with the reason
+    torch = None
 
+    class _NeedsTorch(pytest.Module):
+        def collect(self) -> Any:
+            pytest.skip(REASON)
 
-@pytest.fixture(scope="session", autouse=True)
-def _one_thread() -> None:
-    torch.set_num_threads(1)
+    def pytest_pycollect_makemodule(module_path: Path, parent: Any) -> Any:
+        return _NeedsTorch.from_parent(parent, path=module_path)
 
+else:
+    from loadgen.server.engine.models import get_model
+    from loadgen.server.torch.loader import build_model
+    from loadgen.server.torch.model import LlamaModel
 
-@pytest.fixture(scope="session")
-def tiny() -> LlamaModel:
-    """The tiny preset (random weights, seed 0), fp32 on the CPU."""
-    return build_model(get_model("tiny"), device="cpu", dtype=torch.float32, seed=0)
+    @pytest.fixture(scope="session", autouse=True)
+    def _one_thread() -> None:
+        torch.set_num_threads(1)
+
+    @pytest.fixture(scope="session")
+    def tiny() -> LlamaModel:
+        """The tiny preset (random weights, seed 0), fp32 on the CPU."""
+        return build_model(get_model("tiny"), device="cpu", dtype=torch.float32, seed=0)
 
 
 def child_pids() -> set[int]:
