@@ -458,7 +458,7 @@ def _profile(
     """A profile from --profile (or a one-level default), with the flags laid over it."""
     from dataclasses import replace
 
-    from loadgen.load.profiles import Profile, load_profile
+    from loadgen.load.profiles import Profile, load_profile, with_budget
 
     if concurrency is not None and rate is not None:
         raise ConfigError("give either --concurrency (closed loop) or --rate (open loop), not both")
@@ -489,10 +489,7 @@ def _profile(
         prof = replace(prof, mode="rate", levels=[rate] if not levels else prof.levels)
     if not name and (rate is not None or concurrency is not None or levels):
         prof = replace(prof, name="cli", kind="levels")
-    if requests is not None or duration is not None:
-        prof = replace(prof, requests=requests, duration_s=duration)
-    if warmup is not None:
-        prof = replace(prof, warmup_requests=warmup)
+    prof = with_budget(prof, requests, duration, warmup)
     if slo_latency is not None:
         if slo_latency not in ("queued", "sent"):
             raise ConfigError("choose queued or sent", key="--slo-latency")

@@ -3,7 +3,9 @@
 Starts the reference server (simulated H100 running Llama-3.1-8B) on a free loopback
 port, twice — with and without chunked prefill — and drives each with the same seeded
 ``demo`` workload (chat requests plus a few 10k-14k-token prompts) at rising
-concurrency. Without chunking, every long prefill runs whole in one engine step (with
+concurrency, with the server's Prometheus ``/metrics`` scraped (as ``loadgen run
+--scrape-metrics`` does), so each report shows its running and waiting requests and
+KV-cache use. Without chunking, every long prefill runs whole in one engine step (with
 whatever other prompts fit the budget, which is then the context length) and all running
 decodes wait behind it: the chat requests' ITL p99 jumps. With chunking the long prompt
 is cut into budget-sized pieces between decode steps: ITL stays flat and the long
@@ -29,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen.paths import search_dirs
-from loadgen.load.profiles import Profile
+from loadgen.load.profiles import Profile, with_budget
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import parse_slo
 from loadgen.orchestrate import RunConfig, execute
@@ -55,15 +57,9 @@ def _chat(level: LevelSummary, metric: str, stat: str) -> float | None:
 def run_demo(out: Path, console: Console, *, seconds_per_level: float = 7.0, live: bool = True) -> dict[str, RunSummary]:
     """Run both configurations; return ``{name: summary}`` and print the headline."""
     workload = load_workload("demo", search_dirs("workloads"))
-    profile = Profile(
-        name="demo",
-        description="rising concurrency, duration-bound levels",
-        levels=list(DEMO_LEVELS),
-        requests=None,
-        duration_s=seconds_per_level,
-        warmup_requests=0,
-        trim=(0.1, 0.1),
-    )
+    profile = with_budget(Profile(name="demo", description="rising concurrency, duration-bound levels",
+                                  levels=list(DEMO_LEVELS), trim=(0.1, 0.1)),
+                          duration_s=seconds_per_level, warmup_requests=0)
     results: dict[str, RunSummary] = {}
     for name, flags in CONFIGS:
         console.rule(f"[bold]{name}[/bold]: reference server, simulated H100 + Llama-3.1-8B, {' '.join(flags)}")
@@ -80,6 +76,7 @@ def run_demo(out: Path, console: Console, *, seconds_per_level: float = 7.0, liv
                 label=f"demo-{name}",
                 command=["loadgen", "demo"],
                 live=live,
+                scrape_metrics=True,  # its own server: the reports show its queue and KV cache
             )
             results[name] = execute(cfg, console).summary
     _headline(results, console)

@@ -3,9 +3,11 @@
 A matrix file names the server configurations (a command template and a grid or list of
 parameters, or a fixed URL), the workload, the load profile and the SLOs. For each
 configuration loadgen starts the server in its own process group (its output kept in
-``server.log``), waits for ``/health``, runs the profile with ``/metrics`` scraped, and
-stops the server (SIGTERM, SIGKILL after a grace period). A server that does not start,
-or dies during its run, is reported in ``matrix.json`` and the matrix goes on.
+``server.log``), waits for ``/health``, runs the profile with ``/metrics`` scraped (each
+level as long as the profile says, by the rule ``loadgen run`` follows for its flags and
+profile files: :func:`loadgen.load.profiles.with_budget`), and stops the server (SIGTERM,
+SIGKILL after a grace period). A server that does not start, or dies during its run, is
+reported in ``matrix.json`` and the matrix goes on.
 
 The output folder holds one run folder per configuration, ``matrix.json`` (each
 configuration's parameters, command, status, wall time and headline numbers) and
@@ -35,7 +37,7 @@ File format (TOML)::
     [run.profile]                           # a profile table, or profile = "name"
     mode = "concurrency"
     levels = [4, 16]
-    requests = 40
+    requests = 40                           # or duration_s = 15 alone: 15 s a level, no request cap
 
 ``{port}`` is a free loopback port chosen for each configuration; the server's URL is
 ``http://127.0.0.1:{port}``. A command that starts with ``loadgen`` runs this

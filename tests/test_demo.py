@@ -42,6 +42,13 @@ def test_demo_runs_both_configurations(tmp_path: Path) -> None:
         assert cap["status"] == "ok" and 4 <= cap["value"] < 32, cap
     assert "capacity" in proc.stdout
     assert "where it matters" in (out / "comparison.html").read_text()
+    # the demo scrapes its own server's /metrics: the queue and the KV cache over the run, in each report
+    for name in ("chunked", "unchunked"):
+        lines = [json.loads(x) for x in (out / name / "server_metrics.jsonl").read_text().splitlines()]
+        assert len(lines) >= 2 and max(ln["running"] for ln in lines) > 0, lines[:3]
+        assert max(ln["kv_usage"] for ln in lines) > 0
+        report = (out / name / "report.html").read_text()
+        assert 'id="fig-server"' in report and "Not scraped" not in report
 
 
 def test_serve_rejects_bad_flags_in_one_line() -> None:

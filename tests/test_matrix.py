@@ -114,6 +114,26 @@ x = [1]
     assert any(r["status"] != "ok" for r in records)  # the cut requests are recorded, not lost
 
 
+def test_a_duration_alone_bounds_each_level_by_time_as_run_does(tmp_path: Path) -> None:
+    # a fast server and a 3 s level: far more than the 100 requests a profile counts by default
+    matrix = write(tmp_path, '''
+name = "timed"
+[server]
+command = "loadgen serve --engine sim --time-scale 0.01 --port {port}"
+''' + RUN.replace("levels = [3]", "levels = [8]").replace("requests = 6", "duration_s = 3")
+       .replace('prompt_tokens = "uniform:min=200,max=1500"', 'prompt_tokens = "64"').replace('"16"', '"4"'))
+    spec = load_matrix(matrix)
+    assert (spec.profile.requests, spec.profile.duration_s) == (None, 3)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["matrix", str(matrix), "-o", str(out)])
+    (entry,) = json.loads((out / "matrix.json").read_text())["configs"]
+    assert entry["status"] == "ok", result.output
+    run = json.loads((out / entry["folder"] / "run" / "run.json").read_text())
+    assert (run["profile"]["requests"], run["profile"]["duration_s"]) == (None, 3)
+    (level,) = json.loads((out / entry["folder"] / "run" / "summary.json").read_text())["levels"]
+    assert level["requests"]["ok"] > 100  # not stopped at the default count
+
+
 @pytest.mark.parametrize(("text", "needle"), [
     ('[server]\ncommand = "x {nope}"\n' + RUN, "{nope}"),
     ('[server]\ncommand = "x"\nurl = "http://127.0.0.1:1"\n' + RUN, "either command"),
@@ -135,3 +155,5 @@ def test_the_shipped_matrix_files_load() -> None:
     assert len(load_matrix(Path(__file__).parent.parent / "profiles" / "matrix" / "disagg.toml").configs) == 3
     spec = load_matrix(Path(__file__).parent.parent / "profiles" / "matrix" / "chunking.toml")
     assert len(spec.configs) == 4 and spec.baseline == spec.configs[0].name == "chunked 2048"
+    # duration_s = 15 and no request count: each level lasts 15 s, as `loadgen run --duration 15`
+    assert (spec.profile.requests, spec.profile.duration_s, spec.profile.warmup_requests) == (None, 15, 4)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ else:  # pragma: no cover
 
 from loadgen.errors import ProfileError
 
-__all__ = ["Profile", "StopRules", "load_profile", "list_profiles", "KINDS"]
+__all__ = ["Profile", "StopRules", "load_profile", "list_profiles", "with_budget", "KINDS"]
 
 KINDS = ("levels", "sweep-rate", "capacity", "soak", "ramp")
 MAX_LEVELS = 1000  # a generator giving more is refused (inf or 1e300 would never end)
@@ -79,6 +79,23 @@ class Profile:
     # soak / ramp
     window_s: float = 10.0
     source: str = "--flags"
+
+
+def with_budget(prof: Profile, requests: int | None = None, duration_s: float | None = None,
+                warmup_requests: int | None = None) -> Profile:
+    """``prof`` with a level budget laid over it: the one rule for ``loadgen run``'s
+    ``--requests``/``--duration``/``--warmup``, for a profile file's keys and for a matrix.
+
+    Giving ``requests`` or ``duration_s`` replaces both: a duration alone runs each level
+    for that long with no request cap, requests alone run to that count with no time
+    limit, both end a level at whichever comes first. ``None`` leaves the profile's value
+    (a profile that names neither keeps the default, 100 requests per level).
+    """
+    if requests is not None or duration_s is not None:
+        prof = replace(prof, requests=requests, duration_s=duration_s)
+    if warmup_requests is not None:
+        prof = replace(prof, warmup_requests=warmup_requests)
+    return prof
 
 
 _TOP = {f.name for f in fields(Profile)} - {"stop", "source", "levels"} | {"stop", "levels", "generate"}
@@ -158,7 +175,7 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
     prof = Profile(name=str(data.get("name", name or "profile")), source=source)
     defaults = Profile()
     for key, value in data.items():
-        if key in ("name", "stop", "levels", "generate"):
+        if key in ("name", "stop", "levels", "generate", "requests", "duration_s", "warmup_requests"):
             continue
         default = getattr(defaults, key)
         if key == "trim":
@@ -185,6 +202,9 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         else:
             value = _typed(key, value, default, source)
         setattr(prof, key, value)
+    budget = {k: _typed(k, data[k], getattr(defaults, k), source)
+              for k in ("requests", "duration_s", "warmup_requests") if k in data}
+    prof = with_budget(prof, **budget)
     if "stop" in data:
         st = data["stop"]
         if not isinstance(st, dict):

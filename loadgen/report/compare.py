@@ -79,7 +79,7 @@ def _diff_cells(d: C.Difference, unit: str) -> str:
 
 def _table(levels: Sequence[tuple[str, float, list[int]]], runs: Sequence[RunData], labels: Sequence[str],
            rows_by_run: Sequence[list[Row]]) -> str:  # fmt: skip
-    head = '<tr><th class="l">level</th><th class="l">metric</th><th class="l">stat</th>'
+    head = '<tr><th class="l k k0">level</th><th class="l k k1">metric</th><th class="l k k2">stat</th>'
     head += f"<th>{esc(labels[0])}<br>(baseline)</th>"
     for label in labels[1:]:
         head += f"<th>{esc(label)}</th><th>Δ vs baseline</th><th>95% CI of Δ</th><th class=\"l\">verdict</th>"
@@ -91,12 +91,14 @@ def _table(levels: Sequence[tuple[str, float, list[int]]], runs: Sequence[RunDat
         pos = first.level
         lv = runs[0].levels[levels[pos][2][0]]
         unit = "" if first.unit in ("%",) else f" ({first.unit})"
-        cells = (f'<td class="l">{esc(lv.load.label())}</td><td class="l">{esc(first.label)}{esc(unit)}</td>'
-                 f'<td class="l">{esc(first.stat)}</td><td>{fmt(first.diff.a)}</td>')  # fmt: skip
+        cells = (f'<td class="l k k0">{esc(lv.load.label())}</td><td class="l k k1">{esc(first.label)}{esc(unit)}</td>'
+                 f'<td class="l k k2">{esc(first.stat)}</td><td>{fmt(first.diff.a)}</td>')  # fmt: skip
         for rows in rows_by_run:
             cells += _diff_cells(rows[r].diff, rows[r].unit)
         body.append(f'<tr data-level="{pos}" data-metric="{esc(first.metric)}" data-stat="{esc(first.stat)}">{cells}</tr>')
-    return (f'<div class="scroll"><table id="comparison-table"><thead>{head}</thead><tbody>{"".join(body)}'
+    # its own scroll box (both ways, the header and the level/metric/stat columns sticky):
+    # with many configurations the page stays put and every row keeps its name
+    return (f'<div class="scroll table-box"><table id="comparison-table"><thead>{head}</thead><tbody>{"".join(body)}'
             "</tbody></table></div>")  # fmt: skip
 
 

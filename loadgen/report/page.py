@@ -65,6 +65,15 @@ th,td{border-bottom:1px solid #e5e7eb;padding:4px 8px;text-align:right;white-spa
 th{background:#f3f4f6}
 td.l,th.l{text-align:left}
 .scroll{overflow-x:auto}
+.table-box{overflow:auto;max-height:80vh;border:1px solid #e5e7eb}
+.table-box table{margin:0}
+.table-box thead th{position:sticky;top:0;z-index:2}
+.table-box .k{position:sticky;z-index:1;background:#fff;white-space:normal;overflow-wrap:anywhere;
+ box-sizing:border-box}
+.table-box th.k{background:#f3f4f6;z-index:3}
+.table-box .k0{left:0;width:96px;min-width:96px;max-width:96px}
+.table-box .k1{left:96px;width:190px;min-width:190px;max-width:190px}
+.table-box .k2{left:286px;width:64px;min-width:64px;max-width:64px;box-shadow:inset -2px 0 0 #9ca3af}
 .better{color:#047857;font-weight:600}.worse{color:#b91c1c;font-weight:600}.same{color:#6b7280}
 .bad{color:#b91c1c;font-weight:600}.good{color:#047857}
 dl.kv{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:6px 0;font-size:.9em}

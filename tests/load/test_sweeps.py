@@ -215,3 +215,21 @@ def test_generators_still_reach_their_stop() -> None:
     assert profile_from_dict({"generate": {"start": 0.5, "stop": 4.0000001}}, "p").levels == [0.5, 1, 2, 4]
     linear = {"kind": "linear", "start": 1, "stop": 10, "step": 3}
     assert profile_from_dict({"generate": linear}, "p").levels == [1, 4, 7, 10]
+
+
+def test_a_level_budget_is_one_rule_for_profile_files_and_run_flags() -> None:
+    from loadgen.load.profiles import profile_from_dict, with_budget
+
+    timed = profile_from_dict({"levels": [8], "duration_s": 15, "warmup_requests": 4}, "p")
+    assert (timed.requests, timed.duration_s, timed.warmup_requests) == (None, 15, 4)  # no hidden 100-request cap
+    counted = profile_from_dict({"levels": [8], "requests": 40}, "p")
+    assert (counted.requests, counted.duration_s) == (40, None)
+    both = profile_from_dict({"levels": [8], "requests": 40, "duration_s": 15}, "p")
+    assert (both.requests, both.duration_s) == (40, 15)  # whichever comes first
+    assert profile_from_dict({"levels": [8]}, "p").requests == Profile().requests == 100
+    # --duration over a profile that counts requests: the duration alone, as in a file
+    over = with_budget(counted, duration_s=5.0)
+    assert (over.requests, over.duration_s, over.warmup_requests) == (None, 5.0, 0)
+    assert with_budget(timed) == timed and with_budget(timed, warmup_requests=0).warmup_requests == 0
+    plan = next(sweep(timed))
+    assert (plan.requests, plan.duration_s, plan.warmup_requests) == (None, 15, 4)
