@@ -193,7 +193,7 @@ def render_comparison(
                  "significant change.</p>")  # fmt: skip
     page.section("capacity", "Capacity side by side", _capacity_table(runs, names))
     fig = CF.latency_overlay(runs, names)
-    page.section("latency", "Latency vs load", '<p class="note">p50 solid, p99 dashed; one colour per run.</p>'
+    page.section("latency", "Latency vs load", '<p class="note">p50 solid (circles), p99 dotted (diamonds); one colour per run.</p>'
                  + (page.figure("cmp-latency", fig, 640) if fig else '<p class="note">No level to plot.</p>'))  # fmt: skip
     fig = CF.throughput_overlay(runs, names)
     page.section("throughput", "Throughput, goodput and SLO attainment vs load",
