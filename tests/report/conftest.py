@@ -25,7 +25,7 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def crowded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run whose capacity and knee fall on the same load (16 users), whose long prompts
+    """A run whose capacity and knee fall close together (20 and 16 users), whose long prompts
     are a class of their own, and that has no coalesced event: the marks that could
     collide and the panels that could be empty."""
     spec = Spec(loads=(1, 4, 16, 32), slos=("ttft=140ms",), long_class="long", request_class="chat",
