@@ -66,6 +66,7 @@ th{background:#f3f4f6}
 td.l,th.l{text-align:left}
 .scroll{overflow-x:auto}
 .better{color:#047857;font-weight:600}.worse{color:#b91c1c;font-weight:600}.same{color:#6b7280}
+.unsure{color:#92400e;font-weight:600}
 .bad{color:#b91c1c;font-weight:600}.good{color:#047857}
 dl.kv{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:6px 0;font-size:.9em}
 dl.kv dt{color:#6b7280}dl.kv dd{margin:0;overflow-wrap:anywhere}
