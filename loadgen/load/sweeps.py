@@ -59,9 +59,12 @@ def stop_reason(history: list[Summary], profile: Profile) -> str | None:
             [(float(s.load.value), _throughput(s), s.metric(profile.knee_metric) or 0.0) for s in history],
             profile.knee_throughput_gain,
             profile.knee_latency_growth,
+            noise=[s.throughput.output_tokens_per_s_se for s in history],
         )
-        if k.found and k.index == len(history) - 1:
-            return f"saturated at {last.load.value} (throughput +{k.throughput_gain or 0:.0%}, latency +{k.latency_growth or 0:.0%})"
+        # a knee is confirmed by the level after it (or, at the last level, beyond its noise)
+        if k.found and k.index is not None and k.index >= len(history) - 2:
+            return (f"saturated at {k.load:g} (throughput {k.throughput_gain or 0:+.0%}, "
+                    f"latency {k.latency_growth or 0:+.0%})")
     return None
 
 

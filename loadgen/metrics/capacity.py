@@ -2,7 +2,8 @@
 
 - :func:`capacity`: the highest offered load whose SLO attainment stays >= the target,
   linearly interpolated between the last passing level and the first failing one.
-- :func:`knee`: the first level where throughput stops growing while latency climbs.
+- :func:`knee`: the first level where throughput stops growing while latency climbs, and
+  stays stopped (no later level higher; confirmed by a later level or beyond the noise).
 - :func:`windows`: metrics over consecutive time windows of one long level (soak, ramp).
 
 Pure functions of numbers and records; results are typed (:mod:`loadgen.metrics.results`).
@@ -79,17 +80,28 @@ def knee(
     min_throughput_gain: float = 0.05,
     min_latency_growth: float = 0.20,
     *,
+    noise: Sequence[float | None] | None = None,
     mode: str | None = None,
     metric: str | None = None,
 ) -> Saturation:
     """The saturation knee from ``(load, throughput, latency)`` per level, in load order.
 
-    It is the first level ``i > 0`` whose throughput grew by less than
-    ``min_throughput_gain`` (relative) over level ``i - 1`` while its latency grew by
-    more than ``min_latency_growth``. Levels whose predecessor has no positive
-    throughput or latency cannot be judged and are skipped. ``mode`` and ``metric``
-    (the latency's name) are carried into the result.
+    A level ``i > 0`` is a candidate when its throughput grew by less than
+    ``min_throughput_gain`` (relative) over level ``i - 1`` while its latency grew by more
+    than ``min_latency_growth``. The knee is the first candidate that also holds:
+
+    - no later level has higher throughput: none reaches the highest throughput up to
+      the candidate times ``1 + min_throughput_gain`` (the growth the first rule asks for);
+    - the stall is not one noisy dip: a later level confirms it (by the rule above, its
+      throughput did not grow past the plateau), or, at the last level, the gain stays
+      under ``min_throughput_gain`` with twice the noise added (``noise[i]``: the standard
+      error of each level's throughput; the two levels' combine in quadrature). Without
+      a noise for both levels the last level cannot be confirmed.
+
+    Levels whose predecessor has no positive throughput or latency cannot be judged and
+    are skipped. ``mode`` and ``metric`` (the latency's name) are carried into the result.
     """
+    thr = [_num(t) for _, t, _ in levels]
     for i in range(1, len(levels)):
         _, thr0, lat0 = levels[i - 1]
         load, thr1, lat1 = levels[i]
@@ -97,11 +109,28 @@ def knee(
         growth = _growth(_num(lat0), _num(lat1))
         if gain is None or growth is None:
             continue
-        if gain < min_throughput_gain and growth > min_latency_growth:
-            return Saturation(found=True, index=i, load=float(load), throughput_gain=gain, latency_growth=growth,
-                              mode=mode, metric=metric)  # fmt: skip
+        if not (gain < min_throughput_gain and growth > min_latency_growth):
+            continue
+        peak = max(t for t in thr[: i + 1] if math.isfinite(t))
+        later = [t for t in thr[i + 1 :] if math.isfinite(t)]
+        if any(t >= peak * (1 + min_throughput_gain) for t in later):
+            continue  # throughput grew again: not saturated here
+        if not later and not _stall_beyond_noise(thr[i - 1], gain, noise, i, min_throughput_gain):
+            continue
+        return Saturation(found=True, index=i, load=float(load), throughput_gain=gain, latency_growth=growth,
+                          mode=mode, metric=metric)  # fmt: skip
     return Saturation(found=False, index=None, load=None, throughput_gain=None, latency_growth=None, mode=mode,
                       metric=metric)  # fmt: skip
+
+
+def _stall_beyond_noise(base: float, gain: float, noise: Sequence[float | None] | None, i: int,
+                        limit: float) -> bool:
+    """Whether level ``i``'s throughput gain over ``base`` (level ``i - 1``'s) stays under
+    ``limit`` with twice the two levels' combined noise added."""
+    if noise is None or i >= len(noise) or noise[i] is None or noise[i - 1] is None:
+        return False
+    se = math.hypot(_num(noise[i]), _num(noise[i - 1]))
+    return math.isfinite(se) and gain + 2 * se / base < limit
 
 
 def _in_flight_integral(sent_s: F64, done_s: F64, at: F64) -> F64:

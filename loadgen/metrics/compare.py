@@ -20,8 +20,11 @@ The interval is the percentile interval of the resampled differences ``b - a`` (
 resampled independently). The verdict says ``better``/``worse`` only when the interval
 excludes zero and the difference is at least ``min_effect`` of the baseline (default 0:
 any; the comparison page uses 2%, below the run-to-run noise of a benchmark, which one
-run's resampling cannot see); the direction depends on whether higher is better. Pure
-numpy, no I/O.
+run's resampling cannot see); the direction depends on whether higher is better. An
+interval that contains zero is "no significant change" only when it also rules out a
+change over :data:`EQUIVALENCE` (10%) of the baseline; a wider one is "inconclusive" (the
+data allow a large change either way), and for a tail statistic (p99, p99.9) the row's
+note adds what the requests themselves show (:func:`tail_evidence`). Pure numpy, no I/O.
 
 :func:`compare_level` applies all three to every metric of two runs' levels (the rows
 of the comparison page); :func:`common_levels` pairs the levels two runs share.
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -48,7 +51,11 @@ __all__ = [
     "BETTER",
     "WORSE",
     "NO_CHANGE",
+    "INCONCLUSIVE",
     "NOT_AVAILABLE",
+    "EQUIVALENCE",
+    "tail_evidence",
+    "by_verdict",
     "Difference",
     "bootstrap_quantile",
     "quantile_difference",
@@ -67,7 +74,11 @@ __all__ = [
 BETTER = "better"
 WORSE = "worse"
 NO_CHANGE = "no significant change"
+INCONCLUSIVE = "inconclusive"
 NOT_AVAILABLE = "n/a"
+# an interval containing 0 says "no significant change" only when it also rules out a
+# change larger than this share of the baseline; a wider one is "inconclusive"
+EQUIVALENCE = 0.10
 
 F64 = npt.NDArray[np.float64]
 DEFAULT_RESAMPLES = 2000
@@ -94,20 +105,32 @@ class Difference:
 
 
 def verdict(
-    ci: tuple[float, float] | None, higher_is_better: bool, *, rel: float | None = None, min_effect: float = 0.0
-) -> str:
-    """``better``/``worse`` when the interval of ``b - a`` excludes 0 (and the relative
-    difference ``rel`` is at least ``min_effect`` in size, when both are given), else
-    no significant change; ``n/a`` without an interval."""
+    ci: tuple[float, float] | None, higher_is_better: bool, *, rel: float | None = None, min_effect: float = 0.0,
+    base: float | None = None, margin: float = EQUIVALENCE,
+) -> str:  # fmt: skip
+    """The verdict on an interval ``ci`` of ``b - a``:
+
+    - ``better``/``worse``: the interval excludes 0 and the relative difference ``rel``
+      is at least ``min_effect`` in size (when both are given);
+    - ``no significant change``: the interval excludes 0 but the change is under
+      ``min_effect``, or it contains 0 and stays within ``margin`` of the baseline
+      ``base`` either side (a larger change is ruled out);
+    - ``inconclusive``: the interval contains 0 but reaches beyond ``margin`` of
+      ``base`` (the data allow a large change either way: not evidence of none);
+    - ``n/a`` without an interval.
+
+    Without ``base`` an interval containing 0 is "no significant change"."""
     if ci is None:
         return NOT_AVAILABLE
-    if min_effect > 0 and rel is not None and abs(rel) < min_effect:
-        return NO_CHANGE
     lo, hi = ci
-    if lo > 0:
-        return BETTER if higher_is_better else WORSE
-    if hi < 0:
+    if lo > 0 or hi < 0:
+        if min_effect > 0 and rel is not None and abs(rel) < min_effect:
+            return NO_CHANGE
+        if lo > 0:
+            return BETTER if higher_is_better else WORSE
         return WORSE if higher_is_better else BETTER
+    if base is not None and base != 0 and max(-lo, hi) > margin * abs(base):
+        return INCONCLUSIVE
     return NO_CHANGE
 
 
@@ -156,7 +179,8 @@ def _result(
     diff = b - a
     rel = diff / a if a != 0 else None
     ci = _interval(draws, confidence)
-    return Difference(a, b, diff, rel, ci, verdict(ci, higher_is_better, rel=rel, min_effect=min_effect), confidence)
+    return Difference(a, b, diff, rel, ci, verdict(ci, higher_is_better, rel=rel, min_effect=min_effect, base=a),
+                      confidence)  # fmt: skip
 
 
 def _check(confidence: float, resamples: int, min_effect: float) -> None:
@@ -186,8 +210,8 @@ def quantile_difference(
     NaN samples are dropped; an empty side gives verdict ``n/a``. Latency: lower is
     better (the default). When a side has fewer than ``min_tail`` samples beyond the
     quantile (``n * min(q, 1 - q)``; p99 of 100 samples has one), the bootstrap cannot
-    be trusted: the interval is still given but the verdict is "no significant change"
-    with a ``note``.
+    be trusted: the interval is still given but the verdict is "inconclusive" with a
+    ``note``.
     """
     _check(confidence, resamples, min_effect)
     xa, xb = np.sort(_clean(a)), np.sort(_clean(b))
@@ -202,7 +226,7 @@ def quantile_difference(
     tail = min(xa.size, xb.size) * min(q, 1.0 - q)
     if tail < min_tail:
         note = f"too few samples to judge p{100 * q:g} (fewer than {min_tail} beyond it)"
-        return Difference(result.a, result.b, result.diff, result.rel, result.ci, NO_CHANGE, confidence, note)
+        return Difference(result.a, result.b, result.diff, result.rel, result.ci, INCONCLUSIVE, confidence, note)
     return result
 
 
@@ -331,29 +355,38 @@ HEADLINE: tuple[str, ...] = ("itl_ms", "ttft_ms", "output_tokens_per_s", "goodpu
                              "tpot_ms", "e2e_ms")
 
 
-def headline(rows: Sequence[Row], limit: int = 5) -> tuple[list[Row], list[str]]:
-    """The changes that matter: for each headline metric (:data:`HEADLINE`), the
-    statistic and level where it got most worse and where it got most better (significant
-    verdicts, largest relative change: a trade-off shows both sides), the largest changes
-    first, at most ``limit``; and the labels of the headline metrics that changed
-    significantly nowhere."""
-    picked: list[Row] = []
-    unchanged: list[str] = []
-    for metric in HEADLINE:
-        cands = [r for r in rows if r.metric == metric]
-        if not cands:
-            continue
-        moved = False
-        for side in (WORSE, BETTER):
-            these = [r for r in cands if r.diff.verdict == side and r.diff.rel is not None]
-            if these:
-                picked.append(max(these, key=lambda r: abs(r.diff.rel or 0.0)))
-                moved = True
-        if not moved:
-            unchanged.append(cands[0].label)
+def tail_evidence(a: npt.ArrayLike, b: npt.ArrayLike, what: str) -> str:
+    """Per-request evidence on the tail, for a tail statistic the bootstrap cannot settle:
+    how many of one run's requests have a larger ``what`` than every request of the other
+    (the side with more), and the chance of that many if both runs' requests came from one
+    distribution (the top ``k`` of the pooled requests all from that side:
+    ``C(n, k) / C(n + m, k)``). Empty when that chance is 5% or more (no evidence)."""
+    xa, xb = _clean(a), _clean(b)
+    if xa.size == 0 or xb.size == 0:
+        return ""
+    over_b = int((xb > xa.max()).sum())  # this run's requests above every baseline request
+    over_a = int((xa > xb.max()).sum())
+    if over_b == over_a == 0:
+        return ""
+    k, n, m, who, whom = ((over_b, xb.size, xa.size, "this run's", "the baseline's") if over_b >= over_a
+                          else (over_a, xa.size, xb.size, "the baseline's", "this run's"))  # fmt: skip
+    chance = math.exp(sum(math.log((n - j) / (n + m - j)) for j in range(k)))
+    if chance >= 0.05:
+        return ""
+    return (f"per request: {k} of {who} {n} had a higher {what} than every one of {whom} {m} "
+            f"(chance if the runs were alike: {chance:.2g})")
+
+
+def by_verdict(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    """The rows grouped by verdict (better, worse, inconclusive, no significant change,
+    n/a), each group the largest relative changes first, headline metrics first on a tie."""
     order = {key: i for i, key in enumerate(HEADLINE)}
-    picked.sort(key=lambda r: (-abs(r.diff.rel or 0.0), order[r.metric]))
-    return picked[:limit], unchanged
+    out: dict[str, list[Row]] = {v: [] for v in (WORSE, BETTER, INCONCLUSIVE, NO_CHANGE, NOT_AVAILABLE)}
+    for r in rows:
+        out.setdefault(r.diff.verdict, []).append(r)
+    for group in out.values():
+        group.sort(key=lambda r: (-abs(r.diff.rel or 0.0), order.get(r.metric, len(order))))
+    return out
 
 
 def common_levels(summaries: Sequence[RunSummary]) -> list[tuple[str, float, list[int]]]:
@@ -373,6 +406,13 @@ def _samples(lv: LevelSamples, key: str) -> F64:
     if key == "itl_ms":
         return lv.ev.itl_ms(lv.ok_rows)
     return np.asarray(lv.frame[key].to_numpy(dtype=np.float64)[lv.ok_rows], dtype=np.float64)
+
+
+def _per_request(lv: LevelSamples, key: str) -> F64:
+    """One value per ok request: its largest ITL for ``itl_ms``, else the metric itself."""
+    if key == "itl_ms":
+        return np.asarray(lv.ev.itl_max_ms()[lv.ok_rows], dtype=np.float64)
+    return _samples(lv, key)
 
 
 def _attained(lv: LevelSamples) -> npt.NDArray[np.bool_] | None:
@@ -434,7 +474,7 @@ def trial_rows(a: LevelSummary, b: LevelSummary, position: int = 0, *, min_effec
             diff = sb.mean - sa.mean
             rel = diff / sa.mean if sa.mean != 0 else None
             d = Difference(sa.mean, sb.mean, diff, rel, ci,
-                           verdict(ci, higher, rel=rel, min_effect=min_effect), confidence, note)
+                           verdict(ci, higher, rel=rel, min_effect=min_effect, base=sa.mean), confidence, note)
         metric = _TRIAL_KEYS.get(path, path.split(".")[0])
         rows.append(Row(position, metric, label, stat, unit, d))
     return rows
@@ -459,6 +499,11 @@ def compare_level(
             for j, (q, stat) in enumerate(_QUANTILES):
                 d = quantile_difference(xa, xb, q, higher_is_better=higher, seed=seed + j, resamples=resamples,
                                         min_effect=min_effect)  # fmt: skip
+                if d.verdict == INCONCLUSIVE and q >= 0.99:  # the tail: what the requests themselves say
+                    what = "largest ITL" if key == "itl_ms" else label
+                    evidence = tail_evidence(_per_request(a, key), _per_request(b, key), what)
+                    if evidence:
+                        d = replace(d, note="; ".join(x for x in (d.note, evidence) if x))
                 rows.append(Row(position, key, label, stat, unit, d))
         elif kind == "rate":
             d = rate_difference(_blocks(a, key), _blocks(b, key), higher_is_better=higher, seed=seed,

@@ -241,12 +241,17 @@ class Steady(_JSON):
 
 @dataclass(frozen=True, slots=True)
 class Throughput(_JSON):
-    """Successful requests and their tokens over the level's window."""
+    """Successful requests and their tokens over the level's window.
+
+    ``output_tokens_per_s_se``: the noise of ``output_tokens_per_s``, the standard error of
+    the mean of its rate over ten equal time blocks of the steady window (None with no
+    window)."""
 
     requests_per_s: float | None = None
     output_tokens_per_s: float | None = None
     total_tokens_per_s: float | None = None
     steady: Steady = field(default_factory=Steady)
+    output_tokens_per_s_se: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

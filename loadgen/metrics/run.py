@@ -44,6 +44,7 @@ def summarize_run(
         [(lv.load.value, lv.throughput.output_tokens_per_s or 0.0, lv.metric(knee_metric) or 0.0) for lv in pts],
         knee_throughput_gain,
         knee_latency_growth,
+        noise=[lv.throughput.output_tokens_per_s_se for lv in pts],
         mode=mode,
         metric=knee_metric,
     )

@@ -8,6 +8,9 @@ prompt + output, prompt tokens as reported by the server, else the target). The
 ``steady`` window trims the first ``trim[0]`` and last ``trim[1]`` fractions of that
 window by time: requests (and their prompt tokens) count when they completed inside it,
 output tokens when their event arrived inside it.
+``throughput.output_tokens_per_s_se`` is the output-token rate's noise: the standard error of
+its mean over ten equal time blocks of the steady window (what the saturation knee is
+judged against).
 
 ``events`` (tokens per event, coalesced events, token sources) covers ok requests;
 ``by_class[name].requests`` counts every measured request of the class, its statistics
@@ -90,6 +93,7 @@ def _throughput(
     n_ok = int(ok.sum())
     out_sum, prompt_sum = float(out_tok[ok].sum()), float(prompt[ok].sum())
     steady = Steady()
+    noise = None
     if window:
         span_ns = window[1] - window[0]
         lo = window[0] + round(span_ns * trim[0])
@@ -105,12 +109,31 @@ def _throughput(
             output_tokens_per_s=_rate(steady_out, span),
             total_tokens_per_s=_rate(steady_out + float(prompt[inside].sum()), span),
         )
+        noise = _rate_noise(ev.ch_t[ch_in], ev.ch_n[ch_in], (lo, hi))
     return duration, Throughput(
         requests_per_s=_rate(n_ok, duration),
         output_tokens_per_s=_rate(out_sum, duration),
         total_tokens_per_s=_rate(out_sum + prompt_sum, duration),
         steady=steady,
+        output_tokens_per_s_se=noise,
     )
+
+
+NOISE_BLOCKS = 10
+
+
+def _rate_noise(t_ns: npt.NDArray[np.int64], tokens: npt.NDArray[np.integer[Any]], window: tuple[int, int]) -> float | None:
+    """The standard error of a token rate: ``window`` (the steady one: ramp-up and drain
+    are no noise) cut into :data:`NOISE_BLOCKS` equal blocks, the rate in each (the
+    ``tokens`` of the chunks whose time ``t_ns`` falls in it, over its length), their
+    standard deviation over sqrt(blocks)."""
+    span = window[1] - window[0]
+    if span <= 0:
+        return None
+    ids = np.minimum((t_ns - window[0]) * NOISE_BLOCKS // span, NOISE_BLOCKS - 1)
+    sums = np.bincount(ids, weights=tokens.astype(np.float64), minlength=NOISE_BLOCKS)
+    rates = sums / (span / 1e9 / NOISE_BLOCKS)
+    return float(rates.std(ddof=1) / np.sqrt(NOISE_BLOCKS))
 
 
 def _by_class(

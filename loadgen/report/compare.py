@@ -9,6 +9,7 @@ capacities side by side. Runs of different workloads are refused unless ``force`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from loadgen.report.html import answer_cards
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import RunData, load_run
 
-__all__ = ["render_comparison", "workload_differences"]
+__all__ = ["render_comparison", "workload_differences", "fmt_change", "fmt_pct"]
 
 def workload_differences(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[str]:
     """Human-readable differences between the runs' ``run.json["workload"]`` (the file
@@ -62,8 +63,34 @@ def _labels(folders: Sequence[Path], labels: Sequence[str] | None) -> list[str]:
     return unique
 
 
+def _decimals(*values: float | None) -> int:
+    """Decimals that show the larger of ``values`` to 3 significant digits (as the page
+    shows the values themselves), 0 from 100 up."""
+    finite = [abs(v) for v in values if v is not None and math.isfinite(v) and v != 0]
+    if not finite:
+        return 0
+    return max(0, 2 - math.floor(math.log10(max(finite))))
+
+
+def fmt_change(diff: float, *values: float | None) -> str:
+    """A difference with a sign, to the precision the compared ``values`` are shown at:
+    ``+0.000172`` next to values of 7.65 is ``+0.00`` — shown as ``±0``."""
+    dec = _decimals(*values)
+    text = f"{diff:+,.{dec}f}"
+    return "±0" if float(text.replace(",", "")) == 0 else text
+
+
+def fmt_pct(rel: float) -> str:
+    """A relative change: whole percents from 10% up, two significant digits below,
+    "±0%" when it rounds to nothing at 0.01%."""
+    pct = 100 * rel
+    if abs(pct) < 0.005:
+        return "±0%"
+    return f"{pct:+.0f}%" if abs(pct) >= 10 else f"{pct:+.2g}%"
+
+
 def _verdict_cell(d: C.Difference) -> str:
-    cls = {C.BETTER: "better", C.WORSE: "worse"}.get(d.verdict, "same")
+    cls = {C.BETTER: "better", C.WORSE: "worse", C.INCONCLUSIVE: "unsure"}.get(d.verdict, "same")
     note = f'<br><small title="{esc(d.note)}">{esc(d.note)}</small>' if d.note else ""
     return f'<td class="l {cls}">{esc(d.verdict)}{note}</td>'
 
@@ -71,10 +98,9 @@ def _verdict_cell(d: C.Difference) -> str:
 def _diff_cells(d: C.Difference, unit: str) -> str:
     if d.diff is None or d.ci is None:
         return f"<td>{fmt(d.b)}</td><td>–</td><td>–</td>" + _verdict_cell(d)
-    rel = "" if d.rel is None else f" ({100 * d.rel:+.1f}%)"
-    sign = "+" if d.diff > 0 else ""
-    ci = f"[{fmt(d.ci[0])}, {fmt(d.ci[1])}]"
-    return f"<td>{fmt(d.b)}</td><td>{sign}{fmt(d.diff)}{rel}</td><td>{ci}</td>" + _verdict_cell(d)
+    rel = "" if d.rel is None else f" ({fmt_pct(d.rel)})"
+    ci = f"[{fmt_change(d.ci[0], d.a, d.b)}, {fmt_change(d.ci[1], d.a, d.b)}]"
+    return f"<td>{fmt(d.b)}</td><td>{fmt_change(d.diff, d.a, d.b)}{rel}</td><td>{ci}</td>" + _verdict_cell(d)
 
 
 def _table(levels: Sequence[tuple[str, float, list[int]]], runs: Sequence[RunData], labels: Sequence[str],
@@ -102,31 +128,44 @@ def _table(levels: Sequence[tuple[str, float, list[int]]], runs: Sequence[RunDat
             "</tbody></table></div>")  # fmt: skip
 
 
+_GROUPS = ((C.WORSE, "worse", "worse"), (C.BETTER, "better", "better"),
+           (C.INCONCLUSIVE, "inconclusive (the interval allows a large change either way)", "unsure"))
+HEADLINE_ITEMS = 5  # bullets per verdict; the table has the rest
+
+
+def _item(r: Row, levels: Sequence[tuple[str, float, list[int]]], base: RunData) -> str:
+    d = r.diff
+    lv = base.levels[levels[r.level][2][0]].load.label()
+    stat = "" if r.stat in ("rate", "value") else f" {r.stat}"
+    rel = "" if d.rel is None else f" ({fmt_pct(d.rel)})"
+    note = f' <small class="note">{esc(d.note)}</small>' if d.verdict == C.INCONCLUSIVE and d.note else ""
+    return (f'<li data-metric="{esc(r.metric)}" data-verdict="{esc(d.verdict)}"><b>{esc(r.label)}{esc(stat)}</b> '
+            f"at {esc(lv)}: {fmt(d.a)} → {fmt(d.b)} {esc(r.unit)}{rel}{note}</li>")
+
+
 def _headline(rows: Sequence[Row], levels: Sequence[tuple[str, float, list[int]]], base: RunData,
               label: str, base_label: str) -> str:
-    """What changed where it matters, first: the largest significant change of each
-    headline statistic, with its level, before and after."""
-    picked, unchanged = C.headline(rows)
-    items = []
-    for r in picked:
-        d = r.diff
-        lv = base.levels[levels[r.level][2][0]].load.label()
-        stat = "" if r.stat in ("rate", "value") else f" {r.stat}"
-        cls = "better" if d.verdict == C.BETTER else "worse"
-        rel = "" if d.rel is None else f" ({100 * d.rel:+.0f}%)"
-        items.append(f'<li data-metric="{esc(r.metric)}"><b>{esc(r.label)}{esc(stat)}</b> at {esc(lv)}: '
-                     f"{fmt(d.a)} → {fmt(d.b)} {esc(r.unit)}{rel}, "
-                     f'<span class="{cls}">{esc(d.verdict)}</span></li>')
-    if unchanged:
-        items.append(f'<li class="same">no significant change in {esc(", ".join(unchanged))}</li>')
-    return (f'<p><b>{esc(label)}</b> vs <b>{esc(base_label)}</b>, where it matters:</p>'
-            f'<ul class="headline">{"".join(items)}</ul>')
-
-
-def _tally(rows: Sequence[Row]) -> str:
-    counts = {v: sum(1 for r in rows if r.diff.verdict == v) for v in (C.BETTER, C.WORSE, C.NO_CHANGE)}
-    return (f'<span class="better">{counts[C.BETTER]} better</span>, <span class="worse">{counts[C.WORSE]} worse'
-            f'</span>, <span class="same">{counts[C.NO_CHANGE]} no significant change</span>')  # fmt: skip
+    """The verdicts of every cell of the table, counted (the tally) and listed under their
+    count, the largest relative changes first: the numbers and the bullets are one list."""
+    groups = C.by_verdict(rows)
+    names = f"<b>{esc(base_label)}</b> (baseline) → <b>{esc(label)}</b>"
+    counts = [f'<span class="{cls}">{len(groups[v])} {esc(v)}</span>' for v, _, cls in _GROUPS]
+    counts.append(f'<span class="same">{len(groups[C.NO_CHANGE])} {esc(C.NO_CHANGE)}</span>')
+    if groups[C.NOT_AVAILABLE]:
+        counts.append(f'<span class="same">{len(groups[C.NOT_AVAILABLE])} n/a</span>')
+    out = [f'<p class="tally">{names}: {", ".join(counts)} across {len(levels)} common level(s), '
+           f"{len(rows)} cells (metric, statistic and level).</p>"]
+    for verdict, title, cls in _GROUPS:
+        these = groups[verdict]
+        if not these:
+            continue
+        items = "".join(_item(r, levels, base) for r in these[:HEADLINE_ITEMS])
+        more = len(these) - HEADLINE_ITEMS
+        if more > 0:
+            items += f'<li class="same more">… and {more} more in the table below</li>'
+        out.append(f'<p><span class="{cls}">{len(these)} {esc(title)}</span>:</p>'
+                   f'<ul class="headline" data-verdict="{esc(verdict)}">{items}</ul>')
+    return "".join(out)
 
 
 def _capacity_table(runs: Sequence[RunData], labels: Sequence[str]) -> str:
@@ -171,7 +210,7 @@ def render_comparison(
                                   resamples=resamples, min_effect=min_effect)]
         for k, other in enumerate(runs[1:], start=1)
     ]  # fmt: skip
-    page = Page(title="loadgen comparison — " + " vs ".join(names),
+    page = Page(title="loadgen comparison — " + f"{names[0]} (baseline) vs " + " vs ".join(names[1:]),
                 subtitle=esc(" · ".join(f"{n}: {r.folder}" for n, r in zip(names, runs))))  # fmt: skip
     head = ""
     if diffs:
@@ -179,7 +218,6 @@ def render_comparison(
                  f"differ: {esc('; '.join(diffs))}</div>")  # fmt: skip
     for rows, label in zip(rows_by_run, names[1:]):
         head += _headline(rows, levels, runs[0], label, names[0])
-        head += f"<p><b>{esc(label)}</b> vs <b>{esc(names[0])}</b>: {_tally(rows)} across {len(levels)} common level(s).</p>"
     trials = [max((lv.trials.n for lv in r.levels if lv.trials is not None), default=1) for r in runs]
     if min(trials) > 1:
         method = (f'<p class="note" id="method">Verdicts use between-trial variation ({" vs ".join(map(str, trials))} '
@@ -190,12 +228,15 @@ def render_comparison(
                   "(latency percentiles: resampled requests or tokens; throughput: resampled time blocks of the "
                   "level; attainment: resampled requests): the noise inside one run, not between runs "
                   "(--trials N measures that). ")
-    page.section("summary", "Verdict", head + method + "Lower latency is better, higher throughput is better; an "
-                 f"interval that contains 0, or a difference under {100 * min_effect:g}% of the baseline, is no "
-                 "significant change.</p>")  # fmt: skip
+    page.section("summary", "Verdict", head + method + "Lower latency is better, higher throughput is better. "
+                 f"A difference under {100 * min_effect:g}% of the baseline is no significant change; so is an "
+                 f"interval that contains 0 and stays within {100 * C.EQUIVALENCE:g}% of the baseline either side. "
+                 "An interval that contains 0 but reaches further is inconclusive: this run cannot tell; for a tail "
+                 "statistic the note says what the requests themselves show (how many of one run's requests exceed "
+                 "every request of the other, and the chance of that if the runs were alike).</p>")  # fmt: skip
     page.section("capacity", "Capacity side by side", _capacity_table(runs, names))
     fig = CF.latency_overlay(runs, names)
-    page.section("latency", "Latency vs load", '<p class="note">p50 solid, p99 dashed; one colour per run.</p>'
+    page.section("latency", "Latency vs load", '<p class="note">p50 solid (circles), p99 dotted (diamonds); one colour per run.</p>'
                  + (page.figure("cmp-latency", fig, 640) if fig else '<p class="note">No level to plot.</p>'))  # fmt: skip
     fig = CF.throughput_overlay(runs, names)
     page.section("throughput", "Throughput, goodput and SLO attainment vs load",

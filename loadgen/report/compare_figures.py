@@ -7,7 +7,7 @@ from typing import Any
 
 from loadgen.report.figures import LATENCY_PANELS, base_layout, grid, load_axis, plotted_levels
 from loadgen.report.page import esc
-from loadgen.report.plotdata import ecdf_points, palette, rounded
+from loadgen.report.plotdata import ecdf_points, log_ticks, palette, rounded
 from loadgen.report.rundata import RunData
 
 __all__ = ["latency_overlay", "throughput_overlay", "cdf_overlay", "shared_mode"]
@@ -34,11 +34,12 @@ def latency_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[str,
         x = [run.levels[i].load.value for i in idx]
         all_x.update(x)
         for k, ((key, title, _), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs)):
-            for stat, dash in (("p50", "solid"), ("p99", "dash")):
+            for stat, dash, symbol in (("p50", "solid", "circle"), ("p99", "dot", "diamond")):
                 data.append({"type": "scatter", "mode": "lines+markers", "x": x,
                              "y": [run.levels[i].dist(key).stat(stat) for i in idx], "xaxis": xr, "yaxis": yr,
                              "name": esc(label), "legendgroup": f"run{r}", "showlegend": k == 0 and stat == "p50",
-                             "line": {"color": colours[r], "dash": dash}, "meta": f"{r}.{key}.{stat}",
+                             "line": {"color": colours[r], "dash": dash}, "marker": {"symbol": symbol},
+                             "meta": f"{r}.{key}.{stat}",
                              "hovertemplate": f"{stat} %{{y:.4g}} ms at %{{x}}<extra>{esc(label)}</extra>"})  # fmt: skip
     if not all_x:
         return None
@@ -105,7 +106,8 @@ def cdf_overlay(runs: Sequence[RunData], labels: Sequence[str], level_idx: Seque
                          "line": {"color": colours[r], "shape": "hv"}, "meta": f"{r}.cdf.{k}"})  # fmt: skip
     if not data:
         return None
-    for k in range(1, 4):
-        layout[_axis(k, "xaxis")].update({"type": "log", "title": {"text": "ms (log scale)"}})
+    for k, (xr, _) in enumerate(refs, start=1):
+        xs = [v for tr in data if tr["xaxis"] == xr for v in tr["x"] if v is not None]
+        layout[_axis(k, "xaxis")].update({"type": "log", "title": {"text": "ms (log scale)"}, **log_ticks(xs)})
         layout[_axis(k, "yaxis")].update({"range": [0, 1.02], "tickformat": ".0%"})
     return {"data": data, "layout": base_layout(layout, height=420)}

@@ -16,7 +16,7 @@ from loadgen.errors import ConfigError
 from loadgen.metrics.results import Capacity, LevelSummary, Saturation
 from loadgen.metrics.slo import parse_slo
 from loadgen.report.page import esc
-from loadgen.report.plotdata import palette
+from loadgen.report.plotdata import log_ticks, palette
 
 __all__ = [
     "grid",
@@ -110,6 +110,8 @@ def load_axis(mode: str, values: Sequence[float]) -> dict[str, Any]:
     if 0 < len(values) <= 12:  # ticks at the levels themselves
         axis["tickvals"] = list(values)
         axis["ticktext"] = [f"{v:.4g}" for v in values]
+    elif axis.get("type") == "log":
+        axis.update(log_ticks(values))
     return axis
 
 
@@ -150,6 +152,12 @@ def _rgba(hex_colour: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
+# (stat, band opacity, line width, dash, marker): p90 and p99 differ in dash and marker,
+# not only in the band under them
+_PERCENTILE_STYLES = (("p50", 0.0, 2.5, "solid", "circle"), ("p90", 0.18, 1.5, "dash", "square"),
+                      ("p99", 0.10, 1.2, "dot", "diamond"))
+
+
 def latency_vs_load(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
     """TTFT, ITL, TPOT and E2E against load: p50, p90 and p99 with shaded bands, the
     queue-inclusive TTFT p50 for rate levels, and each SLO limit as a dashed line."""
@@ -162,12 +170,13 @@ def latency_vs_load(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
     shapes: list[dict[str, Any]] = []
     limits = _slo_limits([levels[i] for i in idx])
     for k, ((key, title, colour), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs), start=1):
-        for stat, alpha, width in (("p50", 0.0, 2.5), ("p90", 0.18, 1.2), ("p99", 0.10, 1.2)):
+        for stat, alpha, width, dash, symbol in _PERCENTILE_STYLES:
             data.append({
                 "type": "scatter", "mode": "lines+markers", "x": x, "y": [_stat(levels[i], key, stat) for i in idx],
                 "xaxis": xr, "yaxis": yr, "name": stat, "legendgroup": stat, "showlegend": k == 1,
-                "line": {"color": colour, "width": width, "dash": "solid" if stat == "p50" else "dot"},
-                "marker": {"size": 6 if stat == "p50" else 4}, "fill": "none" if stat == "p50" else "tonexty",
+                "line": {"color": colour, "width": width, "dash": dash},
+                "marker": {"size": 6 if stat == "p50" else 5, "symbol": symbol},
+                "fill": "none" if stat == "p50" else "tonexty",
                 "fillcolor": _rgba(colour, alpha), "meta": f"{key}.{stat}",
                 "hovertemplate": f"{stat} %{{y:.4g}} ms at %{{x}}<extra>{title}</extra>",
             })  # fmt: skip
@@ -231,15 +240,18 @@ def throughput_vs_load(
     if saturation is not None and saturation.found and saturation.mode == mode and saturation.load is not None:
         marks.append(("knee", float(saturation.load), "#6b21a8"))
     log_x = load_axis(mode, x).get("type") == "log"
-    for name, value, colour in marks:
+    for row, (name, value, colour) in enumerate(marks):
         for xr, yr in refs:
             shapes.append(_vline(xr, yr, value, colour))
         # annotations on a log axis take log10 of the position (shapes do not)
         pos = math.log10(value) if log_x and value > 0 else value
         right = value >= max(x)  # at the right edge: write the label to the left of the line
+        # each mark's label on its own row (the lines may be close or equal), with a white
+        # background so the curve under it stays readable
         layout["annotations"].append({"text": f"{name} {value:.3g}", "xref": refs[2][0], "yref": f"{refs[2][1]} domain",
-                                      "x": pos, "y": 0.02, "yanchor": "bottom", "xanchor": "right" if right else "left",
-                                      "xshift": -3 if right else 3, "showarrow": False,
+                                      "x": pos, "y": 0.02 + 0.11 * row, "yanchor": "bottom",
+                                      "xanchor": "right" if right else "left", "xshift": -3 if right else 3,
+                                      "showarrow": False, "bgcolor": "rgba(255,255,255,0.85)",
                                       "font": {"size": 10, "color": colour}})  # fmt: skip
     for k in range(1, 4):
         layout[_axis_name("xaxis", k)].update(load_axis(mode, x))
@@ -293,6 +305,7 @@ def client_summary(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
          "name": name, "marker": {"color": colour}, "meta": f"client.{key}.{stat}"}
         for key, stat, name, colour in bars
     ]  # fmt: skip
+    values = [v for tr in data for v in tr["y"] if v is not None]
     layout = {"barmode": "group", "xaxis": {"title": {"text": "level"}, "type": "category"},
-              "yaxis": {"title": {"text": "ms (log scale)"}, "type": "log"}}  # fmt: skip
+              "yaxis": {"title": {"text": "ms (log scale)"}, "type": "log", **log_ticks(values)}}  # fmt: skip
     return {"data": data, "layout": base_layout(layout, height=380)}

@@ -249,7 +249,7 @@ def build_run_page(data: RunData) -> Page:
     other = len(levels) - len(idx)
     skipped = f" {other} level(s) of another load mode are in the table only." if other else ""
     page.section("latency", "Latency vs load",
-                 f'<p class="note">p50 (solid), p90 and p99 (dotted, shaded bands) per level; SLO limits dashed.{esc(skipped)}</p>'
+                 f'<p class="note">p50 solid (circles), p90 dashed (squares), p99 dotted (diamonds), with shaded bands, per level; SLO limits dashed red.{esc(skipped)}</p>'
                  + _maybe(page, "fig-latency", F.latency_vs_load(levels), "No level to plot.", 640))  # fmt: skip
     thr = _maybe(page, "fig-throughput", F.throughput_vs_load(levels, s.capacity, s.saturation),
                  "No level to plot.")  # fmt: skip

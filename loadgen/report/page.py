@@ -75,6 +75,7 @@ td.l,th.l{text-align:left}
 .table-box .k1{left:96px;width:190px;min-width:190px;max-width:190px}
 .table-box .k2{left:286px;width:64px;min-width:64px;max-width:64px;box-shadow:inset -2px 0 0 #9ca3af}
 .better{color:#047857;font-weight:600}.worse{color:#b91c1c;font-weight:600}.same{color:#6b7280}
+.unsure{color:#92400e;font-weight:600}
 .bad{color:#b91c1c;font-weight:600}.good{color:#047857}
 dl.kv{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:6px 0;font-size:.9em}
 dl.kv dt{color:#6b7280}dl.kv dd{margin:0;overflow-wrap:anywhere}

@@ -26,6 +26,7 @@ __all__ = [
     "bin_edges",
     "keep_peaks",
     "palette",
+    "log_ticks",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -188,3 +189,33 @@ def keep_peaks(t: F64, values: F64, k: int, n_bins: int = 500) -> npt.NDArray[np
     peaks = order[by[last]]
     rest = order[spread(n, max(k - peaks.size, 0))]
     return np.unique(np.concatenate([peaks, rest]))
+
+
+def log_ticks(values: npt.ArrayLike, max_ticks: int = 12) -> dict[str, Any]:
+    """Tick settings for a log axis over ``values`` (NaN and values <= 0 ignored): ticks at
+    1, 2 and 5 times powers of ten (only the powers when that makes too many; evenly
+    spaced round numbers when the values span less than 4x), labelled as plain numbers
+    (``0.5``, ``20``, ``1,000``), never plotly's bare minor digits. Empty when no value is
+    positive."""
+    arr = np.asarray(values, dtype=np.float64).ravel()
+    arr = arr[np.isfinite(arr) & (arr > 0)]
+    if arr.size == 0:
+        return {}
+    v_lo, v_hi = float(arr.min()), float(arr.max())
+    if v_hi < 4 * v_lo:  # a narrow range shows one or no 1-2-5 tick: evenly spaced round numbers
+        raw = max(v_hi - v_lo, v_hi * 1e-3) / 4
+        mag = 10.0 ** math.floor(math.log10(raw))
+        step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw - 1e-12)
+        first = math.floor(v_lo / step) * step
+        ticks = [first + k * step for k in range(int((v_hi - first) / step) + 2) if first + k * step > 0]
+        return {"tickmode": "array", "tickvals": ticks, "ticktext": [f"{t:,.6g}" for t in ticks]}
+    lo, hi = math.floor(math.log10(v_lo)), math.ceil(math.log10(v_hi))
+    hi = max(hi, lo + 1)
+    for mantissas in ((1, 2, 5), (1,)):
+        ticks = [m * 10.0**e for e in range(lo, hi + 1) for m in mantissas]
+        if len(ticks) <= max_ticks or mantissas == (1,):
+            break
+    if len(ticks) > max_ticks:  # many decades: every few powers of ten
+        step = math.ceil(len(ticks) / max_ticks)
+        ticks = ticks[::step]
+    return {"tickmode": "array", "tickvals": ticks, "ticktext": [f"{t:,.10g}" for t in ticks]}

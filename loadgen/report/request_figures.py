@@ -25,6 +25,7 @@ from loadgen.report.plotdata import (
     bin_ids,
     ecdf_points,
     keep_peaks,
+    log_ticks,
     palette,
     quantiles_by_bin,
     rounded,
@@ -44,7 +45,7 @@ __all__ = [
     "lateness_over_time",
     "failures_over_time",
     "server_metrics",
-    "long_prompt_threshold",
+    "long_prompts",
 ]
 
 TIMELINE_MAX = 2000  # requests drawn per level
@@ -106,8 +107,10 @@ def cdfs(data: RunData) -> dict[str, Any] | None:
                            "yaxis": yr, "name": name, "legendgroup": f"l{i}", "showlegend": k == 0,
                            "line": {"color": colours[i], "shape": "hv", "width": 1.6}, "meta": f"cdf.{i}.{key}",
                            "hovertemplate": "%{x:.4g} ms: %{y:.2%}<extra>level " + name + "</extra>"})  # fmt: skip
-    for k in range(1, 4):
-        layout["xaxis" if k == 1 else f"xaxis{k}"].update({"type": "log", "title": {"text": "ms (log scale)"}})
+    for k, (xr, _) in enumerate(refs, start=1):
+        xs = [v for t in traces if t["xaxis"] == xr for v in t["x"] if v is not None]
+        layout["xaxis" if k == 1 else f"xaxis{k}"].update({"type": "log", "title": {"text": "ms (log scale)"},
+                                                            **log_ticks(xs)})  # fmt: skip
         layout["yaxis" if k == 1 else f"yaxis{k}"].update({"range": [0, 1.02], "tickformat": ".0%"})
     return {"data": traces, "layout": base_layout(layout, height=420)}
 
@@ -201,14 +204,32 @@ def timeline(data: RunData, max_requests: int = TIMELINE_MAX) -> dict[str, Any] 
     return {"data": traces, "layout": base_layout(layout, height=560)}
 
 
-def long_prompt_threshold(prompt_tokens: F64) -> float | None:
-    """Prompts at least twice the run's median length count as long; None when no
-    prompt is (all lengths alike)."""
-    p = prompt_tokens[~np.isnan(prompt_tokens)]
+def long_prompts(prompt_tokens: F64, classes: npt.NDArray[np.str_]) -> tuple[npt.NDArray[np.bool_], str] | None:
+    """Which requests have long prompts, and the rule in words (None when none are).
+
+    With several request classes, the long ones are the requests of the class whose
+    median prompt is the longest, when that median is at least twice every other class's
+    (the workload's own long class); with one class, prompts at least twice the run's
+    median length."""
+    known = ~np.isnan(prompt_tokens)
+    names = sorted(set(classes[known].tolist()))
+    if len(names) > 1:
+        medians = {n: float(np.median(prompt_tokens[known & (classes == n)])) for n in names}
+        longest = max(names, key=lambda n: medians[n])
+        others = max(v for n, v in medians.items() if n != longest)
+        if medians[longest] < 2 * others:
+            return None
+        mask = classes == longest
+        lo, hi = np.nanmin(prompt_tokens[mask]), np.nanmax(prompt_tokens[mask])
+        return mask, f"class {longest!r}, prompts {lo:,.0f}–{hi:,.0f} tokens: the workload's long class"
+    p = prompt_tokens[known]
     if p.size == 0:
         return None
     threshold = 2.0 * float(np.median(p))
-    return threshold if threshold > 0 and (p >= threshold).any() else None
+    mask = known & (prompt_tokens >= threshold)
+    if threshold <= 0 or not mask.any():
+        return None
+    return mask, f"prompts ≥ {threshold:,.0f} tokens, twice the median"
 
 
 def itl_over_time(data: RunData) -> tuple[dict[str, Any] | None, str]:
@@ -241,22 +262,25 @@ def itl_over_time(data: RunData) -> tuple[dict[str, Any] | None, str]:
     ]  # fmt: skip
     prompt = frame["prompt_tokens"].to_numpy(dtype=np.float64)
     prompt = np.where(np.isnan(prompt), frame["target_prompt_tokens"].to_numpy(dtype=np.float64), prompt)
-    threshold = long_prompt_threshold(prompt)
+    found = long_prompts(prompt, frame["request_class"].to_numpy(dtype=str))
     sent = frame["sent_ns"].to_numpy()
-    if threshold is None:
-        note = "All prompts have similar lengths (none reaches twice the median): no long-prompt arrivals to mark."
+    if found is None:
+        note = ("No class of the workload has prompts twice as long as the others' (nor does any prompt reach "
+                "twice the median): no long-prompt arrivals to mark.")  # fmt: skip
     else:
-        longs = np.flatnonzero((prompt >= threshold) & (sent != 0))
+        mask, rule = found
+        longs = np.flatnonzero(mask & (sent != 0))
         pick = longs[spread(longs.size, SCATTER_MAX)]
         data_.append({"type": "scatter", "mode": "markers", "x": rounded(data.seconds(sent[pick]), 3),
-                      "y": [1.0] * pick.size, "yaxis": "y2", "name": f"long prompt sent (≥ {threshold:,.0f} tokens)",
+                      "y": [1.0] * pick.size, "yaxis": "y2", "name": esc(f"long prompt sent ({rule.split(':')[0]})"),
                       "text": [f"{v:,.0f} prompt tokens" for v in prompt[pick]], "hoverinfo": "x+text",
                       "marker": {"symbol": "triangle-down", "size": 8, "color": "#6b21a8"}, "meta": "itl_time.long"})  # fmt: skip
-        note = (f"{longs.size} long prompts (≥ {threshold:,.0f} tokens, twice the median) marked where they were "
-                "sent: a decode stall right after them is what chunked prefill removes.")  # fmt: skip
+        note = (f"{longs.size} long prompts ({rule}) marked where they were sent: a decode stall right after them "
+                "is what chunked prefill removes.")  # fmt: skip
+    itl_values = [v for t in data_ for v in t["y"] if v is not None]
     layout = {
         "xaxis": {"title": {"text": "seconds since the run started"}},
-        "yaxis": {"title": {"text": "ITL (ms, log scale)"}, "type": "log"},
+        "yaxis": {"title": {"text": "ITL (ms, log scale)"}, "type": "log", **log_ticks(itl_values)},
         "yaxis2": {"overlaying": "y", "range": [0, 1.05], "visible": False, "fixedrange": True},
         "shapes": _level_bands(data),
     }
@@ -293,9 +317,18 @@ def tokens_and_lengths(data: RunData) -> dict[str, Any] | None:
         traces.append({"type": "bar", "x": cats, "y": rounded(counts / n.size, 4), "name": name,
                        "legendgroup": f"l{i}", "marker": {"color": colours[i]}, "xaxis": refs[0][0],
                        "yaxis": refs[0][1], "meta": f"tokens_per_event.{i}"})  # fmt: skip
-    traces.append({"type": "bar", "x": names, "y": [lv.events.coalesced_events for lv in levels],
-                   "marker": {"color": colours}, "name": "coalesced events", "showlegend": False,
-                   "xaxis": refs[1][0], "yaxis": refs[1][1], "meta": "events.coalesced_events"})  # fmt: skip
+    coalesced = [lv.events.coalesced_events for lv in levels]
+    if any(coalesced):
+        traces.append({"type": "bar", "x": names, "y": coalesced, "marker": {"color": colours},
+                       "name": "coalesced events", "showlegend": False, "xaxis": refs[1][0], "yaxis": refs[1][1],
+                       "meta": "events.coalesced_events"})  # fmt: skip
+    else:  # an empty panel would show an axis from -1 to 1: say what it would have shown
+        layout["xaxis2"]["visible"] = False
+        layout["yaxis2"]["visible"] = False
+        layout["annotations"].append({"text": "no coalesced events<br>(every event arrived in a read of its own)",
+                                      "xref": "x2 domain", "yref": "y2 domain", "x": 0.5, "y": 0.5,
+                                      "showarrow": False, "font": {"size": 13, "color": "#6b7280"},
+                                      "name": "no-coalesced"})  # fmt: skip
     target = data.frame["target_output_tokens"].to_numpy(dtype=np.float64)
     got = data.frame["output_tokens"].to_numpy(dtype=np.float64)
     rows = np.flatnonzero(ok)
@@ -354,8 +387,10 @@ def lateness_over_time(data: RunData) -> dict[str, Any] | None:
                                "meta": f"client.workers.{wh.worker}.loop_lag.{i}"})  # fmt: skip
     if not traces:
         return None
+    values = [v for t in traces for v in t["y"] if v is not None]
     layout = {"xaxis": {"title": {"text": "seconds since the run started"}},
-              "yaxis": {"title": {"text": "ms (log scale)"}, "type": "log"}, "shapes": _level_bands(data)}  # fmt: skip
+              "yaxis": {"title": {"text": "ms (log scale)"}, "type": "log", **log_ticks(values)},
+              "shapes": _level_bands(data)}  # fmt: skip
     return {"data": traces, "layout": base_layout(layout, height=380)}
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -76,7 +78,7 @@ def test_same_distribution_false_alarms_near_five_percent() -> None:
     for k in range(trials):
         a = rng.lognormal(3.0, 0.4, 400)
         b = rng.lognormal(3.0, 0.4, 400)
-        if C.quantile_difference(a, b, 0.5, seed=k).verdict != C.NO_CHANGE:
+        if C.quantile_difference(a, b, 0.5, seed=k).verdict in (C.BETTER, C.WORSE):
             alarms += 1
         shifted = C.quantile_difference(a, b + 2.0, 0.5, seed=k)
         covered += shifted.ci is not None and shifted.ci[0] <= 2.0 <= shifted.ci[1]
@@ -93,7 +95,7 @@ def test_min_effect_and_min_tail() -> None:
     assert small.verdict == C.NO_CHANGE and small.ci is not None and small.ci[0] > 0
     # p99 of 40 samples: not enough tail to judge, whatever the shift
     few = C.quantile_difference(a[:40], a[:40] + 50, 0.99)
-    assert few.verdict == C.NO_CHANGE and "too few" in few.note and few.diff == pytest.approx(50.0)
+    assert few.verdict == C.INCONCLUSIVE and "too few" in few.note and few.diff == pytest.approx(50.0)
 
 
 def test_empty_side_is_not_available() -> None:
@@ -156,3 +158,26 @@ def test_verdict_rules() -> None:
     assert C.verdict((0.0, 1.0), higher_is_better=False) == C.NO_CHANGE  # touching 0 is not excluding it
     assert C.verdict(None, higher_is_better=False) == C.NOT_AVAILABLE
     assert C.verdict((1.0, 2.0), False, rel=0.01, min_effect=0.02) == C.NO_CHANGE
+
+
+def test_an_interval_containing_zero_is_no_change_only_when_it_rules_out_a_large_one() -> None:
+    # the demo's 16-user ITL p99: 71.2 -> 306 ms, interval of the difference [-29, +250]
+    assert C.verdict((-29.3, 249.8), higher_is_better=False, rel=3.3, min_effect=0.02, base=71.2) == C.INCONCLUSIVE
+    assert C.verdict((-5.0, 7.0), higher_is_better=False, base=71.2) == C.NO_CHANGE  # within 10% either side
+    assert C.verdict((-7.2, 1.0), higher_is_better=False, base=71.2) == C.INCONCLUSIVE  # 10.1% below is possible
+    # a small but resolved change stays "no significant change" under min_effect
+    assert C.verdict((0.1, 0.3), higher_is_better=False, rel=0.01, min_effect=0.02, base=20.0) == C.NO_CHANGE
+
+
+def test_tail_evidence_counts_requests_beyond_every_one_of_the_other_run() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.normal(70.0, 3.0, 66)  # largest ITL per request: chunked steps
+    b = np.concatenate([rng.normal(70.0, 3.0, 26), rng.uniform(300.0, 700.0, 41)])  # 41 requests stalled
+    text = C.tail_evidence(a, b, "largest ITL")
+    assert text.startswith("per request: 41 of this run's 67 had a higher largest ITL than every one of the "
+                           "baseline's 66")
+    chance = float(text.split("alike: ")[1].rstrip(")"))
+    want = math.comb(67, 41) / math.comb(133, 41)  # the top 41 of the pooled 133 all from b
+    assert chance == pytest.approx(want, rel=0.01)
+    assert C.tail_evidence(b, a, "largest ITL").startswith("per request: 41 of the baseline's 67")
+    assert C.tail_evidence(a, a + 0.5, "TTFT") == ""  # one or two requests above: a 5% chance or more

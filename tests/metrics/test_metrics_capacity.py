@@ -82,15 +82,36 @@ def test_knee_found():
 
 def test_knee_needs_both_conditions():
     # throughput flat but latency only +10%; then latency +50% while throughput still +50%
-    levels = [(1, 100.0, 10.0), (2, 101.0, 11.0), (4, 151.5, 16.5)]
+    levels = [(1, 100.0, 10.0), (2, 101.0, 11.0), (4, 151.5, 16.5), (8, 152.0, 17.0), (16, 152.2, 17.5)]
     assert knee(levels) == {"found": False, "index": None, "load": None, "throughput_gain": None,
                             "latency_growth": None, "mode": None, "metric": None}  # fmt: skip
-    assert knee(levels, min_latency_growth=0.05)["index"] == 1
+    # level 2 stalls with +10% latency, but level 4 grows 50% past it: no knee before it
+    assert knee(levels, min_latency_growth=0.02)["index"] == 3
     assert knee(levels, min_throughput_gain=0.6, min_latency_growth=0.4)["index"] == 2
 
 
+def test_no_knee_on_a_dip_before_a_level_with_higher_throughput():
+    """The demo's case: a dip at 16 users (-8%) while TTFT climbs, then 32 users with the
+    run's highest throughput: throughput had not saturated at 16."""
+    levels = [(4, 440.0, 36.0), (8, 593.0, 531.0), (16, 543.0, 1800.0), (32, 814.0, 3165.0)]
+    assert knee(levels)["found"] is False
+    # the same dip with the last level back on the plateau (within 5% of the peak): a knee
+    flat = [*levels[:3], (32, 610.0, 3165.0)]
+    assert knee(flat)["index"] == 2
+
+
+def test_a_knee_at_the_last_level_must_hold_against_the_noise():
+    levels = [(1, 100.0, 10.0), (2, 190.0, 11.0), (4, 370.0, 12.0), (8, 372.0, 20.0)]
+    assert knee(levels)["found"] is False  # nothing after it confirms it, no noise given
+    quiet = [1.0, 2.0, 2.0, 2.0]  # standard errors: +0.5% + 2 * 0.76% stays under 5%
+    assert knee(levels, noise=quiet)["index"] == 3
+    noisy = [5.0, 10.0, 20.0, 20.0]  # +0.5% + 2 * 7.6% does not
+    assert knee(levels, noise=noisy)["found"] is False
+    assert knee(levels, noise=[1.0, 2.0, 2.0, None])["found"] is False
+
+
 def test_knee_skips_levels_that_cannot_be_judged():
-    levels = [(1, 0.0, 0.0), (2, 0.0, 50.0), (4, 0.5, None), (8, 0.5, 80.0), (16, 0.5, 100.0)]
+    levels = [(1, 0.0, 0.0), (2, 0.0, 50.0), (4, 0.5, None), (8, 0.5, 80.0), (16, 0.5, 100.0), (32, 0.5, 100.0)]
     out = knee(levels)
     assert out["index"] == 4 and out["latency_growth"] == pytest.approx(0.25)
     json.dumps(out, allow_nan=False)

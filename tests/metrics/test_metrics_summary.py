@@ -54,7 +54,8 @@ def test_shape_is_the_public_contract(summary):
         "inter_chunk_ms", "tpot_ms", "e2e_ms", "e2e_queued_ms", "prompt_tokens", "output_tokens", "lengths",
         "events", "by_class", "client", "interrupted",
     ]  # fmt: skip
-    assert set(summary["throughput"]) == {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s", "steady"}
+    assert set(summary["throughput"]) == {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s", "steady",
+                                          "output_tokens_per_s_se"}  # fmt: skip
     assert set(summary["throughput"]["steady"]) == {"window_s", "requests_per_s", "output_tokens_per_s",
                                                     "total_tokens_per_s"}  # fmt: skip
     assert set(summary["goodput"]) == {"requests_per_s", "slo_attainment", "slos", "checks"}

@@ -47,6 +47,8 @@ class Spec:
     server_metrics: bool = True
     soak_windows_s: float | None = None
     request_class: str = "default"
+    long_class: str | None = None  # the long prompts' class (None: request_class like the others)
+    coalesce: bool = True  # a few events share a read (same timestamp)
     extra_run: dict[str, Any] = field(default_factory=dict)
 
 
@@ -71,7 +73,8 @@ def _level_records(spec: Spec, li: int, t0: int, rng: np.random.Generator) -> tu
             tokens = 1 if rng.random() < 0.8 else min(int(rng.integers(2, 4)), target_out - produced)
             events.append([t, tokens])
             produced += tokens
-            if rng.random() < 0.05 and produced < target_out:  # a coalesced read: same timestamp
+            coalesced = rng.random() < 0.05  # drawn either way: the same seed gives the same run
+            if spec.coalesce and coalesced and produced < target_out:  # a coalesced read: same timestamp
                 events.append([t, 1])
                 produced += 1
             t += int(spec.itl_ms * rng.lognormal(0, 0.2) * MS * tokens)
@@ -82,7 +85,8 @@ def _level_records(spec: Spec, li: int, t0: int, rng: np.random.Generator) -> tu
             status, error, done = ErrorKind.TIMEOUT, "no byte within 1 s", done + 200 * MS
             events = events[: len(events) // 2]
         recs.append(RequestRecord(
-            index=li * 1000 + k, level=li, request_class=spec.request_class, target_prompt_tokens=1000 if long_prompt else 100,
+            index=li * 1000 + k, level=li, request_class=(spec.long_class or spec.request_class) if long_prompt
+            else spec.request_class, target_prompt_tokens=1000 if long_prompt else 100,
             target_output_tokens=target_out, scheduled_ns=sched, sent_ns=sent, done_ns=done, events=events,
             status=status, error=error, prompt_tokens=(1000 if long_prompt else 100) if status is ErrorKind.OK else None,
             completion_tokens=sum(e[1] for e in events) if status is ErrorKind.OK else None,

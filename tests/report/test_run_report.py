@@ -143,7 +143,7 @@ def test_timeline_opens_on_the_knee_and_is_downsampled(run_folder: Path, report:
     decode = trace(fig, f"timeline.{chosen}.decode")
     n_ok = data.levels[chosen].requests.ok
     assert len(decode["x"]) == 3 * n_ok  # start, end, gap per successful request
-    assert len(fig["layout"]["updatemenus"][0]["buttons"]) == 3
+    assert len(fig["layout"]["updatemenus"][0]["buttons"]) == len(data.levels) == 4
 
 
 def test_level_table_and_headline(run_folder: Path, report: Path) -> None:
