@@ -41,7 +41,7 @@ def test_run_writes_the_run_folder(server: ScriptedServerProcess, tmp_path: Path
     summary = json.loads((out / "summary.json").read_text())
     level = summary["levels"][0]
     assert level["load"] == {"mode": "concurrency", "value": 4}
-    assert level["requests"] == {"total": 20, "ok": 20, "failed": 0, "by_error": {}}
+    assert level["requests"] == {"total": 20, "ok": 20, "failed": 0, "by_error": {}, "retried": 0}
     for key in ("ttft_ms", "ttft_queued_ms", "itl_ms", "inter_chunk_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "output_tokens"):
         assert set(level[key]) >= {"mean", "std", "min", "p50", "p90", "p95", "p99", "p99.9", "max"}
     assert set(level["throughput"]) >= {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s"}
