@@ -15,6 +15,7 @@ from typing import Callable
 
 from rich.text import Text
 
+from loadgen.metrics.client import late_sends
 from loadgen.records import RequestRecord
 
 __all__ = ["LiveStats", "fmt_latency", "fmt_duration", "level_heading"]
@@ -56,8 +57,8 @@ class LiveStats:
 
     :meth:`start_level` names the level (``heading``: "level 2 of 4", the ``target``
     load) and what ends it (``requests`` after ``warmup`` warm-up requests, ``duration_s``,
-    ``sends_s``: when the last request of an open loop is due); records of another level
-    or trial (a worker's late batch) are not counted.
+    ``sends_s``: when the last request of an open loop is due, whose late sends are then
+    counted); records of another level or trial (a worker's late batch) are not counted.
     """
 
     def __init__(self, in_flight: Callable[[], int], label: str = "", clock: Callable[[], float] = time.monotonic) -> None:
@@ -72,7 +73,7 @@ class LiveStats:
         self.label, self.target = heading, target
         self.level, self.trial = level, trial
         self.requests, self.warmup, self.duration_s, self.sends_s = requests, warmup, duration_s, sends_s
-        self.done = self.failed = self.warm = self.tokens = 0
+        self.done = self.failed = self.warm = self.tokens = self.late = 0
         self._tok_window: deque[tuple[float, int]] = deque()
         self._ttft: deque[float] = deque(maxlen=2000)
         self._tpot: deque[float] = deque(maxlen=2000)
@@ -91,6 +92,8 @@ class LiveStats:
         if rec.warmup:
             self.warm += 1
             return
+        if self.sends_s is not None:  # an open loop: sends later than their schedule, as the summary counts them
+            self.late += late_sends([rec])
         if rec.ok:
             self.done += 1
         else:
@@ -143,6 +146,8 @@ class LiveStats:
         t.append(f"done {self.done}" + (f"/{self.requests}" if self.requests is not None else ""), style="green")
         t.append("  failed ")
         t.append(str(self.failed), style="red" if self.failed else "")
+        if self.sends_s is not None:
+            t.append(f"  late sends {self.late}", style="yellow" if self.late else "")
         t.append(f"  in flight {self._in_flight()}  {self._tokens_per_s(now):,.0f} tok/s")
         t.append(f"  TTFT p50 {fmt_latency(self._median(self._ttft))}  TPOT p50 {fmt_latency(self._median(self._tpot))}")
         left = self.time_left()

@@ -115,7 +115,12 @@ def test_live_time_left() -> None:
     stats.start_level("level 1 of 2", "10 req/s", level=0, requests=100, sends_s=9.9)  # open loop: the schedule
     clock.t += 4.0
     assert stats.time_left() == pytest.approx(5.9)
-    assert _line(stats).endswith("4s, ~6s left")
+    assert _line(stats).endswith("4s, ~6s left") and "late sends 0" in _line(stats)
+    late = [rec(i, [(20.0, 1)], sent=10.0, scheduled=10.0 - 2.5 * i) for i in range(3)]  # 0, 2.5 and 5 ms late
+    late.append(rec(9, [(20.0, 1)], sent=10.0, scheduled=0.0, warmup=True))  # warm-up: not counted
+    for r in late:
+        stats.add(r)
+    assert stats.late == 2 and "late sends 2" in _line(stats)
     stats.start_level("level 2 of 2", "4 users", level=1, requests=10)  # closed loop: the pace so far
     assert stats.time_left() is None
     for _ in range(3):
