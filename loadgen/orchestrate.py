@@ -43,8 +43,7 @@ from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
 from loadgen.signals import STOP_SIGNALS, raise_on_sigterm
-from loadgen.report.console import LiveStats, level_line, show_summary
-from loadgen.report.live import level_heading
+from loadgen.report.console import LiveStats, level_heading, level_line, show_summary
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure

@@ -15,10 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, unit_label
-from loadgen.report.live import LiveStats, fmt_latency
+from loadgen.report.live import LiveStats, fmt_latency, level_heading
 
 __all__ = [
-    "LiveStats", "level_table", "metrics_table", "answer_lines", "token_source_line", "fmt_ms", "fmt_latency",
+    "LiveStats", "level_heading", "level_table", "metrics_table", "answer_lines", "token_source_line", "fmt_ms", "fmt_latency",
     "level_line", "level_notes", "client_line", "schedule_line", "show_summary",
 ]  # fmt: skip
 
@@ -65,7 +65,8 @@ def schedule_line(level: LevelSummary) -> str:
     sch = level.schedule
     if sch is None:
         return ""
-    line = f"sends: {sch.late} of {sch.scheduled} late (over {fmt_latency(sch.late_threshold_ms)}), {sch.dropped} dropped"
+    line = (f"sends: {sch.late} of {sch.scheduled} late (over {fmt_latency(sch.late_threshold_ms)}), "
+            f"{sch.dropped} dropped")
     if sch.credit_wait_ms is not None and sch.credit_wait_ms.count:
         line += f"; waited for the in-flight cap p99 {fmt_latency(sch.credit_wait_ms.p99)}"
     return line
@@ -87,9 +88,9 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
         f"   {_num(thr.requests_per_s, 2)} req/s   {_num(thr.output_tokens_per_s)} out tok/s"
         f"   {_num(thr.total_tokens_per_s)} total tok/s\n"
     )
-    sends = schedule_line(level)
+    sends, sch = schedule_line(level), level.schedule
     if sends:
-        lines.append(sends + "\n", style="yellow" if level.schedule and (level.schedule.late or level.schedule.dropped) else "")
+        lines.append(sends + "\n", style="yellow" if sch is not None and (sch.late or sch.dropped) else "")
     if good.slos:
         lines.append(
             f"SLO {', '.join(good.slos)}: attainment {100 * (good.slo_attainment or 0):.1f}%"

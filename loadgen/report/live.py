@@ -61,7 +61,8 @@ class LiveStats:
     counted); records of another level or trial (a worker's late batch) are not counted.
     """
 
-    def __init__(self, in_flight: Callable[[], int], label: str = "", clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, in_flight: Callable[[], int], label: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._in_flight = in_flight
         self._clock = clock
         self.start_level(label)
@@ -149,7 +150,8 @@ class LiveStats:
         if self.sends_s is not None:
             t.append(f"  late sends {self.late}", style="yellow" if self.late else "")
         t.append(f"  in flight {self._in_flight()}  {self._tokens_per_s(now):,.0f} tok/s")
-        t.append(f"  TTFT p50 {fmt_latency(self._median(self._ttft))}  TPOT p50 {fmt_latency(self._median(self._tpot))}")
+        ttft, tpot = fmt_latency(self._median(self._ttft)), fmt_latency(self._median(self._tpot))
+        t.append(f"  TTFT p50 {ttft}  TPOT p50 {tpot}")
         left = self.time_left()
         t.append(f"  {fmt_duration(now - self.started)}" + ("" if left is None else f", ~{fmt_duration(left)} left"),
                  style="dim")  # fmt: skip
