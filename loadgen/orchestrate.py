@@ -392,7 +392,7 @@ async def _sweep_levels(
         writer.write_summary({"schema_version": SCHEMA_VERSION, "levels": [lv.to_json() for lv in levels]})
         after_level()
         if not cfg.live:
-            console.print(level_line(level), highlight=False)
+            console.print(level_line(level), highlight=False, markup=False, soft_wrap=True)
         if runner.interrupted:
             return run_summary(levels, prof, None, True)
         failed = level_failures(level, len(levels) - 1, cfg.gates) if cfg.abort_on_fail else []
