@@ -155,6 +155,8 @@ def test_tokenizer_by_model_id_from_the_local_cache(tmp_path: Path) -> None:
     assert hub_cache(env) == tmp_path / "hub"
     assert hub_cache({"HF_HUB_CACHE": "/x/y", "HF_HOME": "/z"}) == Path("/x/y")
     assert hub_cache({"XDG_CACHE_HOME": "/c"}) == Path("/c/huggingface/hub")
+    assert hub_cache({"HUGGINGFACE_HUB_CACHE": "/old", "HF_HOME": "/z"}) == Path("/old")
+    assert hub_cache({}) == Path.home() / ".cache" / "huggingface" / "hub"
     assert resolve_tokenizer("org/tiny", env) == repo / "snapshots" / "aaa" / "tokenizer.json"  # refs/main's
     (repo / "refs" / "main").write_text("ccc")  # main has no tokenizer.json: the newest snapshot that has one
     os.utime(repo / "snapshots" / "aaa" / "tokenizer.json", (0, 0))
@@ -171,7 +173,7 @@ def test_tokenizer_model_id_on_the_command_line(tmp_path: Path) -> None:
     pytest.importorskip("tokenizers", reason="optional extra loadgen[tokenizer] is not installed")
     _cache(tmp_path, "org/tiny", {"aaa": True}, main="aaa")
     data = str(ROOT / "workloads" / "samples" / "sharegpt.json")
-    env = {"HF_HOME": str(tmp_path), "HF_HUB_CACHE": ""}
+    env = {"HF_HOME": str(tmp_path), "HF_HUB_CACHE": "", "HUGGINGFACE_HUB_CACHE": ""}
     by_id = runner.invoke(app, ["workload", "fit", data, "-o", str(tmp_path / "a.toml"), "--tokenizer", "org/tiny"],
                           env=env)  # fmt: skip
     by_path = runner.invoke(app, ["workload", "fit", data, "-o", str(tmp_path / "b.toml"), "--tokenizer",

@@ -1,9 +1,9 @@
 """``--tokenizer`` by Hugging Face model id, read from the local Hugging Face cache.
 
 ``ORG/NAME`` resolves to ``<hub cache>/models--ORG--NAME/snapshots/<revision>/tokenizer.json``
-as ``huggingface_hub`` lays it out; the hub cache is ``$HF_HUB_CACHE``, else
-``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``, else
-``~/.cache/huggingface/hub``. The revision is the one ``refs/main`` names when it holds a
+as ``huggingface_hub`` lays it out; the hub cache is ``$HF_HUB_CACHE`` (or its older name
+``$HUGGINGFACE_HUB_CACHE``), else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``,
+else ``~/.cache/huggingface/hub``. The revision is the one ``refs/main`` names when it holds a
 ``tokenizer.json``, else the most recently written snapshot that does. Nothing is ever
 downloaded: a model that is not in the cache is a one-line error.
 """
@@ -26,8 +26,9 @@ _MODEL_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 def hub_cache(env: Mapping[str, str] | None = None) -> Path:
     """The folder ``huggingface_hub`` caches models in, from the environment as it reads it."""
     env = os.environ if env is None else env
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"]).expanduser()
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):  # the second: its older name
+        if env.get(name):
+            return Path(env[name]).expanduser()
     if env.get("HF_HOME"):
         return Path(env["HF_HOME"]).expanduser() / "hub"
     base = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
