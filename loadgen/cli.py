@@ -39,6 +39,9 @@ app = typer.Typer(
 )
 err_console = Console(stderr=True, highlight=False)
 F = TypeVar("F", bound=Callable[..., Any])
+# the panels of ``loadgen run --help``
+_TARGET, _WORKLOAD, _LOAD, _SLOS = "Target", "Workload", "Load", "SLOs and gates"
+_OUTPUT, _SCALE, _ADVANCED = "Output", "Scale-out", "Advanced"
 
 def friendly(fn: F) -> F:
     """LoadgenError → one red line and exit 2; Ctrl-C or SIGTERM outside a run → exit 130 or 143."""
@@ -151,7 +154,7 @@ def _config_defaults(command: Any, path: Path) -> dict[str, Any]:
             if skip:
                 skip = False
                 continue
-            if flag in ("--out", "--header", "--config", "--label"):  # a new run, and values never stored
+            if flag in ("--out", "--header", "--config", "--label", "--save-result"):  # a new run, and values never stored
                 skip = "=" not in arg and i + 1 < len(argv)
                 continue
             kept.append(arg)
@@ -185,87 +188,129 @@ def _config_callback(ctx: typer.Context, param: typer.CallbackParam, value: Opti
 @sigterm_unwinds
 def run(
     ctx: typer.Context,
-    config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=_config_callback,
-                                          help="Options from a TOML file, or a run folder's run.json to repeat that "
-                                          "run (same seed, same requests); flags given here win. Header values and "
-                                          "API keys are never in run.json: pass them again"),
-    url: Optional[str] = typer.Option(None, help="Base URL of the server, e.g. http://127.0.0.1:8000 (required "
-                                      "unless --resume)"),
-    api: str = typer.Option("chat", help="API dialect: chat or completions"),
-    model: Optional[str] = typer.Option(None, help="Model name (default: the first of /v1/models)"),
-    workload: Optional[str] = typer.Option(None, help="Named workload (workloads/NAME.toml) or a .toml path"),
-    prompt_tokens: Optional[str] = typer.Option(None, help="Prompt length: 256 or e.g. normal:mean=512,std=128,min=16"),
-    output_tokens: Optional[str] = typer.Option(None, help="Output length: 64 or e.g. lognormal:median=200,sigma=0.5"),
-    concurrency: Optional[int] = typer.Option(None, help="Closed loop: number of concurrent users"),
-    rate: Optional[float] = typer.Option(None, help="Open loop: requests per second"),
-    arrival: str = typer.Option("poisson", help="Open-loop arrivals: poisson, gamma or constant"),
-    burstiness: float = typer.Option(1.0, help="Gamma shape (1 = Poisson, < 1 burstier)"),
-    max_in_flight: Optional[int] = typer.Option(None, help="Open loop: cap on requests in flight"),
-    profile: Optional[str] = typer.Option(None, help="Named load profile (profiles/NAME.toml) or a .toml path"),
-    levels: Optional[str] = typer.Option(None, help="Load levels, e.g. 1,2,4,8 (with --profile or alone)"),
-    requests: Optional[int] = typer.Option(None, help="Requests per level (default 100 unless --duration)"),
-    duration: Optional[float] = typer.Option(None, help="Seconds per level"),
-    warmup: Optional[int] = typer.Option(None, help="Requests sent first in each level and excluded"),
-    slo_latency: Optional[str] = typer.Option(None, help="Rate levels judge TTFT/E2E SLOs from: queued (default) or sent"),
-    slo: List[str] = typer.Option([], help="SLO, repeatable: ttft=500ms, tpot=50ms, itl=80ms, e2e=10s, ttft:p90=300ms"),
-    out: Optional[str] = typer.Option(None, help="Run folder: new, empty or an earlier run's (default reports/<time>-<label>)"),
-    label: str = typer.Option("", help="A name for this run (shown in reports)"),
-    seed: int = typer.Option(0, help="Seed for lengths, prompts and arrivals"),
-    transport: str = typer.Option("aiohttp", help="aiohttp or httpx"),
-    http2: bool = typer.Option(False, help="HTTP/2 (httpx transport)"),
-    header: List[str] = typer.Option([], help="Extra header 'Name: value', repeatable (values never stored)"),
-    api_key_env: Optional[str] = typer.Option(None, help="Env var holding the API key (default OPENAI_API_KEY if set)"),
-    strict: bool = typer.Option(False, help="Send only standard OpenAI fields (no ignore_eos/min_tokens)"),
-    continuous_usage: bool = typer.Option(False, help="Ask for per-event usage (vLLM continuous_usage_stats)"),
-    calibrate: bool = typer.Option(True, help="Calibrate words per token with two short requests"),
-    timeout: float = typer.Option(600.0, help="Whole-request timeout in seconds"),
-    read_timeout: float = typer.Option(120.0, help="Longest silence within a stream, seconds"),
-    scrape_metrics: bool = typer.Option(False, help="Poll the server's Prometheus /metrics every second"),
-    scrape_url: List[str] = typer.Option([], help="Another Prometheus endpoint to poll with it, e.g. a DCGM "
-                                         "exporter's http://127.0.0.1:9400/metrics (repeatable; implies --scrape-metrics)"),
-    workers: Optional[str] = typer.Option(None, help="Worker processes that send (auto: one per 128 concurrent "
-                                          "streams, up to the CPUs); the main process then only coordinates and "
-                                          "writes. Default 1, or auto with --ray"),
-    ray: Optional[str] = typer.Option(None, help="Workers are Ray actors spread over a cluster's nodes: auto (the "
-                                      "cluster in RAY_ADDRESS or started here by ray start, else a local one) or "
-                                      "the cluster's HOST:PORT; needs pip install 'loadgen[distributed]'"),
-    fail_on: List[str] = typer.Option([], help="CI gates: exit non-zero when a level fails them: slo, errors, "
-                                      "client-bound (comma-separated or repeated; exit 3 errors, 4 slo, 5 client-bound)"),
-    max_error_rate: Optional[float] = typer.Option(None, help="Gate on errors above this share of requests, e.g. "
-                                                   "0.01 (implies --fail-on errors; default 0 with it)"),
+    url: Optional[str] = typer.Option(None, "--url", "--base-url", rich_help_panel=_TARGET,
+                                      help="Base URL of the server, e.g. http://127.0.0.1:8000 (required unless "
+                                      "--resume; --base-url as in vllm bench serve)"),
+    api: str = typer.Option("chat", help="API dialect: chat or completions", rich_help_panel=_TARGET),
+    model: Optional[str] = typer.Option(None, help="Model name (default: the first of /v1/models)",
+                                        rich_help_panel=_TARGET),
+    header: List[str] = typer.Option([], help="Extra header 'Name: value', repeatable (values never stored)",
+                                     rich_help_panel=_TARGET),
+    api_key_env: Optional[str] = typer.Option(None, help="Env var holding the API key (default OPENAI_API_KEY if set)",
+                                              rich_help_panel=_TARGET),
+    workload: Optional[str] = typer.Option(None, help="Named workload (workloads/NAME.toml) or a .toml path",
+                                           rich_help_panel=_WORKLOAD),
+    prompt_tokens: Optional[str] = typer.Option(None, help="Prompt length: 256 or e.g. normal:mean=512,std=128,min=16",
+                                                rich_help_panel=_WORKLOAD),
+    output_tokens: Optional[str] = typer.Option(None, help="Output length: 64 or e.g. lognormal:median=200,sigma=0.5",
+                                                rich_help_panel=_WORKLOAD),
+    dataset: str | None = typer.Option(None, help="Replay a dataset's prompts: ShareGPT .json, chat/prompt .jsonl, "
+                                       ".csv or .parquet (see workloads/README.md)", rich_help_panel=_WORKLOAD),
+    dataset_format: str = typer.Option("auto", help="With --dataset: auto, sharegpt, chat, prompts, csv or parquet",
+                                       rich_help_panel=_WORKLOAD),
+    min_prompt_tokens: int | None = typer.Option(None, help="With --dataset: skip shorter prompts",
+                                                 rich_help_panel=_WORKLOAD),
+    max_prompt_tokens: int | None = typer.Option(None, help="With --dataset: skip longer prompts",
+                                                 rich_help_panel=_WORKLOAD),
+    replacement: bool = typer.Option(False, "--replacement/--no-replacement", rich_help_panel=_WORKLOAD,
+                                     help="With --dataset: sample entries with replacement (default: without)"),
+    tokenizer: str | None = typer.Option(None, rich_help_panel=_WORKLOAD,
+                                         help="A tokenizer.json, or a Hugging Face model id (ORG/NAME) already in the "
+                                         "local Hugging Face cache (never downloaded): exact prompt lengths (default: "
+                                         "words calibrated from the server's usage); needs loadgen\\[tokenizer]"),
+    trace: str | None = typer.Option(None, help="Replay a trace at its recorded times: Mooncake .jsonl, Azure or "
+                                     "BurstGPT .csv (--rate R rescales it to R req/s)", rich_help_panel=_WORKLOAD),
+    trace_format: str = typer.Option("auto", help="With --trace: auto, mooncake, azure or burstgpt",
+                                     rich_help_panel=_WORKLOAD),
+    speed: float = typer.Option(1.0, help="With --trace: time compression (2 = twice as fast)",
+                                rich_help_panel=_WORKLOAD),
+    window: str | None = typer.Option(None, help="With --trace: START:END seconds of the trace to replay",
+                                      rich_help_panel=_WORKLOAD),
+    seed: int = typer.Option(0, help="Seed for lengths, prompts and arrivals", rich_help_panel=_WORKLOAD),
+    concurrency: Optional[int] = typer.Option(None, help="Closed loop: number of concurrent users (vllm bench "
+                                              "serve's --max-concurrency is --max-in-flight)", rich_help_panel=_LOAD),
+    rate: Optional[float] = typer.Option(None, "--rate", "--request-rate", rich_help_panel=_LOAD,
+                                         help="Open loop: requests per second (--request-rate as in vllm bench serve)"),
+    arrival: str = typer.Option("poisson", help="Open-loop arrivals: poisson, gamma or constant", rich_help_panel=_LOAD),
+    burstiness: float = typer.Option(1.0, help="Gamma shape (1 = Poisson, < 1 burstier)", rich_help_panel=_LOAD),
+    max_in_flight: Optional[int] = typer.Option(None, "--max-in-flight", "--max-concurrency", rich_help_panel=_LOAD,
+                                                help="Open loop: cap on requests in flight (--max-concurrency as in "
+                                                "vllm bench serve)"),
+    profile: Optional[str] = typer.Option(None, help="Named load profile (profiles/NAME.toml) or a .toml path",
+                                          rich_help_panel=_LOAD),
+    levels: Optional[str] = typer.Option(None, help="Load levels, e.g. 1,2,4,8 (with --profile or alone)",
+                                         rich_help_panel=_LOAD),
+    requests: Optional[int] = typer.Option(None, "--requests", "--num-prompts", rich_help_panel=_LOAD,
+                                           help="Requests per level, warm-up excluded (default 100 unless --duration; "
+                                           "--num-prompts as in vllm bench serve)"),
+    duration: Optional[float] = typer.Option(None, help="Seconds per level", rich_help_panel=_LOAD),
+    warmup: Optional[int] = typer.Option(None, help="Requests sent first in each level and excluded",
+                                         rich_help_panel=_LOAD),
     trials: int = typer.Option(1, help="Repeat each level this many times (new requests, arrival seed + i); "
-                               "summary.json and compare then use between-trial variation"),
+                               "summary.json and compare then use between-trial variation", rich_help_panel=_LOAD),
+    slo: List[str] = typer.Option([], help="SLO, repeatable: ttft=500ms, tpot=50ms, itl=80ms, e2e=10s, ttft:p90=300ms",
+                                  rich_help_panel=_SLOS),
+    slo_latency: Optional[str] = typer.Option(None, help="Rate levels judge TTFT/E2E SLOs from: queued (default) or "
+                                              "sent", rich_help_panel=_SLOS),
+    fail_on: List[str] = typer.Option([], help="CI gates: exit non-zero when a level fails them: slo, errors, "
+                                      "client-bound (comma-separated or repeated; exit 3 errors, 4 slo, 5 client-bound)",
+                                      rich_help_panel=_SLOS),
+    max_error_rate: Optional[float] = typer.Option(None, help="Gate on errors above this share of requests, e.g. "
+                                                   "0.01 (implies --fail-on errors; default 0 with it)",
+                                                   rich_help_panel=_SLOS),
     abort_on_fail: bool = typer.Option(False, help="Stop a sweep at the first level that fails a gate "
-                                       "(the --fail-on gates; slo,errors when none is given)"),
-    quiet: bool = typer.Option(False, help="No live display"),
+                                       "(the --fail-on gates; slo,errors when none is given)", rich_help_panel=_SLOS),
+    out: Optional[str] = typer.Option(None, help="Run folder: new, empty or an earlier run's (default "
+                                      "reports/<time>-<label>)", rich_help_panel=_OUTPUT),
+    label: str = typer.Option("", help="A name for this run (shown in reports)", rich_help_panel=_OUTPUT),
+    save_result: Optional[Path] = typer.Option(None, rich_help_panel=_OUTPUT,
+                                               help="Also write the headline numbers as JSON in the shape of vllm "
+                                               "bench serve's result file (see docs/metrics.md); unlike vLLM's flag, "
+                                               "it takes the file's path"),
+    quiet: bool = typer.Option(False, help="No live display", rich_help_panel=_OUTPUT),
+    scrape_metrics: bool = typer.Option(False, help="Poll the server's Prometheus /metrics every second",
+                                        rich_help_panel=_OUTPUT),
+    scrape_url: List[str] = typer.Option([], help="Another Prometheus endpoint to poll with it, e.g. a DCGM "
+                                         "exporter's http://127.0.0.1:9400/metrics (repeatable; implies "
+                                         "--scrape-metrics)", rich_help_panel=_OUTPUT),
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this folder (killed mid-sweep) at its "
                                           "first unfinished level, with its run.json's settings; takes only "
                                           "--url, --header, --api-key-env, --quiet, --fail-on and --max-error-rate "
-                                          "besides"),
-    dataset: str | None = typer.Option(None, help="Replay a dataset's prompts: ShareGPT .json, chat/prompt .jsonl, "
-                                          ".csv or .parquet (see workloads/README.md)"),
-    dataset_format: str = typer.Option("auto", help="With --dataset: auto, sharegpt, chat, prompts, csv or parquet"),
-    min_prompt_tokens: int | None = typer.Option(None, help="With --dataset: skip shorter prompts"),
-    max_prompt_tokens: int | None = typer.Option(None, help="With --dataset: skip longer prompts"),
-    replacement: bool = typer.Option(False, "--replacement/--no-replacement",
-                                     help="With --dataset: sample entries with replacement (default: without)"),
-    tokenizer: Path | None = typer.Option(None, help="A tokenizer.json: exact prompt lengths (default: words "
-                                             "calibrated from the server's usage); needs loadgen[tokenizer]"),
-    trace: str | None = typer.Option(None, help="Replay a trace at its recorded times: Mooncake .jsonl, Azure or "
-                                        "BurstGPT .csv (--rate R rescales it to R req/s)"),
-    trace_format: str = typer.Option("auto", help="With --trace: auto, mooncake, azure or burstgpt"),
-    speed: float = typer.Option(1.0, help="With --trace: time compression (2 = twice as fast)"),
-    window: str | None = typer.Option(None, help="With --trace: START:END seconds of the trace to replay"),
-) -> None:
+                                          "besides", rich_help_panel=_OUTPUT),
+    workers: Optional[str] = typer.Option(None, help="Worker processes that send (auto: one per 128 concurrent "
+                                          "streams, up to the CPUs); the main process then only coordinates and "
+                                          "writes. Default 1, or auto with --ray", rich_help_panel=_SCALE),
+    ray: Optional[str] = typer.Option(None, help="Workers are Ray actors spread over a cluster's nodes: auto (the "
+                                      "cluster in RAY_ADDRESS or started here by ray start, else a local one) or "
+                                      "the cluster's HOST:PORT; needs pip install 'loadgen\\[distributed]'",
+                                      rich_help_panel=_SCALE),
+    config: Optional[Path] = typer.Option(None, "--config", is_eager=True, callback=_config_callback,
+                                          rich_help_panel=_ADVANCED,
+                                          help="Options from a TOML file, or a run folder's run.json to repeat that "
+                                          "run (same seed, same requests); flags given here win. Header values and "
+                                          "API keys are never in run.json: pass them again"),
+    transport: str = typer.Option("aiohttp", help="aiohttp or httpx", rich_help_panel=_ADVANCED),
+    http2: bool = typer.Option(False, help="HTTP/2 (httpx transport)", rich_help_panel=_ADVANCED),
+    strict: bool = typer.Option(False, help="Send only standard OpenAI fields (no ignore_eos/min_tokens)",
+                                rich_help_panel=_ADVANCED),
+    continuous_usage: bool = typer.Option(False, help="Ask for per-event usage (vLLM continuous_usage_stats)",
+                                          rich_help_panel=_ADVANCED),
+    calibrate: bool = typer.Option(True, help="Calibrate words per token with two short requests",
+                                   rich_help_panel=_ADVANCED),
+    timeout: float = typer.Option(600.0, help="Whole-request timeout in seconds", rich_help_panel=_ADVANCED),
+    read_timeout: float = typer.Option(120.0, help="Longest silence within a stream, seconds",
+                                       rich_help_panel=_ADVANCED),
+) -> None:  # fmt: skip
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.discovery import normalize_url, split_credentials
     from loadgen.metrics.slo import parse_slo
     from loadgen.orchestrate import RunConfig
     from loadgen.report.files import default_run_dir
+    from loadgen.workload.hf_cache import resolve_tokenizer
     from loadgen.workload.spec import load_workload, workload_from_flags
 
     if resume is not None:
-        _resume(ctx, resume, url, header, api_key_env, quiet, fail_on, max_error_rate)
+        _resume(ctx, resume, url, header, api_key_env, quiet, fail_on, max_error_rate, save_result)
         return
     if url is None:
         raise ConfigError("required (the server's base URL, e.g. http://127.0.0.1:8000)", key="--url")
@@ -329,7 +374,7 @@ def run(
         scrape_urls=[_metrics_url(u) for u in scrape_url],
         workers=_workers_flag(workers or ("auto" if ray is not None else "1")),
         ray=ray,
-        tokenizer=None if tokenizer is None else shipped(tokenizer),
+        tokenizer=None if tokenizer is None else resolve_tokenizer(str(shipped(tokenizer))),
         trace=loaded,
         gates=gates,
         abort_on_fail=abort_on_fail,
@@ -341,14 +386,14 @@ def run(
     get_dialect(api)
     if transport not in TRANSPORTS:
         raise ConfigError(f"unknown transport {transport!r}; choose one of: {', '.join(TRANSPORTS)}", key="--transport")
-    _execute_and_exit(cfg)
+    _execute_and_exit(cfg, save_result)
 
 
-_RESUME_FLAGS = {"resume", "url", "header", "api_key_env", "quiet", "fail_on", "max_error_rate"}
+_RESUME_FLAGS = {"resume", "url", "header", "api_key_env", "quiet", "fail_on", "max_error_rate", "save_result"}
 
 
 def _resume(ctx: typer.Context, folder: Path, url: str | None, header: list[str], api_key_env: str | None,
-            quiet: bool, fail_on: list[str], max_error_rate: float | None) -> None:  # fmt: skip
+            quiet: bool, fail_on: list[str], max_error_rate: float | None, save_result: Path | None) -> None:  # fmt: skip
     """``run --resume FOLDER``: the run's own settings from its run.json; only the URL and the
     headers (never stored) may be given again, and the CI gates that judge the result."""
     from loadgen.client.discovery import normalize_url, split_credentials
@@ -359,7 +404,8 @@ def _resume(ctx: typer.Context, folder: Path, url: str | None, header: list[str]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise ConfigError(f"the run's settings come from its run.json; {flags} cannot change them (give only --url, "
-                          "--header, --api-key-env, --quiet, --fail-on, --max-error-rate)", key="--resume")  # fmt: skip
+                          "--header, --api-key-env, --quiet, --fail-on, --max-error-rate, --save-result)",
+                          key="--resume")  # fmt: skip
     from loadgen.report.files import read_run
 
     if (folder / "run.json").is_file():
@@ -370,18 +416,28 @@ def _resume(ctx: typer.Context, folder: Path, url: str | None, header: list[str]
     cfg, _ = resume_config(folder, base, {**url_auth, **_headers(header, api_key_env)},
                            command=["loadgen", *_redact_argv(sys.argv[1:])], live=not quiet and sys.stdout.isatty())  # fmt: skip
     cfg.gates = _gates(fail_on, max_error_rate, False, cfg.profile.attainment_target)
-    _execute_and_exit(cfg)
+    _execute_and_exit(cfg, save_result)
 
 
-def _execute_and_exit(cfg: RunConfig) -> None:
+def _execute_and_exit(cfg: RunConfig, save_result: Path | None = None) -> None:
     from loadgen.orchestrate import execute
 
     console = _console()
+    if save_result is not None:
+        from loadgen.report.headline import check_result_path
+
+        check_result_path(save_result)  # before anything is sent
     outcome = execute(cfg, console)
     if outcome.records:
         from loadgen.report.html import render_run_report
 
         console.print(f"[dim]report: {render_run_report(outcome.folder)}[/dim]")
+    if save_result is not None:
+        from loadgen.report.files import read_run
+        from loadgen.report.headline import write_result
+
+        write_result(save_result, outcome.summary, read_run(outcome.folder), outcome.folder)
+        console.print(f"[dim]result: {escape(str(save_result))}[/dim]")
     if outcome.interrupted or outcome.signum:
         raise typer.Exit(exit_code(outcome.signum))
     failed = sum(lv.requests.failed for lv in outcome.summary.levels)
@@ -464,6 +520,9 @@ def _profile(
         raise ConfigError("give either --concurrency (closed loop) or --rate (open loop), not both")
     if concurrency is not None and concurrency < 1:
         raise ConfigError("must be >= 1", key="--concurrency")
+    if rate == float("inf"):  # vllm bench serve's default
+        raise ConfigError("inf (vllm bench serve's every request at once) has no open-loop schedule here: give a "
+                          "finite rate, or --concurrency N for N requests in flight", key="--rate/--request-rate")
     if rate is not None and not rate > 0:
         raise ConfigError("must be > 0", key="--rate")
     if requests is not None and requests < 1:
@@ -507,6 +566,10 @@ def _profile(
     if burstiness != 1.0 or not name:
         prof = replace(prof, burstiness=burstiness)
     if max_in_flight is not None:
+        if prof.mode == "concurrency" and prof.kind not in ("sweep-rate", "capacity"):
+            raise ConfigError("caps the requests in flight of an open loop (--rate/--request-rate); vllm bench serve's "
+                              "--max-concurrency N without a rate is --concurrency N here",
+                              key="--max-in-flight/--max-concurrency")  # fmt: skip
         prof = replace(prof, max_in_flight=max_in_flight)
     return prof
 
@@ -723,16 +786,18 @@ def workload_fit(
     name: str | None = typer.Option(None, help="The workload's name (default: the output file's name)"),
     bins: int = typer.Option(32, help="Histogram bins per length (quantile-spaced)"),
     kind: str = typer.Option("auto", help="auto, dataset or trace"),
-    tokenizer: Path | None = typer.Option(None, help="A tokenizer.json: exact dataset lengths (default: words)"),
+    tokenizer: str | None = typer.Option(None, help="A tokenizer.json or a Hugging Face model id in the local cache: "
+                                         "exact dataset lengths (default: words)"),
 ) -> None:
     """Write a workload with the joint (prompt, output) length histogram of real traffic
     (and, for a trace, its arrival rate and burstiness)."""
     from loadgen.workload.fit import fit_workload
+    from loadgen.workload.hf_cache import resolve_tokenizer
     from loadgen.workload.prompts import TokenizerCounter
 
     if out.suffix != ".toml":
         raise ConfigError(f"the workload file must end in .toml, got {str(out)!r}", key="--out")
-    counter = TokenizerCounter(shipped(tokenizer)) if tokenizer is not None else None
+    counter = TokenizerCounter(resolve_tokenizer(str(shipped(tokenizer)))) if tokenizer is not None else None
     fit = fit_workload(str(shipped(path)), name or out.stem, bins=bins, counter=counter, kind=kind)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -34,16 +34,16 @@ from loadgen.load.share import measure_share
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
 from loadgen.load.share import WorkerSetup
 from loadgen.load.workers import WorkerPool, auto_workers
-from loadgen.load.sweeps import Sweep, sweep
+from loadgen.load.sweeps import Sweep, planned_levels, sweep
 from loadgen.metrics.gates import Gates, level_failures
 from loadgen.metrics.trials import trial_summary
-from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary, unit_label
+from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary
 from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
 from loadgen.signals import STOP_SIGNALS, raise_on_sigterm
-from loadgen.report.console import LiveStats, level_line, show_summary
+from loadgen.report.console import LiveStats, level_heading, level_line, show_summary
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
@@ -377,8 +377,9 @@ async def _sweep_levels(
         results = []
         for t in range(cfg.trials):
             trial = plan if t == 0 else dataclasses.replace(plan, trial=t, seed=plan.seed + t)
-            stats.label = (f"level {plan.index + 1}: {plan.load.value} {unit_label(plan.mode)}"
-                           + (f", trial {t + 1}/{cfg.trials}" if cfg.trials > 1 else ""))
+            stats.start_level(level_heading(plan.index, planned_levels(prof), t, cfg.trials), plan.load.label(),
+                              level=plan.index, trial=t, requests=plan.requests, warmup=plan.warmup_requests,
+                              duration_s=plan.duration_s, sends_s=trial.last_send_s())  # fmt: skip
             results.append(await runner.run_level(trial))
             if runner.interrupted:
                 break
@@ -391,7 +392,7 @@ async def _sweep_levels(
         writer.write_summary({"schema_version": SCHEMA_VERSION, "levels": [lv.to_json() for lv in levels]})
         after_level()
         if not cfg.live:
-            console.print(level_line(level), highlight=False)
+            console.print(level_line(level), highlight=False, markup=False, soft_wrap=True)
         if runner.interrupted:
             return run_summary(levels, prof, None, True)
         failed = level_failures(level, len(levels) - 1, cfg.gates) if cfg.abort_on_fail else []

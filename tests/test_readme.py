@@ -58,17 +58,21 @@ def test_readme_run_example(cmd: str, server: ScriptedServerProcess, tmp_path: P
         if skip:
             skip = False
             continue
-        if a in ("--requests", "--duration", "--out"):
+        if a in ("--requests", "--num-prompts", "--duration", "--out", "--save-result"):
             skip = True
             continue
         bounded.append(a)
     bounded += ["--requests", "6", "--warmup", "0", "--out", str(tmp_path / "run"), "--quiet"]
+    if "--save-result" in args:
+        bounded += ["--save-result", str(tmp_path / "result.json")]
     if "--profile" in bounded and "capacity" not in bounded:
         bounded += ["--levels", "1,2"]
     res = CliRunner().invoke(app, bounded)
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["levels"] and all(lv["requests"]["ok"] > 0 for lv in summary["levels"])
+    if "--save-result" in args:
+        assert json.loads((tmp_path / "result.json").read_text())["completed"] == summary["levels"][0]["requests"]["ok"]
     if "--ray" in cmd:
         workers = json.loads((tmp_path / "run" / "run.json").read_text())["workers"]
         assert workers and {w["address"] for w in workers} == {"127.0.0.1"}

@@ -95,6 +95,14 @@ class LevelPlan:
         """The offered load: whole users in closed loop, a rate in open loop."""
         return Load(self.mode, int(self.value) if self.mode == "concurrency" else float(self.value))
 
+    def last_send_s(self) -> float | None:
+        """Open loop: when the level's last request is due, in seconds from its start (None:
+        a closed loop, whose pace the server sets)."""
+        if self.mode != "rate":
+            return None
+        offsets = _schedule(self)
+        return float(offsets[-1]) if len(offsets) else 0.0
+
 
 Keep = Literal["all", "compact", "none"]
 

@@ -28,7 +28,7 @@ from loadgen.load.runner import LevelPlan
 from loadgen.metrics.capacity import knee
 from loadgen.metrics.results import LevelSummary
 
-__all__ = ["sweep", "stop_reason", "Sweep"]
+__all__ = ["sweep", "stop_reason", "planned_levels", "Sweep"]
 
 Summary = LevelSummary
 Sweep = Generator[LevelPlan, Summary, "str | None"]
@@ -169,3 +169,15 @@ _KINDS = {"levels": _levels, "sweep-rate": _sweep_rate, "capacity": _capacity, "
 def sweep(profile: Profile, seed: int = 0) -> Sweep:
     """The level generator for ``profile.kind``."""
     return _KINDS[profile.kind](profile, seed)
+
+
+def planned_levels(profile: Profile) -> tuple[int, bool]:
+    """How many levels the profile's sweep runs, and whether that is exact (a capacity
+    search runs at most that many); a stop rule may end any sweep sooner."""
+    if profile.kind == "levels":
+        return len(profile.levels), True
+    if profile.kind == "sweep-rate":
+        return 2 + profile.rate_levels, True
+    if profile.kind == "capacity":
+        return profile.max_levels, False
+    return 1, True

@@ -6,21 +6,20 @@ display (the reported numbers come from :mod:`loadgen.metrics`).
 
 from __future__ import annotations
 
-import time
-from collections import Counter, deque
+from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, unit_label
-from loadgen.records import RequestRecord
+from loadgen.report.live import LiveStats, fmt_latency, level_heading
 
 __all__ = [
-    "LiveStats", "level_table", "metrics_table", "answer_lines", "token_source_line", "fmt_ms", "level_line",
-    "show_summary",
+    "LiveStats", "level_heading", "level_table", "metrics_table", "answer_lines", "token_source_line", "fmt_ms", "fmt_latency",
+    "level_line", "level_notes", "client_line", "schedule_line", "show_summary",
 ]  # fmt: skip
 
 
@@ -41,70 +40,6 @@ def _num(v: Any, digits: int = 1) -> str:
     return "–" if v is None else f"{float(v):,.{digits}f}"
 
 
-_TOK_WINDOW_S = 5.0  # the display's tokens/s is over this many seconds
-
-
-class LiveStats:
-    """Running counters for the progress display, fed one finished record at a time;
-    ``label`` names what is running (the level)."""
-
-    def __init__(self, in_flight: Callable[[], int], label: str = "") -> None:
-        self._in_flight = in_flight
-        self.label = label
-        self.done = 0
-        self.failed = 0
-        self.tokens = 0
-        self._tok_window: deque[tuple[float, int]] = deque()
-        self._ttft: deque[float] = deque(maxlen=2000)
-        self._itl: deque[float] = deque(maxlen=2000)
-        self.started = time.monotonic()
-
-    def add(self, rec: RequestRecord) -> None:
-        if rec.ok:
-            self.done += 1
-        else:
-            self.failed += 1
-        n = rec.output_tokens
-        self.tokens += n
-        now = time.monotonic()
-        w = self._tok_window
-        w.append((now, n))
-        while now - w[0][0] > _TOK_WINDOW_S:  # bounded without a display to prune it (--quiet)
-            w.popleft()
-        ev = rec.events
-        if ev and rec.sent_ns:
-            self._ttft.append((ev[0][0] - rec.sent_ns) / 1e6)
-            if len(ev) > 1 and rec.output_tokens > 1:
-                self._itl.append((ev[-1][0] - ev[0][0]) / 1e6 / max(rec.output_tokens - 1, 1))
-
-    def _tokens_per_s(self) -> float:
-        now = time.monotonic()
-        w = self._tok_window
-        while w and now - w[0][0] > _TOK_WINDOW_S:
-            w.popleft()
-        span = min(_TOK_WINDOW_S, now - self.started) or 1e-9
-        return sum(n for _, n in w) / span
-
-    @staticmethod
-    def _median(xs: deque[float]) -> float | None:
-        if not xs:
-            return None
-        s = sorted(xs)
-        return s[len(s) // 2]
-
-    def __rich__(self) -> Text:
-        elapsed = time.monotonic() - self.started
-        t = Text()
-        t.append(f"{self.label}  ", style="bold cyan")
-        t.append(f"done {self.done}", style="green")
-        t.append("  failed ")
-        t.append(str(self.failed), style="red" if self.failed else "")
-        t.append(f"  in flight {self._in_flight()}  {self._tokens_per_s():,.0f} tok/s")
-        t.append(f"  TTFT p50 {fmt_ms(self._median(self._ttft))} ms  TPOT p50 {fmt_ms(self._median(self._itl))} ms")
-        t.append(f"  {elapsed:,.0f}s", style="dim")
-        return t
-
-
 _METRICS: tuple[tuple[str, str], ...] = (
     ("TTFT", "ttft_ms"),
     ("TTFT (queued)", "ttft_queued_ms"),
@@ -116,15 +51,36 @@ _METRICS: tuple[tuple[str, str], ...] = (
 _STATS = ("mean", "p50", "p90", "p99", "p99.9", "max")
 
 
+def client_line(level: LevelSummary) -> str:
+    """The client's verdict with the reasons summary.json gives for it (and the loop lag)."""
+    client = level.client
+    lag = f"event-loop lag p99 {fmt_latency(client.loop_lag_ms.p99)}"
+    if client.client_bound and client.reasons:
+        return f"client-bound: {'; '.join(client.reasons)}"
+    return f"client: {client.verdict} ({lag})"
+
+
+def schedule_line(level: LevelSummary) -> str:
+    """Open loop or trace replay: the sends that went out late or never ("" for a closed loop)."""
+    sch = level.schedule
+    if sch is None:
+        return ""
+    line = (f"sends: {sch.late} of {sch.scheduled} late (over {fmt_latency(sch.late_threshold_ms)}), "
+            f"{sch.dropped} dropped")
+    if sch.credit_wait_ms is not None and sch.credit_wait_ms.count:
+        line += f"; waited for the in-flight cap p99 {fmt_latency(sch.credit_wait_ms.p99)}"
+    return line
+
+
 def metrics_table(level: LevelSummary, title: str = "") -> Group:
     """One level in detail: latency percentiles, throughput, goodput, failures, client."""
     tab = Table(title=title or None, title_justify="left", header_style="bold")
-    tab.add_column("metric (ms)")
+    tab.add_column("latency")
     for col in _STATS:
         tab.add_column(col, justify="right")
     for name, key in _METRICS:
         d: Distribution = getattr(level, key)
-        tab.add_row(name, *(fmt_ms(d.stat(c)) for c in _STATS))
+        tab.add_row(name, *(fmt_latency(d.stat(c)) for c in _STATS))
     req, thr, good, client = level.requests, level.throughput, level.goodput, level.client
     lines = Text()
     lines.append(
@@ -132,62 +88,90 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
         f"   {_num(thr.requests_per_s, 2)} req/s   {_num(thr.output_tokens_per_s)} out tok/s"
         f"   {_num(thr.total_tokens_per_s)} total tok/s\n"
     )
+    sends, sch = schedule_line(level), level.schedule
+    if sends:
+        lines.append(sends + "\n", style="yellow" if sch is not None and (sch.late or sch.dropped) else "")
     if good.slos:
         lines.append(
             f"SLO {', '.join(good.slos)}: attainment {100 * (good.slo_attainment or 0):.1f}%"
             f"   goodput {_num(good.requests_per_s, 2)} req/s\n"
         )
     for chk in good.checks:
-        lines.append(f"check {chk.slo}: {fmt_ms(chk.value_ms)} ms {'pass' if chk.passed else 'FAIL'}\n")
+        lines.append(f"check {chk.slo}: {fmt_latency(chk.value_ms)} {'pass' if chk.passed else 'FAIL'}\n")
     if req.by_error:
         errs = ", ".join(f"{k} {v}" for k, v in sorted(req.by_error.items()))
         lines.append(f"failures: {errs}\n", style="red")
-    lines.append(
-        f"client: {client.verdict}  (event-loop lag p99 {fmt_ms(client.loop_lag_ms.p99)} ms)",
-        style="bold red" if client.client_bound else "dim",
-    )
+    lines.append(client_line(level), style="bold red" if client.client_bound else "dim")
     for note in client.notes or ():
         lines.append(f"\nnote: {note}", style="yellow")
     return Group(tab, lines)
 
 
+def _latency_column(values: Sequence[float | None]) -> tuple[str, list[str]]:
+    """A column of latencies in one unit: ``("ms", cells)``, or ``("s", cells)`` when one
+    of them is 10 s or more."""
+    known = [v for v in values if v is not None]
+    if known and max(known) >= 10_000:
+        return "s", ["–" if v is None else f"{v / 1000:,.1f}" for v in values]
+    return "ms", [fmt_ms(v) for v in values]
+
+
+_LEVEL_LATENCIES = (("TTFT p50", "ttft_ms", "p50"), ("TTFT p99", "ttft_ms", "p99"), ("ITL p50", "itl_ms", "p50"),
+                    ("ITL p99", "itl_ms", "p99"), ("TPOT p50", "tpot_ms", "p50"))  # fmt: skip
+
+
 def level_table(levels: Sequence[LevelSummary], title: str = "") -> Table:
-    """One row per load level (the rising-load view)."""
+    """One row per load level (the rising-load view); every header names its unit (under
+    the name), and a latency column is in seconds only when one of its cells is 10 s or more."""
     tab = Table(title=title or None, title_justify="left", header_style="bold")
-    cols = ["load", "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50"]
-    cols += ["attain", "goodput", "client"]
-    for c in cols:
-        tab.add_column(c, justify="right")
-    for lv in levels:
-        att = lv.goodput.slo_attainment
-        verdict = lv.client.verdict
-        tab.add_row(
-            f"{lv.load.value} {lv.load.unit}",
-            f"{lv.requests.ok}/{lv.requests.failed}",
-            _num(lv.throughput.requests_per_s, 2),
-            _num(lv.throughput.output_tokens_per_s, 0),
-            fmt_ms(lv.ttft_ms.p50),
-            fmt_ms(lv.ttft_ms.p99),
-            fmt_ms(lv.itl_ms.p50),
-            fmt_ms(lv.itl_ms.p99),
-            fmt_ms(lv.tpot_ms.p50),
-            "–" if att is None else f"{100 * att:.0f}%",
-            _num(lv.goodput.requests_per_s, 2),
-            Text(verdict, style="red" if verdict != "ok" else "green"),
-        )
+    columns: list[tuple[str, list[Any]]] = [
+        ("load", [lv.load.label() for lv in levels]),
+        ("requests\nok/failed", [f"{lv.requests.ok}/{lv.requests.failed}" for lv in levels]),
+        ("\nreq/s", [_num(lv.throughput.requests_per_s, 2) for lv in levels]),
+        ("out\ntok/s", [_num(lv.throughput.output_tokens_per_s, 0) for lv in levels]),
+    ]
+    for name, key, stat in _LEVEL_LATENCIES:
+        unit, cells = _latency_column([lv.dist(key).stat(stat) for lv in levels])
+        columns.append((f"{name}\n{unit}", cells))
+    att = [lv.goodput.slo_attainment for lv in levels]
+    columns.append(("attain\n%", ["–" if a is None else f"{100 * a:.0f}" for a in att]))
+    columns.append(("goodput\nreq/s", [_num(lv.goodput.requests_per_s, 2) for lv in levels]))
+    if any(lv.schedule is not None for lv in levels):
+        columns.append(("late\nsends", ["–" if lv.schedule is None else f"{lv.schedule.late}/{lv.schedule.scheduled}"
+                                       for lv in levels]))  # fmt: skip
+    columns.append(("client", [Text(lv.client.verdict, style="red" if lv.client.verdict != "ok" else "green")
+                               for lv in levels]))  # fmt: skip
+    for header, _ in columns:
+        tab.add_column(header, justify="right")
+    for row in zip(*(cells for _, cells in columns)):
+        tab.add_row(*row)
     return tab
+
+
+def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
+    """Under the level table: why a level was client-bound, and the late sends of rate levels."""
+    out = []
+    for lv in levels:
+        if lv.client.client_bound:
+            out.append(f"{lv.load.label()}: {client_line(lv)}")
+        sch = lv.schedule
+        if sch is not None and (sch.late or sch.dropped):
+            out.append(f"{lv.load.label()}: {schedule_line(lv)}")
+    return out
 
 
 def level_line(level: LevelSummary) -> str:
     """One line per finished level (printed when the live display is off)."""
     thr, req, att = level.throughput, level.requests, level.goodput.slo_attainment
-    ttft, itl = level.ttft_ms.p50, level.itl_ms.p50
+    sch = level.schedule
+    late = "" if sch is None else f", {sch.late} of {sch.scheduled} sends late, {sch.dropped} dropped"
     return (
-        f"level {level.load.value} {level.load.unit}: "
+        f"level {level.load.label()}: "
         f"{req.ok} ok / {req.failed} failed, "
         f"{thr.requests_per_s or 0:.2f} req/s, {thr.output_tokens_per_s or 0:.0f} out tok/s, "
-        f"TTFT p50 {0 if ttft is None else ttft:.1f} ms, ITL p50 {0 if itl is None else itl:.2f} ms, "
-        f"attainment {'–' if att is None else f'{100 * att:.0f}%'}"
+        f"TTFT p50 {fmt_latency(level.ttft_ms.p50)}, ITL p50 {fmt_latency(level.itl_ms.p50)}, "
+        f"attainment {'–' if att is None else f'{100 * att:.0f}%'}{late}"
+        + ("" if not level.client.client_bound else f"; {client_line(level)}")
     )
 
 
@@ -241,9 +225,7 @@ def token_source_line(levels: Sequence[LevelSummary], prefix: str = "output toke
     return prefix + "; ".join(parts) if parts else ""
 
 
-def _with_unit(v: Any) -> str:
-    text = fmt_ms(v)
-    return text if text == "–" or text.endswith("s") else f"{text} ms"
+_with_unit = fmt_latency
 
 
 def session_lines(levels: Sequence[LevelSummary]) -> list[str]:
@@ -272,9 +254,11 @@ def show_summary(summary: RunSummary, console: Console, folder: Path) -> None:
     levels = summary.levels
     if len(levels) == 1:
         lv = levels[0]
-        console.print(metrics_table(lv, title=f"Results — {lv.load.value} {lv.load.unit}"))
+        console.print(metrics_table(lv, title=f"Results — {lv.load.label()}"))
     elif levels:
         console.print(level_table(levels, title="Results per load level"))
+        for line in level_notes(levels):
+            console.print(line, style="yellow", highlight=False, markup=False, soft_wrap=True)
         for line in answer_lines(summary):
             console.print(line)
     for line in session_lines(levels):

@@ -1,15 +1,19 @@
-"""The end-of-run console view says how the output tokens were counted."""
+"""The console: the live line of the level in progress, and the end-of-run view (units in
+every table, the client-bound reason, late sends, how the output tokens were counted)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from loadgen.metrics import summarize_level, summarize_run
+from loadgen.metrics.client import WorkerStats
 from loadgen.metrics.results import LevelSummary
-from loadgen.records import TokenSource
-from loadgen.report.console import show_summary, token_source_line
+from loadgen.records import ErrorKind, RequestRecord, TokenSource
+from loadgen.report.console import level_line, level_notes, level_table, metrics_table, show_summary, token_source_line
+from loadgen.report.live import LiveStats, level_heading
 from tests.metrics.helpers import rec
 
 
@@ -47,3 +51,141 @@ def test_mixed_sources_count_the_requests_over_all_levels() -> None:
 def test_no_successful_request_no_line() -> None:
     assert token_source_line([]) == "" and token_source_line([_level(1, [])]) == ""
     assert "output tokens" not in _shown([_level(1, [])])
+
+
+# --- the live line ---------------------------------------------------------------------------------
+
+
+class Clock:
+    """Virtual time for the live line (seconds)."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _finished(level: int, *, warmup: bool = False, ok: bool = True, trial: int = 0, ttft_ms: float = 10.0) -> RequestRecord:
+    r = rec(0, [(ttft_ms, 1), (ttft_ms + 2.0, 1), (ttft_ms + 4.0, 1)], warmup=warmup,
+            status=ErrorKind.OK if ok else ErrorKind.HTTP_ERROR)  # fmt: skip
+    r.level, r.trial = level, trial
+    return r
+
+
+def _line(stats: LiveStats) -> str:
+    console = Console(width=250, record=True, color_system=None)
+    console.print(stats)
+    return console.export_text().strip()
+
+
+def test_live_counters_start_again_with_each_level() -> None:
+    clock = Clock()
+    stats = LiveStats(lambda: 3, clock=clock)
+    stats.start_level(level_heading(0, (4, True)), "8 users", level=0, requests=10, warmup=2)
+    for _ in range(2):
+        stats.add(_finished(0, warmup=True, ttft_ms=900.0))  # warm-up: apart, not in done or the medians
+    for _ in range(6):
+        stats.add(_finished(0, ttft_ms=50.0))
+    stats.add(_finished(0, ok=False))
+    line = _line(stats)
+    assert line.startswith("level 1 of 4 · target 8 users  warm-up 2/2  done 6/10  failed 1  in flight 3")
+    assert "TTFT p50 50.0 ms" in line and "TPOT p50 2.00 ms" in line
+    stats.start_level(level_heading(1, (4, True)), "16 users", level=1, requests=10)
+    stats.add(_finished(0))  # a late record of the level before: not this level's
+    stats.add(_finished(1, ttft_ms=20.0))
+    line = _line(stats)
+    assert line.startswith("level 2 of 4 · target 16 users  done 1/10  failed 0") and "warm-up" not in line
+    assert "TTFT p50 20.0 ms" in line
+    assert stats.done == 1 and stats.failed == 0 and stats.warm == 0
+
+
+def test_live_heading_of_a_search_and_of_trials() -> None:
+    assert level_heading(2, (10, False)) == "level 3 of at most 10"
+    assert level_heading(0, (1, True), trial=1, trials=3) == "level 1 of 1, trial 2/3"
+    stats = LiveStats(lambda: 0, clock=Clock())
+    stats.start_level("level 1 of 1", "4 users", level=0, trial=1, requests=5)
+    stats.add(_finished(0, trial=0))  # the trial before
+    assert stats.done == 0
+
+
+def test_live_time_left() -> None:
+    clock = Clock()
+    stats = LiveStats(lambda: 0, clock=clock)
+    stats.start_level("level 1 of 2", "10 req/s", level=0, requests=100, sends_s=9.9)  # open loop: the schedule
+    clock.t += 4.0
+    assert stats.time_left() == pytest.approx(5.9)
+    assert _line(stats).endswith("4s, ~6s left") and "late sends 0" in _line(stats)
+    late = [rec(i, [(20.0, 1)], sent=10.0, scheduled=10.0 - 2.5 * i) for i in range(3)]  # 0, 2.5 and 5 ms late
+    late.append(rec(9, [(20.0, 1)], sent=10.0, scheduled=0.0, warmup=True))  # warm-up: not counted
+    for r in late:
+        stats.add(r)
+    assert stats.late == 2 and "late sends 2" in _line(stats)
+    stats.start_level("level 2 of 2", "4 users", level=1, requests=10)  # closed loop: the pace so far
+    assert stats.time_left() is None
+    for _ in range(3):
+        clock.t += 2.0
+        stats.add(_finished(1))
+    assert stats.time_left() == pytest.approx(7 * 2.0)  # 7 left, one every 2 s
+    stats.start_level("level 1 of 1", "64 users", level=0, duration_s=60.0)
+    clock.t += 15.0
+    assert stats.time_left() == pytest.approx(45.0) and _line(stats).endswith("15s, ~45s left")
+    clock.t += 100.0
+    assert stats.time_left() == 0.0
+
+
+# --- the result tables -----------------------------------------------------------------------------
+
+
+def _open_level(value: float, slow: bool = False) -> LevelSummary:
+    scale = 1000.0 if slow else 1.0  # slow: seconds-long latencies
+    recs = [rec(i, [(10.0 * scale + i, 1), (20.0 * scale + i, 1)], sent=float(i), scheduled=float(i) - (5.0 if i < 3 else 0.0))
+            for i in range(10)]  # fmt: skip
+    return summarize_level(recs, load={"mode": "rate", "value": value}, scheduled=12, dropped=2)
+
+
+def test_one_level_table_has_a_unit_in_every_cell() -> None:
+    lv = _open_level(5.0, slow=True)
+    console = Console(width=150, record=True, color_system=None)
+    console.print(metrics_table(lv))
+    text = console.export_text()
+    assert "metric (ms)" not in text
+    rows = [line for line in text.splitlines() if line.startswith("│")]
+    assert len(rows) == 6
+    for row in rows:
+        cells = [c.strip() for c in row.strip("│").split("│")][1:]
+        assert cells and all(c == "–" or c.endswith((" ms", " s")) for c in cells), row
+    e2e = next(r for r in rows if r.startswith("│ E2E"))
+    assert "20.0 s" in e2e  # seconds-long, in seconds, said so
+    assert f"sends: {lv.schedule.late} of 12 late (over 2.00 ms), 2 dropped" in text  # type: ignore[union-attr]
+    assert lv.schedule is not None and lv.schedule.late == 3
+
+
+def test_level_table_headers_name_their_units() -> None:
+    fast, slow = _open_level(2.0), _open_level(8.0, slow=True)
+    console = Console(width=150, record=True, color_system=None)
+    console.print(level_table([fast, slow]))
+    text = console.export_text()
+    head = text.split("┡")[0]
+    for unit_header in ("req/s", "tok/s", "%", "late", "sends"):
+        assert unit_header in head
+    assert head.count(" ms ") + head.count(" s ") >= 5  # a unit under each latency
+    # TTFT p50 is 10 ms and 10 s: one unit for the column, seconds, and each cell in it
+    body = [line for line in text.splitlines() if line.startswith("│")]
+    assert "10.0" in body[1] and "10,000" not in body[1]
+    assert "3/12" in body[0] and "3/12" in body[1]  # the late sends of each level
+
+
+def test_the_console_gives_the_summarys_client_bound_reason() -> None:
+    recs = [rec(i, [(10.0 + i, 1), (12.0 + i, 1)], sent=float(i)) for i in range(5)]
+    busy = WorkerStats(worker=0, loop_lag_ms=[0.1] * 10, cpu_s=1.0, wall_s=10.0, runqueue_s=0.8)
+    lv = summarize_level(recs, load={"mode": "concurrency", "value": 2}, workers=[busy])
+    assert lv.client.client_bound and lv.client.reasons == ["waited for a CPU 8% of the time"]
+    console = Console(width=150, record=True, color_system=None)
+    console.print(metrics_table(lv))
+    text = console.export_text()
+    assert "client-bound: waited for a CPU 8% of the time" in text and "event-loop lag" not in text
+    other = _level(4, [TokenSource.EVENTS] * 2)
+    assert "4 users: client-bound" not in "\n".join(level_notes([lv, other]))
+    assert level_notes([lv, other]) == ["2 users: client-bound: waited for a CPU 8% of the time"]
+    assert level_line(lv).endswith("; client-bound: waited for a CPU 8% of the time")
