@@ -23,13 +23,13 @@ of :data:`STEP` bytes, so memory stays bounded by the cap whatever the ratio.
 from __future__ import annotations
 
 import zlib
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterator
 
 from loadgen.errors import InvalidResponse
 
 __all__ = [
     "MAX_LINE", "MAX_ERROR", "MAX_ANSWER", "MAX_RATIO", "DISCOVERY_S", "STEP", "ACCEPT_ENCODING",
-    "BodyTooLarge", "Inflater", "read_capped", "mib",
+    "Inflater", "read_capped", "mib",
 ]  # fmt: skip
 
 MAX_LINE = 1 << 20  # bytes of one SSE line, and of one event's data lines together
@@ -44,23 +44,24 @@ ACCEPT_ENCODING = "gzip, deflate"  # what :class:`Inflater` decodes
 
 def mib(n: int) -> str:
     """``n`` bytes as the limits are documented: ``1 MiB``, ``64 KiB``."""
-    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n >> 10} KiB"
-
-
-class BodyTooLarge(InvalidResponse):
-    """A body over its cap (after decompression), or one that inflates past :data:`MAX_RATIO`."""
+    if n >= 1 << 20 and not n % (1 << 20):
+        return f"{n >> 20} MiB"
+    return f"{n >> 10} KiB" if n >= 1 << 10 and not n % (1 << 10) else f"{n} bytes"
 
 
 class Inflater:
     """Decodes one body's raw bytes (``Content-Encoding`` identity, gzip or deflate) in
-    bounded steps; :meth:`feed` yields the decoded pieces. ``cap``: most bytes decoded
-    (``None``: no total, e.g. a stream bounded by its line cap and its timeout)."""
+    bounded steps; :meth:`feed` returns the decoded pieces. ``cap``: most bytes decoded;
+    ``max_ratio``: most decoded per compressed byte (checked after 1 MiB). ``None``: no
+    limit (a stream, bounded by its line cap, its backlog and its timeout instead).
+    Over a limit: :class:`InvalidResponse`."""
 
-    __slots__ = ("cap", "_z", "_raw", "_out", "_deflate")
+    __slots__ = ("cap", "max_ratio", "_z", "_raw", "_out", "_deflate")
 
-    def __init__(self, encoding: str | None, cap: int | None = None) -> None:
+    def __init__(self, encoding: str | None, cap: int | None = None, max_ratio: int | None = MAX_RATIO) -> None:
         enc = (encoding or "identity").strip().lower()
         self.cap = cap
+        self.max_ratio = max_ratio
         self._deflate = enc == "deflate"
         if enc in ("identity", ""):
             self._z = None
@@ -73,12 +74,14 @@ class Inflater:
         self._raw = 0
         self._out = 0
 
-    def feed(self, raw: bytes) -> list[bytes]:
-        """The decoded bytes of ``raw``, in pieces of at most :data:`STEP` bytes."""
+    def feed(self, raw: bytes) -> Iterator[bytes]:
+        """The decoded bytes of ``raw``, in pieces of at most :data:`STEP` bytes, each
+        inflated only when asked for (a reader that stops early inflates no more)."""
         self._raw += len(raw)
         if self._z is None:
-            return [self._count(raw)] if raw else []
-        pieces: list[bytes] = []
+            if raw:
+                yield self._count(raw)
+            return
         data = raw
         while data:
             try:
@@ -89,24 +92,24 @@ class Inflater:
                     continue
                 raise InvalidResponse(f"the compressed body is corrupt ({exc})") from exc
             if piece:
-                pieces.append(self._count(piece))
+                yield self._count(piece)
             data = self._z.unconsumed_tail
             if self._z.eof:
                 break
-        return pieces
 
     def _count(self, piece: bytes) -> bytes:
         self._out += len(piece)
         if self.cap is not None and self._out > self.cap:
-            raise BodyTooLarge(f"the body is larger than {mib(self.cap)} (after decompression)")
-        if self._out > _RATIO_AFTER and self._out > MAX_RATIO * max(self._raw, 1):
-            raise BodyTooLarge(f"the body inflates more than {MAX_RATIO}-fold (a decompression bomb?)")
+            raise InvalidResponse(f"the body is larger than {mib(self.cap)} (after decompression)")
+        ratio = self.max_ratio
+        if ratio is not None and self._out > _RATIO_AFTER and self._out > ratio * max(self._raw, 1):
+            raise InvalidResponse(f"the body inflates more than {ratio}-fold (a decompression bomb?)")
         return piece
 
 
 async def read_capped(raw: AsyncIterator[bytes], encoding: str | None, cap: int, *, truncate: bool) -> bytes:
     """The decoded body of ``raw`` up to ``cap`` bytes. ``truncate``: stop reading at the
-    cap and keep what came (an error body); else a larger body raises :class:`BodyTooLarge`."""
+    cap and keep what came (an error body); else a larger body raises :class:`InvalidResponse`."""
     inflater = Inflater(encoding, None if truncate else cap)
     parts: list[bytes] = []
     size = 0

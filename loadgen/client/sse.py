@@ -145,7 +145,7 @@ class SSEDecoder:
         else:
             name, value = line, ""
         if name == "data":
-            self._dlen += len(raw) + 1
+            self._dlen += len(value) + (1 if self._data else 0)  # joined by \n
             if self._dlen > self.max_line:
                 raise InvalidResponse(f"an SSE event's data is longer than {mib(self.max_line)} (the client's limit)")
             self._data.append(value)

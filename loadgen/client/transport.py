@@ -324,13 +324,13 @@ class HttpxTransport(_StreamingTransport):
                     if resp.status_code != 200:
                         text = await read_capped(resp.aiter_raw(), encoding, MAX_ERROR, truncate=True)
                         raise self._status_error(resp.status_code, text, resp.headers.get("Location"))
-                    inflater = Inflater(encoding)  # bounded steps: httpx would inflate a whole read at once
+                    inflater = Inflater(encoding, max_ratio=None)  # bounded steps: httpx would inflate a whole read at once
                     async for raw in resp.aiter_raw():
                         t = _now()
                         for chunk in inflater.feed(raw):
                             state.feed(chunk, t)
-                        if state.backlog > MAX_BACKLOG:
-                            await state.drain()
+                            if state.backlog > MAX_BACKLOG:
+                                await state.drain()
                     await state.drain(0)
                     state.close(_now())
             except (httpx.RemoteProtocolError, httpx.WriteError, httpx.ReadError) as exc:
