@@ -73,13 +73,51 @@ def probe(tree: str, name: str) -> dict[str, object]:
                 "line": last[0][:160] if last else ""}  # fmt: skip
 
 
+_LAG = """
+import asyncio, sys, time
+from loadgen.client.dialects import DialectOptions, get_dialect
+from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.records import RequestRecord, RequestSpec
+
+async def main(url, kind):
+    cfg = TransportConfig(base_url=url, dialect=get_dialect("completions"), options=DialectOptions(model="h"))
+    tr = make_transport(kind, cfg)
+    worst, stop = 0.0, False
+    async def ticker():
+        nonlocal worst
+        while not stop:
+            t = time.perf_counter(); await asyncio.sleep(0.001); worst = max(worst, time.perf_counter() - t - 0.001)
+    tick = asyncio.create_task(ticker())
+    recs = [RequestRecord(index=i) for i in range(2)]
+    t0 = time.perf_counter()
+    await asyncio.gather(*(tr.send(RequestSpec(index=i, prompt="x", prompt_tokens=1, max_tokens=4), r) for i, r in enumerate(recs)))
+    wall = time.perf_counter() - t0
+    stop = True; await tick; await tr.aclose()
+    print(kind, round(worst * 1000, 1), round(wall, 2), [r.status.value for r in recs], [len(r.events) for r in recs])
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def lag(tree: str) -> None:
+    """The worst loop stall (ms) while one stream is a 64 MiB flood and one is normal."""
+    for kind in ("aiohttp", "httpx"):
+        with HostileServer(streams=["flood", "ok"], size=64 * MIB) as srv:
+            res = subprocess.run([sys.executable, "-c", _LAG, srv.url, kind], env={**os.environ, "PYTHONPATH": tree},
+                                 capture_output=True, text=True, timeout=300)  # fmt: skip
+            print(json.dumps({"probe": "lag", "out": res.stdout.strip(), "err": res.stderr.strip()[-300:]}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", required=True, help="the checkout whose loadgen runs")
     ap.add_argument("--probes", default=",".join(PROBES))
     args = ap.parse_args()
     for name in args.probes.split(","):
-        print(json.dumps(probe(args.tree, name)), flush=True)
+        if name == "lag":
+            lag(args.tree)
+        else:
+            print(json.dumps(probe(args.tree, name)), flush=True)
 
 
 if __name__ == "__main__":
