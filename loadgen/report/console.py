@@ -24,6 +24,12 @@ __all__ = [
 ]  # fmt: skip
 
 
+def ms_text(v: Any) -> str:
+    """``v`` milliseconds with its unit: ``12.5 ms``, or ``168.3s`` from 10 s up."""
+    text = fmt_ms(v)
+    return text if text.endswith("s") else f"{text} ms"
+
+
 def fmt_ms(v: Any) -> str:
     if v is None:
         return "–"
@@ -100,7 +106,7 @@ class LiveStats:
         t.append("  failed ")
         t.append(str(self.failed), style="red" if self.failed else "")
         t.append(f"  in flight {self._in_flight()}  {self._tokens_per_s():,.0f} tok/s")
-        t.append(f"  TTFT p50 {fmt_ms(self._median(self._ttft))} ms  TPOT p50 {fmt_ms(self._median(self._itl))} ms")
+        t.append(f"  TTFT p50 {ms_text(self._median(self._ttft))}  TPOT p50 {ms_text(self._median(self._itl))}")
         t.append(f"  {elapsed:,.0f}s", style="dim")
         return t
 
@@ -138,12 +144,12 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
             f"   goodput {_num(good.requests_per_s, 2)} req/s\n"
         )
     for chk in good.checks:
-        lines.append(f"check {chk.slo}: {fmt_ms(chk.value_ms)} ms {'pass' if chk.passed else 'FAIL'}\n")
+        lines.append(f"check {chk.slo}: {ms_text(chk.value_ms)} {'pass' if chk.passed else 'FAIL'}\n")
     if req.by_error:
         errs = ", ".join(f"{k} {v}" for k, v in sorted(req.by_error.items()))
         lines.append(f"failures: {errs}\n", style="red")
     lines.append(
-        f"client: {client.verdict}  (event-loop lag p99 {fmt_ms(client.loop_lag_ms.p99)} ms)",
+        f"client: {client.verdict}  (event-loop lag p99 {ms_text(client.loop_lag_ms.p99)})",
         style="bold red" if client.client_bound else "dim",
     )
     for note in client.notes or ():
