@@ -13,7 +13,7 @@ Every answer closes its connection. ``models`` says what ``GET /v1/models`` gets
   ``data: {"error": ...}`` repeating them (JSON-escaped); ``"echo_redirect"`` a 307 whose
   ``Location`` holds them; ``"echo_malformed"`` a broken JSON event holding them.
 
-``handled`` counts the POSTs answered. Runs in a thread of its own (:meth:`start`), so a
+``handled`` counts the POSTs answered, ``model_requests`` the GETs begun. Runs in a thread of its own (:meth:`start`), so a
 ``loadgen`` subprocess or a test's own event loop can use it.
 """
 
@@ -65,6 +65,7 @@ class HostileServer:
         self.size = size
         self.trickle_s = trickle_s
         self.handled = 0
+        self.model_requests = 0
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -117,12 +118,13 @@ class HostileServer:
             if length:
                 await reader.readexactly(length)
             if method == "GET":
+                self.model_requests += 1
                 await self._models(writer)
             else:
                 mode = self.streams[min(self.handled, len(self.streams) - 1)]
                 self.handled += 1
                 await self._stream(writer, mode, headers)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
             pass
         finally:
             writer.close()
