@@ -123,14 +123,22 @@ async def _streamed_prompt_tokens(transport: Any, spec: RequestSpec) -> int | No
     return rec.prompt_tokens
 
 
-async def calibrate(transport: Any, synth: PromptSynthesizer, api: str, probe: Probe | None = None) -> dict[str, Any]:
+async def calibrate(transport: Any, synth: PromptSynthesizer, api: str, probe: Probe | None = None,
+                    deadline_s: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Two short requests of known word counts fit tokens-per-word and the template overhead.
 
     They are streamed like the run's requests; when a stream carries no
     ``usage.prompt_tokens`` (llama.cpp's server and others ignore
     ``stream_options.include_usage``), both prompts go through ``probe`` instead, which
     asks without streaming. ``method`` in the result says which answers the fit came from.
+    ``deadline_s`` bounds the whole calibration (a :class:`TargetError` past it).
     """
+    if deadline_s is not None:
+        try:
+            async with asyncio.timeout(deadline_s):
+                return await calibrate(transport, synth, api, probe)
+        except TimeoutError as exc:
+            raise TargetError(f"calibration did not finish within {deadline_s:g} s (the --timeout of a request)") from exc
     specs = [
         (words, RequestSpec(index=-1 - i, prompt=text, prompt_tokens=words, max_tokens=1))
         for i, (words, text) in enumerate(synth.calibration_texts((32, 256)))
@@ -442,7 +450,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
         counter = TokenizerCounter(cfg.tokenizer)
         counter.count("loadgen")  # a bad file: one line now, not mid-run
     data = load_dataset(cfg.workload.dataset) if cfg.workload.dataset is not None else None
-    info = await asyncio.to_thread(discover, cfg.url, cfg.headers, cfg.model)
+    info = await discover(cfg.url, cfg.headers, cfg.model)
     tcfg = _transport_config(cfg, info)
     transport = make_transport(cfg.transport, tcfg)
     synth = PromptSynthesizer(seed=cfg.seed, counter=counter)
@@ -453,7 +461,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
             if calib.get("calibrated"):
                 synth.calibrate([(int(w), int(n)) for w, n in calib["samples"]])
         elif cfg.calibrate:
-            calib = await calibrate(transport, synth, cfg.api, _probe(cfg, info))
+            calib = await calibrate(transport, synth, cfg.api, _probe(cfg, info), cfg.request_timeout_s)
         else:
             calib = {"calibrated": False, "method": None, "reason": "--no-calibrate"}
         if cfg.calibrate and not calib["calibrated"]:

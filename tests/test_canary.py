@@ -341,3 +341,31 @@ requests = 6
     for path in sorted(out.rglob("*")):  # the matrix file itself holds the password, the outputs none
         if path.is_file():
             assert_clean(str(path), path.read_bytes())
+
+
+def test_secrets_echoed_by_the_server_are_masked_everywhere(tmp_path: Path) -> None:
+    """A server (a misconfigured proxy) that repeats every request header in its answers:
+    in a 401 body, an SSE error event, a JSON error object, a redirect's Location and a
+    malformed event, and in the calibration probe's error. The run folder, the console and
+    the calibration note hold none of the secrets; the records show the mask instead."""
+    from tests.hostile_server import HostileServer
+
+    streams = ["ok", "echo_status", "echo_status", "echo_event", "echo_object", "echo_redirect", "echo_malformed",
+               "echo_status"]  # fmt: skip
+    with HostileServer(streams=streams) as srv:
+        host = srv.url.removeprefix("http://")
+        url = f"http://{USER}:{quote(PASSWORD, safe='')}@{host}/v1"
+        out = tmp_path / "echo"
+        args = _run_args(url, out, "--api-key-env", KEY_ENV)
+        args[args.index("--concurrency") + 1] = "1"  # one at a time: each request meets its own echo
+        proc = loadgen(*args, env=_env(**{KEY_ENV: KEY}))
+        assert srv.handled == 1 + 1 + 6  # calibration's stream, its probe, the six requests
+    assert proc.returncode == 1, proc.stdout.decode(errors="replace")[-2000:] + proc.stderr.decode(errors="replace")
+    recs = _records(out)
+    assert [r["status"] for r in recs] == ["http_error", "error_event", "error_event", "http_error",
+                                           "invalid_response", "http_error"]  # fmt: skip
+    assert all("***" in r["error"] for r in recs), [r["error"] for r in recs]
+    calib = json.loads((out / "run.json").read_text())["calibration"]
+    assert not calib["calibrated"] and "HTTP 401: bad credentials:" in calib["reason"] and "***" in calib["reason"]
+    assert b"bad credentials:" in proc.stdout + proc.stderr  # the calibration warning was shown, masked
+    assert assert_folder_clean(out) >= 4

@@ -1,16 +1,24 @@
 """Before any load: normalise the target URL, check it answers, find the model.
 
-Small synchronous calls with httpx; any failure is one :class:`TargetError` line.
+One GET with httpx on the run's event loop; any failure is one :class:`TargetError`
+line. Bounded like every read (:mod:`loadgen.client.bounded`): the answer is read up to
+``MAX_ANSWER`` bytes after decompression, and the whole of discovery has a deadline
+(``deadline_s``) beside the timeout of each read, so a server that trickles its answer
+cannot hold the run, and Ctrl-C or SIGTERM act at once (nothing runs in a thread).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from loadgen.errors import ConfigError, TargetError, redirect_text
+from loadgen.client.bounded import ACCEPT_ENCODING, DISCOVERY_S, MAX_ANSWER, read_capped
+from loadgen.client.redact import Redactor
+from loadgen.errors import ConfigError, InvalidResponse, TargetError, redirect_text
 
 __all__ = ["ServerInfo", "normalize_url", "split_credentials", "redact_url", "discover"]
 
@@ -61,31 +69,47 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def discover(base_url: str, headers: dict[str, str], model: str | None = None, timeout_s: float = 10.0) -> ServerInfo:
-    """GET ``/v1/models``; pick ``model`` (checked when the server lists it) or the first one."""
+async def discover(base_url: str, headers: dict[str, str], model: str | None = None, timeout_s: float = 10.0,
+                   deadline_s: float = DISCOVERY_S) -> ServerInfo:  # fmt: skip
+    """GET ``/v1/models``; pick ``model`` (checked when the server lists it) or the first one.
+
+    ``timeout_s`` bounds each read, ``deadline_s`` the whole exchange."""
     url = base_url + "/v1/models"
     shown = redact_url(url)
+    redact = Redactor(headers)
+    body = b""
     try:
-        resp = httpx.get(url, headers=headers, timeout=timeout_s, follow_redirects=False)
+        async with asyncio.timeout(deadline_s):
+            async with httpx.AsyncClient(headers={"Accept-Encoding": ACCEPT_ENCODING, **headers}, timeout=timeout_s,
+                                         follow_redirects=False) as client:  # fmt: skip
+                async with client.stream("GET", url) as resp:
+                    status, location = resp.status_code, resp.headers.get("Location")
+                    if status == 200:
+                        body = await read_capped(resp.aiter_raw(), resp.headers.get("Content-Encoding"), MAX_ANSWER,
+                                                 truncate=False)  # fmt: skip
+    except TimeoutError as exc:
+        raise TargetError(f"{shown} did not finish answering within {deadline_s:g} s (discovery's deadline)") from exc
     except httpx.ConnectError as exc:
         raise TargetError(f"cannot reach {shown}: {exc}. Is the server running?") from exc
     except httpx.TimeoutException as exc:
         raise TargetError(f"{shown} did not answer within {timeout_s:g} s") from exc
     except httpx.HTTPError as exc:
-        raise TargetError(f"cannot reach {shown}: {type(exc).__name__}: {exc}") from exc
-    if resp.status_code in (401, 403):
-        raise TargetError(f"{shown} answered {resp.status_code}: set the API key (--api-key-env NAME)")
-    if 300 <= resp.status_code < 400:
-        raise TargetError(f"{shown} answered HTTP {resp.status_code}: {redirect_text(resp.headers.get('Location'))}")
-    if resp.status_code != 200:
+        raise TargetError(f"cannot reach {shown}: {type(exc).__name__}: {redact(str(exc))}") from exc
+    except InvalidResponse as exc:  # over the cap, a decompression bomb, a corrupt or unknown encoding
+        raise TargetError(f"{shown}: {exc}") from exc
+    if status in (401, 403):
+        raise TargetError(f"{shown} answered {status}: set the API key (--api-key-env NAME)")
+    if 300 <= status < 400:
+        raise TargetError(f"{shown} answered HTTP {status}: {redirect_text(None if location is None else redact(location))}")
+    if status != 200:
         if model:  # some servers lack /v1/models; trust the user's model name
             return ServerInfo(base_url, model, [model])
-        raise TargetError(f"{shown} answered HTTP {resp.status_code}; pass --model explicitly")
+        raise TargetError(f"{shown} answered HTTP {status}; pass --model explicitly")
     try:
-        data = resp.json()
+        data = json.loads(body)
         entries = data["data"]
         ids = [str(e["id"]) for e in entries]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise TargetError(f"{shown} returned an unexpected body (not an OpenAI model list)") from exc
     if model is None:
         if not ids:

@@ -5,18 +5,24 @@ stream carries no usage, yet their non-streamed answers always do. Prompt calibr
 falls back to this probe: the dialect's body with ``"stream": false``, no
 ``stream_options``, one output token. Every failure becomes a :class:`ProbeResult` with a
 one-line reason, never an exception; the headers (which may hold an API key) are sent
-and never shown.
+and never shown, and masked in the server's text (:mod:`loadgen.client.redact`). The
+answer is read up to ``MAX_ANSWER`` bytes (an error body ``MAX_ERROR``) after
+decompression, and ``timeout_s`` bounds each read and the whole request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from loadgen.client.bounded import ACCEPT_ENCODING, MAX_ANSWER, MAX_ERROR, read_capped
 from loadgen.client.dialects import Dialect, DialectOptions
-from loadgen.errors import redirect_text
+from loadgen.client.redact import Redactor
+from loadgen.errors import InvalidResponse, redirect_text
 from loadgen.records import RequestSpec
 
 __all__ = ["ProbeResult", "non_stream_body", "probe_prompt_tokens"]
@@ -54,19 +60,31 @@ async def probe_prompt_tokens(
     """POST ``spec`` non-streamed to ``base_url + dialect.path`` and read its usage."""
     url = base_url.rstrip("/") + dialect.path
     body = non_stream_body(spec, dialect, options)
+    redact = Redactor(headers)
     try:
-        async with httpx.AsyncClient(headers=headers or {}, timeout=timeout_s, follow_redirects=False) as client:
-            resp = await client.post(url, json=body)
-    except httpx.TimeoutException:
+        async with asyncio.timeout(timeout_s):
+            async with httpx.AsyncClient(headers={"Accept-Encoding": ACCEPT_ENCODING, **(headers or {})},
+                                         timeout=timeout_s, follow_redirects=False) as client:  # fmt: skip
+                async with client.stream("POST", url, json=body) as resp:
+                    status, location = resp.status_code, resp.headers.get("Location")
+                    ok = status == 200
+                    raw = await read_capped(resp.aiter_raw(), resp.headers.get("Content-Encoding"),
+                                            MAX_ANSWER if ok else MAX_ERROR, truncate=not ok)  # fmt: skip
+    except (httpx.TimeoutException, TimeoutError):
         return ProbeResult(None, f"the non-streamed request got no answer within {timeout_s:g} s")
     except httpx.HTTPError as exc:
-        return ProbeResult(None, f"the non-streamed request failed: {type(exc).__name__}: {exc}")
-    if resp.status_code != 200:
-        text = redirect_text(resp.headers.get("Location")) if 300 <= resp.status_code < 400 else " ".join(resp.text.split())[:200]
-        return ProbeResult(None, f"the non-streamed request answered HTTP {resp.status_code}: {text}")
+        return ProbeResult(None, f"the non-streamed request failed: {type(exc).__name__}: {redact(str(exc))}")
+    except InvalidResponse as exc:
+        return ProbeResult(None, f"the non-streamed answer: {exc}")
+    if status != 200:
+        if 300 <= status < 400:
+            text = redirect_text(None if location is None else redact(location))
+        else:
+            text = " ".join(redact(raw.decode("utf-8", errors="replace")).split())[:200]
+        return ProbeResult(None, f"the non-streamed request answered HTTP {status}: {text}")
     try:
-        obj = resp.json()
-    except ValueError:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
         return ProbeResult(None, "the non-streamed answer is not JSON")
     n = _usage_prompt_tokens(obj)
     if n is None:

@@ -8,6 +8,9 @@
   (digits only) fields are kept; unknown fields are ignored; one space after the colon
   is stripped.
 - A UTF-8 BOM at the very start of the stream is skipped.
+- Bounded: a line, or one event's ``data`` lines together, over ``max_line`` bytes
+  (:data:`loadgen.client.bounded.MAX_LINE`, 1 MiB) raises ``InvalidResponse``; the time
+  spent is linear in the bytes fed, however long a line is.
 
 One deliberate deviation: at end of stream, a pending event that lacks its final blank
 line is still dispatched by :meth:`SSEDecoder.close` (the spec drops it). Several servers
@@ -17,6 +20,9 @@ end their stream with ``data: [DONE]\\n`` only, and a benchmark must not lose it
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from loadgen.client.bounded import MAX_LINE, mib
+from loadgen.errors import InvalidResponse
 
 __all__ = ["SSEEvent", "SSEDecoder"]
 
@@ -33,14 +39,23 @@ class SSEEvent:
 
 
 class SSEDecoder:
-    """Feed bytes as they arrive; get back the events they complete."""
+    """Feed bytes as they arrive; get back the events they complete.
 
-    __slots__ = ("_buf", "_skip_lf", "_data", "_has_data", "_event", "_last_id", "_retry", "_started")
+    Memory and time are linear in the bytes fed: a partial line is kept as a list of
+    pieces and only new bytes are searched for a line end. A line, or one event's data
+    lines together, longer than ``max_line`` bytes raises :class:`InvalidResponse`.
+    """
 
-    def __init__(self) -> None:
-        self._buf = b""
+    __slots__ = ("_parts", "_plen", "_skip_lf", "_data", "_dlen", "_has_data", "_event", "_last_id", "_retry",
+                 "_started", "max_line")  # fmt: skip
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self.max_line = max_line
+        self._parts: list[bytes] = []  # the line begun in earlier chunks (no CR or LF in it)
+        self._plen = 0
         self._skip_lf = False  # the previous chunk ended in CR: a leading LF belongs to it
         self._data: list[str] = []
+        self._dlen = 0  # bytes of the pending event's data lines
         self._has_data = False
         self._event = ""
         self._last_id: str | None = None
@@ -55,24 +70,24 @@ class SSEDecoder:
             self._skip_lf = False
             if chunk[0] == _LF:
                 chunk = chunk[1:]
-        buf = self._buf + chunk if self._buf else chunk
         if not self._started:
-            if len(buf) < 3 and b"\xef\xbb\xbf".startswith(buf):
-                self._buf = buf
+            head = b"".join(self._parts) + chunk
+            if len(head) < 3 and b"\xef\xbb\xbf".startswith(head):
+                self._parts, self._plen = [head], len(head)
                 return []
             self._started = True
-            if buf.startswith(b"\xef\xbb\xbf"):
-                buf = buf[3:]
+            self._parts, self._plen = [], 0
+            chunk = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
         events: list[SSEEvent] = []
         pos = 0
-        n = len(buf)
+        n = len(chunk)
         while pos < n:
-            lf = buf.find(b"\n", pos)
-            cr = buf.find(b"\r", pos, lf if lf >= 0 else n)
+            lf = chunk.find(b"\n", pos)
+            cr = chunk.find(b"\r", pos, lf if lf >= 0 else n)
             if cr >= 0:
                 end = cr
                 if cr + 1 < n:
-                    nxt = cr + 2 if buf[cr + 1] == _LF else cr + 1
+                    nxt = cr + 2 if chunk[cr + 1] == _LF else cr + 1
                 else:
                     nxt = n
                     self._skip_lf = True
@@ -81,19 +96,33 @@ class SSEDecoder:
                 nxt = lf + 1
             else:
                 break
-            ev = self._line(buf[pos:end])
+            if self._parts:
+                self._check(self._plen + end - pos)
+                raw = b"".join(self._parts) + chunk[pos:end]
+                self._parts, self._plen = [], 0
+            else:
+                self._check(end - pos)
+                raw = chunk[pos:end]
+            ev = self._line(raw)
             if ev is not None:
                 events.append(ev)
             pos = nxt
-        self._buf = buf[pos:]
+        if pos < n:
+            self._check(self._plen + n - pos)
+            self._parts.append(chunk[pos:] if pos else chunk)
+            self._plen += n - pos
         return events
+
+    def _check(self, size: int) -> None:
+        if size > self.max_line:
+            raise InvalidResponse(f"an SSE line is longer than {mib(self.max_line)} (the client's limit)")
 
     def close(self) -> list[SSEEvent]:
         """End of stream: flush a last line and a pending event (see module docstring)."""
         events: list[SSEEvent] = []
-        if self._buf:
-            ev = self._line(self._buf)
-            self._buf = b""
+        if self._parts:
+            ev = self._line(b"".join(self._parts))
+            self._parts, self._plen = [], 0
             if ev is not None:
                 events.append(ev)
         ev = self._line(b"")
@@ -116,6 +145,9 @@ class SSEDecoder:
         else:
             name, value = line, ""
         if name == "data":
+            self._dlen += len(value) + (1 if self._data else 0)  # joined by \n
+            if self._dlen > self.max_line:
+                raise InvalidResponse(f"an SSE event's data is longer than {mib(self.max_line)} (the client's limit)")
             self._data.append(value)
             self._has_data = True
         elif name == "event":
@@ -139,6 +171,7 @@ class SSEDecoder:
             retry=self._retry,
         )
         self._data = []
+        self._dlen = 0
         self._has_data = False
         self._event = ""
         return ev

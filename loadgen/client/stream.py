@@ -6,7 +6,15 @@ All events decoded from one read carry that read's timestamp.
 
 Parsing is deferred to a ``call_soon`` callback: when many streams' bytes arrive in one
 event-loop turn, every stream takes its timestamp first and the SSE/JSON work runs after
-them, so one stream's parsing never delays another stream's clock.
+them, so one stream's parsing never delays another stream's clock. The callback works in
+slices: reads over :data:`SLICE` bytes are cut, and after :data:`BUDGET_NS` of work it
+gives the loop back and goes on in the next turn, so a hostile stream (a huge read, a
+flood of events) never blocks the loop, and the other streams' clocks, past a few
+milliseconds. The transport awaits :meth:`StreamState.drain` between reads, so unparsed
+bytes never pile up past :data:`MAX_BACKLOG`.
+
+Server text kept on a record (an error event, a malformed event's start) goes through the
+transport's redactor (:mod:`loadgen.client.redact`) before it is cut to length.
 
 Token counting (docs/metrics.md, "Per request"): per-event usage deltas when the server streams cumulative
 usage on every event, else one token per output-carrying event, rescaled to the final
@@ -30,14 +38,27 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+import time
+from collections import deque
+from typing import Any, Callable
 
+from loadgen.client.bounded import MAX_ERROR
 from loadgen.client.dialects import Dialect
 from loadgen.client.sse import SSEDecoder, SSEEvent
 from loadgen.errors import Disconnected, ErrorEvent, InvalidResponse, TransportError
 from loadgen.records import RequestRecord, TokenSource
 
-__all__ = ["StreamState", "distribute", "usage_count"]
+__all__ = ["StreamState", "distribute", "usage_count", "SLICE", "BUDGET_NS", "MAX_BACKLOG"]
+
+SLICE = 64 << 10  # bytes given to the SSE decoder at once
+BUDGET_NS = 2_000_000  # parsing per event-loop turn before the loop gets a turn back
+MAX_BACKLOG = 1 << 20  # unparsed bytes before the transport waits for the parser
+
+_clock = time.perf_counter_ns
+
+
+def _identity(text: str) -> str:
+    return text
 
 
 def usage_count(value: Any) -> int | None:
@@ -56,12 +77,14 @@ class StreamState:
     __slots__ = (
         "record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_done_ns",
         "_pending", "_scheduled", "_error", "_loop", "_n_events", "_n_bytes", "_sizes", "_bad_usage",
-        "_reasoning", "_answer",
+        "_reasoning", "_answer", "_redact", "_backlog",
     )  # fmt: skip
 
     def __init__(self, record: RequestRecord, dialect: Dialect, defer: bool = True,
-                 answer: list[str] | None = None) -> None:  # fmt: skip
+                 answer: list[str] | None = None, redact: Callable[[str], str] | None = None) -> None:  # fmt: skip
         self.record = record
+        self._redact = redact or _identity
+        self._backlog = 0  # bytes fed and not parsed yet
         self._reasoning: list[bool] = []  # per output event: reasoning only
         self._answer = answer
         self.dialect = dialect
@@ -72,7 +95,7 @@ class StreamState:
         self._last_cum = 0
         self._usage: dict[str, Any] | None = None
         self._done_ns = 0
-        self._pending: list[tuple[bytes, int]] = []
+        self._pending: deque[tuple[bytes, int, int]] = deque()  # (read, offset parsed up to, t_ns)
         self._n_events = 0  # SSE events decoded (any kind)
         self._n_bytes = 0
         self._sizes: list[int] = []  # characters of data per output event: its most tokens
@@ -96,8 +119,9 @@ class StreamState:
         """
         if self._error is not None:
             raise self._error
-        self._pending.append((chunk, t_ns))
+        self._pending.append((chunk, 0, t_ns))
         self._n_bytes += len(chunk)
+        self._backlog += len(chunk)
         if self._loop is None:
             self._parse_pending()
             if self._error is not None:
@@ -106,25 +130,60 @@ class StreamState:
             self._scheduled = True
             self._loop.call_soon(self._parse_pending)
 
-    def _parse_pending(self) -> None:
-        self._scheduled = False
-        pending, self._pending = self._pending, []
+    @property
+    def backlog(self) -> int:
+        """Bytes fed and not parsed yet."""
+        return self._backlog
+
+    async def drain(self, limit: int = MAX_BACKLOG) -> None:
+        """Wait until at most ``limit`` bytes are unparsed (each wait is one slice of
+        parsing); a bad event found meanwhile is raised."""
+        while self._backlog > limit and self._error is None and self._loop is not None:
+            if not self._scheduled:
+                self._scheduled = True
+                self._loop.call_soon(self._parse_pending)
+            await asyncio.sleep(0)
         if self._error is not None:
+            raise self._error
+
+    def _parse_pending(self, budget_ns: int | None = BUDGET_NS) -> None:
+        """Parse what is pending; with a ``budget_ns`` (and a loop), give the loop back after
+        that much work and go on in a later turn."""
+        self._scheduled = False
+        pending = self._pending
+        if self._error is not None:
+            pending.clear()
+            self._backlog = 0
             return
+        start = _clock()
         try:
-            for chunk, t_ns in pending:
-                for ev in self._sse.feed(chunk):
+            while pending:
+                chunk, off, t_ns = pending[0]
+                piece = chunk[off : off + SLICE] if off or len(chunk) > SLICE else chunk
+                if off + len(piece) >= len(chunk):
+                    pending.popleft()
+                else:
+                    pending[0] = (chunk, off + len(piece), t_ns)
+                self._backlog -= len(piece)
+                for ev in self._sse.feed(piece):
                     self._event(ev, t_ns)
+                if pending and budget_ns is not None and self._loop is not None and _clock() - start > budget_ns:
+                    self._scheduled = True
+                    self._loop.call_soon(self._parse_pending)
+                    return
         except TransportError as exc:
             self._error = exc
+            pending.clear()
+            self._backlog = 0
 
     def salvage(self) -> None:
         """The stream failed: keep the events that did arrive (parse errors are moot now)."""
-        self._parse_pending()
+        self._parse_pending(None)
 
     def close(self, t_ns: int) -> None:
-        """End of the byte stream: flush the decoder, check completion, settle tokens."""
-        self._parse_pending()
+        """End of the byte stream: flush the decoder, check completion, settle tokens
+        (a transport awaits :meth:`drain` with ``limit=0`` first, so little is left)."""
+        self._parse_pending(None)
         if self._error is not None:
             raise self._error
         for ev in self._sse.close():  # an event without its blank line: the stream may have been cut
@@ -154,16 +213,16 @@ class StreamState:
             self._done_ns = t_ns
             return
         if ev.event == "error":
-            raise ErrorEvent(f"error event: {data[:300]}")
+            raise ErrorEvent(f"error event: {self._clip(data, 300)}")
         try:
             obj = json.loads(data)
         except ValueError as exc:
-            raise InvalidResponse(f"malformed JSON in SSE event: {data[:120]!r}") from exc
+            raise InvalidResponse(f"malformed JSON in SSE event: {self._clip(data, 120)!r}") from exc
         if not isinstance(obj, dict):
-            raise InvalidResponse(f"SSE event is not a JSON object: {data[:120]!r}")
+            raise InvalidResponse(f"SSE event is not a JSON object: {self._clip(data, 120)!r}")
         info = self.dialect.parse_event(obj)
         if info.error is not None:
-            raise ErrorEvent(f"error in stream: {info.error}")
+            raise ErrorEvent(f"error in stream: {self._clip(info.error, 300)}")
         usage = info.usage if isinstance(info.usage, dict) else None
         cum = self._completion(usage)
         if info.has_output:
@@ -189,6 +248,10 @@ class StreamState:
             self._finish = info.finish_reason
         if info.vendor is not None:
             self.record.server = info.vendor
+
+    def _clip(self, text: str, n: int) -> str:
+        """Server text for a message: secrets masked first, then cut to ``n`` characters."""
+        return self._redact(text[:MAX_ERROR])[:n]
 
     def _completion(self, usage: dict[str, Any] | None) -> int | None:
         """``usage.completion_tokens`` if valid; a present but invalid one is noted."""

@@ -6,6 +6,12 @@ connection, by the rule of :mod:`loadgen.client.keepalive`. Library exceptions a
 translated once, here, by one table (:data:`FOREIGN_ERRORS`, after httpx's
 ``map_httpcore_exceptions``) into :mod:`loadgen.errors`, and those into an ``ErrorKind``
 on the record (:data:`ERROR_KINDS`); nothing but ``CancelledError`` leaves :meth:`send`.
+
+Every read is bounded (:mod:`loadgen.client.bounded`): an SSE line by the decoder's cap,
+an error body by :data:`~loadgen.client.bounded.MAX_ERROR` bytes after decompression
+(httpx's raw bytes are inflated in bounded steps by our own decoder; aiohttp inflates in
+bounded steps itself), and unparsed bytes by the parser's backlog. Server text kept on a
+record has the request's secrets masked (:mod:`loadgen.client.redact`).
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from typing import Any, Iterator
 import aiohttp
 import httpx
 
+from loadgen.client.bounded import ACCEPT_ENCODING, MAX_ERROR, Inflater, read_capped
 from loadgen.client.dialects import Dialect, DialectOptions
 from loadgen.client.keepalive import STALE_ERRNOS, Attempt, KeepAlive
-from loadgen.client.stream import StreamState
+from loadgen.client.redact import Redactor
+from loadgen.client.stream import MAX_BACKLOG, StreamState
 from loadgen.errors import (
     ConfigError,
     Disconnected,
@@ -152,10 +160,19 @@ class _StreamingTransport:
         self.config = config
         self.url = config.base_url.rstrip("/") + config.dialect.path
         self.keepalive = KeepAlive()
+        self.redact = Redactor(config.headers)
+
+    def _state(self, record: RequestRecord, spec: RequestSpec) -> StreamState:
+        return StreamState(record, self.config.dialect, answer=spec.answer, redact=self.redact)
+
+    def _status_error(self, status: int, body: bytes, location: str | None) -> HTTPStatusError:
+        """A non-200 answer, its (bounded) body and ``Location`` with the secrets masked."""
+        text = self.redact(body.decode("utf-8", errors="replace"))
+        return HTTPStatusError(status, text, None if location is None else self.redact(location))
 
     async def send(self, spec: RequestSpec, record: RequestRecord) -> None:
         body = self.config.dialect.build_body(spec, self.config.options)
-        state = StreamState(record, self.config.dialect, answer=spec.answer)
+        state = self._state(record, spec)
         try:
             with _translated():
                 try:
@@ -163,7 +180,7 @@ class _StreamingTransport:
                 except _Stale:
                     # the stale keep-alive race: the server never read it (keepalive's rule)
                     record.retries += 1
-                    state = StreamState(record, self.config.dialect, answer=spec.answer)
+                    state = self._state(record, spec)
                     await self._exchange(body, state, Attempt(), fresh=True)
         except asyncio.CancelledError:
             state.salvage()
@@ -172,7 +189,7 @@ class _StreamingTransport:
         except TransportError as exc:
             state.salvage()
             http_status = exc.status if isinstance(exc, HTTPStatusError) else None
-            record.fail(ERROR_KINDS[type(exc)], str(exc), _now(), http_status)
+            record.fail(ERROR_KINDS[type(exc)], self.redact(str(exc)), _now(), http_status)
         if not record.done_ns:
             record.done_ns = _now()
 
@@ -237,11 +254,13 @@ class AiohttpTransport(_StreamingTransport):
             async with session.post(self.url, json=body, allow_redirects=False, trace_request_ctx=attempt) as resp:
                 keepalive.answered(attempt)
                 if resp.status != 200:
-                    text = await resp.text(errors="replace")
-                    raise HTTPStatusError(resp.status, text, resp.headers.get("Location"))
+                    raise self._status_error(resp.status, await _aiohttp_error_body(resp), resp.headers.get("Location"))
                 async for chunk in resp.content.iter_any():
                     t = _now()
                     state.feed(chunk, t)
+                    if state.backlog > MAX_BACKLOG:
+                        await state.drain()
+                await state.drain(0)
                 state.close(_now())
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             if not fresh and not attempt.answered and keepalive.may_resend(attempt, _aiohttp_stale(exc)):
@@ -271,7 +290,7 @@ class HttpxTransport(_StreamingTransport):
             try:
                 client = httpx.AsyncClient(
                     http2=cfg.http2,
-                    headers=cfg.headers,
+                    headers={"Accept-Encoding": ACCEPT_ENCODING, **cfg.headers},  # what Inflater decodes
                     limits=httpx.Limits(max_connections=cfg.max_connections,
                                         max_keepalive_connections=0 if fresh else cfg.max_connections),
                     timeout=httpx.Timeout(cfg.read_timeout_s, connect=cfg.connect_timeout_s),
@@ -301,12 +320,18 @@ class HttpxTransport(_StreamingTransport):
             try:
                 async with client.stream("POST", self.url, json=body, extensions={"trace": trace}) as resp:
                     keepalive.answered(attempt)
+                    encoding = resp.headers.get("Content-Encoding")
                     if resp.status_code != 200:
-                        await resp.aread()
-                        raise HTTPStatusError(resp.status_code, resp.text, resp.headers.get("Location"))
-                    async for chunk in resp.aiter_bytes():
+                        text = await read_capped(resp.aiter_raw(), encoding, MAX_ERROR, truncate=True)
+                        raise self._status_error(resp.status_code, text, resp.headers.get("Location"))
+                    inflater = Inflater(encoding, max_ratio=None)  # bounded steps: httpx would inflate a whole read at once
+                    async for raw in resp.aiter_raw():
                         t = _now()
-                        state.feed(chunk, t)
+                        for chunk in inflater.feed(raw):
+                            state.feed(chunk, t)
+                            if state.backlog > MAX_BACKLOG:
+                                await state.drain()
+                    await state.drain(0)
                     state.close(_now())
             except (httpx.RemoteProtocolError, httpx.WriteError, httpx.ReadError) as exc:
                 if not fresh and not attempt.answered and keepalive.may_resend(attempt, _httpx_stale(exc)):
@@ -318,6 +343,20 @@ class HttpxTransport(_StreamingTransport):
             if client is not None:
                 await client.aclose()
         self._client = self._fresh_client = None
+
+
+async def _aiohttp_error_body(resp: aiohttp.ClientResponse) -> bytes:
+    """At most :data:`MAX_ERROR` bytes of an error body (after decompression); the rest is
+    not read (the connection is then closed, not reused)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < MAX_ERROR:
+        chunk = await resp.content.read(MAX_ERROR - size)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
 
 
 class _NoTimeout:

@@ -101,6 +101,9 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
     if req.by_error:
         errs = ", ".join(f"{k} {v}" for k, v in sorted(req.by_error.items()))
         lines.append(f"failures: {errs}\n", style="red")
+    if req.retried:
+        lines.append(f"{req.retried} request(s) sent again on a new connection: the server closed a kept-alive "
+                     "connection before answering (docs/client.md)\n", style="yellow")
     lines.append(client_line(level), style="bold red" if client.client_bound else "dim")
     for note in client.notes or ():
         lines.append(f"\nnote: {note}", style="yellow")
@@ -165,6 +168,8 @@ def level_line(level: LevelSummary) -> str:
     thr, req, att = level.throughput, level.requests, level.goodput.slo_attainment
     sch = level.schedule
     late = "" if sch is None else f", {sch.late} of {sch.scheduled} sends late, {sch.dropped} dropped"
+    if req.retried:  # the stale keep-alive race (docs/client.md): never hidden
+        late += f", {req.retried} sent again on a new connection"
     return (
         f"level {level.load.label()}: "
         f"{req.ok} ok / {req.failed} failed, "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 
 import pytest
@@ -44,5 +43,5 @@ async def test_a_redirected_model_list_is_an_error_naming_its_location() -> None
     """Even with --model given: the URL is not the server's."""
     async with RedirectingServers() as srv:
         with pytest.raises(TargetError, match=f"answered HTTP 302: redirect to '{srv.target}/v1/models' not followed"):
-            await asyncio.to_thread(discover, srv.url, {"X-Secret": "s"}, "m")
+            await discover(srv.url, {"X-Secret": "s"}, "m")
     assert srv.reached == []

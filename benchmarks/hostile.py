@@ -1,0 +1,124 @@
+"""Hostile servers against ``loadgen run``: time, peak RSS, exit code and records per probe.
+
+Each probe starts :class:`tests.hostile_server.HostileServer` on loopback and runs one
+bounded ``loadgen run`` under ``/usr/bin/time -v`` (and a hard ``timeout``), with the
+loadgen found on ``--tree`` (a checkout: compare a fix with the code before it):
+
+    python benchmarks/hostile.py --tree /path/to/checkout [--probes longline,error_bomb,...]
+
+Probes: ``longline`` (a 64 MiB SSE line in a 64 KiB gzip body, ``--timeout 40``),
+``error_bomb`` (HTTP 500, a gzip body inflating to 256 MiB, 4 requests at concurrency 2),
+``models_bomb`` (``/v1/models`` inflating to 512 MiB), ``trickle`` (``/v1/models`` one byte
+per second, SIGTERM after 5 s). Also ``lag``: the worst event-loop stall seen by a ticker
+while the transport takes a 64 MiB flood of tiny events beside a normal stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.hostile_server import HostileServer  # noqa: E402
+
+MIB = 1 << 20
+PROBES = {
+    "longline": (dict(streams=["longline"], size=64 * MIB), ["--requests", "1", "--concurrency", "1", "--timeout", "40"], None),
+    "error_bomb": (dict(streams=["error_bomb"], size=256 * MIB), ["--requests", "4", "--concurrency", "2"], None),
+    "models_bomb": (dict(models="bomb", size=512 * MIB), ["--requests", "1"], None),
+    "trickle": (dict(models="trickle", trickle_s=1.0), ["--requests", "1"], 5.0),
+}
+
+
+def probe(tree: str, name: str) -> dict[str, object]:
+    server_kw, extra, term_after = PROBES[name]
+    with HostileServer(**server_kw) as srv, tempfile.TemporaryDirectory() as tmp:  # type: ignore[arg-type]
+        out = Path(tmp) / "run"
+        cmd = ["timeout", "-s", "KILL", "300", "/usr/bin/time", "-v", sys.executable, "-m", "loadgen.cli", "run",
+               "--url", srv.url, "--api", "completions", "--prompt-tokens", "8", "--output-tokens", "4",
+               "--no-calibrate", "--out", str(out), "--quiet", *extra]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": tree}
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if term_after is not None:
+            time.sleep(term_after)
+            # the python process is the grandchild (timeout -> time -> python)
+            for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split():
+                for gp in subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split():
+                    os.kill(int(gp), signal.SIGTERM)
+        stdout, stderr = proc.communicate()
+        wall = time.monotonic() - t0
+        text = stderr.decode(errors="replace")
+        rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+        code = re.search(r"Exit status: (\d+)", text)
+        recs = []
+        if (out / "records.jsonl").exists():
+            recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if line.strip()]
+        statuses: dict[str, int] = {}
+        for r in recs:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        last = [ln for ln in (stdout + stderr).decode(errors="replace").splitlines()
+                if ln.strip() and not ln.startswith("\t") and "Command being timed" not in ln]  # fmt: skip
+        errors = sorted({str(r.get("error"))[:90] for r in recs if r.get("error")})
+        return {"probe": name, "wall_s": round(wall, 1), "peak_rss_mib": round(int(rss.group(1)) / 1024) if rss else None,
+                "exit": int(code.group(1)) if code else proc.returncode, "records": statuses, "errors": errors,
+                "line": last[0][:160] if last else ""}  # fmt: skip
+
+
+_LAG = """
+import asyncio, sys, time
+from loadgen.client.dialects import DialectOptions, get_dialect
+from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.records import RequestRecord, RequestSpec
+
+async def main(url, kind):
+    cfg = TransportConfig(base_url=url, dialect=get_dialect("completions"), options=DialectOptions(model="h"))
+    tr = make_transport(kind, cfg)
+    worst, stop = 0.0, False
+    async def ticker():
+        nonlocal worst
+        while not stop:
+            t = time.perf_counter(); await asyncio.sleep(0.001); worst = max(worst, time.perf_counter() - t - 0.001)
+    tick = asyncio.create_task(ticker())
+    recs = [RequestRecord(index=i) for i in range(2)]
+    t0 = time.perf_counter()
+    await asyncio.gather(*(tr.send(RequestSpec(index=i, prompt="x", prompt_tokens=1, max_tokens=4), r) for i, r in enumerate(recs)))
+    wall = time.perf_counter() - t0
+    stop = True; await tick; await tr.aclose()
+    print(kind, round(worst * 1000, 1), round(wall, 2), [r.status.value for r in recs], [len(r.events) for r in recs])
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def lag(tree: str) -> None:
+    """The worst loop stall (ms) while one stream is a 64 MiB flood and one is normal."""
+    for kind in ("aiohttp", "httpx"):
+        with HostileServer(streams=["flood", "ok"], size=64 * MIB) as srv:
+            res = subprocess.run([sys.executable, "-c", _LAG, srv.url, kind], env={**os.environ, "PYTHONPATH": tree},
+                                 capture_output=True, text=True, timeout=300)  # fmt: skip
+            print(json.dumps({"probe": "lag", "out": res.stdout.strip(), "err": res.stderr.strip()[-300:]}), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", required=True, help="the checkout whose loadgen runs")
+    ap.add_argument("--probes", default=",".join(PROBES))
+    args = ap.parse_args()
+    for name in args.probes.split(","):
+        if name == "lag":
+            lag(args.tree)
+        else:
+            print(json.dumps(probe(args.tree, name)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
