@@ -111,9 +111,11 @@ async def test_an_honest_keepalive_server_keeps_its_connection(kind: str) -> Non
     assert transport.keepalive.reuses == 5
 
 
-def test_loadgen_run_against_a_server_that_closes_after_every_stream(tmp_path: Path) -> None:
-    """llama.cpp's behaviour end to end: calibration, discovery and every request succeed."""
-    server = ClosingServer("after")
+@pytest.mark.parametrize("mode", ["after", "next"])
+def test_loadgen_run_against_a_server_that_closes_after_every_stream(mode: str, tmp_path: Path) -> None:
+    """llama.cpp's behaviour end to end (``after``; ``next`` makes every reuse fail):
+    discovery, calibration and every request succeed, and the console says what was resent."""
+    server = ClosingServer(mode)
     server.start_in_thread()
     try:
         out = tmp_path / "run"
@@ -130,4 +132,9 @@ def test_loadgen_run_against_a_server_that_closes_after_every_stream(tmp_path: P
     summary = json.loads((out / "summary.json").read_text())
     level = summary["levels"][0]
     assert level["requests"]["ok"] == 16 and level["requests"]["failed"] == 0
-    assert level["requests"]["retried"] == sum(1 for r in lines if r["retries"])
+    retried = level["requests"]["retried"]
+    assert retried == sum(1 for r in lines if r["retries"])
+    if mode == "next":
+        assert retried >= 1
+    if retried:
+        assert f"{retried} sent again on a new connection" in proc.stdout, proc.stdout
