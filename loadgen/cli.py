@@ -378,6 +378,11 @@ def _execute_and_exit(cfg: RunConfig) -> None:
 
     console = _console()
     outcome = execute(cfg, console)
+    if outcome.write_error is not None:  # a full disk: the run stopped as SIGTERM stops it
+        from loadgen.orchestrate import WRITE_FAILED, finish_unwritable
+
+        err_console.print(f"[bold red]error:[/bold red] {escape(finish_unwritable(outcome))}", soft_wrap=True)
+        raise typer.Exit(WRITE_FAILED)
     if outcome.records:
         from loadgen.report.html import render_run_report
 
