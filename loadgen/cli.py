@@ -463,7 +463,7 @@ def _profile(
     """A profile from --profile (or a one-level default), with the flags laid over it."""
     from dataclasses import replace
 
-    from loadgen.load.profiles import Profile, load_profile, with_budget
+    from loadgen.load.profiles import Profile, check_limits, load_profile, with_budget
 
     if concurrency is not None and rate is not None:
         raise ConfigError("give either --concurrency (closed loop) or --rate (open loop), not both")
@@ -513,7 +513,15 @@ def _profile(
         prof = replace(prof, burstiness=burstiness)
     if max_in_flight is not None:
         prof = replace(prof, max_in_flight=max_in_flight)
+    check_limits(prof, _limit_flags(levels, concurrency))
     return prof
+
+
+def _limit_flags(levels: str | None, concurrency: int | None) -> dict[str, str]:
+    """Which flag set each bounded profile field (a file's values are checked as it is read)."""
+    level_flag = "--levels" if levels else "--concurrency" if concurrency is not None else "--rate"
+    return {"levels": level_flag, "requests": "--requests", "duration_s": "--duration", "warmup_requests": "--warmup",
+            "max_in_flight": "--max-in-flight"}  # fmt: skip
 
 
 def _replay(
@@ -575,7 +583,7 @@ def _trace_profile(
     duration: float | None, warmup: int | None, max_in_flight: int | None, slo_latency: str | None,
 ) -> Any:  # fmt: skip
     """One open-loop level: the trace's rows at their recorded times (--requests/--duration cut it)."""
-    from loadgen.load.profiles import Profile
+    from loadgen.load.profiles import Profile, check_limits
 
     for flag, given in (("--profile", name), ("--concurrency", concurrency is not None), ("--levels", levels)):
         if given:
@@ -592,9 +600,11 @@ def _trace_profile(
     if slo_latency is not None and slo_latency not in ("queued", "sent"):
         raise ConfigError("choose queued or sent", key="--slo-latency")
     n = min(requests if requests is not None else len(tr), len(tr) - warm)
-    return Profile(name="trace", kind="levels", mode="rate", levels=[round(tr.mean_rate, 6)], requests=n,
+    prof = Profile(name="trace", kind="levels", mode="rate", levels=[round(tr.mean_rate, 6)], requests=n,
                    duration_s=duration, warmup_requests=warm, arrival="trace", max_in_flight=max_in_flight,
                    slo_latency=slo_latency or "queued", source=tr.path)  # fmt: skip
+    check_limits(prof, {**_limit_flags(None, None), "levels": "--trace"})
+    return prof
 
 
 @app.command()

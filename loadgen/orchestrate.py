@@ -27,7 +27,7 @@ from loadgen.client.discovery import ServerInfo, discover, redact_url
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError, TargetError
-from loadgen.load.profiles import Profile
+from loadgen.load.profiles import Profile, check_limits
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.share import measure_share
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
@@ -103,6 +103,9 @@ class RunConfig:
     resume: Resume | None = None  # continue the run in ``out`` instead of starting one
     tokenizer: Path | None = None  # a tokenizer.json: exact prompt lengths (else calibrated words)
     trace: Trace | None = None  # replay this trace's rows at their recorded times (one open-loop level)
+
+    def __post_init__(self) -> None:
+        check_limits(self.profile)  # the CLI and profile files check theirs; a profile made in code too
 
 
 @dataclass

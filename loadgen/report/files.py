@@ -434,7 +434,7 @@ def record_line(rec: RequestRecord) -> bytes:
         return (record_to_json(rec) + "\n").encode("utf-8", "backslashreplace")
 
 
-def _read_object(folder: Path, name: str) -> dict[str, Any]:
+def _read_object(folder: str | os.PathLike[str], name: str) -> dict[str, Any]:
     path = run_file(folder, name)
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
@@ -445,9 +445,9 @@ def _read_object(folder: Path, name: str) -> dict[str, Any]:
     return obj
 
 
-def read_summary(folder: Path) -> dict[str, Any]:
+def read_summary(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return _read_object(folder, "summary.json")
 
 
-def read_run(folder: Path) -> dict[str, Any]:
+def read_run(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return _read_object(folder, "run.json")
