@@ -2,7 +2,8 @@
 
 Every :class:`loadgen.errors.LoadgenError` becomes one line on stderr and exit code 2;
 Ctrl-C (SIGINT) or SIGTERM during a run keeps every finished record, writes the summary
-and the report, and exits 130 or 143 (128 + the signal).
+and the report, and exits 130 or 143 (128 + the signal); a run folder that cannot be
+written (a full disk) stops the run the same way and exits 74.
 """
 
 from __future__ import annotations
