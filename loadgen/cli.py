@@ -2,7 +2,8 @@
 
 Every :class:`loadgen.errors.LoadgenError` becomes one line on stderr and exit code 2;
 Ctrl-C (SIGINT) or SIGTERM during a run keeps every finished record, writes the summary
-and the report, and exits 130 or 143 (128 + the signal).
+and the report, and exits 130 or 143 (128 + the signal); a run folder that cannot be
+written (a full disk) stops the run the same way and exits 74.
 """
 
 from __future__ import annotations
@@ -428,6 +429,11 @@ def _execute_and_exit(cfg: RunConfig, save_result: Path | None = None) -> None:
 
         check_result_path(save_result)  # before anything is sent
     outcome = execute(cfg, console)
+    if outcome.write_error is not None:  # a full disk: the run stopped as SIGTERM stops it
+        from loadgen.orchestrate import WRITE_FAILED, finish_unwritable
+
+        err_console.print(f"[bold red]error:[/bold red] {escape(finish_unwritable(outcome))}", soft_wrap=True)
+        raise typer.Exit(WRITE_FAILED)
     if outcome.records:
         from loadgen.report.html import render_run_report
 
@@ -514,7 +520,7 @@ def _profile(
     """A profile from --profile (or a one-level default), with the flags laid over it."""
     from dataclasses import replace
 
-    from loadgen.load.profiles import Profile, load_profile, with_budget
+    from loadgen.load.profiles import Profile, check_limits, load_profile, with_budget
 
     if concurrency is not None and rate is not None:
         raise ConfigError("give either --concurrency (closed loop) or --rate (open loop), not both")
@@ -571,7 +577,15 @@ def _profile(
                               "--max-concurrency N without a rate is --concurrency N here",
                               key="--max-in-flight/--max-concurrency")  # fmt: skip
         prof = replace(prof, max_in_flight=max_in_flight)
+    check_limits(prof, _limit_flags(levels, concurrency))
     return prof
+
+
+def _limit_flags(levels: str | None, concurrency: int | None) -> dict[str, str]:
+    """Which flag set each bounded profile field (a file's values are checked as it is read)."""
+    level_flag = "--levels" if levels else "--concurrency" if concurrency is not None else "--rate"
+    return {"levels": level_flag, "requests": "--requests", "duration_s": "--duration", "warmup_requests": "--warmup",
+            "max_in_flight": "--max-in-flight"}  # fmt: skip
 
 
 def _replay(
@@ -633,7 +647,7 @@ def _trace_profile(
     duration: float | None, warmup: int | None, max_in_flight: int | None, slo_latency: str | None,
 ) -> Any:  # fmt: skip
     """One open-loop level: the trace's rows at their recorded times (--requests/--duration cut it)."""
-    from loadgen.load.profiles import Profile
+    from loadgen.load.profiles import Profile, check_limits
 
     for flag, given in (("--profile", name), ("--concurrency", concurrency is not None), ("--levels", levels)):
         if given:
@@ -650,9 +664,11 @@ def _trace_profile(
     if slo_latency is not None and slo_latency not in ("queued", "sent"):
         raise ConfigError("choose queued or sent", key="--slo-latency")
     n = min(requests if requests is not None else len(tr), len(tr) - warm)
-    return Profile(name="trace", kind="levels", mode="rate", levels=[round(tr.mean_rate, 6)], requests=n,
+    prof = Profile(name="trace", kind="levels", mode="rate", levels=[round(tr.mean_rate, 6)], requests=n,
                    duration_s=duration, warmup_requests=warm, arrival="trace", max_in_flight=max_in_flight,
                    slo_latency=slo_latency or "queued", source=tr.path)  # fmt: skip
+    check_limits(prof, {**_limit_flags(None, None), "levels": "--trace"})
+    return prof
 
 
 @app.command()

@@ -213,6 +213,9 @@ def load_matrix(path: Path) -> MatrixSpec:
                 _format(command, cfg, 0)
             except KeyError as exc:
                 raise _err(source, "server.command", f"uses {{{exc.args[0]}}}, which no parameter gives") from None
+            except ValueError as exc:  # shlex: an unbalanced quote, in the command or a parameter's value
+                raise _err(source, "server.command", f"configuration {cfg.name!r} does not split into arguments "
+                           f"({exc}); check the quotes in its parameters {cfg.params}") from None  # fmt: skip
     timeouts = {}
     for key, default in (("health_timeout_s", 60.0), ("stop_grace_s", 10.0)):
         value = server.get(key, default)

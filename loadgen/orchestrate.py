@@ -7,7 +7,6 @@ and the tests. Nothing here reads argv or prints except through the given consol
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import contextlib
 import dataclasses
 import functools
@@ -28,7 +27,7 @@ from loadgen.client.discovery import ServerInfo, discover, redact_url
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError, TargetError
-from loadgen.load.profiles import Profile
+from loadgen.load.profiles import Profile, check_limits
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.share import measure_share
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
@@ -44,7 +43,7 @@ from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
 from loadgen.signals import STOP_SIGNALS, raise_on_sigterm
 from loadgen.report.console import LiveStats, level_heading, level_line, show_summary
-from loadgen.report.files import RunWriter, check_out_folder, holds_run, machine_info
+from loadgen.report.files import RunWriter, check_out_folder, holds_run, lock_run_folder, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
 from loadgen.workload.sessions import SessionSource
@@ -53,7 +52,10 @@ from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace, TraceSource
 
-__all__ = ["RunConfig", "RunOutcome", "Resume", "execute", "calibrate", "summarize_result", "run_summary"]
+__all__ = ["RunConfig", "RunOutcome", "Resume", "execute", "calibrate", "summarize_result", "run_summary",
+           "WRITE_FAILED", "finish_unwritable"]
+
+WRITE_FAILED = 74  # exit code of a run whose folder could not be written (sysexits' EX_IOERR)
 
 
 @dataclass
@@ -102,6 +104,9 @@ class RunConfig:
     tokenizer: Path | None = None  # a tokenizer.json: exact prompt lengths (else calibrated words)
     trace: Trace | None = None  # replay this trace's rows at their recorded times (one open-loop level)
 
+    def __post_init__(self) -> None:
+        check_limits(self.profile)  # the CLI and profile files check theirs; a profile made in code too
+
 
 @dataclass
 class RunOutcome:
@@ -110,6 +115,8 @@ class RunOutcome:
     interrupted: bool
     records: int
     signum: int | None = None  # the signal that stopped the run (SIGINT or SIGTERM)
+    write_error: str | None = None  # the run folder could not be written (a full disk...): the run stopped
+    lost: int = 0  # records that could not be written
 
 
 Probe = Callable[[RequestSpec], Awaitable[ProbeResult]]
@@ -445,6 +452,15 @@ def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | No
 
 async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
     check_out_folder(cfg.out)  # before anything is sent
+    with lock_run_folder(cfg.out, key="--out" if cfg.resume is None else "--resume"):  # one run per folder
+        return await _execute_locked(cfg, console)
+
+
+def _write_error(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
     counter = None
     if cfg.tokenizer is not None:
         counter = TokenizerCounter(cfg.tokenizer)
@@ -481,6 +497,14 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                               f"{cluster.nodes} node{'s' if cluster.nodes > 1 else ''} ({why})[/dim]")  # fmt: skip
             elif n_workers > 1 or cfg.workers == "auto":
                 console.print(f"[dim]workers: {n_workers} process{'es' if n_workers > 1 else ''} ({why})[/dim]")
+            running: list[Levels] = []  # the levels, once they exist
+
+            def stop_on_write_error(exc: OSError) -> None:  # a full disk stops the run as SIGTERM does
+                console.print(f"[bold red]error: cannot write {escape(str(cfg.out))}: {escape(_write_error(exc))}; "
+                              "stopping the run[/bold red]", highlight=False, soft_wrap=True)  # fmt: skip
+                for lv in running:
+                    lv.interrupt()
+
             if cfg.resume is not None:
                 run_info = dict(cfg.resume.run)
                 run_info.pop("finished", None)
@@ -488,17 +512,20 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                     "at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
                     "level": cfg.resume.plan.index, "command": cfg.command})  # fmt: skip
                 anchor_ns = int((run_info.get("clock_anchor") or {}).get("perf_counter_ns", anchor_ns))
-                writer = files.enter_context(RunWriter(cfg.out, keep_levels_below=cfg.resume.plan.index))
+                writer = files.enter_context(RunWriter(cfg.out, keep_levels_below=cfg.resume.plan.index,
+                                                       on_error=stop_on_write_error))  # fmt: skip
                 console.print(f"[dim]resuming {cfg.out} at level {cfg.resume.plan.index + 1} "
                               f"({writer.count} records of finished levels kept)[/dim]")  # fmt: skip
             else:
                 if holds_run(cfg.out):
                     console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
-                writer = files.enter_context(RunWriter(cfg.out))
+                writer = files.enter_context(RunWriter(cfg.out, on_error=stop_on_write_error))
                 run_info = _run_json(cfg, info, calib, started, anchor_ns)
             if dataset_stats:
                 run_info["workload"]["dataset"].update(dataset_stats)
             writer.write_run(run_info)
+            if writer.error is not None:  # nothing of the run was sent yet
+                raise ConfigError(f"cannot write the run folder: {_write_error(writer.error)}", key="--out")
             def on_record(rec: RequestRecord) -> None:
                 writer.append(rec)
                 stats.add(rec)
@@ -518,6 +545,7 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                 levels = WorkerPool(setup, n_workers, on_records, max_in_flight=cfg.profile.max_in_flight)
             else:
                 levels = _InProcess(Runner(transport, on_record, keep="compact"), source)
+            running.append(levels)
             stats = LiveStats(lambda: levels.in_flight)
             scraper = None
             stop = files.enter_context(_stop_signals(asyncio.get_running_loop(), levels))  # until summary.json
@@ -542,14 +570,18 @@ async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
                 summary = await _sweep_levels(cfg, levels, writer, stats, console, anchor_ns, after_level)
             if scraper is not None and scraper.failures and not scraper.scrapes:
                 console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")
-            writer.write_summary(summary.to_json())
+            if writer.error is not None:
+                summary = dataclasses.replace(summary, interrupted=True,
+                                              stopped=f"the run folder could not be written: {_write_error(writer.error)}")
+            writer.write_summary(summary.to_json())  # attempted: after a full disk it may fail again
             run_info["finished"] = {"interrupted": summary.interrupted, "levels": len(summary.levels),
                                     "stopped": summary.stopped}  # fmt: skip
             writer.write_run(run_info)  # how the run ended: what `loadgen report` and --resume go by
             n_records = writer.count
+            write_error = None if writer.error is None else _write_error(writer.error)
     finally:
         await transport.aclose()
-    return RunOutcome(cfg.out, summary, summary.interrupted, n_records, stop.signum)
+    return RunOutcome(cfg.out, summary, summary.interrupted, n_records, stop.signum, write_error, writer.lost)
 
 
 @dataclass
@@ -592,6 +624,23 @@ def _stop_signals(loop: asyncio.AbstractEventLoop, runner: Levels) -> Iterator[_
         if signal.SIGTERM in installed and before is not None:
             with contextlib.suppress(ValueError):
                 signal.signal(signal.SIGTERM, before)  # the loop's removal left SIG_DFL
+
+
+def finish_unwritable(outcome: RunOutcome) -> str:
+    """After a run stopped because its folder could not be written: try the report (it
+    may fit where records did not), and say in one line what was kept."""
+    from loadgen.errors import LoadgenError
+    from loadgen.report.html import render_run_report
+
+    report = "no report"
+    if outcome.records:
+        try:
+            report = f"report {render_run_report(outcome.folder)}"
+        except (LoadgenError, OSError):
+            report = "no report (it did not fit either)"
+    lost = f", {outcome.lost:,} could not be written" if outcome.lost else ""
+    return (f"cannot write {outcome.folder}: {outcome.write_error}; the run stopped with {outcome.records:,} records "
+            f"kept{lost}; {report}")
 
 
 def execute(cfg: RunConfig, console: Console) -> RunOutcome:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 __all__ = [
+    "MAX_LEVEL_S",
     "ErrorKind",
     "TokenSource",
     "ChatMessage",
@@ -30,6 +31,8 @@ __all__ = [
     "record_from_json",
     "record_and_events",
 ]
+
+MAX_LEVEL_S = 30 * 86_400  # the longest a level may last, or a trace take to replay, in seconds (30 days)
 
 
 class ErrorKind(str, enum.Enum):

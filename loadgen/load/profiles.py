@@ -30,12 +30,17 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from loadgen.errors import ProfileError
+from loadgen.errors import ConfigError, ProfileError
+from loadgen.load.arrivals import MAX_RATE
+from loadgen.records import MAX_LEVEL_S
 
-__all__ = ["Profile", "StopRules", "load_profile", "list_profiles", "with_budget", "KINDS"]
+__all__ = ["Profile", "StopRules", "load_profile", "list_profiles", "with_budget", "check_limits", "KINDS",
+           "MAX_LEVELS", "MAX_USERS", "MAX_LEVEL_REQUESTS"]
 
 KINDS = ("levels", "sweep-rate", "capacity", "soak", "ramp")
 MAX_LEVELS = 1000  # a generator giving more is refused (inf or 1e300 would never end)
+MAX_USERS = 100_000  # concurrent users (and requests in flight): past any one client's ports and sockets
+MAX_LEVEL_REQUESTS = 10_000_000  # requests in one level, warm-up included
 MODES = ("concurrency", "rate")
 
 
@@ -96,6 +101,37 @@ def with_budget(prof: Profile, requests: int | None = None, duration_s: float | 
     if warmup_requests is not None:
         prof = replace(prof, warmup_requests=warmup_requests)
     return prof
+
+
+def _limits(prof: Profile) -> list[tuple[str, float, float, str]]:
+    """``(field, value, most, unit)`` for every bounded number of ``prof``."""
+    per_level = (MAX_USERS, "users") if prof.mode == "concurrency" else (MAX_RATE, "requests/s")
+    out: list[tuple[str, float, float, str]] = [("levels", v, *per_level) for v in prof.levels]
+    out.append(("levels", len(prof.levels), MAX_LEVELS, "levels"))
+    for name, most, unit in (("requests", MAX_LEVEL_REQUESTS, "requests"), ("warmup_requests", MAX_LEVEL_REQUESTS,
+                             "requests"), ("duration_s", MAX_LEVEL_S, "s"), ("max_in_flight", MAX_USERS, "requests"),
+                             ("max_concurrency", MAX_USERS, "users"), ("rate_levels", MAX_LEVELS, "levels"),
+                             ("max_levels", MAX_LEVELS, "levels"), ("rate_low", MAX_RATE, "requests/s"),
+                             ("rate_high", MAX_RATE, "requests/s"), ("window_s", MAX_LEVEL_S, "s"),
+                             ("max_lateness_s", MAX_LEVEL_S, "s")):  # fmt: skip
+        value = getattr(prof, name)
+        if value is not None:
+            out.append((name, value, most, unit))
+    return out
+
+
+def check_limits(prof: Profile, flags: dict[str, str] | None = None) -> None:
+    """Refuse a count, level, rate or duration beyond what one run can hold (``1e9``
+    users or a ``1e30`` level would exhaust memory before the first request). The error
+    names the flag when ``flags`` maps the field to one (ConfigError), else the profile's
+    key (ProfileError)."""
+    for name, value, most, unit in _limits(prof):
+        if not value <= most:  # NaN fails too
+            text = f"{value:,.0f}" if isinstance(value, (int, float)) and abs(value) < 1e15 else f"{value:g}"
+            msg = f"at most {most:,.0f} {unit}, got {text}"
+            if flags and name in flags:
+                raise ConfigError(msg, key=flags[name])
+            raise ProfileError(msg, source=prof.source, key=name)
 
 
 _TOP = {f.name for f in fields(Profile)} - {"stop", "source", "levels"} | {"stop", "levels", "generate"}
@@ -229,6 +265,7 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         raise _err(source, "requests", "each level needs requests and/or duration_s")
     if not 0 < prof.attainment_target <= 1:
         raise _err(source, "attainment_target", "must be in (0, 1]")
+    check_limits(prof)
     return prof
 
 

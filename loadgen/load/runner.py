@@ -403,9 +403,11 @@ class _Positional(_Specs):
             users = max(int(plan.value), 1)
             if isinstance(source, KnowsUsers):
                 source.set_users(plan.spec_level, users)
-            for u in range(plan.worker, users, plan.n_workers):
+            mine = range(plan.worker, users, plan.n_workers)
+            ahead = 8 if total is None else max(1, min(USER_PREPARE, PREPARE_TOTAL // max(len(mine), 1)))
+            for u in mine:
                 it = source.user(plan.spec_level, u, user_quota(u, users, total))
-                head = list(itertools.islice(it, 8 if total is None else USER_PREPARE))
+                head = list(itertools.islice(it, ahead))
                 self._users[u] = itertools.chain(head, it)
                 self._sent[u] = 0
         else:
@@ -435,5 +437,6 @@ class _Positional(_Specs):
 
 
 USER_PREPARE = 1 << 16  # requests-bound: a user's whole quota up to this many is built ahead
+PREPARE_TOTAL = 1 << 16  # ... and all users' together up to this many (the rest as they go: a second or so of work)
 OPEN_PREPARE = 20_000  # open loop: sends built before the start (a long level builds the rest in chunks)
 OPEN_CHUNK = 1024

@@ -13,6 +13,14 @@ instead of ``dataclasses.asdict`` + ``json``'s hundreds. What orjson refuses is 
 ``NaN``, ``Infinity`` and lone-surrogate escapes, so a line either library wrote reads
 back.
 
+A run owns its folder: :func:`lock_run_folder` takes an exclusive ``flock`` on
+``.loadgen.lock`` in it, so a second run on the same folder is refused with one line (the
+kernel releases the lock when the process dies, ``kill -9`` included). A write that fails
+(a full disk, an I/O error, a read-only mount) never raises out of :class:`RunWriter`:
+the records files are cut back to the last whole record, the error is kept in
+``RunWriter.error`` and ``on_error`` is called once, so the run can stop as a signal
+stops it; no ``.tmp`` file is left behind.
+
 Reading (:mod:`loadgen.report.readers`, its names also here): :func:`read_records`
 gives whole records, :func:`read_records_columnar` the same with their events in flat
 columns, :func:`read_records_pieces` with their events a piece at a time. Folders of
@@ -21,13 +29,17 @@ older versions (events as JSON lists inside the lines) read as before.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import platform
+import re
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -53,6 +65,9 @@ from loadgen.report.recordio import (
 
 __all__ = [
     "RUN_FILES",
+    "LOCK_FILE",
+    "lock_run_folder",
+    "safe_label",
     "holds_run",
     "check_out_folder",
     "RunWriter",
@@ -71,9 +86,23 @@ __all__ = [
 ]
 
 
+_UNSAFE = re.compile(r"[^\w.+-]+")
+_LABEL_CHARS = 80
+
+
+def safe_label(label: str) -> str:
+    """``label`` as one harmless path component: every run of characters other than
+    letters, digits (of any script), ``.``, ``_``, ``+`` and ``-`` (``/``, spaces, newlines,
+    escape and other control characters) becomes ``_``; leading dots go (no ``..``, no hidden folder); at most 80
+    characters; ``run`` when nothing is left."""
+    text = _UNSAFE.sub("_", label)[: _LABEL_CHARS * 2].strip("._-")[:_LABEL_CHARS].rstrip("._-")
+    return text or "run"
+
+
 def default_run_dir(root: Path, label: str) -> Path:
+    """``root/<time>-<label>``, the label made one path component (:func:`safe_label`)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return root / f"{stamp}-{label}"
+    return root / f"{stamp}-{safe_label(label)}"
 
 
 def machine_info() -> dict[str, Any]:
@@ -96,9 +125,67 @@ def machine_info() -> dict[str, Any]:
 
 
 RUN_FILES = ("run.json", "records.jsonl", EVENTS_FILE, "summary.json", "report.html", "server_metrics.jsonl")
+LOCK_FILE = ".loadgen.lock"  # held (flock) by the run writing the folder
+RESERVE_FILE = ".loadgen.reserve"  # space set aside while a run writes, given back when the disk is full
+RESERVE_BYTES = 1 << 20  # room for the records in flight, summary.json and run.json after a full disk
+_OURS = (LOCK_FILE, RESERVE_FILE)
+
+
+def _holder(path: Path) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(path.read_text(encoding="ascii").strip() or "x")
+        return f" (pid {pid})"
+    return ""
+
+
+@contextlib.contextmanager
+def lock_run_folder(folder: Path, key: str = "--out") -> Iterator[None]:
+    """Hold ``folder`` for one run: an exclusive, non-blocking ``flock`` on its
+    ``.loadgen.lock`` (the folder is made when missing). Another holder means another run
+    is writing there: :class:`ConfigError` naming ``key``. The kernel drops the lock when
+    the process ends however it ends; on a clean exit the lock file is removed, and so is
+    the folder when this call made it and nothing else was written in it."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder} is a file, not a folder", key=key)
+    made = not folder.exists()
+    path = folder / LOCK_FILE
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for _ in range(10):  # the file may be removed between open and flock by a run that ends
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise ConfigError(f"another loadgen run is writing {folder}{_holder(path)}; wait for it or give "
+                                  "another folder", key=key) from None  # fmt: skip
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        else:  # pragma: no cover - ten races in a row
+            raise ConfigError(f"cannot lock {path}: it keeps being replaced", key=key)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the run folder: {exc.strerror or exc}", key=key) from None
+    with contextlib.suppress(OSError):  # who holds it, for the refusal's message (a full disk may refuse)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # before the lock goes: a run that opens it now sees another inode
+        os.close(fd)
+        if made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty: a run that failed before writing anything
 
 
 def holds_run(folder: Path) -> bool:
+    """Whether ``folder`` holds any file of a run."""
     return any((folder / name).exists() for name in RUN_FILES)
 
 
@@ -125,7 +212,7 @@ def check_out_folder(folder: Path) -> None:
     if not folder.is_dir():
         raise ConfigError(f"{folder} is a file, not a folder", key="--out")
     try:
-        empty = next(folder.iterdir(), None) is None
+        empty = next((p for p in folder.iterdir() if p.name not in _OURS), None) is None
     except OSError as exc:
         raise ConfigError(f"cannot read {folder}: {exc.strerror or exc}", key="--out") from exc
     if not empty and not _is_loadgen_run(folder):
@@ -153,19 +240,39 @@ def records_before_level(folder: Path, level: int) -> tuple[int, int, int]:
     return line_end, len(EVENTS_MAGIC) + n_events, count
 
 
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
 class RunWriter:
     """Writes one run folder. Use as a context manager so the records files are closed.
 
     ``keep_levels_below``: continue the run already in the folder (``--resume``): the
     records of levels below it are kept byte for byte, the rest of the records files
-    (a partly-run level, a torn line) is cut off, and new records are appended."""
+    (a partly-run level, a torn line) is cut off, and new records are appended.
 
-    def __init__(self, folder: Path, keep_levels_below: int | None = None) -> None:
+    While it writes, ``.loadgen.reserve`` holds :data:`RESERVE_BYTES` of the disk. A write
+    that fails (any ``OSError``: ENOSPC, EDQUOT, EIO, EROFS, EFBIG...) does not raise: the
+    batch is cut off again (both files end after the last whole record), ``error`` keeps
+    the first failure and ``on_error`` is called with it once; the reserve is then given
+    back and the batch tried again, so the records still in flight and the summary find
+    room on a full disk. Later batches are still tried; ``lost`` counts the records not
+    written."""
+
+    def __init__(self, folder: Path, keep_levels_below: int | None = None,
+                 on_error: Callable[[OSError], None] | None = None) -> None:  # fmt: skip
         self.folder = folder
         self.keep_levels_below = keep_levels_below
-        self._records: IO[bytes] | None = None
-        self._events: IO[bytes] | None = None
+        self.on_error = on_error
+        self._records: int | None = None  # descriptors, unbuffered: a failed write leaves nothing pending
+        self._events: int | None = None
+        self._sizes = (0, 0)  # (records.jsonl, events.bin) bytes after the last whole batch
         self.count = 0
+        self.lost = 0
+        self.error: OSError | None = None
 
     def _cut(self, level: int) -> None:
         """Cut the records files after the records of levels below ``level``."""
@@ -180,35 +287,73 @@ class RunWriter:
         os.truncate(records, line_end)
         os.truncate(events, events_end)
 
+    def _open(self, name: str, truncate: bool) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
+        return os.open(self.folder / name, flags, 0o644)
+
     def __enter__(self) -> "RunWriter":
         if self.keep_levels_below is not None:
             try:
                 self._cut(self.keep_levels_below)
-                self._events = open(self.folder / EVENTS_FILE, "ab")
-                self._records = open(self.folder / "records.jsonl", "ab")
+                self._events = self._open(EVENTS_FILE, False)
+                self._records = self._open("records.jsonl", False)
             except OSError as exc:
                 raise ConfigError(f"cannot continue the run folder: {exc}", key="--resume") from exc
-            return self
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            for name in RUN_FILES:  # a folder holds one run: an older one's files would mix in
-                (self.folder / name).unlink(missing_ok=True)
-            self._events = open(self.folder / EVENTS_FILE, "wb")
-            self._events.write(EVENTS_MAGIC)
-            self._events.flush()
-            self._records = open(self.folder / "records.jsonl", "wb")
-        except OSError as exc:
-            raise ConfigError(f"cannot write the run folder: {exc}", key="--out") from exc
+        else:
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                for name in RUN_FILES:  # a folder holds one run: an older one's files would mix in
+                    (self.folder / name).unlink(missing_ok=True)
+                self._events = self._open(EVENTS_FILE, True)
+                _write_all(self._events, EVENTS_MAGIC)
+                self._records = self._open("records.jsonl", True)
+            except OSError as exc:
+                self.close()
+                raise ConfigError(f"cannot write the run folder: {exc.strerror or exc}", key="--out") from None
+        self._sizes = (os.fstat(self._records).st_size, os.fstat(self._events).st_size)
+        self._reserve()
         return self
+
+    def _reserve(self) -> None:
+        path = self.folder / RESERVE_FILE
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return  # no reserve: a full disk then loses what does not fit
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        finally:
+            os.close(fd)
+
+    def _release_reserve(self) -> bool:
+        """Give the reserve back to the disk; whether there was one."""
+        try:
+            (self.folder / RESERVE_FILE).unlink()
+        except OSError:
+            return False
+        return True
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        for fh in (self._records, self._events):
-            if fh is not None:
-                fh.close()
+        for fd in (self._records, self._events):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        if self._records is not None:
+            self._release_reserve()
         self._records = self._events = None
+
+    def _failed(self, exc: OSError) -> None:
+        first = self.error is None
+        if first:
+            self.error = exc
+        if first and self.on_error is not None:
+            self.on_error(exc)
 
     def write_run(self, run: dict[str, Any]) -> None:
         self._write_json("run.json", run)
@@ -219,30 +364,61 @@ class RunWriter:
 
     def append_batch(self, blob: bytes | memoryview) -> None:
         """Write an :func:`~loadgen.report.recordio.encode_batch` blob as it is: its
-        events bytes to ``events.bin``, flushed, then its lines to ``records.jsonl``,
-        flushed (a line never refers to bytes that are not on disk). Raises ValueError
-        when ``blob`` is not a batch."""
-        assert self._records is not None and self._events is not None, "RunWriter used outside its context"
+        events bytes to ``events.bin``, then its lines to ``records.jsonl`` (a line never
+        refers to bytes that are not on disk). A failed write cuts both files back to the
+        last whole batch (see the class). Raises ValueError when ``blob`` is not a batch."""
         lines, events = split_batch(blob)
-        if events:
-            self._events.write(events)
-            self._events.flush()
-        self._records.write(lines)
-        self._records.flush()
-        self.count += bytes(lines).count(b"\n")
+        n = bytes(lines).count(b"\n")
+        exc = self._try_batch(lines, events)
+        if exc is not None:
+            self._failed(exc)
+            if self._release_reserve():
+                exc = self._try_batch(lines, events)
+        if exc is None:
+            self.count += n
+        else:
+            self.lost += n
+
+    def _try_batch(self, lines: bytes | memoryview, events: bytes | memoryview) -> OSError | None:
+        """Write one batch whole, or cut both files back to where they were."""
+        assert self._records is not None and self._events is not None, "RunWriter used outside its context"
+        records_size, events_size = self._sizes
+        try:
+            if events:
+                _write_all(self._events, events)
+            _write_all(self._records, lines)
+        except OSError as exc:
+            for fd, size in ((self._records, records_size), (self._events, events_size)):
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)  # frees what the torn batch took
+            return exc
+        self._sizes = (records_size + len(lines), events_size + len(events))
+        return None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         self._write_json("summary.json", summary)
 
     def _write_json(self, name: str, obj: Any) -> None:
-        write_json(self.folder, name, obj)
+        try:
+            write_json(self.folder, name, obj)
+        except OSError as exc:
+            self._failed(exc)
+            if self._release_reserve():
+                with contextlib.suppress(OSError):
+                    write_json(self.folder, name, obj)
 
 
 def write_json(folder: Path, name: str, obj: Any) -> None:
-    """``folder/name`` as indented JSON, replaced at once (written beside it, then renamed)."""
+    """``folder/name`` as indented JSON, replaced at once (written beside it, then renamed;
+    when that fails the temporary file is removed and the error raised)."""
     tmp = folder / (name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
-    tmp.replace(folder / name)
+    try:
+        tmp.write_text(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
+        tmp.replace(folder / name)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def record_line(rec: RequestRecord) -> bytes:
@@ -258,7 +434,7 @@ def record_line(rec: RequestRecord) -> bytes:
         return (record_to_json(rec) + "\n").encode("utf-8", "backslashreplace")
 
 
-def _read_object(folder: Path, name: str) -> dict[str, Any]:
+def _read_object(folder: str | os.PathLike[str], name: str) -> dict[str, Any]:
     path = run_file(folder, name)
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
@@ -269,9 +445,9 @@ def _read_object(folder: Path, name: str) -> dict[str, Any]:
     return obj
 
 
-def read_summary(folder: Path) -> dict[str, Any]:
+def read_summary(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return _read_object(folder, "summary.json")
 
 
-def read_run(folder: Path) -> dict[str, Any]:
+def read_run(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return _read_object(folder, "run.json")

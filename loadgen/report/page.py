@@ -16,6 +16,7 @@ block early.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import html
@@ -187,5 +188,7 @@ def write_page(path: Path, text: str) -> Path:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc}") from exc
+        with contextlib.suppress(OSError):
+            path.with_name(path.name + ".tmp").unlink()  # a full disk leaves no half-written page
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return path

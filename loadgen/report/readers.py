@@ -12,6 +12,7 @@ lines) read as before, also mixed with newer lines. The format: :mod:`loadgen.re
 from __future__ import annotations
 
 import gc
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
@@ -45,9 +46,9 @@ __all__ = [
 I64 = npt.NDArray[np.int64]
 
 
-def run_file(folder: Path, name: str) -> Path:
+def run_file(folder: str | os.PathLike[str], name: str) -> Path:
     """``folder / name``; :class:`ConfigError` when it is not a file."""
-    path = folder / name
+    path = Path(folder) / name
     if not path.is_file():
         raise ConfigError(f"{path} not found (is {folder} a loadgen run folder?)")
     return path
@@ -111,10 +112,12 @@ def _decode_error(evf: _EventsFile, lineno: int) -> ConfigError:
 _GROUP = 1024  # records decoded together by read_records
 
 
-def read_records(folder: Path) -> Iterator[RequestRecord]:
+def read_records(folder: str | os.PathLike[str]) -> Iterator[RequestRecord]:
     """Records of a run folder, events included (from ``events.bin`` or the line); a
     torn last line (a killed run) or any other line that is not a JSON object of a
-    record is skipped. A line whose events cannot be read raises :class:`ConfigError`."""
+    record is skipped. A line whose events cannot be read raises :class:`ConfigError`.
+    ``folder`` is a path or its text."""
+    folder = Path(folder)
     path = run_file(folder, "records.jsonl")
     with open(path, "rb") as fh, _EventsFile(folder) as evf:
         group: list[RequestRecord] = []
@@ -243,10 +246,12 @@ class RecordPieces:
         return t, n
 
 
-def read_records_pieces(folder: Path, keep: Callable[[RequestRecord], bool] | None = None) -> RecordPieces:
+def read_records_pieces(folder: str | os.PathLike[str],
+                        keep: Callable[[RequestRecord], bool] | None = None) -> RecordPieces:  # fmt: skip
     """The records of a run folder (only those ``keep`` accepts, with it), their events
     to be read in pieces (:class:`RecordPieces`). Lines are judged as by
     :func:`read_records_columnar`."""
+    folder = Path(folder)
     path = run_file(folder, "records.jsonl")
     records: list[RequestRecord] = []
     counts: list[int] = []
@@ -299,7 +304,8 @@ def read_records_pieces(folder: Path, keep: Callable[[RequestRecord], bool] | No
     return out
 
 
-def read_records_columnar(folder: Path, keep: Callable[[RequestRecord], bool] | None = None) -> RecordColumns:
+def read_records_columnar(folder: str | os.PathLike[str],
+                          keep: Callable[[RequestRecord], bool] | None = None) -> RecordColumns:  # fmt: skip
     """:func:`read_records` with the events pulled out: the same records, in the same
     order, the same lines skipped; with ``keep``, only the records it accepts (and
     their events). Raises :class:`ConfigError` when a record's ``events`` is not a list

@@ -48,6 +48,7 @@ import orjson
 
 from loadgen.errors import WorkloadError
 from loadgen.records import ChatMessage, Prompt, RequestSpec
+from loadgen.workload.distributions import MAX_LENGTH
 from loadgen.workload.prompts import PromptSynthesizer, TokenCounter
 
 __all__ = [
@@ -78,6 +79,12 @@ class DatasetOptions:
     max_prompt_tokens: int | None = None
     replacement: bool = False
     output_tokens: int | None = None  # overrides every entry's recorded answer
+
+    def __post_init__(self) -> None:
+        for flag, v in (("--min-prompt-tokens", self.min_prompt_tokens), ("--max-prompt-tokens", self.max_prompt_tokens),
+                        ("--output-tokens", self.output_tokens)):  # fmt: skip
+            if v is not None and not 1 <= v <= MAX_LENGTH:
+                raise WorkloadError(f"must be in [1, {MAX_LENGTH:,}] tokens, got {v:,}", key=flag)
 
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "min_prompt_tokens": self.min_prompt_tokens,
@@ -137,8 +144,11 @@ def _output(v: Any, path: str, where: str) -> int | None:
             v = int(v.strip())
         except ValueError:
             raise _err(path, where, "output_tokens", f"expected a whole number >= 1, got {v!r}") from None
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float)) or int(v) != v or v < 1:
+    if (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float)) or not math.isfinite(v)
+            or int(v) != v or v < 1):  # fmt: skip
         raise _err(path, where, "output_tokens", f"expected a whole number >= 1, got {v!r}")
+    if v > MAX_LENGTH:
+        raise _err(path, where, "output_tokens", f"at most {MAX_LENGTH:,} tokens, got {v:,}")
     return int(v)
 
 

@@ -25,6 +25,7 @@ LEVEL_STRIDE = 1 << 44  # request indices of one level (2**20 users)
 
 _FIRST_CHUNK = 8
 _MAX_CHUNK = 256
+_QUOTA_CHUNK = 1024  # a user's quota, built this many at a time
 
 
 @dataclass(slots=True)
@@ -37,16 +38,14 @@ class WorkloadSource:
 
     def user(self, level: int, user: int, quota: int | None) -> Iterator[RequestSpec]:
         start = level * LEVEL_STRIDE + user * USER_STRIDE
-        if quota is not None:
-            yield from generate_specs(self.workload, min(quota, USER_STRIDE), seed=self.seed, synth=self.synth,
-                                      start_index=start)  # fmt: skip
-            return
-        done, chunk = 0, _FIRST_CHUNK
-        while done < USER_STRIDE:  # duration-bound: small chunks first, then larger
-            n = min(chunk, USER_STRIDE - done)
+        limit = USER_STRIDE if quota is None else min(quota, USER_STRIDE)
+        done, chunk = 0, _FIRST_CHUNK if quota is None else _QUOTA_CHUNK
+        while done < limit:  # built as asked: a quota of 10**12 costs nothing until it is sent
+            n = min(chunk, limit - done)
             yield from generate_specs(self.workload, n, seed=self.seed, synth=self.synth, start_index=start + done)
             done += n
-            chunk = min(chunk * 2, _MAX_CHUNK)
+            if quota is None:  # duration-bound: small chunks first, then larger
+                chunk = min(chunk * 2, _MAX_CHUNK)
 
     def sends(self, level: int, positions: Sequence[int]) -> list[RequestSpec]:
         base = level * LEVEL_STRIDE

@@ -54,6 +54,8 @@ from typing import Any
 from loadgen.errors import WorkloadError
 from loadgen.workload.datasets import FORMATS, DatasetOptions
 from loadgen.workload.distributions import MAX_LENGTH, Distribution, parse_distribution
+
+MAX_TOOLS_BYTES = 16 << 20  # a tools JSON file larger than this is refused (read whole, sent with each request)
 from loadgen.workload.joint import JointLengths, Marginal, parse_joint
 
 if sys.version_info >= (3, 11):
@@ -260,10 +262,17 @@ class _File:
         if isinstance(tools, str):
             path = self.path.parent / tools
             try:
-                tools = json.loads(path.read_text(encoding="utf-8"))
+                if not path.is_file():  # a device (/dev/zero) or a FIFO would never end
+                    raise self.error("tools", f"{path} is not a regular file")
+                with path.open("rb") as fh:
+                    raw = fh.read(MAX_TOOLS_BYTES + 1)
+                if len(raw) > MAX_TOOLS_BYTES:
+                    raise self.error("tools", f"{path} is over {MAX_TOOLS_BYTES >> 20} MiB; tool definitions are "
+                                     "small JSON")  # fmt: skip
+                tools = json.loads(raw.decode("utf-8"))
             except OSError as exc:
                 raise self.error("tools", f"cannot read {path}: {exc.strerror or exc}") from exc
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise self.error("tools", f"{path} is not JSON: {exc}") from exc
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(x, dict) for x in tools)):
             raise self.error("tools", f"expected an array of tool tables (or a JSON file of one), got {_type_name(tools)}")
@@ -309,6 +318,9 @@ def _dataset(doc: dict[str, Any], f: _File) -> DatasetOptions:
         raise f.error("dataset.format", f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     ints = {k: f.positive_int(t, k, f"dataset.{k}") for k in ("min_prompt_tokens", "max_prompt_tokens",
                                                               "output_tokens") if k in t}  # fmt: skip
+    for k, v in ints.items():
+        if v > MAX_LENGTH:
+            raise f.error(f"dataset.{k}", f"at most {MAX_LENGTH:,} tokens, got {v:,}")
     repl = t.get("replacement", False)
     if not isinstance(repl, bool):
         raise f.error("dataset.replacement", f"expected true or false, got {_type_name(repl)} {repl!r}")

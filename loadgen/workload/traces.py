@@ -12,6 +12,10 @@ Formats (``format = "auto"`` picks by extension and header):
 - ``burstgpt``: the BurstGPT CSV, ``Timestamp`` (seconds), ``Request tokens``,
   ``Response tokens`` (other columns ignored).
 
+Bounds: a length over ``MAX_LENGTH`` tokens (the cap of every workload length) and a
+timestamp that is not finite are refused, naming the line; so is a replay that would take
+more than 30 days (``MAX_LEVEL_S``) after ``window``, ``speed`` and ``rate``.
+
 Azure and BurstGPT prompts are synthetic text of the recorded length (exact with a
 tokenizer). Lengths are the server-counted prompt lengths: the calibrated template
 overhead is taken off the text. A length below 1 becomes 1.
@@ -36,7 +40,8 @@ import numpy as np
 import orjson
 
 from loadgen.errors import ConfigError, WorkloadError
-from loadgen.records import RequestSpec
+from loadgen.records import MAX_LEVEL_S, RequestSpec
+from loadgen.workload.distributions import MAX_LENGTH
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.source import LEVEL_STRIDE
 
@@ -101,9 +106,12 @@ def _err(path: str, where: str, fld: str | None, msg: str) -> WorkloadError:
     return WorkloadError(msg, source=f"{path}: {where}", key=fld)
 
 
-def _pos_int(v: Any, path: str, where: str, fld: str, zero: bool = True) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or int(v) != v or v < (0 if zero else 1):
-        raise _err(path, where, fld, f"expected a whole number >= {0 if zero else 1}, got {v!r}")
+def _length(v: Any, path: str, where: str, fld: str) -> int:
+    """A token count in [0, MAX_LENGTH] (0 is read as 1 later)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or int(v) != v or v < 0:
+        raise _err(path, where, fld, f"expected a whole number >= 0, got {v!r}")
+    if v > MAX_LENGTH:
+        raise _err(path, where, fld, f"at most {MAX_LENGTH:,} tokens, got {v:,}")
     return int(v)
 
 
@@ -124,14 +132,15 @@ def _mooncake(path: Path, src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                 if k not in obj:
                     raise _err(src, where, k, "missing")
             t = obj["timestamp"]
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf:
                 raise _err(src, where, "timestamp", f"expected milliseconds >= 0, got {t!r}")
             ts.append(float(t))
-            inp.append(_pos_int(obj["input_length"], src, where, "input_length"))
-            out.append(_pos_int(obj["output_length"], src, where, "output_length"))
+            inp.append(_length(obj["input_length"], src, where, "input_length"))
+            out.append(_length(obj["output_length"], src, where, "output_length"))
             h = obj.get("hash_ids", [])
-            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in h):
-                raise _err(src, where, "hash_ids", "expected an array of whole numbers >= 0")
+            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
+                                                  for x in h):  # fmt: skip
+                raise _err(src, where, "hash_ids", "expected an array of whole numbers in [0, 2**63)")
             hashes.append(h)
     return np.asarray(ts) / 1000.0, np.asarray(inp, dtype=np.int64), np.asarray(out, dtype=np.int64), hashes
 
@@ -175,6 +184,9 @@ def _numbers(col: Any, src: str, name: str, float_ok: bool = False) -> np.ndarra
         i = int(np.flatnonzero(bad)[0])
         what = "seconds >= 0" if float_ok else "a whole number >= 0"
         raise _err(src, f"line {i + 2}", name, f"expected {what}, got {col.iloc[i]!r}")
+    if not float_ok and (v > MAX_LENGTH).any():
+        i = int(np.flatnonzero(v > MAX_LENGTH)[0])
+        raise _err(src, f"line {i + 2}", name, f"at most {MAX_LENGTH:,} tokens, got {col.iloc[i]}")
     out: np.ndarray = v if float_ok else v.astype(np.int64)
     return out
 
@@ -246,6 +258,9 @@ def load_trace(opts: TraceOptions) -> Trace:
             raise ConfigError(f"must be > 0, got {opts.rate:g}", key="--rate")
         if span > 0:
             offsets = rel * ((rel.size - 1) / span) / opts.rate
+    if not offsets[-1] <= MAX_LEVEL_S:  # scheduled times are int64 nanoseconds; a replay must end
+        raise WorkloadError(f"its rows would take {float(offsets[-1]):.3g} s to replay, more than "
+                            f"{MAX_LEVEL_S // 86_400} days; keep a --window or raise --speed/--rate", source=src)  # fmt: skip
     return Trace(path=src, format=fmt, offsets=offsets.astype(np.float64), input_tokens=np.maximum(inp, 1),
                  output_tokens=np.maximum(out, 1), rows=rows, hash_ids=hashes, total_rows=total,
                  span_s=span)  # fmt: skip
