@@ -458,15 +458,21 @@ class ServerApi:
         except ConnectionError:
             pass
 
-    async def drain(self, timeout_s: float) -> None:
+    async def drain(self, timeout_s: float, hurry: asyncio.Event | None = None) -> None:
         """SIGTERM, as ``vllm serve`` shuts down: from now on new requests get 503; open
-        requests have ``timeout_s`` to finish, then every open stream gets a last event
-        with ``finish_reason: "abort"`` and ``[DONE]`` (a request not streamed yet: 503)."""
+        requests have ``timeout_s`` to finish (less if ``hurry`` is set: a second signal),
+        then every open stream gets a last event with ``finish_reason: "abort"`` and
+        ``[DONE]`` (a request not streamed yet: 503)."""
         self.draining = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self.tasks and (left := deadline - loop.time()) > 0:
-            await asyncio.wait(set(self.tasks), timeout=left)
+        hurried = asyncio.ensure_future((hurry or asyncio.Event()).wait())
+        try:
+            while self.tasks and not hurried.done() and (left := deadline - loop.time()) > 0:
+                await asyncio.wait({*self.tasks, hurried}, timeout=left,
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurried.cancel()
         if self.tasks:
             self.ending = True
             pending = set(self.tasks)

@@ -5,7 +5,8 @@ while its request waits for the engine cancels the handler at once (and with it 
 engine request), a header timeout (:mod:`loadgen.server.connection`), and a short shutdown
 timeout, because the app's ``on_shutdown`` hook already ends open streams.
 :func:`run_forever` drains first on SIGINT/SIGTERM (:meth:`ServerApi.drain`: 503 for new
-requests, up to ``drain_timeout_s`` for open ones, then a last event on open streams).
+requests, up to ``drain_timeout_s`` for open ones, then a last event on open streams; a
+second signal cuts the wait short).
 """
 
 from __future__ import annotations
@@ -70,11 +71,15 @@ def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 8000,
     """
 
     async def main() -> None:
-        stop = asyncio.Event()
+        stop, hurry = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:  # the first drains, a second ends the drain at once
+            (hurry if stop.is_set() else stop).set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal)
         runner, url = await start_server(app, host, port)
         try:
             if on_ready is not None:
@@ -82,7 +87,7 @@ def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 8000,
             await stop.wait()
             api = app.get(API_KEY)
             if api is not None:
-                await api.drain(_limits(app).drain_timeout_s)
+                await api.drain(_limits(app).drain_timeout_s, hurry)
         finally:
             await runner.cleanup()
 

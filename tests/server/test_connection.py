@@ -167,3 +167,25 @@ async def test_sigterm_drains_streams_answers_503_then_exits() -> None:
                 assert events[-2]["usage"]["completion_tokens"] >= 1
         rc = await asyncio.to_thread(server.proc.wait, BOUND_S)
     assert rc == 0
+
+
+async def test_a_second_signal_ends_the_drain_at_once() -> None:
+    # a 600 s drain: only the second signal can end the stream within the bound
+    server = ServerProcess(["--model", "llama-3.1-8b", "--drain-timeout", "600"])
+    with server as url:
+        assert server.proc is not None
+        async with aiohttp.ClientSession() as session:
+            started = asyncio.Event()
+            long = asyncio.create_task(_stream(session, url, 4000, started))
+            async with asyncio.timeout(BOUND_S):
+                await started.wait()
+            server.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            assert not long.done()  # draining: the stream goes on
+            server.proc.send_signal(signal.SIGINT)
+            events = await long
+        assert events[-1] == "[DONE]"
+        finals = [e for e in events[:-1] if e["choices"]]
+        assert finals[-1]["choices"][0]["finish_reason"] == "abort"
+        rc = await asyncio.to_thread(server.proc.wait, BOUND_S)
+    assert rc == 0
