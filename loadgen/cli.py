@@ -884,6 +884,8 @@ def serve(
     ),
     body_timeout: float = typer.Option(30.0, help="Seconds a request body may take to arrive (then 408, connection closed)"),
     max_body_mb: float = typer.Option(64.0, help="Largest request body in MiB (larger: 413)"),
+    header_timeout: float = typer.Option(10.0, help="Seconds a connection may take to send a request's headers (then closed)"),
+    drain_timeout: float = typer.Option(30.0, help="On SIGTERM: seconds open requests may take to finish (new ones get 503)"),
     reasoning_tokens: str = typer.Option(
         "", help="Chat answers reason first: this many tokens (a length distribution, e.g. 64 or "
         "uniform:min=32,max=256) stream as delta.reasoning before the content"),
@@ -912,7 +914,8 @@ def serve(
         faults=FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
                            disconnect_rate=disconnect_rate, seed=seed),
         network=Network(host=host, port=port),
-        http=HttpLimits(api_key=api_key, body_timeout_s=body_timeout, max_body_bytes=_mib(max_body_mb, "--max-body-mb")),
+        http=HttpLimits(api_key=api_key, body_timeout_s=body_timeout, max_body_bytes=_mib(max_body_mb, "--max-body-mb"),
+                        header_timeout_s=header_timeout, drain_timeout_s=drain_timeout),
     )  # fmt: skip
     reasoning = None
     if reasoning_tokens:

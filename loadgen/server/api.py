@@ -31,9 +31,10 @@ Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}`
 invalid bodies, unknown models and prompts over the context length, 401 without the API key
 (when one is set), 408 for a body that does not arrive in time, 413 for a body over the size
 limit (see :mod:`loadgen.server.guard`), 429 when the engine's queue (or ``max_in_flight``)
-is full, 404/405 for unknown routes and methods, 500 for injected faults and server bugs. A
-client that disconnects mid-request aborts its engine request (the engine's iterator is
-closed, freeing its KV blocks).
+is full, 404/405 for unknown routes and methods, 500 for injected faults and server bugs,
+503 ``shutting_down`` while SIGTERM drains (:meth:`ServerApi.drain`; ``/metrics`` and
+``/loadgen/requests`` stay open). A client that disconnects mid-request aborts its engine
+request (the engine's iterator is closed, freeing its KV blocks).
 """
 
 from __future__ import annotations
@@ -177,6 +178,8 @@ class ServerApi:
         self.max_in_flight = max_in_flight
         self.in_flight = 0
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.draining = False  # SIGTERM: new requests get 503 (see drain)
+        self.ending = False  # the drain's grace period is over: open streams end now
         self.created = int(time.time())
 
     # -- small routes -------------------------------------------------------------------
@@ -220,7 +223,8 @@ class ServerApi:
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival_ns = perf_counter_ns()
-        body = await read_json(request, self.http)
+        body = await read_json(request, self.http, max_model_len=self.engine.max_model_len,
+                               param="messages" if chat else "prompt")
         parsed = parse_request(body, chat=chat, model_name=self.model_name,
                                tokenizer=self.tokenizer, max_model_len=self.engine.max_model_len)
         plan = self.faults.plan(parsed.max_tokens) if self.faults is not None else None
@@ -251,6 +255,11 @@ class ServerApi:
         try:
             try:
                 first = await outputs.__anext__()
+            except asyncio.CancelledError:
+                self._stop_cancelling()
+                raise RequestRejected("the server is shutting down", status=503,
+                                      type="server_error", code="shutting_down",
+                                      close=True) from None
             except QueueFull as exc:
                 raise RequestRejected(str(exc) or "the waiting queue is full", status=429,
                                       type="rate_limit_error", code="queue_full") from exc
@@ -266,7 +275,14 @@ class ServerApi:
             started = True
             if parsed.stream:
                 return await self._stream(request, parsed, trace, gen, first, outputs, plan)
-            return await self._complete(request, trace, gen, first, outputs, plan)
+            try:
+                return await self._complete(request, trace, gen, first, outputs, plan)
+            except asyncio.CancelledError:
+                self._stop_cancelling()
+                trace.finish_reason = "abort"
+                raise RequestRejected("the server is shutting down", status=503,
+                                      type="server_error", code="shutting_down",
+                                      close=True) from None
         finally:
             await _aclose(outputs)
             self.in_flight -= 1
@@ -360,6 +376,9 @@ class ServerApi:
             trace.done_ns = perf_counter_ns()
             trace.finish_reason = gen.finish_reason or "abort"
             await response.write_eof()
+        except asyncio.CancelledError:
+            self._stop_cancelling()  # the drain is over: a last event, then [DONE]
+            await self._end_stream(response, parsed, trace, gen)
         except ConnectionError:  # the client went away: finally (in _serve) aborts the request
             pass
         except Exception:  # too late for an error status: cut the stream, the client sees it
@@ -409,6 +428,58 @@ class ServerApi:
         trace.done_ns = perf_counter_ns()
         return web.json_response(body)
 
+    def _stop_cancelling(self) -> None:
+        """Inside a handler the drain cancelled: re-raise unless the drain did it."""
+        task = asyncio.current_task()
+        if not self.ending or task is None:
+            raise asyncio.CancelledError
+        task.uncancel()
+
+    async def _end_stream(self, response: web.StreamResponse, parsed: ParsedRequest,
+                          trace: RequestTrace, gen: _Generation) -> None:
+        """End a stream the drain cut: ``finish_reason: "abort"``, usage if asked, [DONE]."""
+        if trace.done_ns:  # [DONE] was already sent
+            return
+        trace.finish_reason = "abort"
+        trace.done_ns = perf_counter_ns()
+        try:
+            if not response.prepared:
+                return
+            chunk = self._chunk(trace, parsed.chat, "", "abort")
+            chunk["loadgen"] = gen.vendor(trace, trace.done_ns)
+            await response.write(_sse(chunk))
+            if parsed.include_usage:
+                usage_only = self._chunk(trace, parsed.chat, None, None)
+                usage_only["choices"] = []
+                usage_only["usage"] = usage_body(trace.prompt_tokens, gen.tokens)
+                await response.write(_sse(usage_only))
+            await response.write(_DONE)
+            await response.write_eof()
+        except ConnectionError:
+            pass
+
+    async def drain(self, timeout_s: float, hurry: asyncio.Event | None = None) -> None:
+        """SIGTERM, as ``vllm serve`` shuts down: from now on new requests get 503; open
+        requests have ``timeout_s`` to finish (less if ``hurry`` is set: a second signal),
+        then every open stream gets a last event with ``finish_reason: "abort"`` and
+        ``[DONE]`` (a request not streamed yet: 503)."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        hurried = asyncio.ensure_future((hurry or asyncio.Event()).wait())
+        try:
+            while self.tasks and not hurried.done() and (left := deadline - loop.time()) > 0:
+                await asyncio.wait({*self.tasks, hurried}, timeout=left,
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurried.cancel()
+        if self.tasks:
+            self.ending = True
+            pending = set(self.tasks)
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=5.0)
+
     async def cancel_all(self, app: web.Application) -> None:
         """``on_shutdown``: end open requests now (their engine requests are aborted)."""
         for task in list(self.tasks):
@@ -416,6 +487,7 @@ class ServerApi:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_OPEN_WHILE_DRAINING = ("/metrics", "/loadgen/requests")
 
 
 def _json_error(status: int, message: str, **kw: Any) -> web.Response:
@@ -426,6 +498,9 @@ def _error_middleware(api: ServerApi) -> Any:
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
+            if api.draining and request.path not in _OPEN_WHILE_DRAINING:
+                raise RequestRejected("the server is shutting down", status=503,
+                                      type="server_error", code="shutting_down", close=True)
             check_api_key(request, api.http.api_key)
             return await handler(request)
         except RequestRejected as exc:

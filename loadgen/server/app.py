@@ -2,8 +2,11 @@
 
 All three run the app with ``handler_cancellation=True``, so a client that disconnects
 while its request waits for the engine cancels the handler at once (and with it the
-engine request), and a short shutdown timeout, because the app's ``on_shutdown`` hook
-already ends open streams.
+engine request), a header timeout (:mod:`loadgen.server.connection`), and a short shutdown
+timeout, because the app's ``on_shutdown`` hook already ends open streams.
+:func:`run_forever` drains first on SIGINT/SIGTERM (:meth:`ServerApi.drain`: 503 for new
+requests, up to ``drain_timeout_s`` for open ones, then a last event on open streams; a
+second signal cuts the wait short).
 """
 
 from __future__ import annotations
@@ -19,13 +22,22 @@ from aiohttp import web
 
 from loadgen.aio import new_event_loop
 from loadgen.errors import ServerError
+from loadgen.server.api import API_KEY
+from loadgen.server.config import HttpLimits
+from loadgen.server.connection import GuardedAppRunner
 
 __all__ = ["start_server", "run_forever", "serve_in_thread", "make_runner"]
 
 
+def _limits(app: web.Application) -> HttpLimits:
+    api = app.get(API_KEY)
+    return api.http if api is not None else HttpLimits()
+
+
 def make_runner(app: web.Application) -> web.AppRunner:
     """An ``AppRunner`` with the settings the reference server needs."""
-    return web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+    return GuardedAppRunner(app, header_timeout_s=_limits(app).header_timeout_s,
+                            handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
 
 
 def _url(host: str, port: int) -> str:
@@ -59,16 +71,23 @@ def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 8000,
     """
 
     async def main() -> None:
-        stop = asyncio.Event()
+        stop, hurry = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:  # the first drains, a second ends the drain at once
+            (hurry if stop.is_set() else stop).set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal)
         runner, url = await start_server(app, host, port)
         try:
             if on_ready is not None:
                 on_ready(url)
             await stop.wait()
+            api = app.get(API_KEY)
+            if api is not None:
+                await api.drain(_limits(app).drain_timeout_s, hurry)
         finally:
             await runner.cleanup()
 

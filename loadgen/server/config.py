@@ -305,13 +305,16 @@ class Network:
 
 @dataclass(frozen=True, slots=True)
 class HttpLimits:
-    """The HTTP front's guards (:mod:`loadgen.server.guard`): the API key (None: no
-    authentication), the body-read timeout and the body size limit. The key never appears
-    in a repr or an error message."""
+    """The HTTP front's guards (:mod:`loadgen.server.guard`, :mod:`loadgen.server.connection`):
+    the API key (None: no authentication), the body-read timeout, the body size limit, the
+    time a connection has to send a request's headers, and how long SIGTERM lets open
+    requests finish. The key never appears in a repr or an error message."""
 
     api_key: str | None = field(default=None, repr=False)
     body_timeout_s: float = 30.0
     max_body_bytes: int = 64 * 2**20
+    header_timeout_s: float = 10.0
+    drain_timeout_s: float = 30.0
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid setting."""
@@ -321,6 +324,8 @@ class HttpLimits:
             raise ConfigError("must be a non-empty string of printable ASCII without spaces",
                               key="--api-key")
         _number(self.body_timeout_s, "--body-timeout", 0.0, 1e6, above=True)
+        _number(self.header_timeout_s, "--header-timeout", 0.0, 1e6, above=True)
+        _number(self.drain_timeout_s, "--drain-timeout", 0.0, 1e6)
         _integer(self.max_body_bytes, "max_body_bytes")
 
 

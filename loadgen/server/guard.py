@@ -9,6 +9,11 @@
 - **Body timeout**: the whole body must arrive within ``body_timeout_s`` of the handler
   starting, else a 408 and the connection is closed (a client that sends headers and never
   the body no longer holds a connection forever).
+- **Context bound**: a body larger than :func:`context_body_limit` of the model's context
+  (``BYTES_PER_TOKEN`` bytes a token plus 64 KiB: far more than any prompt of
+  ``max_model_len`` tokens takes, even as JSON-escaped text or as a list of token ids) is a
+  400 ``context_length_exceeded`` as soon as it is declared or read that far: it is never
+  parsed or tokenised, so a 60 MB prompt costs neither a stalled event loop nor memory.
 - **JSON**: invalid JSON, invalid UTF-8 and JSON nested too deeply for the parser are 400s.
 
 Every refusal is a :class:`~loadgen.server.protocol.RequestRejected` (an OpenAI-style
@@ -27,7 +32,17 @@ from aiohttp import web
 from loadgen.server.config import HttpLimits
 from loadgen.server.protocol import RequestRejected
 
-__all__ = ["check_api_key", "read_json"]
+__all__ = ["check_api_key", "read_json", "context_body_limit", "BYTES_PER_TOKEN"]
+
+BYTES_PER_TOKEN = 128
+"""Body bytes allowed per token of the context: a token of text is rarely over 16 bytes, 12
+when JSON-escaped (``\\ud83d\\ude00``) per character; a token id is at most 8 (``131071, ``)."""
+_SLACK_BYTES = 64 * 1024  # the other fields: model, stop strings, options
+
+
+def context_body_limit(max_model_len: int) -> int:
+    """The largest body a request for a context of ``max_model_len`` tokens may have."""
+    return max_model_len * BYTES_PER_TOKEN + _SLACK_BYTES
 
 def _protected(request: web.Request) -> bool:
     path = request.path
@@ -45,22 +60,53 @@ def check_api_key(request: web.Request, api_key: str | None) -> None:
                               code="invalid_api_key")
 
 
-async def read_json(request: web.Request, limits: HttpLimits) -> Any:
-    """The decoded JSON body of ``request``, within the size and time limits."""
+def _too_long(max_model_len: int, size: str, param: str) -> RequestRejected:
+    limit = context_body_limit(max_model_len)
+    return RequestRejected(
+        f"This model's maximum context length is {max_model_len} tokens. However, the request "
+        f"body is {size} bytes, more than any prompt of {max_model_len} tokens takes "
+        f"({limit} bytes). Please reduce the length of the prompt.",
+        param=param, code="context_length_exceeded", close=True)
+
+
+async def _read_at_most(request: web.Request, limit: int) -> bytes | None:
+    """The body, or None as soon as more than ``limit`` bytes arrived (the rest unread)."""
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := await request.content.readany():
+        total += len(chunk)
+        if total > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: web.Request, limits: HttpLimits, *, max_model_len: int | None = None,
+                    param: str = "prompt") -> Any:
+    """The decoded JSON body of ``request``, within the size and time limits (and within
+    :func:`context_body_limit` of ``max_model_len`` when given; ``param`` names the prompt
+    in that error)."""
     too_large = RequestRejected(f"the request body is larger than {limits.max_body_bytes} bytes",
                                 status=413, code="request_too_large", close=True)
+    context = limits.max_body_bytes + 1
+    if max_model_len is not None:
+        context = context_body_limit(max_model_len)
     declared = request.content_length
     if declared is not None and declared > limits.max_body_bytes:
         raise too_large
+    if declared is not None and declared > context:
+        raise _too_long(max_model_len or 0, f"{declared:,}", param)
     try:
         async with asyncio.timeout(limits.body_timeout_s):
-            raw = await request.read()
+            raw = await _read_at_most(request, min(limits.max_body_bytes, context))
     except TimeoutError:
         raise RequestRejected(f"the request body did not arrive within "
                               f"{limits.body_timeout_s:g} s", status=408,
                               code="request_timeout", close=True, hangup=True) from None
-    except web.HTTPRequestEntityTooLarge:
-        raise too_large from None
+    if raw is None:
+        if context <= limits.max_body_bytes:
+            raise _too_long(max_model_len or 0, f"over {context:,}", param)
+        raise too_large
     try:
         return json.loads(raw)
     except RecursionError:

@@ -7,7 +7,10 @@ fields it uses are type-checked strictly (``true`` is not an integer).
 
 Context length: ``prompt_tokens + max_tokens`` must not exceed ``max_model_len`` (400,
 code ``context_length_exceeded``). Without ``max_tokens`` the rest of the context is
-allowed, as in vLLM.
+allowed, as in vLLM. A prompt is tokenised with a cap when the tokenizer has one
+(``encode_at_most`` / ``apply_chat_template_at_most``, as :class:`WordTokenizer`), and a
+list of token ids is measured before its ids are checked, so a prompt far over the context
+costs work in proportion to ``max_model_len``, not to its own length.
 """
 
 from __future__ import annotations
@@ -108,14 +111,34 @@ def _field(body: dict[str, Any], key: str, kind: str, default: Any = None) -> An
     return value
 
 
-def _parse_prompt(body: dict[str, Any], tok: Tokenizer) -> list[int]:
+def _over_context(max_model_len: int, chat: bool) -> RequestRejected:
+    where = "messages" if chat else "prompt"
+    return RequestRejected(
+        f"This model's maximum context length is {max_model_len} tokens. However, the "
+        f"{where} alone has more than {max_model_len} tokens. Please reduce the length of "
+        f"the prompt.", param=where, code="context_length_exceeded")
+
+
+def _encode(tok: Tokenizer, text: str, max_model_len: int) -> list[int]:
+    capped = getattr(tok, "encode_at_most", None)
+    if capped is None:
+        return tok.encode(text)
+    ids: list[int] | None = capped(text, max_model_len)
+    if ids is None:
+        raise _over_context(max_model_len, chat=False)
+    return ids
+
+
+def _parse_prompt(body: dict[str, Any], tok: Tokenizer, max_model_len: int) -> list[int]:
     prompt = body.get("prompt")
     if prompt is None:
         raise RequestRejected("'prompt' is required", param="prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return tok.encode(prompt)
+        return _encode(tok, prompt, max_model_len)
+    if isinstance(prompt, list) and len(prompt) > max_model_len:
+        raise _over_context(max_model_len, chat=False)
     if isinstance(prompt, list) and all(_check(t, _INT) for t in prompt):
         bad = [t for t in prompt if not 0 <= t < tok.vocab_size]
         if bad:
@@ -145,7 +168,7 @@ def _content_text(content: Any, i: int) -> str:
                           param="messages")
 
 
-def _parse_messages(body: dict[str, Any], tok: Tokenizer) -> list[int]:
+def _parse_messages(body: dict[str, Any], tok: Tokenizer, max_model_len: int) -> list[int]:
     messages = body.get("messages")
     if messages is None:
         raise RequestRejected("'messages' is required", param="messages")
@@ -160,7 +183,13 @@ def _parse_messages(body: dict[str, Any], tok: Tokenizer) -> list[int]:
             raise RequestRejected(f"messages[{i}].role must be a non-empty string without "
                                   "spaces", param="messages")
         pairs.append((role, _content_text(msg.get("content"), i)))
-    return tok.apply_chat_template(pairs)
+    capped = getattr(tok, "apply_chat_template_at_most", None)
+    if capped is None:
+        return tok.apply_chat_template(pairs)
+    ids: list[int] | None = capped(pairs, max_model_len)
+    if ids is None:
+        raise _over_context(max_model_len, chat=True)
+    return ids
 
 
 def _parse_stop(body: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
@@ -196,7 +225,8 @@ def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenize
     if body.get("logprobs") not in (None, False):
         raise RequestRejected("logprobs are not supported", param="logprobs")
 
-    prompt_ids = _parse_messages(body, tokenizer) if chat else _parse_prompt(body, tokenizer)
+    prompt_ids = (_parse_messages(body, tokenizer, max_model_len) if chat
+                  else _parse_prompt(body, tokenizer, max_model_len))
     if not prompt_ids:
         raise RequestRejected("the prompt is empty (0 tokens)",
                               param="messages" if chat else "prompt")

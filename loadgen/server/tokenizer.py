@@ -148,6 +148,30 @@ class WordTokenizer:
         memo, token_id = self._ids, self.token_id
         return [memo.get(word) or token_id(word) for word in text.split()]  # ids are never 0
 
+    def encode_at_most(self, text: str, limit: int) -> list[int] | None:
+        """:meth:`encode`, or None when ``text`` has more than ``limit`` tokens: only the
+        first ``limit + 1`` words are split off and nothing is hashed, so the cost is bounded
+        by ``limit``, not by the length of ``text``."""
+        words = text.split(maxsplit=max(limit, 0))
+        if len(words) > limit:
+            return None
+        memo, token_id = self._ids, self.token_id
+        return [memo.get(word) or token_id(word) for word in words]
+
+    def apply_chat_template_at_most(self, messages: Iterable[tuple[str, str]],
+                                    limit: int) -> list[int] | None:
+        """:meth:`apply_chat_template`, or None past ``limit`` tokens (bounded as
+        :meth:`encode_at_most`)."""
+        ids: list[int] = []
+        for role, content in messages:
+            words = self.encode_at_most(content, limit - len(ids) - 2)
+            if words is None:
+                return None
+            ids.append(self.token_id(f"<|{role}|>"))
+            ids.extend(words)
+            ids.append(EOT_ID)
+        return ids
+
     def apply_chat_template(self, messages: Iterable[tuple[str, str]]) -> list[int]:
         """Ids of a chat prompt given ``(role, content)`` pairs.
 

@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,7 +17,9 @@ import pytest
 
 from loadgen.errors import ConfigError
 from loadgen.server.config import HttpLimits, ServeConfig
+from loadgen.server.guard import context_body_limit
 from loadgen.server.process import ServerProcess
+from loadgen.server.tokenizer import WordTokenizer
 from tests.server.helpers import MODEL, make_engine, parse_prometheus, sample, serve
 
 KEY = "sk-canary-7f3a9b"
@@ -170,6 +173,8 @@ def test_api_key_from_the_environment_on_the_command_line(
     (HttpLimits(body_timeout_s=0.0), "--body-timeout"),
     (HttpLimits(body_timeout_s=float("nan")), "--body-timeout"),
     (HttpLimits(max_body_bytes=0), "max_body_bytes"),
+    (HttpLimits(header_timeout_s=0.0), "--header-timeout"),
+    (HttpLimits(drain_timeout_s=-1.0), "--drain-timeout"),
 ])
 def test_bad_http_limits_are_one_line_errors_without_the_key(limits: HttpLimits,
                                                              needle: str) -> None:
@@ -182,3 +187,80 @@ def test_the_key_is_not_in_the_configs_repr() -> None:
     config = ServeConfig(http=HttpLimits(api_key=KEY))
     assert config.http.api_key == KEY
     assert KEY not in repr(config) and KEY not in str(config)
+
+
+# -- an oversized prompt: refused before it is read, parsed or tokenised (issue 21, #14) --
+
+async def test_a_declared_body_over_the_context_bound_is_400_before_it_is_read() -> None:
+    # 4096-token context: the bound is 4096 * 128 + 64 KiB bytes; the body is never sent, so
+    # an answer (and not the 408 of a body that never arrives) shows nothing waited for it
+    limit = context_body_limit(4096)
+    async with serve(make_engine(), http=HttpLimits(body_timeout_s=5.0)) as url:
+        raw = await _raw(url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                              b"Content-Length: %d\r\n\r\n" % (limit + 1))
+    status, err = _status_and_error(raw)
+    assert status == 400 and err["code"] == "context_length_exceeded"
+    assert err["param"] == "prompt" and "4096 tokens" in err["message"]
+
+
+async def test_a_chunked_body_over_the_context_bound_is_400_before_it_ends() -> None:
+    limit = context_body_limit(4096)
+    piece = b"a" * 65536
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(piece), piece)
+                      for _ in range(limit // len(piece) + 2))
+    async with serve(make_engine(), http=HttpLimits(body_timeout_s=5.0)) as url:
+        # more than the bound, then nothing (no last chunk): only a refusal ends it early
+        raw = await _raw(url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                              b"Transfer-Encoding: chunked\r\n\r\n" + chunks)
+    status, err = _status_and_error(raw)
+    assert status == 400 and err["code"] == "context_length_exceeded"
+    assert err["param"] == "messages"
+
+
+async def test_a_prompt_over_the_context_is_refused_without_being_tokenised(
+        session: aiohttp.ClientSession) -> None:
+    engine = make_engine()
+    tok = WordTokenizer(engine.vocab_size)
+    words = " ".join(f"w{i}" for i in range(5000))  # distinct words, 5000 > 4096 tokens
+    ids = [5] * 4999 + [10**9]  # too long, and the last id is outside the vocabulary
+    async with serve(engine, tokenizer=tok) as url:
+        for path, body in (("/v1/completions", {"model": MODEL, "prompt": words}),
+                           ("/v1/chat/completions", {"model": MODEL, "messages": [
+                               {"role": "user", "content": words}]}),
+                           ("/v1/completions", {"model": MODEL, "prompt": ids})):
+            async with session.post(url + path, json=body) as resp:
+                assert resp.status == 400
+                err = (await resp.json())["error"]
+            assert err["code"] == "context_length_exceeded", err
+            assert "more than 4096 tokens" in err["message"]
+        assert len(tok._ids) <= 1  # no word of the prompts was hashed (at most '<|user|>')
+        async with session.post(url + "/v1/completions",
+                                json={**BODY, "prompt": " ".join(["w"] * 4000)}) as resp:
+            assert resp.status == 200  # a long prompt within the context still passes
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
+def test_a_60_mb_prompt_costs_the_server_no_memory_in_proportion_to_it() -> None:
+    body = json.dumps({"model": "llama-3.1-8b", "prompt": "word " * 12_000_000}).encode()
+    server = ServerProcess(["--model", "llama-3.1-8b", "--max-model-len", "8192",
+                            "--time-scale", "0.01"])
+    with server as url:
+        assert server.proc is not None
+        Path(f"/proc/{server.proc.pid}/clear_refs").write_text("5")  # reset the peak
+        before = _peak_rss_bytes(server.proc.pid)
+        resp = httpx.post(url + "/v1/completions", content=body, timeout=60,
+                          headers={"Content-Type": "application/json"})
+        assert resp.status_code == 400
+        assert resp.json()["error"]["code"] == "context_length_exceeded"
+        grown = _peak_rss_bytes(server.proc.pid) - before
+        # before the bound the body was read, parsed and split: about 1 GB (16x the body)
+        assert grown < len(body) / 4, grown
+        ok = httpx.post(url + "/v1/completions", json={**BODY, "model": "llama-3.1-8b"})
+        assert ok.status_code == 200
