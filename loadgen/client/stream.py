@@ -29,7 +29,8 @@ back is appended to it (multi-turn sessions resend it; nothing else keeps text).
 End of a stream: the answer has ended at its first ``finish_reason`` (unless the request
 asked for several choices) or at ``[DONE]``; :attr:`StreamState.on_end` is called then, so
 the transport can stop waiting for a server that holds the connection open (see
-:mod:`loadgen.client.transport`). The record's ``done_ns`` is the time of the stream's last
+:mod:`loadgen.client.transport`); it is called as well when a bad event is found, which
+ends the stream. The record's ``done_ns`` is the time of the stream's last
 event (``[DONE]`` when it came; nothing after ``[DONE]`` counts). Settling the tokens at the
 end runs in slices too (:meth:`StreamState.end`), so a million-event answer does not stall
 the loop either.
@@ -129,6 +130,11 @@ class StreamState:
         return self._done
 
     @property
+    def failed(self) -> bool:
+        """A bad event was found (it is raised by the next :meth:`feed`, :meth:`drain` or :meth:`end`)."""
+        return self._error is not None
+
+    @property
     def ended(self) -> bool:
         """The answer has ended: a ``finish_reason`` (see ``finish_ends``) or ``[DONE]`` was read."""
         return self._ended
@@ -197,6 +203,8 @@ class StreamState:
             self._error = exc
             pending.clear()
             self._backlog = 0
+            if self.on_end is not None:  # no need to wait for more: the transport may stop now
+                self.on_end()
 
     def salvage(self) -> None:
         """The stream failed: keep the events that did arrive (parse errors are moot now)."""

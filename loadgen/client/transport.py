@@ -181,15 +181,19 @@ class _StreamingTransport:
         return StreamState(record, self.config.dialect, answer=spec.answer, redact=self.redact, finish_ends=one)
 
     async def _read_to_end(self, state: StreamState, read: Callable[[], Awaitable[None]]) -> None:
-        """Run ``read`` (the body's reads, fed to ``state``) until the body ends, or until
-        :attr:`TransportConfig.end_grace_s` after the answer ended; then end ``state``."""
+        """Run ``read`` (the body's reads, fed to ``state``) until the body ends, until
+        :attr:`TransportConfig.end_grace_s` after the answer ended, or until a bad event was
+        found; then end ``state`` (which raises that bad event)."""
         loop = asyncio.get_running_loop()
         grace = self.config.end_grace_s
         try:
             async with asyncio.timeout(None) as deadline:
-                state.on_end = lambda: deadline.reschedule(loop.time() + grace)
-                if state.ended:
-                    deadline.reschedule(loop.time() + grace)
+                def stop() -> None:  # the answer ended: a grace; a bad event: at once
+                    deadline.reschedule(loop.time() + (0.0 if state.failed else grace))
+
+                state.on_end = stop
+                if state.ended or state.failed:
+                    stop()
                 try:
                     await read()
                 finally:
