@@ -26,6 +26,15 @@ are ``record.reasoning_tokens``, and the first event with answer output (text or
 call) is ``record.first_answer_ns``. With an ``answer`` list, the answer text streamed
 back is appended to it (multi-turn sessions resend it; nothing else keeps text).
 
+End of a stream: the answer has ended at its first ``finish_reason`` (unless the request
+asked for several choices) or at ``[DONE]``; :attr:`StreamState.on_end` is called then, so
+the transport can stop waiting for a server that holds the connection open (see
+:mod:`loadgen.client.transport`); it is called as well when a bad event is found, which
+ends the stream. The record's ``done_ns`` is the time of the stream's last
+event (``[DONE]`` when it came; nothing after ``[DONE]`` counts). Settling the tokens at the
+end runs in slices too (:meth:`StreamState.end`), so a million-event answer does not stall
+the loop either.
+
 The server's usage is checked before it is used: a count must be an integer >= 0 (not a
 bool), and a claim must be possible for what was streamed: no event can carry more tokens
 than its data has characters (a token is at least one character, or one token id, of the
@@ -40,7 +49,7 @@ import asyncio
 import json
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from loadgen.client.bounded import MAX_ERROR
 from loadgen.client.dialects import Dialect
@@ -48,11 +57,12 @@ from loadgen.client.sse import SSEDecoder, SSEEvent
 from loadgen.errors import Disconnected, ErrorEvent, InvalidResponse, TransportError
 from loadgen.records import RequestRecord, TokenSource
 
-__all__ = ["StreamState", "distribute", "usage_count", "SLICE", "BUDGET_NS", "MAX_BACKLOG"]
+__all__ = ["StreamState", "distribute", "usage_count", "SLICE", "BUDGET_NS", "MAX_BACKLOG", "SETTLE_SLICE"]
 
 SLICE = 64 << 10  # bytes given to the SSE decoder at once
 BUDGET_NS = 2_000_000  # parsing per event-loop turn before the loop gets a turn back
 MAX_BACKLOG = 1 << 20  # unparsed bytes before the transport waits for the parser
+SETTLE_SLICE = 8192  # events whose token counts are settled between two looks at the clock
 
 _clock = time.perf_counter_ns
 
@@ -75,30 +85,37 @@ class StreamState:
     """Decodes one response stream into ``record`` (events, usage, completion)."""
 
     __slots__ = (
-        "record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_done_ns",
-        "_pending", "_scheduled", "_error", "_loop", "_n_events", "_n_bytes", "_sizes", "_bad_usage",
-        "_reasoning", "_answer", "_redact", "_backlog",
+        "record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_last_ns",
+        "_pending", "_scheduled", "_error", "_loop", "_n_events", "_n_bytes", "_size_total", "_bad_usage",
+        "_reasoning", "_n_reasoning", "_answer", "_redact", "_backlog", "_ended", "_finish_ends", "_n_delta_ok",
+        "on_end",
     )  # fmt: skip
 
     def __init__(self, record: RequestRecord, dialect: Dialect, defer: bool = True,
-                 answer: list[str] | None = None, redact: Callable[[str], str] | None = None) -> None:  # fmt: skip
+                 answer: list[str] | None = None, redact: Callable[[str], str] | None = None,
+                 finish_ends: bool = True) -> None:  # fmt: skip
         self.record = record
         self._redact = redact or _identity
         self._backlog = 0  # bytes fed and not parsed yet
         self._reasoning: list[bool] = []  # per output event: reasoning only
+        self._n_reasoning = 0
         self._answer = answer
         self.dialect = dialect
         self._sse = SSEDecoder()
         self._done = False  # saw [DONE]
         self._finish: str | None = None
+        self._finish_ends = finish_ends  # a finish_reason ends the answer (one choice asked for)
+        self._ended = False
+        self.on_end: Callable[[], None] | None = None  # called once, when the answer has ended
         self._deltas: list[int | None] = []  # usage delta per output event, None when absent
+        self._n_delta_ok = 0  # deltas that are a count >= 1
         self._last_cum = 0
         self._usage: dict[str, Any] | None = None
-        self._done_ns = 0
+        self._last_ns = 0  # the last event's time, up to [DONE]
         self._pending: deque[tuple[bytes, int, int]] = deque()  # (read, offset parsed up to, t_ns)
         self._n_events = 0  # SSE events decoded (any kind)
         self._n_bytes = 0
-        self._sizes: list[int] = []  # characters of data per output event: its most tokens
+        self._size_total = 0  # characters of data of the output events: their most tokens
         self._bad_usage = False  # a usage count that is not an int >= 0, or more than was streamed
         self._scheduled = False
         self._error: Exception | None = None
@@ -109,7 +126,18 @@ class StreamState:
 
     @property
     def done(self) -> bool:
+        """``[DONE]`` was read."""
         return self._done
+
+    @property
+    def failed(self) -> bool:
+        """A bad event was found (it is raised by the next :meth:`feed`, :meth:`drain` or :meth:`end`)."""
+        return self._error is not None
+
+    @property
+    def ended(self) -> bool:
+        """The answer has ended: a ``finish_reason`` (see ``finish_ends``) or ``[DONE]`` was read."""
+        return self._ended
 
     def feed(self, chunk: bytes, t_ns: int) -> None:
         """Take one read (already stamped); it is parsed soon after, or now without a loop.
@@ -175,15 +203,35 @@ class StreamState:
             self._error = exc
             pending.clear()
             self._backlog = 0
+            if self.on_end is not None:  # no need to wait for more: the transport may stop now
+                self.on_end()
 
     def salvage(self) -> None:
         """The stream failed: keep the events that did arrive (parse errors are moot now)."""
         self._parse_pending(None)
 
     def close(self, t_ns: int) -> None:
-        """End of the byte stream: flush the decoder, check completion, settle tokens
-        (a transport awaits :meth:`drain` with ``limit=0`` first, so little is left)."""
+        """End of the byte stream: flush the decoder, check completion, settle tokens, all
+        at once (a transport uses :meth:`end`)."""
         self._parse_pending(None)
+        self._check_end(t_ns)
+        for _ in self._settle():
+            pass
+
+    async def end(self, t_ns: int) -> None:
+        """:meth:`close` for a transport: what is unparsed is parsed in slices first, and
+        the tokens are settled in slices of :data:`SETTLE_SLICE` events that give the loop
+        back after :data:`BUDGET_NS` of work."""
+        await self.drain(0)
+        self._parse_pending(None)
+        self._check_end(t_ns)
+        start = _clock()
+        for _ in self._settle():
+            if _clock() - start > BUDGET_NS:
+                await asyncio.sleep(0)
+                start = _clock()
+
+    def _check_end(self, t_ns: int) -> None:
         if self._error is not None:
             raise self._error
         for ev in self._sse.close():  # an event without its blank line: the stream may have been cut
@@ -192,25 +240,29 @@ class StreamState:
             except InvalidResponse as exc:
                 raise Disconnected(f"stream ended mid-event ({exc})") from exc
         rec = self.record
-        rec.done_ns = self._done_ns or t_ns
+        rec.done_ns = self._last_ns or t_ns
         if self._n_events == 0 and self._n_bytes > 0:
             raise InvalidResponse(f"the response is not an event stream ({self._n_bytes} bytes, no SSE event)")
         if not self._done and self._finish is None:
             raise Disconnected("stream ended before [DONE] or a finish_reason")
         if not rec.events and self._finish is None:  # an empty answer still says why it stopped
             raise InvalidResponse("no output: the stream ended with [DONE] without output or a finish_reason")
-        self._settle_tokens()
-        if any(self._reasoning):
-            rec.reasoning_tokens = sum(ev[1] for ev, r in zip(rec.events, self._reasoning) if r)
+
+    def _mark_end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            if self.on_end is not None:
+                self.on_end()
 
     def _event(self, ev: SSEEvent, t_ns: int) -> None:
         self._n_events += 1
         if self._done:
             return  # anything after [DONE] is ignored
+        self._last_ns = t_ns
         data = ev.data
         if data == "[DONE]":
             self._done = True
-            self._done_ns = t_ns
+            self._mark_end()
             return
         if ev.event == "error":
             raise ErrorEvent(f"error event: {self._clip(data, 300)}")
@@ -232,10 +284,13 @@ class StreamState:
                 self._last_cum = cum
                 if delta > len(data):
                     self._bad_usage = True
+                elif delta >= 1:
+                    self._n_delta_ok += 1
             self._deltas.append(delta)
-            self._sizes.append(len(data))
+            self._size_total += len(data)
             self.record.events.append([t_ns, 1])
             self._reasoning.append(info.reasoning)
+            self._n_reasoning += info.reasoning
             if not info.reasoning and not self.record.first_answer_ns:
                 self.record.first_answer_ns = t_ns
             if self._answer is not None and info.text:
@@ -246,6 +301,8 @@ class StreamState:
             self._usage = usage
         if info.finish_reason:
             self._finish = info.finish_reason
+            if self._finish_ends:
+                self._mark_end()
         if info.vendor is not None:
             self.record.server = info.vendor
 
@@ -262,7 +319,9 @@ class StreamState:
             self._bad_usage = True
         return ct
 
-    def _settle_tokens(self) -> None:
+    def _settle(self) -> Iterator[None]:
+        """Settle the tokens (docs/metrics.md, "Per request") and the reasoning tokens,
+        yielding after every :data:`SETTLE_SLICE` events."""
         rec = self.record
         usage = self._usage
         if usage is not None:
@@ -272,23 +331,34 @@ class StreamState:
             if pt is not None and rec.prompt_tokens is None:
                 self._bad_usage = True
         events = rec.events
-        if rec.completion_tokens is not None and rec.completion_tokens > sum(self._sizes):
+        n = len(events)
+        if rec.completion_tokens is not None and rec.completion_tokens > self._size_total:
             self._bad_usage = True
         if self._bad_usage:
             rec.token_source = TokenSource.USAGE_REJECTED  # events keep one token each
-            return
-        if not events:
+        elif not events:
             rec.token_source = TokenSource.EVENTS
-            return
-        deltas = self._deltas
-        if all(d is not None and d >= 1 for d in deltas):
-            for ev, d in zip(events, deltas):
-                ev[1] = d  # type: ignore[assignment]
+        elif self._n_delta_ok == n:
+            deltas = self._deltas
+            for lo in range(0, n, SETTLE_SLICE):
+                for i in range(lo, min(lo + SETTLE_SLICE, n)):
+                    events[i][1] = deltas[i]  # type: ignore[assignment]
+                yield
             rec.token_source = TokenSource.USAGE_DELTA
-        elif rec.completion_tokens is not None and rec.completion_tokens >= len(events):
+        elif rec.completion_tokens is not None and rec.completion_tokens >= n:
             # fewer tokens than output events would leave events with none: keep 1 each
-            for ev, n in zip(events, distribute(rec.completion_tokens, len(events))):
-                ev[1] = n
+            total = rec.completion_tokens
+            for lo in range(0, n, SETTLE_SLICE):
+                for i in range(lo, min(lo + SETTLE_SLICE, n)):
+                    events[i][1] = ((i + 1) * total) // n - (i * total) // n  # distribute(), in place
+                yield
             rec.token_source = TokenSource.EVENTS_CORRECTED
         else:
             rec.token_source = TokenSource.EVENTS
+        if self._n_reasoning:
+            reasoning = self._reasoning
+            tokens = 0
+            for lo in range(0, n, SETTLE_SLICE):
+                tokens += sum(events[i][1] for i in range(lo, min(lo + SETTLE_SLICE, n)) if reasoning[i])
+                yield
+            rec.reasoning_tokens = tokens

@@ -7,6 +7,15 @@ translated once, here, by one table (:data:`FOREIGN_ERRORS`, after httpx's
 ``map_httpcore_exceptions``) into :mod:`loadgen.errors`, and those into an ``ErrorKind``
 on the record (:data:`ERROR_KINDS`); nothing but ``CancelledError`` leaves :meth:`send`.
 
+A stream ends at ``[DONE]`` or when the server closes it; a server may instead hold the
+connection open after its last event. Once the answer has ended (its ``finish_reason``, or
+``[DONE]``, see :mod:`loadgen.client.stream`) the server has :attr:`TransportConfig.end_grace_s`
+(:data:`END_GRACE_S`) to end the stream: what comes meanwhile (the usage event asked for by
+``stream_options.include_usage``, ``[DONE]``, the body's end, which lets the connection be
+reused) is read; then the client stops reading and closes that connection, and the record
+is ``ok``, ended at its last event. A connection that fails or times out after the answer
+ended does not fail the record either.
+
 Every read is bounded (:mod:`loadgen.client.bounded`): an SSE line by the decoder's cap,
 an error body by :data:`~loadgen.client.bounded.MAX_ERROR` bytes after decompression
 (httpx's raw bytes are inflated in bounded steps by our own decoder; aiohttp inflates in
@@ -21,7 +30,7 @@ import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Awaitable, Callable, Iterator
 
 import aiohttp
 import httpx
@@ -50,9 +59,12 @@ __all__ = [
     "TRANSPORTS",
     "FOREIGN_ERRORS",
     "ERROR_KINDS",
+    "END_GRACE_S",
 ]
 
 _now = time.perf_counter_ns
+END_GRACE_S = 0.5  # after the answer ended: the longest wait for the stream to end
+_AFTER_END = (TimeoutError, aiohttp.ClientError, httpx.HTTPError, OSError)  # failures that no longer matter
 
 FOREIGN_ERRORS: dict[type[Exception], tuple[type[TransportError], str]] = {
     # aiohttp's and httpx's exceptions -> ours, with the start of the message. The first
@@ -151,6 +163,7 @@ class TransportConfig:
     read_timeout_s: float = 120.0  # longest silence between two reads
     request_timeout_s: float = 600.0  # whole request
     http2: bool = False
+    end_grace_s: float = END_GRACE_S  # after the finish_reason / [DONE]: the wait for the stream's end
 
 
 class _StreamingTransport:
@@ -162,8 +175,33 @@ class _StreamingTransport:
         self.keepalive = KeepAlive()
         self.redact = Redactor(config.headers)
 
-    def _state(self, record: RequestRecord, spec: RequestSpec) -> StreamState:
-        return StreamState(record, self.config.dialect, answer=spec.answer, redact=self.redact)
+    def _state(self, record: RequestRecord, spec: RequestSpec, body: dict[str, Any]) -> StreamState:
+        choices = body.get("n")
+        one = not (type(choices) is int and choices > 1)  # several choices: only [DONE] ends the answer
+        return StreamState(record, self.config.dialect, answer=spec.answer, redact=self.redact, finish_ends=one)
+
+    async def _read_to_end(self, state: StreamState, read: Callable[[], Awaitable[None]]) -> None:
+        """Run ``read`` (the body's reads, fed to ``state``) until the body ends, until
+        :attr:`TransportConfig.end_grace_s` after the answer ended, or until a bad event was
+        found; then end ``state`` (which raises that bad event)."""
+        loop = asyncio.get_running_loop()
+        grace = self.config.end_grace_s
+        try:
+            async with asyncio.timeout(None) as deadline:
+                def stop() -> None:  # the answer ended: a grace; a bad event: at once
+                    deadline.reschedule(loop.time() + (0.0 if state.failed else grace))
+
+                state.on_end = stop
+                if state.ended or state.failed:
+                    stop()
+                try:
+                    await read()
+                finally:
+                    state.on_end = None
+        except _AFTER_END:
+            if not (deadline.expired() or state.ended):
+                raise
+        await state.end(_now())
 
     def _status_error(self, status: int, body: bytes, location: str | None) -> HTTPStatusError:
         """A non-200 answer, its (bounded) body and ``Location`` with the secrets masked."""
@@ -172,7 +210,7 @@ class _StreamingTransport:
 
     async def send(self, spec: RequestSpec, record: RequestRecord) -> None:
         body = self.config.dialect.build_body(spec, self.config.options)
-        state = self._state(record, spec)
+        state = self._state(record, spec, body)
         try:
             with _translated():
                 try:
@@ -180,7 +218,7 @@ class _StreamingTransport:
                 except _Stale:
                     # the stale keep-alive race: the server never read it (keepalive's rule)
                     record.retries += 1
-                    state = self._state(record, spec)
+                    state = self._state(record, spec, body)
                     await self._exchange(body, state, Attempt(), fresh=True)
         except asyncio.CancelledError:
             state.salvage()
@@ -255,13 +293,14 @@ class AiohttpTransport(_StreamingTransport):
                 keepalive.answered(attempt)
                 if resp.status != 200:
                     raise self._status_error(resp.status, await _aiohttp_error_body(resp), resp.headers.get("Location"))
-                async for chunk in resp.content.iter_any():
-                    t = _now()
-                    state.feed(chunk, t)
-                    if state.backlog > MAX_BACKLOG:
-                        await state.drain()
-                await state.drain(0)
-                state.close(_now())
+                async def read() -> None:
+                    async for chunk in resp.content.iter_any():
+                        t = _now()
+                        state.feed(chunk, t)
+                        if state.backlog > MAX_BACKLOG:
+                            await state.drain()
+
+                await self._read_to_end(state, read)
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             if not fresh and not attempt.answered and keepalive.may_resend(attempt, _aiohttp_stale(exc)):
                 raise _Stale() from exc
@@ -325,14 +364,16 @@ class HttpxTransport(_StreamingTransport):
                         text = await read_capped(resp.aiter_raw(), encoding, MAX_ERROR, truncate=True)
                         raise self._status_error(resp.status_code, text, resp.headers.get("Location"))
                     inflater = Inflater(encoding, max_ratio=None)  # bounded steps: httpx would inflate a whole read at once
-                    async for raw in resp.aiter_raw():
-                        t = _now()
-                        for chunk in inflater.feed(raw):
-                            state.feed(chunk, t)
-                            if state.backlog > MAX_BACKLOG:
-                                await state.drain()
-                    await state.drain(0)
-                    state.close(_now())
+
+                    async def read() -> None:
+                        async for raw in resp.aiter_raw():
+                            t = _now()
+                            for chunk in inflater.feed(raw):
+                                state.feed(chunk, t)
+                                if state.backlog > MAX_BACKLOG:
+                                    await state.drain()
+
+                    await self._read_to_end(state, read)
             except (httpx.RemoteProtocolError, httpx.WriteError, httpx.ReadError) as exc:
                 if not fresh and not attempt.answered and keepalive.may_resend(attempt, _httpx_stale(exc)):
                     raise _Stale() from exc
