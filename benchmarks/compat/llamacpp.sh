@@ -43,5 +43,7 @@ retried = sum(1 for r in lines if r.get("retries"))
 print(f"{transport:<10} {rc:<5} {len(lines):<8} {ok:<6} {json.dumps(failed) if failed else '-':<14} {retried:<8}")
 PY
 done
-grep -m1 -o 'Keep-Alive[^"]*' "$out/server.log" || true
+echo "what the server says of its connections after a streamed answer:"
+curl -si -N "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "Hi", "max_tokens": 2, "stream": true}' | grep -iE '^(connection|keep-alive):' || true
 echo "run folders and logs: $out"
