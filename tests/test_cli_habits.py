@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-import click
 import pytest
 import typer
 from rich.text import Text
@@ -33,10 +32,11 @@ def server() -> Iterator[ScriptedServerProcess]:
         yield srv
 
 
-def _commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
+def _commands(group: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    # typer's own click (typer >= 0.2x vendors it as typer._click; `import click` may fail): by duck type
     for name, cmd in group.commands.items():
         yield prefix + name, cmd
-        if isinstance(cmd, click.Group):
+        if hasattr(cmd, "commands"):
             yield from _commands(cmd, prefix + name + " ")
 
 
