@@ -70,7 +70,11 @@ def _too_long(max_model_len: int, size: str, param: str) -> RequestRejected:
 
 
 async def _read_at_most(request: web.Request, limit: int) -> bytes | None:
-    """The body, or None as soon as more than ``limit`` bytes arrived (the rest unread)."""
+    """The body, or None as soon as more than ``limit`` bytes arrived (the rest unread).
+    A body a middleware has already read whole is taken from aiohttp's cache of it."""
+    if request.body_exists and not request.can_read_body:
+        data = await request.read()
+        return None if len(data) > limit else data
     chunks: list[bytes] = []
     total = 0
     while chunk := await request.content.readany():

@@ -262,8 +262,8 @@ class _File:
         if isinstance(tools, str):
             path = self.path.parent / tools
             try:
-                if not path.is_file():  # a device (/dev/zero) or a FIFO would never end
-                    raise self.error("tools", f"{path} is not a regular file")
+                if path.exists() and not path.is_file():  # a device (/dev/zero) or a FIFO would never end
+                    raise self.error("tools", f"cannot read {path}: not a regular file")
                 with path.open("rb") as fh:
                     raw = fh.read(MAX_TOOLS_BYTES + 1)
                 if len(raw) > MAX_TOOLS_BYTES:
