@@ -348,7 +348,8 @@ class WorkerPool:
             code = w.process.exitcode
             if why is None:
                 why = "its process died" if code is None else f"its process exited with code {code}"
-            self._level.lose(w.index, self.setup.decode(w.live) if w.index in self._waiting else [], why)
+            in_flight = self.setup.decode(w.live) if w.live and w.index in self._waiting else []
+            self._level.lose(w.index, in_flight, why)
             self._waiting.discard(w.index)
         w.in_flight, w.live = 0, b""
         self._event.set()
@@ -406,6 +407,8 @@ class WorkerPool:
         """Run ``plan`` over the live workers: each builds its share, then all start at
         one instant on the shared clock. The records arrive through ``on_records`` (and
         in the result); ``worker_stats`` holds each worker's health."""
+        if self._stop:  # stopped before the level (while the workers started): nothing to send
+            return LevelCollector(plan, self.on_records).finish(True)
         live = [w for w in self._workers if w.alive]
         if not live:
             raise TargetError("every worker process has died")
@@ -417,13 +420,13 @@ class WorkerPool:
                 w.live = b""
                 self._send(w, ("prepare", plan.share(k, len(live), 0)))
             await self._wait_prepared(live)
+            if self._stop:  # stopped while they prepared: nothing was sent, none is started
+                return level.finish(True)
             start_ns = _now() + START_LEAD_NS
             level.result.start_ns = start_ns
             for w in live:
                 w.heard_ns, w.silent_ns = _now(), 0  # silence counts from the start
                 self._send(w, ("start", start_ns))
-            if self._stop:
-                self.interrupt()
             await self._wait(self._waiting)
         finally:
             for w in live:

@@ -175,3 +175,40 @@ def test_sigterm_waits_for_a_stopped_worker_only_the_bound(
     assert list(silent) == [lost] and silent[lost] >= STOP_WAIT_S
     assert summary["levels"][0]["requests"]["total"] == 4
     assert (out / "report.html").stat().st_size > 0
+
+
+def test_sigterm_while_a_worker_is_stopped_starting(
+    tmp_path: Path, cleanup: tuple[list[subprocess.Popen[str]], list[int]]
+) -> None:
+    """A worker stopped before it is ready: SIGTERM still ends the run with 143 after about
+    ``STOP_WAIT_S``, with its summary; every request sent (if any) is one record."""
+    out, log = tmp_path / "run", tmp_path / "server.log"
+    with ScriptedServerProcess(Script(ttft_s=0.05, itl_s=0.5, log_path=str(log))) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.cli", "run", "--url", srv.url, "--api", "completions", "--concurrency",
+             "4", "--requests", "8", "--prompt-tokens", "16", "--output-tokens", "40", "--workers", "2",
+             "--no-calibrate", "--out", str(out), "--quiet"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        cleanup[0].append(proc)
+        deadline = time.monotonic() + 60
+        workers: list[int] = []
+        while time.monotonic() < deadline and proc.poll() is None and not workers:
+            workers = _children(proc.pid)
+            time.sleep(0.005)
+        assert workers, proc.communicate()[0]
+        cleanup[1].append(workers[0])
+        os.kill(workers[0], signal.SIGSTOP)  # while it imports: it never says ready
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30 * STOP_WAIT_S)
+        elapsed = time.monotonic() - t0
+    assert proc.returncode == 143, output
+    assert "Traceback" not in output
+    assert 1.0 <= elapsed / STOP_WAIT_S < 4.0, elapsed
+    assert not _stopped_worker(workers[0])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    sent = len(log.read_text().splitlines()) if log.exists() else 0
+    assert len((out / "records.jsonl").read_text().splitlines()) == sent
