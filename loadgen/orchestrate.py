@@ -251,6 +251,8 @@ def merge_trials(results: Sequence[LevelResult]) -> LevelResult:
         merged.interrupted |= r.interrupted
         merged.worker_stats.extend(r.worker_stats)
         merged.lost_workers.extend(w for w in r.lost_workers if w not in merged.lost_workers)
+        for w, s in r.silent_workers.items():
+            merged.silent_workers[w] = max(merged.silent_workers.get(w, 0.0), s)
         if r.clock_uncertainty_ns is not None:
             merged.clock_uncertainty_ns = max(merged.clock_uncertainty_ns or 0, r.clock_uncertainty_ns)
     if columns:  # compact results: their events apart, in record order
@@ -277,6 +279,7 @@ def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], an
         trim=prof.trim,
         workers=result.worker_stats or None,
         lost_workers=result.lost_workers or None,
+        silent_workers=result.silent_workers or None,
         clock_uncertainty_ms=None if result.clock_uncertainty_ns is None else result.clock_uncertainty_ns / 1e6,
     )
 

@@ -5,7 +5,9 @@ the summary and the report written); the process exits with 128 + the signal: 13
 Ctrl-C, 143 for SIGTERM (``timeout``, ``docker stop``, Kubernetes, CI cancellation).
 Outside a run's own handler, :func:`raise_on_sigterm` turns SIGTERM into
 :class:`~loadgen.errors.Terminated`, which unwinds like Ctrl-C's ``KeyboardInterrupt``.
-Worker processes ignore both and stop when their coordinator says so.
+Worker processes ignore both and stop when their coordinator says so; one that has not
+answered within :data:`loadgen.load.workers.STOP_WAIT_S` (5 s) is killed, its requests in
+flight recorded as ``worker_lost``.
 """
 
 from __future__ import annotations

@@ -125,6 +125,7 @@ class LevelResult:
     interrupted: bool = False
     worker_stats: list[WorkerStats] = field(default_factory=list)  # worker processes: each one's health
     lost_workers: list[int] = field(default_factory=list)  # workers lost during the level (it is partial)
+    silent_workers: dict[int, float] = field(default_factory=dict)  # worker: its longest silence (s), when flagged
     clock_uncertainty_ns: int | None = None  # workers on other clocks: the worst offset uncertainty
     keep: Keep = "all"
     events: tuple[I64, I64, I64] | None = None  # pooled trials of compact results: their events apart

@@ -93,6 +93,7 @@ class LevelCollector:
         self.result = LevelResult(plan, keep="compact")  # read once, by the level's summary
         self.on_records = on_records
         self.lost: list[int] = []
+        self.silent: dict[int, float] = {}
         self._stats: dict[int, WorkerStats] = {}
 
     def add(self, records: Sequence[RequestRecord]) -> None:
@@ -117,11 +118,17 @@ class LevelCollector:
             r.fail(ErrorKind.WORKER_LOST, f"worker {worker} was lost with this request in flight ({why})", now)
         self.add(in_flight)
 
+    def silence(self, worker: int, seconds: float) -> None:
+        """Worker ``worker`` sent nothing for ``seconds`` during the level (stopped, or
+        starved of CPU): the level's client health names it."""
+        self.silent[worker] = max(self.silent.get(worker, 0.0), seconds)
+
     def finish(self, interrupted: bool) -> LevelResult:
         res = self.result
         res.end_ns = _now()
         res.interrupted = interrupted
         res.lost_workers = sorted(self.lost)
+        res.silent_workers = dict(sorted(self.silent.items()))
         res.worker_stats = [self._stats[w] for w in sorted(self._stats)]
         for ws in res.worker_stats:
             res.loop_lag_ms.extend(ws.loop_lag_ms)

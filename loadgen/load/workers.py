@@ -13,14 +13,20 @@ need no conversion). A level goes:
    coordinator writes the records to the run folder; when a worker dies, its last-listed
    in-flight requests become ``worker_lost`` records, the level names it (partial), and
    only what it sent since its last batch is unknown (see :mod:`loadgen.load.share`);
+   a worker with nothing new to report sends a heartbeat instead, so one that sends
+   nothing for :data:`SILENT_S` (stopped, or starved of CPU) is named in the level's
+   client health with how long it was silent;
 4. ``done``: the worker's own health (event-loop lag, CPU, run-queue wait).
 
 Ctrl-C reaches every process of the terminal's group, and so does the SIGTERM of
 ``timeout`` or of a supervisor that signals the group: workers ignore both (they are born
 with them blocked, so not even a signal during their start-up kills one) and stop on the
 coordinator's ``interrupt`` instead, so in-flight requests become ``cancelled`` records and
-nothing is lost. The transport, the request source and the record codec
-come as picklable factories: ``load/`` knows neither the client nor the run folder.
+nothing is lost. A worker that has not answered the interrupt within :data:`STOP_WAIT_S`
+(a stopped or hung process) is killed, and its last-listed in-flight requests become
+``worker_lost`` records, so a stop never waits longer than that for the workers. The
+transport, the request source and the record codec come as picklable factories: ``load/``
+knows neither the client nor the run folder.
 """
 
 from __future__ import annotations
@@ -49,10 +55,12 @@ from loadgen.load.share import START_LEAD_NS, LevelCollector, ShareDone, WorkerS
 from loadgen.records import RequestRecord
 from loadgen.signals import STOP_SIGNALS, ignore_stop_signals
 
-__all__ = ["WorkerSetup", "WorkerPool", "auto_workers", "STREAMS_PER_WORKER"]
+__all__ = ["WorkerSetup", "WorkerPool", "auto_workers", "STREAMS_PER_WORKER", "STOP_WAIT_S", "SILENT_S"]
 
 _now = time.perf_counter_ns
 STREAMS_PER_WORKER = 128  # measured: one event loop keeps p99 gap error < 2 ms up to ~100-128 streams
+STOP_WAIT_S = 5.0  # after an interrupt, how long a worker has to answer before it is killed
+SILENT_S = 2.0  # a worker silent this long during a level (4 missed reports at 0.5 s) is flagged
 
 
 def auto_workers(streams: int, cpus: int | None = None, cpus_of: str = "the") -> tuple[int, str]:
@@ -118,18 +126,21 @@ async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: i
     runner.on_record = pending.append
     reported = -1  # runner.sent at the last batch: a new send changes the in-flight list
 
-    def flush() -> None:
+    def flush() -> bool:
         nonlocal reported
         if pending or runner.sent != reported:
             live = runner.in_flight_records()
             outbox.put(("records", setup.encode(pending), setup.encode(live), len(live)))
             pending.clear()
             reported = runner.sent
+            return True
+        return False
 
     async def flusher() -> None:
         while True:
             await asyncio.sleep(setup.flush_s)
-            flush()
+            if not flush():
+                outbox.put(("beat",))  # nothing new: the coordinator still hears from this loop
 
     outbox.put(("ready", worker, os.getpid()))
     flushing = asyncio.ensure_future(flusher())
@@ -166,7 +177,7 @@ async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: i
 
 
 async def _level(
-    runner: Runner, plan: LevelPlan, prepared: Any, flush: Callable[[], None], outbox: queue.SimpleQueue[Any],
+    runner: Runner, plan: LevelPlan, prepared: Any, flush: Callable[[], bool], outbox: queue.SimpleQueue[Any],
     worker: int,
 ) -> None:  # fmt: skip
     end = await run_share(runner, plan, prepared, worker)
@@ -185,6 +196,9 @@ class _Worker:
     live: bytes = b""  # the requests in flight at the last batch, encoded
     done: bool = False
     prepared: bool = False
+    abandoned: bool = False  # killed for not answering a stop: what it still sent is ignored
+    heard_ns: int = 0  # during a level: when it last sent anything
+    silent_ns: int = 0  # during a level: its longest silence
 
 
 class WorkerPool:
@@ -194,11 +208,14 @@ class WorkerPool:
     live display). Use as an async context manager; :meth:`interrupt` stops the level
     (Ctrl-C). A worker that dies is left out of the rest of the run: its last-listed
     in-flight requests become ``worker_lost`` records, its finished but unsent ones are
-    lost, and :attr:`LevelResult.lost_workers` names it.
+    lost, and :attr:`LevelResult.lost_workers` names it. So is a worker that has not
+    answered ``stop_wait_s`` after :meth:`interrupt` (it is killed); a worker silent for
+    ``silent_s`` during a level is named in :attr:`LevelResult.silent_workers`.
     """
 
     def __init__(self, setup: WorkerSetup, n: int, on_records: Callable[[Sequence[RequestRecord]], None] | None = None,
-                 start_timeout_s: float = 120.0, max_in_flight: int | None = None) -> None:  # fmt: skip
+                 start_timeout_s: float = 120.0, max_in_flight: int | None = None, stop_wait_s: float = STOP_WAIT_S,
+                 silent_s: float = SILENT_S) -> None:  # fmt: skip
         if n < 1:
             raise ValueError(f"workers must be >= 1, got {n}")
         self.setup = setup
@@ -206,10 +223,13 @@ class WorkerPool:
         self.on_records = on_records
         self.start_timeout_s = start_timeout_s
         self.max_in_flight = max_in_flight  # open loop: one cap over all workers (shared credits)
+        self.stop_wait_s = stop_wait_s
+        self.silent_s = silent_s
         self._workers: list[_Worker] = []
         self._level: LevelCollector | None = None
         self._waiting: set[int] = set()
         self._stop = False
+        self._stop_ns: int | None = None  # when interrupt() was first called
         self._event = asyncio.Event()
 
     @property
@@ -253,6 +273,9 @@ class WorkerPool:
             for w in self._workers:
                 if w.done:
                     ready.add(w.index)
+            self._abandon_overdue([w for w in self._workers if not w.done])  # a stop while they start
+            if any(w.abandoned for w in self._workers):
+                break  # the level stops at once, over the workers that did start
             if not all(w.alive for w in self._workers):
                 await self.__aexit__(None, None, None)
                 raise TargetError("a worker process died while starting")
@@ -273,7 +296,7 @@ class WorkerPool:
             if w.alive:
                 with contextlib.suppress(OSError, ValueError):
                     w.cmd.send(("close",))
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + (self.stop_wait_s if self._stop else 10.0)
         for w in self._workers:
             while w.process.is_alive() and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
@@ -284,12 +307,17 @@ class WorkerPool:
             w.out.close()
 
     def _deliver(self, loop: asyncio.AbstractEventLoop, w: _Worker, msg: Any) -> None:
-        """From a reader thread: hand ``msg`` to the event loop."""
+        """From a reader thread: hand ``msg`` to the event loop, with when it came (a busy
+        loop does not make a worker look silent)."""
         with contextlib.suppress(RuntimeError):  # the loop closed after the run
-            loop.call_soon_threadsafe(self._on_message, w, msg)
+            loop.call_soon_threadsafe(self._on_message, w, msg, _now())
 
-    def _on_message(self, w: _Worker, msg: Any) -> None:
+    def _on_message(self, w: _Worker, msg: Any, at_ns: int = 0) -> None:
         kind = msg[0]
+        if w.abandoned:  # its in-flight requests are worker_lost records already
+            return
+        if w.index in self._waiting and w.heard_ns and at_ns > w.heard_ns:
+            w.silent_ns, w.heard_ns = max(w.silent_ns, at_ns - w.heard_ns), at_ns
         if kind == "eof":
             self._lose(w)
         elif kind == "records":
@@ -311,21 +339,47 @@ class WorkerPool:
                 self._waiting.discard(w.index)
         self._event.set()
 
-    def _lose(self, w: _Worker) -> None:
+    def _lose(self, w: _Worker, why: str | None = None) -> None:
         if not w.alive:
             return
         w.alive = False
         if self._level is not None:
+            self._note_silence(w)
             code = w.process.exitcode
-            why = "its process died" if code is None else f"its process exited with code {code}"
-            self._level.lose(w.index, self.setup.decode(w.live) if w.index in self._waiting else [], why)
+            if why is None:
+                why = "its process died" if code is None else f"its process exited with code {code}"
+            in_flight = self.setup.decode(w.live) if w.live and w.index in self._waiting else []
+            self._level.lose(w.index, in_flight, why)
             self._waiting.discard(w.index)
         w.in_flight, w.live = 0, b""
         self._event.set()
 
+    def _note_silence(self, w: _Worker) -> None:
+        """At the end of ``w``'s level: its longest silence, when over ``silent_s``."""
+        if self._level is not None and w.heard_ns:
+            silent = max(w.silent_ns, _now() - w.heard_ns) if w.index in self._waiting else w.silent_ns
+            if silent > self.silent_s * 1e9:
+                self._level.silence(w.index, silent / 1e9)
+        w.heard_ns = w.silent_ns = 0
+
+    def _abandon_overdue(self, pending: Sequence[_Worker]) -> None:
+        """After an interrupt, kill each of ``pending`` that has not answered within
+        ``stop_wait_s``: a stopped or hung process never holds up the end of a run."""
+        if self._stop_ns is None or _now() - self._stop_ns < self.stop_wait_s * 1e9:
+            return
+        for w in pending:
+            if w.alive:
+                w.abandoned = True
+                with contextlib.suppress(OSError):
+                    w.process.kill()  # SIGKILL: it also ends a stopped (SIGSTOP) process
+                self._lose(w, f"it did not answer the stop within {self.stop_wait_s:g} s and was killed")
+
     def interrupt(self) -> None:
-        """Stop the level: every worker cancels what it has in flight."""
+        """Stop the level: every worker cancels what it has in flight; one that has not
+        answered within ``stop_wait_s`` is killed (its in-flight requests ``worker_lost``)."""
         self._stop = True
+        if self._stop_ns is None:
+            self._stop_ns = _now()
         for w in self._workers:
             if w.alive:
                 with contextlib.suppress(OSError, ValueError):
@@ -339,6 +393,7 @@ class WorkerPool:
             for w in self._workers:
                 if w.alive and not w.process.is_alive():
                     self._lose(w)
+            self._abandon_overdue([w for w in self._workers if w.index in pending])
             pending.intersection_update(w.index for w in self._workers if w.alive)
             if not pending:
                 return
@@ -352,6 +407,8 @@ class WorkerPool:
         """Run ``plan`` over the live workers: each builds its share, then all start at
         one instant on the shared clock. The records arrive through ``on_records`` (and
         in the result); ``worker_stats`` holds each worker's health."""
+        if self._stop:  # stopped before the level (while the workers started): nothing to send
+            return LevelCollector(plan, self.on_records).finish(True)
         live = [w for w in self._workers if w.alive]
         if not live:
             raise TargetError("every worker process has died")
@@ -363,14 +420,18 @@ class WorkerPool:
                 w.live = b""
                 self._send(w, ("prepare", plan.share(k, len(live), 0)))
             await self._wait_prepared(live)
+            if self._stop:  # stopped while they prepared: nothing was sent, none is started
+                return level.finish(True)
             start_ns = _now() + START_LEAD_NS
             level.result.start_ns = start_ns
             for w in live:
+                w.heard_ns, w.silent_ns = _now(), 0  # silence counts from the start
                 self._send(w, ("start", start_ns))
-            if self._stop:
-                self.interrupt()
             await self._wait(self._waiting)
         finally:
+            for w in live:
+                if w.alive:
+                    self._note_silence(w)
             self._level = None
         return level.finish(self._stop)
 
@@ -382,6 +443,7 @@ class WorkerPool:
                     self._lose(w)
             if all(w.prepared or not w.alive for w in live):
                 return
+            self._abandon_overdue([w for w in live if not w.prepared])
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._event.wait(), timeout=0.5)
 

@@ -181,9 +181,14 @@ def _bound(lag: Distribution, late: Distribution, client_bound_ms: float) -> lis
     return reasons
 
 
+def _silence(seconds: float) -> str:
+    return (f"sent nothing for {seconds:.1f} s during the level (no report, no heartbeat: its process was stopped "
+            "or starved of CPU, so its requests' times are suspect)")  # fmt: skip
+
+
 def _worker(
     ws: WorkerStats, frame: pd.DataFrame, users: npt.NDArray[np.int64], client_bound_ms: float,
-    anchor_ns: int | None,
+    anchor_ns: int | None, silent_s: float | None = None,
 ) -> WorkerHealth:  # fmt: skip
     mine = users % max(ws.n_shares, 1) == ws.share
     lag = distribution(np.asarray(ws.loop_lag_ms, dtype=np.float64))
@@ -191,6 +196,8 @@ def _worker(
     reasons = _bound(lag, late, client_bound_ms)
     if ws.runqueue_s is not None and ws.wall_s > 0 and ws.runqueue_s / ws.wall_s > _RUNQUEUE_BOUND:
         reasons.append(f"waited for a CPU {100 * ws.runqueue_s / ws.wall_s:.0f}% of the time")
+    if silent_s is not None:
+        reasons.append(_silence(silent_s))
     return WorkerHealth(
         worker=ws.worker,
         loop_lag_ms=lag,
@@ -207,14 +214,15 @@ def _client(
     frame: pd.DataFrame, loop_lag_ms: Sequence[float], client_bound_ms: float,
     lag_series: tuple[Sequence[int], int] | None, workers: Sequence[WorkerStats] | None,
     lost_workers: Sequence[int] | None, users: npt.NDArray[np.int64], clock_uncertainty_ms: float | None,
-    retried: int = 0,
+    retried: int = 0, silent_workers: Mapping[int, float] | None = None,
 ) -> ClientHealth:  # fmt: skip
     """The level's client health; with worker processes, each one's too, and the level
-    is client-bound when any of them is."""
+    is client-bound when any of them is (or was silent: ``silent_workers``)."""
     per_worker = None
+    silent = dict(silent_workers or {})
     if workers:
         anchor = None if lag_series is None else lag_series[1]
-        per_worker = [_worker(ws, frame, users, client_bound_ms, anchor) for ws in workers]
+        per_worker = [_worker(ws, frame, users, client_bound_ms, anchor, silent.get(ws.worker)) for ws in workers]
         loop_lag_ms = [x for ws in workers for x in ws.loop_lag_ms]
     lag = distribution(np.asarray(loop_lag_ms, dtype=np.float64))
     late = distribution(frame["send_lateness_ms"].to_numpy())
@@ -224,9 +232,11 @@ def _client(
     else:
         for wh in per_worker or ():
             reasons.extend(f"worker {wh.worker}: {r}" for r in wh.reasons)
+    with_health = {wh.worker for wh in per_worker or ()}
+    reasons.extend(f"worker {w}: {_silence(s)}" for w, s in sorted(silent.items()) if w not in with_health)
     if lost_workers:
-        reasons.append(f"worker(s) {', '.join(map(str, lost_workers))} died during the level: it is partial, "
-                       "their in-flight requests are worker_lost records")  # fmt: skip
+        reasons.append(f"worker(s) {', '.join(map(str, lost_workers))} died or stopped answering during the level: "
+                       "it is partial, their in-flight requests are worker_lost records")  # fmt: skip
     notes = None
     if clock_uncertainty_ms is not None and clock_uncertainty_ms > CLOCK_NOTE_MS:
         notes = [f"worker clock offsets are known to ±{clock_uncertainty_ms:.3g} ms only (> {CLOCK_NOTE_MS:g} ms): "
@@ -272,6 +282,7 @@ def summarize_level(
     lost_workers: Sequence[int] | None = None,
     clock_uncertainty_ms: float | None = None,
     events: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike] | None = None,
+    silent_workers: Mapping[int, float] | None = None,
 ) -> LevelSummary:
     """Summarise one level (see the module docstring and ``summary.json``'s contract).
 
@@ -286,7 +297,9 @@ def summarize_level(
     processes' own measurements) adds a health entry per worker, and the level is
     client-bound when any worker is; ``lost_workers`` names workers that died (the level
     is partial and says so: their in-flight requests are ``worker_lost`` records, what
-    they finished or sent since their last report is missing). ``clock_uncertainty_ms``
+    they finished or sent since their last report is missing); ``silent_workers`` maps a
+    worker to its longest silence in seconds, when the coordinator flagged one (the level
+    is client-bound and names it with how long). ``clock_uncertainty_ms``
     (workers on other machines: the worst uncertainty of their clock offsets) is kept,
     with a note above ``CLOCK_NOTE_MS``. ``events``, when given,
     holds the records' events apart, ``(n_events, t_ns, n_tokens)`` as
@@ -364,7 +377,7 @@ def summarize_level(
         client=_client(frame, loop_lag_ms, client_bound_ms,
                        None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns), workers, lost_workers,
                        np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured)),
-                       clock_uncertainty_ms, retried),  # fmt: skip
+                       clock_uncertainty_ms, retried, silent_workers),  # fmt: skip
         schedule=schedule,
         interrupted=interrupted,
         windows=None if window_s is None else windows_of(frame, ev, window_s),

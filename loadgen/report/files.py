@@ -222,17 +222,27 @@ def check_out_folder(folder: Path) -> None:
 def records_before_level(folder: Path, level: int) -> tuple[int, int, int]:
     """Where the records of levels ``< level`` end: ``(records.jsonl bytes, events.bin
     bytes, records)``. Levels run one after another, so their records follow one another
-    in the file; the cut is at the first line of a later level, or at the first line
-    that is not a record (the torn last line of a killed run)."""
+    in the file; the cut is at the first line of a later level, or at the lines that are
+    not records there or at the end (the torn last line of a killed run). A line that is
+    not a record with records of levels ``< level`` after it is a damaged file:
+    :class:`ConfigError` names the line."""
     line_end = n_events = count = 0
-    with open(folder / "records.jsonl", "rb") as fh:
-        for raw in fh:
+    damaged: int | None = None
+    path = folder / "records.jsonl"
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
             if raw.endswith(b"\n") and not raw.strip():  # a blank line, as the readers skip it
-                line_end += len(raw)
+                line_end += len(raw) if damaged is None else 0
                 continue
             parsed = parse_line(raw.strip()) if raw.endswith(b"\n") else None
-            if parsed is None or parsed[0].level >= level:
-                break
+            if parsed is None:
+                damaged = lineno if damaged is None else damaged
+                continue
+            if parsed[0].level >= level:
+                break  # a damaged line just before is cut with the rest
+            if damaged is not None:
+                raise ConfigError(f"{path} line {damaged} is not a record (a damaged line), and records of the levels "
+                                  "to keep follow it", key="--resume")  # fmt: skip
             ref = events_ref(parsed[1])
             n_events += ref[1] if ref is not None else 0
             line_end += len(raw)

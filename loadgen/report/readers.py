@@ -5,8 +5,10 @@ records with their events pulled out into flat int64 columns; :func:`read_record
 gives the records and their events a piece at a time (what the report builds its
 per-request data from, so a run of 100M events never sits in memory as raw columns).
 All parse each line the same way and skip the same lines: blank, torn (a killed run),
-not JSON, or not a record. Folders of older versions (events as JSON lists inside the
-lines) read as before, also mixed with newer lines. The format: :mod:`loadgen.report.recordio`.
+not JSON, or not a record — except a damaged line that lines referring to ``events.bin``
+follow, which is an error naming that line (see :func:`_parsed`). Folders of older
+versions (events as JSON lists inside the lines) read as before, also mixed with newer
+lines. The format: :mod:`loadgen.report.recordio`.
 """
 
 from __future__ import annotations
@@ -86,13 +88,25 @@ class _EventsFile:
         return np.frombuffer(data, dtype=np.uint8)
 
 
-def _parsed(fh: IO[bytes]) -> Iterator[tuple[int, RequestRecord, Any]]:
-    """Line number, record and ``events`` value of every line that is a record."""
+def _parsed(fh: IO[bytes], path: Path) -> Iterator[tuple[int, RequestRecord, Any]]:
+    """Line number, record and ``events`` value of every line that is a record.
+
+    A line that is not a record is skipped, but not when a line after it refers to
+    ``events.bin``: the skipped line may have held events there too, so the later
+    lines' events can no longer be placed, and the error names the damaged line rather
+    than ``events.bin`` (a torn last line has no line after it, and stays skipped)."""
+    damaged: int | None = None
     for lineno, raw in enumerate(fh, 1):
         line = raw.strip()
         parsed = parse_line(line) if line else None
-        if parsed is not None:
-            yield lineno, parsed[0], parsed[1]
+        if parsed is None:
+            if line and damaged is None:
+                damaged = lineno
+            continue
+        if damaged is not None and events_ref(parsed[1]) is not None:
+            raise ConfigError(f"{path} line {damaged} is not a record (a damaged line): the lines after it refer "
+                              f"to {EVENTS_FILE}, and where their events start there is no longer known")
+        yield lineno, parsed[0], parsed[1]
 
 
 def _ref(events: Any, path: Path, lineno: int) -> tuple[int, int] | None:
@@ -115,7 +129,9 @@ _GROUP = 1024  # records decoded together by read_records
 def read_records(folder: str | os.PathLike[str]) -> Iterator[RequestRecord]:
     """Records of a run folder, events included (from ``events.bin`` or the line); a
     torn last line (a killed run) or any other line that is not a JSON object of a
-    record is skipped. A line whose events cannot be read raises :class:`ConfigError`.
+    record is skipped, unless lines referring to ``events.bin`` follow it (then
+    :class:`ConfigError` names it). A line whose events cannot be read raises
+    :class:`ConfigError`.
     ``folder`` is a path or its text."""
     folder = Path(folder)
     path = run_file(folder, "records.jsonl")
@@ -124,7 +140,7 @@ def read_records(folder: str | os.PathLike[str]) -> Iterator[RequestRecord]:
         refs: list[tuple[int, int]] = []
         refd: list[RequestRecord] = []
         lines: list[int] = []
-        for lineno, rec, events in _parsed(fh):
+        for lineno, rec, events in _parsed(fh, path):
             ref = _ref(events, path, lineno)
             if ref is None:
                 rec.events = events
@@ -267,7 +283,7 @@ def read_records_pieces(folder: str | os.PathLike[str],
     # millions of small lists pass through here; none is part of a cycle, and the cyclic
     # collector would walk the ones still alive again and again (several times slower)
     with open(path, "rb") as fh, _collector_paused():
-        for lineno, rec, events in _parsed(fh):
+        for lineno, rec, events in _parsed(fh, path):
             ref = _ref(events, path, lineno)
             kept = keep is None or keep(rec)
             if ref is not None:

@@ -153,6 +153,23 @@ def test_client_verdict(summary):
     assert (empty["verdict"], empty["reasons"]) == ("ok", [])
 
 
+def test_a_silent_worker_makes_the_level_client_bound():
+    """The coordinator's silences: in the worker's own health when it has one (it came
+    back), at the level otherwise (it was lost); the other worker stays ok."""
+    from loadgen.metrics.client import WorkerStats
+
+    stats = [WorkerStats(worker=w, share=w, n_shares=3, loop_lag_ms=[1.0], cpu_s=0.1, wall_s=1.0) for w in (0, 1)]
+    s = summarize_level(level(), load=LOAD, workers=stats, lost_workers=[2], silent_workers={1: 4.26, 2: 7.0})
+    client = s["client"]
+    assert client["verdict"] == "client-bound"
+    by_worker = {wh["worker"]: wh for wh in client["workers"]}
+    assert by_worker[0]["verdict"] == "ok" and by_worker[1]["verdict"] == "client-bound"
+    assert by_worker[1]["reasons"][0].startswith("sent nothing for 4.3 s during the level")
+    assert [r.split(" during")[0] for r in client["reasons"] if "sent nothing" in r] == [
+        "worker 1: sent nothing for 4.3 s", "worker 2: sent nothing for 7.0 s"]
+    assert summarize_level(level(), load=LOAD, workers=stats)["client"]["verdict"] == "ok"
+
+
 def _plain(obj):
     if isinstance(obj, dict):
         return all(isinstance(k, str) and _plain(v) for k, v in obj.items())
