@@ -4,7 +4,8 @@ Writes a ShareGPT JSONL file of about ``--mb`` MB (synthetic words; one prompt o
 words and an answer of 20-400 per entry), the same entries as one ShareGPT JSON array,
 and their prompts as a CSV, then runs ``loadgen run --requests 2`` over each against the
 scripted server (its own process, on 127.0.0.1) and prints the run's peak RSS (the
-child's ``ru_maxrss``) and wall time next to the file's size.
+child's ``ru_maxrss``) and wall time next to the file's size; a first run with synthetic
+prompts is the baseline (the interpreter and loadgen's imports).
 
     python benchmarks/dataset_memory.py [--mb 300] [--folder DIR] [--tree CHECKOUT ...]
 
@@ -53,10 +54,11 @@ def write_files(folder: Path, mb: int) -> dict[str, Path]:
     return {"sharegpt jsonl": jsonl, "sharegpt json": array, "prompts csv": table}
 
 
-def run(tree: Path, url: str, path: Path, out: Path) -> tuple[int, float, int]:
-    """(peak RSS in bytes, seconds, exit code) of one 2-request run."""
-    cmd = [sys.executable, "-m", "loadgen.cli", "run", "--url", url, "--dataset", str(path), "--requests", "2",
-           "--concurrency", "1", "--output-tokens", "4", "--quiet", "--out", str(out)]  # fmt: skip
+def run(tree: Path, url: str, path: Path | None, out: Path) -> tuple[int, float, int]:
+    """(peak RSS in bytes, seconds, exit code) of one 2-request run (no file: synthetic prompts)."""
+    given = ["--dataset", str(path)] if path is not None else ["--prompt-tokens", "8"]
+    cmd = [sys.executable, "-m", "loadgen.cli", "run", "--url", url, *given, "--requests", "2", "--concurrency", "1",
+           "--output-tokens", "4", "--quiet", "--out", str(out)]  # fmt: skip
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -76,11 +78,11 @@ def main() -> None:
         files = write_files(folder, args.mb)
         print(f"{'file':<16} {'MB':>6} {'checkout':<24} {'peak RSS MB':>11} {'s':>6} {'exit':>4}")
         k = 0
-        for name, path in files.items():
+        for name, path in {"none (synthetic)": None, **files}.items():
             for tree in [ROOT, *args.tree]:
                 rss, secs, rc = run(tree, srv.url, path, Path(tmp) / f"run{k}")
                 k += 1
-                print(f"{name:<16} {path.stat().st_size / 1e6:>6.0f} {str(tree)[-24:]:<24} {rss / 1e6:>11.0f} "
+                print(f"{name:<16} {path.stat().st_size / 1e6 if path else 0:>6.0f} {str(tree)[-24:]:<24} {rss / 1e6:>11.0f} "
                       f"{secs:>6.1f} {rc:>4}", flush=True)  # fmt: skip
 
 

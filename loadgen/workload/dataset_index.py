@@ -30,7 +30,8 @@ __all__ = ["EntryView", "FileEntries", "HeldEntries", "Span", "Store", "csv_span
 Span = tuple[int, int, str, Any]  # byte offset, length, where ("line 3", "entry 2"), the parsed entry
 _BLOCK = 1 << 18
 _BOM = b"\xef\xbb\xbf"
-_TOKEN = re.compile(rb'["\[\]{},]')
+_TOKEN = re.compile(rb'["\[\]{}]')
+_SCALAR_END = re.compile(rb"[,\]\s]")
 _SPACES = re.compile(rb"[ \t\r\n]+")
 
 
@@ -118,32 +119,43 @@ class _Scanner:
 
     def element_end(self) -> int:
         """The end of the element at ``buf[at]`` (an object, an array or a scalar)."""
-        depth, pos = 0, self.at
+        if self.buf[self.at] not in b"{[":
+            return self.scalar_end()
+        buf, search, depth, pos = self.buf, _TOKEN.search, 0, self.at
         while True:
-            m = _TOKEN.search(self.buf, pos)
-            s = _string_end(self.buf, m.end()) if m is not None and m.group() == b'"' else 0
-            if m is None or s < 0:  # the element goes on in the next block
-                again = m.start() if m is not None else len(self.buf)
-                shift = self.more()
-                if shift < 0:
-                    raise self.bad("unexpected end of data", len(self.buf))
-                pos = again - shift
-                continue
-            c = m.group()
-            if s > 0:
-                pos = s
-                if depth == 0:
-                    return pos
-            elif c in b"[{":
-                depth, pos = depth + 1, m.end()
-            elif depth == 0:  # a scalar ends at its comma or bracket
-                return m.start()
-            elif c in b"]}":
-                depth, pos = depth - 1, m.end()
-                if depth == 0:
-                    return pos
+            m = search(buf, pos)
+            if m is not None:
+                i = m.start()
+                c = buf[i]
+                if c == 0x22:  # a string: skipped whole
+                    end = _string_end(buf, i + 1)
+                    if end >= 0:
+                        pos = end
+                        continue
+                else:
+                    depth += 1 if c in b"{[" else -1
+                    pos = i + 1
+                    if depth == 0:
+                        return pos
+                    continue
+            again = m.start() if m is not None else len(buf)  # the element goes on in the next block
+            shift = self.more()
+            if shift < 0:
+                raise self.bad("unexpected end of data", len(buf))
+            pos = again - shift
+
+    def scalar_end(self) -> int:
+        """The end of the string, number or literal at ``buf[at]``."""
+        while True:
+            if self.buf[self.at] == 0x22:
+                end = _string_end(self.buf, self.at + 1)
             else:
-                pos = m.end()
+                m = _SCALAR_END.search(self.buf, self.at)
+                end = -1 if m is None else m.start()
+            if end >= 0:
+                return end
+            if self.more() < 0:
+                raise self.bad("unexpected end of data", len(self.buf))
 
     def elements(self) -> Iterator[Span]:
         first = self.skip_space()

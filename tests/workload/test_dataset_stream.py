@@ -49,6 +49,13 @@ def test_the_array_scanner_finds_orjsons_elements_at_any_block_size(tmp_path: Pa
     assert [w for _, _, w, _ in spans] == [f"entry {i}" for i in range(len(doc))]
 
 
+def test_the_scanner_splits_scalars_too(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text('[1, "a,]\\"" ,true,\nnull , -2.5e3]')
+    with path.open("rb") as fh:
+        assert [obj for _, _, _, obj in json_array_spans(fh, str(path))] == [1, 'a,]"', True, None, -2.5e3]
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ('[{"a": 1}, {"a": 2}', "line 1: not valid JSON: unexpected end of data"),
     ('[{"a": 1}\n {"a": 2}]', "line 2: not valid JSON: expected ',' or ']' after an entry"),
