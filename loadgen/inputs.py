@@ -46,14 +46,15 @@ def input_problem(path: str | Path, *, folder_ok: bool = False) -> str | None:
 class InputError(OSError):
     """Raised by :func:`open_input`; ``str(exc)`` is the reason (callers add the file's name)."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 def open_input(path: str | Path) -> BinaryIO:
     """``path`` opened for reading in binary, refused unless it is a regular file
-    (:class:`InputError`, an ``OSError`` whose ``strerror`` says why)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise InputError(2, "no such file") from None
+    (:class:`InputError`, an ``OSError`` whose ``strerror`` says why; a missing file raises
+    ``FileNotFoundError`` as ``open()`` does)."""
+    fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         why = _problem(os.fstat(fd).st_mode, False)
         if why is not None:

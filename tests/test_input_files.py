@@ -13,7 +13,10 @@ import pytest
 
 from loadgen.errors import ConfigError, ProfileError, WorkloadError
 from loadgen.inputs import input_problem, open_input
-from loadgen.load.profiles import load_profile
+from loadgen.load.profiles import list_profiles, load_profile
+from loadgen.matrix import load_matrix
+from loadgen.workload.distributions import parse_distribution
+from loadgen.workload.fit import fit_workload
 from loadgen.workload.hf_cache import resolve_tokenizer
 from loadgen.workload.spec import load_workload
 from loadgen.workload.traces import TraceOptions, load_trace
@@ -56,13 +59,33 @@ def test_every_kind_of_input_file_refuses_a_fifo(tmp_path: Path) -> None:
         load_workload(str(tmp_path / "tools.toml"), [])
 
 
+def test_fit_matrix_config_empirical_and_profile_listing_refuse_a_fifo(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match=r"f\.jsonl: is a FIFO, not a regular file"):
+        fit_workload(str(fifo(tmp_path, "f.jsonl")), "fit")
+    with pytest.raises(ConfigError, match=r"m\.toml: is a FIFO, not a regular file"):
+        load_matrix(fifo(tmp_path, "m.toml"))
+    with pytest.raises(WorkloadError, match=r"cannot read csv .*e\.csv: is a FIFO, not a regular file"):
+        parse_distribution("empirical:csv=e.csv,column=a", base_dir=(fifo(tmp_path, "e.csv")).parent)
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    fifo(profiles, "stuck.toml")
+    assert ("stuck", "(unreadable)") in list_profiles([profiles])
+    from typer.testing import CliRunner
+
+    from loadgen.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--config", str(fifo(tmp_path, "c.toml")), "--url", "http://127.0.0.1:9"])
+    squeezed = "".join(c for c in res.output if c not in "│ \n")  # (typer boxes and wraps the line)
+    assert res.exit_code == 2 and "isaFIFO,notaregularfile" in squeezed, res.output
+
+
 def test_open_input_refuses_what_input_problem_names(tmp_path: Path) -> None:
     path = fifo(tmp_path, "f")
     assert input_problem(path) == "is a FIFO, not a regular file"
     assert input_problem(tmp_path) == "is a folder, not a regular file"
     assert input_problem(tmp_path, folder_ok=True) is None
     assert input_problem(tmp_path / "none") == "no such file"
-    for bad, why in ((path, "is a FIFO"), (tmp_path, "is a folder"), (tmp_path / "none", "no such file")):
+    for bad, why in ((path, "is a FIFO"), (tmp_path, "is a folder"), (tmp_path / "none", "No such file")):
         with pytest.raises(OSError, match=why):
             open_input(bad)
     (tmp_path / "ok").write_bytes(b"data")

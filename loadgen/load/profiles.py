@@ -308,8 +308,9 @@ def list_profiles(search_dirs: Sequence[Path]) -> list[tuple[str, str]]:
             if p.stem in seen:
                 continue
             try:
-                desc = str(tomllib.loads(p.read_text(encoding="utf-8")).get("description", ""))
-            except (OSError, tomllib.TOMLDecodeError):
+                with open_input(p) as fh:
+                    desc = str(tomllib.loads(fh.read().decode("utf-8")).get("description", ""))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
                 desc = "(unreadable)"
             seen[p.stem] = desc.strip().splitlines()[0] if desc.strip() else ""
     return sorted(seen.items())
