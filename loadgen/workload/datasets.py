@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from loadgen.errors import WorkloadError
 from loadgen.inputs import input_problem, open_input
