@@ -138,11 +138,14 @@ def _config_defaults(command: Any, path: Path) -> dict[str, Any]:
     import json
     import tomllib
 
+    from loadgen.inputs import open_input
+
     names = {p.name for p in command.params if p.name}
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise typer.BadParameter(f"cannot read {path}: {exc.strerror or exc}") from None
+        with open_input(path) as fh:  # (a FIFO or a device: refused, not read)
+            text = fh.read().decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if path.suffix == ".json":
         try:
             data = json.loads(text)

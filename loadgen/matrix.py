@@ -69,6 +69,7 @@ from rich.markup import escape
 
 from loadgen.client.discovery import normalize_url, split_credentials
 from loadgen.errors import ConfigError, LoadgenError
+from loadgen.inputs import InputError, open_input
 from loadgen.load.profiles import Profile, load_profile, profile_from_dict
 from loadgen.metrics.results import RunSummary
 from loadgen.metrics.slo import parse_slo
@@ -188,9 +189,12 @@ def load_matrix(path: Path) -> MatrixSpec:
     """Read and validate a matrix file; every error names the file and the key."""
     source = str(path)
     try:
-        data = tomllib.loads(Path(path).read_text())
+        with open_input(path) as fh:  # (a FIFO or a device: refused, not read)
+            data = tomllib.loads(fh.read().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such matrix file") from None
+    except InputError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{source}: not a valid TOML file ({exc})") from None
     _check_keys(data, _TOP, source, "")

@@ -449,6 +449,8 @@ def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | No
                       f"lengths {how}[/dim]", highlight=False, soft_wrap=True)  # fmt: skip
         stats.update(entries=len(measured), file_entries=measured.total, skipped_without_prompt=data.skipped,
                      lengths="exact" if measured.exact else "calibrated")  # fmt: skip
+        if cfg.ray is not None:  # actors on other nodes cannot read the file: the kept prompts travel with them
+            measured = measured.held()
         return functools.partial(DatasetSource, measured, cfg.seed, opts.replacement)
     return functools.partial(_source_type(cfg.workload), cfg.workload, cfg.seed, synth)
 

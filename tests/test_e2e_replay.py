@@ -134,6 +134,20 @@ def test_a_tokenizer_makes_synthetic_prompts_exact(url: str, tmp_path: Path) -> 
     assert json.loads((tmp_path / "r" / "run.json").read_text())["tokenizer"] == str(tmp_path / "tokenizer.json")
 
 
+def test_worker_processes_read_the_datasets_prompts_back_from_the_file(url: str, tmp_path: Path) -> None:
+    path = tmp_path / "d.json"  # a JSON array, streamed: each worker reads its prompts back by span
+    path.write_text(json.dumps([{"conversations": [{"from": "human", "value": " ".join(["w"] * (10 + i))},
+                                                   {"from": "gpt", "value": "a b c"}]} for i in range(40)]))  # fmt: skip
+    opts = DatasetOptions(str(path))
+    wl = Workload(name="ds", description="", classes=[], source=opts.path, dataset=opts)
+    recs = run(RunConfig(url=url, api="completions", workload=wl, profile=Profile(levels=[4], requests=20),
+                         out=tmp_path / "r", live=False, workers=2))  # fmt: skip
+    assert len(recs) == 20 and all(r.ok for r in recs) and {r.worker for r in recs} == {0, 1, 2, 3}
+    assert len({r.source_row for r in recs}) == 20  # one permutation over the processes
+    # the server counts the words it was sent: each request carried its own row's prompt
+    assert all(r.prompt_tokens == 10 + (r.source_row or 0) and r.completion_tokens == 3 for r in recs)
+
+
 def test_cli_dataset_flags(url: str, tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["run", "--url", url, "--dataset", str(SAMPLES / "prompts.csv"), "--output-tokens", "3",
                                    "--min-prompt-tokens", "80", "--replacement", "--concurrency", "2", "--requests",

@@ -31,6 +31,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from loadgen.errors import ConfigError, ProfileError
+from loadgen.inputs import input_problem, open_input
 from loadgen.load.arrivals import MAX_RATE
 from loadgen.records import MAX_LEVEL_S
 
@@ -277,8 +278,9 @@ def load_profile(name_or_path: str, search_dirs: Sequence[Path]) -> Profile:
     """Load ``profiles/NAME.toml`` from the first search dir that has it, or a .toml path."""
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         path = Path(name_or_path)
-        if not path.is_file():
-            raise ProfileError(f"profile file {path} not found")
+        why = input_problem(path)
+        if why is not None:
+            raise ProfileError(f"profile file {path} not found" if why == "no such file" else f"profile file {path} {why}")
     else:
         found = [d / f"{name_or_path}.toml" for d in search_dirs if (d / f"{name_or_path}.toml").is_file()]
         if not found:
@@ -286,7 +288,8 @@ def load_profile(name_or_path: str, search_dirs: Sequence[Path]) -> Profile:
             raise ProfileError(f"unknown profile {name_or_path!r}; available: {names} (searched {_dirs_text(search_dirs)})")
         path = found[0]
     try:
-        text = path.read_bytes().decode("utf-8")
+        with open_input(path) as fh:
+            text = fh.read().decode("utf-8")
     except OSError as exc:
         raise ProfileError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
     except UnicodeDecodeError as exc:
@@ -305,8 +308,9 @@ def list_profiles(search_dirs: Sequence[Path]) -> list[tuple[str, str]]:
             if p.stem in seen:
                 continue
             try:
-                desc = str(tomllib.loads(p.read_text(encoding="utf-8")).get("description", ""))
-            except (OSError, tomllib.TOMLDecodeError):
+                with open_input(p) as fh:
+                    desc = str(tomllib.loads(fh.read().decode("utf-8")).get("description", ""))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
                 desc = "(unreadable)"
             seen[p.stem] = desc.strip().splitlines()[0] if desc.strip() else ""
     return sorted(seen.items())

@@ -30,24 +30,42 @@ and a level longer than the dataset starts a fresh permutation; with replacement
 request draws an entry independently. Each request's ``source_row`` is its entry's
 0-based row in the file.
 
+**Memory.** A JSON array, JSONL or CSV file is read as a stream
+(:mod:`loadgen.workload.dataset_index`): each entry is parsed, checked, and reduced to its
+file row, word counts and byte span; the texts are read back from the file when they are
+counted with a tokenizer and when a request sends them. Parquet is read whole by pyarrow.
+
 Errors name the file, the line (JSONL, CSV) or entry (JSON array, Parquet row) and the field.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import functools
 import importlib
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from loadgen.errors import WorkloadError
+from loadgen.inputs import input_problem, open_input
 from loadgen.records import ChatMessage, Prompt, RequestSpec
+from loadgen.workload.dataset_index import (
+    EntryView,
+    FileEntries,
+    HeldEntries,
+    Store,
+    csv_spans,
+    json_array_spans,
+    jsonl_spans,
+    stamp,
+)
 from loadgen.workload.distributions import MAX_LENGTH
 from loadgen.workload.prompts import PromptSynthesizer, TokenCounter
 
@@ -57,6 +75,7 @@ __all__ = [
     "Dataset",
     "DatasetOptions",
     "DatasetSource",
+    "EntryView",
     "MeasuredDataset",
     "load_dataset",
     "measure",
@@ -67,6 +86,7 @@ DEFAULT_OUTPUT_TOKENS = 128
 _HUMAN = ("human", "user")
 _GPT = ("gpt", "assistant", "chatgpt", "bard", "model")
 _BLOCK = 1024
+_COUNT_BATCH = 1024  # entries counted per tokenizer call
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,23 +112,68 @@ class DatasetOptions:
                 "output_tokens": self.output_tokens}  # fmt: skip
 
 
+Entry = tuple[Prompt, str | None, int | None]  # prompt, recorded answer, recorded output_tokens
+
+
 @dataclass(slots=True)
 class Dataset:
-    """Entries as read: prompt, recorded answer text or output count, and file row."""
+    """A dataset file's entries as indexed: for each, its file row, recorded output count and
+    word counts; the texts stay in the file (:attr:`prompts` and :attr:`answers` read them
+    back), so a large file costs a few numbers per entry."""
 
     path: str
     format: str
-    prompts: list[Prompt] = field(default_factory=list)
-    answers: list[str | None] = field(default_factory=list)
-    outputs: list[int | None] = field(default_factory=list)  # recorded output_tokens
-    rows: list[int] = field(default_factory=list)
+    store: Store
+    rows: list[int]  # each entry's 0-based row in the file
+    outputs: list[int | None]  # recorded output_tokens
+    words: np.ndarray  # int64, the prompt's words (chat: all its messages')
+    messages: np.ndarray  # int64, messages sent (a plain prompt: 1)
+    answer_words: np.ndarray  # int64, the recorded answer's words (-1: no answer)
     skipped: int = 0  # entries without a prompt (ShareGPT without a human turn)
 
-    def add(self, row: int, prompt: Prompt, answer: str | None = None, output: int | None = None) -> None:
-        self.prompts.append(prompt)
-        self.answers.append(answer)
-        self.outputs.append(output)
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def prompts(self) -> EntryView:
+        """Each entry's prompt (a string, or chat messages), read from the file when indexed."""
+        return EntryView(self.store, 0, np.arange(len(self.rows)))
+
+    @property
+    def answers(self) -> EntryView:
+        """Each entry's recorded answer (None: none), read from the file when indexed."""
+        return EntryView(self.store, 1, np.arange(len(self.rows)))
+
+
+class _Builder:
+    """A dataset's numbers gathered entry by entry while the file streams past."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.outputs: list[int | None] = []
+        self.counts = array("q")  # words, messages, answer words: three per entry
+        self.spans = array("q")
+        self.held: list[Entry] = []
+        self.skipped = 0
+
+    def add(self, row: int, entry: Entry | None, span: tuple[int, int] | None = None) -> None:
+        if entry is None:
+            self.skipped += 1
+            return
+        prompt, answer, output = entry
         self.rows.append(row)
+        self.outputs.append(output)
+        self.counts.extend((_words(_prompt_text(prompt)), 1 if isinstance(prompt, str) else len(prompt),
+                            _words(answer) if answer else -1))  # fmt: skip
+        if span is None:
+            self.held.append(entry)
+        else:
+            self.spans.extend(span)
+
+    def build(self, path: str, fmt: str, store: Store) -> Dataset:
+        c = np.frombuffer(self.counts, dtype=np.int64).reshape(-1, 3) if self.counts else np.zeros((0, 3), np.int64)
+        return Dataset(path, fmt, store, self.rows, self.outputs, c[:, 0].copy(), c[:, 1].copy(), c[:, 2].copy(),
+                       self.skipped)  # fmt: skip
 
 
 def _err(path: str, where: str, field_: str | None, message: str) -> WorkloadError:
@@ -152,55 +217,54 @@ def _output(v: Any, path: str, where: str) -> int | None:
     return int(v)
 
 
-def _sharegpt(ds: Dataset, row: int, obj: Any, where: str) -> None:
+def _sharegpt(path: str, obj: Any, where: str) -> Entry | None:
     if not isinstance(obj, dict) or "conversations" not in obj:
-        raise _err(ds.path, where, "conversations", f"missing (a ShareGPT entry is an object with conversations), "
+        raise _err(path, where, "conversations", f"missing (a ShareGPT entry is an object with conversations), "
                                                     f"got {_type(obj)}")  # fmt: skip
     conv = obj["conversations"]
     if not isinstance(conv, (list, tuple, np.ndarray)):
-        raise _err(ds.path, where, "conversations", f"expected an array of turns, got {_type(conv)}")
+        raise _err(path, where, "conversations", f"expected an array of turns, got {_type(conv)}")
     turns = list(conv)
     for i, t in enumerate(turns):
         if not isinstance(t, dict) or not isinstance(t.get("from"), str):
-            raise _err(ds.path, where, f"conversations[{i}].from", "missing or not a string")
+            raise _err(path, where, f"conversations[{i}].from", "missing or not a string")
         if "value" not in t:
-            raise _err(ds.path, where, f"conversations[{i}].value", "missing")
+            raise _err(path, where, f"conversations[{i}].value", "missing")
     first = next((i for i, t in enumerate(turns) if t["from"].lower() in _HUMAN), None)
     if first is None:
-        ds.skipped += 1
-        return
-    prompt = _text(turns[first]["value"], ds.path, where, f"conversations[{first}].value")
+        return None
+    prompt = _text(turns[first]["value"], path, where, f"conversations[{first}].value")
     answer = None
     if first + 1 < len(turns) and turns[first + 1]["from"].lower() in _GPT:
-        answer = _text(turns[first + 1]["value"], ds.path, where, f"conversations[{first + 1}].value")
-    ds.add(row, prompt, answer)
+        answer = _text(turns[first + 1]["value"], path, where, f"conversations[{first + 1}].value")
+    return prompt, answer, None
 
 
-def _chat(ds: Dataset, row: int, obj: Any, where: str) -> None:
+def _chat(path: str, obj: Any, where: str) -> Entry | None:
     msgs = obj.get("messages") if isinstance(obj, dict) else None
     if not isinstance(msgs, (list, tuple, np.ndarray)) or len(msgs) == 0:
-        raise _err(ds.path, where, "messages", f"expected a non-empty array of messages, got {_type(msgs)}")
+        raise _err(path, where, "messages", f"expected a non-empty array of messages, got {_type(msgs)}")
     out: list[ChatMessage] = []
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise _err(ds.path, where, f"messages[{i}].role", "missing or not a string")
+            raise _err(path, where, f"messages[{i}].role", "missing or not a string")
         if "content" not in m:
-            raise _err(ds.path, where, f"messages[{i}].content", "missing")
-        out.append({"role": m["role"], "content": _text(m["content"], ds.path, where, f"messages[{i}].content")})
+            raise _err(path, where, f"messages[{i}].content", "missing")
+        out.append({"role": m["role"], "content": _text(m["content"], path, where, f"messages[{i}].content")})
     last = max((i for i, m in enumerate(out) if m["role"] == "user"), default=None)
     if last is None:
-        raise _err(ds.path, where, "messages", "has no message with role 'user'")
+        raise _err(path, where, "messages", "has no message with role 'user'")
     answer = out[last + 1]["content"] if last + 1 < len(out) and out[last + 1]["role"] == "assistant" else None
-    ds.add(row, out[: last + 1], answer)
+    return out[: last + 1], answer, None
 
 
-def _prompt(ds: Dataset, row: int, obj: Any, where: str) -> None:
+def _prompt(path: str, obj: Any, where: str) -> Entry | None:
     if not isinstance(obj, dict) or "prompt" not in obj:
-        raise _err(ds.path, where, "prompt", "missing (each entry needs a prompt)")
+        raise _err(path, where, "prompt", "missing (each entry needs a prompt)")
     p = obj["prompt"]
     if not isinstance(p, str) or not p.strip():
-        raise _err(ds.path, where, "prompt", f"expected a non-empty string, got {_type(p)}")
-    ds.add(row, p, None, _output(obj.get("output_tokens"), ds.path, where))
+        raise _err(path, where, "prompt", f"expected a non-empty string, got {_type(p)}")
+    return p, None, _output(obj.get("output_tokens"), path, where)
 
 
 _ENTRY = {"sharegpt": _sharegpt, "chat": _chat, "prompts": _prompt}
@@ -214,53 +278,39 @@ def _kind_of(obj: Any) -> str | None:
     return None
 
 
-def _read_json(path: Path, ds: Dataset) -> None:
-    try:
-        doc = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise _err(ds.path, f"line {exc.lineno}", None, f"not valid JSON: {exc.msg}") from None
-    if not isinstance(doc, list):
-        raise _err(ds.path, "line 1", None, f"expected a JSON array of entries, got {_type(doc)}")
-    kind = ds.format if ds.format != "auto" else (_kind_of(doc[0]) if doc else "sharegpt") or "sharegpt"
-    ds.format = kind
-    for i, obj in enumerate(doc):
-        _ENTRY[kind](ds, i, obj, f"entry {i}")
+def _csv_entry(path: str, rec: Any, where: str) -> Entry:
+    p = rec.get("prompt")
+    if not p or not p.strip():
+        raise _err(path, where, "prompt", "empty")
+    return p, None, _output(rec.get("output_tokens") or None, path, where)
 
 
-def _read_jsonl(path: Path, ds: Dataset) -> None:
-    kind = None if ds.format == "auto" else ds.format
-    row = 0
-    with path.open("rb") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise _err(ds.path, f"line {n}", None, f"not valid JSON: {exc.msg}") from None
-            if kind is None:
-                kind = _kind_of(obj)
+def _read_file(path: Path, src: str, reader: str, kind: str | None, b: _Builder) -> Dataset:
+    """A JSON array, JSONL or CSV file (``reader``) streamed entry by entry; ``kind``: the
+    entries' format (None: told by the first entry)."""
+    with open_input(path) as fh:
+        file_stamp = stamp(fh)
+        header: list[str] = []
+        parse: Callable[[Any, str], Entry | None] | None = None
+        if reader == "csv":
+            header, spans = csv_spans(fh, src)
+            if "prompt" not in header:
+                raise _err(src, "line 1", "prompt", f"no such column; columns: {', '.join(header) or '(none)'}")
+            kind, parse = "csv", functools.partial(_csv_entry, src)
+        else:
+            spans = json_array_spans(fh, src) if reader == "json" else jsonl_spans(fh, src)
+        for row, (offset, length, where, obj) in enumerate(spans):
+            if parse is None:
+                kind = kind or _kind_of(obj) or ("sharegpt" if reader == "json" else None)
                 if kind is None:
-                    raise _err(ds.path, f"line {n}", None, "cannot tell the format: expected an object with "
-                                                           "conversations, messages or prompt")  # fmt: skip
-                ds.format = kind
-            _ENTRY[kind](ds, row, obj, f"line {n}")
-            row += 1
-
-
-def _read_csv(path: Path, ds: Dataset) -> None:
-    ds.format = "csv"
-    with path.open(newline="", encoding="utf-8-sig") as fh:  # (a byte-order mark is not part of the header)
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        if "prompt" not in header:
-            raise _err(ds.path, "line 1", "prompt", f"no such column; columns: {', '.join(header) or '(none)'}")
-        for row, rec in enumerate(reader):
-            where = f"line {reader.line_num}"
-            p = rec.get("prompt")
-            if not p or not p.strip():
-                raise _err(ds.path, where, "prompt", "empty")
-            ds.add(row, p, None, _output(rec.get("output_tokens") or None, ds.path, where))
+                    raise _err(src, where, None, "cannot tell the format: expected an object with "
+                                                 "conversations, messages or prompt")  # fmt: skip
+                parse = functools.partial(_ENTRY[kind], src)
+            b.add(row, parse(obj, where), (offset, length))
+    spans_ = np.frombuffer(b.spans, dtype=np.int64).reshape(-1, 2) if b.spans else np.zeros((0, 2), np.int64)
+    store = FileEntries(src, "csv" if header else "json", spans_, header, file_stamp,
+                        parse or functools.partial(_prompt, src))  # fmt: skip
+    return b.build(src, kind or "sharegpt", store)
 
 
 def _arrow(path: Path) -> Any:
@@ -270,46 +320,47 @@ def _arrow(path: Path) -> Any:
         return pa.ipc.open_stream(src).read_all().to_pandas()
 
 
-def _read_parquet(path: Path, ds: Dataset) -> None:
+def _read_parquet(path: Path, src: str, b: _Builder) -> Dataset:
     try:
         importlib.import_module("pyarrow")
     except ImportError:
-        raise WorkloadError("reading Parquet needs pyarrow: pip install 'loadgen[datasets]'", source=ds.path) from None
+        raise WorkloadError("reading Parquet needs pyarrow: pip install 'loadgen[datasets]'", source=src) from None
     import pandas as pd
 
     files = (sorted(path.glob("*.parquet")) or sorted(path.glob("*.arrow"))) if path.is_dir() else [path]
     if not files:
         splits = sorted(p.name for p in path.iterdir() if p.is_dir() and any(p.glob("*.arrow")))
         hint = f"; a dataset dict: give one split's folder, e.g. {path / splits[0]}" if splits else ""
-        raise WorkloadError(f"the folder holds no *.parquet or *.arrow file{hint}", source=ds.path)
+        raise WorkloadError(f"the folder holds no *.parquet or *.arrow file{hint}", source=src)
     try:
         frame = pd.concat([_arrow(f) if f.suffix == ".arrow" else pd.read_parquet(f) for f in files], ignore_index=True)
     except (OSError, ValueError, TypeError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise WorkloadError(f"cannot read {files[0].suffix[1:].capitalize()}: {exc}", source=ds.path) from None
+        raise WorkloadError(f"cannot read {files[0].suffix[1:].capitalize()}: {exc}", source=src) from None
     kind = next((k for c, k in (("conversations", "sharegpt"), ("messages", "chat"), ("prompt", "prompts"))
                  if c in frame.columns), None)  # fmt: skip
     if kind is None:
         raise WorkloadError(f"no conversations, messages or prompt column; columns: {', '.join(map(str, frame.columns))}",
-                            source=ds.path)  # fmt: skip
-    ds.format = "parquet"
+                            source=src)  # fmt: skip
     cols = [c for c in ("conversations", "messages", "prompt", "output_tokens") if c in frame.columns]
     for row, values in enumerate(zip(*(frame[c].tolist() for c in cols))):
         obj = dict(zip(cols, values))
         for c in ("conversations", "messages"):
             if isinstance(obj.get(c), np.ndarray):
                 obj[c] = list(obj[c])
-        _ENTRY[kind](ds, row, obj, f"row {row}")
+        b.add(row, _ENTRY[kind](src, obj, f"row {row}"))
+    return b.build(src, "parquet", HeldEntries(b.held))
 
 
 def load_dataset(opts: DatasetOptions) -> Dataset:
-    """Read every entry of ``opts.path`` (no counting yet: that needs the calibration)."""
-    path = Path(opts.path)
+    """Read every entry of ``opts.path`` once, keeping its numbers and where it lies in the
+    file (no token counts yet: those need the calibration)."""
+    path, src = Path(opts.path), opts.path
     if opts.format not in FORMATS:
         raise WorkloadError(f"unknown dataset format {opts.format!r}; choose one of: {', '.join(FORMATS)}",
                             key="format")  # fmt: skip
-    if not path.exists():
-        raise WorkloadError("no such dataset file", source=opts.path)
-    ds = Dataset(path=opts.path, format=opts.format)
+    why = input_problem(path, folder_ok=True)  # (a FIFO would block the read, out of a signal's reach)
+    if why is not None:
+        raise WorkloadError("no such dataset file" if why == "no such file" else why, source=src)
     fmt = opts.format
     if fmt == "auto":
         suffix = path.suffix.lower()
@@ -318,33 +369,35 @@ def load_dataset(opts: DatasetOptions) -> Dataset:
             fmt = "parquet"
         if not fmt:
             raise WorkloadError(f"cannot tell the format from {suffix or 'no extension'!r}: name it .json, .jsonl, "
-                                ".csv or .parquet, or give the format", source=opts.path)  # fmt: skip
+                                ".csv or .parquet, or give the format", source=src)  # fmt: skip
+    b = _Builder()
     try:
         if fmt == "parquet":
-            _read_parquet(path, ds)
+            ds = _read_parquet(path, src, b)
         elif fmt == "csv":
-            _read_csv(path, ds)
+            ds = _read_file(path, src, "csv", None, b)
         elif fmt == "json" or (fmt == "sharegpt" and path.suffix.lower() == ".json"):
-            _read_json(path, ds)
+            ds = _read_file(path, src, "json", None if fmt == "json" else fmt, b)
         else:
-            _read_jsonl(path, ds)
+            ds = _read_file(path, src, "jsonl", None if fmt == "jsonl" else fmt, b)
     except OSError as exc:
-        raise WorkloadError(f"cannot read: {exc.strerror or exc}", source=opts.path) from None
+        raise WorkloadError(f"cannot read: {exc.strerror or exc}", source=src) from None
     except UnicodeDecodeError as exc:
-        raise WorkloadError(f"not UTF-8 text: {exc}", source=opts.path) from None
+        raise WorkloadError(f"not UTF-8 text: {exc}", source=src) from None
     except csv.Error as exc:
-        raise WorkloadError(f"invalid CSV: {exc}", source=opts.path) from None
-    if not ds.prompts:
+        raise WorkloadError(f"invalid CSV: {exc}", source=src) from None
+    if not len(ds):
         raise WorkloadError("holds no usable entry" + (f" ({ds.skipped} without a human turn)" if ds.skipped else ""),
-                            source=opts.path)  # fmt: skip
+                            source=src)  # fmt: skip
     return ds
 
 
 @dataclass(slots=True)
 class MeasuredDataset:
-    """A dataset's entries that passed the filters, with their token counts."""
+    """A dataset's entries that passed the filters, with their token counts (the prompts
+    are read from the file when a request needs one)."""
 
-    prompts: list[Prompt]
+    prompts: Sequence[Prompt]
     prompt_tokens: np.ndarray  # int64, the target (server-counted) prompt lengths
     output_tokens: np.ndarray  # int64, max_tokens per entry
     rows: np.ndarray  # int64, each entry's row in the file
@@ -354,41 +407,55 @@ class MeasuredDataset:
     def __len__(self) -> int:
         return len(self.prompts)
 
+    def held(self) -> MeasuredDataset:
+        """The same with its prompts in memory (for workers that cannot read the file: Ray)."""
+        return dataclasses.replace(self, prompts=list(self.prompts))
+
 
 def _words(text: str) -> int:
     return len(text.split())
-
-
-def _counts(texts: list[str], synth: PromptSynthesizer, counter: TokenCounter | None) -> np.ndarray:
-    """Tokens of each text: counted (batched when the counter can), else calibrated words."""
-    if counter is None:
-        return synth.tokens_per_word * np.array([_words(t) for t in texts], dtype=float)
-    many = getattr(counter, "count_many", None)
-    counts = many(texts) if many is not None else [counter.count(t) for t in texts]
-    return np.asarray(counts, dtype=float)
 
 
 def _prompt_text(p: Prompt) -> str:
     return p if isinstance(p, str) else "\n".join(m["content"] for m in p)
 
 
+def _count(texts: list[str], counter: TokenCounter) -> list[int]:
+    many = getattr(counter, "count_many", None)
+    return list(many(texts)) if many is not None else [counter.count(t) for t in texts]
+
+
+def _exact(ds: Dataset, counter: TokenCounter) -> tuple[np.ndarray, np.ndarray]:
+    """Each entry's prompt and answer tokens (-1: no answer), read back in batches."""
+    prompts = np.zeros(len(ds), dtype=float)
+    answers = np.full(len(ds), -1.0)
+    for start in range(0, len(ds), _COUNT_BATCH):
+        entries = [ds.store.read(k) for k in range(start, min(start + _COUNT_BATCH, len(ds)))]
+        prompts[start : start + len(entries)] = _count([_prompt_text(e[0]) for e in entries], counter)
+        said = [i for i, e in enumerate(entries) if e[1]]
+        if said:
+            answers[[start + i for i in said]] = _count([entries[i][1] or "" for i in said], counter)
+    return prompts, answers
+
+
 def measure(ds: Dataset, opts: DatasetOptions, synth: PromptSynthesizer) -> MeasuredDataset:
-    """Count every entry's tokens (exact with ``synth.counter``, else calibrated words),
-    apply the length filters and the output override."""
+    """Count every entry's tokens (exact with ``synth.counter``, reading the file again in
+    batches; else calibrated words), apply the length filters and the output override."""
     counter = synth.counter
-    overhead = synth.overhead_tokens
-    # the template's tokens: the calibrated overhead (one user message) per message sent
-    messages = np.array([1 if isinstance(p, str) else len(p) for p in ds.prompts], dtype=float)
-    counted = _counts([_prompt_text(p) for p in ds.prompts], synth, counter)
-    prompt = np.maximum(1, np.rint(counted + overhead * messages)).astype(np.int64)
-    if opts.output_tokens is not None:
-        output = np.full(len(ds.prompts), opts.output_tokens, dtype=np.int64)
+    if counter is None:
+        counted = synth.tokens_per_word * ds.words.astype(float)
+        answered = np.where(ds.answer_words >= 0, synth.tokens_per_word * ds.answer_words, -1.0)
     else:
-        answered = [i for i, (o, a) in enumerate(zip(ds.outputs, ds.answers)) if o is None and a]
-        output = np.array([DEFAULT_OUTPUT_TOKENS if o is None else o for o in ds.outputs], dtype=np.int64)
-        if answered:
-            n = _counts([ds.answers[i] or "" for i in answered], synth, counter)
-            output[answered] = np.maximum(1, np.rint(n)).astype(np.int64)
+        counted, answered = _exact(ds, counter)
+    # the template's tokens: the calibrated overhead (one user message) per message sent
+    prompt = np.maximum(1, np.rint(counted + synth.overhead_tokens * ds.messages)).astype(np.int64)
+    if opts.output_tokens is not None:
+        output = np.full(len(ds), opts.output_tokens, dtype=np.int64)
+    else:
+        recorded = np.array([-1 if o is None else o for o in ds.outputs], dtype=np.int64)
+        output = np.where(recorded > 0, recorded, DEFAULT_OUTPUT_TOKENS)
+        use = (recorded < 0) & (answered >= 0)
+        output[use] = np.maximum(1, np.rint(answered[use])).astype(np.int64)
     keep = np.ones(len(prompt), dtype=bool)
     if opts.min_prompt_tokens is not None:
         keep &= prompt >= opts.min_prompt_tokens
@@ -400,9 +467,9 @@ def measure(ds: Dataset, opts: DatasetOptions, synth: PromptSynthesizer) -> Meas
                             f"{opts.max_prompt_tokens or 'any'} tokens (prompts here: {prompt.min()}..{prompt.max()})",
                             source=ds.path, key="--min-prompt-tokens/--max-prompt-tokens")  # fmt: skip
     return MeasuredDataset(
-        prompts=[ds.prompts[i] for i in idx.tolist()],
+        prompts=EntryView(ds.store, 0, idx),
         prompt_tokens=prompt[idx],
-        output_tokens=output[idx],
+        output_tokens=output[idx].astype(np.int64),
         rows=np.asarray(ds.rows, dtype=np.int64)[idx],
         exact=counter is not None,
         total=len(prompt),

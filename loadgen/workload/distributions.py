@@ -30,6 +30,7 @@ an unbounded tail stops at ``MAX_LENGTH``.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 
 from loadgen.errors import WorkloadError
+from loadgen.inputs import open_input
 from loadgen.workload._normal import mass, pdf, truncnorm
 from loadgen.workload._params import NUMBER_RE, Ctx, Kind, Param, convert, parse_int, split_params
 
@@ -333,7 +335,7 @@ def _from_csv(cls: type[Empirical], name: str, column: str, ctx: Ctx) -> Empiric
         path = (ctx.base_dir or Path.cwd()) / path
     path = path.resolve()
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        with io.TextIOWrapper(open_input(path), newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             header = reader.fieldnames or []
             if column not in header:

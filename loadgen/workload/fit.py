@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.errors import ConfigError
+from loadgen.inputs import open_input
 from loadgen.workload.datasets import DatasetOptions, load_dataset, measure
 from loadgen.workload.joint import JointLengths, fit_joint
 from loadgen.workload.prompts import PromptSynthesizer, TokenCounter
@@ -84,7 +85,7 @@ def gamma_shape(offsets: np.ndarray) -> float | None:
 def is_trace(path: Path) -> bool:
     """A Mooncake JSONL, Azure or BurstGPT CSV (by its first line)."""
     try:
-        with path.open("rb") as fh:
+        with open_input(path) as fh:  # (a FIFO: refused, then named by the dataset reader)
             first = fh.readline(65536).decode("utf-8", errors="replace")
     except OSError:
         return False

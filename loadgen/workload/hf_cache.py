@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from loadgen.errors import ConfigError
+from loadgen.inputs import input_problem
 
 __all__ = ["hub_cache", "resolve_tokenizer"]
 
@@ -55,6 +56,9 @@ def resolve_tokenizer(text: str, env: Mapping[str, str] | None = None) -> Path:
     if given.is_dir() and (given / "tokenizer.json").is_file():
         return given / "tokenizer.json"
     if given.exists():
+        why = input_problem(given)  # (a FIFO would block the tokenizer's read, out of a signal's reach)
+        if why is not None:
+            raise ConfigError(f"{text}: {why} (a tokenizer.json, or a folder holding one)", key="--tokenizer")
         return given
     if given.suffix == ".json" or not _MODEL_ID.fullmatch(text):
         raise ConfigError(f"no such file: {text!r} (a tokenizer.json, a folder holding one, or a Hugging Face "

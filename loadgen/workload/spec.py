@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import WorkloadError
+from loadgen.inputs import input_problem, open_input
 from loadgen.workload.datasets import FORMATS, DatasetOptions
 from loadgen.workload.distributions import MAX_LENGTH, Distribution, parse_distribution
 
@@ -262,9 +263,7 @@ class _File:
         if isinstance(tools, str):
             path = self.path.parent / tools
             try:
-                if path.exists() and not path.is_file():  # a device (/dev/zero) or a FIFO would never end
-                    raise self.error("tools", f"cannot read {path}: not a regular file")
-                with path.open("rb") as fh:
+                with open_input(path) as fh:  # (a device such as /dev/zero or a FIFO: refused)
                     raw = fh.read(MAX_TOOLS_BYTES + 1)
                 if len(raw) > MAX_TOOLS_BYTES:
                     raise self.error("tools", f"{path} is over {MAX_TOOLS_BYTES >> 20} MiB; tool definitions are "
@@ -387,7 +386,8 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
 def _read(path: Path) -> Workload:
     f = _File(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        with open_input(path) as fh:
+            text = fh.read().decode("utf-8")
     except OSError as exc:
         raise f.error(None, f"cannot read workload file: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -412,7 +412,10 @@ def load_workload(name_or_path: str, search_dirs: Sequence[Path]) -> Workload:
     """Load a workload by name (``chat`` -> first ``<dir>/chat.toml``) or a ``.toml`` path."""
     if name_or_path.endswith(".toml"):
         path = Path(name_or_path)
-        if not path.is_file():
+        why = input_problem(path)
+        if why is not None and why != "no such file":
+            raise WorkloadError(why, source=name_or_path)
+        if why is not None:
             known = ", ".join(_available(search_dirs)) or "(none)"
             raise WorkloadError(f"no such workload file; named workloads: {known}", source=name_or_path)
         return _read(path)

@@ -40,6 +40,7 @@ import numpy as np
 import orjson
 
 from loadgen.errors import ConfigError, WorkloadError
+from loadgen.inputs import input_problem, open_input
 from loadgen.records import MAX_LEVEL_S, RequestSpec
 from loadgen.workload.distributions import MAX_LENGTH
 from loadgen.workload.prompts import PromptSynthesizer
@@ -117,7 +118,7 @@ def _length(v: Any, path: str, where: str, fld: str) -> int:
 
 def _mooncake(path: Path, src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[int]]]:
     ts, inp, out, hashes = [], [], [], []
-    with path.open("rb") as fh:
+    with open_input(path) as fh:
         for n, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -192,7 +193,7 @@ def _numbers(col: Any, src: str, name: str, float_ok: bool = False) -> np.ndarra
 
 
 def _sniff(path: Path, src: str) -> tuple[str, list[str]]:
-    with path.open("rb") as fh:
+    with open_input(path) as fh:
         head = fh.read(4096)
     lines = head.decode("utf-8-sig", errors="replace").splitlines()  # (4 KiB may end inside a character)
     first = lines[0] if lines else ""
@@ -212,8 +213,9 @@ def load_trace(opts: TraceOptions) -> Trace:
     if opts.format not in TRACE_FORMATS:
         raise ConfigError(f"unknown trace format {opts.format!r}; choose one of: {', '.join(TRACE_FORMATS)}",
                           key="--trace-format")  # fmt: skip
-    if not path.is_file():
-        raise WorkloadError("no such trace file", source=src)
+    why = input_problem(path)  # (a FIFO would block the read, out of a signal's reach)
+    if why is not None:
+        raise WorkloadError("no such trace file" if why == "no such file" else why, source=src)
     if not opts.speed > 0:
         raise ConfigError(f"must be > 0, got {opts.speed:g}", key="--speed")
     if opts.rate is not None and opts.speed != 1.0:
@@ -223,7 +225,8 @@ def load_trace(opts: TraceOptions) -> Trace:
         if opts.format != "auto":
             fmt = opts.format
             if fmt != "mooncake" and not header:
-                header = next(csv.reader(io.StringIO(path.open(encoding="utf-8").readline())), [])
+                with open_input(path) as fh:
+                    header = next(csv.reader(io.StringIO(fh.readline().decode("utf-8-sig"))), [])
         hashes: list[list[int]] | None = None
         if fmt == "mooncake":
             t, inp, out, hashes = _mooncake(path, src)
