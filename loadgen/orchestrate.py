@@ -648,19 +648,31 @@ def finish_unwritable(outcome: RunOutcome) -> str:
             f"kept{lost}; {report}")
 
 
+CLEANUP_S = 5.0  # the longest an interrupted start (discovery, calibration) waits for its cleanup
+
+
 def execute(cfg: RunConfig, console: Console) -> RunOutcome:
     """Run synchronously on a fresh (uvloop when available) event loop."""
     loop = new_event_loop()
     task = loop.create_task(_execute(cfg, console))
     try:
         outcome = loop.run_until_complete(task)
-    except KeyboardInterrupt:  # Ctrl-C before the run's own handler (discovery, calibration)
-        task.cancel()  # let the run's cleanup (closing the transport) run on this loop
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM before the run's own handler (discovery, calibration)
+        # Let the run's cleanup (closing the transport) run on this loop, for at most
+        # CLEANUP_S: the signal may have landed inside a transport's callback, and a
+        # library's shielded close can then wait for a connection_lost that never comes.
+        task.cancel()
         with contextlib.suppress(BaseException):
-            loop.run_until_complete(task)
+            loop.run_until_complete(asyncio.wait({task}, timeout=CLEANUP_S))
+        if not task.done():
+            task._log_destroy_pending = False  # type: ignore[attr-defined]  # abandoned on purpose
         raise
     finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
+        gens = loop.create_task(loop.shutdown_asyncgens())
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(asyncio.wait({gens}, timeout=CLEANUP_S))
+        if not gens.done():
+            gens._log_destroy_pending = False  # type: ignore[attr-defined]
         loop.close()
     show_summary(outcome.summary, console, cfg.out)
     return outcome
