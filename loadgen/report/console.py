@@ -15,25 +15,12 @@ from rich.table import Table
 from rich.text import Text
 
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, unit_label
-from loadgen.report.live import LiveStats, fmt_latency, level_heading
+from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
 
 __all__ = [
     "LiveStats", "level_heading", "level_table", "metrics_table", "answer_lines", "token_source_line", "fmt_ms", "fmt_latency",
     "level_line", "level_notes", "client_line", "schedule_line", "show_summary",
 ]  # fmt: skip
-
-
-def fmt_ms(v: Any) -> str:
-    if v is None:
-        return "–"
-    v = float(v)
-    if v >= 10_000:
-        return f"{v / 1000:.1f}s"
-    if v >= 100:
-        return f"{v:.0f}"
-    if v >= 10:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
 
 
 def _num(v: Any, digits: int = 1) -> str:

@@ -11,28 +11,37 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 from rich.text import Text
 
 from loadgen.metrics.client import late_sends
 from loadgen.records import RequestRecord
 
-__all__ = ["LiveStats", "fmt_latency", "fmt_duration", "level_heading"]
+__all__ = ["LiveStats", "fmt_ms", "fmt_latency", "fmt_duration", "level_heading"]
 
 _TOK_WINDOW_S = 5.0  # the display's tokens/s is over this many seconds
 
 
-def fmt_latency(ms: float | None) -> str:
-    """A latency with its unit: ``"0.84 ms"``, ``"12.3 ms"``, ``"152 ms"``, ``"10.8 s"`` (``"–"``: none)."""
-    if ms is None:
+def fmt_ms(v: Any) -> str:
+    """A latency in ms for a column headed "ms": ``"0.84"``, ``"12.3"``, ``"152"``; from 10 s
+    on in seconds, ``"10.8s"`` (``"–"``: none)."""
+    if v is None:
         return "–"
-    v = float(ms)
+    v = float(v)
     if v >= 10_000:
-        return f"{v / 1000:,.1f} s"
+        return f"{v / 1000:.1f}s"
     if v >= 100:
-        return f"{v:.0f} ms"
-    return f"{v:.1f} ms" if v >= 10 else f"{v:.2f} ms"
+        return f"{v:.0f}"
+    return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def fmt_latency(ms: float | None) -> str:
+    """A latency with its unit: ``"0.84 ms"``, ``"12.3 ms"``, ``"152 ms"``, ``"10.8 s"`` (``"–"``: none);
+    the digits of :func:`fmt_ms`."""
+    if ms is not None and float(ms) >= 10_000:
+        return f"{float(ms) / 1000:,.1f} s"
+    return "–" if ms is None else f"{fmt_ms(ms)} ms"
 
 
 def fmt_duration(s: float) -> str:
