@@ -27,7 +27,7 @@ from loadgen.client.discovery import ServerInfo, discover, redact_url
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError, TargetError
-from loadgen.load.profiles import Profile, check_limits
+from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.share import measure_share
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
@@ -41,6 +41,7 @@ from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
+from loadgen.runconfig import RunConfig
 from loadgen.signals import STOP_SIGNALS, raise_on_sigterm
 from loadgen.report.console import LiveStats, level_heading, level_line, show_summary
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, lock_run_folder, machine_info
@@ -68,44 +69,6 @@ class Resume:
     gen: Sweep
     plan: LevelPlan
     levels: list[LevelSummary]
-
-
-@dataclass
-class RunConfig:
-    """Everything a run needs. ``headers`` may hold secrets and is never written."""
-
-    url: str
-    api: str
-    workload: Workload
-    profile: Profile
-    out: Path
-    model: str | None = None
-    slos: list[SLO] = field(default_factory=list)
-    seed: int = 0
-    transport: str = "aiohttp"
-    http2: bool = False
-    headers: dict[str, str] = field(default_factory=dict)
-    strict: bool = False
-    continuous_usage: bool = False
-    calibrate: bool = True
-    read_timeout_s: float = 120.0
-    request_timeout_s: float = 600.0
-    label: str = ""
-    command: list[str] = field(default_factory=list)
-    live: bool = True
-    scrape_metrics: bool = False  # poll the target's /metrics into server_metrics.jsonl
-    scrape_urls: list[str] = field(default_factory=list)  # other Prometheus endpoints read with it (DCGM)
-    workers: int | str = 1  # worker processes that send (the coordinator sends nothing), or "auto"
-    ray: str | None = None  # workers are Ray actors of this cluster ("auto" or an address) instead
-    gates: Gates = field(default_factory=Gates)  # --fail-on: what makes the run fail (exit code)
-    abort_on_fail: bool = False  # stop the sweep at the first level that fails a gate
-    trials: int = 1  # --trials: each level runs this many times (its own requests, arrival seed + i)
-    resume: Resume | None = None  # continue the run in ``out`` instead of starting one
-    tokenizer: Path | None = None  # a tokenizer.json: exact prompt lengths (else calibrated words)
-    trace: Trace | None = None  # replay this trace's rows at their recorded times (one open-loop level)
-
-    def __post_init__(self) -> None:
-        check_limits(self.profile)  # the CLI and profile files check theirs; a profile made in code too
 
 
 @dataclass

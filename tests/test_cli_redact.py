@@ -1,4 +1,4 @@
-"""`cli._redact_argv`: the command line that run.json keeps has no secrets and never fails."""
+"""`redact_argv`: the command line that run.json keeps has no secrets and never fails."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import string
 
 import pytest
 
-from loadgen.cli import _redact_argv
+from loadgen.client.redact import redact_argv as _redact_argv
 
 SECRET = "S3cr3t"
 

@@ -20,7 +20,7 @@ import re
 from typing import Iterable, Mapping
 from urllib.parse import quote, quote_plus
 
-__all__ = ["Redactor", "MASK"]
+__all__ = ["Redactor", "MASK", "redact_argv"]
 
 MASK = "***"
 _MIN = 4  # shorter values (a "1", "yes") are not worth masking wherever they occur
@@ -76,3 +76,26 @@ class Redactor:
 
     def __bool__(self) -> bool:
         return self._pattern is not None
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line as run.json keeps it: header values, URL credentials and query
+    strings removed (a header given without a value shows nothing)."""
+    from loadgen.client.discovery import redact_url
+
+    def header(value: str) -> str:
+        return (value.split(":", 1)[0] if ":" in value else "") + ": ***"
+
+    out, hide = [], False
+    for a in argv:
+        if hide:
+            a, hide = header(a), False
+        elif a == "--header":
+            hide = True
+        elif a.startswith("--header="):
+            a = "--header=" + header(a.split("=", 1)[1])
+        elif "://" in a:
+            head, sep, url = a.partition("=") if a.startswith("--") else ("", "", a)
+            a = head + sep + redact_url(url)
+        out.append(a)
+    return out

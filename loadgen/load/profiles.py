@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ else:  # pragma: no cover
 
 from loadgen.errors import ConfigError, ProfileError
 from loadgen.inputs import input_problem, open_input
-from loadgen.load.arrivals import MAX_RATE
+from loadgen.load.arrivals import ARRIVALS, MAX_RATE, check_rate
 from loadgen.records import MAX_LEVEL_S
 
 __all__ = ["Profile", "StopRules", "load_profile", "list_profiles", "with_budget", "check_limits", "KINDS",
@@ -85,6 +85,66 @@ class Profile:
     # soak / ramp
     window_s: float = 10.0
     source: str = "--flags"
+
+    def validate(self, keys: Mapping[str, str] | None = None) -> None:
+        """Raise for the first field a run cannot use: a :class:`ConfigError` naming the
+        flag when ``keys`` maps the field to one (``{"levels": "--concurrency"}``), else a
+        :class:`ProfileError` naming the profile's file and key. Profile files are
+        checked as they are read too; this is the rule every builder of a run shares."""
+        keys = keys or {}
+
+        def err(name: str, msg: str) -> ConfigError:
+            return ConfigError(msg, key=keys[name]) if name in keys else ProfileError(msg, source=self.source, key=name)
+
+        if self.kind not in KINDS:
+            raise err("kind", f"unknown kind {self.kind!r}; allowed: {', '.join(KINDS)}")
+        if self.mode not in MODES:
+            raise err("mode", f"unknown mode {self.mode!r}; allowed: {', '.join(MODES)}")
+        if self.kind == "levels" and not self.levels:
+            raise err("levels", "a 'levels' profile needs at least one level")
+        low = 1.0 if self.mode == "concurrency" else 0.0
+        for value in self.levels:
+            if _bad_number(value) or not (value >= low if low else value > 0):
+                raise err("levels", f"must be {'>= 1' if low else '> 0'}, got {value!r}")
+        if self.requests is not None and (_bad_int(self.requests) or self.requests < 1):
+            raise err("requests", f"must be >= 1, got {self.requests!r}")
+        if self.duration_s is not None and (_bad_number(self.duration_s) or not 0 < self.duration_s < math.inf):
+            raise err("duration_s", f"must be a number of seconds > 0, got {self.duration_s!r}")
+        if self.requests is None and self.duration_s is None:
+            raise err("requests", "each level needs requests and/or duration_s")
+        if _bad_int(self.warmup_requests) or self.warmup_requests < 0:
+            raise err("warmup_requests", f"must be >= 0, got {self.warmup_requests!r}")
+        if self.max_in_flight is not None:
+            if _bad_int(self.max_in_flight) or self.max_in_flight < 1:
+                raise err("max_in_flight", f"must be >= 1 (leave it out for no cap), got {self.max_in_flight!r}")
+            if self.mode == "concurrency" and self.kind not in ("sweep-rate", "capacity"):
+                raise err("max_in_flight", "caps the requests in flight of an open loop (mode rate); a closed "
+                          "loop's users are its requests in flight")
+        if self.slo_latency not in ("queued", "sent"):
+            raise err("slo_latency", f"choose queued or sent, got {self.slo_latency!r}")
+        if self.arrival != "trace":
+            if self.arrival not in ARRIVALS:
+                raise err("arrival", f"unknown arrival process {self.arrival!r}; choose one of: {', '.join(ARRIVALS)}")
+            if _bad_number(self.burstiness) or not 0 < self.burstiness < math.inf:
+                raise err("burstiness", f"burstiness must be > 0, got {self.burstiness!r}")
+        if _bad_number(self.attainment_target) or not 0 < self.attainment_target <= 1:
+            raise err("attainment_target", f"must be in (0, 1], got {self.attainment_target!r}")
+        if self.mode == "rate" and self.kind == "levels":  # sweeps pick their rates from measurements
+            n = None if self.requests is None else self.requests + self.warmup_requests
+            for value in self.levels:
+                try:
+                    check_rate(value, n, self.duration_s)
+                except ConfigError as exc:
+                    raise err("levels", str(exc).removeprefix("--rate: ")) from None
+        check_limits(self, dict(keys))
+
+
+def _bad_number(value: Any) -> bool:
+    return isinstance(value, bool) or not isinstance(value, (int, float)) or value != value
+
+
+def _bad_int(value: Any) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int)
 
 
 def with_budget(prof: Profile, requests: int | None = None, duration_s: float | None = None,

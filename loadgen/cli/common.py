@@ -1,0 +1,78 @@
+"""What every ``loadgen`` command shares: the typer app, the consoles, and the wrappers
+that turn a :class:`~loadgen.errors.LoadgenError` into one line and a signal into its
+exit code."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import signal
+import sys
+from typing import Any, Callable, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from loadgen.errors import ConfigError, LoadgenError
+from loadgen.signals import exit_code, raise_on_sigterm
+
+__all__ = ["app", "err_console", "friendly", "sigterm_unwinds", "console", "out_folder"]
+
+app = typer.Typer(
+    name="loadgen",
+    help="Load testing and latency benchmarking for LLM inference servers (TTFT, ITL, TPOT, goodput).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err_console = Console(stderr=True, highlight=False)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly(fn: F) -> F:
+    """LoadgenError → one red line and exit 2; Ctrl-C or SIGTERM outside a run → exit 130 or 143."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LoadgenError as exc:
+            err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            err_console.print("[yellow]interrupted[/yellow]" if signum == signal.SIGINT else "[yellow]terminated[/yellow]")
+            raise typer.Exit(exit_code(signum)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def sigterm_unwinds(fn: F) -> F:
+    """SIGTERM while ``fn`` runs, outside a run's own handler (discovery, calibration),
+    unwinds like Ctrl-C: one line and exit 143 (see :mod:`loadgen.signals`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        previous = signal.getsignal(signal.SIGTERM)
+        raise_on_sigterm()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if previous is not None:
+                with contextlib.suppress(ValueError):  # not the main thread
+                    signal.signal(signal.SIGTERM, previous)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def console() -> Console:
+    """stdout console; wide enough for the level table when output is not a terminal."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+
+
+def out_folder(text: str | None) -> str | None:
+    """An ``--out`` as given: an empty name is refused (it would mean the current directory)."""
+    if text is not None and not text.strip():
+        raise ConfigError("give a folder (an empty name would mean the current directory)", key="--out")
+    return text

@@ -1,0 +1,75 @@
+"""``loadgen run --config FILE``: options from a TOML file or a run folder's run.json."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+__all__ = ["config_callback", "config_defaults"]
+
+# a run.json's command repeats the run, without what a new run must not reuse and the
+# values never stored
+_NOT_REPEATED = ("--out", "--header", "--config", "--label", "--save-result")
+
+
+def _read(path: Path) -> str:
+    from loadgen.inputs import open_input
+
+    try:
+        with open_input(path) as fh:  # (a FIFO or a device: refused, not read)
+            return fh.read().decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _repeated(argv: list[str]) -> list[str]:
+    kept, skip = [], False
+    for i, arg in enumerate(argv):
+        flag = arg.split("=", 1)[0]
+        if skip:
+            skip = False
+            continue
+        if flag in _NOT_REPEATED:
+            skip = "=" not in arg and i + 1 < len(argv)
+            continue
+        kept.append(arg)
+    return kept
+
+
+def config_defaults(command: Any, path: Path) -> dict[str, Any]:
+    """The options a ``--config`` file gives ``loadgen run`` (see :func:`config_callback`)."""
+    text = _read(path)
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+            argv = [str(a) for a in data["command"]][2:]  # a run folder's run.json: its command
+        except (ValueError, KeyError, TypeError):
+            raise typer.BadParameter(f"{path} is not a loadgen run.json (no 'command' list)") from None
+        sub = command.make_context("run", _repeated(argv), resilient_parsing=True)
+        return {k: v for k, v in sub.params.items()
+                if getattr(sub.get_parameter_source(k), "name", "") == "COMMANDLINE"}  # fmt: skip
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise typer.BadParameter(f"{path}: not valid TOML ({exc})") from None
+    names = {p.name for p in command.params if p.name}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in names or name in ("config",):
+            raise typer.BadParameter(f"{path}: unknown option {key!r} (keys are loadgen run's options, "
+                                     "e.g. url, workload, concurrency, slo)")  # fmt: skip
+        out[name] = value
+    return out
+
+
+def config_callback(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Optional[Path]:
+    """``--config FILE``: every option from a TOML file (keys are the options' names) or a
+    run folder's ``run.json`` (its command line); flags given on the command line win."""
+    if value is not None:
+        ctx.default_map = {**(ctx.default_map or {}), **config_defaults(ctx.command, value)}
+    return value

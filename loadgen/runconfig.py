@@ -1,0 +1,180 @@
+"""The client's one configuration: :class:`RunConfig`, checked once, handed down whole.
+
+Every way of starting a run builds one: the ``loadgen run`` flags
+(:mod:`loadgen.runflags`), a ``--config`` file, ``--resume`` (:mod:`loadgen.recover`), a
+matrix file (:mod:`loadgen.matrix`), the demo and the Python API (:func:`loadgen.run`).
+``RunConfig.__post_init__`` checks every field, and the profile's own
+:meth:`~loadgen.load.profiles.Profile.validate`, so no builder can skip a rule or repeat
+one. An error is one :class:`~loadgen.errors.ConfigError` that names what the user wrote:
+the flag (``--timeout: ...``), the file and its key (``matrix.toml: run.trials: ...``), or
+the field's name when the config was built in Python; :class:`Origin` says which.
+
+The config is frozen: a builder that needs a variant uses :func:`dataclasses.replace`,
+which checks the new one again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+from urllib.parse import urlsplit
+
+from loadgen.errors import ConfigError
+from loadgen.load.profiles import Profile
+from loadgen.metrics.gates import Gates
+from loadgen.metrics.slo import SLO
+from loadgen.workload.spec import Workload
+from loadgen.workload.traces import Trace
+
+if TYPE_CHECKING:
+    from loadgen.orchestrate import Resume
+
+__all__ = ["RunConfig", "Origin", "MAX_TRIALS", "MAX_WORKERS"]
+
+MAX_TRIALS = 100  # --trials: repeats of one level
+MAX_WORKERS = 1024  # --workers: processes or Ray actors that send
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a config's values came from, so that an error names them as the user wrote
+    them: ``keys`` maps a field (``request_timeout_s``) or a profile field
+    (``profile.levels``) to a flag or a file key; ``source`` is the file, if any."""
+
+    source: str | None = None
+    keys: Mapping[str, str] = field(default_factory=dict)
+
+    def key(self, name: str) -> str:
+        return self.keys.get(name, name)
+
+    def error(self, name: str, message: str) -> ConfigError:
+        return ConfigError(message, source=self.source, key=self.key(name))
+
+    def profile_keys(self) -> dict[str, str]:
+        """The profile fields' names, as :meth:`Profile.validate` takes them."""
+        return {k.removeprefix("profile."): v for k, v in self.keys.items() if k.startswith("profile.")}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, checked on construction. ``headers`` may hold secrets and
+    is never written (run.json keeps their names only)."""
+
+    url: str  # the server's base URL, e.g. http://127.0.0.1:8000 (credentials go in headers)
+    api: str  # a dialect's name (loadgen.client.dialects)
+    workload: Workload
+    profile: Profile
+    out: Path  # the run folder
+    model: str | None = None  # None: the first of /v1/models
+    slos: list[SLO] = field(default_factory=list)
+    seed: int = 0
+    transport: str = "aiohttp"
+    http2: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+    strict: bool = False
+    continuous_usage: bool = False
+    calibrate: bool = True
+    read_timeout_s: float = 120.0
+    request_timeout_s: float = 600.0
+    label: str = ""
+    command: list[str] = field(default_factory=list)
+    live: bool = True
+    scrape_metrics: bool = False  # poll the target's /metrics into server_metrics.jsonl
+    scrape_urls: list[str] = field(default_factory=list)  # other Prometheus endpoints read with it (DCGM)
+    workers: int | str = 1  # worker processes that send (the coordinator sends nothing), or "auto"
+    ray: str | None = None  # workers are Ray actors of this cluster ("auto" or an address) instead
+    gates: Gates = field(default_factory=Gates)  # --fail-on: what makes the run fail (exit code)
+    abort_on_fail: bool = False  # stop the sweep at the first level that fails a gate
+    trials: int = 1  # each level runs this many times (its own requests, arrival seed + i)
+    resume: Resume | None = None  # continue the run in ``out`` instead of starting one
+    tokenizer: Path | None = None  # a tokenizer.json: exact prompt lengths (else calibrated words)
+    trace: Trace | None = None  # replay this trace's rows at their recorded times (one open-loop level)
+    origin: Origin = field(default_factory=Origin, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for the first invalid field (see the module docstring)."""
+        o = self.origin
+        _check_url(self.url, "url", o)
+        from loadgen.client.dialects import get_dialect
+        from loadgen.client.transport import TRANSPORTS
+
+        try:
+            get_dialect(self.api)
+        except ConfigError as exc:
+            raise o.error("api", str(exc).split(": ", 1)[-1]) from None
+        if self.transport not in TRANSPORTS:
+            raise o.error("transport", f"unknown transport {self.transport!r}; choose one of: {', '.join(TRANSPORTS)}")
+        if self.http2 and self.transport != "httpx":
+            raise o.error("http2", "HTTP/2 needs the httpx transport (--transport httpx)")
+        for name in ("read_timeout_s", "request_timeout_s"):
+            seconds = getattr(self, name)
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+                raise o.error(name, f"must be a number of seconds > 0, got {seconds!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise o.error("seed", f"must be an integer, got {self.seed!r}")
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or not 1 <= self.trials <= MAX_TRIALS:
+            raise o.error("trials", f"must be an integer in [1, {MAX_TRIALS}], got {self.trials!r}")
+        _check_workers(self.workers, o)
+        if self.ray is not None and not (isinstance(self.ray, str) and self.ray.strip()):
+            raise o.error("ray", "give auto or a Ray cluster's address")
+        if not str(self.out).strip():
+            raise o.error("out", "give a folder")
+        if not all(isinstance(s, SLO) for s in self.slos):
+            raise o.error("slos", "must be SLO objects (loadgen.metrics.slo.parse_slo)")
+        for url in self.scrape_urls:
+            _check_url(url, "scrape_urls", o, example="http://127.0.0.1:9400/metrics")
+        _check_headers(self.headers, o)
+        _check_gates(self.gates, o)
+        if self.workload.tools is not None and self.api != "chat":
+            raise o.error("api", f"workload {self.workload.name!r} sends tools: they need the chat API")
+        if self.trace is not None and self.profile.arrival != "trace":
+            raise o.error("trace", "a trace replays with the profile of its own times (arrival = 'trace')")
+        self.profile.validate(o.profile_keys())
+
+
+def _check_url(url: object, name: str, o: Origin, example: str = "http://127.0.0.1:8000") -> None:
+    ok = isinstance(url, str)
+    if ok:
+        assert isinstance(url, str)
+        try:
+            parts = urlsplit(url.strip())
+            parts.port  # noqa: B018 - raises on a port that is not 0-65535
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            ok = False
+    if not ok:
+        from loadgen.client.discovery import redact_url
+
+        shown = redact_url(url) if isinstance(url, str) else repr(url)
+        raise o.error(name, f"expected an http(s) URL such as {example}, got {shown!r}")
+
+
+def _check_workers(workers: object, o: Origin) -> None:
+    if workers == "auto":
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise o.error("workers", f"must be a whole number in [1, {MAX_WORKERS}] or 'auto', got {workers!r}")
+
+
+def _check_headers(headers: Mapping[str, str], o: Origin) -> None:
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise o.error("headers", "names and values must be strings")
+        if not name or " " in name or any(c in name + value for c in "\r\n\x00"):
+            raise o.error("headers", f"invalid header {name[:40]!r} (a name without spaces, no line breaks)")
+
+
+def _check_gates(gates: Gates, o: Origin) -> None:
+    from loadgen.metrics.gates import GATES
+
+    unknown = sorted(set(gates.reasons) - set(GATES))
+    if unknown:
+        raise o.error("gates", f"unknown gate {unknown[0]!r}; choose from: {', '.join(GATES)}")
+    rate = gates.max_error_rate
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
+        raise o.error("max_error_rate", f"must be a share in [0, 1), got {rate!r}")
