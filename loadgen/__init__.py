@@ -1,4 +1,61 @@
-"""loadgen — load testing and latency benchmarking for LLM inference servers."""
+"""loadgen — load testing and latency benchmarking for LLM inference servers.
+
+The public Python API (docs/api.md)::
+
+    import loadgen
+
+    cfg = loadgen.RunConfig(url="http://127.0.0.1:8000", api="completions",
+                            workload=loadgen.load_workload("chat"),
+                            profile=loadgen.Profile(levels=[1, 4, 16], requests=50), out="reports/x")
+    summary = loadgen.run(cfg)            # a RunSummary; the folder has run.json, records, report.html
+    frame = loadgen.records_frame(cfg.out)  # one row per measured request (pandas)
+
+Names are imported on first use, so ``import loadgen`` stays cheap for the CLI and the
+server.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+
+if TYPE_CHECKING:
+    from loadgen.api import load_profile, load_workload, read_summary, records_frame, run
+    from loadgen.errors import ConfigError, LoadgenError
+    from loadgen.load.profiles import Profile
+    from loadgen.metrics.results import LevelSummary, RunSummary
+    from loadgen.metrics.slo import SLO, parse_slo
+    from loadgen.records import RequestRecord, RequestSpec
+    from loadgen.report.readers import read_records
+    from loadgen.runconfig import RunConfig
+    from loadgen.server.config import ServeConfig
+    from loadgen.server.process import ServerProcess
+    from loadgen.workload.spec import Workload, workload_from_flags
+
+_EXPORTS = {
+    "run": "loadgen.api", "read_summary": "loadgen.api", "records_frame": "loadgen.api",
+    "RunConfig": "loadgen.runconfig", "Profile": "loadgen.load.profiles", "load_profile": "loadgen.api",
+    "Workload": "loadgen.workload.spec", "load_workload": "loadgen.api",
+    "workload_from_flags": "loadgen.workload.spec", "SLO": "loadgen.metrics.slo", "parse_slo": "loadgen.metrics.slo",
+    "RunSummary": "loadgen.metrics.results", "LevelSummary": "loadgen.metrics.results",
+    "RequestSpec": "loadgen.records", "RequestRecord": "loadgen.records", "read_records": "loadgen.report.readers",
+    "ServeConfig": "loadgen.server.config", "ServerProcess": "loadgen.server.process",
+    "LoadgenError": "loadgen.errors", "ConfigError": "loadgen.errors",
+}  # fmt: skip
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    """The public names, imported when first used (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'loadgen' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

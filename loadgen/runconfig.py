@@ -94,6 +94,8 @@ class RunConfig:
     origin: Origin = field(default_factory=Origin, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.out, str):  # the Python API may give a string
+            object.__setattr__(self, "out", Path(self.out))
         self.validate()
 
     def validate(self) -> None:
