@@ -73,8 +73,9 @@ from loadgen.inputs import InputError, open_input
 from loadgen.load.profiles import Profile, load_profile, profile_from_dict
 from loadgen.metrics.results import RunSummary
 from loadgen.metrics.slo import parse_slo
-from loadgen.orchestrate import RunConfig, execute
+from loadgen.orchestrate import execute
 from loadgen.paths import search_dirs
+from loadgen.runconfig import Origin, RunConfig
 from loadgen.workload.spec import Workload, load_workload, workload_from_flags
 
 __all__ = ["MatrixSpec", "ServerConfig", "load_matrix", "run_matrix", "MATRIX_FILE"]
@@ -248,13 +249,7 @@ def load_matrix(path: Path) -> MatrixSpec:
         raise _err(source, "run.slos", 'must be a list of strings like ["ttft=500ms"]')
     for s in slos:
         parse_slo(s)
-    api = run.get("api", "chat")
-    if api not in ("chat", "completions"):
-        raise _err(source, "run.api", f"chat or completions, got {api!r}")
-    seed = run.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise _err(source, "run.seed", "must be an integer")
-    model = run.get("model")
+    api, seed, model = run.get("api", "chat"), run.get("seed", 0), run.get("model")
     if model is not None and not isinstance(model, str):
         raise _err(source, "run.model", "must be a string")
     key_env = run.get("api_key_env")
@@ -265,13 +260,29 @@ def load_matrix(path: Path) -> MatrixSpec:
                                                    for k, v in header_env.items()):
         raise _err(source, "run.header_env", 'must be a table of header name = "ENV_VARIABLE"')
     trials = run.get("trials", 1)
-    if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= 100:
-        raise _err(source, "run.trials", f"must be an integer in [1, 100], got {trials!r}")
-    return MatrixSpec(
+    spec = MatrixSpec(
         name=str(data.get("name", Path(path).stem)), source=source, configs=configs, baseline=baseline,
         command=command, url=url, api=api, workload=workload, profile=profile, slos=list(slos), seed=seed,
         model=model, description=str(data.get("description", "")), trials=trials, api_key_env=key_env,
         header_env=dict(header_env), **timeouts)
+    run_config(spec, url or "http://127.0.0.1", {}, Path("."), "check")  # the [run] table's values, checked now
+    return spec
+
+
+_ORIGIN_KEYS = {"api": "run.api", "seed": "run.seed", "model": "run.model", "trials": "run.trials",
+                "slos": "run.slos", "headers": "run.header_env"}  # fmt: skip
+
+
+def run_config(spec: MatrixSpec, url: str, headers: dict[str, str], out: Path, label: str) -> RunConfig:
+    """One configuration's run: the matrix's ``[run]`` table against ``url``; an error names
+    the file and its key (``m.toml: run.trials: ...``)."""
+    base, url_auth = split_credentials(normalize_url(url))  # a fixed URL's password: a header
+    return RunConfig(
+        url=base, api=spec.api, headers={**url_auth, **headers}, workload=spec.workload, profile=spec.profile,
+        out=out, model=spec.model, slos=[parse_slo(s) for s in spec.slos], seed=spec.seed, label=label,
+        command=["loadgen", "matrix", spec.source], live=False, scrape_metrics=True, trials=spec.trials,
+        origin=Origin(source=spec.source, keys=_ORIGIN_KEYS),
+    )  # fmt: skip
 
 
 def _format(template: str, cfg: ServerConfig, port: int) -> list[str]:
@@ -395,12 +406,7 @@ def run_matrix(spec: MatrixSpec, out: Path, console: Console, *,
                     entry.update(status="failed_to_start", error=why)
                     continue
             assert url is not None
-            base, url_auth = split_credentials(normalize_url(url))  # a fixed URL's password: a header
-            run_cfg = RunConfig(
-                url=base, api=spec.api, headers={**url_auth, **secrets}, workload=spec.workload, profile=spec.profile, out=folder / "run",
-                model=spec.model, slos=[parse_slo(s) for s in spec.slos], seed=spec.seed,
-                label=cfg.name, command=["loadgen", "matrix", spec.source], live=False,
-                scrape_metrics=True, trials=spec.trials)
+            run_cfg = run_config(spec, url, secrets, folder / "run", cfg.name)
             try:
                 outcome = run_one(run_cfg, console)
             except LoadgenError as exc:  # the target refused (discovery, calibration): go on

@@ -141,6 +141,10 @@ command = "loadgen serve --engine sim --time-scale 0.01 --port {port}"
     ('baseline = "z"\n[server]\ncommand = "x {a}"\n[grid]\na = [1, 2]\n' + RUN, "baseline"),
     ('[server]\ncommand = "x"\n[grid]\na = []\n' + RUN, "grid.a"),
     ('[server]\ncommand = "x"\n' + RUN.replace("[run.profile]", "[run.profilez]"), "run.profile"),
+    # the [run] table goes through RunConfig's own checks, named by the file's keys
+    ('[server]\ncommand = "x"\n' + RUN.replace("[run]", '[run]\ntrials = 0'), "run.trials: must be an integer in [1, 100]"),
+    ('[server]\ncommand = "x"\n' + RUN.replace('api = "completions"', 'api = "grpc"'), "run.api: unknown API 'grpc'"),
+    ('[server]\ncommand = "x"\n' + RUN.replace("[run]", '[run]\nseed = 1.5'), "run.seed: must be an integer"),
 ])
 def test_bad_matrix_files_name_the_key(tmp_path: Path, text: str, needle: str) -> None:
     path = write(tmp_path, text)
