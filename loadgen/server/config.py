@@ -29,13 +29,13 @@ from loadgen.server.replicas import ROUTERS
 from loadgen.server.sim.gpus import GPUS, GpuSpec
 from loadgen.server.sim.roofline import DTYPES as SIM_DTYPES
 from loadgen.server.sim.roofline import KV_CACHE_DTYPES
-from loadgen.server.torch.engine import ENGINE_MODES
 from loadgen.server.torch.loader import DTYPES, model_names
 
-__all__ = ["ENGINES", "DEFAULT_MODELS", "batch_defaults", "SchedulerLimits", "SimOptions",
+__all__ = ["ENGINES", "ENGINE_MODES", "DEFAULT_MODELS", "batch_defaults", "SchedulerLimits", "SimOptions",
            "TorchOptions", "Network", "HttpLimits", "ServeConfig"]
 
 ENGINES = ("sim", "torch")
+ENGINE_MODES = ("process", "thread")  # where the torch engine runs: TorchOptions.engine_mode
 DEFAULT_MODELS = {"sim": "llama-3.1-8b", "torch": "tiny"}
 GIB = 1 << 30
 
