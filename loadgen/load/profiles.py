@@ -32,7 +32,7 @@ else:  # pragma: no cover
 
 from loadgen.errors import ConfigError, ProfileError
 from loadgen.inputs import input_problem, open_input
-from loadgen.load.arrivals import MAX_RATE
+from loadgen.load.arrivals import ARRIVALS, MAX_RATE
 from loadgen.records import MAX_LEVEL_S
 
 __all__ = ["Profile", "StopRules", "load_profile", "list_profiles", "with_budget", "check_limits", "KINDS",
@@ -266,8 +266,21 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         raise _err(source, "requests", "each level needs requests and/or duration_s")
     if not 0 < prof.attainment_target <= 1:
         raise _err(source, "attainment_target", "must be in (0, 1]")
+    _check_arrival(prof, source)
     check_limits(prof)
     return prof
+
+
+def _check_arrival(prof: Profile, source: str) -> None:
+    """``arrival`` names a registered process and each parameter it declares (a field of
+    :class:`Profile` of the same name) is within its declared bound."""
+    proc = ARRIVALS.get(prof.arrival)
+    if proc is None:
+        raise _err(source, "arrival", f"unknown arrival process {prof.arrival!r}; allowed: {', '.join(ARRIVALS)}")
+    for param in proc.params:
+        why = param.problem(getattr(prof, param.name))
+        if why is not None:
+            raise _err(source, param.name, f"{why} (a parameter of {proc.name} arrivals)")
 
 
 def _dirs_text(dirs: Sequence[Path]) -> str:
