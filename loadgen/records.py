@@ -6,6 +6,8 @@ Stdlib only; nothing here imports the rest of the project.
 - :class:`RequestRecord` — what happened to it: monotonic timestamps of the schedule,
   the send, every output-carrying SSE event and the end, plus status and counts.
 - :class:`ErrorKind` — the status of a finished request.
+- :data:`LEVEL_STRIDE`, :data:`USER_STRIDE` — how a run numbers its requests
+  (``RequestSpec.index``) by level, user and position.
 
 All ``*_ns`` times are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux).
 """
@@ -20,6 +22,8 @@ from typing import Any, Union
 
 __all__ = [
     "MAX_LEVEL_S",
+    "LEVEL_STRIDE",
+    "USER_STRIDE",
     "ErrorKind",
     "TokenSource",
     "ChatMessage",
@@ -33,6 +37,14 @@ __all__ = [
 ]
 
 MAX_LEVEL_S = 30 * 86_400  # the longest a level may last, or a trace take to replay, in seconds (30 days)
+
+# A run's request indices (``RequestSpec.index``), shared by every source of requests and
+# readable by whoever holds a record: level ``L`` owns the indices from ``L * LEVEL_STRIDE``;
+# closed-loop user ``u`` takes ``USER_STRIDE`` of them from ``L * LEVEL_STRIDE + u * USER_STRIDE``
+# on, an open-loop send ``i`` takes ``L * LEVEL_STRIDE + i``. No two levels or users share an
+# index, so none shares a prompt by accident.
+USER_STRIDE = 1 << 24  # requests one user may send in one level
+LEVEL_STRIDE = 1 << 44  # request indices of one level (2**20 users)
 
 
 class ErrorKind(str, enum.Enum):

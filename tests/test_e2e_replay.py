@@ -22,12 +22,11 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.load.profiles import Profile
 from loadgen.orchestrate import RunConfig, execute
-from loadgen.records import RequestRecord
+from loadgen.records import LEVEL_STRIDE, RequestRecord
 from loadgen.report.files import read_records
 from loadgen.server.process import ServerProcess
 from loadgen.workload.datasets import DatasetOptions
 from loadgen.workload.prompts import default_corpus
-from loadgen.workload.source import LEVEL_STRIDE
 from loadgen.workload.spec import Workload, workload_from_flags
 from loadgen.workload.traces import TraceOptions, load_trace
 

@@ -14,8 +14,11 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.client.scrape import MetricsScraper
 from loadgen.metrics.energy import energy_j, energy_per_token
+from loadgen.server.config import SchedulerLimits, ServeConfig, SimOptions
 from loadgen.server.process import ServerProcess
-from loadgen.server.sim.telemetry import BOARD_POWER_W, IDLE_SHARE
+from loadgen.server.sim.build import sim_engine
+from loadgen.server.sim.gpus import get_gpu
+from loadgen.server.sim.telemetry import IDLE_SHARE
 from tests.server.helpers import make_engine, parse_prometheus, serve
 
 
@@ -47,8 +50,33 @@ async def test_sim_metrics_carry_dcgm_names_per_gpu() -> None:
     util = after[key]  # 40 decode steps of ~6 ms inside the scrape interval: mostly busy
     assert 0.0 < util <= 100.0
     power = after[("DCGM_FI_DEV_POWER_USAGE", key[1])]
-    tdp = BOARD_POWER_W["h100"]
+    tdp = get_gpu("h100").board_power_w
     assert power == pytest.approx(IDLE_SHARE * tdp + (1 - IDLE_SHARE) * tdp * util / 100, rel=1e-3)
+
+
+async def test_the_sim_reports_each_gpus_own_board_power() -> None:
+    """Idle power is 10% of the preset's board power on every preset; an A100 40GB drawing
+    work climbs towards its 400 W, not a default's."""
+    tdp = {"a100-80gb": 400, "a100-40gb": 400, "h100": 700, "h200": 700, "b200": 1000, "l40s": 350, "mi300x": 750}
+    labels = frozenset({("gpu", "0"), ("modelName", "loadgen sim")})
+    for name, watts in tdp.items():
+        config = ServeConfig(scheduler=SchedulerLimits(max_model_len=4096),
+                             sim=SimOptions(gpu=name, time_scale=1.0 if name == "a100-40gb" else 0.01))
+        async with serve(sim_engine(config)) as url, aiohttp.ClientSession() as session:
+            async with session.get(url + "/metrics") as resp:
+                idle, _ = parse_prometheus(await resp.text())
+            assert idle[("DCGM_FI_DEV_POWER_USAGE", labels)] == pytest.approx(IDLE_SHARE * watts), name
+            if name != "a100-40gb":
+                continue
+            body = {"model": "test-model", "prompt": [5] * 20, "max_tokens": 40, "ignore_eos": True}
+            async with session.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
+            async with session.get(url + "/metrics") as resp:
+                after, _ = parse_prometheus(await resp.text())
+        util = after[("DCGM_FI_DEV_GPU_UTIL", labels)]
+        assert 0.0 < util <= 100.0
+        power = after[("DCGM_FI_DEV_POWER_USAGE", labels)]
+        assert power == pytest.approx(40.0 + 360.0 * util / 100, rel=1e-3)  # 400 W at full use
 
 
 async def test_extra_urls_join_the_line_and_get_no_secrets(tmp_path: Path) -> None:
@@ -77,7 +105,7 @@ async def test_extra_urls_join_the_line_and_get_no_secrets(tmp_path: Path) -> No
         await runner.cleanup()
     line = json.loads((tmp_path / "m.jsonl").read_text().splitlines()[0])
     # the sim's own GPU (idle: 70 W) plus the exporter's two GPUs; utilisation averaged
-    assert line["power_w"] == pytest.approx(250.5 + 249.5 + IDLE_SHARE * BOARD_POWER_W["h100"])
+    assert line["power_w"] == pytest.approx(250.5 + 249.5 + IDLE_SHARE * get_gpu("h100").board_power_w)
     assert line["gpu_util"] == pytest.approx((0 + 40 + 60) / 3 / 100)
     assert seen and all(h is None for h in seen)  # the target's key stayed with the target
 

@@ -62,7 +62,7 @@ def test_a_config_built_in_python_names_the_field(tmp_path: Path, changes: dict[
 def test_the_profile_is_checked_with_the_config(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="requests: must be >= 1, got 0"):
         _config(tmp_path, profile=Profile(levels=[2.0], requests=0))
-    with pytest.raises(ProfileError, match="burstiness: burstiness must be > 0"):
+    with pytest.raises(ProfileError, match="burstiness: must be > 0, got 0.0"):
         _config(tmp_path, profile=Profile(mode="rate", levels=[2.0], arrival="gamma", burstiness=0.0))
     with pytest.raises(ProfileError, match="max_in_flight: caps the requests in flight of an open loop"):
         _config(tmp_path, profile=Profile(levels=[2.0], max_in_flight=4))
@@ -131,7 +131,7 @@ def test_the_run_json_keeps_the_explicit_arrival(server: ScriptedServerProcess, 
         (["--transport", "curl"], "--transport: unknown transport 'curl'"),
         (["--http2"], "--http2: HTTP/2 needs the httpx transport"),
         (["--concurrency", "0"], "--concurrency: must be >= 1"),
-        (["--rate", "2", "--arrival", "gamma", "--burstiness", "0"], "--burstiness: burstiness must be > 0"),
+        (["--rate", "2", "--arrival", "gamma", "--burstiness", "0"], "--burstiness: must be > 0, got 0"),
         (["--rate", "2", "--arrival", "zipf"], "--arrival: unknown arrival process 'zipf'"),
         (["--max-error-rate", "1.5"], "--max-error-rate: must be a share in [0, 1)"),
         (["--scrape-url", "nope"], "--scrape-url: expected an http(s) URL"),

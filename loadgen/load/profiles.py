@@ -122,11 +122,14 @@ class Profile:
                           "loop's users are its requests in flight")
         if self.slo_latency not in ("queued", "sent"):
             raise err("slo_latency", f"choose queued or sent, got {self.slo_latency!r}")
-        if self.arrival != "trace":
-            if self.arrival not in ARRIVALS:
+        if self.arrival != "trace":  # a trace's own times: no process
+            proc = ARRIVALS.get(self.arrival)
+            if proc is None:
                 raise err("arrival", f"unknown arrival process {self.arrival!r}; choose one of: {', '.join(ARRIVALS)}")
-            if _bad_number(self.burstiness) or not 0 < self.burstiness < math.inf:
-                raise err("burstiness", f"burstiness must be > 0, got {self.burstiness!r}")
+            for param in proc.params:  # what the process declares, each a field of the profile
+                why = param.problem(getattr(self, param.name))
+                if why is not None:
+                    raise err(param.name, f"{why} (a parameter of {proc.name} arrivals)")
         if _bad_number(self.attainment_target) or not 0 < self.attainment_target <= 1:
             raise err("attainment_target", f"must be in (0, 1], got {self.attainment_target!r}")
         if self.mode == "rate" and self.kind == "levels":  # sweeps pick their rates from measurements
@@ -326,8 +329,21 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         raise _err(source, "requests", "each level needs requests and/or duration_s")
     if not 0 < prof.attainment_target <= 1:
         raise _err(source, "attainment_target", "must be in (0, 1]")
+    _check_arrival(prof, source)
     check_limits(prof)
     return prof
+
+
+def _check_arrival(prof: Profile, source: str) -> None:
+    """``arrival`` names a registered process and each parameter it declares (a field of
+    :class:`Profile` of the same name) is within its declared bound."""
+    proc = ARRIVALS.get(prof.arrival)
+    if proc is None:
+        raise _err(source, "arrival", f"unknown arrival process {prof.arrival!r}; allowed: {', '.join(ARRIVALS)}")
+    for param in proc.params:
+        why = param.problem(getattr(prof, param.name))
+        if why is not None:
+            raise _err(source, param.name, f"{why} (a parameter of {proc.name} arrivals)")
 
 
 def _dirs_text(dirs: Sequence[Path]) -> str:

@@ -29,27 +29,27 @@ from loadgen.server.replicas import ROUTERS
 from loadgen.server.sim.gpus import GPUS, GpuSpec
 from loadgen.server.sim.roofline import DTYPES as SIM_DTYPES
 from loadgen.server.sim.roofline import KV_CACHE_DTYPES
-from loadgen.server.torch.engine import ENGINE_MODES
 from loadgen.server.torch.loader import DTYPES, model_names
 
-__all__ = ["ENGINES", "DEFAULT_MODELS", "batch_defaults", "SchedulerLimits", "SimOptions",
+__all__ = ["ENGINES", "ENGINE_MODES", "DEFAULT_MODELS", "batch_defaults", "SchedulerLimits", "SimOptions",
            "TorchOptions", "Network", "HttpLimits", "ServeConfig"]
 
 ENGINES = ("sim", "torch")
+ENGINE_MODES = ("process", "thread")  # where the torch engine runs: TorchOptions.engine_mode
 DEFAULT_MODELS = {"sim": "llama-3.1-8b", "torch": "tiny"}
-GIB = 1 << 30
 
 
 def batch_defaults(gpu: GpuSpec | None) -> tuple[int, int]:
     """``(max_num_batched_tokens, max_num_seqs)`` that ``vllm serve`` (the OpenAI API
-    server) picks when neither is given: 8,192 and 1,024 on a GPU of at least 70 GiB that
-    is not an A100 (H100, H200, B200, MI300X), else 2,048 and 256 (A100, L40S, or no GPU
-    known: the torch engine's device is only found in its own process).
+    server) picks when neither is given: 8,192 and 1,024 on a GPU of the ``"high"``
+    :attr:`~loadgen.server.sim.gpus.GpuSpec.batch_tier` (at least 70 GiB and not an A100:
+    H100, H200, B200, MI300X), else 2,048 and 256 (A100, L40S, or no GPU known: the torch
+    engine's device is only found in its own process).
 
     From ``EngineArgs.get_batch_defaults`` in vLLM's ``vllm/engine/arg_utils.py`` (v0.9 to
     v0.27; v0.28 adds a tier of 16,384 tokens for GPUs of at least 160 GiB, not modelled).
     """
-    if gpu is not None and gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name:
+    if gpu is not None and gpu.batch_tier == "high":
         return 8192, 1024
     return 2048, 256
 

@@ -55,7 +55,7 @@ import numpy as np
 
 from loadgen.errors import WorkloadError
 from loadgen.inputs import input_problem, open_input
-from loadgen.records import ChatMessage, Prompt, RequestSpec
+from loadgen.records import LEVEL_STRIDE, USER_STRIDE, ChatMessage, Prompt, RequestSpec
 from loadgen.workload.dataset_index import (
     EntryView,
     FileEntries,
@@ -480,12 +480,6 @@ class DatasetSource:
     """The runner's ``SpecSource`` over a measured dataset (see the module docstring)."""
 
     def __init__(self, data: MeasuredDataset, seed: int, replacement: bool = False, name: str = "dataset") -> None:
-        from loadgen.workload.source import (  # (spec.py imports this module)
-            LEVEL_STRIDE,
-            USER_STRIDE,
-        )
-
-        self._level_stride, self._user_stride = LEVEL_STRIDE, USER_STRIDE
         self.data, self.seed, self.replacement, self.name = data, int(seed), replacement, name
         self._users: dict[int, int] = {}
         self._cache: dict[tuple[int, int], np.ndarray] = {}
@@ -520,17 +514,17 @@ class DatasetSource:
 
     def user(self, level: int, user: int, quota: int | None) -> Iterator[RequestSpec]:
         users = self._users.get(level)
-        base = level * self._level_stride + user * self._user_stride
+        base = level * LEVEL_STRIDE + user * USER_STRIDE
         k, chunk = 0, 64
         while quota is None or k < quota:
             m = chunk if quota is None else min(chunk, quota - k)
             ks = np.arange(k, k + m, dtype=np.int64)
             # without the user count (a caller that never said it): each user its own stream
-            numbers = ks * users + user if users is not None else user * self._user_stride + ks
+            numbers = ks * users + user if users is not None else user * USER_STRIDE + ks
             yield from self._specs(level, numbers, base + ks)
             k += m
             chunk = min(chunk * 2, 4096)
 
     def sends(self, level: int, positions: Sequence[int]) -> list[RequestSpec]:
         pos = np.asarray(positions, dtype=np.int64)
-        return self._specs(level, pos, level * self._level_stride + pos)
+        return self._specs(level, pos, level * LEVEL_STRIDE + pos)

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen.records import SessionPlan
+from loadgen.records import LEVEL_STRIDE, USER_STRIDE, SessionPlan
 from loadgen.workload.generate import generate_specs, specs_at
 from loadgen.workload.prompts import PromptSynthesizer
-from loadgen.workload.source import LEVEL_STRIDE, USER_STRIDE
 from loadgen.workload.spec import Workload
 
 __all__ = ["MAX_TURNS", "SessionSource", "zipf_weights"]

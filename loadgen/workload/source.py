@@ -1,11 +1,9 @@
 """A run's requests by position: :class:`WorkloadSource` (the runner's ``SpecSource``).
 
-Level ``L`` owns the request indices from ``L * LEVEL_STRIDE``; closed-loop user ``u``
-takes ``USER_STRIDE`` of them from ``L * LEVEL_STRIDE + u * USER_STRIDE`` on, an
-open-loop send ``i`` takes ``L * LEVEL_STRIDE + i``. A request depends only on the
-workload, the seed, its index and the synthesiser's calibration
-(:mod:`loadgen.workload.generate`), so any process that holds the same source builds
-the same request, and no two levels or users share a prompt by accident.
+Requests are numbered as :data:`loadgen.records.LEVEL_STRIDE` and
+:data:`~loadgen.records.USER_STRIDE` say. A request depends only on the workload, the
+seed, its index and the synthesiser's calibration (:mod:`loadgen.workload.generate`), so
+any process that holds the same source builds the same request.
 """
 
 from __future__ import annotations
@@ -13,15 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from loadgen.records import RequestSpec
+from loadgen.records import LEVEL_STRIDE, USER_STRIDE, RequestSpec
 from loadgen.workload.generate import generate_specs, specs_at
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.spec import Workload
 
-__all__ = ["WorkloadSource", "LEVEL_STRIDE", "USER_STRIDE"]
-
-USER_STRIDE = 1 << 24  # requests one user may send in one level
-LEVEL_STRIDE = 1 << 44  # request indices of one level (2**20 users)
+__all__ = ["WorkloadSource"]
 
 _FIRST_CHUNK = 8
 _MAX_CHUNK = 256

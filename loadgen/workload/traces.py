@@ -41,10 +41,9 @@ import orjson
 
 from loadgen.errors import ConfigError, WorkloadError
 from loadgen.inputs import input_problem, open_input
-from loadgen.records import MAX_LEVEL_S, RequestSpec
+from loadgen.records import LEVEL_STRIDE, MAX_LEVEL_S, RequestSpec
 from loadgen.workload.distributions import MAX_LENGTH
 from loadgen.workload.prompts import PromptSynthesizer
-from loadgen.workload.source import LEVEL_STRIDE
 
 __all__ = ["BLOCK_TOKENS", "TRACE_FORMATS", "Trace", "TraceOptions", "TraceSource", "load_trace", "parse_window"]
 

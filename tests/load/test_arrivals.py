@@ -7,14 +7,19 @@ right one misses it with a chance far below one in a million.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from loadgen.errors import ConfigError
+from loadgen.errors import ConfigError, ProfileError
 from loadgen.load import arrivals
-from loadgen.load.arrivals import ARRIVALS, schedule
+from loadgen.load.arrivals import ARRIVALS, arrival_help, schedule
+from loadgen.load.profiles import Profile, load_profile
+from loadgen.load.runner import LevelPlan
 
 N = 40_001  # offsets, so 40,000 gaps
 
@@ -128,3 +133,53 @@ def test_a_schedule_too_large_to_hold_is_refused_not_allocated(monkeypatch: pyte
 def test_many_requests_with_a_short_duration_are_bounded_by_the_duration() -> None:
     offsets = schedule("constant", 1_000.0, n=1_000_000_000, duration_s=0.01)
     assert len(offsets) == 10
+
+
+def test_each_process_declares_its_parameters_and_each_declaration_reaches_a_run() -> None:
+    """gamma declares burstiness, poisson and constant nothing; a declared parameter is a
+    keyword of schedule() and a field of Profile and LevelPlan, with the declared default."""
+    assert {name: [p.name for p in proc.params] for name, proc in ARRIVALS.items()} == {
+        "poisson": [], "gamma": ["burstiness"], "constant": []}
+    keywords = inspect.signature(schedule).parameters
+    for proc in ARRIVALS.values():
+        for param in proc.params:
+            assert keywords[param.name].default == param.default
+            for cls in (Profile, LevelPlan):
+                field = {f.name: f for f in dataclasses.fields(cls)}[param.name]
+                assert field.default == param.default, (cls, param.name)
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_declared_bound_refuses_a_value_naming_the_flag(value: float) -> None:
+    with pytest.raises(ConfigError) as exc:
+        schedule("gamma", 5.0, n=10, burstiness=value)
+    assert exc.value.key == "--burstiness" and str(exc.value).startswith("--burstiness: burstiness must be ")
+    assert len(schedule("poisson", 5.0, n=10, burstiness=value)) == 10  # poisson declares none: not read
+
+
+@pytest.mark.parametrize(("body", "key", "text"), [
+    ('arrival = "uniform"', "arrival", "unknown arrival process 'uniform'; allowed: poisson, gamma, constant"),
+    ('arrival = "gamma"\nburstiness = 0', "burstiness", "must be > 0, got 0 (a parameter of gamma arrivals)"),
+])
+def test_a_profile_files_arrival_keys_are_checked_against_the_declarations(tmp_path: Path, body: str, key: str,
+                                                                           text: str) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(f"levels = [2]\nmode = \"rate\"\n{body}\n")
+    with pytest.raises(ProfileError) as exc:
+        load_profile(str(path), [])
+    assert exc.value.key == key and str(exc.value) == f"{path}: {key}: {text}"
+
+
+def test_valid_profile_arrivals_load_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('levels = [2]\nmode = "rate"\narrival = "gamma"\nburstiness = 0.25\n')
+    prof = load_profile(str(path), [])
+    assert (prof.arrival, prof.burstiness) == ("gamma", 0.25)
+    path.write_text('levels = [2]\nmode = "rate"\narrival = "constant"\n')
+    assert (load_profile(str(path), []).arrival, load_profile(str(path), []).burstiness) == ("constant", 1.0)
+
+
+def test_arrival_help_lists_every_process_and_its_declared_parameters() -> None:
+    text = arrival_help()
+    assert [name for name in ARRIVALS if name in text] == list(ARRIVALS)
+    assert "gamma (--burstiness > 0, default 1: the gamma shape" in text

@@ -19,7 +19,7 @@ from loadgen.workload.datasets import (
     measure,
 )
 from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter, default_corpus
-from loadgen.workload.source import LEVEL_STRIDE, USER_STRIDE
+from loadgen.records import LEVEL_STRIDE, USER_STRIDE
 from loadgen.workload.spec import load_workload
 
 SAMPLES = Path(__file__).resolve().parents[2] / "workloads" / "samples"

@@ -6,8 +6,8 @@
   which the GPU's pool was running a step — what DCGM reports (time a kernel was
   executing), not how busy the tensor cores were.
 - ``DCGM_FI_DEV_POWER_USAGE`` (W): a linear power model between idle and board power,
-  ``idle + (tdp - idle) * busy``; board powers are the datasheets' (below), idle is
-  taken as 10% of it. It is a model for trying the report out, not a measurement.
+  ``idle + (tdp - idle) * busy``; the board power is the preset's datasheet figure
+  (:attr:`~loadgen.server.sim.gpus.GpuSpec.board_power_w`), idle is taken as 10% of it. It is a model for trying the report out, not a measurement.
 - ``DCGM_FI_DEV_FB_USED`` (MiB): the weights' share of the GPU plus the KV cache in use.
 
 A disaggregated engine reports its prefill GPUs first, then its decode GPUs.
@@ -20,17 +20,8 @@ from dataclasses import dataclass, field
 
 from loadgen.server.sim.gpus import GpuSpec
 
-__all__ = ["BOARD_POWER_W", "IDLE_SHARE", "GpuSample", "Pool", "GpuTelemetry"]
+__all__ = ["IDLE_SHARE", "GpuSample", "Pool", "GpuTelemetry"]
 
-# datasheet maximum board power (TDP), W
-BOARD_POWER_W = {
-    "a100-80gb": 400.0,  # A100 SXM4 80GB
-    "h100": 700.0,  # H100 SXM5
-    "h200": 700.0,  # H200 SXM
-    "b200": 1000.0,  # HGX B200
-    "l40s": 350.0,  # L40S
-    "mi300x": 750.0,  # MI300X OAM
-}
 IDLE_SHARE = 0.10
 
 
@@ -63,7 +54,7 @@ class GpuTelemetry:
         """Samples for every GPU; ``busy_s`` and ``kv_usage`` are per pool, in pool order."""
         out: list[GpuSample] = []
         for pool, busy, kv in zip(self.pools, busy_s, kv_usage):
-            tdp = BOARD_POWER_W.get(pool.gpu.name, 700.0)
+            tdp = pool.gpu.board_power_w
             idle = IDLE_SHARE * tdp
             if pool.last_t is None or now <= pool.last_t:
                 util = 0.0

@@ -18,8 +18,7 @@ The model shapes are shared with the sim (:mod:`loadgen.server.engine.models`). 
 this package does not import torch.
 """
 
-from loadgen.server.torch.engine import ENGINE_MODES, TorchEngine, torch_engine
+from loadgen.server.torch.engine import TorchEngine, torch_engine
 from loadgen.server.torch.loader import build_model, load_tokenizer, model_names, resolve_dtype
 
-__all__ = ["ENGINE_MODES", "TorchEngine", "torch_engine", "build_model", "load_tokenizer",
-           "model_names", "resolve_dtype"]
+__all__ = ["TorchEngine", "torch_engine", "build_model", "load_tokenizer", "model_names", "resolve_dtype"]

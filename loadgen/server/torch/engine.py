@@ -37,9 +37,8 @@ from loadgen.server.torch.worker import decode_outputs, encode_request, engine_m
 if TYPE_CHECKING:
     from loadgen.server.config import ServeConfig
 
-__all__ = ["TorchEngine", "ENGINE_MODES", "torch_engine"]
+__all__ = ["TorchEngine", "torch_engine"]
 
-ENGINE_MODES = ("process", "thread")
 _ERRORS: dict[str, type[EngineError]] = {"PromptTooLong": PromptTooLong, "QueueFull": QueueFull}
 
 
