@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from loadgen.cli.common import console, err_console, friendly, sigterm_unwinds
 from loadgen.cli.config_file import config_callback
+from loadgen.load.arrivals import arrival_help
 from loadgen.signals import exit_code
 
 if TYPE_CHECKING:
@@ -73,8 +74,7 @@ Concurrency = Annotated[OptInt, _opt("--concurrency", panel=_LOAD, help="Closed 
                                      "(vllm bench serve's --max-concurrency is --max-in-flight)")]
 Rate = Annotated[OptFloat, _opt("--rate", "--request-rate", panel=_LOAD,
                                 help="Open loop: requests per second (--request-rate as in vllm bench serve)")]
-Arrival = Annotated[OptStr, _opt("--arrival", panel=_LOAD,
-                                 help="Open-loop arrivals: poisson (default), gamma or constant")]
+Arrival = Annotated[OptStr, _opt("--arrival", panel=_LOAD, help=f"Open-loop arrivals (default poisson): {arrival_help()}")]
 Burstiness = Annotated[OptFloat, _opt("--burstiness", panel=_LOAD,
                                       help="Gamma shape (default 1 = Poisson, < 1 burstier)")]
 MaxInFlight = Annotated[OptInt, _opt("--max-in-flight", "--max-concurrency", panel=_LOAD, help="Open loop: cap on "
