@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, Sequence, Union
 
@@ -42,6 +42,8 @@ from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
 from loadgen.runconfig import RunConfig
+from loadgen.runinfo import (Calibration, ClassInfo, ClientConfig, ClockAnchor, DatasetInfo, Finished, Resumed,
+                             RunInfo, SessionsInfo, Target, TraceInfo, WorkerClock, WorkloadInfo)
 from loadgen.signals import STOP_SIGNALS, raise_on_sigterm
 from loadgen.report.console import LiveStats, level_heading, level_line, show_summary
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, lock_run_folder, machine_info
@@ -65,7 +67,7 @@ class Resume:
     see :mod:`loadgen.recover`): the sweep, fed the finished levels' summaries, and the
     plan of the level to run next."""
 
-    run: dict[str, Any]  # the folder's run.json
+    run: RunInfo  # the folder's run.json
     gen: Sweep
     plan: LevelPlan
     levels: list[LevelSummary]
@@ -145,53 +147,38 @@ async def calibrate(transport: Any, synth: PromptSynthesizer, api: str, probe: P
     }
 
 
-def _run_json(cfg: RunConfig, info: ServerInfo, calib: dict[str, Any], started: float, anchor_ns: int) -> dict[str, Any]:
-    return {
-        "tool": "loadgen",
-        "label": cfg.label,
-        "command": cfg.command,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "clock_anchor": {"unix_s": started, "perf_counter_ns": anchor_ns},
-        "target": {"url": redact_url(cfg.url), "api": cfg.api, "model": info.model, "max_model_len": info.max_model_len},
-        "workload": {
-            "name": cfg.workload.name,
-            "description": cfg.workload.description,
-            "source": cfg.workload.source,
-            "classes": [
-                {
-                    "name": c.name,
-                    "weight": c.weight,
-                    "prompt_tokens": c.prompt_tokens.describe(),
-                    "output_tokens": c.output_tokens.describe(),
-                    "shared_prefix_groups": c.shared_prefix_groups,
-                    "shared_prefix_tokens": c.shared_prefix_tokens,
-                }
-                for c in cfg.workload.classes
-            ],
-            **({} if cfg.workload.sessions is None else {"sessions": cfg.workload.sessions.to_dict()}),
-            **({} if cfg.workload.tools is None else {"tools": len(cfg.workload.tools)}),
-            **({"dataset": cfg.workload.dataset.describe()} if cfg.workload.dataset is not None else {}),
-        },
-        "profile": {k: v for k, v in asdict(cfg.profile).items()},
-        "slos": [str(s) for s in cfg.slos],
-        "config": {
-            "seed": cfg.seed,
-            "transport": cfg.transport,
-            "http2": cfg.http2,
-            "strict": cfg.strict,
-            "continuous_usage": cfg.continuous_usage,
-            "read_timeout_s": cfg.read_timeout_s,
-            "request_timeout_s": cfg.request_timeout_s,
-            "header_names": sorted(cfg.headers),  # names only: values may be secrets
-            "workers": cfg.workers,
-            "ray": None if cfg.ray is None else redact_url(cfg.ray),
-            "trials": cfg.trials,
-        },
-        "calibration": calib,
-        "machine": machine_info(),
-        **({"tokenizer": str(cfg.tokenizer)} if cfg.tokenizer is not None else {}),
-        **({"trace": cfg.trace.describe()} if cfg.trace is not None else {}),
-    }
+def _workload_info(wl: Workload) -> WorkloadInfo:
+    classes = [ClassInfo(name=c.name, weight=c.weight, prompt_tokens=c.prompt_tokens.describe(),
+                         output_tokens=c.output_tokens.describe(), shared_prefix_groups=c.shared_prefix_groups,
+                         shared_prefix_tokens=c.shared_prefix_tokens) for c in wl.classes]  # fmt: skip
+    sessions = None if wl.sessions is None else SessionsInfo.from_json(wl.sessions.to_dict())
+    dataset = None if wl.dataset is None else DatasetInfo.from_json(wl.dataset.describe())
+    return WorkloadInfo(classes=classes, name=wl.name, description=wl.description, source=wl.source,
+                        sessions=sessions, tools=None if wl.tools is None else len(wl.tools), dataset=dataset)
+
+
+def _run_json(cfg: RunConfig, info: ServerInfo, calib: Calibration, started: float, anchor_ns: int) -> RunInfo:
+    return RunInfo(
+        label=cfg.label,
+        command=list(cfg.command),
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        clock_anchor=ClockAnchor(unix_s=started, perf_counter_ns=anchor_ns),
+        target=Target(url=redact_url(cfg.url), api=cfg.api, model=info.model, max_model_len=info.max_model_len),
+        workload=_workload_info(cfg.workload),
+        profile=dataclasses.replace(cfg.profile),
+        slos=[str(s) for s in cfg.slos],
+        config=ClientConfig(
+            seed=cfg.seed, transport=cfg.transport, http2=cfg.http2, strict=cfg.strict,
+            continuous_usage=cfg.continuous_usage, read_timeout_s=cfg.read_timeout_s,
+            request_timeout_s=cfg.request_timeout_s,
+            header_names=sorted(cfg.headers),  # names only: values may be secrets
+            workers=cfg.workers, ray=None if cfg.ray is None else redact_url(cfg.ray), trials=cfg.trials,
+        ),  # fmt: skip
+        calibration=calib,
+        machine=machine_info(),
+        tokenizer=None if cfg.tokenizer is None else str(cfg.tokenizer),
+        trace=None if cfg.trace is None else TraceInfo.from_json(cfg.trace.describe()),
+    )
 
 
 def merge_trials(results: Sequence[LevelResult]) -> LevelResult:
@@ -441,15 +428,16 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
     started, anchor_ns = time.time(), time.perf_counter_ns()
     try:
         if cfg.resume is not None:  # the run's own fit: the same prompts as before
-            calib = cfg.resume.run.get("calibration") or {"calibrated": False}
-            if calib.get("calibrated"):
-                synth.calibrate([(int(w), int(n)) for w, n in calib["samples"]])
+            calib = cfg.resume.run.calibration or Calibration()
+            if calib.calibrated and calib.samples:
+                synth.calibrate(list(calib.samples))
         elif cfg.calibrate:
-            calib = await calibrate(transport, synth, cfg.api, _probe(cfg, info), cfg.request_timeout_s)
+            calib = Calibration.from_json(await calibrate(transport, synth, cfg.api, _probe(cfg, info),
+                                                          cfg.request_timeout_s))  # fmt: skip
         else:
-            calib = {"calibrated": False, "method": None, "reason": "--no-calibrate"}
-        if cfg.calibrate and not calib["calibrated"]:
-            console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib['reason'])}; prompts assume "
+            calib = Calibration(reason="--no-calibrate")
+        if cfg.calibrate and not calib.calibrated:
+            console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib.reason or '')}; prompts assume "
                           "one token per word and no chat template, so compare them with the server's own prompt "
                           "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
         dataset_stats: dict[str, Any] = {}
@@ -474,12 +462,11 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
                     lv.interrupt()
 
             if cfg.resume is not None:
-                run_info = dict(cfg.resume.run)
-                run_info.pop("finished", None)
-                run_info.setdefault("resumed", []).append({
-                    "at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-                    "level": cfg.resume.plan.index, "command": cfg.command})  # fmt: skip
-                anchor_ns = int((run_info.get("clock_anchor") or {}).get("perf_counter_ns", anchor_ns))
+                resumed = Resumed(at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                                  level=cfg.resume.plan.index, command=list(cfg.command))  # fmt: skip
+                run_info = dataclasses.replace(cfg.resume.run, finished=None,
+                                               resumed=[*(cfg.resume.run.resumed or []), resumed])  # fmt: skip
+                anchor_ns = run_info.anchor_ns if run_info.anchor_ns is not None else anchor_ns
                 writer = files.enter_context(RunWriter(cfg.out, keep_levels_below=cfg.resume.plan.index,
                                                        on_error=stop_on_write_error))  # fmt: skip
                 console.print(f"[dim]resuming {cfg.out} at level {cfg.resume.plan.index + 1} "
@@ -489,8 +476,10 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
                     console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
                 writer = files.enter_context(RunWriter(cfg.out, on_error=stop_on_write_error))
                 run_info = _run_json(cfg, info, calib, started, anchor_ns)
-            if dataset_stats:
-                run_info["workload"]["dataset"].update(dataset_stats)
+            wl_info = run_info.workload
+            if dataset_stats and wl_info is not None and wl_info.dataset is not None:
+                dataset = dataclasses.replace(wl_info.dataset, **dataset_stats)
+                run_info = dataclasses.replace(run_info, workload=dataclasses.replace(wl_info, dataset=dataset))
             writer.write_run(run_info)
             if writer.error is not None:  # nothing of the run was sent yet
                 raise ConfigError(f"cannot write the run folder: {_write_error(writer.error)}", key="--out")
@@ -519,8 +508,10 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
             stop = files.enter_context(_stop_signals(asyncio.get_running_loop(), levels))  # until summary.json
 
             def after_level() -> None:
+                nonlocal run_info
                 if isinstance(levels, RayPool):  # the clock offsets re-estimated before each level
-                    run_info["workers"] = levels.clock_report()
+                    clocks = [WorkerClock.from_json(w) for w in levels.clock_report()]
+                    run_info = dataclasses.replace(run_info, workers=clocks)
                     writer.write_run(run_info)
 
             async with contextlib.AsyncExitStack() as stack:
@@ -542,8 +533,9 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
                 summary = dataclasses.replace(summary, interrupted=True,
                                               stopped=f"the run folder could not be written: {_write_error(writer.error)}")
             writer.write_summary(summary.to_json())  # attempted: after a full disk it may fail again
-            run_info["finished"] = {"interrupted": summary.interrupted, "levels": len(summary.levels),
-                                    "stopped": summary.stopped}  # fmt: skip
+            run_info = dataclasses.replace(run_info, finished=Finished(interrupted=summary.interrupted,
+                                                                        levels=len(summary.levels),
+                                                                        stopped=summary.stopped))  # fmt: skip
             writer.write_run(run_info)  # how the run ended: what `loadgen report` and --resume go by
             n_records = writer.count
             write_error = None if writer.error is None else _write_error(writer.error)

@@ -28,19 +28,19 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from loadgen.errors import ConfigError
-from loadgen.load.profiles import Profile, StopRules
+from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult
 from loadgen.load.sweeps import Sweep, sweep
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import SLO, parse_slo
 from loadgen.orchestrate import Resume, RunConfig, run_summary, summarize_result
 from loadgen.records import RequestRecord
-from loadgen.report.files import read_run, write_json
+from loadgen.report.files import read_run_info, write_json
 from loadgen.report.readers import read_records
-from loadgen.workload.distributions import parse_distribution
+from loadgen.runinfo import RunInfo
+from loadgen.workload.distributions import Distribution, parse_distribution
 from loadgen.workload.spec import RequestClass, Workload
 
 __all__ = ["Recovered", "needs_rebuild", "rebuild_summary", "recover", "resume_config", "workload_of"]
@@ -51,7 +51,7 @@ class Recovered:
     """What a run folder says of its run, replayed through its sweep."""
 
     folder: Path
-    run: dict[str, Any]  # run.json
+    run: RunInfo  # run.json
     profile: Profile
     slos: list[SLO]
     levels: list[LevelSummary]  # every level with records, in order (a partial one last)
@@ -64,38 +64,21 @@ class Recovered:
     torn: bool  # the last line of records.jsonl was cut off mid-write (and is skipped)
 
 
-def _run_json(folder: Path) -> dict[str, Any]:
+def _run_info(folder: Path) -> RunInfo:
     if not folder.is_dir():
         raise ConfigError(f"{folder} is not a folder (expected a loadgen run folder)")
     if not (folder / "run.json").is_file():
         raise ConfigError(f"{folder} has no run.json: not a loadgen run folder")
-    run = read_run(folder)
-    if run.get("tool") != "loadgen" or not isinstance(run.get("profile"), dict):
-        raise ConfigError(f"{folder / 'run.json'} was not written by a loadgen run")
-    return run
+    return read_run_info(folder)
 
 
-def profile_of(run: dict[str, Any]) -> Profile:
-    """The profile a run ran, from its ``run.json``."""
-    data = dict(run["profile"])
-    names = {f.name for f in dataclasses.fields(Profile)}
-    try:
-        if "trim" in data:
-            data["trim"] = tuple(data["trim"])
-        if isinstance(data.get("stop"), dict):
-            data["stop"] = StopRules(**data["stop"])
-        return Profile(**{k: v for k, v in data.items() if k in names})
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"run.json: profile: not a loadgen profile ({exc})") from None
+def profile_of(run: RunInfo) -> Profile:
+    """The profile a run ran, from its ``run.json`` (a copy: the sweep may not change the record's)."""
+    return dataclasses.replace(run.profile)
 
 
-def _slos(run: dict[str, Any]) -> list[SLO]:
-    return [parse_slo(str(s)) for s in run.get("slos") or []]
-
-
-def _anchor(run: dict[str, Any]) -> int:
-    anchor = (run.get("clock_anchor") or {}).get("perf_counter_ns")
-    return anchor if isinstance(anchor, int) else 0
+def _slos(run: RunInfo) -> list[SLO]:
+    return [parse_slo(s) for s in run.slos]
 
 
 def _written_levels(folder: Path) -> list[LevelSummary]:
@@ -122,10 +105,9 @@ def recover(folder: Path) -> Recovered:
     """Replay the run in ``folder`` (see the module docstring). Raises :class:`ConfigError`
     when it is not a loadgen run folder."""
     folder = Path(folder)
-    run = _run_json(folder)
-    prof, slos, anchor_ns = profile_of(run), _slos(run), _anchor(run)
-    ended = run.get("finished")
-    complete = isinstance(ended, dict) and ended.get("interrupted") is False
+    run = _run_info(folder)
+    prof, slos, anchor_ns = profile_of(run), _slos(run), run.anchor_ns or 0
+    complete = run.complete
     written = _written_levels(folder)
     kept = next((i for i, lv in enumerate(written) if lv.interrupted), len(written))  # summaries to keep
     by_level: dict[int, list[RequestRecord]] = defaultdict(list)
@@ -135,8 +117,7 @@ def recover(folder: Path) -> Recovered:
             last = max(last, rec.level)
             if rec.level >= kept:  # only the levels to summarise are held in memory
                 by_level[rec.level].append(rec)
-    seed = int((run.get("config") or {}).get("seed", 0))
-    gen = sweep(prof, seed)
+    gen = sweep(prof, run.config.seed)
     plan: LevelPlan | None = next(gen)
     levels: list[LevelSummary] = []
     stopped: str | None = None
@@ -176,7 +157,8 @@ def _noted(level: LevelSummary) -> LevelSummary:
 def rebuilt_summary(rec: Recovered) -> RunSummary:
     """The run's summary over the recovered levels; ``interrupted`` unless the run ended on its own."""
     interrupted = not rec.complete
-    stopped = (rec.run.get("finished") or {}).get("stopped") or rec.stopped  # --abort-on-fail is not in the sweep
+    ended = rec.run.finished
+    stopped = (ended.stopped if ended is not None else None) or rec.stopped  # --abort-on-fail is not in the sweep
     return run_summary(rec.levels, rec.profile, None if interrupted else stopped, interrupted)
 
 
@@ -190,25 +172,23 @@ def rebuild_summary(folder: Path) -> tuple[Recovered, RunSummary]:
     return rec, summary
 
 
-def workload_of(run: dict[str, Any]) -> Workload:
+def workload_of(run: RunInfo) -> Workload:
     """The workload a run drew its requests from, from its ``run.json`` (each length
     distribution is written as text that parses back to the same one)."""
-    data = run.get("workload") or {}
-    try:
-        classes = [
-            RequestClass(
-                name=str(c["name"]), weight=float(c["weight"]),
-                prompt_tokens=parse_distribution(str(c["prompt_tokens"]), source="run.json", key="prompt_tokens"),
-                output_tokens=parse_distribution(str(c["output_tokens"]), source="run.json", key="output_tokens"),
-                shared_prefix_groups=int(c.get("shared_prefix_groups", 0)),
-                shared_prefix_tokens=int(c.get("shared_prefix_tokens", 0)),
-            )
-            for c in data["classes"]
-        ]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"run.json: workload: not a loadgen workload ({exc})") from None
-    return Workload(name=str(data.get("name", "")), description=str(data.get("description", "")), classes=classes,
-                    source=str(data.get("source", "run.json")))  # fmt: skip
+    wl = run.workload
+    if wl is None:
+        raise ConfigError("missing", source="run.json", key="workload")
+
+    def dist(text: str, i: int, key: str) -> Distribution:
+        return parse_distribution(text, source="run.json", key=f"workload.classes[{i}].{key}")
+
+    classes = [
+        RequestClass(name=c.name, weight=c.weight, prompt_tokens=dist(c.prompt_tokens, i, "prompt_tokens"),
+                     output_tokens=dist(c.output_tokens, i, "output_tokens"),
+                     shared_prefix_groups=c.shared_prefix_groups, shared_prefix_tokens=c.shared_prefix_tokens)
+        for i, c in enumerate(wl.classes)
+    ]  # fmt: skip
+    return Workload(name=wl.name, description=wl.description, classes=classes, source=wl.source or "run.json")
 
 
 def resume_config(folder: Path, url: str | None, headers: dict[str, str], *, command: list[str],
@@ -220,22 +200,21 @@ def resume_config(folder: Path, url: str | None, headers: dict[str, str], *, com
     rec = recover(folder)
     if rec.complete or rec.plan is None:
         raise ConfigError(f"the run in {folder} finished already; nothing to resume", key="--resume")
-    run, conf, target = rec.run, rec.run.get("config") or {}, rec.run.get("target") or {}
-    missing = sorted(set(conf.get("header_names") or []) - set(headers))
+    run, conf, target = rec.run, rec.run.config, rec.run.target
+    if target is None:
+        raise ConfigError("missing", source=str(folder / "run.json"), key="target")
+    missing = sorted(set(conf.header_names) - set(headers))
     if missing:
         raise ConfigError(f"the run sent the header(s) {', '.join(missing)}, whose values are never stored: give them "
                           "again (--header, --api-key-env)", key="--resume")  # fmt: skip
-    workers = conf.get("workers", 1)
     cfg = RunConfig(
-        url=url or str(target.get("url", "")), api=str(target.get("api", "chat")), workload=workload_of(run),
-        profile=rec.profile, out=folder, model=target.get("model"), slos=rec.slos, seed=int(conf.get("seed", 0)),
-        transport=str(conf.get("transport", "aiohttp")), http2=bool(conf.get("http2", False)), headers=headers,
-        strict=bool(conf.get("strict", False)), continuous_usage=bool(conf.get("continuous_usage", False)),
-        calibrate=False, read_timeout_s=float(conf.get("read_timeout_s", 120.0)),
-        request_timeout_s=float(conf.get("request_timeout_s", 600.0)), label=str(run.get("label", "")),
-        command=command, live=live, workers=workers if workers == "auto" else int(workers), ray=conf.get("ray"),
+        url=url or target.url, api=target.api, workload=workload_of(run), profile=rec.profile, out=folder,
+        model=target.model, slos=rec.slos, seed=conf.seed, transport=conf.transport, http2=conf.http2,
+        headers=headers, strict=conf.strict, continuous_usage=conf.continuous_usage, calibrate=False,
+        read_timeout_s=conf.read_timeout_s, request_timeout_s=conf.request_timeout_s, label=run.label,
+        command=command, live=live, workers=conf.workers, ray=conf.ray,
         resume=Resume(run=run, gen=rec.gen, plan=rec.plan, levels=rec.levels[: rec.finished]),
-        trials=int(conf.get("trials", 1)),
+        trials=conf.trials,
     )  # fmt: skip
     return cfg, rec
 

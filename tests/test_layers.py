@@ -21,7 +21,8 @@ ALLOWED: dict[str, set[str]] = {
     "metrics": {"records", "errors", "metrics"},
     "client": {"records", "errors", "client"},
     "load": {"records", "errors", "inputs", "load", "metrics", "aio", "signals"},
-    "report": {"", "records", "errors", "report", "metrics"},
+    "report": {"", "records", "errors", "report", "metrics", "runinfo"},
+    "runinfo": {"errors", "load", "metrics"},
     "server": {"errors", "server", "aio"},
 }
 WIRING = {"cli", "api", "orchestrate", "runconfig", "runflags", "recover", "demo", "matrix", "__init__", "__main__"}  # may wire everything together

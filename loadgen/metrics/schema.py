@@ -8,7 +8,9 @@ key names and ``omit_none`` marks), so it cannot drift from what ``to_json()`` w
   ``int | float`` is ``number``; ``X | None`` adds ``null``;
 - a dataclass is an ``object`` whose required keys are the fields without a default
   (``omit_none`` fields may be absent), with no other keys allowed;
-- ``list[X]`` is an ``array``; ``dict[str, X]`` an ``object`` of ``X`` values.
+- ``list[X]`` is an ``array``; ``tuple[X, Y]`` an ``array`` of those items;
+  ``dict[str, X]`` an ``object`` of ``X`` values;
+- a field marked ``required`` is required even though it has a default.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ def _type(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if origin is list:
         (item,) = typing.get_args(tp)
         return {"type": "array", "items": _type(item, defs)}
+    if origin is tuple:
+        items = typing.get_args(tp)
+        if items[-1] is Ellipsis:
+            return {"type": "array", "items": _type(items[0], defs)}
+        return {"type": "array", "prefixItems": [_type(a, defs) for a in items], "minItems": len(items),
+                "maxItems": len(items)}
     if origin is dict:
         _, item = typing.get_args(tp)
         return {"type": "object", "additionalProperties": _type(item, defs)}
@@ -69,7 +77,7 @@ def _object(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
         key = f.metadata.get("json", f.name)
         props[key] = _type(hints[f.name], defs)
         no_default = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if no_default and not f.metadata.get("omit_none"):
+        if (no_default or f.metadata.get("required")) and not f.metadata.get("omit_none"):
             required.append(key)
     out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
     if cls.__doc__:

@@ -9,6 +9,7 @@ capacities side by side. Runs of different workloads are refused unless ``force`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,28 +24,28 @@ from loadgen.report import compare_figures as CF
 from loadgen.report.html import answer_cards
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import RunData, load_run
+from loadgen.runinfo import RunInfo, WorkloadInfo
 
 __all__ = ["render_comparison", "workload_differences", "fmt_change", "fmt_pct"]
 
-def workload_differences(runs: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[str]:
-    """Human-readable differences between the runs' ``run.json["workload"]`` (the file
-    path it was read from is ignored); empty when they match."""
-    def norm(run: dict[str, Any]) -> dict[str, Any] | None:
-        wl = run.get("workload")
-        return {k: v for k, v in wl.items() if k != "source"} if isinstance(wl, dict) else None
+def workload_differences(runs: Sequence[RunInfo | None], labels: Sequence[str]) -> list[str]:
+    """Human-readable differences between the runs' ``run.json`` workloads (the file path
+    it was read from is ignored); empty when they match. None: a run without ``run.json``."""
+    def workload(run: RunInfo | None) -> WorkloadInfo | None:
+        return None if run is None else run.workload
 
-    base = norm(runs[0])
+    base = workload(runs[0])
     out = []
     for run, label in zip(runs[1:], labels[1:]):
-        other = norm(run)
+        other = workload(run)
         if base is None or other is None:
             missing = labels[0] if base is None else label
             out.append(f"{missing!r} has no workload in run.json")
             continue
-        keys = sorted(k for k in set(base) | set(other) if base.get(k) != other.get(k))
+        keys = [f.name for f in dataclasses.fields(WorkloadInfo)
+                if f.name != "source" and getattr(base, f.name) != getattr(other, f.name)]  # fmt: skip
         if keys:
-            out.append(f"{labels[0]!r} ({base.get('name')}) and {label!r} ({other.get('name')}) differ in "
-                       + ", ".join(keys))  # fmt: skip
+            out.append(f"{labels[0]!r} ({base.name}) and {label!r} ({other.name}) differ in " + ", ".join(sorted(keys)))
     return out
 
 
@@ -171,11 +172,12 @@ def _headline(rows: Sequence[Row], levels: Sequence[tuple[str, float, list[int]]
 def _capacity_table(runs: Sequence[RunData], labels: Sequence[str]) -> str:
     parts = []
     for data, label in zip(runs, labels):
-        target = (data.run.get("target") or {})
-        wl = (data.run.get("workload") or {}).get("name")
+        run = data.run or RunInfo()
+        target, wl = run.target, run.workload
         bound = sum(1 for lv in data.levels if lv.client.client_bound)
-        head = (f"<h3>{esc(label)}</h3><p class=\"note\">{esc(target.get('model'))} at {esc(target.get('url'))}"
-                f" · workload {esc(wl)} · {len(data.levels)} levels · started {esc(data.run.get('started_at'))}"
+        head = (f"<h3>{esc(label)}</h3><p class=\"note\">{esc(target and target.model)} at "
+                f"{esc(target and target.url)} · workload {esc(wl and wl.name)} · {len(data.levels)} levels · "
+                f"started {esc(run.started_at)}"
                 + (f' · <span class="bad">{bound} client-bound level(s)</span>' if bound else "") + "</p>")  # fmt: skip
         parts.append(f'<div class="capacity-run">{head}{answer_cards(data.summary)}</div>')
     return "".join(parts)

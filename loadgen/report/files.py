@@ -46,6 +46,7 @@ import orjson
 from loadgen import __version__
 from loadgen.errors import ConfigError
 from loadgen.records import RequestRecord, record_to_json
+from loadgen.runinfo import Machine, RunInfo
 from loadgen.report.readers import (
     RecordColumns,
     RecordPieces,
@@ -81,6 +82,7 @@ __all__ = [
     "read_records_pieces",
     "read_summary",
     "read_run",
+    "read_run_info",
     "machine_info",
     "default_run_dir",
 ]
@@ -105,23 +107,20 @@ def default_run_dir(root: Path, label: str) -> Path:
     return root / f"{stamp}-{safe_label(label)}"
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info() -> Machine:
+    """This machine and the versions of loadgen and its main libraries (``run.json``'s ``machine``)."""
     import aiohttp
     import numpy
     import pandas
 
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
-        "versions": {
-            "loadgen": __version__,
-            "aiohttp": aiohttp.__version__,
-            "numpy": numpy.__version__,
-            "pandas": pandas.__version__,
-        },
-    }
+    return Machine(
+        hostname=platform.node(),
+        platform=platform.platform(),
+        python=sys.version.split()[0],
+        cpus=os.cpu_count(),
+        versions={"loadgen": __version__, "aiohttp": aiohttp.__version__, "numpy": numpy.__version__,
+                  "pandas": pandas.__version__},
+    )
 
 
 RUN_FILES = ("run.json", "records.jsonl", EVENTS_FILE, "summary.json", "report.html", "server_metrics.jsonl")
@@ -365,8 +364,9 @@ class RunWriter:
         if first and self.on_error is not None:
             self.on_error(exc)
 
-    def write_run(self, run: dict[str, Any]) -> None:
-        self._write_json("run.json", run)
+    def write_run(self, run: RunInfo | dict[str, Any]) -> None:
+        """Write ``run.json`` (a :class:`~loadgen.runinfo.RunInfo` is written as its ``to_json()``)."""
+        self._write_json("run.json", run.to_json() if isinstance(run, RunInfo) else run)
 
     def append(self, rec: RequestRecord) -> None:
         """Write one finished record (a batch of one)."""
@@ -460,4 +460,11 @@ def read_summary(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def read_run(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """``run.json`` as JSON (:func:`read_run_info` reads it typed)."""
     return _read_object(folder, "run.json")
+
+
+def read_run_info(folder: str | os.PathLike[str]) -> RunInfo:
+    """``run.json`` as a :class:`~loadgen.runinfo.RunInfo`; a :class:`ConfigError` that names
+    the file (and the bad key) when it is unreadable or not a loadgen run record."""
+    return RunInfo.from_json(read_run(folder), source=str(run_file(folder, "run.json")))

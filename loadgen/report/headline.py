@@ -17,6 +17,7 @@ from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary
+from loadgen.runinfo import RunInfo
 
 __all__ = ["vllm_result", "write_result", "check_result_path"]
 
@@ -31,28 +32,28 @@ def _total(d: Distribution) -> int:
     return 0 if d.mean is None else round(d.mean * d.count)
 
 
-def vllm_result(level: LevelSummary, run: dict[str, Any], folder: Path | None = None) -> dict[str, Any]:
+def vllm_result(level: LevelSummary, run: RunInfo, folder: Path | None = None) -> dict[str, Any]:
     """One level as ``vllm bench serve`` writes its result (``run`` is the run's run.json)."""
-    target, profile = run.get("target") or {}, run.get("profile") or {}
+    target, profile = run.target, run.profile
     closed = level.load.mode == "concurrency"
-    arrival = profile.get("arrival", "poisson")
-    burstiness = {"poisson": 1.0, "gamma": profile.get("burstiness", 1.0)}.get(arrival)
-    started = run.get("started_at")
+    arrival = profile.arrival
+    burstiness = {"poisson": 1.0, "gamma": profile.burstiness}.get(arrival)
+    started = run.started_at
     try:
         date = time.strftime("%Y%m%d-%H%M%S", time.strptime(started, "%Y-%m-%dT%H:%M:%S%z")) if started else None
     except ValueError:
         date = None
     out: dict[str, Any] = {
         "date": date,
-        "backend": _BACKENDS.get(target.get("api", ""), target.get("api")),
-        "label": run.get("label") or None,
-        "model_id": target.get("model"),
-        "tokenizer_id": run.get("tokenizer"),
+        "backend": None if target is None else _BACKENDS.get(target.api, target.api),
+        "label": run.label or None,
+        "model_id": None if target is None else target.model,
+        "tokenizer_id": run.tokenizer,
         "num_prompts": level.requests.total,
         # a closed loop of N users is vLLM's rate inf with N requests in flight
         "request_rate": "inf" if closed else level.load.value,
         "burstiness": None if closed else burstiness,
-        "max_concurrency": int(level.load.value) if closed else profile.get("max_in_flight"),
+        "max_concurrency": int(level.load.value) if closed else profile.max_in_flight,
         "duration": level.duration_s,
         "completed": level.requests.ok,
         "failed": level.requests.failed,
@@ -87,9 +88,11 @@ def check_result_path(path: Path) -> None:
         raise ConfigError(f"{path.parent} is not a folder", key="--save-result")
 
 
-def write_result(path: Path, summary: RunSummary, run: dict[str, Any], folder: Path | None = None) -> None:
-    """Write ``--save-result``: an object for one level, a list of them for several."""
-    doc = [vllm_result(lv, run, folder) for lv in summary.levels]
+def write_result(path: Path, summary: RunSummary, run: RunInfo | dict[str, Any], folder: Path | None = None) -> None:
+    """Write ``--save-result``: an object for one level, a list of them for several
+    (``run``: the run's record, or its ``run.json`` as read)."""
+    info = run if isinstance(run, RunInfo) else RunInfo.from_json(run)
+    doc = [vllm_result(lv, info, folder) for lv in summary.levels]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc[0] if len(doc) == 1 else doc, indent=2) + "\n", encoding="utf-8")

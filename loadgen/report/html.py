@@ -24,6 +24,7 @@ from loadgen.report import request_figures as R
 from loadgen.report.console import fmt_ms, session_lines, token_source_line
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
+from loadgen.runinfo import Calibration, RunInfo
 
 __all__ = ["render_run_report", "build_run_page", "SECTIONS", "answer_cards", "client_banner", "level_table_html"]
 
@@ -145,38 +146,35 @@ _CALIBRATED_FROM = {
 }
 
 
-def _calibration(calib: Any) -> str | None:
+def _calibration(calib: Calibration | None) -> str | None:
     """run.json's prompt calibration in words (None when the run recorded none)."""
-    if not isinstance(calib, dict) or "calibrated" not in calib:
+    if calib is None:
         return None
-    if not calib["calibrated"]:
-        return f"not calibrated: {calib.get('reason') or 'turned off'}"
-    method = calib.get("method") or "stream"  # runs from before the non-streamed fallback
-    where = _CALIBRATED_FROM.get(str(method), str(method))
-    slope, overhead = calib.get("tokens_per_word"), calib.get("overhead_tokens")
+    if not calib.calibrated:
+        return f"not calibrated: {calib.reason or 'turned off'}"
+    method = calib.method or "stream"  # runs from before the non-streamed fallback
+    where = _CALIBRATED_FROM.get(method, method)
+    slope, overhead = calib.tokens_per_word, calib.overhead_tokens
     fit = ""
-    if isinstance(slope, (int, float)) and isinstance(overhead, (int, float)):
+    if slope is not None and overhead is not None:
         fit = f": {slope:.2f} tokens per word + {overhead:.2f} template tokens"
     return f"calibrated from {where}{fit}"
 
 
 def _meta(data: RunData) -> str:
-    run = data.run
-    target = run.get("target") or {}
-    wl = run.get("workload") or {}
-    prof = run.get("profile") or {}
-    machine = run.get("machine") or {}
+    run = data.run or RunInfo()  # no run.json: only what the summary and records say
+    target, wl, machine = run.target, run.workload, run.machine
     pairs = [
-        ("target", target.get("url")), ("model", target.get("model")), ("API", target.get("api")),
-        ("workload", " — ".join(x for x in (wl.get("name"), wl.get("description")) if x)),
-        ("profile", " — ".join(x for x in (prof.get("name"), prof.get("description")) if x)),
-        ("SLOs", ", ".join(run.get("slos") or []) or "none"),
-        ("prompt lengths", _calibration(run.get("calibration"))),
+        ("target", target and target.url), ("model", target and target.model), ("API", target and target.api),
+        ("workload", wl and " — ".join(x for x in (wl.name, wl.description) if x)),
+        ("profile", data.run and " — ".join(x for x in (run.profile.name, run.profile.description) if x)),
+        ("SLOs", ", ".join(run.slos) or "none"),
+        ("prompt lengths", _calibration(run.calibration)),
         ("output tokens", token_source_line(data.levels, prefix="")),
-        ("started", run.get("started_at")),
-        ("label", run.get("label")), ("command", " ".join(run.get("command") or [])),
-        ("machine", " / ".join(str(x) for x in (machine.get("hostname"), machine.get("platform"),
-                                                 f"{machine.get('cpus')} CPUs") if x)),
+        ("started", run.started_at),
+        ("label", run.label), ("command", " ".join(run.command)),
+        ("machine", machine and " / ".join(str(x) for x in (machine.hostname, machine.platform,
+                                                             f"{machine.cpus} CPUs") if x)),
         ("run folder", str(data.folder)),
     ]  # fmt: skip
     return '<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs if v) + "</dl>"
@@ -233,14 +231,13 @@ def build_run_page(data: RunData) -> Page:
     """Assemble the run report's page (see the module docstring for the sections)."""
     s = data.summary
     levels = data.levels
-    run = data.run
-    target = run.get("target") or {}
-    label = run.get("label") or data.folder.name
+    run = data.run or RunInfo()
+    target, wl = run.target, run.workload
+    label = run.label or data.folder.name
     page = Page(
         title=f"loadgen report — {label}",
-        subtitle=esc(" · ".join(str(x) for x in (target.get("model"), target.get("url"),
-                                                  (run.get("workload") or {}).get("name"),
-                                                  (run.get("profile") or {}).get("name"), run.get("started_at")) if x)),
+        subtitle=esc(" · ".join(str(x) for x in (target and target.model, target and target.url, wl and wl.name,
+                                                  data.run and run.profile.name, run.started_at) if x)),
     )  # fmt: skip
     page.section("headline", "Answer", _headline(data))
     turns = "".join(f'<p class="note session-line">{esc(line)}</p>' for line in session_lines(levels))

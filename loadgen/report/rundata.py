@@ -22,7 +22,8 @@ from loadgen.metrics.compare import LevelSamples
 from loadgen.metrics.per_request import EventArrays, frame_and_events_from_pieces
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.records import RequestRecord
-from loadgen.report.files import read_records_pieces, read_run, read_summary
+from loadgen.report.files import read_records_pieces, read_run_info, read_summary
+from loadgen.runinfo import RunInfo
 
 __all__ = ["RunData", "load_run", "read_server_metrics", "SERVER_METRICS_FILE"]
 
@@ -35,11 +36,13 @@ class RunData:
 
     ``frame``/``ev`` hold the non-warm-up records of every level (``frame["level"]`` is
     the index into ``summary.levels``); ``errors`` counts failure messages per status;
-    ``anchor_ns`` is the run's time zero (``run.json`` clock anchor, else the first send).
+    ``anchor_ns`` is the run's time zero (``run.json`` clock anchor, else the first send);
+    ``run`` is the folder's ``run.json``, or None when it has none (or one that cannot be
+    read: the report then draws the summary and records alone).
     """
 
     folder: Path
-    run: dict[str, Any]
+    run: RunInfo | None
     summary: RunSummary
     frame: pd.DataFrame
     ev: EventArrays
@@ -107,14 +110,15 @@ def load_run(folder: Path) -> RunData:
         summary = RunSummary.from_json(raw)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{folder / 'summary.json'}: not a loadgen summary ({exc})") from exc
+    run: RunInfo | None
     try:
-        run = read_run(folder)
+        run = read_run_info(folder)
     except ConfigError:
-        run = {}
+        run = None
     found = read_records_pieces(folder, keep=_measured)  # the records hold no events
     frame, ev = frame_and_events_from_pieces(found.records, found.n_events, found.pieces())
-    anchor = (run.get("clock_anchor") or {}).get("perf_counter_ns")
-    if not isinstance(anchor, int):
+    anchor = None if run is None else run.anchor_ns
+    if anchor is None:
         sent = frame["sent_ns"].to_numpy()
         anchor = int(sent[sent != 0].min()) if (sent != 0).any() else 0
     return RunData(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -15,6 +16,7 @@ from loadgen.metrics.results import RunSummary
 from loadgen.report.compare import render_comparison, workload_differences
 from loadgen.report.files import read_summary
 from loadgen.report.rundata import load_run
+from loadgen.runinfo import ClassInfo, RunInfo, WorkloadInfo
 from tests.report.conftest import figures, trace
 from tests.report.synth import EVIL, Spec, make_run
 
@@ -100,9 +102,13 @@ def test_different_workloads_are_refused_unless_forced(tmp_path: Path) -> None:
 
 
 def test_workload_source_path_is_not_a_difference() -> None:
-    wl = {"name": "chat", "classes": [1], "source": "/a/chat.toml"}
-    assert workload_differences([{"workload": wl}, {"workload": {**wl, "source": "/b/chat.toml"}}], ["a", "b"]) == []
-    assert workload_differences([{"workload": wl}, {}], ["a", "b"]) == ["'b' has no workload in run.json"]
+    wl = WorkloadInfo(name="chat", classes=[ClassInfo("c", 1.0, "100", "16")], source="/a/chat.toml")
+    a, b = RunInfo(workload=wl), RunInfo(workload=dataclasses.replace(wl, source="/b/chat.toml"))
+    assert workload_differences([a, b], ["a", "b"]) == []
+    assert workload_differences([a, RunInfo()], ["a", "b"]) == ["'b' has no workload in run.json"]
+    assert workload_differences([None, a], ["a", "b"]) == ["'a' has no workload in run.json"]
+    other = RunInfo(workload=dataclasses.replace(wl, classes=[ClassInfo("c", 1.0, "200", "16")]))
+    assert workload_differences([a, other], ["a", "b"]) == ["'a' (chat) and 'b' (chat) differ in classes"]
 
 
 def test_argument_errors(baseline_and_slower: tuple[Path, Path], tmp_path: Path) -> None:
