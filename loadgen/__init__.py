@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from loadgen.metrics.results import LevelSummary, RunSummary
     from loadgen.metrics.slo import SLO, parse_slo
     from loadgen.records import RequestRecord, RequestSpec
+    from loadgen.report.files import read_run_info
     from loadgen.report.readers import read_records
+    from loadgen.runinfo import RunInfo
     from loadgen.runconfig import RunConfig
     from loadgen.server.config import ServeConfig
     from loadgen.server.process import ServerProcess
@@ -41,6 +43,7 @@ _EXPORTS = {
     "workload_from_flags": "loadgen.workload.spec", "SLO": "loadgen.metrics.slo", "parse_slo": "loadgen.metrics.slo",
     "RunSummary": "loadgen.metrics.results", "LevelSummary": "loadgen.metrics.results",
     "RequestSpec": "loadgen.records", "RequestRecord": "loadgen.records", "read_records": "loadgen.report.readers",
+    "read_run_info": "loadgen.report.files", "RunInfo": "loadgen.runinfo",
     "ServeConfig": "loadgen.server.config", "ServerProcess": "loadgen.server.process",
     "LoadgenError": "loadgen.errors", "ConfigError": "loadgen.errors",
 }  # fmt: skip

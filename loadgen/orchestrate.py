@@ -606,9 +606,19 @@ def finish_unwritable(outcome: RunOutcome) -> str:
 CLEANUP_S = 5.0  # the longest an interrupted start (discovery, calibration) waits for its cleanup
 
 
+def _quiet_interrupts(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's exception handler: a Ctrl-C or SIGTERM that landed inside a library's own
+    task (aiohttp's body writer) ended that task, and the interrupt is already handled:
+    no "Task exception was never retrieved" for it. Anything else as asyncio reports it."""
+    if isinstance(context.get("exception"), KeyboardInterrupt):
+        return
+    loop.default_exception_handler(context)
+
+
 def execute(cfg: RunConfig, console: Console) -> RunOutcome:
     """Run synchronously on a fresh (uvloop when available) event loop."""
     loop = new_event_loop()
+    loop.set_exception_handler(_quiet_interrupts)
     task = loop.create_task(_execute(cfg, console))
     try:
         outcome = loop.run_until_complete(task)

@@ -35,7 +35,8 @@ from loadgen.load.runner import LevelPlan, LevelResult
 from loadgen.load.sweeps import Sweep, sweep
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import SLO, parse_slo
-from loadgen.orchestrate import Resume, RunConfig, run_summary, summarize_result
+from loadgen.orchestrate import Resume, run_summary, summarize_result
+from loadgen.runconfig import Origin, RunConfig
 from loadgen.records import RequestRecord
 from loadgen.report.files import read_run_info, write_json
 from loadgen.report.readers import read_records
@@ -214,9 +215,17 @@ def resume_config(folder: Path, url: str | None, headers: dict[str, str], *, com
         read_timeout_s=conf.read_timeout_s, request_timeout_s=conf.request_timeout_s, label=run.label,
         command=command, live=live, workers=conf.workers, ray=conf.ray,
         resume=Resume(run=run, gen=rec.gen, plan=rec.plan, levels=rec.levels[: rec.finished]),
-        trials=conf.trials,
+        trials=conf.trials, origin=_resume_origin(folder, url is not None),
     )  # fmt: skip
     return cfg, rec
+
+
+def _resume_origin(folder: Path, url_given: bool) -> Origin:
+    """A resumed run's values come from run.json (the URL and headers from the command line)."""
+    keys = {name: f"config.{name}" for name in ("seed", "transport", "http2", "read_timeout_s", "request_timeout_s",
+                                                "workers", "ray", "trials")}  # fmt: skip
+    keys.update(api="target.api", model="target.model", url="--url" if url_given else "target.url", headers="--header")
+    return Origin(source=str(folder / "run.json"), keys=keys)
 
 
 def needs_rebuild(folder: Path) -> bool:

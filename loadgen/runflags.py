@@ -215,7 +215,7 @@ def resume_run_config(f: RunFlags, given: list[str], command: list[str], *, live
     the headers (never stored) may be given again, and the CI gates that judge the result.
     ``given``: the options given besides (by their Python names)."""
     from loadgen.recover import resume_config
-    from loadgen.report.files import read_run
+    from loadgen.report.files import read_run_info
 
     assert f.resume is not None
     extra = sorted(name for name in given if name not in RESUME_FLAGS)
@@ -225,12 +225,13 @@ def resume_run_config(f: RunFlags, given: list[str], command: list[str], *, live
                           "--header, --api-key-env, --quiet, --fail-on, --max-error-rate, --save-result)",
                           key="--resume")  # fmt: skip
     folder = f.resume
+    api = "chat"
     if (folder / "run.json").is_file():
-        earlier = read_run(folder)
-        if "trace" in earlier or "dataset" in (earlier.get("workload") or {}):
+        earlier = read_run_info(folder)
+        if earlier.trace is not None or earlier.workload.dataset is not None:
             raise ConfigError("a dataset or trace replay cannot be resumed yet; run it again", key="--resume")
+        api = earlier.target.api
     base, url_auth = (None, {}) if f.url is None else _target(f.url)
-    api = str((read_run(folder).get("target") or {}).get("api", "chat")) if (folder / "run.json").is_file() else "chat"
     cfg, _ = resume_config(folder, base, {**url_auth, **headers(f.header, f.api_key_env, api)}, command=command,
                            live=live)  # fmt: skip
     return replace(cfg, gates=gates(f.fail_on, f.max_error_rate, False, cfg.profile.attainment_target))

@@ -70,6 +70,11 @@ def test_cli_prints_the_schema() -> None:
     assert json.loads(result.output) == summary_schema()
     bad = CliRunner().invoke(app, ["schema", "records"])
     assert bad.exit_code == 2 and "unknown schema" in bad.output
+    from loadgen.runinfo import run_schema
+
+    run = CliRunner().invoke(app, ["schema", "run"])
+    assert run.exit_code == 0 and json.loads(run.output) == run_schema()
+    assert {"config", "target", "profile", "schema_version"} <= set(run_schema()["properties"])
 
 
 def test_export_csv_tables_match_the_run(run_dir: Path, tmp_path: Path) -> None:

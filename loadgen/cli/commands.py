@@ -85,16 +85,18 @@ def export(
 
 @friendly
 def schema(
-    what: str = typer.Argument("summary", help="Which file's schema: summary"),
+    what: str = typer.Argument("summary", help="Which file's schema: summary (summary.json) or run (run.json)"),
 ) -> None:
-    """Print the JSON Schema of summary.json (generated from the typed results)."""
+    """Print the JSON Schema of summary.json or run.json (generated from their typed dataclasses)."""
     import json
 
     from loadgen.metrics.schema import summary_schema
+    from loadgen.runinfo import run_schema
 
-    if what != "summary":
-        raise ConfigError(f"unknown schema {what!r}; valid: summary", key="WHAT")
-    typer.echo(json.dumps(summary_schema(), indent=2))
+    schemas = {"summary": summary_schema, "run": run_schema}
+    if what not in schemas:
+        raise ConfigError(f"unknown schema {what!r}; valid: {', '.join(schemas)}", key="WHAT")
+    typer.echo(json.dumps(schemas[what](), indent=2))
 
 
 @friendly

@@ -44,11 +44,15 @@ def config_defaults(command: Any, path: Path) -> dict[str, Any]:
     """The options a ``--config`` file gives ``loadgen run`` (see :func:`config_callback`)."""
     text = _read(path)
     if path.suffix == ".json":
+        from loadgen.errors import ConfigError
+        from loadgen.runinfo import RunInfo
+
         try:
-            data = json.loads(text)
-            argv = [str(a) for a in data["command"]][2:]  # a run folder's run.json: its command
-        except (ValueError, KeyError, TypeError):
-            raise typer.BadParameter(f"{path} is not a loadgen run.json (no 'command' list)") from None
+            argv = RunInfo.from_json(json.loads(text), source=str(path)).command[2:]  # a run's own command line
+        except (ValueError, ConfigError) as exc:
+            raise typer.BadParameter(f"{path} is not a loadgen run.json ({exc})") from None
+        if not argv:
+            raise typer.BadParameter(f"{path} is not a loadgen run.json (no 'command' list)")
         sub = command.make_context("run", _repeated(argv), resilient_parsing=True)
         return {k: v for k, v in sub.params.items()
                 if getattr(sub.get_parameter_source(k), "name", "") == "COMMANDLINE"}  # fmt: skip

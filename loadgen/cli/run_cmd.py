@@ -195,10 +195,10 @@ def execute_and_exit(cfg: RunConfig, save_result: Path | None = None) -> None:
 
         out.print(f"[dim]report: {render_run_report(outcome.folder)}[/dim]")
     if save_result is not None:
-        from loadgen.report.files import read_run
+        from loadgen.report.files import read_run_info
         from loadgen.report.headline import write_result
 
-        write_result(save_result, outcome.summary, read_run(outcome.folder), outcome.folder)
+        write_result(save_result, outcome.summary, read_run_info(outcome.folder), outcome.folder)
         out.print(f"[dim]result: {escape(str(save_result))}[/dim]")
     if outcome.interrupted or outcome.signum:
         raise typer.Exit(exit_code(outcome.signum))
