@@ -14,7 +14,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator, Sequence, Union
+from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 import numpy as np
 from rich.console import Console
@@ -27,9 +27,9 @@ from loadgen.client.discovery import ServerInfo, discover, redact_url
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError, TargetError
+from loadgen.load.executor import InProcess, LevelExecutor
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
-from loadgen.load.share import measure_share
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
 from loadgen.load.share import WorkerSetup
 from loadgen.load.workers import WorkerPool, auto_workers
@@ -301,30 +301,7 @@ def _workers(cfg: RunConfig, cluster: RayCluster | None = None) -> tuple[int, st
     return n, f"--workers {n}"
 
 
-Levels = Union["_InProcess", WorkerPool, RayPool]
-
-
-class _InProcess:
-    """Levels run by one runner in this process (``--workers 1``)."""
-
-    def __init__(self, runner: Runner, source: Any) -> None:
-        self.runner, self.source = runner, source
-
-    @property
-    def in_flight(self) -> int:
-        return self.runner.in_flight
-
-    @property
-    def interrupted(self) -> bool:
-        return self.runner.interrupted
-
-    def interrupt(self) -> None:
-        self.runner.interrupt()
-
-    async def run_level(self, plan: LevelPlan) -> LevelResult:
-        res, stats = await measure_share(self.runner, plan, self.runner.prepare(plan, self.source), 0)
-        res.worker_stats = [stats]  # this process's own CPU and run-queue wait
-        return res
+Levels = LevelExecutor
 
 
 async def _sweep_levels(
@@ -501,7 +478,7 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
             elif n_workers > 1:
                 levels = WorkerPool(setup, n_workers, on_records, max_in_flight=cfg.profile.max_in_flight)
             else:
-                levels = _InProcess(Runner(transport, on_record, keep="compact"), source)
+                levels = InProcess(Runner(transport, on_record, keep="compact"), source)
             running.append(levels)
             stats = LiveStats(lambda: levels.in_flight)
             scraper = None
@@ -509,15 +486,14 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
 
             def after_level() -> None:
                 nonlocal run_info
-                if isinstance(levels, RayPool):  # the clock offsets re-estimated before each level
-                    clocks = [WorkerClock.from_json(w) for w in levels.clock_report()]
-                    run_info = dataclasses.replace(run_info, workers=clocks)
+                report = levels.clock_report()  # Ray: the clock offsets re-estimated before each level
+                if report is not None:
+                    run_info = dataclasses.replace(run_info, workers=[WorkerClock.from_json(w) for w in report])
                     writer.write_run(run_info)
 
             async with contextlib.AsyncExitStack() as stack:
-                if isinstance(levels, (WorkerPool, RayPool)):
-                    await stack.enter_async_context(levels)
-                    after_level()
+                await stack.enter_async_context(levels)
+                after_level()
                 if cfg.scrape_metrics:
                     from loadgen.client.scrape import MetricsScraper
 

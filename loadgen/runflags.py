@@ -228,9 +228,9 @@ def resume_run_config(f: RunFlags, given: list[str], command: list[str], *, live
     api = "chat"
     if (folder / "run.json").is_file():
         earlier = read_run_info(folder)
-        if earlier.trace is not None or earlier.workload.dataset is not None:
+        if earlier.trace is not None or (earlier.workload is not None and earlier.workload.dataset is not None):
             raise ConfigError("a dataset or trace replay cannot be resumed yet; run it again", key="--resume")
-        api = earlier.target.api
+        api = earlier.target.api if earlier.target is not None else api
     base, url_auth = (None, {}) if f.url is None else _target(f.url)
     cfg, _ = resume_config(folder, base, {**url_auth, **headers(f.header, f.api_key_env, api)}, command=command,
                            live=live)  # fmt: skip

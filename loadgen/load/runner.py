@@ -11,6 +11,11 @@ and ``sent_ns`` (when it went); every finished record — ok, failed or cancelle
 handed to ``on_record`` at once (the CLI appends it to ``records.jsonl``), so an
 interrupted run loses nothing that finished.
 
+:meth:`Runner.prepare` turns the requests into a :class:`~loadgen.load.context.Driver`
+ahead of the level's start; :meth:`Runner.run_prepared` starts the level and hands the
+driver a :class:`~loadgen.load.context.LevelContext`, through which it sends. The closed
+and open loops here and the sessions of :mod:`loadgen.load.sessions` are such drivers.
+
 While a level runs, a monitor task measures event-loop lag every 10 ms, and the
 garbage collector is frozen and disabled (a collection pause would show up as latency).
 """
@@ -18,135 +23,26 @@ garbage collector is frozen and disabled (a collection pause would show up as la
 from __future__ import annotations
 
 import asyncio
-from array import array
-import dataclasses
 import gc
 import time
-from dataclasses import dataclass, field
 import itertools
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator
 
 import numpy as np
-import numpy.typing as npt
 
-from loadgen.load.arrivals import schedule
-from loadgen.load.credits import Credits, LocalCredits
+from loadgen.load.context import Driver, LevelContext
+from loadgen.load.credits import Credits
+from loadgen.load.plan import TRIAL_LEVELS, Keep, LevelPlan, LevelResult, level_schedule
 from loadgen.load.sessions import SessionSource, SessionSpecs
 from loadgen.load.source import KnowsUsers, SpecSource, user_quota
-from loadgen.load.store import RecordStore
 from loadgen.load.transport import Transport
-from loadgen.metrics.client import WorkerStats
-from loadgen.metrics.results import Load
 from loadgen.records import RequestRecord, RequestSpec
 
-__all__ = ["Keep", "LevelPlan", "LevelResult", "Runner"]
+__all__ = ["Keep", "LevelPlan", "LevelResult", "Runner", "TRIAL_LEVELS"]
 
 _now = time.perf_counter_ns
-I64 = npt.NDArray[np.int64]
+_schedule = level_schedule  # the name tests and benchmarks know
 LAG_INTERVAL_S = 0.010
-
-
-TRIAL_LEVELS = 4096  # levels a run can have before trials' request indices would overlap
-
-
-@dataclass(slots=True)
-class LevelPlan:
-    """One load level. ``requests`` excludes the ``warmup_requests`` sent first."""
-
-    index: int
-    mode: str  # "concurrency" | "rate"
-    value: float
-    requests: int | None = None
-    duration_s: float | None = None
-    warmup_requests: int = 0
-    arrival: str = "poisson"
-    burstiness: float = 1.0
-    max_in_flight: int | None = None  # open loop only
-    max_lateness_s: float = 10.0  # open loop: later than this (waiting for the cap) -> dropped
-    seed: int = 0
-    ramp_s: float = 0.0  # closed loop: users join one by one, evenly over this many seconds
-    worker: int = 0  # this process's share of the level: users and sends w, w + n, w + 2n, ...
-    n_workers: int = 1
-    start_ns: int = 0  # the level's start on the shared monotonic clock (0: a few ms from now)
-    offsets: np.ndarray | None = None  # trace replay: the send offsets (s, ascending) instead of arrival/value
-    trial: int = 0  # --trials: which repetition of the level this is (its own requests)
-
-    @property
-    def spec_level(self) -> int:
-        """Where the level's requests come from in the workload's index space: trial ``t``
-        of level ``i`` draws those of ``i + t * TRIAL_LEVELS`` (new requests, same law)."""
-        return self.index + self.trial * TRIAL_LEVELS
-
-    def share(self, worker: int, n_workers: int, start_ns: int) -> "LevelPlan":
-        """This level as worker ``worker`` of ``n_workers`` runs it (``max_in_flight`` stays
-        the level's: the workers draw on shared credits, see :mod:`loadgen.load.credits`)."""
-        return dataclasses.replace(self, worker=worker, n_workers=n_workers, start_ns=start_ns)
-
-    def split_share(self, worker: int, n_workers: int, start_ns: int) -> "LevelPlan":
-        """:meth:`share` for senders that share no credits (Ray actors on other machines):
-        ``max_in_flight`` is split so that the shares add up to the cap."""
-        cap = self.max_in_flight
-        if cap is not None:
-            cap = max(cap // n_workers + (1 if worker < cap % n_workers else 0), 1)
-        return dataclasses.replace(self.share(worker, n_workers, start_ns), max_in_flight=cap)
-
-    @property
-    def load(self) -> Load:
-        """The offered load: whole users in closed loop, a rate in open loop."""
-        return Load(self.mode, int(self.value) if self.mode == "concurrency" else float(self.value))
-
-    def last_send_s(self) -> float | None:
-        """Open loop: when the level's last request is due, in seconds from its start (None:
-        a closed loop, whose pace the server sets)."""
-        if self.mode != "rate":
-            return None
-        offsets = _schedule(self)
-        return float(offsets[-1]) if len(offsets) else 0.0
-
-
-Keep = Literal["all", "compact", "none"]
-
-
-@dataclass(slots=True)
-class LevelResult:
-    """One level's outcome. Its finished records are in ``records`` as they came, or —
-    a result made with ``keep="compact"`` — in ``store`` (:meth:`add` decides), or
-    nowhere (``keep="none"``: a worker, whose coordinator keeps them)."""
-
-    plan: LevelPlan
-    records: list[RequestRecord] = field(default_factory=list)
-    store: RecordStore | None = None
-    loop_lag_ms: array[float] = field(default_factory=lambda: array("d"))  # every 10 ms: compact
-    loop_lag_t_ns: array[int] = field(default_factory=lambda: array("q"))
-    start_ns: int = 0
-    end_ns: int = 0
-    scheduled: int = 0  # requests the schedule asked for (open loop)
-    dropped: int = 0  # open loop: never sent, the cap stayed full past max_lateness_s
-    interrupted: bool = False
-    worker_stats: list[WorkerStats] = field(default_factory=list)  # worker processes: each one's health
-    lost_workers: list[int] = field(default_factory=list)  # workers lost during the level (it is partial)
-    silent_workers: dict[int, float] = field(default_factory=dict)  # worker: its longest silence (s), when flagged
-    clock_uncertainty_ns: int | None = None  # workers on other clocks: the worst offset uncertainty
-    keep: Keep = "all"
-    events: tuple[I64, I64, I64] | None = None  # pooled trials of compact results: their events apart
-
-    def __post_init__(self) -> None:
-        if self.keep == "compact" and self.store is None:
-            self.store = RecordStore()
-
-    def add(self, rec: RequestRecord) -> None:
-        """Keep a finished record as ``keep`` says (compact: its events and vendor
-        timings are not referenced afterwards)."""
-        if self.store is not None:
-            self.store.add(rec)
-        elif self.keep == "all":
-            self.records.append(rec)
-
-    def for_summary(self) -> tuple[list[RequestRecord], tuple[I64, I64, I64] | None]:
-        """The records and, when compact, their events apart (as ``summarize_level`` takes them)."""
-        if self.store is None:
-            return self.records, self.events
-        return self.store.records(), self.store.events()
 
 
 class Runner:
@@ -158,26 +54,34 @@ class Runner:
         self.keep: Keep = keep  # what each level's result keeps of its records (see LevelResult)
         self.on_record = on_record
         self.credits = credits  # the in-flight cap shared with other processes (None: this process's own)
-        self.in_flight = 0
-        self.sent = 0
-        self._live: dict[int, RequestRecord] = {}  # by id(): the requests in flight
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._level: LevelContext | None = None  # the level running now
+        self._sent_before = 0  # requests sent by the levels before it
         self._stop = False
 
     def interrupt(self) -> None:
         """Stop sending and cancel everything in flight (their records say ``cancelled``)."""
         self._stop = True
-        for t in list(self._tasks):
-            t.cancel()
+        if self._level is not None:
+            self._level.stop()
 
     @property
     def interrupted(self) -> bool:
         return self._stop
 
+    @property
+    def in_flight(self) -> int:
+        """Requests in flight now."""
+        return 0 if self._level is None else self._level.in_flight
+
+    @property
+    def sent(self) -> int:
+        """Requests sent so far, over all levels."""
+        return self._sent_before + (0 if self._level is None else self._level.sent)
+
     def in_flight_records(self) -> list[RequestRecord]:
         """Copies of the requests in flight now, without their events: what a coordinator
         keeps of them in case this process is lost."""
-        return [dataclasses.replace(r, events=[]) for r in self._live.values()]
+        return [] if self._level is None else self._level.in_flight_records()
 
     async def run_level(self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource) -> LevelResult:
         """Run this process's share of ``plan``: requests from a source (prepared before
@@ -185,15 +89,19 @@ class Runner:
         return await self.run_prepared(plan, self.prepare(plan, specs))
 
     @staticmethod
-    def prepare(plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource) -> "_Specs | SessionSpecs":
-        """Build the level's requests ahead of its start (a source's prompts are made here)."""
+    def prepare(plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource) -> Driver:
+        """Build the level's requests ahead of its start (a source's prompts are made here).
+
+        The one place that tells the kinds of request source apart: the sources live in
+        :mod:`loadgen.workload`, which knows nothing of drivers, so each kind gets its own
+        here; from then on the driver alone decides how the level is sent."""
         if isinstance(specs, Iterator):
             return _Shared(specs, plan)
         if isinstance(specs, SessionSource):
             return SessionSpecs(specs, plan)
         return _Positional(specs, plan)
 
-    async def run_prepared(self, plan: LevelPlan, specs: "_Specs | SessionSpecs") -> LevelResult:
+    async def run_prepared(self, plan: LevelPlan, driver: Driver) -> LevelResult:
         """Run a level whose requests :meth:`prepare` built."""
         res = LevelResult(plan, keep=self.keep)
         monitor_stop = asyncio.Event()
@@ -205,15 +113,10 @@ class Runner:
         if plan.start_ns:  # a share of a level: every worker starts at the same instant
             await _sleep_until(plan.start_ns)
         res.start_ns = plan.start_ns or _now()
+        ctx = self._level = LevelContext(plan, res, self.transport, self.on_record, self.credits, res.start_ns)
+        ctx.stopped = self._stop
         try:
-            if isinstance(specs, SessionSpecs):
-                await specs.drive(self, plan, res)
-            elif plan.mode == "concurrency":
-                await self._closed_loop(plan, specs, res)
-            elif plan.mode == "rate":
-                await self._open_loop(plan, specs, res)
-            else:
-                raise ValueError(f"unknown load mode {plan.mode!r}")
+            await driver.drive(ctx)
         finally:
             res.end_ns = _now()
             monitor_stop.set()
@@ -222,109 +125,9 @@ class Runner:
                 gc.enable()
             gc.unfreeze()
             res.interrupted = self._stop
+            self._sent_before += ctx.sent
+            self._level = None
         return res
-
-    def _new_record(self, spec: RequestSpec, plan: LevelPlan, worker: int, warmup: bool) -> RequestRecord:
-        return RequestRecord(
-            index=spec.index,
-            level=plan.index,
-            trial=plan.trial,
-            worker=worker,
-            request_class=spec.request_class,
-            target_prompt_tokens=spec.prompt_tokens,
-            target_output_tokens=spec.max_tokens,
-            warmup=warmup,
-            session=spec.session,
-            turn=spec.turn,
-            turns=spec.turns,
-            source_row=spec.source_row,
-        )
-
-    async def _send(self, spec: RequestSpec, rec: RequestRecord, res: LevelResult) -> None:
-        self.in_flight += 1
-        self.sent += 1
-        self._live[id(rec)] = rec
-        try:
-            await self.transport.send(spec, rec)
-        finally:
-            self.in_flight -= 1
-            del self._live[id(rec)]
-            if self.on_record is not None:
-                self.on_record(rec)
-            res.add(rec)
-
-    async def _closed_loop(self, plan: LevelPlan, specs: "_Specs", res: LevelResult) -> None:
-        users = max(int(plan.value), 1)
-        deadline = None if plan.duration_s is None else res.start_ns + int(plan.duration_s * 1e9)
-
-        async def user(u: int) -> None:
-            if plan.ramp_s > 0 and u:
-                await _sleep_until(res.start_ns + int(plan.ramp_s * 1e9 * u / users))
-            while not self._stop:
-                now = _now()
-                if deadline is not None and now >= deadline:
-                    return
-                nxt = specs.for_user(u)
-                if nxt is None:
-                    return
-                spec, warm = nxt
-                rec = self._new_record(spec, plan, u, warm)
-                rec.scheduled_ns = now
-                await self._send(spec, rec, res)
-
-        await self._gather([user(u) for u in range(plan.worker, users, plan.n_workers)])
-
-    async def _open_loop(self, plan: LevelPlan, specs: "_Specs", res: LevelResult) -> None:
-        offsets = _schedule(plan)
-        res.scheduled = len(offsets)
-        positions = range(plan.worker, len(offsets), plan.n_workers)
-        base = plan.start_ns or res.start_ns + _LEAD_NS
-        due_ns = base + np.round(offsets[plan.worker :: plan.n_workers] * 1e9).astype(np.int64)
-        cap: Credits | None = None
-        if plan.max_in_flight:
-            cap = self.credits if self.credits is not None else LocalCredits(plan.max_in_flight)
-        max_late = int(plan.max_lateness_s * 1e9)
-        loop = asyncio.get_running_loop()
-
-        async def one(i: int, spec: RequestSpec, due: int) -> None:
-            rec = self._new_record(spec, plan, plan.worker, i < plan.warmup_requests)
-            rec.scheduled_ns = due
-            if cap is None:
-                await self._send(spec, rec, res)
-                return
-            if not await cap.acquire(max(due + max_late - _now(), 0) / 1e9):
-                res.dropped += 1
-                return
-            rec.credit_ns = _now()
-            try:
-                await self._send(spec, rec, res)
-            finally:
-                cap.release()
-
-        for i, due in zip(positions, due_ns.tolist()):
-            if self._stop:
-                break
-            delay = due - _now()
-            if delay > 0:
-                await asyncio.sleep(delay / 1e9)
-            spec = specs.at(i)
-            if self._stop or spec is None:
-                break
-            task = loop.create_task(one(i, spec, due))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-    async def _gather(self, coros: list) -> None:  # type: ignore[type-arg]
-        tasks = [asyncio.ensure_future(c) for c in coros]
-        for t in tasks:
-            self._tasks.add(t)
-            t.add_done_callback(self._tasks.discard)
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-                raise r
 
     async def _monitor(self, res: LevelResult, stop: asyncio.Event) -> None:
         interval_ns = int(LAG_INTERVAL_S * 1e9)
@@ -345,18 +148,69 @@ async def _sleep_until(t_ns: int) -> None:
         await asyncio.sleep(delay / 1e9)
 
 
-def _schedule(plan: LevelPlan) -> np.ndarray:
-    """The level's whole open-loop schedule (offsets in s), the same in every worker."""
-    n = None if plan.requests is None else plan.requests + plan.warmup_requests
-    if plan.offsets is not None:  # a trace's recorded times, cut to the level's bounds
-        cut = plan.offsets[:n]
-        return cut if plan.duration_s is None else cut[cut < plan.duration_s]
-    return schedule(plan.arrival, plan.value, n=n, duration_s=plan.duration_s, seed=plan.seed,
-                    burstiness=plan.burstiness)  # fmt: skip
+async def _closed_loop(ctx: LevelContext, specs: _Specs) -> None:
+    plan = ctx.plan
+    users = max(int(plan.value), 1)
+    deadline = None if plan.duration_s is None else ctx.start_ns + int(plan.duration_s * 1e9)
+
+    async def user(u: int) -> None:
+        if plan.ramp_s > 0 and u:
+            await _sleep_until(ctx.start_ns + int(plan.ramp_s * 1e9 * u / users))
+        while not ctx.stopped:
+            now = _now()
+            if deadline is not None and now >= deadline:
+                return
+            nxt = specs.for_user(u)
+            if nxt is None:
+                return
+            spec, warm = nxt
+            rec = ctx.new_record(spec, u, warm)
+            rec.scheduled_ns = now
+            await ctx.send(spec, rec)
+
+    await ctx.gather([user(u) for u in range(plan.worker, users, plan.n_workers)])
+
+
+async def _open_loop(ctx: LevelContext, specs: _Specs) -> None:
+    plan, res = ctx.plan, ctx.result
+    offsets = level_schedule(plan)
+    res.scheduled = len(offsets)
+    positions = range(plan.worker, len(offsets), plan.n_workers)
+    base = plan.start_ns or ctx.start_ns + _LEAD_NS
+    due_ns = base + np.round(offsets[plan.worker :: plan.n_workers] * 1e9).astype(np.int64)
+    cap = ctx.credits
+    max_late = int(plan.max_lateness_s * 1e9)
+
+    async def one(i: int, spec: RequestSpec, due: int) -> None:
+        rec = ctx.new_record(spec, plan.worker, i < plan.warmup_requests)
+        rec.scheduled_ns = due
+        if cap is None:
+            await ctx.send(spec, rec)
+            return
+        if not await cap.acquire(max(due + max_late - _now(), 0) / 1e9):
+            res.dropped += 1
+            return
+        rec.credit_ns = _now()
+        try:
+            await ctx.send(spec, rec)
+        finally:
+            cap.release()
+
+    for i, due in zip(positions, due_ns.tolist()):
+        if ctx.stopped:
+            break
+        delay = due - _now()
+        if delay > 0:
+            await asyncio.sleep(delay / 1e9)
+        spec = specs.at(i)
+        if ctx.stopped or spec is None:
+            break
+        ctx.spawn(one(i, spec, due))
+    await ctx.wait()
 
 
 class _Specs:
-    """Where the runner's requests come from (see :meth:`Runner.run_level`)."""
+    """Single requests from an iterator or a :class:`SpecSource` (see :meth:`Runner.run_level`)."""
 
     def for_user(self, user: int) -> tuple[RequestSpec, bool] | None:
         """User ``user``'s next request and whether it is warm-up; None: the user is done."""
@@ -365,6 +219,15 @@ class _Specs:
     def at(self, position: int) -> RequestSpec | None:
         """The request of schedule position ``position`` (asked in ascending order)."""
         raise NotImplementedError
+
+    async def drive(self, ctx: LevelContext) -> None:
+        """Send the level as its plan's mode says: users (closed loop) or a schedule (open)."""
+        if ctx.plan.mode == "concurrency":
+            await _closed_loop(ctx, self)
+        elif ctx.plan.mode == "rate":
+            await _open_loop(ctx, self)
+        else:
+            raise ValueError(f"unknown load mode {ctx.plan.mode!r}")
 
 
 class _Shared(_Specs):
@@ -413,7 +276,7 @@ class _Positional(_Specs):
                 self._sent[u] = 0
         else:
             self._source = source
-            self._positions = range(plan.worker, len(_schedule(plan)), plan.n_workers)
+            self._positions = range(plan.worker, len(level_schedule(plan)), plan.n_workers)
             self._built = 0  # positions[:_built] have their specs
             self._build(OPEN_PREPARE)
 

@@ -24,17 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from loadgen.load.credits import Credits, LocalCredits
+from loadgen.load.context import LevelContext
+from loadgen.load.credits import Credits
+from loadgen.load.plan import LevelPlan, level_schedule
 from loadgen.load.source import user_quota
 from loadgen.records import ChatMessage, RequestSpec, SessionPlan
-
-if TYPE_CHECKING:
-    from loadgen.load.runner import LevelPlan, LevelResult, Runner
 
 __all__ = ["SessionSource", "SessionSpecs"]
 
@@ -62,11 +61,10 @@ async def _sleep_until(t_ns: int) -> None:
 
 
 class SessionSpecs:
-    """A level's sessions, prepared before it starts; :meth:`drive` runs them."""
+    """A level's sessions, prepared before it starts; :meth:`drive` runs them (a
+    :class:`~loadgen.load.context.Driver`)."""
 
     def __init__(self, source: SessionSource, plan: LevelPlan) -> None:
-        from loadgen.load.runner import _schedule
-
         self.source = source
         self.plan = plan
         self.users: dict[int, Iterator[SessionPlan]] = {}
@@ -78,7 +76,7 @@ class SessionSpecs:
                 first = next(it)
                 self.users[u] = _chain(first, it)
         else:
-            self.offsets = _schedule(plan)
+            self.offsets = level_schedule(plan)
             self.positions = range(plan.worker, len(self.offsets), plan.n_workers)
             for p in self.positions[:_PREPARE]:
                 self.sessions[p] = source.session(plan.spec_level, p)
@@ -87,26 +85,29 @@ class SessionSpecs:
         got = self.sessions.pop(position, None)
         return got if got is not None else self.source.session(self.plan.spec_level, position)
 
-    async def drive(self, runner: Runner, plan: LevelPlan, res: LevelResult) -> None:
-        if plan.mode == "concurrency":
-            await self._closed(runner, plan, res)
+    async def drive(self, ctx: LevelContext) -> None:
+        """Run the level's sessions: one per user at a time (closed loop), or as they
+        arrive on the level's schedule (open loop)."""
+        if ctx.plan.mode == "concurrency":
+            await self._closed(ctx)
         else:
-            await self._open(runner, plan, res)
+            await self._open(ctx)
 
-    async def _closed(self, runner: Runner, plan: LevelPlan, res: LevelResult) -> None:
+    async def _closed(self, ctx: LevelContext) -> None:
+        plan = ctx.plan
         users = max(int(plan.value), 1)
         total = None if plan.requests is None else plan.requests + plan.warmup_requests
-        deadline = None if plan.duration_s is None else res.start_ns + int(plan.duration_s * 1e9)
+        deadline = None if plan.duration_s is None else ctx.start_ns + int(plan.duration_s * 1e9)
 
         async def user(u: int) -> None:
             if plan.ramp_s > 0 and u:
-                await _sleep_until(res.start_ns + int(plan.ramp_s * 1e9 * u / users))
+                await _sleep_until(ctx.start_ns + int(plan.ramp_s * 1e9 * u / users))
             quota = user_quota(u, users, total)
             sent = 0
 
             def next_turn() -> bool | None:  # None: the user is done; else whether it is warm-up
                 nonlocal sent
-                if runner.interrupted or (quota is not None and sent >= quota):
+                if ctx.stopped or (quota is not None and sent >= quota):
                     return None
                 if deadline is not None and _now() >= deadline:
                     return None
@@ -114,41 +115,31 @@ class SessionSpecs:
                 return (sent - 1) * users + u < plan.warmup_requests
 
             for session in self.users[u]:
-                if not await _hold(runner, plan, res, session, _now(), next_turn, u, None, 0, deadline):
+                if not await _hold(ctx, session, _now(), next_turn, u, None, 0, deadline):
                     return
 
-        await runner._gather([user(u) for u in self.users])
+        await ctx.gather([user(u) for u in self.users])
 
-    async def _open(self, runner: Runner, plan: LevelPlan, res: LevelResult) -> None:
-        res.scheduled = len(self.offsets)  # sessions
-        base = plan.start_ns or res.start_ns + 5_000_000
+    async def _open(self, ctx: LevelContext) -> None:
+        plan = ctx.plan
+        ctx.result.scheduled = len(self.offsets)  # sessions
+        base = plan.start_ns or ctx.start_ns + 5_000_000
         due_ns = base + np.round(self.offsets[plan.worker :: plan.n_workers] * 1e9).astype(np.int64)
-        cap: Credits | None = None
-        if plan.max_in_flight:
-            cap = runner.credits if runner.credits is not None else LocalCredits(plan.max_in_flight)
         max_late = int(plan.max_lateness_s * 1e9)
-        loop = asyncio.get_running_loop()
         for i, due in zip(self.positions, due_ns.tolist()):
-            if runner.interrupted:
+            if ctx.stopped:
                 break
             await _sleep_until(due)
-            if runner.interrupted:
+            if ctx.stopped:
                 break
             session = self.at(i)
             warm = i < plan.warmup_requests
 
             def next_turn(warm: bool = warm) -> bool | None:
-                return None if runner.interrupted else warm
+                return None if ctx.stopped else warm
 
-            task = loop.create_task(_run(_hold(runner, plan, res, session, due, next_turn, plan.worker, cap, max_late)))
-            runner._tasks.add(task)
-            task.add_done_callback(runner._tasks.discard)
-        if runner._tasks:
-            await asyncio.gather(*list(runner._tasks), return_exceptions=True)
-
-
-async def _run(held: Coroutine[Any, Any, bool]) -> None:
-    await held
+            ctx.spawn(_hold(ctx, session, due, next_turn, plan.worker, ctx.credits, max_late))
+        await ctx.wait()
 
 
 def _chain(first: SessionPlan, rest: Iterator[SessionPlan]) -> Iterator[SessionPlan]:
@@ -157,7 +148,7 @@ def _chain(first: SessionPlan, rest: Iterator[SessionPlan]) -> Iterator[SessionP
 
 
 async def _hold(
-    runner: Runner, plan: LevelPlan, res: LevelResult, session: SessionPlan, due: int,
+    ctx: LevelContext, session: SessionPlan, due: int,
     next_turn: _NextTurn, worker: int, cap: Credits | None, max_late: int, deadline: int | None = None,
 ) -> bool:  # fmt: skip
     """Run one session's turns from ``due`` on; False when the user should stop (the next
@@ -182,19 +173,19 @@ async def _hold(
         spec = RequestSpec(index=msg.index, prompt=list(history), prompt_tokens=context + msg.prompt_tokens,
                            max_tokens=msg.max_tokens, request_class=msg.request_class, group=session.group,
                            session=session.session, turn=t, turns=n, answer=[])  # fmt: skip
-        rec = runner._new_record(spec, plan, worker, warm)
+        rec = ctx.new_record(spec, worker, warm)
         rec.scheduled_ns = due
         if cap is not None:
             if not await cap.acquire(max(due + max_late - _now(), 0) / 1e9):
-                res.dropped += 1
+                ctx.result.dropped += 1
                 return True
             rec.credit_ns = _now()
             try:
-                await runner._send(spec, rec, res)
+                await ctx.send(spec, rec)
             finally:
                 cap.release()
         else:
-            await runner._send(spec, rec, res)
+            await ctx.send(spec, rec)
         if not rec.ok:
             return True
         last_done = rec.done_ns

@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from loadgen.load.runner import LevelPlan, LevelResult, Runner
+from loadgen.load.context import Driver
+from loadgen.load.plan import LevelPlan, LevelResult
+from loadgen.load.runner import Runner
 from loadgen.load.sessions import SessionSource
 from loadgen.load.source import SpecSource
 from loadgen.load.transport import Transport
@@ -60,13 +61,13 @@ def _runqueue_ns() -> int | None:
         return None
 
 
-async def run_share(runner: Runner, plan: LevelPlan, prepared: Any, worker: int) -> ShareDone:
+async def run_share(runner: Runner, plan: LevelPlan, prepared: Driver, worker: int) -> ShareDone:
     """Run a prepared share of a level and measure the worker's own health meanwhile."""
     res, stats = await measure_share(runner, plan, prepared, worker)
     return ShareDone(stats, res.scheduled, res.dropped, res.interrupted)
 
 
-async def measure_share(runner: Runner, plan: LevelPlan, prepared: Any, worker: int) -> tuple[LevelResult, WorkerStats]:
+async def measure_share(runner: Runner, plan: LevelPlan, prepared: Driver, worker: int) -> tuple[LevelResult, WorkerStats]:
     """Run a prepared share of a level; its result and this process's own health (CPU,
     run-queue wait, loop lag) meanwhile."""
     cpu0, wall0, rq0 = time.process_time(), _now(), _runqueue_ns()

@@ -244,6 +244,10 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [int(w.process.pid) for w in self._workers]
 
+    def clock_report(self) -> None:
+        """None: the workers share this machine's monotonic clock."""
+        return None
+
     async def __aenter__(self) -> "WorkerPool":
         ctx = mp.get_context("spawn")
         # the first start would spawn it, and unblock SIGINT and SIGTERM in this thread on
