@@ -10,42 +10,36 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
-import numpy as np
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 
 from loadgen.aio import new_event_loop
-from loadgen.client.dialects import DialectOptions, get_dialect
+from loadgen.calibration import calibrate, dialect_options, probe_for
+from loadgen.client.dialects import get_dialect
 from loadgen.client.discovery import ServerInfo, discover, redact_url
-from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transport import TransportConfig, make_transport
-from loadgen.errors import ConfigError, TargetError
+from loadgen.errors import ConfigError
 from loadgen.load.executor import InProcess, LevelExecutor
 from loadgen.load.profiles import Profile
-from loadgen.load.runner import LevelPlan, LevelResult, Runner
+from loadgen.load.runner import LevelPlan, Runner
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
 from loadgen.load.share import WorkerSetup
 from loadgen.load.workers import WorkerPool, auto_workers
-from loadgen.load.sweeps import Sweep, planned_levels, sweep
-from loadgen.metrics.gates import Gates, level_failures
-from loadgen.metrics.trials import trial_summary
-from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary
-from loadgen.metrics.run import summarize_run
-from loadgen.metrics.slo import SLO, level_slos
-from loadgen.metrics.summary import summarize_level
-from loadgen.records import RequestRecord, RequestSpec
+from loadgen.load.sweeps import Sweep
+from loadgen.metrics.results import LevelSummary, RunSummary
+from loadgen.records import RequestRecord
 from loadgen.runconfig import RunConfig
 from loadgen.runinfo import (Calibration, ClassInfo, ClientConfig, ClockAnchor, DatasetInfo, Finished, Resumed,
                              RunInfo, SessionsInfo, Target, TraceInfo, WorkerClock, WorkloadInfo)
-from loadgen.signals import STOP_SIGNALS, raise_on_sigterm
-from loadgen.report.console import LiveStats, level_heading, level_line, show_summary
+from loadgen.report.console import LiveStats, show_summary
+from loadgen.signals import raise_on_sigterm, stop_signals
+from loadgen.sweep_driver import run_summary, summarize_result, sweep_levels
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, lock_run_folder, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
@@ -53,7 +47,7 @@ from loadgen.workload.sessions import SessionSource
 from loadgen.workload.source import WorkloadSource
 from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.spec import Workload
-from loadgen.workload.traces import Trace, TraceSource
+from loadgen.workload.traces import TraceSource
 
 __all__ = ["RunConfig", "RunOutcome", "Resume", "execute", "calibrate", "summarize_result", "run_summary",
            "WRITE_FAILED", "finish_unwritable"]
@@ -82,69 +76,6 @@ class RunOutcome:
     signum: int | None = None  # the signal that stopped the run (SIGINT or SIGTERM)
     write_error: str | None = None  # the run folder could not be written (a full disk...): the run stopped
     lost: int = 0  # records that could not be written
-
-
-Probe = Callable[[RequestSpec], Awaitable[ProbeResult]]
-
-
-async def _streamed_prompt_tokens(transport: Any, spec: RequestSpec) -> int | None:
-    rec = RequestRecord(index=spec.index)
-    await transport.send(spec, rec)
-    if not rec.ok:
-        raise TargetError(f"calibration request failed ({rec.status.value}): {rec.error}")
-    return rec.prompt_tokens
-
-
-async def calibrate(transport: Any, synth: PromptSynthesizer, api: str, probe: Probe | None = None,
-                    deadline_s: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Two short requests of known word counts fit tokens-per-word and the template overhead.
-
-    They are streamed like the run's requests; when a stream carries no
-    ``usage.prompt_tokens`` (llama.cpp's server and others ignore
-    ``stream_options.include_usage``), both prompts go through ``probe`` instead, which
-    asks without streaming. ``method`` in the result says which answers the fit came from.
-    ``deadline_s`` bounds the whole calibration (a :class:`TargetError` past it).
-    """
-    if deadline_s is not None:
-        try:
-            async with asyncio.timeout(deadline_s):
-                return await calibrate(transport, synth, api, probe)
-        except TimeoutError as exc:
-            raise TargetError(f"calibration did not finish within {deadline_s:g} s (the --timeout of a request)") from exc
-    specs = [
-        (words, RequestSpec(index=-1 - i, prompt=text, prompt_tokens=words, max_tokens=1))
-        for i, (words, text) in enumerate(synth.calibration_texts((32, 256)))
-    ]
-    method = "stream"
-    counts: list[int] = []
-    for _, spec in specs:
-        n = await _streamed_prompt_tokens(transport, spec)
-        if n is None:
-            break
-        counts.append(n)
-    if len(counts) < len(specs):
-        if probe is None:
-            return {"calibrated": False, "method": None, "reason": "the server streams no usage.prompt_tokens"}
-        method, counts = "non-stream", []
-        for _, spec in specs:
-            res = await probe(spec)
-            if res.prompt_tokens is None:
-                return {"calibrated": False, "method": None,
-                        "reason": f"the server streams no usage.prompt_tokens and {res.error}"}  # fmt: skip
-            counts.append(res.prompt_tokens)
-    samples = [(words, n) for (words, _), n in zip(specs, counts)]
-    try:
-        synth.calibrate(samples)
-    except ConfigError as exc:
-        return {"calibrated": False, "method": method, "reason": str(exc), "samples": samples}
-    return {
-        "calibrated": True,
-        "method": method,
-        "samples": samples,
-        "tokens_per_word": synth.tokens_per_word,
-        "overhead_tokens": synth.overhead_tokens,
-        "api": api,
-    }
 
 
 def _workload_info(wl: Workload) -> WorkloadInfo:
@@ -181,89 +112,9 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: Calibration, started: flo
     )
 
 
-def merge_trials(results: Sequence[LevelResult]) -> LevelResult:
-    """One level's repeated trials as one result (records and their events, loop lag,
-    schedule counts and worker health pooled); a single trial as it is."""
-    if len(results) == 1:
-        return results[0]
-    first = results[0]
-    merged = LevelResult(first.plan, start_ns=first.start_ns, end_ns=results[-1].end_ns)
-    columns: list[tuple[Any, Any, Any]] = []
-    for r in results:
-        records, events = r.for_summary()
-        merged.records.extend(records)
-        if events is not None:
-            columns.append(events)
-        merged.loop_lag_ms.extend(r.loop_lag_ms)
-        merged.loop_lag_t_ns.extend(r.loop_lag_t_ns)
-        merged.scheduled += r.scheduled
-        merged.dropped += r.dropped
-        merged.interrupted |= r.interrupted
-        merged.worker_stats.extend(r.worker_stats)
-        merged.lost_workers.extend(w for w in r.lost_workers if w not in merged.lost_workers)
-        for w, s in r.silent_workers.items():
-            merged.silent_workers[w] = max(merged.silent_workers.get(w, 0.0), s)
-        if r.clock_uncertainty_ns is not None:
-            merged.clock_uncertainty_ns = max(merged.clock_uncertainty_ns or 0, r.clock_uncertainty_ns)
-    if columns:  # compact results: their events apart, in record order
-        merged.events = tuple(np.concatenate([c[k] for c in columns]) for k in range(3))  # type: ignore[assignment]
-    return merged
-
-
-def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], anchor_ns: int) -> LevelSummary:
-    """One level's summary, as a run writes it (and as ``loadgen report`` rebuilds it)."""
-    plan = result.plan
-    records, events = result.for_summary()
-    return summarize_level(
-        records,
-        events=events,
-        load=plan.load,
-        slos=level_slos(slos, plan.mode, prof.slo_latency),
-        loop_lag_ms=result.loop_lag_ms,
-        loop_lag_t_ns=result.loop_lag_t_ns,
-        anchor_ns=anchor_ns,
-        scheduled=result.scheduled if plan.mode == "rate" else None,
-        dropped=result.dropped,
-        interrupted=result.interrupted,
-        window_s=prof.window_s if prof.kind in ("soak", "ramp") else None,
-        trim=prof.trim,
-        workers=result.worker_stats or None,
-        lost_workers=result.lost_workers or None,
-        silent_workers=result.silent_workers or None,
-        clock_uncertainty_ms=None if result.clock_uncertainty_ns is None else result.clock_uncertainty_ns / 1e6,
-    )
-
-
-def run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None, interrupted: bool) -> RunSummary:
-    """The whole run's summary over its level summaries."""
-    return summarize_run(
-        levels, mode=prof.mode, mixed_modes=prof.kind != "levels", attainment_target=prof.attainment_target,
-        knee_metric=prof.knee_metric, knee_throughput_gain=prof.knee_throughput_gain,
-        knee_latency_growth=prof.knee_latency_growth, stopped=stopped, interrupted=interrupted,
-    )  # fmt: skip
-
-
-def _options(cfg: RunConfig, info: ServerInfo) -> DialectOptions:
-    wl = cfg.workload
-    if wl.tools is not None and cfg.api != "chat":
-        raise ConfigError(f"workload {wl.name!r} sends tools: they need --api chat", key="--api")
-    return DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage,
-                          tools=wl.tools, tool_choice=wl.tool_choice)  # fmt: skip
-
-
 def _source_type(workload: Workload) -> type[WorkloadSource | SessionSource]:
     """Multi-turn sessions when the workload has a ``[sessions]`` table, else single requests."""
     return WorkloadSource if workload.sessions is None else SessionSource
-
-
-def _probe(cfg: RunConfig, info: ServerInfo) -> Probe:
-    """Calibration's non-streamed fallback: the run's URL, dialect, options and headers."""
-    dialect, options = get_dialect(cfg.api), _options(cfg, info)
-
-    async def probe(spec: RequestSpec) -> ProbeResult:
-        return await probe_prompt_tokens(cfg.url, dialect, options, spec, cfg.headers, cfg.read_timeout_s)
-
-    return probe
 
 
 def _max_streams(prof: Profile) -> int:
@@ -278,7 +129,7 @@ def _transport_config(cfg: RunConfig, info: ServerInfo) -> TransportConfig:
     return TransportConfig(
         base_url=cfg.url,
         dialect=get_dialect(cfg.api),
-        options=_options(cfg, info),
+        options=dialect_options(cfg, info),
         headers=cfg.headers,
         max_connections=max_conc + 16 if max_conc else 10_000,
         read_timeout_s=cfg.read_timeout_s,
@@ -301,65 +152,6 @@ def _workers(cfg: RunConfig, cluster: RayCluster | None = None) -> tuple[int, st
     return n, f"--workers {n}"
 
 
-Levels = LevelExecutor
-
-
-async def _sweep_levels(
-    cfg: RunConfig, runner: Levels, writer: RunWriter, stats: LiveStats, console: Console, anchor_ns: int,
-    after_level: Callable[[], None] = lambda: None,
-) -> RunSummary:  # fmt: skip
-    """Drive the profile's sweep: run each level, summarise it, feed the summary back."""
-    prof = cfg.profile
-    levels: list[LevelSummary] = []
-    plan: LevelPlan | None
-    if cfg.resume is not None:  # the finished levels' summaries are in the sweep already
-        gen, plan, levels = cfg.resume.gen, cfg.resume.plan, list(cfg.resume.levels)
-    else:
-        gen = sweep(prof, cfg.seed) if cfg.trace is None else _trace_levels(sweep(prof, cfg.seed), cfg.trace)
-        plan = next(gen)
-    stopped: str | None = None
-    while plan is not None:
-        results = []
-        for t in range(cfg.trials):
-            trial = plan if t == 0 else dataclasses.replace(plan, trial=t, seed=plan.seed + t)
-            stats.start_level(level_heading(plan.index, planned_levels(prof), t, cfg.trials), plan.load.label(),
-                              level=plan.index, trial=t, requests=plan.requests, warmup=plan.warmup_requests,
-                              duration_s=plan.duration_s, sends_s=trial.last_send_s())  # fmt: skip
-            results.append(await runner.run_level(trial))
-            if runner.interrupted:
-                break
-        result = merge_trials(results)
-        level = summarize_result(result, cfg.profile, cfg.slos, anchor_ns)
-        if len(results) > 1:
-            per_trial = [summarize_result(r, cfg.profile, cfg.slos, anchor_ns) for r in results]
-            level = dataclasses.replace(level, trials=trial_summary(per_trial))
-        levels.append(level)
-        writer.write_summary({"schema_version": SCHEMA_VERSION, "levels": [lv.to_json() for lv in levels]})
-        after_level()
-        if not cfg.live:
-            console.print(level_line(level), highlight=False, markup=False, soft_wrap=True)
-        if runner.interrupted:
-            return run_summary(levels, prof, None, True)
-        failed = level_failures(level, len(levels) - 1, cfg.gates) if cfg.abort_on_fail else []
-        if failed:
-            stopped = f"--abort-on-fail: {failed[0].message}"
-            break
-        try:
-            plan = gen.send(level)
-        except StopIteration as stop:
-            stopped, plan = stop.value, None
-    return run_summary(levels, prof, stopped, False)
-
-
-def _trace_levels(gen: Any, trace: Trace) -> Any:
-    """The sweep's levels with the trace's recorded send times."""
-    plan = next(gen)
-    while True:
-        summary = yield dataclasses.replace(plan, offsets=trace.offsets)
-        try:
-            plan = gen.send(summary)
-        except StopIteration as stop:
-            return stop.value
 
 
 def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | None, console: Console,
@@ -402,164 +194,186 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
     tcfg = _transport_config(cfg, info)
     transport = make_transport(cfg.transport, tcfg)
     synth = PromptSynthesizer(seed=cfg.seed, counter=counter)
-    started, anchor_ns = time.time(), time.perf_counter_ns()
+    started = time.time()
     try:
-        if cfg.resume is not None:  # the run's own fit: the same prompts as before
-            calib = cfg.resume.run.calibration or Calibration()
-            if calib.calibrated and calib.samples:
-                synth.calibrate(list(calib.samples))
-        elif cfg.calibrate:
-            calib = Calibration.from_json(await calibrate(transport, synth, cfg.api, _probe(cfg, info),
-                                                          cfg.request_timeout_s))  # fmt: skip
-        else:
-            calib = Calibration(reason="--no-calibrate")
-        if cfg.calibrate and not calib.calibrated:
-            console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib.reason or '')}; prompts assume "
-                          "one token per word and no chat template, so compare them with the server's own prompt "
-                          "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
+        calib = await _calibration(cfg, transport, synth, info, console)
         dataset_stats: dict[str, Any] = {}
         make_source = _source_factory(cfg, synth, data, console, dataset_stats)
-        source = make_source()
         with contextlib.ExitStack() as files:
             cluster = None if cfg.ray is None else files.enter_context(connect(cfg.ray))
             if cluster is not None:
                 raise_on_sigterm()  # ray.init() put its own (sys.exit) in place of ours
-            n_workers, why = _workers(cfg, cluster)
-            if cluster is not None:
-                console.print(f"[dim]workers: {n_workers} Ray actor{'s' if n_workers > 1 else ''} over the cluster's "
-                              f"{cluster.nodes} node{'s' if cluster.nodes > 1 else ''} ({why})[/dim]")  # fmt: skip
-            elif n_workers > 1 or cfg.workers == "auto":
-                console.print(f"[dim]workers: {n_workers} process{'es' if n_workers > 1 else ''} ({why})[/dim]")
-            running: list[Levels] = []  # the levels, once they exist
-
-            def stop_on_write_error(exc: OSError) -> None:  # a full disk stops the run as SIGTERM does
-                console.print(f"[bold red]error: cannot write {escape(str(cfg.out))}: {escape(_write_error(exc))}; "
-                              "stopping the run[/bold red]", highlight=False, soft_wrap=True)  # fmt: skip
-                for lv in running:
-                    lv.interrupt()
-
-            if cfg.resume is not None:
-                resumed = Resumed(at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-                                  level=cfg.resume.plan.index, command=list(cfg.command))  # fmt: skip
-                run_info = dataclasses.replace(cfg.resume.run, finished=None,
-                                               resumed=[*(cfg.resume.run.resumed or []), resumed])  # fmt: skip
-                anchor_ns = run_info.anchor_ns if run_info.anchor_ns is not None else anchor_ns
-                writer = files.enter_context(RunWriter(cfg.out, keep_levels_below=cfg.resume.plan.index,
-                                                       on_error=stop_on_write_error))  # fmt: skip
-                console.print(f"[dim]resuming {cfg.out} at level {cfg.resume.plan.index + 1} "
-                              f"({writer.count} records of finished levels kept)[/dim]")  # fmt: skip
-            else:
-                if holds_run(cfg.out):
-                    console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
-                writer = files.enter_context(RunWriter(cfg.out, on_error=stop_on_write_error))
-                run_info = _run_json(cfg, info, calib, started, anchor_ns)
-            wl_info = run_info.workload
-            if dataset_stats and wl_info is not None and wl_info.dataset is not None:
-                dataset = dataclasses.replace(wl_info.dataset, **dataset_stats)
-                run_info = dataclasses.replace(run_info, workload=dataclasses.replace(wl_info, dataset=dataset))
-            writer.write_run(run_info)
-            if writer.error is not None:  # nothing of the run was sent yet
-                raise ConfigError(f"cannot write the run folder: {_write_error(writer.error)}", key="--out")
-            def on_record(rec: RequestRecord) -> None:
-                writer.append(rec)
-                stats.add(rec)
-
-            def on_records(recs: Sequence[RequestRecord]) -> None:  # a worker's batch: one write
-                writer.append_batch(encode_batch(recs))
-                for rec in recs:
-                    stats.add(rec)
-
-            levels: Levels
+            n_workers = _worker_count(cfg, cluster, console)
+            running: list[LevelExecutor] = []  # the levels, once they exist: a full disk interrupts them
+            folder = _RunFolder.open(cfg, files, console, running)
+            anchor_ns = folder.start(cfg, info, calib, started, dataset_stats)
+            stats = LiveStats(lambda: running[0].in_flight if running else 0)
             setup = WorkerSetup(make_transport=functools.partial(make_transport, cfg.transport, tcfg),
-                                make_source=make_source,
-                                encode=encode_batch, decode=decode_batch)  # fmt: skip
-            if cluster is not None:
-                levels = RayPool(setup, n_workers, on_records)
-            elif n_workers > 1:
-                levels = WorkerPool(setup, n_workers, on_records, max_in_flight=cfg.profile.max_in_flight)
-            else:
-                levels = InProcess(Runner(transport, on_record, keep="compact"), source)
+                                make_source=make_source, encode=encode_batch, decode=decode_batch)  # fmt: skip
+            levels = _executor(cfg, setup, n_workers, cluster, folder.writer, stats,
+                               lambda: InProcess(Runner(transport, folder.on_record(stats), keep="compact"),
+                                                 make_source()))  # fmt: skip
             running.append(levels)
-            stats = LiveStats(lambda: levels.in_flight)
-            scraper = None
-            stop = files.enter_context(_stop_signals(asyncio.get_running_loop(), levels))  # until summary.json
-
-            def after_level() -> None:
-                nonlocal run_info
-                report = levels.clock_report()  # Ray: the clock offsets re-estimated before each level
-                if report is not None:
-                    run_info = dataclasses.replace(run_info, workers=[WorkerClock.from_json(w) for w in report])
-                    writer.write_run(run_info)
-
-            async with contextlib.AsyncExitStack() as stack:
-                await stack.enter_async_context(levels)
-                after_level()
-                if cfg.scrape_metrics:
-                    from loadgen.client.scrape import MetricsScraper
-
-                    scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers,
-                                             extra_urls=cfg.scrape_urls)
-                    await stack.enter_async_context(scraper)
-                if cfg.live:
-                    stack.enter_context(Live(stats, console=console, refresh_per_second=4, transient=True))
-                summary = await _sweep_levels(cfg, levels, writer, stats, console, anchor_ns, after_level)
-            if scraper is not None and scraper.failures and not scraper.scrapes:
-                console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")
-            if writer.error is not None:
-                summary = dataclasses.replace(summary, interrupted=True,
-                                              stopped=f"the run folder could not be written: {_write_error(writer.error)}")
-            writer.write_summary(summary.to_json())  # attempted: after a full disk it may fail again
-            run_info = dataclasses.replace(run_info, finished=Finished(interrupted=summary.interrupted,
-                                                                        levels=len(summary.levels),
-                                                                        stopped=summary.stopped))  # fmt: skip
-            writer.write_run(run_info)  # how the run ended: what `loadgen report` and --resume go by
-            n_records = writer.count
-            write_error = None if writer.error is None else _write_error(writer.error)
+            stop = files.enter_context(stop_signals(asyncio.get_running_loop(), levels.interrupt))
+            summary = await _drive(cfg, levels, folder, stats, console, anchor_ns)
+            summary = folder.finish(summary)
     finally:
         await transport.aclose()
-    return RunOutcome(cfg.out, summary, summary.interrupted, n_records, stop.signum, write_error, writer.lost)
+    return RunOutcome(cfg.out, summary, summary.interrupted, folder.writer.count, stop.signum,
+                      folder.write_error, folder.writer.lost)  # fmt: skip
 
 
-@dataclass
-class _Stop:
-    signum: int | None = None  # the first stop signal received
+async def _calibration(cfg: RunConfig, transport: Any, synth: PromptSynthesizer, info: ServerInfo,
+                       console: Console) -> Calibration:  # fmt: skip
+    """The prompt fit: the resumed run's own (the same prompts as before), two calibration
+    requests, or none (``--no-calibrate``); a failed fit is a warning, not an error."""
+    if cfg.resume is not None:
+        calib = cfg.resume.run.calibration or Calibration()
+        if calib.calibrated and calib.samples:
+            synth.calibrate(list(calib.samples))
+    elif cfg.calibrate:
+        fit = await calibrate(transport, synth, cfg.api, probe_for(cfg, info), cfg.request_timeout_s)
+        calib = Calibration.from_json(fit)
+    else:
+        calib = Calibration(reason="--no-calibrate")
+    if cfg.calibrate and not calib.calibrated:
+        console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib.reason or '')}; prompts assume "
+                      "one token per word and no chat template, so compare them with the server's own prompt "
+                      "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
+    return calib
 
 
-@contextlib.contextmanager
-def _stop_signals(loop: asyncio.AbstractEventLoop, runner: Levels) -> Iterator[_Stop]:
-    """SIGINT or SIGTERM: stop the level, keep every record, write the summary.
+def _worker_count(cfg: RunConfig, cluster: RayCluster | None, console: Console) -> int:
+    n, why = _workers(cfg, cluster)
+    if cluster is not None:
+        console.print(f"[dim]workers: {n} Ray actor{'s' if n > 1 else ''} over the cluster's "
+                      f"{cluster.nodes} node{'s' if cluster.nodes > 1 else ''} ({why})[/dim]")  # fmt: skip
+    elif n > 1 or cfg.workers == "auto":
+        console.print(f"[dim]workers: {n} process{'es' if n > 1 else ''} ({why})[/dim]")
+    return n
 
-    A second Ctrl-C is not caught (it interrupts at once). SIGTERM stays handled: ``timeout``
-    sends it twice (to the process, then to its group), and a later one from the same
-    supervisor adds nothing; SIGKILL is what ends a run that will not stop.
-    """
-    stop = _Stop()
-    before = signal.getsignal(signal.SIGTERM)
 
-    def handler(signum: int) -> None:
-        if stop.signum is None:
-            stop.signum = signum
-        runner.interrupt()
-        if signum == signal.SIGINT:
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(signal.SIGINT)
+def _executor(cfg: RunConfig, setup: WorkerSetup, n_workers: int, cluster: RayCluster | None, writer: RunWriter,
+              stats: LiveStats, in_process: Callable[[], LevelExecutor]) -> LevelExecutor:  # fmt: skip
+    """Who runs the levels: Ray actors, worker processes (their records arrive in batches),
+    or this process."""
+    if cluster is None and n_workers == 1:
+        return in_process()
 
-    installed = []
-    for sig in STOP_SIGNALS:
-        try:
-            loop.add_signal_handler(sig, handler, sig)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
-            pass
-    try:
-        yield stop
-    finally:
-        for sig in installed:
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(sig)
-        if signal.SIGTERM in installed and before is not None:
-            with contextlib.suppress(ValueError):
-                signal.signal(signal.SIGTERM, before)  # the loop's removal left SIG_DFL
+    def on_records(recs: Sequence[RequestRecord]) -> None:  # a worker's batch: one write
+        writer.append_batch(encode_batch(recs))
+        for rec in recs:
+            stats.add(rec)
+
+    if cluster is not None:
+        return RayPool(setup, n_workers, on_records)
+    return WorkerPool(setup, n_workers, on_records, max_in_flight=cfg.profile.max_in_flight)
+
+
+async def _drive(cfg: RunConfig, levels: LevelExecutor, folder: _RunFolder, stats: LiveStats, console: Console,
+                 anchor_ns: int) -> RunSummary:  # fmt: skip
+    """The levels, with the executor, the metrics scraper and the live display open."""
+    scraper = None
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(levels)
+        folder.clocks(levels)
+        if cfg.scrape_metrics:
+            from loadgen.client.scrape import MetricsScraper
+
+            scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers,
+                                     extra_urls=cfg.scrape_urls)  # fmt: skip
+            await stack.enter_async_context(scraper)
+        if cfg.live:
+            stack.enter_context(Live(stats, console=console, refresh_per_second=4, transient=True))
+        summary = await sweep_levels(cfg, levels, folder.writer, stats, console, anchor_ns,
+                                     lambda: folder.clocks(levels))  # fmt: skip
+    if scraper is not None and scraper.failures and not scraper.scrapes:
+        console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")
+    return summary
+
+
+class _RunFolder:
+    """The run folder while a run writes it: its writer and its ``run.json`` record."""
+
+    def __init__(self, writer: RunWriter) -> None:
+        self.writer = writer
+        self.info: RunInfo | None = None
+
+    @classmethod
+    def open(cls, cfg: RunConfig, files: contextlib.ExitStack, console: Console,
+             running: list[LevelExecutor]) -> _RunFolder:  # fmt: skip
+        """A writer for ``cfg.out`` (a resumed run's keeps its finished levels' records)."""
+
+        def stop_on_write_error(exc: OSError) -> None:  # a full disk stops the run as SIGTERM does
+            console.print(f"[bold red]error: cannot write {escape(str(cfg.out))}: {escape(_write_error(exc))}; "
+                          "stopping the run[/bold red]", highlight=False, soft_wrap=True)  # fmt: skip
+            for lv in running:
+                lv.interrupt()
+
+        if cfg.resume is not None:
+            writer = RunWriter(cfg.out, keep_levels_below=cfg.resume.plan.index, on_error=stop_on_write_error)
+            console.print(f"[dim]resuming {cfg.out} at level {cfg.resume.plan.index + 1} "
+                          f"({writer.count} records of finished levels kept)[/dim]")  # fmt: skip
+        else:
+            if holds_run(cfg.out):
+                console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
+            writer = RunWriter(cfg.out, on_error=stop_on_write_error)
+        return cls(files.enter_context(writer))
+
+    def start(self, cfg: RunConfig, info: ServerInfo, calib: Calibration, started: float,
+              dataset_stats: dict[str, Any]) -> int:  # fmt: skip
+        """Write ``run.json`` before anything is sent; the run's clock anchor (a resumed
+        run keeps its own)."""
+        anchor_ns = time.perf_counter_ns()
+        if cfg.resume is not None:
+            resumed = Resumed(at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                              level=cfg.resume.plan.index, command=list(cfg.command))  # fmt: skip
+            run_info = dataclasses.replace(cfg.resume.run, finished=None,
+                                           resumed=[*(cfg.resume.run.resumed or []), resumed])  # fmt: skip
+            anchor_ns = run_info.anchor_ns if run_info.anchor_ns is not None else anchor_ns
+        else:
+            run_info = _run_json(cfg, info, calib, started, anchor_ns)
+        wl_info = run_info.workload
+        if dataset_stats and wl_info is not None and wl_info.dataset is not None:
+            dataset = dataclasses.replace(wl_info.dataset, **dataset_stats)
+            run_info = dataclasses.replace(run_info, workload=dataclasses.replace(wl_info, dataset=dataset))
+        self._write(run_info)
+        if self.writer.error is not None:  # nothing of the run was sent yet
+            raise ConfigError(f"cannot write the run folder: {_write_error(self.writer.error)}", key="--out")
+        return anchor_ns
+
+    def _write(self, run_info: RunInfo) -> None:
+        self.info = run_info
+        self.writer.write_run(run_info)
+
+    def on_record(self, stats: LiveStats) -> Callable[[RequestRecord], None]:
+        def on_record(rec: RequestRecord) -> None:
+            self.writer.append(rec)
+            stats.add(rec)
+
+        return on_record
+
+    def clocks(self, levels: LevelExecutor) -> None:
+        """Ray: the workers' clock offsets, estimated again before each level, into run.json."""
+        report = levels.clock_report()
+        if report is not None and self.info is not None:
+            self._write(dataclasses.replace(self.info, workers=[WorkerClock.from_json(w) for w in report]))
+
+    @property
+    def write_error(self) -> str | None:
+        return None if self.writer.error is None else _write_error(self.writer.error)
+
+    def finish(self, summary: RunSummary) -> RunSummary:
+        """The final summary.json, and run.json's ``finished``: what ``loadgen report`` and
+        ``--resume`` go by. After a full disk both are attempted (they may fit)."""
+        if self.write_error is not None:
+            summary = dataclasses.replace(summary, interrupted=True,
+                                          stopped=f"the run folder could not be written: {self.write_error}")
+        self.writer.write_summary(summary.to_json())
+        assert self.info is not None
+        finished = Finished(interrupted=summary.interrupted, levels=len(summary.levels), stopped=summary.stopped)
+        self._write(dataclasses.replace(self.info, finished=finished))
+        return summary
 
 
 def finish_unwritable(outcome: RunOutcome) -> str:

@@ -35,7 +35,8 @@ from loadgen.load.runner import LevelPlan, LevelResult
 from loadgen.load.sweeps import Sweep, sweep
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import SLO, parse_slo
-from loadgen.orchestrate import Resume, run_summary, summarize_result
+from loadgen.orchestrate import Resume
+from loadgen.sweep_driver import run_summary, summarize_result
 from loadgen.runconfig import Origin, RunConfig
 from loadgen.records import RequestRecord
 from loadgen.report.files import read_run_info, write_json

@@ -12,12 +12,15 @@ flight recorded as ``worker_lost``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from loadgen.errors import Terminated
 
-__all__ = ["STOP_SIGNALS", "exit_code", "ignore_stop_signals", "raise_on_sigterm"]
+__all__ = ["STOP_SIGNALS", "Stop", "exit_code", "ignore_stop_signals", "raise_on_sigterm", "stop_signals"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -43,3 +46,47 @@ def ignore_stop_signals() -> None:
 def exit_code(signum: int | None) -> int:
     """The exit code of a run stopped by ``signum`` (None: Ctrl-C's)."""
     return 128 + int(signum or signal.SIGINT)
+
+
+@dataclass
+class Stop:
+    signum: int | None = None  # the first stop signal received
+
+
+@contextlib.contextmanager
+def stop_signals(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None]) -> Iterator[Stop]:
+    """SIGINT or SIGTERM on ``loop`` calls ``interrupt`` (a run: stop the level, keep every
+    record, write the summary); ``Stop.signum`` is the first signal received.
+
+    A second Ctrl-C is not caught (it interrupts at once). SIGTERM stays handled: ``timeout``
+    sends it twice (to the process, then to its group), and a later one from the same
+    supervisor adds nothing; SIGKILL is what ends a run that will not stop.
+    """
+    stop = Stop()
+    before = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int) -> None:
+        if stop.signum is None:
+            stop.signum = signum
+        interrupt()
+        if signum == signal.SIGINT:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signal.SIGINT)
+
+    installed = []
+    for sig in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, handler, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
+            pass
+    try:
+        yield stop
+    finally:
+        for sig in installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        if signal.SIGTERM in installed and before is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, before)  # the loop's removal left SIG_DFL
+

@@ -1,4 +1,4 @@
-"""Prompt calibration (orchestrate.calibrate): streamed usage, the non-streamed fallback, neither."""
+"""Prompt calibration (loadgen.calibration): streamed usage, the non-streamed fallback, neither."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import TargetError
-from loadgen.orchestrate import calibrate
+from loadgen.calibration import calibrate
 from loadgen.records import RequestSpec
 from loadgen.workload.prompts import PromptSynthesizer
 from tests.scripted_server import Script, ScriptedServer

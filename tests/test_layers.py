@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "runinfo": {"errors", "load", "metrics"},
     "server": {"errors", "server", "aio"},
 }
-WIRING = {"cli", "api", "orchestrate", "runconfig", "runflags", "recover", "demo", "matrix", "__init__", "__main__"}  # may wire everything together
+WIRING = {"cli", "api", "orchestrate", "calibration", "sweep_driver", "runconfig", "runflags", "recover", "demo", "matrix", "__init__", "__main__"}  # may wire everything together
 SERVER = PKG / "server"
 # inside server/: subpackage -> the server parts it may import. The shared core knows no
 # engine kind; the sim and torch engines never import each other (the config only for types).

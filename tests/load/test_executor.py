@@ -21,7 +21,8 @@ from loadgen.load.executor import InProcess, LevelExecutor
 from loadgen.load.plan import LevelPlan, LevelResult
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import Runner
-from loadgen.orchestrate import RunConfig, _sweep_levels
+from loadgen.orchestrate import RunConfig
+from loadgen.sweep_driver import sweep_levels
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.report.files import RunWriter
 from loadgen.report.live import LiveStats
@@ -75,7 +76,7 @@ class Recording:
 
 def test_the_sweep_drives_a_custom_executor_through_a_real_run(tmp_path: Path) -> None:
     workload = workload_from_flags("8", "4")
-    cfg = RunConfig(url="", api="completions", workload=workload, live=False, out=tmp_path / "run",
+    cfg = RunConfig(url="http://127.0.0.1:9", api="completions", workload=workload, live=False, out=tmp_path / "run",
                     profile=Profile(levels=[1, 3], requests=6, warmup_requests=2, trim=(0.0, 0.0)))  # fmt: skip
     reports: list[Any] = []
 
@@ -96,7 +97,7 @@ def test_the_sweep_drives_a_custom_executor_through_a_real_run(tmp_path: Path) -
                 held: LevelExecutor = executor  # the sweep takes it as the Protocol says
                 try:
                     async with held:
-                        summary = await _sweep_levels(cfg, held, writer, LiveStats(lambda: held.in_flight),
+                        summary = await sweep_levels(cfg, held, writer, LiveStats(lambda: held.in_flight),
                                                       Console(file=io.StringIO()), 0,
                                                       lambda: reports.append(held.clock_report()))  # fmt: skip
                 finally:

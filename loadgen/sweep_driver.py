@@ -1,0 +1,152 @@
+"""A run's sweep, level by level: each level run (``trials`` times), summarised, and its
+summary fed back to the sweep that chooses the next (docs/metrics.md, "Across levels").
+
+:func:`sweep_levels` drives any :class:`~loadgen.load.executor.LevelExecutor`;
+:func:`summarize_result` and :func:`run_summary` are the summaries a run writes, and the
+ones ``loadgen report`` rebuilds from a killed run's records (:mod:`loadgen.recover`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from rich.console import Console
+
+from loadgen.load.executor import LevelExecutor
+from loadgen.load.profiles import Profile
+from loadgen.load.runner import LevelPlan, LevelResult
+from loadgen.load.sweeps import planned_levels, sweep
+from loadgen.metrics.gates import level_failures
+from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary
+from loadgen.metrics.run import summarize_run
+from loadgen.metrics.slo import SLO, level_slos
+from loadgen.metrics.summary import summarize_level
+from loadgen.metrics.trials import trial_summary
+from loadgen.report.console import LiveStats, level_heading, level_line
+from loadgen.report.files import RunWriter
+from loadgen.runconfig import RunConfig
+from loadgen.workload.traces import Trace
+
+__all__ = ["merge_trials", "summarize_result", "run_summary", "sweep_levels"]
+
+def merge_trials(results: Sequence[LevelResult]) -> LevelResult:
+    """One level's repeated trials as one result (records and their events, loop lag,
+    schedule counts and worker health pooled); a single trial as it is."""
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    merged = LevelResult(first.plan, start_ns=first.start_ns, end_ns=results[-1].end_ns)
+    columns: list[tuple[Any, Any, Any]] = []
+    for r in results:
+        records, events = r.for_summary()
+        merged.records.extend(records)
+        if events is not None:
+            columns.append(events)
+        merged.loop_lag_ms.extend(r.loop_lag_ms)
+        merged.loop_lag_t_ns.extend(r.loop_lag_t_ns)
+        merged.scheduled += r.scheduled
+        merged.dropped += r.dropped
+        merged.interrupted |= r.interrupted
+        merged.worker_stats.extend(r.worker_stats)
+        merged.lost_workers.extend(w for w in r.lost_workers if w not in merged.lost_workers)
+        for w, s in r.silent_workers.items():
+            merged.silent_workers[w] = max(merged.silent_workers.get(w, 0.0), s)
+        if r.clock_uncertainty_ns is not None:
+            merged.clock_uncertainty_ns = max(merged.clock_uncertainty_ns or 0, r.clock_uncertainty_ns)
+    if columns:  # compact results: their events apart, in record order
+        merged.events = tuple(np.concatenate([c[k] for c in columns]) for k in range(3))  # type: ignore[assignment]
+    return merged
+
+
+def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], anchor_ns: int) -> LevelSummary:
+    """One level's summary, as a run writes it (and as ``loadgen report`` rebuilds it)."""
+    plan = result.plan
+    records, events = result.for_summary()
+    return summarize_level(
+        records,
+        events=events,
+        load=plan.load,
+        slos=level_slos(slos, plan.mode, prof.slo_latency),
+        loop_lag_ms=result.loop_lag_ms,
+        loop_lag_t_ns=result.loop_lag_t_ns,
+        anchor_ns=anchor_ns,
+        scheduled=result.scheduled if plan.mode == "rate" else None,
+        dropped=result.dropped,
+        interrupted=result.interrupted,
+        window_s=prof.window_s if prof.kind in ("soak", "ramp") else None,
+        trim=prof.trim,
+        workers=result.worker_stats or None,
+        lost_workers=result.lost_workers or None,
+        silent_workers=result.silent_workers or None,
+        clock_uncertainty_ms=None if result.clock_uncertainty_ns is None else result.clock_uncertainty_ns / 1e6,
+    )
+
+
+def run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None, interrupted: bool) -> RunSummary:
+    """The whole run's summary over its level summaries."""
+    return summarize_run(
+        levels, mode=prof.mode, mixed_modes=prof.kind != "levels", attainment_target=prof.attainment_target,
+        knee_metric=prof.knee_metric, knee_throughput_gain=prof.knee_throughput_gain,
+        knee_latency_growth=prof.knee_latency_growth, stopped=stopped, interrupted=interrupted,
+    )  # fmt: skip
+
+
+async def sweep_levels(
+    cfg: RunConfig, runner: LevelExecutor, writer: RunWriter, stats: LiveStats, console: Console, anchor_ns: int,
+    after_level: Callable[[], None] = lambda: None,
+) -> RunSummary:  # fmt: skip
+    """Drive the profile's sweep: run each level, summarise it, feed the summary back."""
+    prof = cfg.profile
+    levels: list[LevelSummary] = []
+    plan: LevelPlan | None
+    if cfg.resume is not None:  # the finished levels' summaries are in the sweep already
+        gen, plan, levels = cfg.resume.gen, cfg.resume.plan, list(cfg.resume.levels)
+    else:
+        gen = sweep(prof, cfg.seed) if cfg.trace is None else trace_levels(sweep(prof, cfg.seed), cfg.trace)
+        plan = next(gen)
+    stopped: str | None = None
+    while plan is not None:
+        results = []
+        for t in range(cfg.trials):
+            trial = plan if t == 0 else dataclasses.replace(plan, trial=t, seed=plan.seed + t)
+            stats.start_level(level_heading(plan.index, planned_levels(prof), t, cfg.trials), plan.load.label(),
+                              level=plan.index, trial=t, requests=plan.requests, warmup=plan.warmup_requests,
+                              duration_s=plan.duration_s, sends_s=trial.last_send_s())  # fmt: skip
+            results.append(await runner.run_level(trial))
+            if runner.interrupted:
+                break
+        result = merge_trials(results)
+        level = summarize_result(result, cfg.profile, cfg.slos, anchor_ns)
+        if len(results) > 1:
+            per_trial = [summarize_result(r, cfg.profile, cfg.slos, anchor_ns) for r in results]
+            level = dataclasses.replace(level, trials=trial_summary(per_trial))
+        levels.append(level)
+        writer.write_summary({"schema_version": SCHEMA_VERSION, "levels": [lv.to_json() for lv in levels]})
+        after_level()
+        if not cfg.live:
+            console.print(level_line(level), highlight=False, markup=False, soft_wrap=True)
+        if runner.interrupted:
+            return run_summary(levels, prof, None, True)
+        failed = level_failures(level, len(levels) - 1, cfg.gates) if cfg.abort_on_fail else []
+        if failed:
+            stopped = f"--abort-on-fail: {failed[0].message}"
+            break
+        try:
+            plan = gen.send(level)
+        except StopIteration as stop:
+            stopped, plan = stop.value, None
+    return run_summary(levels, prof, stopped, False)
+
+
+def trace_levels(gen: Any, trace: Trace) -> Any:
+    """The sweep's levels with the trace's recorded send times."""
+    plan = next(gen)
+    while True:
+        summary = yield dataclasses.replace(plan, offsets=trace.offsets)
+        try:
+            plan = gen.send(summary)
+        except StopIteration as stop:
+            return stop.value
+
