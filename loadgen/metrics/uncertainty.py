@@ -31,7 +31,7 @@ Example::
     >>> iv.bounded, iv.low < iv.point < iv.high
     (True, True)
     >>> percentile_interval(x[:300], 0.999).reason
-    'p99.9 needs n_eff >= 3688 for a 95% interval (n_eff = 300)'
+    'p99.9 needs n_eff >= 3688 for a 95% interval (n_eff = 265)'
 """
 
 from __future__ import annotations
