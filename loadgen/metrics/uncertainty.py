@@ -244,7 +244,9 @@ def proportion_interval(successes_in_time_order: npt.ArrayLike, confidence: floa
     z2m = z * z / m
     centre = (p + z2m / 2) / (1 + z2m)
     half = z / (1 + z2m) * math.sqrt(p * (1 - p) / m + z2m / (4 * m))
-    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, m, confidence, True)
+    low = 0.0 if p == 0.0 else max(0.0, centre - half)  # Wilson's bound is exactly 0 (1) there
+    high = 1.0 if p == 1.0 else min(1.0, centre + half)
+    return Interval(p, low, high, n, m, confidence, True)
 
 
 def mean_interval(values: npt.ArrayLike, confidence: float = 0.95) -> Interval:
