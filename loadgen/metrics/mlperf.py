@@ -1,0 +1,120 @@
+"""MLPerf LoadGen's early-stopping rule, computed exactly as LoadGen computes it.
+
+MLPerf Inference (``loadgen/early_stopping.cc`` and ``results.cc`` of mlcommons/inference;
+Reddi et al. 2020, "MLPerf Inference Benchmark", ISCA) accepts a latency percentile ``p``
+at confidence ``c`` from a run of ``n`` queries of which ``t`` exceeded the bound when the
+odds of seeing at most ``t`` overlatency queries, were the true ``p``-quantile exactly at the
+bound, are below ``1 − c``:
+
+    P(Bin(h + t, 1 − p) <= t) = I_p(h, t + 1) < 1 − c,
+
+``h`` being the queries within the bound and ``I`` the regularised incomplete beta function.
+The minimum query count is the smallest such ``h`` plus ``t``: at p99 and 99% confidence
+459 queries when none exceeded the bound, 662 when one did, 2,010 when ten did (LoadGen's
+tolerance ``d`` is 0, as in every scenario it ships).
+
+The *early-stopping estimate* of the percentile (LoadGen's single- and multi-stream
+report) is the ``t``-th largest latency, ``t`` the largest count with
+``min_queries(t) <= n`` (so ``t − 1`` queries are "discarded"); with fewer than
+``min_queries(1)`` queries there is none.
+
+Example::
+
+    >>> [early_stopping_min_queries(0.99, 0.99, k) for k in (0, 1, 10)]
+    [459, 662, 2010]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["EarlyStopping", "early_stopping_estimate", "early_stopping_min_queries", "early_stopping_verdict"]
+
+
+def _odds(h: int, t: int, p: float) -> float:
+    """``P(Bin(h + t, 1 − p) <= t)``: at most ``t`` overlatency queries among ``h + t``."""
+    n = h + t
+    log_p, log_q = math.log(p), math.log1p(-p)
+    terms = [math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p
+             for k in range(t + 1)]
+    top = max(terms)
+    return math.exp(top) * math.fsum(math.exp(v - top) for v in terms)
+
+
+def _check(percentile: float, confidence: float) -> None:
+    if not 0.0 < percentile < 1.0 or not 0.0 < confidence < 1.0:
+        raise ValueError(f"percentile and confidence must be between 0 and 1 (0.99 for p99), "
+                         f"got {percentile} and {confidence}")
+
+
+def early_stopping_min_queries(percentile: float = 0.99, confidence: float = 0.99, overlatency: int = 0) -> int:
+    """The fewest queries with which ``overlatency`` queries over the bound still pass."""
+    _check(percentile, confidence)
+    if overlatency < 0:
+        raise ValueError(f"overlatency must be >= 0, got {overlatency}")
+    t = overlatency
+    # the odds fall as h grows: double an upper bound, then bisect for the first passing h
+    lo, hi = 1, max(1, math.ceil(math.log(1 - confidence) / math.log(percentile)))
+    while _odds(hi, t, percentile) >= 1 - confidence:
+        lo, hi = hi, 2 * hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _odds(mid, t, percentile) < 1 - confidence:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo + t
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyStopping:
+    """LoadGen's verdict on ``n`` latencies against ``bound`` (server scenario).
+
+    ``passed`` when ``n >= min_queries``; ``more_needed`` is LoadGen's "would need to run at
+    least … more queries" (0 when passed); ``estimate`` the early-stopping percentile estimate
+    (``None`` below ``min_queries(1)`` queries).
+    """
+
+    passed: bool
+    n: int
+    overlatency: int
+    min_queries: int
+    more_needed: int
+    percentile: float
+    confidence: float
+    estimate: float | None
+
+
+def early_stopping_estimate(latencies: npt.ArrayLike, percentile: float = 0.99,
+                            confidence: float = 0.99) -> float | None:
+    """LoadGen's early-stopping estimate of the ``percentile`` latency (``None`` if too few)."""
+    _check(percentile, confidence)
+    x = np.sort(np.asarray(latencies, dtype=np.float64).ravel())
+    n = x.size
+    if n < early_stopping_min_queries(percentile, confidence, 1):
+        return None
+    t = 1
+    while t + 1 <= n and early_stopping_min_queries(percentile, confidence, t + 1) <= n:
+        t += 1
+    return float(x[n - t])
+
+
+def early_stopping_verdict(latencies: npt.ArrayLike, bound: float, percentile: float = 0.99,
+                           confidence: float = 0.99) -> EarlyStopping:
+    """Whether ``latencies`` show the ``percentile`` below ``bound`` at ``confidence``.
+
+    Overlatency counts values strictly above ``bound``, as LoadGen does.
+    """
+    _check(percentile, confidence)
+    x = np.asarray(latencies, dtype=np.float64).ravel()
+    if np.isnan(x).any():
+        raise ValueError("latencies must not contain NaN")
+    n = int(x.size)
+    t = int(np.count_nonzero(x > bound))
+    need = early_stopping_min_queries(percentile, confidence, t)
+    return EarlyStopping(n >= need, n, t, need, max(0, need - n), percentile, confidence,
+                         early_stopping_estimate(x, percentile, confidence))

@@ -1,0 +1,48 @@
+"""MLPerf LoadGen's early-stopping counts, reproduced exactly."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from loadgen.metrics.mlperf import early_stopping_estimate, early_stopping_min_queries, early_stopping_verdict
+
+
+def passes(n: int, t: int, p: float, c: float) -> bool:
+    """LoadGen's test by direct summation: P(Bin(n, 1 − p) <= t) < 1 − c."""
+    return sum(math.comb(n, k) * (1 - p) ** k * p ** (n - k) for k in range(t + 1)) < 1 - c
+
+
+@pytest.mark.parametrize(("t", "expected"), [(0, 459), (1, 662), (10, 2010)])
+def test_published_counts_at_p99_99(t: int, expected: int) -> None:
+    assert early_stopping_min_queries(0.99, 0.99, t) == expected
+
+
+@pytest.mark.parametrize(("p", "c", "t"), [(0.99, 0.99, 2), (0.99, 0.99, 37), (0.9, 0.99, 0), (0.9, 0.99, 1),
+                                           (0.97, 0.95, 5), (0.999, 0.99, 3)])
+def test_counts_are_the_first_passing_ones(p: float, c: float, t: int) -> None:
+    n = early_stopping_min_queries(p, c, t)
+    assert passes(n, t, p, c) and not passes(n - 1, t, p, c)
+
+
+def test_p90_single_stream_minimum_is_64() -> None:
+    # LoadGen's single-stream report: "Processed at least 64 queries" for the 90th percentile
+    assert early_stopping_min_queries(0.9, 0.99, 1) == 64
+
+
+def test_verdict_counts_overlatency_strictly_above_the_bound() -> None:
+    x = np.concatenate([np.full(661, 1.0), [2.0]])
+    ok = early_stopping_verdict(x, bound=1.5)
+    assert ok.passed and ok.overlatency == 1 and ok.min_queries == 662 and ok.more_needed == 0
+    short = early_stopping_verdict(x[1:], bound=1.5)
+    assert not short.passed and short.more_needed == 1
+    assert early_stopping_verdict(x, bound=2.0).overlatency == 0
+
+
+def test_estimate_is_the_t_th_largest() -> None:
+    x = np.random.default_rng(0).permutation(np.arange(1.0, 2011.0))
+    # t = 10 is the largest overlatency count whose minimum (2,010) fits in 2,010 queries
+    assert early_stopping_estimate(x) == 2010 - 10 + 1
+    assert early_stopping_estimate(x[:600]) is None  # fewer than min_queries(1) = 662

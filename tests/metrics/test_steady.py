@@ -1,0 +1,41 @@
+"""MSER-5 finds a planted warm-up; the trend test flags a planted trend, not white noise."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadgen.metrics.steady import mser5, mser5_truncation, stationarity
+
+
+def test_mser5_cuts_a_planted_transient() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.lognormal(0, 0.3, 3000)
+    x[:400] += np.linspace(6, 0, 400)  # a cold queue draining
+    cut = mser5(x)
+    assert 250 <= cut <= 500 and cut % 5 == 0
+
+
+def test_mser5_keeps_a_steady_series() -> None:
+    cuts = [mser5(np.random.default_rng(s).normal(10, 1, 2000)) for s in range(20)]
+    assert np.median(cuts) < 200
+
+
+def test_mser5_flags_a_series_that_never_settles() -> None:
+    x = np.linspace(10, 0, 1000) + np.random.default_rng(2).normal(0, 0.1, 1000)
+    assert not mser5_truncation(x).steady
+
+
+def test_stationarity_flags_a_trend() -> None:
+    x = np.linspace(1, 1.5, 2000) + np.random.default_rng(3).normal(0, 0.2, 2000)
+    v = stationarity(x)
+    assert not v.stationary and v.drift > 0.3 and v.reason is not None and "rise" in v.reason
+
+
+def test_stationarity_passes_white_noise_mostly() -> None:
+    flags = [not stationarity(np.random.default_rng(s).lognormal(0, 0.5, 1000)).stationary for s in range(200)]
+    assert sum(flags) <= 6  # a 1% test that also needs a 5% drift: a handful at most
+
+
+def test_stationarity_of_a_short_series_is_not_tested() -> None:
+    v = stationarity([1.0, 2.0, 3.0])
+    assert v.stationary and v.batches == 0 and v.reason is not None
