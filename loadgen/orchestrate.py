@@ -22,7 +22,7 @@ from rich.live import Live
 from rich.markup import escape
 
 from loadgen.aio import new_event_loop
-from loadgen.client.dialects import DialectOptions, get_dialect
+from loadgen.client.dialects import DialectOptions, dialect_names, get_dialect
 from loadgen.client.discovery import ServerInfo, discover, redact_url
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transport import TransportConfig, make_transport
@@ -295,8 +295,9 @@ def run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None, 
 
 def _options(cfg: RunConfig, info: ServerInfo) -> DialectOptions:
     wl = cfg.workload
-    if wl.tools is not None and cfg.api != "chat":
-        raise ConfigError(f"workload {wl.name!r} sends tools: they need --api chat", key="--api")
+    if wl.tools is not None and not get_dialect(cfg.api).tools:
+        takes = " or ".join(n for n in dialect_names() if get_dialect(n).tools)
+        raise ConfigError(f"workload {wl.name!r} sends tools: they need --api {takes}", key="--api")
     return DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage,
                           tools=wl.tools, tool_choice=wl.tool_choice)  # fmt: skip
 
