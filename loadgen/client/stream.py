@@ -291,8 +291,9 @@ class StreamState:
                 self._prompt = prompt
             if completed is not None:
                 self._completed = completed
-                cum = usage_count(completed)
-                if cum is None:
+                if type(completed) is int and completed >= 0:  # usage_count(), inlined: this runs per event
+                    cum = completed
+                else:
                     self._bad_usage = True
         if info.has_output:
             delta = None
