@@ -26,6 +26,7 @@ from rich.console import Console
 from loadgen.client.dialects import Dialect, DialectOptions, EventInfo, dialect_names, get_dialect, register, unregister
 from loadgen.errors import ConfigError
 from loadgen.load.profiles import Profile
+from loadgen.matrix import load_matrix, run_matrix
 from loadgen.orchestrate import RunConfig, execute
 from loadgen.records import ErrorKind, RequestSpec, TokenSource
 from loadgen.report.readers import read_records
@@ -199,8 +200,40 @@ def test_calibration_falls_back_to_the_toys_non_streamed_body(toy: Toy, tmp_path
     _no_secret(folder)
 
 
-def test_unregistered_is_gone() -> None:
+MATRIX = """
+[server]
+url = "{url}"
+[run]
+api = "toy"
+model = "toy-1"
+api_key_env = "LOADGEN_TOY_KEY"
+prompt_tokens = "16"
+output_tokens = "4"
+[run.profile]
+levels = [1]
+requests = 2
+warmup_requests = 0
+"""
+
+
+def test_a_matrix_runs_the_toy_api_with_its_key_header(toy: Toy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matrix file's ``run.api`` is checked against the registry, and its key goes out as the toy's header."""
+    monkeypatch.setenv("LOADGEN_TOY_KEY", KEY)
+    with ToyServer(stream_meter=True) as srv:
+        path = tmp_path / "m.toml"
+        path.write_text(MATRIX.format(url=srv.url))
+        doc = run_matrix(load_matrix(path), tmp_path / "out", Console(file=io.StringIO()))
+    assert [c["status"] for c in doc["configs"]] == ["ok"]
+    assert len(srv.bodies) == 2 + 2  # calibration and the level: every one had the key (a 401 otherwise)
+    _no_secret(tmp_path / "out")
+
+
+def test_unregistered_is_gone(tmp_path: Path) -> None:
     """Run after the fixture's cleanup: the toy left nothing behind."""
     assert "toy" not in dialect_names()
     with pytest.raises(ConfigError, match="unknown API 'toy'"):
         get_dialect("toy")
+    path = tmp_path / "m.toml"
+    path.write_text(MATRIX.format(url="http://127.0.0.1:1"))
+    with pytest.raises(ConfigError, match=r"run.api: chat or completions, got 'toy'"):
+        load_matrix(path)
