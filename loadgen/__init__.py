@@ -47,7 +47,31 @@ _EXPORTS = {
     "ServeConfig": "loadgen.server.config", "ServerProcess": "loadgen.server.process",
     "LoadgenError": "loadgen.errors", "ConfigError": "loadgen.errors",
 }  # fmt: skip
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "__version__",
+    "run",
+    "read_summary",
+    "records_frame",
+    "RunConfig",
+    "Profile",
+    "load_profile",
+    "Workload",
+    "load_workload",
+    "workload_from_flags",
+    "SLO",
+    "parse_slo",
+    "RunSummary",
+    "LevelSummary",
+    "RequestSpec",
+    "RequestRecord",
+    "read_records",
+    "read_run_info",
+    "RunInfo",
+    "ServeConfig",
+    "ServerProcess",
+    "LoadgenError",
+    "ConfigError",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -67,6 +67,7 @@ import httpx
 from rich.console import Console
 from rich.markup import escape
 
+from loadgen.client.dialects import get_dialect
 from loadgen.client.discovery import normalize_url, split_credentials
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.inputs import InputError, open_input
@@ -116,7 +117,7 @@ class MatrixSpec:
     model: str | None = None
     description: str = ""
     trials: int = 1
-    api_key_env: str | None = None  # the variable holding a key sent as "Authorization: Bearer"
+    api_key_env: str | None = None  # the variable holding a key, sent as the dialect says (OpenAI: Bearer)
     header_env: dict[str, str] = field(default_factory=dict)  # header name -> the variable holding its value
 
 
@@ -362,7 +363,7 @@ def _headers(spec: MatrixSpec) -> dict[str, str]:
     if spec.api_key_env is not None:
         if spec.api_key_env not in os.environ:
             raise ConfigError(f"{spec.source}: run.api_key_env: the variable {spec.api_key_env} is not set")
-        headers["Authorization"] = f"Bearer {os.environ[spec.api_key_env]}"
+        headers.update(get_dialect(spec.api).auth_headers(os.environ[spec.api_key_env]))
     return headers
 
 

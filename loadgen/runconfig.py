@@ -132,8 +132,11 @@ class RunConfig:
             _check_url(url, "scrape_urls", o, example="http://127.0.0.1:9400/metrics")
         _check_headers(self.headers, o)
         _check_gates(self.gates, o)
-        if self.workload.tools is not None and self.api != "chat":
-            raise o.error("api", f"workload {self.workload.name!r} sends tools: they need the chat API")
+        if self.workload.tools is not None and not get_dialect(self.api).tools:
+            from loadgen.client.dialects import dialect_names
+
+            takes = " or ".join(n for n in dialect_names() if get_dialect(n).tools)
+            raise o.error("api", f"workload {self.workload.name!r} sends tools: they need the {takes} API")
         if self.trace is not None and self.profile.arrival != "trace":
             raise o.error("trace", "a trace replays with the profile of its own times (arrival = 'trace')")
         self.profile.validate(o.profile_keys())

@@ -135,7 +135,10 @@ def headers(header: list[str], api_key_env: str | None, api: str) -> dict[str, s
         if key is None and api_key_env:
             raise ConfigError(f"environment variable {api_key_env} is not set", key="--api-key-env")
         if key:
-            out.setdefault("Authorization", f"Bearer {key}")
+            from loadgen.client.dialects import get_dialect
+
+            for name, value in get_dialect(api).auth_headers(key).items():
+                out.setdefault(name, value)  # an explicit --header of that name wins
     return out
 
 

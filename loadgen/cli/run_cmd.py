@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 __all__ = ["run", "execute_and_exit"]
 
 _TARGET, _WORKLOAD, _LOAD, _SLOS = "Target", "Workload", "Load", "SLOs and gates"
+
+
+def api_help() -> str:
+    """The registered dialects, for ``--api``'s help: ``chat: ...; completions: ...``."""
+    from loadgen.client.dialects import dialect_names, get_dialect
+
+    return "; ".join(f"{name}: {get_dialect(name).description}" for name in dialect_names())
 _OUTPUT, _SCALE, _ADVANCED = "Output", "Scale-out", "Advanced"
 
 
@@ -38,7 +45,7 @@ OptInt = Optional[int]
 OptFloat = Optional[float]
 Url = Annotated[OptStr, _opt("--url", "--base-url", panel=_TARGET, help="Base URL of the server, e.g. "
                              "http://127.0.0.1:8000 (required unless --resume; --base-url as in vllm bench serve)")]
-Api = Annotated[OptStr, _opt("--api", panel=_TARGET, help="API dialect (default chat): chat or completions")]
+Api = Annotated[OptStr, _opt("--api", panel=_TARGET, help=f"API dialect (default chat): {api_help()}")]
 Model = Annotated[OptStr, _opt("--model", panel=_TARGET, help="Model name (default: the first of /v1/models)")]
 Header = Annotated[Optional[List[str]], _opt("--header", panel=_TARGET,
                                              help="Extra header 'Name: value', repeatable (values never stored)")]

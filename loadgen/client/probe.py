@@ -1,9 +1,10 @@
-"""One non-streamed request that reads the server's ``usage.prompt_tokens``.
+"""One non-streamed request that reads the server's prompt count (``usage.prompt_tokens``).
 
 Several servers (llama.cpp's among them) ignore ``stream_options.include_usage``, so a
 stream carries no usage, yet their non-streamed answers always do. Prompt calibration
-falls back to this probe: the dialect's body with ``"stream": false``, no
-``stream_options``, one output token. Every failure becomes a :class:`ProbeResult` with a
+falls back to this probe: the dialect's :meth:`~loadgen.client.dialects.Dialect.non_stream_body`
+(for OpenAI: ``"stream": false``, no ``stream_options``, one output token), read by its
+``answer_usage`` and ``usage_counts``. Every failure becomes a :class:`ProbeResult` with a
 one-line reason, never an exception; the headers (which may hold an API key) are sent
 and never shown, and masked in the server's text (:mod:`loadgen.client.redact`). The
 answer is read up to ``MAX_ANSWER`` bytes (an error body ``MAX_ERROR``) after
@@ -25,7 +26,7 @@ from loadgen.client.redact import Redactor
 from loadgen.errors import InvalidResponse, redirect_text
 from loadgen.records import RequestSpec
 
-__all__ = ["ProbeResult", "non_stream_body", "probe_prompt_tokens"]
+__all__ = ["ProbeResult", "probe_prompt_tokens"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,20 +37,9 @@ class ProbeResult:
     error: str | None = None
 
 
-def non_stream_body(spec: RequestSpec, dialect: Dialect, options: DialectOptions) -> dict[str, Any]:
-    """The run's request body for ``spec``, asked for as one answer of one token."""
-    body = dialect.build_body(spec, options)
-    body["stream"] = False
-    body.pop("stream_options", None)
-    body[options.max_tokens_field] = 1
-    if "min_tokens" in body:
-        body["min_tokens"] = 1
-    return body
-
-
-def _usage_prompt_tokens(obj: Any) -> int | None:
-    usage = obj.get("usage") if isinstance(obj, dict) else None
-    n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+def _prompt_tokens(dialect: Dialect, answer: Any) -> int | None:
+    usage = dialect.answer_usage(answer)
+    n = None if usage is None else dialect.usage_counts(usage)[0]
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
@@ -59,7 +49,7 @@ async def probe_prompt_tokens(
 ) -> ProbeResult:  # fmt: skip
     """POST ``spec`` non-streamed to ``base_url + dialect.path`` and read its usage."""
     url = base_url.rstrip("/") + dialect.path
-    body = non_stream_body(spec, dialect, options)
+    body = dialect.non_stream_body(spec, options)
     redact = Redactor(headers)
     try:
         async with asyncio.timeout(timeout_s):
@@ -86,7 +76,7 @@ async def probe_prompt_tokens(
         obj = json.loads(raw)
     except (ValueError, RecursionError):
         return ProbeResult(None, "the non-streamed answer is not JSON")
-    n = _usage_prompt_tokens(obj)
+    n = _prompt_tokens(dialect, obj)
     if n is None:
         return ProbeResult(None, "the non-streamed answer has no usage.prompt_tokens either")
     return ProbeResult(n)

@@ -18,7 +18,10 @@ transport's redactor (:mod:`loadgen.client.redact`) before it is cut to length.
 
 Token counting (docs/metrics.md, "Per request"): per-event usage deltas when the server streams cumulative
 usage on every event, else one token per output-carrying event, rescaled to the final
-``usage.completion_tokens`` when present. ``record.token_source`` says which.
+completion count (OpenAI's ``usage.completion_tokens``) when present. ``record.token_source``
+says which. Everything wire-specific comes from the :class:`~loadgen.client.dialects.Dialect`:
+the event parser, the end-of-stream marker (OpenAI's ``[DONE]``), whether a finish reason
+ends the answer, and the counts in a usage object (the last count of each kind seen wins).
 
 Reasoning: events whose output is reasoning only (see :mod:`loadgen.client.dialects`)
 count as output like any other (TTFT and ITL cover them); their tokens, once counted,
@@ -27,10 +30,10 @@ call) is ``record.first_answer_ns``. With an ``answer`` list, the answer text st
 back is appended to it (multi-turn sessions resend it; nothing else keeps text).
 
 End of a stream: the answer has ended at its first ``finish_reason`` (unless the request
-asked for several choices) or at ``[DONE]``; :attr:`StreamState.on_end` is called then, so
-the transport can stop waiting for a server that holds the connection open (see
-:mod:`loadgen.client.transport`); it is called as well when a bad event is found, which
-ends the stream. The record's ``done_ns`` is the time of the stream's last
+asked for several choices: ``finish_ends`` False) or at ``[DONE]`` (the dialect's marker);
+:attr:`StreamState.on_end` is called then, so the transport can stop waiting for a server
+that holds the connection open (see :mod:`loadgen.client.transport`); it is called as well
+when a bad event is found, which ends the stream. The record's ``done_ns`` is the time of the stream's last
 event (``[DONE]`` when it came; nothing after ``[DONE]`` counts). Settling the tokens at the
 end runs in slices too (:meth:`StreamState.end`), so a million-event answer does not stall
 the loop either.
@@ -88,7 +91,7 @@ class StreamState:
         "record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_last_ns",
         "_pending", "_scheduled", "_error", "_loop", "_n_events", "_n_bytes", "_size_total", "_bad_usage",
         "_reasoning", "_n_reasoning", "_answer", "_redact", "_backlog", "_ended", "_finish_ends", "_n_delta_ok",
-        "on_end",
+        "on_end", "_parse", "_marker", "_counts", "_prompt", "_completed",
     )  # fmt: skip
 
     def __init__(self, record: RequestRecord, dialect: Dialect, defer: bool = True,
@@ -101,6 +104,9 @@ class StreamState:
         self._n_reasoning = 0
         self._answer = answer
         self.dialect = dialect
+        self._parse = dialect.parse_event  # looked up once, not per event
+        self._marker = dialect.done_marker
+        self._counts = dialect.usage_counts
         self._sse = SSEDecoder()
         self._done = False  # saw [DONE]
         self._finish: str | None = None
@@ -110,7 +116,9 @@ class StreamState:
         self._deltas: list[int | None] = []  # usage delta per output event, None when absent
         self._n_delta_ok = 0  # deltas that are a count >= 1
         self._last_cum = 0
-        self._usage: dict[str, Any] | None = None
+        self._usage = False  # a usage object was seen
+        self._prompt: Any = None  # the last prompt count seen, as the server wrote it
+        self._completed: Any = None  # the last completion count seen, as the server wrote it
         self._last_ns = 0  # the last event's time, up to [DONE]
         self._pending: deque[tuple[bytes, int, int]] = deque()  # (read, offset parsed up to, t_ns)
         self._n_events = 0  # SSE events decoded (any kind)
@@ -244,9 +252,9 @@ class StreamState:
         if self._n_events == 0 and self._n_bytes > 0:
             raise InvalidResponse(f"the response is not an event stream ({self._n_bytes} bytes, no SSE event)")
         if not self._done and self._finish is None:
-            raise Disconnected("stream ended before [DONE] or a finish_reason")
+            raise Disconnected(f"stream ended before {self._ends('', ' or ')}a finish_reason")
         if not rec.events and self._finish is None:  # an empty answer still says why it stopped
-            raise InvalidResponse("no output: the stream ended with [DONE] without output or a finish_reason")
+            raise InvalidResponse(f"no output: the stream ended {self._ends('with ', ' ')}without output or a finish_reason")
 
     def _mark_end(self) -> None:
         if not self._ended:
@@ -260,7 +268,7 @@ class StreamState:
             return  # anything after [DONE] is ignored
         self._last_ns = t_ns
         data = ev.data
-        if data == "[DONE]":
+        if data == self._marker:
             self._done = True
             self._mark_end()
             return
@@ -272,11 +280,21 @@ class StreamState:
             raise InvalidResponse(f"malformed JSON in SSE event: {self._clip(data, 120)!r}") from exc
         if not isinstance(obj, dict):
             raise InvalidResponse(f"SSE event is not a JSON object: {self._clip(data, 120)!r}")
-        info = self.dialect.parse_event(obj)
+        info = self._parse(obj)
         if info.error is not None:
             raise ErrorEvent(f"error in stream: {self._clip(info.error, 300)}")
-        usage = info.usage if isinstance(info.usage, dict) else None
-        cum = self._completion(usage)
+        cum = None
+        if info.usage is not None:
+            self._usage = True
+            prompt, completed = self._counts(info.usage)
+            if prompt is not None:
+                self._prompt = prompt
+            if completed is not None:
+                self._completed = completed
+                if type(completed) is int and completed >= 0:  # usage_count(), inlined: this runs per event
+                    cum = completed
+                else:
+                    self._bad_usage = True
         if info.has_output:
             delta = None
             if cum is not None:
@@ -297,8 +315,6 @@ class StreamState:
                 self._answer.append(info.text)
         elif cum is not None:
             self._last_cum = max(self._last_cum, cum)
-        if usage is not None:
-            self._usage = usage
         if info.finish_reason:
             self._finish = info.finish_reason
             if self._finish_ends:
@@ -306,29 +322,22 @@ class StreamState:
         if info.vendor is not None:
             self.record.server = info.vendor
 
+    def _ends(self, before: str, after: str) -> str:
+        """The end marker in a message, between ``before`` and ``after`` (nothing when the API has none)."""
+        return "" if self._marker is None else f"{before}{self._marker}{after}"
+
     def _clip(self, text: str, n: int) -> str:
         """Server text for a message: secrets masked first, then cut to ``n`` characters."""
         return self._redact(text[:MAX_ERROR])[:n]
-
-    def _completion(self, usage: dict[str, Any] | None) -> int | None:
-        """``usage.completion_tokens`` if valid; a present but invalid one is noted."""
-        if usage is None or usage.get("completion_tokens") is None:
-            return None
-        ct = usage_count(usage["completion_tokens"])
-        if ct is None:
-            self._bad_usage = True
-        return ct
 
     def _settle(self) -> Iterator[None]:
         """Settle the tokens (docs/metrics.md, "Per request") and the reasoning tokens,
         yielding after every :data:`SETTLE_SLICE` events."""
         rec = self.record
-        usage = self._usage
-        if usage is not None:
-            pt = usage.get("prompt_tokens")
-            rec.prompt_tokens = usage_count(pt)
-            rec.completion_tokens = self._completion(usage)
-            if pt is not None and rec.prompt_tokens is None:
+        if self._usage:  # an invalid count was noted when it came
+            rec.prompt_tokens = usage_count(self._prompt)
+            rec.completion_tokens = usage_count(self._completed)
+            if self._prompt is not None and rec.prompt_tokens is None:
                 self._bad_usage = True
         events = rec.events
         n = len(events)

@@ -176,9 +176,8 @@ class _StreamingTransport:
         self.redact = Redactor(config.headers)
 
     def _state(self, record: RequestRecord, spec: RequestSpec, body: dict[str, Any]) -> StreamState:
-        choices = body.get("n")
-        one = not (type(choices) is int and choices > 1)  # several choices: only [DONE] ends the answer
-        return StreamState(record, self.config.dialect, answer=spec.answer, redact=self.redact, finish_ends=one)
+        dialect = self.config.dialect
+        return StreamState(record, dialect, answer=spec.answer, redact=self.redact, finish_ends=dialect.finish_ends(body))
 
     async def _read_to_end(self, state: StreamState, read: Callable[[], Awaitable[None]]) -> None:
         """Run ``read`` (the body's reads, fed to ``state``) until the body ends, until

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.probe import ProbeResult, non_stream_body, probe_prompt_tokens
+from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.records import RequestSpec
 from tests.client.redirecting import RedirectingServers
 from tests.scripted_server import Script, ScriptedServer
@@ -27,7 +27,7 @@ def test_body_is_the_runs_asked_for_one_answer_of_one_token(api: str, strict: bo
     opts = DialectOptions(model="m", strict=strict, continuous_usage=True)
     spec = RequestSpec(index=0, prompt="hello there", prompt_tokens=2, max_tokens=64)
     streamed = get_dialect(api).build_body(spec, opts)
-    body = non_stream_body(spec, get_dialect(api), opts)
+    body = get_dialect(api).non_stream_body(spec, opts)
     assert body["stream"] is False and "stream_options" not in body and body["max_tokens"] == 1
     assert body.get("min_tokens", 1) == 1
     assert {k: v for k, v in body.items() if k not in ("stream", "stream_options", "max_tokens", "min_tokens")} == {

@@ -250,3 +250,20 @@ def test_events_of_the_wrong_shape_are_ignored_not_a_crash(api: str, odd: dict[s
     assert rec.completion_tokens is None and rec.prompt_tokens is None
     with pytest.raises(InvalidResponse, match="no output"):  # alone, it is no answer at all
         run([(sse(odd) + DONE, 10)], api=api)
+
+
+def test_each_usage_count_is_the_last_one_sent_even_from_different_events() -> None:
+    """A server that sends the prompt count early and the completion count last (as
+    Anthropic's message_start / message_delta do): both are kept."""
+    rec = run([
+        (chat("a", usage={"prompt_tokens": 9}), 10), (chat("b"), 20), (chat("c"), 30),
+        (sse({"choices": [], "usage": {"completion_tokens": 3}}), 40), (DONE, 50),
+    ])  # fmt: skip
+    assert (rec.prompt_tokens, rec.completion_tokens) == (9, 3)
+    assert rec.token_source is TokenSource.EVENTS_CORRECTED and [n for _, n in rec.events] == [1, 1, 1]
+
+
+def test_a_bad_early_prompt_count_replaced_by_a_good_one_is_used() -> None:
+    rec = run([(chat("a", usage={"prompt_tokens": -1}), 10), (chat("b", finish="stop"), 20), (usage_only(2, prompt=5), 30),
+               (DONE, 40)])  # fmt: skip
+    assert (rec.prompt_tokens, rec.completion_tokens) == (5, 2) and rec.token_source is TokenSource.EVENTS_CORRECTED

@@ -1,11 +1,11 @@
-"""API dialects: how to build a streaming request body and read one SSE event's JSON.
+"""The OpenAI dialects: ``completions`` (``/v1/completions``) and ``chat`` (``/v1/chat/completions``).
 
-Two OpenAI dialects are supported: ``completions`` (``/v1/completions``) and ``chat``
-(``/v1/chat/completions``). Both ask for ``stream_options.include_usage`` so the final
-event carries ``usage``; ``continuous_usage_stats`` (vLLM, SGLang) is opt-in and gives
-per-event token counts. ``ignore_eos``/``min_tokens`` make vLLM-style servers produce the
-requested output length; strict servers (OpenAI itself) reject unknown fields, so
-``strict=True`` leaves them out.
+Both ask for ``stream_options.include_usage`` so the final event carries ``usage``;
+``continuous_usage_stats`` (vLLM, SGLang) is opt-in and gives per-event token counts.
+``ignore_eos``/``min_tokens`` make vLLM-style servers produce the requested output length;
+strict servers (OpenAI itself) reject unknown fields, so ``strict=True`` leaves them out.
+The stream ends at ``data: [DONE]``; a ``finish_reason`` ends the answer unless the body
+asks for several choices (``n`` > 1). The key goes as ``Authorization: Bearer``.
 
 Reasoning models stream their thinking in ``delta.reasoning_content`` (DeepSeek, vLLM
 before 0.9) or ``delta.reasoning`` (vLLM since); an event whose only output is reasoning
@@ -15,65 +15,35 @@ answer output. ``tools``/``tool_choice`` (chat only) go into the body as given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from loadgen.errors import ConfigError
+from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
 from loadgen.records import RequestSpec
 
-__all__ = ["DialectOptions", "Dialect", "EventInfo", "DIALECTS", "get_dialect"]
+__all__ = ["Chat", "Completions"]
 
 
-@dataclass(slots=True)
-class DialectOptions:
-    model: str = ""
-    strict: bool = False  # no ignore_eos / min_tokens / continuous_usage_stats
-    continuous_usage: bool = False
-    temperature: float | None = 0.0
-    max_tokens_field: str = "max_tokens"
-    extra_body: dict[str, Any] | None = None
-    tools: list[Any] | None = None  # chat: the workload's tool definitions
-    tool_choice: Any = None  # chat: "auto", "required", "none" or {"type": "function", ...}
-
-
-@dataclass(slots=True)
-class EventInfo:
-    """What one event's JSON says: output present, its usage, finish reason, errors.
-
-    Whatever the JSON holds, the fields have their types: a ``choices`` that is not a list
-    has no choices, a ``usage`` or ``loadgen`` that is not an object is absent, a
-    ``finish_reason`` that is not a non-empty string is none."""
-
-    has_output: bool
-    usage: dict[str, Any] | None
-    finish_reason: str | None
-    error: str | None = None
-    vendor: dict[str, Any] | None = None
-    reasoning: bool = False  # the event's output is reasoning only (no answer text or tool call)
-    text: str = ""  # the answer text it carries (chat content or completion text)
-
-
-def _common_body(spec: RequestSpec, opts: DialectOptions) -> dict[str, Any]:
+def _common_body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "model": opts.model,
+        "model": options.model,
         "stream": True,
-        opts.max_tokens_field: spec.max_tokens,
+        options.max_tokens_field: spec.max_tokens,
         "stream_options": {"include_usage": True},
     }
-    if opts.temperature is not None:
-        body["temperature"] = opts.temperature
-    if not opts.strict:
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    if not options.strict:
         body["ignore_eos"] = True
         body["min_tokens"] = spec.max_tokens
-        if opts.continuous_usage:
+        if options.continuous_usage:
             body["stream_options"]["continuous_usage_stats"] = True
-    if opts.extra_body:
-        body.update(opts.extra_body)
+    if options.extra_body:
+        body.update(options.extra_body)
     return body
 
 
-def _completions_body(spec: RequestSpec, opts: DialectOptions) -> dict[str, Any]:
-    body = _common_body(spec, opts)
+def _completions_body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
+    body = _common_body(spec, options)
     prompt = spec.prompt
     if isinstance(prompt, list):  # chat messages sent to a completions endpoint: join contents
         prompt = "\n".join(str(m.get("content", "")) for m in prompt)
@@ -81,14 +51,14 @@ def _completions_body(spec: RequestSpec, opts: DialectOptions) -> dict[str, Any]
     return body
 
 
-def _chat_body(spec: RequestSpec, opts: DialectOptions) -> dict[str, Any]:
-    body = _common_body(spec, opts)
+def _chat_body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
+    body = _common_body(spec, options)
     prompt = spec.prompt
     body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-    if opts.tools is not None:
-        body["tools"] = opts.tools
-    if opts.tool_choice is not None:
-        body["tool_choice"] = opts.tool_choice
+    if options.tools is not None:
+        body["tools"] = options.tools
+    if options.tool_choice is not None:
+        body["tool_choice"] = options.tool_choice
     return body
 
 
@@ -154,22 +124,49 @@ def _chat_event(obj: dict[str, Any]) -> EventInfo:
     return _info(obj, answer or reasoning, finish, reasoning=reasoning and not answer, text=text)
 
 
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    name: str
-    path: str
-    build_body: Callable[[RequestSpec, DialectOptions], dict[str, Any]]
-    parse_event: Callable[[dict[str, Any]], EventInfo]
+class _OpenAI(Dialect):
+    """What both OpenAI APIs share: the body's common fields, usage, [DONE], Bearer."""
+
+    done_marker = "[DONE]"
+
+    def non_stream_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
+        body = self.build_body(spec, options)
+        body["stream"] = False
+        body.pop("stream_options", None)
+        body[options.max_tokens_field] = 1
+        if "min_tokens" in body:
+            body["min_tokens"] = 1
+        return body
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def usage_counts(self, usage: dict[str, Any]) -> tuple[Any, Any]:
+        return usage.get("prompt_tokens"), usage.get("completion_tokens")
+
+    def answer_usage(self, answer: Any) -> dict[str, Any] | None:
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        return usage if isinstance(usage, dict) else None
+
+    def finish_ends(self, body: dict[str, Any]) -> bool:
+        choices = body.get("n")
+        return not (type(choices) is int and choices > 1)
 
 
-DIALECTS: dict[str, Dialect] = {
-    "completions": Dialect("completions", "/v1/completions", _completions_body, _completions_event),
-    "chat": Dialect("chat", "/v1/chat/completions", _chat_body, _chat_event),
-}
+class Completions(_OpenAI):
+    name = "completions"
+    path = "/v1/completions"
+    description = "OpenAI completions (POST /v1/completions, a prompt text)"
+
+    build_body = staticmethod(_completions_body)
+    parse_event = staticmethod(_completions_event)  # a plain function: no bound method per event
 
 
-def get_dialect(name: str) -> Dialect:
-    try:
-        return DIALECTS[name]
-    except KeyError:
-        raise ConfigError(f"unknown API {name!r}; choose one of: {', '.join(DIALECTS)}", key="--api") from None
+class Chat(_OpenAI):
+    name = "chat"
+    path = "/v1/chat/completions"
+    description = "OpenAI chat completions (POST /v1/chat/completions, messages, tools)"
+    tools = True
+
+    build_body = staticmethod(_chat_body)
+    parse_event = staticmethod(_chat_event)  # a plain function: no bound method per event

@@ -1,0 +1,59 @@
+"""API dialects: one module per API family owns its wire format; this registry lists them.
+
+A dialect (:class:`Dialect`, in :mod:`.base`) builds the streamed and the non-streamed
+request bodies, makes the key's headers, parses one event, says what ends a stream, and
+reads usage. The command line, matrix files and :class:`~loadgen.orchestrate.RunConfig`
+name one by its ``name`` (``--api``); :func:`dialect_names` lists what :func:`get_dialect`
+accepts. Built in: :mod:`.openai` (``chat``, ``completions``). Adding an API is one module:
+subclass :class:`Dialect` and :func:`register` an instance (docs/client.md, "Adding an API").
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping, TypeVar
+
+from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
+from loadgen.client.dialects.openai import Chat, Completions
+from loadgen.errors import ConfigError
+
+__all__ = ["DialectOptions", "Dialect", "EventInfo", "DIALECTS", "register", "unregister", "get_dialect",
+           "dialect_names"]  # fmt: skip
+
+_REGISTRY: dict[str, Dialect] = {}
+DIALECTS: Mapping[str, Dialect] = MappingProxyType(_REGISTRY)  # a live, read-only view of the registry
+
+D = TypeVar("D", bound=Dialect)
+
+
+def register(dialect: D) -> D:
+    """Add ``dialect`` under its ``name`` (a name taken by another dialect is a ConfigError);
+    returns it, so ``CHAT = register(Chat())`` reads as a definition."""
+    if not dialect.name or not dialect.path.startswith("/"):
+        raise ConfigError(f"a dialect needs a name and a path starting with '/' (got {dialect.name!r}, {dialect.path!r})")
+    if _REGISTRY.get(dialect.name, dialect) is not dialect:
+        raise ConfigError(f"API {dialect.name!r} is registered already")
+    _REGISTRY[dialect.name] = dialect
+    return dialect
+
+
+def unregister(name: str) -> None:
+    """Remove the dialect called ``name`` (nothing if there is none)."""
+    _REGISTRY.pop(name, None)
+
+
+def dialect_names() -> list[str]:
+    """The registered dialects' names, in the order they were registered."""
+    return list(_REGISTRY)
+
+
+def get_dialect(name: str) -> Dialect:
+    """The dialect called ``name``; an unknown name is a ConfigError (key ``--api``) listing the valid ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown API {name!r}; choose one of: {', '.join(_REGISTRY)}", key="--api") from None
+
+
+register(Chat())
+register(Completions())

@@ -1,0 +1,98 @@
+"""What a dialect is: the :class:`Dialect` base, its options and what one event says."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.records import RequestSpec
+
+__all__ = ["DialectOptions", "Dialect", "EventInfo"]
+
+
+@dataclass(slots=True)
+class DialectOptions:
+    """The run's choices that shape a request body (each dialect reads those it knows)."""
+
+    model: str = ""
+    strict: bool = False  # no ignore_eos / min_tokens / continuous_usage_stats
+    continuous_usage: bool = False
+    temperature: float | None = 0.0
+    max_tokens_field: str = "max_tokens"
+    extra_body: dict[str, Any] | None = None
+    tools: list[Any] | None = None  # the workload's tool definitions (dialects with ``tools``)
+    tool_choice: Any = None  # "auto", "required", "none" or {"type": "function", ...}
+
+
+@dataclass(slots=True)
+class EventInfo:
+    """What one event's JSON says: output present, its usage, finish reason, errors.
+
+    Whatever the JSON holds, the fields have their types: a ``usage`` or ``vendor`` that is
+    not an object is absent (None), a ``finish_reason`` that is not a non-empty string is
+    none. ``usage`` is the event's usage object as the server wrote it; the dialect's
+    :meth:`Dialect.usage_counts` reads the counts out of it."""
+
+    has_output: bool
+    usage: dict[str, Any] | None
+    finish_reason: str | None
+    error: str | None = None
+    vendor: dict[str, Any] | None = None
+    reasoning: bool = False  # the event's output is reasoning only (no answer text or tool call)
+    text: str = ""  # the answer text it carries
+
+
+class Dialect(ABC):
+    """One API's wire format: everything loadgen knows about how that API talks.
+
+    The transport POSTs :meth:`build_body` to ``base_url + path`` with the run's headers
+    (:meth:`auth_headers` makes the key's), and hands each SSE event's JSON object to
+    :meth:`parse_event`. An event whose data is exactly :attr:`done_marker` ends the stream
+    (anything after it is ignored); an event with a finish reason ends the answer when
+    :meth:`finish_ends` says so for the request's body. Usage objects are read by
+    :meth:`usage_counts`; calibration's fallback POSTs :meth:`non_stream_body` and reads
+    :meth:`answer_usage` of the one JSON answer.
+
+    Instances hold no state per request: one object serves every request of a run (and is
+    pickled, by its class, to worker processes)."""
+
+    name: str  # the --api value
+    path: str  # e.g. /v1/chat/completions
+    description: str  # one line for help texts
+    done_marker: str | None = None  # the data of the event that ends the stream, if the API has one
+    tools: bool = False  # the body can carry the workload's tool definitions
+
+    @abstractmethod
+    def build_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
+        """The streamed request's JSON body for ``spec``."""
+
+    @abstractmethod
+    def non_stream_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
+        """The same request asked for as one non-streamed answer of one output token
+        (calibration's fallback when a stream carries no prompt usage)."""
+
+    @abstractmethod
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """The headers that send ``api_key`` (never written anywhere)."""
+
+    @abstractmethod
+    def parse_event(self, obj: dict[str, Any]) -> EventInfo:
+        """What one event's JSON object says. Called for every event: keep it lean."""
+
+    @abstractmethod
+    def usage_counts(self, usage: dict[str, Any]) -> tuple[Any, Any]:
+        """``(prompt_tokens, completion_tokens)`` as the usage object holds them, None when
+        absent; completion tokens are cumulative over the answer. The caller checks them."""
+
+    @abstractmethod
+    def answer_usage(self, answer: Any) -> dict[str, Any] | None:
+        """The usage object of a non-streamed answer (any JSON value), if it has one."""
+
+    def finish_ends(self, body: dict[str, Any]) -> bool:
+        """Whether a finish reason ends the answer of a request sent with ``body`` (not
+        when several answers were asked for: then only :attr:`done_marker` does)."""
+        return True
+
+    def __repr__(self) -> str:
+        return f"<dialect {self.name} {self.path}>"
