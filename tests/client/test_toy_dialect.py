@@ -235,5 +235,5 @@ def test_unregistered_is_gone(tmp_path: Path) -> None:
         get_dialect("toy")
     path = tmp_path / "m.toml"
     path.write_text(MATRIX.format(url="http://127.0.0.1:1"))
-    with pytest.raises(ConfigError, match=r"run.api: chat or completions, got 'toy'"):
+    with pytest.raises(ConfigError, match=r"run.api: unknown API 'toy'; choose one of: chat, completions"):
         load_matrix(path)
