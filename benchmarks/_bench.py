@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import resource
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from aiohttp import web
 
@@ -23,7 +24,7 @@ def use_uvloop() -> None:
 
 
 def raise_fd_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
 
 

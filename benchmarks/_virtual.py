@@ -24,8 +24,16 @@ class Driven:
     index: dict[str, int] = field(default_factory=dict)  # request id -> its position in ``work``
 
 
-def drive(core: Any, clock: ManualClock, work: list[tuple[int, int]], arrivals: list[tuple[float, int]], *,
-          closed: bool, ignore_eos: bool = False, max_events: int = 50_000_000) -> Driven:
+def drive(
+    core: Any,
+    clock: ManualClock,
+    work: list[tuple[int, int]],
+    arrivals: list[tuple[float, int]],
+    *,
+    closed: bool,
+    ignore_eos: bool = False,
+    max_events: int = 50_000_000,
+) -> Driven:
     heapq.heapify(arrivals)
     out = Driven()
     sent = 0
@@ -41,8 +49,13 @@ def drive(core: Any, clock: ManualClock, work: list[tuple[int, int]], arrivals: 
             rid = f"u{user}-r{sent}"
             out.index[rid] = sent
             sent += 1
-            core.add_request(EngineRequest(rid, [1000 + (sent * 7 + i) % 5000 for i in range(prompt)],
-                                           SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)))
+            core.add_request(
+                EngineRequest(
+                    rid,
+                    [1000 + (sent * 7 + i) % 5000 for i in range(prompt)],
+                    SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos),
+                )
+            )
             out.sent_at[rid], out.times[rid] = clock.t, []
             continue
         assert t_core is not None
@@ -52,5 +65,5 @@ def drive(core: Any, clock: ManualClock, work: list[tuple[int, int]], arrivals: 
             if o.finish_reason is not None:
                 out.finished.append(o.request_id)
                 if closed:
-                    heapq.heappush(arrivals, (t_core, int(o.request_id[1:o.request_id.index("-")])))
+                    heapq.heappush(arrivals, (t_core, int(o.request_id[1 : o.request_id.index("-")])))
     return out

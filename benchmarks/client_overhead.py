@@ -24,14 +24,13 @@ import os
 import time
 
 import numpy as np
+from _bench import raise_fd_limit, server_process, use_uvloop
 from aiohttp import web
 
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import RequestSpec
-
-from _bench import raise_fd_limit, server_process, use_uvloop
 
 TOKENS = 64
 SPACING_S = 0.020
@@ -73,7 +72,9 @@ def routes(app: web.Application) -> None:
 
 
 async def _level(url: str, streams: int, seconds: float) -> dict[str, float]:
-    cfg = TransportConfig(url, get_dialect("completions"), DialectOptions(model="m", strict=True), max_connections=streams + 8)
+    cfg = TransportConfig(
+        url, get_dialect("completions"), DialectOptions(model="m", strict=True), max_connections=streams + 8
+    )
     transport = make_transport("aiohttp", cfg)
     # each request lasts ~1.3 s; enough requests to fill `seconds`, bounded
     n = max(streams, int(streams * seconds / (TOKENS * SPACING_S)))
@@ -126,7 +127,9 @@ def main() -> None:
     raise_fd_limit()
     with server_process(routes) as url:
         use_uvloop()
-        print(f"client CPU cores: {os.cpu_count()} (client and server share them); {TOKENS} tokens every {SPACING_S * 1e3:.0f} ms")
+        print(
+            f"client CPU cores: {os.cpu_count()} (client and server share them); {TOKENS} tokens every {SPACING_S * 1e3:.0f} ms"
+        )
         hdr = f"{'streams':>7} {'requests':>8} {'events/s':>9} {'client CPU%':>11} {'|gap err| p50':>13} {'p99 ms':>7} {'delivery p50':>12} {'p99 ms':>7} {'loop lag p99':>12}"
         print(hdr)
         for s in [int(x) for x in args.levels.split(",")]:

@@ -52,26 +52,27 @@ def sim_ttft(requests: int, users: int, seed: int) -> np.ndarray:
     """TTFT in send order from the sim engine core, the first 10% (warm-up) dropped."""
     import random
 
+    from _virtual import drive
+
     from loadgen.server.config import SchedulerLimits, ServeConfig, SimOptions
     from loadgen.server.engine import ManualClock
     from loadgen.server.sim import sim_engine
 
-    from _virtual import drive
-
     rng = random.Random(seed)
     work = [(max(16, int(rng.gauss(600, 200))), rng.randint(64, 256)) for _ in range(requests)]
     clock = ManualClock()
-    core = sim_engine(ServeConfig(model="llama-3.1-8b", scheduler=SchedulerLimits(), sim=SimOptions(gpu="h100")),
-                      clock=clock).core
+    core = sim_engine(
+        ServeConfig(model="llama-3.1-8b", scheduler=SchedulerLimits(), sim=SimOptions(gpu="h100")), clock=clock
+    ).core
     run = drive(core, clock, work, [(0.0, u) for u in range(users)], closed=True)
     order = sorted(run.times, key=lambda r: run.index[r])
     ttft = np.array([run.times[r][0][0] - run.sent_at[r] for r in order if run.times[r]])
-    return ttft[len(ttft) // 10:]
+    return ttft[len(ttft) // 10 :]
 
 
 def windows(x: np.ndarray, n: int, step: int, most: int) -> np.ndarray:
     starts = np.arange(0, x.size - n + 1, step)[:most]
-    return np.stack([x[s:s + n] for s in starts])
+    return np.stack([x[s : s + n] for s in starts])
 
 
 def covered(ivs: list[Interval], truth: float) -> str:
@@ -101,7 +102,7 @@ def table(name: str, levels: dict[int, np.ndarray], truth: dict[str, float]) -> 
             old = [iid_percentile_interval(x, q) for x in X]
             neff.append(np.median([iv.n_eff for iv in new]))
             cells += [covered(new, truth[key]), covered(old, truth[key])]
-        s = X <= truth["p90"]
+        s = truth["p90"] >= X
         new = [proportion_interval(row) for row in s]
         neff.append(np.median([iv.n_eff for iv in new]))
         cells += [covered(new, 0.9), covered([wilson_iid(row) for row in s], 0.9)]
@@ -122,8 +123,10 @@ def sequential(rng: np.random.Generator, reps: int, max_n: int) -> None:
             capped += not d.stop
             hits += iv.bounded and iv.low is not None and iv.high is not None and iv.low <= truth <= iv.high
         q = np.percentile(stops, [10, 50, 90])
-        print(f"  {name}: requests to stop p10/p50/p90 = {q[0]:.0f} / {q[1]:.0f} / {q[2]:.0f}, "
-              f"hit the cap {capped}/{reps}, coverage at stopping {100 * hits / reps:.1f}%")
+        print(
+            f"  {name}: requests to stop p10/p50/p90 = {q[0]:.0f} / {q[1]:.0f} / {q[2]:.0f}, "
+            f"hit the cap {capped}/{reps}, coverage at stopping {100 * hits / reps:.1f}%"
+        )
 
 
 def main() -> None:
@@ -139,8 +142,10 @@ def main() -> None:
     args = ap.parse_args()
     start = time.perf_counter()
     rng = np.random.default_rng(args.seed)
-    print(f"{'':<5}{'n':>7}{'levels':>6}{'p50 new':>14}{'p50 iid':>14}{'p99 new':>14}{'p99 iid':>14}"
-          f"{'attain new':>14}{'attain iid':>14}   median n_eff p50 / p99 / attain")
+    print(
+        f"{'':<5}{'n':>7}{'levels':>6}{'p50 new':>14}{'p50 iid':>14}{'p99 new':>14}{'p99 iid':>14}"
+        f"{'attain new':>14}{'attain iid':>14}   median n_eff p50 / p99 / attain"
+    )
     z = {k: norm_ppf(q) for k, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
     truth = {k: math.exp(SIGMA * v) for k, v in z.items()}
     for name, gen in (("iid", iid), ("ar1", ar1)):
@@ -150,8 +155,10 @@ def main() -> None:
         strue = {k: float(np.percentile(ref, q)) for k, q in (("p50", 50), ("p90", 90), ("p99", 99))}
         x = sim_ttft(args.sim_requests, args.users, args.seed + 2)
         table("sim", {n: windows(x, n, args.sim_step, args.reps) for n in SIZES if n < x.size}, strue)
-        print(f"sim: {x.size} requests in the levels' run (windows every {args.sim_step}), "
-              f"{ref.size} in the truth run; true TTFT p50 {1e3 * strue['p50']:.1f} ms, p99 {1e3 * strue['p99']:.1f} ms")
+        print(
+            f"sim: {x.size} requests in the levels' run (windows every {args.sim_step}), "
+            f"{ref.size} in the truth run; true TTFT p50 {1e3 * strue['p50']:.1f} ms, p99 {1e3 * strue['p99']:.1f} ms"
+        )
     sequential(rng, args.seq_reps, args.seq_max)
     print(f"\nwall {time.perf_counter() - start:.0f} s")
 

@@ -43,8 +43,12 @@ def write_files(folder: Path, mb: int) -> dict[str, Path]:
         f_a.write("[")
         while size < target:
             prompt = " ".join(r.choices(words, k=r.randint(50, 1200)))
-            entry = {"conversations": [{"from": "human", "value": prompt},
-                                       {"from": "gpt", "value": " ".join(r.choices(words, k=r.randint(20, 400)))}]}  # fmt: skip
+            entry = {
+                "conversations": [
+                    {"from": "human", "value": prompt},
+                    {"from": "gpt", "value": " ".join(r.choices(words, k=r.randint(20, 400)))},
+                ]
+            }
             line = json.dumps(entry)
             f_l.write(line + "\n")
             f_a.write(("," if size else "") + "\n" + line)
@@ -57,10 +61,28 @@ def write_files(folder: Path, mb: int) -> dict[str, Path]:
 def run(tree: Path, url: str, path: Path | None, out: Path) -> tuple[int, float, int]:
     """(peak RSS in bytes, seconds, exit code) of one 2-request run (no file: synthetic prompts)."""
     given = ["--dataset", str(path)] if path is not None else ["--prompt-tokens", "8"]
-    cmd = [sys.executable, "-m", "loadgen.cli", "run", "--url", url, *given, "--requests", "2", "--concurrency", "1",
-           "--output-tokens", "4", "--quiet", "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadgen.cli",
+        "run",
+        "--url",
+        url,
+        *given,
+        "--requests",
+        "2",
+        "--concurrency",
+        "1",
+        "--output-tokens",
+        "4",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return usage.ru_maxrss * 1024, time.perf_counter() - t0, proc.returncode  # (Linux: kB)
@@ -82,8 +104,11 @@ def main() -> None:
             for tree in [ROOT, *args.tree]:
                 rss, secs, rc = run(tree, srv.url, path, Path(tmp) / f"run{k}")
                 k += 1
-                print(f"{name:<16} {path.stat().st_size / 1e6 if path else 0:>6.0f} {str(tree)[-24:]:<24} {rss / 1e6:>11.0f} "
-                      f"{secs:>6.1f} {rc:>4}", flush=True)  # fmt: skip
+                print(
+                    f"{name:<16} {path.stat().st_size / 1e6 if path else 0:>6.0f} {str(tree)[-24:]:<24} {rss / 1e6:>11.0f} "
+                    f"{secs:>6.1f} {rc:>4}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

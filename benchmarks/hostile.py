@@ -27,14 +27,18 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.hostile_server import HostileServer  # noqa: E402
+from tests.hostile_server import HostileServer
 
 MIB = 1 << 20
 PROBES = {
-    "longline": (dict(streams=["longline"], size=64 * MIB), ["--requests", "1", "--concurrency", "1", "--timeout", "40"], None),
-    "error_bomb": (dict(streams=["error_bomb"], size=256 * MIB), ["--requests", "4", "--concurrency", "2"], None),
-    "models_bomb": (dict(models="bomb", size=512 * MIB), ["--requests", "1"], None),
-    "trickle": (dict(models="trickle", trickle_s=1.0), ["--requests", "1"], 5.0),
+    "longline": (
+        {"streams": ["longline"], "size": 64 * MIB},
+        ["--requests", "1", "--concurrency", "1", "--timeout", "40"],
+        None,
+    ),
+    "error_bomb": ({"streams": ["error_bomb"], "size": 256 * MIB}, ["--requests", "4", "--concurrency", "2"], None),
+    "models_bomb": ({"models": "bomb", "size": 512 * MIB}, ["--requests", "1"], None),
+    "trickle": ({"models": "trickle", "trickle_s": 1.0}, ["--requests", "1"], 5.0),
 }
 
 
@@ -42,9 +46,31 @@ def probe(tree: str, name: str) -> dict[str, object]:
     server_kw, extra, term_after = PROBES[name]
     with HostileServer(**server_kw) as srv, tempfile.TemporaryDirectory() as tmp:  # type: ignore[arg-type]
         out = Path(tmp) / "run"
-        cmd = ["timeout", "-s", "KILL", "300", "/usr/bin/time", "-v", sys.executable, "-m", "loadgen.cli", "run",
-               "--url", srv.url, "--api", "completions", "--prompt-tokens", "8", "--output-tokens", "4",
-               "--no-calibrate", "--out", str(out), "--quiet", *extra]  # fmt: skip
+        cmd = [
+            "timeout",
+            "-s",
+            "KILL",
+            "300",
+            "/usr/bin/time",
+            "-v",
+            sys.executable,
+            "-m",
+            "loadgen.cli",
+            "run",
+            "--url",
+            srv.url,
+            "--api",
+            "completions",
+            "--prompt-tokens",
+            "8",
+            "--output-tokens",
+            "4",
+            "--no-calibrate",
+            "--out",
+            str(out),
+            "--quiet",
+            *extra,
+        ]
         env = {**os.environ, "PYTHONPATH": tree}
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -65,12 +91,21 @@ def probe(tree: str, name: str) -> dict[str, object]:
         statuses: dict[str, int] = {}
         for r in recs:
             statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-        last = [ln for ln in (stdout + stderr).decode(errors="replace").splitlines()
-                if ln.strip() and not ln.startswith("\t") and "Command being timed" not in ln]  # fmt: skip
+        last = [
+            ln
+            for ln in (stdout + stderr).decode(errors="replace").splitlines()
+            if ln.strip() and not ln.startswith("\t") and "Command being timed" not in ln
+        ]
         errors = sorted({str(r.get("error"))[:90] for r in recs if r.get("error")})
-        return {"probe": name, "wall_s": round(wall, 1), "peak_rss_mib": round(int(rss.group(1)) / 1024) if rss else None,
-                "exit": int(code.group(1)) if code else proc.returncode, "records": statuses, "errors": errors,
-                "line": last[0][:160] if last else ""}  # fmt: skip
+        return {
+            "probe": name,
+            "wall_s": round(wall, 1),
+            "peak_rss_mib": round(int(rss.group(1)) / 1024) if rss else None,
+            "exit": int(code.group(1)) if code else proc.returncode,
+            "records": statuses,
+            "errors": errors,
+            "line": last[0][:160] if last else "",
+        }
 
 
 _LAG = """
@@ -103,8 +138,13 @@ def lag(tree: str) -> None:
     """The worst loop stall (ms) while one stream is a 64 MiB flood and one is normal."""
     for kind in ("aiohttp", "httpx"):
         with HostileServer(streams=["flood", "ok"], size=64 * MIB) as srv:
-            res = subprocess.run([sys.executable, "-c", _LAG, srv.url, kind], env={**os.environ, "PYTHONPATH": tree},
-                                 capture_output=True, text=True, timeout=300)  # fmt: skip
+            res = subprocess.run(
+                [sys.executable, "-c", _LAG, srv.url, kind],
+                env={**os.environ, "PYTHONPATH": tree},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             print(json.dumps({"probe": "lag", "out": res.stdout.strip(), "err": res.stderr.strip()[-300:]}), flush=True)
 
 

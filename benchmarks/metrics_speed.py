@@ -36,12 +36,22 @@ def synthetic(n: int, e: int, seed: int = 0) -> list[RequestRecord]:
     recs = []
     for i in range(n):
         t = times[i].tolist()
-        recs.append(RequestRecord(
-            index=i, request_class=classes[i % 2], target_prompt_tokens=512, target_output_tokens=e,
-            scheduled_ns=int(sent[i]), sent_ns=int(sent[i]) + 50_000, done_ns=t[-1] + 1_000_000,
-            events=[[x, 1] for x in t], prompt_tokens=500, completion_tokens=e,
-            status=ErrorKind.TIMEOUT if i % 97 == 0 else ErrorKind.OK, warmup=i < 16,
-        ))  # fmt: skip
+        recs.append(
+            RequestRecord(
+                index=i,
+                request_class=classes[i % 2],
+                target_prompt_tokens=512,
+                target_output_tokens=e,
+                scheduled_ns=int(sent[i]),
+                sent_ns=int(sent[i]) + 50_000,
+                done_ns=t[-1] + 1_000_000,
+                events=[[x, 1] for x in t],
+                prompt_tokens=500,
+                completion_tokens=e,
+                status=ErrorKind.TIMEOUT if i % 97 == 0 else ErrorKind.OK,
+                warmup=i < 16,
+            )
+        )
     return recs
 
 
@@ -59,10 +69,12 @@ def main() -> None:
     for name, fn in [
         ("per_request_frame", lambda: per_request_frame(recs)),
         ("itl_samples", lambda: itl_samples(recs)),
-        ("summarize_level", lambda: summarize_level(recs, load={"mode": "rate", "value": 1000}, slos=slos,
-                                                    trim=(0.1, 0.1))),
+        (
+            "summarize_level",
+            lambda: summarize_level(recs, load={"mode": "rate", "value": 1000}, slos=slos, trim=(0.1, 0.1)),
+        ),
         ("windows(10 s)", lambda: windows(recs, 10.0)),
-    ]:  # fmt: skip
+    ]:
         times, cpu = [], []
         for _ in range(max(1, args.repeat)):
             t, c = time.perf_counter(), time.process_time()

@@ -81,23 +81,35 @@ def write_folder(folder: Path, n: int, e: int, seed: int) -> None:
                     long_prompt = i % 20 == 0
                     keep[k] = not failed
                     s = int(sent[k])
-                    recs.append(RequestRecord(
-                        index=li * per + i, level=li, target_prompt_tokens=4000 if long_prompt else 500,
-                        target_output_tokens=e, scheduled_ns=s, sent_ns=s + 40_000,
-                        done_ns=s + 10**7 if failed else int(times[k, -1]) + 10**6,
-                        status=ErrorKind.HTTP_ERROR if failed else ErrorKind.OK, http_status=500 if failed else None,
-                        error="HTTP 500: overloaded" if failed else None,
-                        prompt_tokens=None if failed else (4000 if long_prompt else 500),
-                        completion_tokens=None if failed else int(tokens[k].sum()),
-                        token_source=TokenSource.EVENTS_CORRECTED, warmup=i < 4,
-                    ))  # fmt: skip
+                    recs.append(
+                        RequestRecord(
+                            index=li * per + i,
+                            level=li,
+                            target_prompt_tokens=4000 if long_prompt else 500,
+                            target_output_tokens=e,
+                            scheduled_ns=s,
+                            sent_ns=s + 40_000,
+                            done_ns=s + 10**7 if failed else int(times[k, -1]) + 10**6,
+                            status=ErrorKind.HTTP_ERROR if failed else ErrorKind.OK,
+                            http_status=500 if failed else None,
+                            error="HTTP 500: overloaded" if failed else None,
+                            prompt_tokens=None if failed else (4000 if long_prompt else 500),
+                            completion_tokens=None if failed else int(tokens[k].sum()),
+                            token_source=TokenSource.EVENTS_CORRECTED,
+                            warmup=i < 4,
+                        )
+                    )
                 counts = np.where(keep, e, 0)
                 writer.append_batch(encode_columns(recs, counts, times[keep].ravel(), tokens[keep].ravel()))
                 t_end = max(t_end, int(times[:, -1].max()))
             t = t_end + 10**8
-        run = {"label": f"bench-{seed}", "clock_anchor": {"perf_counter_ns": anchor},
-               "target": {"url": "http://127.0.0.1:8000", "model": "bench-model", "api": "chat"},
-               "workload": {"name": "bench", "classes": []}, "slos": ["ttft=200ms"]}  # fmt: skip
+        run = {
+            "label": f"bench-{seed}",
+            "clock_anchor": {"perf_counter_ns": anchor},
+            "target": {"url": "http://127.0.0.1:8000", "model": "bench-model", "api": "chat"},
+            "workload": {"name": "bench", "classes": []},
+            "slos": ["ttft=200ms"],
+        }
         writer.write_run(run)
 
 
@@ -115,8 +127,13 @@ def summarise(folder: Path) -> tuple[float, float]:
     levels = []
     for li, users in enumerate(LEVELS):
         lo, hi = int(starts[li]), int(starts[li + 1])
-        summary = summarize_level(found.records[lo:hi], load={"mode": "concurrency", "value": users}, slos=slos,
-                                  loop_lag_ms=list(rng.exponential(0.3, 1000)), events=found.columns(lo, hi))  # fmt: skip
+        summary = summarize_level(
+            found.records[lo:hi],
+            load={"mode": "concurrency", "value": users},
+            slos=slos,
+            loop_lag_ms=list(rng.exponential(0.3, 1000)),
+            events=found.columns(lo, hi),
+        )
         levels.append(summary.to_json())
     (folder / "summary.json").write_text(json.dumps({"levels": levels, "capacity": None, "saturation": None}))
     return t1 - t0, time.perf_counter() - t1
@@ -142,8 +159,16 @@ def browser_seconds(path: Path) -> float | None:
         return None
     if not Path(exe).exists():
         return None
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+    args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(profile, executable_path=exe, headless=True, args=args)
         page = ctx.new_page()
@@ -222,21 +247,27 @@ def scale(args: argparse.Namespace, root: Path) -> None:
         rep = in_child("report", folder)
         rows.append((n, size, summ, rep))
     print(f"records that scale: {args.events} events per request (peak RSS of a fresh process per step)")
-    head = (f"{'records':>9} {'events':>11} {'old B/ev':>8} {'new B/ev':>8} {'old+rec':>7} {'new+rec':>7} "
-            f"{'disk MB':>7} | {'read s':>6} {'summ s':>6} {'cpu s':>6} {'RSS MB':>6} | "
-            f"{'load s':>6} {'figs s':>6} {'page s':>6} {'cpu s':>6} {'RSS MB':>6}")  # fmt: skip
+    head = (
+        f"{'records':>9} {'events':>11} {'old B/ev':>8} {'new B/ev':>8} {'old+rec':>7} {'new+rec':>7} "
+        f"{'disk MB':>7} | {'read s':>6} {'summ s':>6} {'cpu s':>6} {'RSS MB':>6} | "
+        f"{'load s':>6} {'figs s':>6} {'page s':>6} {'cpu s':>6} {'RSS MB':>6}"
+    )
     print(head)
     print("-" * len(head))
     for n, size, summ, rep in rows:
         ss, rs = summ["seconds"], rep["seconds"]
         assert isinstance(ss, list) and isinstance(rs, list)
-        print(f"{n:>9,} {size['events']:>11,} {size['old_event_b']:>8.2f} {size['new_event_b']:>8.2f} "
-              f"{size['old_total_b']:>7.2f} {size['new_total_b']:>7.2f} {size['mb']:>7.0f} | "
-              f"{ss[0]:>6.1f} {ss[1]:>6.1f} {summ['cpu_s']:>6.1f} {summ['rss_mb']:>6.0f} | "
-              f"{rs[0]:>6.1f} {rs[1]:>6.1f} {rs[2]:>6.1f} {rep['cpu_s']:>6.1f} {rep['rss_mb']:>6.0f}")  # fmt: skip
-    print("B/ev: bytes per event, of the events alone and of whole record files (+rec); old = every event as"
-          " JSON inside its line (first 10,000 records), new = records.jsonl + events.bin. cpu s: user + system"
-          " seconds of the step (wall seconds grow when other work shares the cores)")
+        print(
+            f"{n:>9,} {size['events']:>11,} {size['old_event_b']:>8.2f} {size['new_event_b']:>8.2f} "
+            f"{size['old_total_b']:>7.2f} {size['new_total_b']:>7.2f} {size['mb']:>7.0f} | "
+            f"{ss[0]:>6.1f} {ss[1]:>6.1f} {summ['cpu_s']:>6.1f} {summ['rss_mb']:>6.0f} | "
+            f"{rs[0]:>6.1f} {rs[1]:>6.1f} {rs[2]:>6.1f} {rep['cpu_s']:>6.1f} {rep['rss_mb']:>6.0f}"
+        )
+    print(
+        "B/ev: bytes per event, of the events alone and of whole record files (+rec); old = every event as"
+        " JSON inside its line (first 10,000 records), new = records.jsonl + events.bin. cpu s: user + system"
+        " seconds of the step (wall seconds grow when other work shares the cores)"
+    )
 
 
 def main() -> None:
@@ -272,8 +303,21 @@ def main() -> None:
             size = sum((folders[0] / name).stat().st_size for name in ("records.jsonl", EVENTS_FILE)) / 1e6
             draw = None if args.no_browser else browser_seconds(out)
             draw_cmp = None if args.no_browser else browser_seconds(cmp)
-            rows.append((n, size, read, figs, write, read + figs + write, out.stat().st_size / 1e6, draw,
-                         t5 - t4, cmp.stat().st_size / 1e6, draw_cmp))  # fmt: skip
+            rows.append(
+                (
+                    n,
+                    size,
+                    read,
+                    figs,
+                    write,
+                    read + figs + write,
+                    out.stat().st_size / 1e6,
+                    draw,
+                    t5 - t4,
+                    cmp.stat().st_size / 1e6,
+                    draw_cmp,
+                )
+            )
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -281,14 +325,18 @@ def main() -> None:
     def f(v: float | None, spec: str) -> str:
         return "–" if v is None else format(v, spec)
 
-    head = (f"{'records':>8} {'recs MB':>8} {'read s':>7} {'figures s':>9} {'write s':>7} {'total s':>7} "
-            f"{'html MB':>7} {'draw s':>6} | {'compare s':>9} {'html MB':>7} {'draw s':>6}")  # fmt: skip
+    head = (
+        f"{'records':>8} {'recs MB':>8} {'read s':>7} {'figures s':>9} {'write s':>7} {'total s':>7} "
+        f"{'html MB':>7} {'draw s':>6} | {'compare s':>9} {'html MB':>7} {'draw s':>6}"
+    )
     print(f"report speed, {args.events} events per request (draw = headless Chromium until every plot is drawn)")
     print(head)
     print("-" * len(head))
     for n, size, read, figs, write, total, html_mb, draw, cmp_s, cmp_mb, draw_cmp in rows:
-        print(f"{n:>8,} {size:>8.1f} {read:>7.2f} {figs:>9.2f} {write:>7.2f} {total:>7.2f} {html_mb:>7.2f} "
-              f"{f(draw, '6.2f'):>6} | {cmp_s:>9.2f} {cmp_mb:>7.2f} {f(draw_cmp, '6.2f'):>6}")  # fmt: skip
+        print(
+            f"{n:>8,} {size:>8.1f} {read:>7.2f} {figs:>9.2f} {write:>7.2f} {total:>7.2f} {html_mb:>7.2f} "
+            f"{f(draw, '6.2f'):>6} | {cmp_s:>9.2f} {cmp_mb:>7.2f} {f(draw_cmp, '6.2f'):>6}"
+        )
 
 
 if __name__ == "__main__":

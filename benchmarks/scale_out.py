@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench import raise_fd_limit, server_process
 from aiohttp import web
 from rich.console import Console
 
@@ -39,13 +40,13 @@ from loadgen.orchestrate import RunConfig, execute
 from loadgen.report.files import read_records
 from loadgen.workload.spec import workload_from_flags
 
-from _bench import raise_fd_limit, server_process
-
 ARGS = {"tokens": 64, "itl_ms": 20.0, "ttft_ms": 75.0}  # the server process reads them from SCALE_OUT_*
 
 
 def _server_args() -> dict[str, float]:
     return {k: float(os.environ.get(f"SCALE_OUT_{k.upper()}", v)) for k, v in ARGS.items()}
+
+
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # --ray auto: Ray on 127.0.0.1, no usage stats
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -54,8 +55,12 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     arrival = time.perf_counter_ns()
     body = await request.json()
     if not body.get("stream", False):
-        return web.json_response({"choices": [{"text": " t"}], "usage": {"prompt_tokens": len(body["prompt"].split()),
-                                                                          "completion_tokens": 1}})  # fmt: skip
+        return web.json_response(
+            {
+                "choices": [{"text": " t"}],
+                "usage": {"prompt_tokens": len(body["prompt"].split()), "completion_tokens": 1},
+            }
+        )
     args = _server_args()
     tokens, itl, ttft = int(args["tokens"]), args["itl_ms"] / 1e3, args["ttft_ms"] / 1e3
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -70,9 +75,11 @@ async def _handle(request: web.Request) -> web.StreamResponse:
             await asyncio.sleep(delay)
         writes.append(time.perf_counter_ns())
         await resp.write(b'data: {"choices":[{"index":0,"text":" t","finish_reason":null}]}\n\n')
-    tail = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": tokens, "total_tokens": n_prompt + tokens},
-            "loadgen": {"arrival_ns": arrival, "writes_ns": writes}}  # fmt: skip
+    tail = {
+        "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+        "usage": {"prompt_tokens": n_prompt, "completion_tokens": tokens, "total_tokens": n_prompt + tokens},
+        "loadgen": {"arrival_ns": arrival, "writes_ns": writes},
+    }
     await resp.write(b"data: " + json.dumps(tail).encode() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
     return resp
@@ -95,10 +102,19 @@ def _cpu_s() -> float:
 def one(url: str, mode: str, value: float, workers: str, seconds: float, ray: str | None = None) -> dict[str, object]:
     prof = Profile(mode=mode, levels=[value], requests=None, duration_s=seconds, warmup_requests=0)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = RunConfig(url=url, api="completions", workload=workload_from_flags("64", str(ARGS["tokens"])),
-                        profile=prof, out=Path(tmp) / "run", live=False, calibrate=False, strict=True,
-                        workers=workers if workers == "auto" else int(workers), read_timeout_s=60.0,
-                        ray=ray)  # fmt: skip
+        cfg = RunConfig(
+            url=url,
+            api="completions",
+            workload=workload_from_flags("64", str(ARGS["tokens"])),
+            profile=prof,
+            out=Path(tmp) / "run",
+            live=False,
+            calibrate=False,
+            strict=True,
+            workers=workers if workers == "auto" else int(workers),
+            read_timeout_s=60.0,
+            ray=ray,
+        )
         cpu0, t0 = _cpu_s(), time.perf_counter()
         outcome = execute(cfg, Console(file=io.StringIO()))
         wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
@@ -118,12 +134,17 @@ def one(url: str, mode: str, value: float, workers: str, seconds: float, ray: st
     n_workers = len(level.client.workers or []) or 1
     runq = [w.runqueue_wait_percent for w in level.client.workers or [] if w.runqueue_wait_percent is not None]
     return {
-        "mode": mode, "load": value, "workers": n_workers, "requests": level.requests.ok,
+        "mode": mode,
+        "load": value,
+        "workers": n_workers,
+        "requests": level.requests.ok,
         "ttft_mean": float(np.mean(ttft_err)) if ttft_err else float("nan"),
         "ttft_p99": float(np.percentile(ttft_err, 99)) if ttft_err else float("nan"),
         "gap_p99": float(np.percentile(gaps, 99)),
         "rate": level.throughput.requests_per_s or 0.0,
-        "cpu": cpu / wall, "verdict": level.client.verdict, "runq": max(runq) if runq else float("nan"),
+        "cpu": cpu / wall,
+        "verdict": level.client.verdict,
+        "runq": max(runq) if runq else float("nan"),
         "intended": value if mode == "rate" else float("nan"),
     }
 
@@ -142,17 +163,23 @@ def main() -> None:
     os.environ["SCALE_OUT_ITL_MS"], os.environ["SCALE_OUT_TOKENS"] = str(args.itl_ms), str(args.tokens)
     raise_fd_limit()
     runs = [("concurrency", float(s)) for s in args.streams.split(",") if s] + [
-        ("rate", float(r)) for r in args.rates.split(",") if r]  # fmt: skip
-    print(f"{'mode':>11} {'load':>6} {'workers':>7} {'ok':>6} {'TTFT err mean':>13} {'p99 ms':>7} "
-          f"{'gap err p99':>11} {'req/s':>8} {'intended':>8} {'client CPU':>10} {'run-queue':>9}  verdict")  # fmt: skip
+        ("rate", float(r)) for r in args.rates.split(",") if r
+    ]
+    print(
+        f"{'mode':>11} {'load':>6} {'workers':>7} {'ok':>6} {'TTFT err mean':>13} {'p99 ms':>7} "
+        f"{'gap err p99':>11} {'req/s':>8} {'intended':>8} {'client CPU':>10} {'run-queue':>9}  verdict"
+    )
     with server_process(routes) as url:
         for mode, value in runs:
             for w in args.workers.split(","):
                 row = one(url, mode, value, w, args.seconds, args.ray)
-                print(f"{row['mode']:>11} {row['load']:>6g} {row['workers']:>7} {row['requests']:>6} "
-                      f"{row['ttft_mean']:>+13.1f} {row['ttft_p99']:>+7.1f} {row['gap_p99']:>11.2f} "
-                      f"{row['rate']:>8.1f} {row['intended']:>8.0f} {row['cpu']:>9.0%} {row['runq']:>8.0f}%  "
-                      f"{row['verdict']}", flush=True)  # fmt: skip
+                print(
+                    f"{row['mode']:>11} {row['load']:>6g} {row['workers']:>7} {row['requests']:>6} "
+                    f"{row['ttft_mean']:>+13.1f} {row['ttft_p99']:>+7.1f} {row['gap_p99']:>11.2f} "
+                    f"{row['rate']:>8.1f} {row['intended']:>8.0f} {row['cpu']:>9.0%} {row['runq']:>8.0f}%  "
+                    f"{row['verdict']}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -20,14 +20,13 @@ import asyncio
 import time
 
 import numpy as np
+from _bench import raise_fd_limit, server_process, use_uvloop
 from aiohttp import web
 
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import RequestSpec
-
-from _bench import raise_fd_limit, server_process, use_uvloop
 
 BODY = (
     b'data: {"choices":[{"index":0,"text":"x","finish_reason":"length"}]}\n\n'
@@ -85,14 +84,18 @@ def main() -> None:
     raise_fd_limit()
     with server_process(routes) as url:
         use_uvloop()
-        print(f"{'target/s':>9} {'sent':>6} {'failed':>6} {'schedule/s':>10} {'achieved/s':>10} {'vs sched %':>10} {'gap CV':>7} "
-              f"{'late p50 ms':>11} {'p99 ms':>7} {'max ms':>7} {'client CPU%':>11}")  # fmt: skip
+        print(
+            f"{'target/s':>9} {'sent':>6} {'failed':>6} {'schedule/s':>10} {'achieved/s':>10} {'vs sched %':>10} {'gap CV':>7} "
+            f"{'late p50 ms':>11} {'p99 ms':>7} {'max ms':>7} {'client CPU%':>11}"
+        )
         for rate in [float(x) for x in args.rates.split(",")]:
             r = asyncio.run(_level(url, rate, args.seconds))
             err = 100 * (r["achieved"] - r["scheduled"]) / r["scheduled"]
-            print(f"{rate:>9.0f} {r['sent']:>6} {r['failed']:>6} {r['scheduled']:>10.2f} {r['achieved']:>10.2f} {err:>10.3f} {r['cv']:>7.3f} "
-                  f"{r['late_p50']:>11.3f} {r['late_p99']:>7.3f} {r['late_max']:>7.2f} {r['cpu_pct']:>11.0f}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{rate:>9.0f} {r['sent']:>6} {r['failed']:>6} {r['scheduled']:>10.2f} {r['achieved']:>10.2f} {err:>10.3f} {r['cv']:>7.3f} "
+                f"{r['late_p50']:>11.3f} {r['late_p99']:>7.3f} {r['late_max']:>7.2f} {r['cpu_pct']:>11.0f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -47,25 +47,41 @@ def main() -> None:
     wl.write_text(SESSIONS, encoding="utf-8")
     for flag in ("--prefix-caching", "--no-prefix-caching"):
         with ServerProcess(["--engine", "sim", flag]) as url:
-            cfg = RunConfig(url=url, api="chat", workload=load_workload(str(wl), []),
-                            profile=Profile(levels=[4], requests=40), out=tmp / flag, live=False)  # fmt: skip
+            cfg = RunConfig(
+                url=url,
+                api="chat",
+                workload=load_workload(str(wl), []),
+                profile=Profile(levels=[4], requests=40),
+                out=tmp / flag,
+                live=False,
+            )
             level = execute(cfg, Console(file=io.StringIO())).summary.levels[0]
         assert level.by_turn is not None and level.sessions is not None
         print(f"{flag}: {level.sessions.sessions} sessions, {level.sessions.completed} completed")
         print("  turn  requests  prompt p50  TTFT p50 ms  ITL p50 ms  E2E p50 ms")
         for t in sorted(level.by_turn, key=int):
             v = level.by_turn[t]
-            print(f"  {t:>4}  {v.requests:>8}  {_ms(v.prompt_tokens.p50):>10}  {_ms(v.ttft_ms.p50):>11}  "
-                  f"{_ms(v.itl_ms.p50):>10}  {_ms(v.e2e_ms.p50):>10}")  # fmt: skip
+            print(
+                f"  {t:>4}  {v.requests:>8}  {_ms(v.prompt_tokens.p50):>10}  {_ms(v.ttft_ms.p50):>11}  "
+                f"{_ms(v.itl_ms.p50):>10}  {_ms(v.e2e_ms.p50):>10}"
+            )
     with ServerProcess(["--engine", "sim", "--reasoning-tokens", "uniform:min=64,max=256"]) as url:
-        cfg = RunConfig(url=url, api="chat", workload=workload_from_flags("512", "384"),
-                        profile=Profile(levels=[8], requests=32), out=tmp / "reasoning", live=False)  # fmt: skip
+        cfg = RunConfig(
+            url=url,
+            api="chat",
+            workload=workload_from_flags("512", "384"),
+            profile=Profile(levels=[8], requests=32),
+            out=tmp / "reasoning",
+            live=False,
+        )
         level = execute(cfg, Console(file=io.StringIO())).summary.levels[0]
     r = level.reasoning
     assert r is not None
-    print(f"reasoning: TTFT p50 {_ms(level.ttft_ms.p50)} ms, first answer token p50 "
-          f"{_ms(r.time_to_first_answer_ms.p50)} ms; tokens p50 {_ms(r.reasoning_tokens.p50)} reasoning, "
-          f"{_ms(r.answer_tokens.p50)} answer; ITL p50 {_ms(level.itl_ms.p50)} ms")  # fmt: skip
+    print(
+        f"reasoning: TTFT p50 {_ms(level.ttft_ms.p50)} ms, first answer token p50 "
+        f"{_ms(r.time_to_first_answer_ms.p50)} ms; tokens p50 {_ms(r.reasoning_tokens.p50)} reasoning, "
+        f"{_ms(r.answer_tokens.p50)} answer; ITL p50 {_ms(level.itl_ms.p50)} ms"
+    )
     print(f"run folders: {tmp}")
 
 

@@ -20,12 +20,11 @@ import time
 from typing import Any
 
 import numpy as np
+from _virtual import drive
 
 from loadgen.server.config import SchedulerLimits, ServeConfig, SimOptions
 from loadgen.server.engine import ManualClock
 from loadgen.server.sim import sim_engine
-
-from _virtual import drive
 
 # name -> (scheduler limits, sim options other than the GPU)
 CONFIGS: dict[str, tuple[SchedulerLimits, dict[str, Any]]] = {
@@ -48,11 +47,9 @@ def workload(n: int, long_every: int, long_tokens: int, seed: int) -> list[tuple
     return out
 
 
-def simulate(args: argparse.Namespace, limits: SchedulerLimits,
-             sim: dict[str, Any]) -> dict[str, float]:
+def simulate(args: argparse.Namespace, limits: SchedulerLimits, sim: dict[str, Any]) -> dict[str, float]:
     clock = ManualClock()
-    config = ServeConfig(model=args.model, tp=args.tp, scheduler=limits,
-                         sim=SimOptions(gpu=args.gpu, **sim))
+    config = ServeConfig(model=args.model, tp=args.tp, scheduler=limits, sim=SimOptions(gpu=args.gpu, **sim))
     engine = sim_engine(config, clock=clock)
     core = engine.core
     work = workload(args.requests, args.long_every, args.long_tokens, args.seed)
@@ -68,10 +65,17 @@ def simulate(args: argparse.Namespace, limits: SchedulerLimits,
     itl = np.concatenate([np.diff(times[r]) for r in chat])
     long_ttft = np.array([times[r][0] - sent_at[r] for r in longs]) if longs else np.array([np.nan])
     tokens = sum(len(times[r]) for r in finished)
-    return {"ttft_p50": np.percentile(ttft, 50), "ttft_p99": np.percentile(ttft, 99),
-            "itl_p50": np.percentile(itl, 50), "itl_p99": np.percentile(itl, 99),
-            "itl_max": itl.max(), "long_ttft_p50": np.percentile(long_ttft, 50),
-            "tok_s": tokens / clock.t, "sim_s": clock.t, "requests": len(finished)}
+    return {
+        "ttft_p50": np.percentile(ttft, 50),
+        "ttft_p99": np.percentile(ttft, 99),
+        "itl_p50": np.percentile(itl, 50),
+        "itl_p99": np.percentile(itl, 99),
+        "itl_max": itl.max(),
+        "long_ttft_p50": np.percentile(long_ttft, 50),
+        "tok_s": tokens / clock.t,
+        "sim_s": clock.t,
+        "requests": len(finished),
+    }
 
 
 def main() -> None:
@@ -85,19 +89,25 @@ def main() -> None:
     ap.add_argument("--long-tokens", type=int, default=16384)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    print(f"{args.model} on {args.tp}x {args.gpu}, {args.users} users, {args.requests} requests "
-          f"(every {args.long_every}th has {args.long_tokens} prompt tokens)")
-    head = (f"{'configuration':<30}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>9}{'ITL p99':>9}"
-            f"{'ITL max':>9}{'long TTFT':>11}{'tok/s':>8}{'sim s':>8}{'wall s':>8}")
+    print(
+        f"{args.model} on {args.tp}x {args.gpu}, {args.users} users, {args.requests} requests "
+        f"(every {args.long_every}th has {args.long_tokens} prompt tokens)"
+    )
+    head = (
+        f"{'configuration':<30}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>9}{'ITL p99':>9}"
+        f"{'ITL max':>9}{'long TTFT':>11}{'tok/s':>8}{'sim s':>8}{'wall s':>8}"
+    )
     print(head)
     for name, (limits, sim) in CONFIGS.items():
         start = time.perf_counter()
         r = simulate(args, limits, sim)
         wall = time.perf_counter() - start
         ms = {k: v * 1e3 for k, v in r.items()}
-        print(f"{name:<30}{ms['ttft_p50']:>8.1f}ms{ms['ttft_p99']:>8.1f}ms{ms['itl_p50']:>7.1f}ms"
-              f"{ms['itl_p99']:>7.1f}ms{ms['itl_max']:>7.1f}ms{ms['long_ttft_p50']:>9.1f}ms"
-              f"{r['tok_s']:>8.0f}{r['sim_s']:>8.1f}{wall:>8.1f}")
+        print(
+            f"{name:<30}{ms['ttft_p50']:>8.1f}ms{ms['ttft_p99']:>8.1f}ms{ms['itl_p50']:>7.1f}ms"
+            f"{ms['itl_p99']:>7.1f}ms{ms['itl_max']:>7.1f}ms{ms['long_ttft_p50']:>9.1f}ms"
+            f"{r['tok_s']:>8.0f}{r['sim_s']:>8.1f}{wall:>8.1f}"
+        )
 
 
 if __name__ == "__main__":

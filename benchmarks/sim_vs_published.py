@@ -37,12 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from _virtual import drive
 
 from loadgen.server.config import SchedulerLimits, ServeConfig, SimOptions
 from loadgen.server.engine import ManualClock
 from loadgen.server.sim import sim_engine
-
-from _virtual import drive
 
 
 @dataclass(frozen=True)
@@ -85,15 +84,18 @@ class Point:
 A100_V1 = SchedulerLimits(max_num_batched_tokens=2048, max_num_seqs=256)
 # vLLM 0.6.0 with --max_model_len 4096: chunked prefill off (on by default only above 32k
 # context), budget max(max_model_len, 2048) = 4096, 256 sequences
-V060 = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=4096,
-                       max_num_seqs=256, max_model_len=4096)
+V060 = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=4096, max_num_seqs=256, max_model_len=4096)
 
-SGLANG_060 = ("SGLang, benchmark/benchmark_vllm_060/README.md (SGLang v0.3.0 vs vLLM v0.6.0, "
-              "ShareGPT), https://github.com/sgl-project/sglang/blob/main/benchmark/"
-              "benchmark_vllm_060/README.md")
-MUSGRAVE = ("J. Musgrave, 'vLLM throughput-latency sweep on NVIDIA A100' (Llama-3.1-8B-Instruct "
-            "BF16, A100 40GB, vllm bench serve, random 1024 in / 128 out, --ignore-eos), "
-            "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on")
+SGLANG_060 = (
+    "SGLang, benchmark/benchmark_vllm_060/README.md (SGLang v0.3.0 vs vLLM v0.6.0, "
+    "ShareGPT), https://github.com/sgl-project/sglang/blob/main/benchmark/"
+    "benchmark_vllm_060/README.md"
+)
+MUSGRAVE = (
+    "J. Musgrave, 'vLLM throughput-latency sweep on NVIDIA A100' (Llama-3.1-8B-Instruct "
+    "BF16, A100 40GB, vllm bench serve, random 1024 in / 128 out, --ignore-eos), "
+    "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on"
+)
 
 
 def median_tpot_ms(r: list[Result]) -> float:
@@ -105,56 +107,100 @@ def median_ttft_ms(r: list[Result]) -> float:
 
 
 POINTS = [
-    Point("8B, 1x A100-40GB, one user: decode tok/s", MUSGRAVE,
-          "'decode at one request per time runs at about 75 tokens/sec'", 75.0, "tok/s",
-          (Setup("a100-40gb", "llama-3.1-8b", 1, "fixed:1024:128", "closed:1", 20, A100_V1),),
-          lambda r: 1.0 / float(np.mean(r[0].tpot_s))),
-    Point("8B, 1x A100-40GB: throughput 8 users / 1 user", MUSGRAVE,
-          "'Batching buys throughput almost for free up to a concurrency of 8, a 6.6x gain'",
-          6.6, "x",
-          (Setup("a100-40gb", "llama-3.1-8b", 1, "fixed:1024:128", "closed:1", 20, A100_V1),
-           Setup("a100-40gb", "llama-3.1-8b", 1, "fixed:1024:128", "closed:8", 160, A100_V1)),
-          lambda r: r[1].output_tok_s / r[0].output_tok_s),
-    Point("8B, 1x A100-80GB, ShareGPT 4 req/s: median TTFT", SGLANG_060,
-          "SGLang row, RPS 4: Median TTFT 31.98 ms", 31.98, "ms",
-          (Setup("a100-80gb", "llama-3.1-8b", 1, "sharegpt", "poisson:4", 1200, V060),),
-          median_ttft_ms,
-          "the sim's TTFT is the engine's alone; the published one adds HTTP, tokenisation "
-          "and the server's loop (a few ms)"),
-    Point("8B, 1x A100-80GB, ShareGPT 4 req/s: median TPOT", SGLANG_060,
-          "vLLM v0.6.0 row, RPS 4: Median TPOT 14.14 ms", 14.14, "ms",
-          (Setup("a100-80gb", "llama-3.1-8b", 1, "sharegpt", "poisson:4", 1200, V060),),
-          median_tpot_ms),
-    Point("8B, 1x A100-80GB, ShareGPT 8 req/s: median TPOT", SGLANG_060,
-          "vLLM v0.6.0 row, RPS 8: Median TPOT 17.09 ms", 17.09, "ms",
-          (Setup("a100-80gb", "llama-3.1-8b", 1, "sharegpt", "poisson:8", 2400, V060),),
-          median_tpot_ms),
-    Point("8B, 1x A100-80GB, ShareGPT offline: output tok/s", SGLANG_060,
-          "vLLM v0.6.0 row, 5000 prompts, RPS inf: Output token throughput 4132.37", 4132.37,
-          "tok/s",
-          (Setup("a100-80gb", "llama-3.1-8b", 1, "sharegpt", "offline", 5000, V060),),
-          lambda r: r[0].output_tok_s),
-    Point("70B, 4x H100 (TP4), ShareGPT 4 req/s: median TPOT", SGLANG_060,
-          "vLLM v0.6.0 row, RPS 4: Median TPOT 23.58 ms", 23.58, "ms",
-          (Setup("h100", "llama-3.1-70b", 4, "sharegpt", "poisson:4", 1200, V060),),
-          median_tpot_ms),
-    Point("70B, 4x H100 (TP4), ShareGPT 8 req/s: median TPOT", SGLANG_060,
-          "vLLM v0.6.0 row, RPS 8: Median TPOT 29.15 ms", 29.15, "ms",
-          (Setup("h100", "llama-3.1-70b", 4, "sharegpt", "poisson:8", 2400, V060),),
-          median_tpot_ms,
-          "vLLM 0.6.0 ran prefill steps eagerly (CUDA graphs for decode batches only): ~15 "
-          "kernels x 80 layers of launch cost on every prefill step, and at 8 req/s a running "
-          "request waits behind ~30 of them; the sim prices V1, which graphs mixed steps too. "
-          "At 4 req/s (fewer prefills) the same setup is within 20 %"),
-    Point("70B, 4x H100 (TP4), ShareGPT offline: output tok/s", SGLANG_060,
-          "vLLM v0.6.0 row, 5000 prompts, RPS inf: Output token throughput 3700.64", 3700.64,
-          "tok/s",
-          (Setup("h100", "llama-3.1-70b", 4, "sharegpt", "offline", 5000, V060),),
-          lambda r: r[0].output_tok_s,
-          "256 running sequences on 4 GPUs in vLLM 0.6.0 (V0): every step the driver prepared "
-          "and broadcast the batch's inputs to the 3 other workers and processed 256 outputs "
-          "on the CPU, several ms that multi-step scheduling hid only in part; the sim charges "
-          "V1's 0.5 ms per step whatever the batch. The 1-GPU 8B row shows less of it"),
+    Point(
+        "8B, 1x A100-40GB, one user: decode tok/s",
+        MUSGRAVE,
+        "'decode at one request per time runs at about 75 tokens/sec'",
+        75.0,
+        "tok/s",
+        (Setup("a100-40gb", "llama-3.1-8b", 1, "fixed:1024:128", "closed:1", 20, A100_V1),),
+        lambda r: 1.0 / float(np.mean(r[0].tpot_s)),
+    ),
+    Point(
+        "8B, 1x A100-40GB: throughput 8 users / 1 user",
+        MUSGRAVE,
+        "'Batching buys throughput almost for free up to a concurrency of 8, a 6.6x gain'",
+        6.6,
+        "x",
+        (
+            Setup("a100-40gb", "llama-3.1-8b", 1, "fixed:1024:128", "closed:1", 20, A100_V1),
+            Setup("a100-40gb", "llama-3.1-8b", 1, "fixed:1024:128", "closed:8", 160, A100_V1),
+        ),
+        lambda r: r[1].output_tok_s / r[0].output_tok_s,
+    ),
+    Point(
+        "8B, 1x A100-80GB, ShareGPT 4 req/s: median TTFT",
+        SGLANG_060,
+        "SGLang row, RPS 4: Median TTFT 31.98 ms",
+        31.98,
+        "ms",
+        (Setup("a100-80gb", "llama-3.1-8b", 1, "sharegpt", "poisson:4", 1200, V060),),
+        median_ttft_ms,
+        "the sim's TTFT is the engine's alone; the published one adds HTTP, tokenisation "
+        "and the server's loop (a few ms)",
+    ),
+    Point(
+        "8B, 1x A100-80GB, ShareGPT 4 req/s: median TPOT",
+        SGLANG_060,
+        "vLLM v0.6.0 row, RPS 4: Median TPOT 14.14 ms",
+        14.14,
+        "ms",
+        (Setup("a100-80gb", "llama-3.1-8b", 1, "sharegpt", "poisson:4", 1200, V060),),
+        median_tpot_ms,
+    ),
+    Point(
+        "8B, 1x A100-80GB, ShareGPT 8 req/s: median TPOT",
+        SGLANG_060,
+        "vLLM v0.6.0 row, RPS 8: Median TPOT 17.09 ms",
+        17.09,
+        "ms",
+        (Setup("a100-80gb", "llama-3.1-8b", 1, "sharegpt", "poisson:8", 2400, V060),),
+        median_tpot_ms,
+    ),
+    Point(
+        "8B, 1x A100-80GB, ShareGPT offline: output tok/s",
+        SGLANG_060,
+        "vLLM v0.6.0 row, 5000 prompts, RPS inf: Output token throughput 4132.37",
+        4132.37,
+        "tok/s",
+        (Setup("a100-80gb", "llama-3.1-8b", 1, "sharegpt", "offline", 5000, V060),),
+        lambda r: r[0].output_tok_s,
+    ),
+    Point(
+        "70B, 4x H100 (TP4), ShareGPT 4 req/s: median TPOT",
+        SGLANG_060,
+        "vLLM v0.6.0 row, RPS 4: Median TPOT 23.58 ms",
+        23.58,
+        "ms",
+        (Setup("h100", "llama-3.1-70b", 4, "sharegpt", "poisson:4", 1200, V060),),
+        median_tpot_ms,
+    ),
+    Point(
+        "70B, 4x H100 (TP4), ShareGPT 8 req/s: median TPOT",
+        SGLANG_060,
+        "vLLM v0.6.0 row, RPS 8: Median TPOT 29.15 ms",
+        29.15,
+        "ms",
+        (Setup("h100", "llama-3.1-70b", 4, "sharegpt", "poisson:8", 2400, V060),),
+        median_tpot_ms,
+        "vLLM 0.6.0 ran prefill steps eagerly (CUDA graphs for decode batches only): ~15 "
+        "kernels x 80 layers of launch cost on every prefill step, and at 8 req/s a running "
+        "request waits behind ~30 of them; the sim prices V1, which graphs mixed steps too. "
+        "At 4 req/s (fewer prefills) the same setup is within 20 %",
+    ),
+    Point(
+        "70B, 4x H100 (TP4), ShareGPT offline: output tok/s",
+        SGLANG_060,
+        "vLLM v0.6.0 row, 5000 prompts, RPS inf: Output token throughput 3700.64",
+        3700.64,
+        "tok/s",
+        (Setup("h100", "llama-3.1-70b", 4, "sharegpt", "offline", 5000, V060),),
+        lambda r: r[0].output_tok_s,
+        "256 running sequences on 4 GPUs in vLLM 0.6.0 (V0): every step the driver prepared "
+        "and broadcast the batch's inputs to the 3 other workers and processed 256 outputs "
+        "on the CPU, several ms that multi-step scheduling hid only in part; the sim charges "
+        "V1's 0.5 ms per step whatever the batch. The 1-GPU 8B row shows less of it",
+    ),
 ]
 
 
@@ -176,8 +222,7 @@ def workload(spec: str, n: int, seed: int) -> list[tuple[int, int]]:
 def simulate(setup: Setup, seed: int = 0) -> Result:
     """Run ``setup`` on a virtual clock; per-request TTFT and TPOT, output tokens, duration."""
     clock = ManualClock()
-    config = ServeConfig(model=setup.model, tp=setup.tp, scheduler=setup.limits,
-                         sim=SimOptions(gpu=setup.gpu))
+    config = ServeConfig(model=setup.model, tp=setup.tp, scheduler=setup.limits, sim=SimOptions(gpu=setup.gpu))
     core = sim_engine(config, clock=clock).core
     work = workload(setup.workload, setup.requests, seed)
     kind, _, arg = setup.load.partition(":")
@@ -195,8 +240,13 @@ def simulate(setup: Setup, seed: int = 0) -> Result:
     run = drive(core, clock, work, arrivals, closed=kind == "closed", ignore_eos=True, max_events=10**12)
     sent_at, times, done = run.sent_at, run.times, run.finished
     ttft = np.array([times[r][0][0] - sent_at[r] for r in done])
-    tpot = np.array([(times[r][-1][0] - times[r][0][0]) / (sum(n for _, n in times[r]) - 1)
-                     for r in done if sum(n for _, n in times[r]) > 1])
+    tpot = np.array(
+        [
+            (times[r][-1][0] - times[r][0][0]) / (sum(n for _, n in times[r]) - 1)
+            for r in done
+            if sum(n for _, n in times[r]) > 1
+        ]
+    )
     tokens = sum(n for r in done for _, n in times[r])
     return Result(ttft, tpot, tokens, clock.t - min(sent_at.values()))
 

@@ -172,9 +172,18 @@ def _sent(out: Path) -> int:
     return sent
 
 
-def soak(minutes: float, rate: float, *, prompt_tokens: int = 128, output_tokens: int = 32,
-         interval_s: float = 10.0, warmup_s: float | None = None, out: Path | None = None,
-         server_args: list[str] | None = None, on_sample: Callable[[Sample], None] | None = None) -> Verdict:  # fmt: skip
+def soak(
+    minutes: float,
+    rate: float,
+    *,
+    prompt_tokens: int = 128,
+    output_tokens: int = 32,
+    interval_s: float = 10.0,
+    warmup_s: float | None = None,
+    out: Path | None = None,
+    server_args: list[str] | None = None,
+    on_sample: Callable[[Sample], None] | None = None,
+) -> Verdict:
     """Run the soak and return its samples and verdict (``on_sample(sample)`` is called
     as each sample is taken, when given)."""
     duration_s = minutes * 60
@@ -186,10 +195,32 @@ def soak(minutes: float, rate: float, *, prompt_tokens: int = 128, output_tokens
         with server as url:
             assert server.proc is not None
             srv = server.proc.pid
-            cmd = [sys.executable, "-m", "loadgen.cli", "run", "--url", url, "--api", "completions",
-                   "--rate", str(rate), "--arrival", "constant", "--duration", str(duration_s),
-                   "--prompt-tokens", str(prompt_tokens), "--output-tokens", str(output_tokens),
-                   "--no-calibrate", "--quiet", "--out", str(run_dir), "--label", "soak"]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "loadgen.cli",
+                "run",
+                "--url",
+                url,
+                "--api",
+                "completions",
+                "--rate",
+                str(rate),
+                "--arrival",
+                "constant",
+                "--duration",
+                str(duration_s),
+                "--prompt-tokens",
+                str(prompt_tokens),
+                "--output-tokens",
+                str(output_tokens),
+                "--no-calibrate",
+                "--quiet",
+                "--out",
+                str(run_dir),
+                "--label",
+                "soak",
+            ]
             client = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, COLUMNS="120"))
             samples: list[Sample] = []
             t0 = time.monotonic()
@@ -199,8 +230,16 @@ def soak(minutes: float, rate: float, *, prompt_tokens: int = 128, output_tokens
                 while client.poll() is None and time.monotonic() < deadline:
                     if time.monotonic() >= next_t:
                         (cfd, csock), (sfd, ssock) = open_fds(client.pid), open_fds(srv)
-                        s = Sample(time.monotonic() - t0, server_finished(url), rss_mb(client.pid), rss_mb(srv),
-                                   cfd, sfd, csock, ssock)  # fmt: skip
+                        s = Sample(
+                            time.monotonic() - t0,
+                            server_finished(url),
+                            rss_mb(client.pid),
+                            rss_mb(srv),
+                            cfd,
+                            sfd,
+                            csock,
+                            ssock,
+                        )
                         samples.append(s)
                         if on_sample is not None:
                             on_sample(s)
@@ -234,8 +273,10 @@ HEADER = f"{'time s':>7} {'requests':>9} {'client MB':>9} {'server MB':>9} {'cli
 
 
 def row(s: Sample) -> str:
-    return (f"{s.t_s:>7.0f} {s.requests:>9,} {s.client_rss_mb:>9.1f} {s.server_rss_mb:>9.1f} "
-            f"{s.client_fds:>10} {s.server_fds:>10}")  # fmt: skip
+    return (
+        f"{s.t_s:>7.0f} {s.requests:>9,} {s.client_rss_mb:>9.1f} {s.server_rss_mb:>9.1f} "
+        f"{s.client_fds:>10} {s.server_fds:>10}"
+    )
 
 
 def _growth(x: float | None) -> str:
@@ -251,11 +292,15 @@ def verdict_lines(v: Verdict) -> list[str]:
         f"verdict (linear fit over the samples after {v.warmup_s:.0f} s of warm-up; {n:,} requests sampled)",
         f"  client memory growth: {_growth(v.client_mb_per_100k)}",
         f"  server memory growth: {_growth(v.server_mb_per_100k)}",
-        (f"  client fd drift: {v.client_fd_drift:+d} (sockets {v.client_socket_drift:+d})   "
-         f"server fd drift: {v.server_fd_drift:+d} (sockets {v.server_socket_drift:+d}); sockets are the "
-         "client's keep-alive pool, as large as the most requests in flight so far"),
-        (f"  sent {v.sent:,} (client schedule less drops), server finished {v.server_finished:,}, "
-         f"records written {v.records:,}: {'nothing lost' if v.lost == 0 else f'{v.lost:,} LOST'}"),
+        (
+            f"  client fd drift: {v.client_fd_drift:+d} (sockets {v.client_socket_drift:+d})   "
+            f"server fd drift: {v.server_fd_drift:+d} (sockets {v.server_socket_drift:+d}); sockets are the "
+            "client's keep-alive pool, as large as the most requests in flight so far"
+        ),
+        (
+            f"  sent {v.sent:,} (client schedule less drops), server finished {v.server_finished:,}, "
+            f"records written {v.records:,}: {'nothing lost' if v.lost == 0 else f'{v.lost:,} LOST'}"
+        ),
         *(f"  note: {x}" for x in v.notes),
     ]
 
@@ -269,16 +314,27 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
     ap.add_argument("--warmup", type=float, default=None, help="seconds left out of the fit (default 20%%, max 300)")
     ap.add_argument("--out", type=Path, default=None, help="keep the run folder here (default: a temporary one)")
-    ap.add_argument("--request-log", type=int, default=None,
-                    help="the server's --request-log (default: its own, 10,000 requests)")  # fmt: skip
+    ap.add_argument(
+        "--request-log", type=int, default=None, help="the server's --request-log (default: its own, 10,000 requests)"
+    )
     args = ap.parse_args()
-    print(f"soak: {args.minutes:g} min at {args.rate:g} req/s, prompt {args.prompt_tokens} / output "
-          f"{args.output_tokens} tokens, server: loadgen serve {' '.join(FAST_SERVER)}", flush=True)  # fmt: skip
+    print(
+        f"soak: {args.minutes:g} min at {args.rate:g} req/s, prompt {args.prompt_tokens} / output "
+        f"{args.output_tokens} tokens, server: loadgen serve {' '.join(FAST_SERVER)}",
+        flush=True,
+    )
     print(HEADER, flush=True)
-    v = soak(args.minutes, args.rate, prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
-             interval_s=args.interval, warmup_s=args.warmup, out=args.out,
-             server_args=[] if args.request_log is None else ["--request-log", str(args.request_log)],
-             on_sample=lambda s: print(row(s), flush=True))  # fmt: skip
+    v = soak(
+        args.minutes,
+        args.rate,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        interval_s=args.interval,
+        warmup_s=args.warmup,
+        out=args.out,
+        server_args=[] if args.request_log is None else ["--request-log", str(args.request_log)],
+        on_sample=lambda s: print(row(s), flush=True),
+    )
     print()
     print("\n".join(verdict_lines(v)), flush=True)
 

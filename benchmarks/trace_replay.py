@@ -57,21 +57,34 @@ def write_traces(folder: Path, n: int, shape: float) -> dict[str, Path]:
         nxt = 10_000
         for i in range(n):
             blocks = -(-int(p[i]) // 512)
-            ids = [int(rng.integers(0, 8))] + list(range(nxt, nxt + blocks - 1))
+            ids = [int(rng.integers(0, 8)), *list(range(nxt, nxt + blocks - 1))]
             nxt += blocks - 1
-            fh.write(json.dumps({"timestamp": round(t[i] * 1000, 3), "input_length": int(p[i]),
-                                 "output_length": int(o[i]), "hash_ids": ids}) + "\n")  # fmt: skip
+            fh.write(
+                json.dumps(
+                    {
+                        "timestamp": round(t[i] * 1000, 3),
+                        "input_length": int(p[i]),
+                        "output_length": int(o[i]),
+                        "hash_ids": ids,
+                    }
+                )
+                + "\n"
+            )
     start = dt.datetime(2023, 11, 16, 18, 0, 0)
     with paths["azure"].open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
-        w.writerows([(start + dt.timedelta(seconds=float(ti))).strftime("%Y-%m-%d %H:%M:%S.%f") + "0", int(a), int(b)]
-                    for ti, a, b in zip(t, p, o))  # fmt: skip
+        w.writerows(
+            [(start + dt.timedelta(seconds=float(ti))).strftime("%Y-%m-%d %H:%M:%S.%f") + "0", int(a), int(b)]
+            for ti, a, b in zip(t, p, o)
+        )
     with paths["burstgpt"].open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type"])
-        w.writerows([round(float(ti), 3), "ChatGPT", int(a), int(b), int(a + b), "Conversation log"]
-                    for ti, a, b in zip(t, p, o))  # fmt: skip
+        w.writerows(
+            [round(float(ti), 3), "ChatGPT", int(a), int(b), int(a + b), "Conversation log"]
+            for ti, a, b in zip(t, p, o)
+        )
     return paths
 
 
@@ -79,14 +92,21 @@ def write_datasets(folder: Path, n: int) -> dict[str, Path]:
     rng = np.random.default_rng(1)
     words = np.array(default_corpus())
     texts = [" ".join(words[rng.integers(0, len(words), int(k))]) for k in np.clip(rng.lognormal(5.5, 0.8, n), 4, 4000)]
-    answers = [" ".join(words[rng.integers(0, len(words), int(k))]) for k in np.clip(rng.lognormal(4.5, 0.7, n), 1, 1000)]
-    paths = {f: folder / name for f, name in (("sharegpt", "sg.json"), ("chat", "chat.jsonl"), ("prompts", "p.jsonl"),
-                                              ("csv", "p.csv"))}  # fmt: skip
+    answers = [
+        " ".join(words[rng.integers(0, len(words), int(k))]) for k in np.clip(rng.lognormal(4.5, 0.7, n), 1, 1000)
+    ]
+    paths = {
+        f: folder / name
+        for f, name in (("sharegpt", "sg.json"), ("chat", "chat.jsonl"), ("prompts", "p.jsonl"), ("csv", "p.csv"))
+    }
     conv = [[{"from": "human", "value": q}, {"from": "gpt", "value": a}] for q, a in zip(texts, answers)]
     paths["sharegpt"].write_text(json.dumps([{"id": str(i), "conversations": c} for i, c in enumerate(conv)]))
-    paths["chat"].write_text("".join(json.dumps({"messages": [{"role": "user", "content": q},
-                                                              {"role": "assistant", "content": a}]}) + "\n"
-                                     for q, a in zip(texts, answers)))  # fmt: skip
+    paths["chat"].write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n"
+            for q, a in zip(texts, answers)
+        )
+    )
     paths["prompts"].write_text("".join(json.dumps({"prompt": q, "output_tokens": 64}) + "\n" for q in texts))
     with paths["csv"].open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -118,9 +138,14 @@ async def replay(url: str, plan: LevelPlan, source: Any) -> dict[str, float]:
     await transport.aclose()
     late = np.array([r.sent_ns - r.scheduled_ns for r in res.records]) / 1e6
     sched = np.sort(np.array([r.scheduled_ns for r in res.records]))
-    return {"sent": len(res.records), "failed": sum(not r.ok for r in res.records),
-            "rate": (len(sched) - 1) / ((sched[-1] - sched[0]) / 1e9), "p50": float(np.percentile(late, 50)),
-            "p99": float(np.percentile(late, 99)), "max": float(late.max())}  # fmt: skip
+    return {
+        "sent": len(res.records),
+        "failed": sum(not r.ok for r in res.records),
+        "rate": (len(sched) - 1) / ((sched[-1] - sched[0]) / 1e9),
+        "p50": float(np.percentile(late, 50)),
+        "p99": float(np.percentile(late, 99)),
+        "max": float(late.max()),
+    }
 
 
 def main() -> None:
@@ -137,22 +162,30 @@ def main() -> None:
         # a first level warms this process up (as a run's calibration requests do); not reported
         warm = iter([RequestSpec(i, "x", 1, 1) for i in range(400)])
         asyncio.run(replay(url, LevelPlan(0, "rate", 100.0, duration_s=2.0, seed=9), warm))
-        print(f"{'format':<10} {'rows':>6} {'load s':>7} {'replayed':>8} {'failed':>6} {'sched/s':>8} "
-              f"{'late p50 ms':>11} {'p99 ms':>7} {'max ms':>7}")  # fmt: skip
+        print(
+            f"{'format':<10} {'rows':>6} {'load s':>7} {'replayed':>8} {'failed':>6} {'sched/s':>8} "
+            f"{'late p50 ms':>11} {'p99 ms':>7} {'max ms':>7}"
+        )
         for fmt, path in write_traces(folder, args.rows, args.burstiness).items():
             secs, tr = best_of(lambda p=path: load_trace(TraceOptions(str(p))))
             assert isinstance(tr, Trace)
             plan = LevelPlan(0, "rate", tr.mean_rate, duration_s=args.seconds, offsets=tr.offsets)
             r = asyncio.run(replay(url, plan, TraceSource(tr, 0, synth)))
-            print(f"{fmt:<10} {len(tr):>6} {secs:>7.3f} {r['sent']:>8} {r['failed']:>6} {r['rate']:>8.1f} "
-                  f"{r['p50']:>11.3f} {r['p99']:>7.3f} {r['max']:>7.2f}", flush=True)  # fmt: skip
+            print(
+                f"{fmt:<10} {len(tr):>6} {secs:>7.3f} {r['sent']:>8} {r['failed']:>6} {r['rate']:>8.1f} "
+                f"{r['p50']:>11.3f} {r['p99']:>7.3f} {r['max']:>7.2f}",
+                flush=True,
+            )
         for fmt, path in write_datasets(folder, args.rows).items():
             opts = DatasetOptions(str(path))
             secs, data = best_of(lambda o=opts: measure(load_dataset(o), o, synth))
             plan = LevelPlan(0, "rate", 100.0, duration_s=args.seconds, arrival="poisson", seed=1)
             r = asyncio.run(replay(url, plan, DatasetSource(data, 0)))
-            print(f"{fmt:<10} {len(data):>6} {secs:>7.3f} {r['sent']:>8} {r['failed']:>6} {r['rate']:>8.1f} "
-                  f"{r['p50']:>11.3f} {r['p99']:>7.3f} {r['max']:>7.2f}", flush=True)  # fmt: skip
+            print(
+                f"{fmt:<10} {len(data):>6} {secs:>7.3f} {r['sent']:>8} {r['failed']:>6} {r['rate']:>8.1f} "
+                f"{r['p50']:>11.3f} {r['p99']:>7.3f} {r['max']:>7.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -30,47 +30,60 @@ if TYPE_CHECKING:
     from loadgen.records import RequestRecord, RequestSpec
     from loadgen.report.files import read_run_info
     from loadgen.report.readers import read_records
-    from loadgen.runinfo import RunInfo
     from loadgen.runconfig import RunConfig
+    from loadgen.runinfo import RunInfo
     from loadgen.server.config import ServeConfig
     from loadgen.server.process import ServerProcess
     from loadgen.workload.spec import Workload, workload_from_flags
 
 _EXPORTS = {
-    "run": "loadgen.api", "read_summary": "loadgen.api", "records_frame": "loadgen.api",
-    "RunConfig": "loadgen.runconfig", "Profile": "loadgen.load.profiles", "load_profile": "loadgen.api",
-    "Workload": "loadgen.workload.spec", "load_workload": "loadgen.api",
-    "workload_from_flags": "loadgen.workload.spec", "SLO": "loadgen.metrics.slo", "parse_slo": "loadgen.metrics.slo",
-    "RunSummary": "loadgen.metrics.results", "LevelSummary": "loadgen.metrics.results",
-    "RequestSpec": "loadgen.records", "RequestRecord": "loadgen.records", "read_records": "loadgen.report.readers",
-    "read_run_info": "loadgen.report.files", "RunInfo": "loadgen.runinfo",
-    "ServeConfig": "loadgen.server.config", "ServerProcess": "loadgen.server.process",
-    "LoadgenError": "loadgen.errors", "ConfigError": "loadgen.errors",
-}  # fmt: skip
+    "run": "loadgen.api",
+    "read_summary": "loadgen.api",
+    "records_frame": "loadgen.api",
+    "RunConfig": "loadgen.runconfig",
+    "Profile": "loadgen.load.profiles",
+    "load_profile": "loadgen.api",
+    "Workload": "loadgen.workload.spec",
+    "load_workload": "loadgen.api",
+    "workload_from_flags": "loadgen.workload.spec",
+    "SLO": "loadgen.metrics.slo",
+    "parse_slo": "loadgen.metrics.slo",
+    "RunSummary": "loadgen.metrics.results",
+    "LevelSummary": "loadgen.metrics.results",
+    "RequestSpec": "loadgen.records",
+    "RequestRecord": "loadgen.records",
+    "read_records": "loadgen.report.readers",
+    "read_run_info": "loadgen.report.files",
+    "RunInfo": "loadgen.runinfo",
+    "ServeConfig": "loadgen.server.config",
+    "ServerProcess": "loadgen.server.process",
+    "LoadgenError": "loadgen.errors",
+    "ConfigError": "loadgen.errors",
+}
 __all__ = [
-    "__version__",
-    "run",
-    "read_summary",
-    "records_frame",
-    "RunConfig",
-    "Profile",
-    "load_profile",
-    "Workload",
-    "load_workload",
-    "workload_from_flags",
     "SLO",
-    "parse_slo",
-    "RunSummary",
+    "ConfigError",
     "LevelSummary",
-    "RequestSpec",
+    "LoadgenError",
+    "Profile",
     "RequestRecord",
-    "read_records",
-    "read_run_info",
+    "RequestSpec",
+    "RunConfig",
     "RunInfo",
+    "RunSummary",
     "ServeConfig",
     "ServerProcess",
-    "LoadgenError",
-    "ConfigError",
+    "Workload",
+    "__version__",
+    "load_profile",
+    "load_workload",
+    "parse_slo",
+    "read_records",
+    "read_run_info",
+    "read_summary",
+    "records_frame",
+    "run",
+    "workload_from_flags",
 ]
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from loadgen.load.profiles import Profile
     from loadgen.workload.spec import Workload
 
-__all__ = ["run", "read_summary", "records_frame", "load_workload", "load_profile"]
+__all__ = ["load_profile", "load_workload", "read_summary", "records_frame", "run"]
 
 
 def run(config: RunConfig, *, console: Console | None = None, report: bool = True) -> RunSummary:

@@ -9,7 +9,8 @@ the non-streamed fallback a calibration uses when a stream carries no usage
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.discovery import ServerInfo
@@ -32,8 +33,9 @@ async def _streamed_prompt_tokens(transport: Any, spec: RequestSpec) -> int | No
     return rec.prompt_tokens
 
 
-async def calibrate(transport: Any, synth: PromptSynthesizer, api: str, probe: Probe | None = None,
-                    deadline_s: float | None = None) -> dict[str, Any]:  # fmt: skip
+async def calibrate(
+    transport: Any, synth: PromptSynthesizer, api: str, probe: Probe | None = None, deadline_s: float | None = None
+) -> dict[str, Any]:
     """Two short requests of known word counts fit tokens-per-word and the template overhead.
 
     They are streamed like the run's requests; when a stream carries no
@@ -47,7 +49,9 @@ async def calibrate(transport: Any, synth: PromptSynthesizer, api: str, probe: P
             async with asyncio.timeout(deadline_s):
                 return await calibrate(transport, synth, api, probe)
         except TimeoutError as exc:
-            raise TargetError(f"calibration did not finish within {deadline_s:g} s (the --timeout of a request)") from exc
+            raise TargetError(
+                f"calibration did not finish within {deadline_s:g} s (the --timeout of a request)"
+            ) from exc
     specs = [
         (words, RequestSpec(index=-1 - i, prompt=text, prompt_tokens=words, max_tokens=1))
         for i, (words, text) in enumerate(synth.calibration_texts((32, 256)))
@@ -66,8 +70,11 @@ async def calibrate(transport: Any, synth: PromptSynthesizer, api: str, probe: P
         for _, spec in specs:
             res = await probe(spec)
             if res.prompt_tokens is None:
-                return {"calibrated": False, "method": None,
-                        "reason": f"the server streams no usage.prompt_tokens and {res.error}"}  # fmt: skip
+                return {
+                    "calibrated": False,
+                    "method": None,
+                    "reason": f"the server streams no usage.prompt_tokens and {res.error}",
+                }
             counts.append(res.prompt_tokens)
     samples = [(words, n) for (words, _), n in zip(specs, counts)]
     try:
@@ -87,8 +94,13 @@ async def calibrate(transport: Any, synth: PromptSynthesizer, api: str, probe: P
 def dialect_options(cfg: RunConfig, info: ServerInfo) -> DialectOptions:
     """The run's request options: the model the server names, the flags, the workload's tools."""
     wl = cfg.workload
-    return DialectOptions(model=info.model, strict=cfg.strict, continuous_usage=cfg.continuous_usage,
-                          tools=wl.tools, tool_choice=wl.tool_choice)  # fmt: skip
+    return DialectOptions(
+        model=info.model,
+        strict=cfg.strict,
+        continuous_usage=cfg.continuous_usage,
+        tools=wl.tools,
+        tool_choice=wl.tool_choice,
+    )
 
 
 def probe_for(cfg: RunConfig, info: ServerInfo) -> Probe:
@@ -99,4 +111,3 @@ def probe_for(cfg: RunConfig, info: ServerInfo) -> Probe:
         return await probe_prompt_tokens(cfg.url, dialect, options, spec, cfg.headers, cfg.read_timeout_s)
 
     return probe
-

@@ -31,22 +31,24 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.paths import search_dirs
 from loadgen.load.profiles import Profile, with_budget
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import parse_slo
 from loadgen.orchestrate import RunConfig, execute
+from loadgen.paths import search_dirs
 from loadgen.report.console import fmt_ms
 from loadgen.server.process import ServerProcess
 from loadgen.workload.spec import load_workload
 
-__all__ = ["run_demo", "DEMO_LEVELS"]
+__all__ = ["DEMO_LEVELS", "run_demo"]
 
 DEMO_LEVELS = [4.0, 8.0, 16.0, 32.0]
 DEMO_MAX_SEQS = 8
 CHUNK_BUDGET = 2048
-CONFIGS = (("chunked", ["--chunked-prefill", "--max-num-batched-tokens", str(CHUNK_BUDGET)]),
-           ("unchunked", ["--no-chunked-prefill"]))
+CONFIGS = (
+    ("chunked", ["--chunked-prefill", "--max-num-batched-tokens", str(CHUNK_BUDGET)]),
+    ("unchunked", ["--no-chunked-prefill"]),
+)
 
 
 def _chat(level: LevelSummary, metric: str, stat: str) -> float | None:
@@ -55,12 +57,21 @@ def _chat(level: LevelSummary, metric: str, stat: str) -> float | None:
     return None if cls is None else getattr(cls, metric).stat(stat)
 
 
-def run_demo(out: Path, console: Console, *, seconds_per_level: float = 7.0, live: bool = True) -> dict[str, RunSummary]:
+def run_demo(
+    out: Path, console: Console, *, seconds_per_level: float = 7.0, live: bool = True
+) -> dict[str, RunSummary]:
     """Run both configurations; return ``{name: summary}`` and print the headline."""
     workload = load_workload("demo", search_dirs("workloads"))
-    profile = with_budget(Profile(name="demo", description="rising concurrency, duration-bound levels",
-                                  levels=list(DEMO_LEVELS), trim=(0.1, 0.1)),
-                          duration_s=seconds_per_level, warmup_requests=0)
+    profile = with_budget(
+        Profile(
+            name="demo",
+            description="rising concurrency, duration-bound levels",
+            levels=list(DEMO_LEVELS),
+            trim=(0.1, 0.1),
+        ),
+        duration_s=seconds_per_level,
+        warmup_requests=0,
+    )
     results: dict[str, RunSummary] = {}
     for name, flags in CONFIGS:
         console.rule(f"[bold]{name}[/bold]: reference server, simulated H100 + Llama-3.1-8B, {' '.join(flags)}")
@@ -112,10 +123,19 @@ def _headline(results: dict[str, RunSummary], console: Console) -> None:
     for name, s in results.items():
         knee = s.saturation
         cap = s.capacity
-        knee_text = (f"saturates at {knee.load:g} users (throughput {100 * (knee.throughput_gain or 0):+.0f}%, "
-                     f"TTFT p99 {100 * (knee.latency_growth or 0):+.0f}%)") if knee and knee.found else "no knee"
-        cap_text = (f"capacity {cap.value:.1f} users at the SLOs" if cap and cap.status == "ok" and cap.value
-                    else f"capacity {cap.status if cap else 'unknown'}")
+        knee_text = (
+            (
+                f"saturates at {knee.load:g} users (throughput {100 * (knee.throughput_gain or 0):+.0f}%, "
+                f"TTFT p99 {100 * (knee.latency_growth or 0):+.0f}%)"
+            )
+            if knee and knee.found
+            else "no knee"
+        )
+        cap_text = (
+            f"capacity {cap.value:.1f} users at the SLOs"
+            if cap and cap.status == "ok" and cap.value
+            else f"capacity {cap.status if cap else 'unknown'}"
+        )
         console.print(f"{name}: {knee_text}; {cap_text} (at most {DEMO_MAX_SEQS} sequences run at once).")
 
 

@@ -28,23 +28,23 @@ unwinds like Ctrl-C and the CLI exits 143.
 from __future__ import annotations
 
 __all__ = [
-    "LoadgenError",
     "ConfigError",
-    "WorkloadError",
-    "ProfileError",
-    "TargetError",
-    "TransportError",
-    "HTTPStatusError",
-    "redirect_text",
-    "RequestTimeout",
     "Disconnected",
-    "InvalidResponse",
-    "ErrorEvent",
-    "ServerError",
     "EngineError",
+    "ErrorEvent",
+    "HTTPStatusError",
+    "InvalidResponse",
+    "LoadgenError",
+    "ProfileError",
     "PromptTooLong",
     "QueueFull",
+    "RequestTimeout",
+    "ServerError",
+    "TargetError",
     "Terminated",
+    "TransportError",
+    "WorkloadError",
+    "redirect_text",
 ]
 
 

@@ -58,12 +58,13 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
+import tomllib
 from rich.console import Console
 from rich.markup import escape
 
@@ -79,13 +80,24 @@ from loadgen.paths import search_dirs
 from loadgen.runconfig import Origin, RunConfig
 from loadgen.workload.spec import Workload, load_workload, workload_from_flags
 
-__all__ = ["MatrixSpec", "ServerConfig", "load_matrix", "run_matrix", "MATRIX_FILE"]
+__all__ = ["MATRIX_FILE", "MatrixSpec", "ServerConfig", "load_matrix", "run_matrix"]
 
 MATRIX_FILE = "matrix.json"
 _TOP = {"name", "description", "baseline", "server", "grid", "configs", "run"}
 _SERVER = {"command", "url", "health_timeout_s", "stop_grace_s"}
-_RUN = {"api", "workload", "prompt_tokens", "output_tokens", "slos", "profile", "seed", "model", "trials",
-        "api_key_env", "header_env"}
+_RUN = {
+    "api",
+    "workload",
+    "prompt_tokens",
+    "output_tokens",
+    "slos",
+    "profile",
+    "seed",
+    "model",
+    "trials",
+    "api_key_env",
+    "header_env",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +142,11 @@ def _check_keys(table: Any, allowed: set[str], source: str, where: str) -> dict[
         raise _err(source, where, f"must be a table with keys: {', '.join(sorted(allowed))}")
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise _err(source, f"{where}.{unknown[0]}" if where else unknown[0],
-                   f"unknown key; allowed: {', '.join(sorted(allowed))}")
+        raise _err(
+            source,
+            f"{where}.{unknown[0]}" if where else unknown[0],
+            f"unknown key; allowed: {', '.join(sorted(allowed))}",
+        )
     return table
 
 
@@ -177,8 +192,11 @@ def _configs(data: dict[str, Any], source: str) -> list[ServerConfig]:
                 raise _err(source, f"configs[{i}].name", "must be a non-empty string")
             if not isinstance(params, dict):
                 raise _err(source, f"configs[{i}].params", "must be a table")
-            out.append(ServerConfig(name.strip(), {k: str(v) for k, v in params.items()},
-                                    {k: str(v) for k, v in params.items()}))
+            out.append(
+                ServerConfig(
+                    name.strip(), {k: str(v) for k, v in params.items()}, {k: str(v) for k, v in params.items()}
+                )
+            )
         return out
     return [ServerConfig("server")]
 
@@ -203,7 +221,7 @@ def load_matrix(path: Path) -> MatrixSpec:
     server = _check_keys(data.get("server", {}), _SERVER, source, "server")
     command, url = server.get("command"), server.get("url")
     if (command is None) == (url is None):
-        raise _err(source, "server", "give either command = \"...\" or url = \"...\"")
+        raise _err(source, "server", 'give either command = "..." or url = "..."')
     for key, value in (("command", command), ("url", url)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise _err(source, f"server.{key}", "must be a non-empty string")
@@ -220,8 +238,12 @@ def load_matrix(path: Path) -> MatrixSpec:
             except KeyError as exc:
                 raise _err(source, "server.command", f"uses {{{exc.args[0]}}}, which no parameter gives") from None
             except ValueError as exc:  # shlex: an unbalanced quote, in the command or a parameter's value
-                raise _err(source, "server.command", f"configuration {cfg.name!r} does not split into arguments "
-                           f"({exc}); check the quotes in its parameters {cfg.params}") from None  # fmt: skip
+                raise _err(
+                    source,
+                    "server.command",
+                    f"configuration {cfg.name!r} does not split into arguments "
+                    f"({exc}); check the quotes in its parameters {cfg.params}",
+                ) from None
     timeouts = {}
     for key, default in (("health_timeout_s", 60.0), ("stop_grace_s", 10.0)):
         value = server.get(key, default)
@@ -257,21 +279,42 @@ def load_matrix(path: Path) -> MatrixSpec:
     if key_env is not None and (not isinstance(key_env, str) or not key_env):
         raise _err(source, "run.api_key_env", "must be the name of an environment variable")
     header_env = run.get("header_env", {})
-    if not isinstance(header_env, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
-                                                   for k, v in header_env.items()):
+    if not isinstance(header_env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in header_env.items()
+    ):
         raise _err(source, "run.header_env", 'must be a table of header name = "ENV_VARIABLE"')
     trials = run.get("trials", 1)
     spec = MatrixSpec(
-        name=str(data.get("name", Path(path).stem)), source=source, configs=configs, baseline=baseline,
-        command=command, url=url, api=api, workload=workload, profile=profile, slos=list(slos), seed=seed,
-        model=model, description=str(data.get("description", "")), trials=trials, api_key_env=key_env,
-        header_env=dict(header_env), **timeouts)
+        name=str(data.get("name", Path(path).stem)),
+        source=source,
+        configs=configs,
+        baseline=baseline,
+        command=command,
+        url=url,
+        api=api,
+        workload=workload,
+        profile=profile,
+        slos=list(slos),
+        seed=seed,
+        model=model,
+        description=str(data.get("description", "")),
+        trials=trials,
+        api_key_env=key_env,
+        header_env=dict(header_env),
+        **timeouts,
+    )
     run_config(spec, url or "http://127.0.0.1", {}, Path("."), "check")  # the [run] table's values, checked now
     return spec
 
 
-_ORIGIN_KEYS = {"api": "run.api", "seed": "run.seed", "model": "run.model", "trials": "run.trials",
-                "slos": "run.slos", "headers": "run.header_env"}  # fmt: skip
+_ORIGIN_KEYS = {
+    "api": "run.api",
+    "seed": "run.seed",
+    "model": "run.model",
+    "trials": "run.trials",
+    "slos": "run.slos",
+    "headers": "run.header_env",
+}
 
 
 def run_config(spec: MatrixSpec, url: str, headers: dict[str, str], out: Path, label: str) -> RunConfig:
@@ -279,11 +322,22 @@ def run_config(spec: MatrixSpec, url: str, headers: dict[str, str], out: Path, l
     the file and its key (``m.toml: run.trials: ...``)."""
     base, url_auth = split_credentials(normalize_url(url))  # a fixed URL's password: a header
     return RunConfig(
-        url=base, api=spec.api, headers={**url_auth, **headers}, workload=spec.workload, profile=spec.profile,
-        out=out, model=spec.model, slos=[parse_slo(s) for s in spec.slos], seed=spec.seed, label=label,
-        command=["loadgen", "matrix", spec.source], live=False, scrape_metrics=True, trials=spec.trials,
+        url=base,
+        api=spec.api,
+        headers={**url_auth, **headers},
+        workload=spec.workload,
+        profile=spec.profile,
+        out=out,
+        model=spec.model,
+        slos=[parse_slo(s) for s in spec.slos],
+        seed=spec.seed,
+        label=label,
+        command=["loadgen", "matrix", spec.source],
+        live=False,
+        scrape_metrics=True,
+        trials=spec.trials,
         origin=Origin(source=spec.source, keys=_ORIGIN_KEYS),
-    )  # fmt: skip
+    )
 
 
 def _format(template: str, cfg: ServerConfig, port: int) -> list[str]:
@@ -307,8 +361,14 @@ class _Server:
     def __init__(self, argv: list[str], log: Path, url: str) -> None:
         self.argv, self.log_path, self.url = argv, log, url
         self.log = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
 
     def wait_healthy(self, timeout_s: float) -> str | None:
         """None once ``/health`` answers 200, else why not (exited, timed out)."""
@@ -343,12 +403,20 @@ class _Server:
 def _headline(summary: RunSummary) -> dict[str, Any]:
     levels = []
     for lv in summary.levels:
-        levels.append({
-            "load": lv.load.to_json(), "ok": lv.requests.ok, "failed": lv.requests.failed,
-            "ttft_ms_p50": lv.ttft_ms.p50, "ttft_ms_p99": lv.ttft_ms.p99, "itl_ms_p99": lv.itl_ms.p99,
-            "tpot_ms_p50": lv.tpot_ms.p50, "output_tokens_per_s": lv.throughput.output_tokens_per_s,
-            "slo_attainment": lv.goodput.slo_attainment, "goodput_rps": lv.goodput.requests_per_s,
-        })
+        levels.append(
+            {
+                "load": lv.load.to_json(),
+                "ok": lv.requests.ok,
+                "failed": lv.requests.failed,
+                "ttft_ms_p50": lv.ttft_ms.p50,
+                "ttft_ms_p99": lv.ttft_ms.p99,
+                "itl_ms_p99": lv.itl_ms.p99,
+                "tpot_ms_p50": lv.tpot_ms.p50,
+                "output_tokens_per_s": lv.throughput.output_tokens_per_s,
+                "slo_attainment": lv.goodput.slo_attainment,
+                "goodput_rps": lv.goodput.requests_per_s,
+            }
+        )
     cap = summary.capacity
     return {"levels": levels, "capacity": None if cap is None else cap.to_json()}
 
@@ -367,8 +435,9 @@ def _headers(spec: MatrixSpec) -> dict[str, str]:
     return headers
 
 
-def run_matrix(spec: MatrixSpec, out: Path, console: Console, *,
-               run_one: Callable[[RunConfig, Console], Any] = execute) -> dict[str, Any]:
+def run_matrix(
+    spec: MatrixSpec, out: Path, console: Console, *, run_one: Callable[[RunConfig, Console], Any] = execute
+) -> dict[str, Any]:
     """Run every configuration of ``spec`` into ``out``; write and return ``matrix.json``."""
     out = Path(out)
     secrets = _headers(spec)  # before anything starts: a missing variable is one line
@@ -377,15 +446,19 @@ def run_matrix(spec: MatrixSpec, out: Path, console: Console, *,
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     entries: list[dict[str, Any]] = []
-    doc: dict[str, Any] = {"name": spec.name, "source": spec.source, "baseline": spec.baseline,
-                           "description": spec.description, "configs": entries}
+    doc: dict[str, Any] = {
+        "name": spec.name,
+        "source": spec.source,
+        "baseline": spec.baseline,
+        "description": spec.description,
+        "configs": entries,
+    }
     for i, cfg in enumerate(spec.configs):
         folder = out / _safe_name(cfg.name)
         if folder.exists():
             raise ConfigError(f"{folder} exists: give a new --out folder for a new matrix", key="--out")
         folder.mkdir(parents=True)
-        entry: dict[str, Any] = {"name": cfg.name, "params": cfg.labels, "folder": folder.name,
-                                 "status": "pending"}
+        entry: dict[str, Any] = {"name": cfg.name, "params": cfg.labels, "folder": folder.name, "status": "pending"}
         entries.append(entry)
         console.print(f"[bold]{i + 1}/{len(spec.configs)} {escape(cfg.name)}[/bold]", highlight=False)
         t0 = time.monotonic()
@@ -430,8 +503,10 @@ def run_matrix(spec: MatrixSpec, out: Path, console: Console, *,
             entry["wall_s"] = round(time.monotonic() - t0, 2)
             (out / MATRIX_FILE).write_text(json.dumps(doc, indent=2) + "\n")
             if entry["status"] not in ("ok", "pending"):
-                console.print(f"[yellow]{escape(cfg.name)}: {entry['status']}: "
-                              f"{escape(str(entry.get('error', '')))}[/yellow]", highlight=False)
+                console.print(
+                    f"[yellow]{escape(cfg.name)}: {entry['status']}: {escape(str(entry.get('error', '')))}[/yellow]",
+                    highlight=False,
+                )
     doc["wall_s"] = round(time.monotonic() - started, 2)
     doc["html"] = _render(out, spec, entries, console)
     (out / MATRIX_FILE).write_text(json.dumps(doc, indent=2) + "\n")
@@ -450,8 +525,9 @@ def _render(out: Path, spec: MatrixSpec, entries: list[dict[str, Any]], console:
     ordered = base + [e for e in done if e["name"] != spec.baseline]
     if len(ordered) < 2:
         return None
-    page = render_comparison([out / e["folder"] / "run" for e in ordered], out / "matrix.html",
-                             labels=[e["name"] for e in ordered])
+    page = render_comparison(
+        [out / e["folder"] / "run" for e in ordered], out / "matrix.html", labels=[e["name"] for e in ordered]
+    )
     return page.name
 
 

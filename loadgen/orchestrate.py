@@ -11,9 +11,10 @@ import contextlib
 import dataclasses
 import functools
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -27,30 +28,52 @@ from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError
 from loadgen.load.executor import InProcess, LevelExecutor
 from loadgen.load.profiles import Profile
-from loadgen.load.runner import LevelPlan, Runner
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
+from loadgen.load.runner import LevelPlan, Runner
 from loadgen.load.share import WorkerSetup
-from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.load.sweeps import Sweep
+from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.records import RequestRecord
-from loadgen.runconfig import RunConfig
-from loadgen.runinfo import (Calibration, ClassInfo, ClientConfig, ClockAnchor, DatasetInfo, Finished, Resumed,
-                             RunInfo, SessionsInfo, Target, TraceInfo, WorkerClock, WorkloadInfo)
 from loadgen.report.console import LiveStats, show_summary
-from loadgen.signals import raise_on_sigterm, stop_signals
-from loadgen.sweep_driver import run_summary, summarize_result, sweep_levels
 from loadgen.report.files import RunWriter, check_out_folder, holds_run, lock_run_folder, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
+from loadgen.runconfig import RunConfig
+from loadgen.runinfo import (
+    Calibration,
+    ClassInfo,
+    ClientConfig,
+    ClockAnchor,
+    DatasetInfo,
+    Finished,
+    Resumed,
+    RunInfo,
+    SessionsInfo,
+    Target,
+    TraceInfo,
+    WorkerClock,
+    WorkloadInfo,
+)
+from loadgen.signals import raise_on_sigterm, stop_signals
+from loadgen.sweep_driver import run_summary, summarize_result, sweep_levels
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
+from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.sessions import SessionSource
 from loadgen.workload.source import WorkloadSource
-from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import TraceSource
 
-__all__ = ["RunConfig", "RunOutcome", "Resume", "execute", "calibrate", "summarize_result", "run_summary",
-           "WRITE_FAILED", "finish_unwritable"]
+__all__ = [
+    "WRITE_FAILED",
+    "Resume",
+    "RunConfig",
+    "RunOutcome",
+    "calibrate",
+    "execute",
+    "finish_unwritable",
+    "run_summary",
+    "summarize_result",
+]
 
 WRITE_FAILED = 74  # exit code of a run whose folder could not be written (sysexits' EX_IOERR)
 
@@ -79,13 +102,28 @@ class RunOutcome:
 
 
 def _workload_info(wl: Workload) -> WorkloadInfo:
-    classes = [ClassInfo(name=c.name, weight=c.weight, prompt_tokens=c.prompt_tokens.describe(),
-                         output_tokens=c.output_tokens.describe(), shared_prefix_groups=c.shared_prefix_groups,
-                         shared_prefix_tokens=c.shared_prefix_tokens) for c in wl.classes]  # fmt: skip
+    classes = [
+        ClassInfo(
+            name=c.name,
+            weight=c.weight,
+            prompt_tokens=c.prompt_tokens.describe(),
+            output_tokens=c.output_tokens.describe(),
+            shared_prefix_groups=c.shared_prefix_groups,
+            shared_prefix_tokens=c.shared_prefix_tokens,
+        )
+        for c in wl.classes
+    ]
     sessions = None if wl.sessions is None else SessionsInfo.from_json(wl.sessions.to_dict())
     dataset = None if wl.dataset is None else DatasetInfo.from_json(wl.dataset.describe())
-    return WorkloadInfo(classes=classes, name=wl.name, description=wl.description, source=wl.source,
-                        sessions=sessions, tools=None if wl.tools is None else len(wl.tools), dataset=dataset)
+    return WorkloadInfo(
+        classes=classes,
+        name=wl.name,
+        description=wl.description,
+        source=wl.source,
+        sessions=sessions,
+        tools=None if wl.tools is None else len(wl.tools),
+        dataset=dataset,
+    )
 
 
 def _run_json(cfg: RunConfig, info: ServerInfo, calib: Calibration, started: float, anchor_ns: int) -> RunInfo:
@@ -99,12 +137,18 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: Calibration, started: flo
         profile=dataclasses.replace(cfg.profile),
         slos=[str(s) for s in cfg.slos],
         config=ClientConfig(
-            seed=cfg.seed, transport=cfg.transport, http2=cfg.http2, strict=cfg.strict,
-            continuous_usage=cfg.continuous_usage, read_timeout_s=cfg.read_timeout_s,
+            seed=cfg.seed,
+            transport=cfg.transport,
+            http2=cfg.http2,
+            strict=cfg.strict,
+            continuous_usage=cfg.continuous_usage,
+            read_timeout_s=cfg.read_timeout_s,
             request_timeout_s=cfg.request_timeout_s,
             header_names=sorted(cfg.headers),  # names only: values may be secrets
-            workers=cfg.workers, ray=None if cfg.ray is None else redact_url(cfg.ray), trials=cfg.trials,
-        ),  # fmt: skip
+            workers=cfg.workers,
+            ray=None if cfg.ray is None else redact_url(cfg.ray),
+            trials=cfg.trials,
+        ),
         calibration=calib,
         machine=machine_info(),
         tokenizer=None if cfg.tokenizer is None else str(cfg.tokenizer),
@@ -152,10 +196,9 @@ def _workers(cfg: RunConfig, cluster: RayCluster | None = None) -> tuple[int, st
     return n, f"--workers {n}"
 
 
-
-
-def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | None, console: Console,
-                    stats: dict[str, Any]) -> Callable[[], Any]:  # fmt: skip
+def _source_factory(
+    cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | None, console: Console, stats: dict[str, Any]
+) -> Callable[[], Any]:
     """A picklable factory of the run's request source: a trace, a dataset (its counts go
     into ``stats``) or the workload."""
     if cfg.trace is not None:
@@ -164,10 +207,18 @@ def _source_factory(cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | No
     if opts is not None and data is not None:
         measured = measure(data, opts, synth)
         how = "exact (tokenizer)" if measured.exact else "estimated from the calibration"
-        console.print(f"[dim]dataset: {len(measured):,} of {measured.total:,} entries of {escape(opts.path)}, prompt "
-                      f"lengths {how}[/dim]", highlight=False, soft_wrap=True)  # fmt: skip
-        stats.update(entries=len(measured), file_entries=measured.total, skipped_without_prompt=data.skipped,
-                     lengths="exact" if measured.exact else "calibrated")  # fmt: skip
+        console.print(
+            f"[dim]dataset: {len(measured):,} of {measured.total:,} entries of {escape(opts.path)}, prompt "
+            f"lengths {how}[/dim]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        stats.update(
+            entries=len(measured),
+            file_entries=measured.total,
+            skipped_without_prompt=data.skipped,
+            lengths="exact" if measured.exact else "calibrated",
+        )
         if cfg.ray is not None:  # actors on other nodes cannot read the file: the kept prompts travel with them
             measured = measured.held()
         return functools.partial(DatasetSource, measured, cfg.seed, opts.replacement)
@@ -208,23 +259,35 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
             folder = _RunFolder.open(cfg, files, console, running)
             anchor_ns = folder.start(cfg, info, calib, started, dataset_stats)
             stats = LiveStats(lambda: running[0].in_flight if running else 0)
-            setup = WorkerSetup(make_transport=functools.partial(make_transport, cfg.transport, tcfg),
-                                make_source=make_source, encode=encode_batch, decode=decode_batch)  # fmt: skip
-            levels = _executor(cfg, setup, n_workers, cluster, folder.writer, stats,
-                               lambda: InProcess(Runner(transport, folder.on_record(stats), keep="compact"),
-                                                 make_source()))  # fmt: skip
+            setup = WorkerSetup(
+                make_transport=functools.partial(make_transport, cfg.transport, tcfg),
+                make_source=make_source,
+                encode=encode_batch,
+                decode=decode_batch,
+            )
+            levels = _executor(
+                cfg,
+                setup,
+                n_workers,
+                cluster,
+                folder.writer,
+                stats,
+                lambda: InProcess(Runner(transport, folder.on_record(stats), keep="compact"), make_source()),
+            )
             running.append(levels)
             stop = files.enter_context(stop_signals(asyncio.get_running_loop(), levels.interrupt))
             summary = await _drive(cfg, levels, folder, stats, console, anchor_ns)
             summary = folder.finish(summary)
     finally:
         await transport.aclose()
-    return RunOutcome(cfg.out, summary, summary.interrupted, folder.writer.count, stop.signum,
-                      folder.write_error, folder.writer.lost)  # fmt: skip
+    return RunOutcome(
+        cfg.out, summary, summary.interrupted, folder.writer.count, stop.signum, folder.write_error, folder.writer.lost
+    )
 
 
-async def _calibration(cfg: RunConfig, transport: Any, synth: PromptSynthesizer, info: ServerInfo,
-                       console: Console) -> Calibration:  # fmt: skip
+async def _calibration(
+    cfg: RunConfig, transport: Any, synth: PromptSynthesizer, info: ServerInfo, console: Console
+) -> Calibration:
     """The prompt fit: the resumed run's own (the same prompts as before), two calibration
     requests, or none (``--no-calibrate``); a failed fit is a warning, not an error."""
     if cfg.resume is not None:
@@ -237,24 +300,37 @@ async def _calibration(cfg: RunConfig, transport: Any, synth: PromptSynthesizer,
     else:
         calib = Calibration(reason="--no-calibrate")
     if cfg.calibrate and not calib.calibrated:
-        console.print(f"[yellow]warning: prompt lengths not calibrated: {escape(calib.reason or '')}; prompts assume "
-                      "one token per word and no chat template, so compare them with the server's own prompt "
-                      "counts[/yellow]", highlight=False, soft_wrap=True)  # fmt: skip
+        console.print(
+            f"[yellow]warning: prompt lengths not calibrated: {escape(calib.reason or '')}; prompts assume "
+            "one token per word and no chat template, so compare them with the server's own prompt "
+            "counts[/yellow]",
+            highlight=False,
+            soft_wrap=True,
+        )
     return calib
 
 
 def _worker_count(cfg: RunConfig, cluster: RayCluster | None, console: Console) -> int:
     n, why = _workers(cfg, cluster)
     if cluster is not None:
-        console.print(f"[dim]workers: {n} Ray actor{'s' if n > 1 else ''} over the cluster's "
-                      f"{cluster.nodes} node{'s' if cluster.nodes > 1 else ''} ({why})[/dim]")  # fmt: skip
+        console.print(
+            f"[dim]workers: {n} Ray actor{'s' if n > 1 else ''} over the cluster's "
+            f"{cluster.nodes} node{'s' if cluster.nodes > 1 else ''} ({why})[/dim]"
+        )
     elif n > 1 or cfg.workers == "auto":
         console.print(f"[dim]workers: {n} process{'es' if n > 1 else ''} ({why})[/dim]")
     return n
 
 
-def _executor(cfg: RunConfig, setup: WorkerSetup, n_workers: int, cluster: RayCluster | None, writer: RunWriter,
-              stats: LiveStats, in_process: Callable[[], LevelExecutor]) -> LevelExecutor:  # fmt: skip
+def _executor(
+    cfg: RunConfig,
+    setup: WorkerSetup,
+    n_workers: int,
+    cluster: RayCluster | None,
+    writer: RunWriter,
+    stats: LiveStats,
+    in_process: Callable[[], LevelExecutor],
+) -> LevelExecutor:
     """Who runs the levels: Ray actors, worker processes (their records arrive in batches),
     or this process."""
     if cluster is None and n_workers == 1:
@@ -270,8 +346,9 @@ def _executor(cfg: RunConfig, setup: WorkerSetup, n_workers: int, cluster: RayCl
     return WorkerPool(setup, n_workers, on_records, max_in_flight=cfg.profile.max_in_flight)
 
 
-async def _drive(cfg: RunConfig, levels: LevelExecutor, folder: _RunFolder, stats: LiveStats, console: Console,
-                 anchor_ns: int) -> RunSummary:  # fmt: skip
+async def _drive(
+    cfg: RunConfig, levels: LevelExecutor, folder: _RunFolder, stats: LiveStats, console: Console, anchor_ns: int
+) -> RunSummary:
     """The levels, with the executor, the metrics scraper and the live display open."""
     scraper = None
     async with contextlib.AsyncExitStack() as stack:
@@ -280,13 +357,15 @@ async def _drive(cfg: RunConfig, levels: LevelExecutor, folder: _RunFolder, stat
         if cfg.scrape_metrics:
             from loadgen.client.scrape import MetricsScraper
 
-            scraper = MetricsScraper(cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers,
-                                     extra_urls=cfg.scrape_urls)  # fmt: skip
+            scraper = MetricsScraper(
+                cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers, extra_urls=cfg.scrape_urls
+            )
             await stack.enter_async_context(scraper)
         if cfg.live:
             stack.enter_context(Live(stats, console=console, refresh_per_second=4, transient=True))
-        summary = await sweep_levels(cfg, levels, folder.writer, stats, console, anchor_ns,
-                                     lambda: folder.clocks(levels))  # fmt: skip
+        summary = await sweep_levels(
+            cfg, levels, folder.writer, stats, console, anchor_ns, lambda: folder.clocks(levels)
+        )
     if scraper is not None and scraper.failures and not scraper.scrapes:
         console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")
     return summary
@@ -300,36 +379,48 @@ class _RunFolder:
         self.info: RunInfo | None = None
 
     @classmethod
-    def open(cls, cfg: RunConfig, files: contextlib.ExitStack, console: Console,
-             running: list[LevelExecutor]) -> _RunFolder:  # fmt: skip
+    def open(
+        cls, cfg: RunConfig, files: contextlib.ExitStack, console: Console, running: list[LevelExecutor]
+    ) -> _RunFolder:
         """A writer for ``cfg.out`` (a resumed run's keeps its finished levels' records)."""
 
         def stop_on_write_error(exc: OSError) -> None:  # a full disk stops the run as SIGTERM does
-            console.print(f"[bold red]error: cannot write {escape(str(cfg.out))}: {escape(_write_error(exc))}; "
-                          "stopping the run[/bold red]", highlight=False, soft_wrap=True)  # fmt: skip
+            console.print(
+                f"[bold red]error: cannot write {escape(str(cfg.out))}: {escape(_write_error(exc))}; "
+                "stopping the run[/bold red]",
+                highlight=False,
+                soft_wrap=True,
+            )
             for lv in running:
                 lv.interrupt()
 
         if cfg.resume is not None:
             writer = RunWriter(cfg.out, keep_levels_below=cfg.resume.plan.index, on_error=stop_on_write_error)
-            console.print(f"[dim]resuming {cfg.out} at level {cfg.resume.plan.index + 1} "
-                          f"({writer.count} records of finished levels kept)[/dim]")  # fmt: skip
+            console.print(
+                f"[dim]resuming {cfg.out} at level {cfg.resume.plan.index + 1} "
+                f"({writer.count} records of finished levels kept)[/dim]"
+            )
         else:
             if holds_run(cfg.out):
                 console.print(f"[yellow]note: replacing the earlier run in {cfg.out}[/yellow]")
             writer = RunWriter(cfg.out, on_error=stop_on_write_error)
         return cls(files.enter_context(writer))
 
-    def start(self, cfg: RunConfig, info: ServerInfo, calib: Calibration, started: float,
-              dataset_stats: dict[str, Any]) -> int:  # fmt: skip
+    def start(
+        self, cfg: RunConfig, info: ServerInfo, calib: Calibration, started: float, dataset_stats: dict[str, Any]
+    ) -> int:
         """Write ``run.json`` before anything is sent; the run's clock anchor (a resumed
         run keeps its own)."""
         anchor_ns = time.perf_counter_ns()
         if cfg.resume is not None:
-            resumed = Resumed(at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-                              level=cfg.resume.plan.index, command=list(cfg.command))  # fmt: skip
-            run_info = dataclasses.replace(cfg.resume.run, finished=None,
-                                           resumed=[*(cfg.resume.run.resumed or []), resumed])  # fmt: skip
+            resumed = Resumed(
+                at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                level=cfg.resume.plan.index,
+                command=list(cfg.command),
+            )
+            run_info = dataclasses.replace(
+                cfg.resume.run, finished=None, resumed=[*(cfg.resume.run.resumed or []), resumed]
+            )
             anchor_ns = run_info.anchor_ns if run_info.anchor_ns is not None else anchor_ns
         else:
             run_info = _run_json(cfg, info, calib, started, anchor_ns)
@@ -367,8 +458,9 @@ class _RunFolder:
         """The final summary.json, and run.json's ``finished``: what ``loadgen report`` and
         ``--resume`` go by. After a full disk both are attempted (they may fit)."""
         if self.write_error is not None:
-            summary = dataclasses.replace(summary, interrupted=True,
-                                          stopped=f"the run folder could not be written: {self.write_error}")
+            summary = dataclasses.replace(
+                summary, interrupted=True, stopped=f"the run folder could not be written: {self.write_error}"
+            )
         self.writer.write_summary(summary.to_json())
         assert self.info is not None
         finished = Finished(interrupted=summary.interrupted, levels=len(summary.levels), stopped=summary.stopped)
@@ -389,8 +481,10 @@ def finish_unwritable(outcome: RunOutcome) -> str:
         except (LoadgenError, OSError):
             report = "no report (it did not fit either)"
     lost = f", {outcome.lost:,} could not be written" if outcome.lost else ""
-    return (f"cannot write {outcome.folder}: {outcome.write_error}; the run stopped with {outcome.records:,} records "
-            f"kept{lost}; {report}")
+    return (
+        f"cannot write {outcome.folder}: {outcome.write_error}; the run stopped with {outcome.records:,} records "
+        f"kept{lost}; {report}"
+    )
 
 
 CLEANUP_S = 5.0  # the longest an interrupted start (discovery, calibration) waits for its cleanup

@@ -18,22 +18,22 @@ import dataclasses
 import enum
 import json
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 __all__ = [
-    "MAX_LEVEL_S",
     "LEVEL_STRIDE",
+    "MAX_LEVEL_S",
     "USER_STRIDE",
-    "ErrorKind",
-    "TokenSource",
     "ChatMessage",
+    "ErrorKind",
     "Prompt",
-    "RequestSpec",
     "RequestRecord",
+    "RequestSpec",
     "SessionPlan",
-    "record_to_json",
-    "record_from_json",
+    "TokenSource",
     "record_and_events",
+    "record_from_json",
+    "record_to_json",
 ]
 
 MAX_LEVEL_S = 30 * 86_400  # the longest a level may last, or a trace take to replay, in seconds (30 days)
@@ -70,7 +70,7 @@ class TokenSource(str, enum.Enum):
 
 
 ChatMessage = dict[str, str]  # {"role": ..., "content": ...}
-Prompt = Union[str, list[ChatMessage]]  # completion text, or a list of chat messages
+Prompt = str | list[ChatMessage]  # completion text, or a list of chat messages
 
 
 @dataclass(slots=True)

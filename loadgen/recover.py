@@ -36,12 +36,12 @@ from loadgen.load.sweeps import Sweep, sweep
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import SLO, parse_slo
 from loadgen.orchestrate import Resume
-from loadgen.sweep_driver import run_summary, summarize_result
-from loadgen.runconfig import Origin, RunConfig
 from loadgen.records import RequestRecord
 from loadgen.report.files import read_run_info, write_json
 from loadgen.report.readers import read_records
+from loadgen.runconfig import Origin, RunConfig
 from loadgen.runinfo import RunInfo
+from loadgen.sweep_driver import run_summary, summarize_result
 from loadgen.workload.distributions import Distribution, parse_distribution
 from loadgen.workload.spec import RequestClass, Workload
 
@@ -147,8 +147,10 @@ def recover(folder: Path) -> Recovered:
     return Recovered(folder, run, prof, slos, levels, finished, gen, plan, stopped, complete, rebuilt, _torn(folder))
 
 
-REBUILT_NOTE = ("summarised again from records.jsonl: the event-loop lag and the workers' own health are not "
-                "in the records, so the verdict rests on send lateness alone")
+REBUILT_NOTE = (
+    "summarised again from records.jsonl: the event-loop lag and the workers' own health are not "
+    "in the records, so the verdict rests on send lateness alone"
+)
 
 
 def _noted(level: LevelSummary) -> LevelSummary:
@@ -185,16 +187,22 @@ def workload_of(run: RunInfo) -> Workload:
         return parse_distribution(text, source="run.json", key=f"workload.classes[{i}].{key}")
 
     classes = [
-        RequestClass(name=c.name, weight=c.weight, prompt_tokens=dist(c.prompt_tokens, i, "prompt_tokens"),
-                     output_tokens=dist(c.output_tokens, i, "output_tokens"),
-                     shared_prefix_groups=c.shared_prefix_groups, shared_prefix_tokens=c.shared_prefix_tokens)
+        RequestClass(
+            name=c.name,
+            weight=c.weight,
+            prompt_tokens=dist(c.prompt_tokens, i, "prompt_tokens"),
+            output_tokens=dist(c.output_tokens, i, "output_tokens"),
+            shared_prefix_groups=c.shared_prefix_groups,
+            shared_prefix_tokens=c.shared_prefix_tokens,
+        )
         for i, c in enumerate(wl.classes)
-    ]  # fmt: skip
+    ]
     return Workload(name=wl.name, description=wl.description, classes=classes, source=wl.source or "run.json")
 
 
-def resume_config(folder: Path, url: str | None, headers: dict[str, str], *, command: list[str],
-                  live: bool) -> tuple[RunConfig, Recovered]:  # fmt: skip
+def resume_config(
+    folder: Path, url: str | None, headers: dict[str, str], *, command: list[str], live: bool
+) -> tuple[RunConfig, Recovered]:
     """The :class:`RunConfig` that continues the run in ``folder`` at its first unfinished
     level: everything from its ``run.json`` but the URL (when given again: its credentials
     and query string were never written) and the headers (their values never were)."""
@@ -207,24 +215,46 @@ def resume_config(folder: Path, url: str | None, headers: dict[str, str], *, com
         raise ConfigError("missing", source=str(folder / "run.json"), key="target")
     missing = sorted(set(conf.header_names) - set(headers))
     if missing:
-        raise ConfigError(f"the run sent the header(s) {', '.join(missing)}, whose values are never stored: give them "
-                          "again (--header, --api-key-env)", key="--resume")  # fmt: skip
+        raise ConfigError(
+            f"the run sent the header(s) {', '.join(missing)}, whose values are never stored: give them "
+            "again (--header, --api-key-env)",
+            key="--resume",
+        )
     cfg = RunConfig(
-        url=url or target.url, api=target.api, workload=workload_of(run), profile=rec.profile, out=folder,
-        model=target.model, slos=rec.slos, seed=conf.seed, transport=conf.transport, http2=conf.http2,
-        headers=headers, strict=conf.strict, continuous_usage=conf.continuous_usage, calibrate=False,
-        read_timeout_s=conf.read_timeout_s, request_timeout_s=conf.request_timeout_s, label=run.label,
-        command=command, live=live, workers=conf.workers, ray=conf.ray,
+        url=url or target.url,
+        api=target.api,
+        workload=workload_of(run),
+        profile=rec.profile,
+        out=folder,
+        model=target.model,
+        slos=rec.slos,
+        seed=conf.seed,
+        transport=conf.transport,
+        http2=conf.http2,
+        headers=headers,
+        strict=conf.strict,
+        continuous_usage=conf.continuous_usage,
+        calibrate=False,
+        read_timeout_s=conf.read_timeout_s,
+        request_timeout_s=conf.request_timeout_s,
+        label=run.label,
+        command=command,
+        live=live,
+        workers=conf.workers,
+        ray=conf.ray,
         resume=Resume(run=run, gen=rec.gen, plan=rec.plan, levels=rec.levels[: rec.finished]),
-        trials=conf.trials, origin=_resume_origin(folder, url is not None),
-    )  # fmt: skip
+        trials=conf.trials,
+        origin=_resume_origin(folder, url is not None),
+    )
     return cfg, rec
 
 
 def _resume_origin(folder: Path, url_given: bool) -> Origin:
     """A resumed run's values come from run.json (the URL and headers from the command line)."""
-    keys = {name: f"config.{name}" for name in ("seed", "transport", "http2", "read_timeout_s", "request_timeout_s",
-                                                "workers", "ray", "trials")}  # fmt: skip
+    keys = {
+        name: f"config.{name}"
+        for name in ("seed", "transport", "http2", "read_timeout_s", "request_timeout_s", "workers", "ray", "trials")
+    }
     keys.update(api="target.api", model="target.model", url="--url" if url_given else "target.url", headers="--header")
     return Origin(source=str(folder / "run.json"), keys=keys)
 

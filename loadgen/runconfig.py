@@ -16,9 +16,10 @@ which checks the new one again.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from loadgen.errors import ConfigError
@@ -31,7 +32,7 @@ from loadgen.workload.traces import Trace
 if TYPE_CHECKING:
     from loadgen.orchestrate import Resume
 
-__all__ = ["RunConfig", "Origin", "MAX_TRIALS", "MAX_WORKERS"]
+__all__ = ["MAX_TRIALS", "MAX_WORKERS", "Origin", "RunConfig"]
 
 MAX_TRIALS = 100  # --trials: repeats of one level
 MAX_WORKERS = 1024  # --workers: processes or Ray actors that send

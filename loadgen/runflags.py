@@ -25,22 +25,39 @@ from loadgen.runconfig import Origin, RunConfig
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace
 
-__all__ = ["RunFlags", "Replay", "build_run_config", "resume_run_config", "RESUME_FLAGS", "CLI_KEYS"]
+__all__ = ["CLI_KEYS", "RESUME_FLAGS", "Replay", "RunFlags", "build_run_config", "resume_run_config"]
 
 # RunConfig's fields (and the profile's, as ``profile.NAME``) by the flag that sets them
 CLI_KEYS = {
-    "url": "--url", "api": "--api", "transport": "--transport", "http2": "--http2", "seed": "--seed",
-    "read_timeout_s": "--read-timeout", "request_timeout_s": "--timeout", "trials": "--trials",
-    "workers": "--workers", "ray": "--ray", "out": "--out", "scrape_urls": "--scrape-url", "headers": "--header",
-    "gates": "--fail-on", "max_error_rate": "--max-error-rate", "slos": "--slo", "trace": "--trace",
-    "model": "--model", "label": "--label",
-}  # fmt: skip
+    "url": "--url",
+    "api": "--api",
+    "transport": "--transport",
+    "http2": "--http2",
+    "seed": "--seed",
+    "read_timeout_s": "--read-timeout",
+    "request_timeout_s": "--timeout",
+    "trials": "--trials",
+    "workers": "--workers",
+    "ray": "--ray",
+    "out": "--out",
+    "scrape_urls": "--scrape-url",
+    "headers": "--header",
+    "gates": "--fail-on",
+    "max_error_rate": "--max-error-rate",
+    "slos": "--slo",
+    "trace": "--trace",
+    "model": "--model",
+    "label": "--label",
+}
 _PROFILE_FLAGS = {
-    "requests": ("requests", "--requests"), "duration_s": ("duration", "--duration"),
-    "warmup_requests": ("warmup", "--warmup"), "max_in_flight": ("max_in_flight", "--max-in-flight"),
-    "arrival": ("arrival", "--arrival"), "burstiness": ("burstiness", "--burstiness"),
+    "requests": ("requests", "--requests"),
+    "duration_s": ("duration", "--duration"),
+    "warmup_requests": ("warmup", "--warmup"),
+    "max_in_flight": ("max_in_flight", "--max-in-flight"),
+    "arrival": ("arrival", "--arrival"),
+    "burstiness": ("burstiness", "--burstiness"),
     "slo_latency": ("slo_latency", "--slo-latency"),
-}  # fmt: skip
+}
 # what --resume takes besides the folder: the URL and headers (never stored) and the gates
 RESUME_FLAGS = ("resume", "url", "header", "api_key_env", "quiet", "fail_on", "max_error_rate", "save_result")
 
@@ -194,23 +211,41 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
     prof, level_flag = (_trace_profile(trace, f), "--trace") if trace is not None else _profile(f, wl)
     api = f.api or "chat"
     keys = {**CLI_KEYS, **({} if level_flag is None else {"profile.levels": level_flag})}
-    keys.update({f"profile.{name}": flag for name, (attr, flag) in _PROFILE_FLAGS.items()
-                 if getattr(f, attr) is not None})  # fmt: skip
+    keys.update(
+        {f"profile.{name}": flag for name, (attr, flag) in _PROFILE_FLAGS.items() if getattr(f, attr) is not None}
+    )
     label = f.label or wl.name
     return RunConfig(
-        url=base, api=api, workload=wl, profile=prof,
+        url=base,
+        api=api,
+        workload=wl,
+        profile=prof,
         out=Path(f.out) if f.out is not None else default_run_dir(Path("reports"), label),
-        model=f.model, slos=[parse_slo(s) for s in (f.slo or prof.slos)], seed=0 if f.seed is None else f.seed,
-        transport=f.transport or "aiohttp", http2=f.http2, headers={**url_auth, **headers(f.header, f.api_key_env, api)},
-        strict=f.strict, continuous_usage=f.continuous_usage, calibrate=f.calibrate,
+        model=f.model,
+        slos=[parse_slo(s) for s in (f.slo or prof.slos)],
+        seed=0 if f.seed is None else f.seed,
+        transport=f.transport or "aiohttp",
+        http2=f.http2,
+        headers={**url_auth, **headers(f.header, f.api_key_env, api)},
+        strict=f.strict,
+        continuous_usage=f.continuous_usage,
+        calibrate=f.calibrate,
         read_timeout_s=120.0 if f.read_timeout is None else f.read_timeout,
-        request_timeout_s=600.0 if f.timeout is None else f.timeout, label=label, command=command, live=live,
-        scrape_metrics=f.scrape_metrics or bool(f.scrape_url), scrape_urls=[u.strip() for u in f.scrape_url],
-        workers=_workers(f.workers or ("auto" if f.ray is not None else "1")), ray=f.ray,
-        tokenizer=None if f.tokenizer is None else resolve_tokenizer(str(shipped(f.tokenizer))), trace=trace,
+        request_timeout_s=600.0 if f.timeout is None else f.timeout,
+        label=label,
+        command=command,
+        live=live,
+        scrape_metrics=f.scrape_metrics or bool(f.scrape_url),
+        scrape_urls=[u.strip() for u in f.scrape_url],
+        workers=_workers(f.workers or ("auto" if f.ray is not None else "1")),
+        ray=f.ray,
+        tokenizer=None if f.tokenizer is None else resolve_tokenizer(str(shipped(f.tokenizer))),
+        trace=trace,
         gates=gates(f.fail_on, f.max_error_rate, f.abort_on_fail, prof.attainment_target),
-        abort_on_fail=f.abort_on_fail, trials=1 if f.trials is None else f.trials, origin=Origin(keys=keys),
-    )  # fmt: skip
+        abort_on_fail=f.abort_on_fail,
+        trials=1 if f.trials is None else f.trials,
+        origin=Origin(keys=keys),
+    )
 
 
 def resume_run_config(f: RunFlags, given: list[str], command: list[str], *, live: bool) -> RunConfig:
@@ -224,9 +259,11 @@ def resume_run_config(f: RunFlags, given: list[str], command: list[str], *, live
     extra = sorted(name for name in given if name not in RESUME_FLAGS)
     if extra:
         flags = ", ".join("--" + name.replace("_", "-") for name in extra)
-        raise ConfigError(f"the run's settings come from its run.json; {flags} cannot change them (give only --url, "
-                          "--header, --api-key-env, --quiet, --fail-on, --max-error-rate, --save-result)",
-                          key="--resume")  # fmt: skip
+        raise ConfigError(
+            f"the run's settings come from its run.json; {flags} cannot change them (give only --url, "
+            "--header, --api-key-env, --quiet, --fail-on, --max-error-rate, --save-result)",
+            key="--resume",
+        )
     folder = f.resume
     api = "chat"
     if (folder / "run.json").is_file():
@@ -235,8 +272,9 @@ def resume_run_config(f: RunFlags, given: list[str], command: list[str], *, live
             raise ConfigError("a dataset or trace replay cannot be resumed yet; run it again", key="--resume")
         api = earlier.target.api if earlier.target is not None else api
     base, url_auth = (None, {}) if f.url is None else _target(f.url)
-    cfg, _ = resume_config(folder, base, {**url_auth, **headers(f.header, f.api_key_env, api)}, command=command,
-                           live=live)  # fmt: skip
+    cfg, _ = resume_config(
+        folder, base, {**url_auth, **headers(f.header, f.api_key_env, api)}, command=command, live=live
+    )
     return replace(cfg, gates=gates(f.fail_on, f.max_error_rate, False, cfg.profile.attainment_target))
 
 
@@ -269,8 +307,11 @@ def _profile(f: RunFlags, wl: Workload) -> tuple[Profile, str | None]:
     if f.concurrency is not None and f.rate is not None:
         raise ConfigError("give either --concurrency (closed loop) or --rate (open loop), not both")
     if f.rate == math.inf:  # vllm bench serve's default
-        raise ConfigError("inf (vllm bench serve's every request at once) has no open-loop schedule here: give a "
-                          "finite rate, or --concurrency N for N requests in flight", key="--rate/--request-rate")
+        raise ConfigError(
+            "inf (vllm bench serve's every request at once) has no open-loop schedule here: give a "
+            "finite rate, or --concurrency N for N requests in flight",
+            key="--rate/--request-rate",
+        )
     rate, arrival, burstiness = f.rate, f.arrival, f.burstiness
     if wl.arrivals is not None and f.profile is None and f.concurrency is None and rate is None and not f.levels:
         rate = wl.arrivals.rate  # a fitted workload's own arrivals, unless a flag says otherwise
@@ -287,13 +328,19 @@ def _profile(f: RunFlags, wl: Workload) -> tuple[Profile, str | None]:
     if not f.profile and (rate is not None or f.concurrency is not None or f.levels):
         prof = replace(prof, name="cli", kind="levels")
     prof = with_budget(prof, f.requests, f.duration, f.warmup)
-    changes: dict[str, Any] = {"slo_latency": f.slo_latency, "arrival": arrival, "burstiness": burstiness,
-                               "max_in_flight": f.max_in_flight}  # fmt: skip
+    changes: dict[str, Any] = {
+        "slo_latency": f.slo_latency,
+        "arrival": arrival,
+        "burstiness": burstiness,
+        "max_in_flight": f.max_in_flight,
+    }
     prof = replace(prof, **{k: v for k, v in changes.items() if v is not None})
     if f.max_in_flight is not None and prof.mode == "concurrency" and prof.kind not in ("sweep-rate", "capacity"):
-        raise ConfigError("caps the requests in flight of an open loop (--rate/--request-rate); vllm bench serve's "
-                          "--max-concurrency N without a rate is --concurrency N here",
-                          key="--max-in-flight/--max-concurrency")  # fmt: skip
+        raise ConfigError(
+            "caps the requests in flight of an open loop (--rate/--request-rate); vllm bench serve's "
+            "--max-concurrency N without a rate is --concurrency N here",
+            key="--max-in-flight/--max-concurrency",
+        )
     level_flag = "--levels" if f.levels else "--concurrency" if f.concurrency is not None else "--rate"
     return prof, level_flag if (f.levels or f.concurrency is not None or f.rate is not None) else None
 
@@ -308,14 +355,26 @@ def _replay(f: RunFlags) -> Replay | None:
     for flag, given in (("--speed", f.speed), ("--window", f.window), ("--trace-format", f.trace_format)):
         if given is not None and trace is None:
             raise ConfigError("only goes with --trace", key=flag)
-    for flag, given in (("--min-prompt-tokens", f.min_prompt_tokens), ("--max-prompt-tokens", f.max_prompt_tokens),
-                        ("--replacement", f.replacement or None), ("--dataset-format", f.dataset_format)):  # fmt: skip
+    for flag, given in (
+        ("--min-prompt-tokens", f.min_prompt_tokens),
+        ("--max-prompt-tokens", f.max_prompt_tokens),
+        ("--replacement", f.replacement or None),
+        ("--dataset-format", f.dataset_format),
+    ):
         if given is not None and dataset is None:
             raise ConfigError("only goes with --dataset", key=flag)
     if dataset is None and trace is None:
         return None
-    sources = [flag for flag, v in (("--dataset", dataset), ("--trace", trace), ("--workload", f.workload),
-                                    ("--prompt-tokens", f.prompt_tokens)) if v]  # fmt: skip
+    sources = [
+        flag
+        for flag, v in (
+            ("--dataset", dataset),
+            ("--trace", trace),
+            ("--workload", f.workload),
+            ("--prompt-tokens", f.prompt_tokens),
+        )
+        if v
+    ]
     if len(sources) > 1:
         raise ConfigError(f"give one of --dataset, --trace, --workload or --prompt-tokens, not {' and '.join(sources)}")
     if trace is not None:
@@ -324,8 +383,9 @@ def _replay(f: RunFlags) -> Replay | None:
         if f.arrival is not None or f.burstiness is not None:
             raise ConfigError("a trace replays at its recorded times; remove it", key="--arrival/--burstiness")
         window = parse_window(f.window) if f.window else None
-        tr = load_trace(TraceOptions(trace, f.trace_format or "auto", 1.0 if f.speed is None else f.speed, window,
-                                     f.rate))  # fmt: skip
+        tr = load_trace(
+            TraceOptions(trace, f.trace_format or "auto", 1.0 if f.speed is None else f.speed, window, f.rate)
+        )
         wl = Workload(name=Path(trace).stem, description=f"{tr.format} trace {trace}", classes=[], source=trace)
         return Replay(wl, tr)
     assert dataset is not None
@@ -337,12 +397,15 @@ def _replay(f: RunFlags) -> Replay | None:
         try:
             out = int(f.output_tokens)
         except ValueError:
-            raise ConfigError(f"with --dataset, a whole number of tokens for every request, got {f.output_tokens!r}",
-                              key="--output-tokens") from None  # fmt: skip
+            raise ConfigError(
+                f"with --dataset, a whole number of tokens for every request, got {f.output_tokens!r}",
+                key="--output-tokens",
+            ) from None
         if out < 1:
             raise ConfigError(f"must be >= 1, got {out}", key="--output-tokens")
-    opts = DatasetOptions(dataset, f.dataset_format or "auto", f.min_prompt_tokens, f.max_prompt_tokens,
-                          f.replacement, out)  # fmt: skip
+    opts = DatasetOptions(
+        dataset, f.dataset_format or "auto", f.min_prompt_tokens, f.max_prompt_tokens, f.replacement, out
+    )
     wl = Workload(name=Path(dataset).stem, description=f"dataset {dataset}", classes=[], source=dataset, dataset=opts)
     return Replay(wl)
 
@@ -356,6 +419,16 @@ def _trace_profile(tr: Trace, f: RunFlags) -> Profile:
     if warm < 0 or warm >= len(tr):
         raise ConfigError(f"must be >= 0 and below the trace's {len(tr)} rows, got {warm}", key="--warmup")
     n = min(f.requests if f.requests is not None else len(tr), len(tr) - warm)
-    return Profile(name="trace", kind="levels", mode="rate", levels=[round(tr.mean_rate, 6)], requests=n,
-                   duration_s=f.duration, warmup_requests=warm, arrival="trace", max_in_flight=f.max_in_flight,
-                   slo_latency=f.slo_latency or "queued", source=tr.path)  # fmt: skip
+    return Profile(
+        name="trace",
+        kind="levels",
+        mode="rate",
+        levels=[round(tr.mean_rate, 6)],
+        requests=n,
+        duration_s=f.duration,
+        warmup_requests=warm,
+        arrival="trace",
+        max_in_flight=f.max_in_flight,
+        slo_latency=f.slo_latency or "queued",
+        source=tr.path,
+    )

@@ -28,10 +28,25 @@ from loadgen.load.profiles import KINDS, MODES, Profile
 from loadgen.metrics.schema import json_schema
 
 __all__ = [
-    "RUN_SCHEMA_VERSION", "MAX_WORKERS", "RunInfo", "ClockAnchor", "Target", "ClassInfo", "SessionsInfo",
-    "DatasetInfo", "WorkloadInfo", "ClientConfig", "Calibration", "Machine", "ClockEstimate", "WorkerClock",
-    "TraceInfo", "Resumed", "Finished", "run_schema",
-]  # fmt: skip
+    "MAX_WORKERS",
+    "RUN_SCHEMA_VERSION",
+    "Calibration",
+    "ClassInfo",
+    "ClientConfig",
+    "ClockAnchor",
+    "ClockEstimate",
+    "DatasetInfo",
+    "Finished",
+    "Machine",
+    "Resumed",
+    "RunInfo",
+    "SessionsInfo",
+    "Target",
+    "TraceInfo",
+    "WorkerClock",
+    "WorkloadInfo",
+    "run_schema",
+]
 
 RUN_SCHEMA_VERSION = 1
 MAX_WORKERS = 1024  # --workers: at most this many processes
@@ -54,7 +69,9 @@ def _join(where: str, key: str) -> str:
 
 
 def _kind(value: Any) -> str:
-    return "null" if value is None else repr(value) if isinstance(value, (bool, int, float, str)) else type(value).__name__
+    return (
+        "null" if value is None else repr(value) if isinstance(value, (bool, int, float, str)) else type(value).__name__
+    )
 
 
 def _encode(value: Any) -> Any:
@@ -93,7 +110,9 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
             raise _Invalid(where, f"expected a list, got {_kind(value)}")
         items = typing.get_args(tp)
         if origin is list or items[-1] is Ellipsis:
-            return (list if origin is list else tuple)(_decode(items[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+            return (list if origin is list else tuple)(
+                _decode(items[0], v, f"{where}[{i}]") for i, v in enumerate(value)
+            )
         if len(value) != len(items):
             raise _Invalid(where, f"expected a list of {len(items)}, got {len(value)} items")
         return tuple(_decode(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(items, value)))
@@ -389,5 +408,6 @@ def run_schema() -> dict[str, Any]:
     schema["properties"]["schema_version"] = {"const": RUN_SCHEMA_VERSION}
     schema["properties"]["tool"] = {"const": "loadgen"}
     schema["$defs"]["ClientConfig"]["properties"]["workers"] = {
-        "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_WORKERS}, {"const": "auto"}]}
+        "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_WORKERS}, {"const": "auto"}]
+    }
     return schema

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from loadgen.errors import Terminated
 
@@ -89,4 +89,3 @@ def stop_signals(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None])
         if signal.SIGTERM in installed and before is not None:
             with contextlib.suppress(ValueError):
                 signal.signal(signal.SIGTERM, before)  # the loop's removal left SIG_DFL
-

@@ -9,7 +9,8 @@ ones ``loadgen report`` rebuilds from a killed run's records (:mod:`loadgen.reco
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -29,7 +30,8 @@ from loadgen.report.files import RunWriter
 from loadgen.runconfig import RunConfig
 from loadgen.workload.traces import Trace
 
-__all__ = ["merge_trials", "summarize_result", "run_summary", "sweep_levels"]
+__all__ = ["merge_trials", "run_summary", "summarize_result", "sweep_levels"]
+
 
 def merge_trials(results: Sequence[LevelResult]) -> LevelResult:
     """One level's repeated trials as one result (records and their events, loop lag,
@@ -87,16 +89,27 @@ def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], an
 def run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None, interrupted: bool) -> RunSummary:
     """The whole run's summary over its level summaries."""
     return summarize_run(
-        levels, mode=prof.mode, mixed_modes=prof.kind != "levels", attainment_target=prof.attainment_target,
-        knee_metric=prof.knee_metric, knee_throughput_gain=prof.knee_throughput_gain,
-        knee_latency_growth=prof.knee_latency_growth, stopped=stopped, interrupted=interrupted,
-    )  # fmt: skip
+        levels,
+        mode=prof.mode,
+        mixed_modes=prof.kind != "levels",
+        attainment_target=prof.attainment_target,
+        knee_metric=prof.knee_metric,
+        knee_throughput_gain=prof.knee_throughput_gain,
+        knee_latency_growth=prof.knee_latency_growth,
+        stopped=stopped,
+        interrupted=interrupted,
+    )
 
 
 async def sweep_levels(
-    cfg: RunConfig, runner: LevelExecutor, writer: RunWriter, stats: LiveStats, console: Console, anchor_ns: int,
+    cfg: RunConfig,
+    runner: LevelExecutor,
+    writer: RunWriter,
+    stats: LiveStats,
+    console: Console,
+    anchor_ns: int,
     after_level: Callable[[], None] = lambda: None,
-) -> RunSummary:  # fmt: skip
+) -> RunSummary:
     """Drive the profile's sweep: run each level, summarise it, feed the summary back."""
     prof = cfg.profile
     levels: list[LevelSummary] = []
@@ -111,9 +124,16 @@ async def sweep_levels(
         results = []
         for t in range(cfg.trials):
             trial = plan if t == 0 else dataclasses.replace(plan, trial=t, seed=plan.seed + t)
-            stats.start_level(level_heading(plan.index, planned_levels(prof), t, cfg.trials), plan.load.label(),
-                              level=plan.index, trial=t, requests=plan.requests, warmup=plan.warmup_requests,
-                              duration_s=plan.duration_s, sends_s=trial.last_send_s())  # fmt: skip
+            stats.start_level(
+                level_heading(plan.index, planned_levels(prof), t, cfg.trials),
+                plan.load.label(),
+                level=plan.index,
+                trial=t,
+                requests=plan.requests,
+                warmup=plan.warmup_requests,
+                duration_s=plan.duration_s,
+                sends_s=trial.last_send_s(),
+            )
             results.append(await runner.run_level(trial))
             if runner.interrupted:
                 break
@@ -149,4 +169,3 @@ def trace_levels(gen: Any, trace: Trace) -> Any:
             plan = gen.send(summary)
         except StopIteration as stop:
             return stop.value
-

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 

@@ -52,14 +52,17 @@ def _event(obj: Any) -> bytes:
 
 
 def _tokens(n: int = 4) -> bytes:
-    events = [_event({"choices": [{"index": 0, "text": f" w{i}", "finish_reason": "length" if i == n - 1 else None}]})
-              for i in range(n)]  # fmt: skip
+    events = [
+        _event({"choices": [{"index": 0, "text": f" w{i}", "finish_reason": "length" if i == n - 1 else None}]})
+        for i in range(n)
+    ]
     return b"".join(events) + b"data: [DONE]\n\n"
 
 
 class HostileServer:
-    def __init__(self, models: str = "ok", streams: list[str] | None = None, size: int = 256 * _MIB,
-                 trickle_s: float = 3.0) -> None:  # fmt: skip
+    def __init__(
+        self, models: str = "ok", streams: list[str] | None = None, size: int = 256 * _MIB, trickle_s: float = 3.0
+    ) -> None:
         self.models = models
         self.streams = streams or ["ok"]
         self.size = size
@@ -74,7 +77,7 @@ class HostileServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "HostileServer":
+    def start(self) -> HostileServer:
         ready = threading.Event()
 
         def main() -> None:
@@ -102,7 +105,7 @@ class HostileServer:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(30)
 
-    def __enter__(self) -> "HostileServer":
+    def __enter__(self) -> HostileServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -168,8 +171,11 @@ class HostileServer:
             body = f"bad credentials: {echoed}".encode()
             writer.write(self._head("401 Unauthorized", "text/plain", len(body)) + body)
         elif mode == "echo_redirect":
-            writer.write(self._head("307 Temporary Redirect", "text/plain", 0,
-                                    f"Location: http://127.0.0.1:1/login?{quote(echoed)}\r\n"))  # fmt: skip
+            writer.write(
+                self._head(
+                    "307 Temporary Redirect", "text/plain", 0, f"Location: http://127.0.0.1:1/login?{quote(echoed)}\r\n"
+                )
+            )
         elif mode in ("echo_event", "echo_object", "echo_malformed"):
             if mode == "echo_event":
                 body = f"event: error\ndata: upstream refused {echoed}\n\n".encode()

@@ -15,6 +15,7 @@ tokens_per_word)`` of the text, plus ``template_tokens`` per chat message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, fields, replace
@@ -65,7 +66,7 @@ class ScriptedServer:
         self.in_flight = 0
         self._runner: web.AppRunner | None = None
 
-    async def __aenter__(self) -> "ScriptedServer":
+    async def __aenter__(self) -> ScriptedServer:
         app = web.Application()
         app.router.add_post("/v1/completions", self._handle)
         app.router.add_post("/v1/chat/completions", self._handle)
@@ -103,8 +104,9 @@ class ScriptedServer:
             sc = replace(sc, **{k: v for k, v in body["script"].items() if k in known})
         if sc.capacity is not None and self.in_flight > sc.capacity:
             extra = self.in_flight - sc.capacity
-            sc = replace(sc, ttft_s=sc.ttft_s + extra * sc.overload_ttft_s,
-                         itl_s=sc.itl_s * self.in_flight / sc.capacity)  # fmt: skip
+            sc = replace(
+                sc, ttft_s=sc.ttft_s + extra * sc.overload_ttft_s, itl_s=sc.itl_s * self.in_flight / sc.capacity
+            )
         if sc.raw_body is not None:
             return web.Response(text=sc.raw_body, content_type="text/html")
         if sc.status != 200:
@@ -119,7 +121,7 @@ class ScriptedServer:
         n_out = sc.output_tokens if sc.output_tokens is not None else int(body.get("max_tokens", 16))
         stream = body.get("stream", True) is not False
         if sc.log_path is not None:
-            with open(sc.log_path, "a", encoding="utf-8") as log:
+            with open(sc.log_path, "a", encoding="utf-8") as log:  # noqa: ASYNC230 - a test log line
                 log.write(json.dumps({"stream": stream, "prompt_tokens": n_prompt}) + "\n")
         if not stream:  # one answer when the whole output would have been generated
             await asyncio.sleep(max(0.0, t0 + sc.ttft_s + (n_out - 1) * sc.itl_s - time.perf_counter()))
@@ -208,8 +210,12 @@ def _answer(chat: bool, n_out: int, n_prompt: int | None) -> dict[str, Any]:
         choice["message"] = {"role": "assistant", "content": text}
     else:
         choice["text"] = text
-    obj: dict[str, Any] = {"id": "x", "object": "chat.completion" if chat else "text_completion",
-                           "model": "scripted-model", "choices": [choice]}  # fmt: skip
+    obj: dict[str, Any] = {
+        "id": "x",
+        "object": "chat.completion" if chat else "text_completion",
+        "model": "scripted-model",
+        "choices": [choice],
+    }
     if n_prompt is not None:
         obj["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
     return obj
@@ -229,7 +235,7 @@ class ScriptedServerProcess:
         self.url = ""
         self._proc: Any = None
 
-    def __enter__(self) -> "ScriptedServerProcess":
+    def __enter__(self) -> ScriptedServerProcess:
         import subprocess
         import sys
         from dataclasses import asdict
@@ -253,7 +259,5 @@ class ScriptedServerProcess:
 if __name__ == "__main__":
     import sys
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve_forever(Script(**json.loads(sys.argv[1]))))
-    except KeyboardInterrupt:
-        pass

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
+from loadgen.calibration import calibrate
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import TargetError
-from loadgen.calibration import calibrate
 from loadgen.records import RequestSpec
 from loadgen.workload.prompts import PromptSynthesizer
 from tests.scripted_server import Script, ScriptedServer
 
 # llama.cpp's server as seen by a client: no usage in streams (whatever stream_options
 # says), usage in every non-streamed answer, a role-only first chunk, one token per event
-LLAMA_CPP = Script(ttft_s=0.002, itl_s=0.001, include_usage=False, role_event=True, tokens_per_event=1,
-                   tokens_per_word=1.1, template_tokens=8)  # fmt: skip
+LLAMA_CPP = Script(
+    ttft_s=0.002,
+    itl_s=0.001,
+    include_usage=False,
+    role_event=True,
+    tokens_per_event=1,
+    tokens_per_word=1.1,
+    template_tokens=8,
+)
 
 
 class Calibration:
@@ -74,8 +82,12 @@ async def test_neither_stream_nor_answer_has_usage(llama_cpp: Calibration) -> No
     llama_cpp.opts.extra_body = {"script": {"answer_usage": False}}
     synth = PromptSynthesizer(seed=0)
     res = await llama_cpp.run(synth)
-    assert res == {"calibrated": False, "method": None, "reason": "the server streams no usage.prompt_tokens and "
-                   "the non-streamed answer has no usage.prompt_tokens either"}  # fmt: skip
+    assert res == {
+        "calibrated": False,
+        "method": None,
+        "reason": "the server streams no usage.prompt_tokens and "
+        "the non-streamed answer has no usage.prompt_tokens either",
+    }
     assert (synth.tokens_per_word, synth.overhead_tokens) == (1.0, 0.0)
     res = await llama_cpp.run(synth, with_probe=False)
     assert res == {"calibrated": False, "method": None, "reason": "the server streams no usage.prompt_tokens"}

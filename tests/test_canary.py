@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -104,7 +105,9 @@ class AuthServer:
         self._loop.close()
 
     def _allowed(self, request: web.Request) -> bool:
-        ok = request.headers.get("Authorization") == self.expect_auth and request.headers.get("X-Custom-Token") == HEADER
+        ok = (
+            request.headers.get("Authorization") == self.expect_auth and request.headers.get("X-Custom-Token") == HEADER
+        )
         if ok:
             self.accepted += 1
         else:
@@ -124,14 +127,24 @@ class AuthServer:
         prompt = len(str(body.get("prompt", "")).split())
         usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
         if not body.get("stream"):
-            return web.json_response({"object": "text_completion", "model": "m", "usage": usage,
-                                      "choices": [{"index": 0, "text": " w" * n, "finish_reason": "length"}]})  # fmt: skip
+            return web.json_response(
+                {
+                    "object": "text_completion",
+                    "model": "m",
+                    "usage": usage,
+                    "choices": [{"index": 0, "text": " w" * n, "finish_reason": "length"}],
+                }
+            )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for k in range(n):
             await asyncio.sleep(0.002)
             fin = "length" if k == n - 1 else None
-            event = {"object": "text_completion", "model": "m", "choices": [{"index": 0, "text": " w", "finish_reason": fin}]}
+            event = {
+                "object": "text_completion",
+                "model": "m",
+                "choices": [{"index": 0, "text": " w", "finish_reason": fin}],
+            }
             await resp.write(f"data: {json.dumps(event)}\n\n".encode())
         if (body.get("stream_options") or {}).get("include_usage"):
             await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
@@ -150,10 +163,8 @@ class AuthServer:
         self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         self._stop = asyncio.Event()
         self._ready.set()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), 1800)  # bounded: the fixture stops it long before
-        except asyncio.TimeoutError:
-            pass
         await runner.cleanup()
 
 
@@ -174,24 +185,49 @@ def _env(**extra: str) -> dict[str, str]:
 
 def loadgen(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[bytes]:
     """``loadgen ARGS`` as a real subprocess; its stdout and stderr are checked for canaries."""
-    proc = subprocess.run([sys.executable, "-m", "loadgen.cli", *args], capture_output=True, env=env or _env(),
-                          timeout=timeout, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", *args],
+        capture_output=True,
+        env=env or _env(),
+        timeout=timeout,
+        check=False,
+    )
     assert_clean(f"stdout of loadgen {args[0]}", proc.stdout)
     assert_clean(f"stderr of loadgen {args[0]}", proc.stderr)
     return proc
 
 
 def _run_args(url: str, out: Path, *extra: str) -> list[str]:
-    return ["run", "--url", url, "--api", "completions", "--concurrency", "2", "--requests", "6",
-            "--prompt-tokens", "8", "--output-tokens", "4", "--header", f"X-Custom-Token: {HEADER}",
-            "--out", str(out), "--quiet", *extra]  # fmt: skip
+    return [
+        "run",
+        "--url",
+        url,
+        "--api",
+        "completions",
+        "--concurrency",
+        "2",
+        "--requests",
+        "6",
+        "--prompt-tokens",
+        "8",
+        "--output-tokens",
+        "4",
+        "--header",
+        f"X-Custom-Token: {HEADER}",
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
 
 
-def _check_run(proc: subprocess.CompletedProcess[bytes], out: Path, target: AuthServer, before: tuple[int, int]) -> None:
+def _check_run(
+    proc: subprocess.CompletedProcess[bytes], out: Path, target: AuthServer, before: tuple[int, int]
+) -> None:
     assert proc.returncode == 0, proc.stdout.decode(errors="replace")[-2000:] + proc.stderr.decode(errors="replace")
     recs = _records(out)
     assert len(recs) == 6 and all(r["status"] == "ok" for r in recs)
@@ -269,8 +305,9 @@ def test_ray_actors_keep_the_secrets_out(target: AuthServer, tmp_path: Path) -> 
     env.pop("RAY_ADDRESS", None)
     sessions = Path("/tmp/ray")  # Ray's default temp folder: its logs
     old = set(sessions.iterdir()) if sessions.is_dir() else set()
-    proc = loadgen(*_run_args(target.url, out, "--ray", "auto", "--workers", "2", "--api-key-env", KEY_ENV),
-                   env=env, timeout=400)  # fmt: skip
+    proc = loadgen(
+        *_run_args(target.url, out, "--ray", "auto", "--workers", "2", "--api-key-env", KEY_ENV), env=env, timeout=400
+    )
     _check_run(proc, out, target, before)
     run = json.loads((out / "run.json").read_text())
     assert {w["address"] for w in run["workers"]} == {"127.0.0.1"}  # Ray stayed on loopback
@@ -283,8 +320,14 @@ def test_ray_actors_keep_the_secrets_out(target: AuthServer, tmp_path: Path) -> 
 
 
 def _serve_has_api_key() -> bool:
-    res = subprocess.run([sys.executable, "-m", "loadgen.cli", "serve", "--help"], capture_output=True, text=True,
-                         env=_env(), timeout=60, check=False)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+        check=False,
+    )
     return "--api-key" in res.stdout
 
 
@@ -300,8 +343,10 @@ def test_the_reference_server_logs_no_secret(tmp_path: Path) -> None:
         host = url.removeprefix("http://")
         out = tmp_path / "ref"
         # with a key the server checks, Bearer must win over the URL's Basic credentials
-        proc = loadgen(*_run_args(f"http://{USER}:{quote(PASSWORD, safe='')}@{host}", out, "--api-key-env", KEY_ENV),
-                       env=_env(**{KEY_ENV: KEY}))  # fmt: skip
+        proc = loadgen(
+            *_run_args(f"http://{USER}:{quote(PASSWORD, safe='')}@{host}", out, "--api-key-env", KEY_ENV),
+            env=_env(**{KEY_ENV: KEY}),
+        )
         assert proc.returncode == 0, proc.stdout.decode(errors="replace")[-2000:] + proc.stderr.decode(errors="replace")
         recs = _records(out)
         assert len(recs) == 6 and all(r["status"] == "ok" for r in recs)
@@ -320,7 +365,7 @@ def test_a_matrix_takes_its_secrets_from_the_environment_and_writes_none(target:
     matrix = tmp_path / "m.toml"
     matrix.write_text(f'''name = "canary"
 [server]
-url = "http://{USER}:{quote(PASSWORD, safe='')}@{host}"
+url = "http://{USER}:{quote(PASSWORD, safe="")}@{host}"
 [run]
 api = "completions"
 prompt_tokens = "8"
@@ -350,8 +395,16 @@ def test_secrets_echoed_by_the_server_are_masked_everywhere(tmp_path: Path) -> N
     the calibration note hold none of the secrets; the records show the mask instead."""
     from tests.hostile_server import HostileServer
 
-    streams = ["ok", "echo_status", "echo_status", "echo_event", "echo_object", "echo_redirect", "echo_malformed",
-               "echo_status"]  # fmt: skip
+    streams = [
+        "ok",
+        "echo_status",
+        "echo_status",
+        "echo_event",
+        "echo_object",
+        "echo_redirect",
+        "echo_malformed",
+        "echo_status",
+    ]
     with HostileServer(streams=streams) as srv:
         host = srv.url.removeprefix("http://")
         url = f"http://{USER}:{quote(PASSWORD, safe='')}@{host}/v1"
@@ -362,8 +415,14 @@ def test_secrets_echoed_by_the_server_are_masked_everywhere(tmp_path: Path) -> N
         assert srv.handled == 1 + 1 + 6  # calibration's stream, its probe, the six requests
     assert proc.returncode == 1, proc.stdout.decode(errors="replace")[-2000:] + proc.stderr.decode(errors="replace")
     recs = _records(out)
-    assert [r["status"] for r in recs] == ["http_error", "error_event", "error_event", "http_error",
-                                           "invalid_response", "http_error"]  # fmt: skip
+    assert [r["status"] for r in recs] == [
+        "http_error",
+        "error_event",
+        "error_event",
+        "http_error",
+        "invalid_response",
+        "http_error",
+    ]
     assert all("***" in r["error"] for r in recs), [r["error"] for r in recs]
     calib = json.loads((out / "run.json").read_text())["calibration"]
     assert not calib["calibrated"] and "HTTP 401: bad credentials:" in calib["reason"] and "***" in calib["reason"]

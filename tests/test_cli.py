@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -29,10 +31,29 @@ def test_run_writes_the_run_folder(server: ScriptedServerProcess, tmp_path: Path
     out = tmp_path / "smoke"
     res = runner.invoke(
         app,
-        ["run", "--url", server.url, "--api", "completions", "--concurrency", "4", "--requests", "20",
-         "--prompt-tokens", "64", "--output-tokens", "normal:mean=16,std=4,min=4,max=32",
-         "--slo", "ttft=500ms", "--slo", "tpot=50ms", "--out", str(out), "--quiet"],
-    )  # fmt: skip
+        [
+            "run",
+            "--url",
+            server.url,
+            "--api",
+            "completions",
+            "--concurrency",
+            "4",
+            "--requests",
+            "20",
+            "--prompt-tokens",
+            "64",
+            "--output-tokens",
+            "normal:mean=16,std=4,min=4,max=32",
+            "--slo",
+            "ttft=500ms",
+            "--slo",
+            "tpot=50ms",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "TTFT" in res.output and "attainment 100.0%" in res.output
     assert {p.name for p in out.iterdir()} == {"run.json", "records.jsonl", "events.bin", "summary.json", "report.html"}
@@ -42,7 +63,16 @@ def test_run_writes_the_run_folder(server: ScriptedServerProcess, tmp_path: Path
     level = summary["levels"][0]
     assert level["load"] == {"mode": "concurrency", "value": 4}
     assert level["requests"] == {"total": 20, "ok": 20, "failed": 0, "by_error": {}, "retried": 0}
-    for key in ("ttft_ms", "ttft_queued_ms", "itl_ms", "inter_chunk_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "output_tokens"):
+    for key in (
+        "ttft_ms",
+        "ttft_queued_ms",
+        "itl_ms",
+        "inter_chunk_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "prompt_tokens",
+        "output_tokens",
+    ):
         assert set(level[key]) >= {"mean", "std", "min", "p50", "p90", "p95", "p99", "p99.9", "max"}
     assert set(level["throughput"]) >= {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s"}
     assert level["goodput"]["slo_attainment"] == 1.0
@@ -58,16 +88,32 @@ def test_open_loop_rate(server: ScriptedServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "rate"
     res = runner.invoke(
         app,
-        ["run", "--url", server.url, "--rate", "50", "--requests", "25", "--arrival", "constant",
-         "--prompt-tokens", "16", "--output-tokens", "4", "--out", str(out), "--quiet"],
-    )  # fmt: skip
+        [
+            "run",
+            "--url",
+            server.url,
+            "--rate",
+            "50",
+            "--requests",
+            "25",
+            "--arrival",
+            "constant",
+            "--prompt-tokens",
+            "16",
+            "--output-tokens",
+            "4",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     level = json.loads((out / "summary.json").read_text())["levels"][0]
     assert level["load"] == {"mode": "rate", "value": 50.0}
     assert level["schedule"]["scheduled"] == 25 and level["schedule"]["dropped"] == 0
     recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     sched = sorted(r["scheduled_ns"] for r in recs)
-    gaps = [(b - a) / 1e6 for a, b in zip(sched, sched[1:])]
+    gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(sched)]
     assert all(abs(g - 20.0) < 1e-3 for g in gaps)  # the precomputed schedule, exactly
 
 
@@ -105,7 +151,10 @@ def test_bad_workload_file_names_file_and_key(server: ScriptedServerProcess, tmp
         (["--url", "http://127.0.0.1:99999"], "--url: not a valid URL"),
         (["--url", "http://[::1"], "--url: not a valid URL"),
         (["--rate", "1e9", "--duration", "1"], "--rate: request rate must be > 0 and at most 1,000,000/s"),
-        (["--rate", "1e5", "--duration", "1e5", "--requests", "1000000000"], "--rate: 1,000,000,000 arrivals in one level"),
+        (
+            ["--rate", "1e5", "--duration", "1e5", "--requests", "1000000000"],
+            "--rate: 1,000,000,000 arrivals in one level",
+        ),
     ],
 )
 def test_bad_flags_are_one_line(server: ScriptedServerProcess, args: list[str], needle: str) -> None:
@@ -120,11 +169,26 @@ def test_secrets_never_reach_files(server: ScriptedServerProcess, tmp_path: Path
     env = {"MY_KEY": "sk-very-secret-123"}
     res = runner.invoke(
         app,
-        ["run", "--url", server.url.replace("http://", "http://bob:pa55word@") + "/v1?key=qk-secret",
-         "--requests", "3", "--prompt-tokens", "8", "--output-tokens", "2",
-         "--api-key-env", "MY_KEY", "--header", "X-Token: hunter2-secret", "--out", str(out), "--quiet"],
+        [
+            "run",
+            "--url",
+            server.url.replace("http://", "http://bob:pa55word@") + "/v1?key=qk-secret",
+            "--requests",
+            "3",
+            "--prompt-tokens",
+            "8",
+            "--output-tokens",
+            "2",
+            "--api-key-env",
+            "MY_KEY",
+            "--header",
+            "X-Token: hunter2-secret",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
         env=env,
-    )  # fmt: skip
+    )
     assert res.exit_code == 0, res.output
     for f in out.iterdir():
         text = f.read_text(errors="replace")  # events.bin is binary
@@ -138,10 +202,28 @@ def test_ctrl_c_keeps_records_and_summarises(tmp_path: Path) -> None:
     out = tmp_path / "interrupted"
     with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.cli", "run", "--url", srv.url, "--concurrency", "4",
-             "--requests", "1000", "--prompt-tokens", "8", "--output-tokens", "40", "--out", str(out)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "loadgen.cli",
+                "run",
+                "--url",
+                srv.url,
+                "--concurrency",
+                "4",
+                "--requests",
+                "1000",
+                "--prompt-tokens",
+                "8",
+                "--output-tokens",
+                "40",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # wait for a few finished requests
             f = out / "records.jsonl"
@@ -165,10 +247,22 @@ def test_ctrl_c_during_calibration_is_one_line(tmp_path: Path) -> None:
     log = tmp_path / "served.jsonl"
     with ScriptedServerProcess(Script(ttft_s=60, log_path=str(log))) as srv:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.cli", "run", "--url", srv.url, "--requests", "2",
-             "--out", str(tmp_path / "run")],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "loadgen.cli",
+                "run",
+                "--url",
+                srv.url,
+                "--requests",
+                "2",
+                "--out",
+                str(tmp_path / "run"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (log.exists() and log.read_text()):  # calibration sent
             time.sleep(0.05)
@@ -183,9 +277,25 @@ def test_report_and_compare_commands(server: ScriptedServerProcess, tmp_path: Pa
         out = tmp_path / name
         res = runner.invoke(
             app,
-            ["run", "--url", server.url, "--concurrency", "2", "--requests", "8", "--prompt-tokens", "16",
-             "--output-tokens", output_tokens, "--out", str(out), "--label", name, "--quiet"],
-        )  # fmt: skip
+            [
+                "run",
+                "--url",
+                server.url,
+                "--concurrency",
+                "2",
+                "--requests",
+                "8",
+                "--prompt-tokens",
+                "16",
+                "--output-tokens",
+                output_tokens,
+                "--out",
+                str(out),
+                "--label",
+                name,
+                "--quiet",
+            ],
+        )
         assert res.exit_code == 0, res.output
         return out
 
@@ -207,10 +317,22 @@ def test_report_and_compare_commands(server: ScriptedServerProcess, tmp_path: Pa
 
 def test_a_folder_holds_one_run(server: ScriptedServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "again"
-    args = ["run", "--url", server.url, "--requests", "5", "--prompt-tokens", "8", "--output-tokens", "2",
-            "--out", str(out), "--quiet"]  # fmt: skip
+    args = [
+        "run",
+        "--url",
+        server.url,
+        "--requests",
+        "5",
+        "--prompt-tokens",
+        "8",
+        "--output-tokens",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert runner.invoke(app, args).exit_code == 0
-    res = runner.invoke(app, args[:4] + ["3"] + args[5:])
+    res = runner.invoke(app, [*args[:4], "3", *args[5:]])
     assert res.exit_code == 0 and "replacing the earlier run" in res.output
     assert len((out / "records.jsonl").read_text().splitlines()) == 3
 
@@ -220,8 +342,17 @@ def _llama_cpp(log: Path, **kw: Any) -> Script:
     usage in every non-streamed answer, a role-only first chunk, one token per event; its
     stand-in tokenizer counts 1.1 tokens per word plus 8 template tokens, and it logs what
     it counted for every request."""
-    return Script(ttft_s=0.003, itl_s=0.001, include_usage=False, role_event=True, tokens_per_event=1,
-                  tokens_per_word=1.1, template_tokens=8, log_path=str(log), **kw)  # fmt: skip
+    return Script(
+        ttft_s=0.003,
+        itl_s=0.001,
+        include_usage=False,
+        role_event=True,
+        tokens_per_event=1,
+        tokens_per_word=1.1,
+        template_tokens=8,
+        log_path=str(log),
+        **kw,
+    )
 
 
 def _served_prompts(log: Path) -> list[int]:
@@ -232,8 +363,18 @@ def _served_prompts(log: Path) -> list[int]:
 
 def test_exact_prompts_against_a_server_that_streams_no_usage(tmp_path: Path) -> None:
     log = tmp_path / "server.jsonl"
-    args = ["run", "--concurrency", "1", "--requests", "12", "--prompt-tokens", "128", "--output-tokens", "32",
-            "--quiet"]  # fmt: skip
+    args = [
+        "run",
+        "--concurrency",
+        "1",
+        "--requests",
+        "12",
+        "--prompt-tokens",
+        "128",
+        "--output-tokens",
+        "32",
+        "--quiet",
+    ]
     with ScriptedServerProcess(_llama_cpp(log)) as srv:
         res = runner.invoke(app, [*args, "--url", srv.url, "--out", str(tmp_path / "cal")])
         assert res.exit_code == 0, res.output
@@ -261,13 +402,30 @@ def test_exact_prompts_against_a_server_that_streams_no_usage(tmp_path: Path) ->
 def test_a_server_with_no_usage_at_all_is_one_warning_line(tmp_path: Path) -> None:
     log = tmp_path / "server.jsonl"
     with ScriptedServerProcess(_llama_cpp(log, answer_usage=False)) as srv:
-        res = runner.invoke(app, ["run", "--url", srv.url, "--requests", "3", "--prompt-tokens", "16",
-                                  "--output-tokens", "4", "--out", str(tmp_path / "x"), "--quiet"])  # fmt: skip
+        res = runner.invoke(
+            app,
+            [
+                "run",
+                "--url",
+                srv.url,
+                "--requests",
+                "3",
+                "--prompt-tokens",
+                "16",
+                "--output-tokens",
+                "4",
+                "--out",
+                str(tmp_path / "x"),
+                "--quiet",
+            ],
+        )
     assert res.exit_code == 0, res.output
     warnings = [line for line in res.output.splitlines() if "warning" in line]
-    assert warnings == ["warning: prompt lengths not calibrated: the server streams no usage.prompt_tokens and the "
-                        "non-streamed answer has no usage.prompt_tokens either; prompts assume one token per word and "
-                        "no chat template, so compare them with the server's own prompt counts"]  # fmt: skip
+    assert warnings == [
+        "warning: prompt lengths not calibrated: the server streams no usage.prompt_tokens and the "
+        "non-streamed answer has no usage.prompt_tokens either; prompts assume one token per word and "
+        "no chat template, so compare them with the server's own prompt counts"
+    ]
     calib = json.loads((tmp_path / "x" / "run.json").read_text())["calibration"]
     assert calib["calibrated"] is False and "non-streamed answer has no usage" in calib["reason"]
 
@@ -280,7 +438,9 @@ def test_out_refuses_a_folder_that_is_not_a_run_folder(server: ScriptedServerPro
     res = runner.invoke(app, ["run", "--url", server.url, "--requests", "1", "--out", str(mine)])
     assert res.exit_code == 2, res.output
     assert "neither empty nor a loadgen run folder" in res.output and len(res.output.strip().splitlines()) == 1
-    assert (mine / "records.jsonl").read_text() == "my data\n" and sorted(p.name for p in mine.iterdir()) == ["records.jsonl"]
+    assert (mine / "records.jsonl").read_text() == "my data\n" and sorted(p.name for p in mine.iterdir()) == [
+        "records.jsonl"
+    ]
     res = runner.invoke(app, ["run", "--url", server.url, "--requests", "1", "--out", ""])
     assert res.exit_code == 2 and "--out: give a folder" in res.output, res.output
     empty = tmp_path / "empty"
@@ -292,17 +452,33 @@ def test_out_refuses_a_folder_that_is_not_a_run_folder(server: ScriptedServerPro
 
 def test_a_run_in_which_every_request_failed_exits_1(tmp_path: Path) -> None:
     with ScriptedServerProcess(Script(status=500)) as srv:
-        res = runner.invoke(app, ["run", "--url", srv.url, "--model", "m", "--requests", "3", "--no-calibrate",
-                                  "--out", str(tmp_path / "failed")])  # fmt: skip
+        res = runner.invoke(
+            app,
+            [
+                "run",
+                "--url",
+                srv.url,
+                "--model",
+                "m",
+                "--requests",
+                "3",
+                "--no-calibrate",
+                "--out",
+                str(tmp_path / "failed"),
+            ],
+        )
     assert res.exit_code == 1, res.output
     assert "every request failed (3)" in res.output and "Traceback" not in res.output
     assert (tmp_path / "failed" / "summary.json").exists()
 
 
-@pytest.mark.parametrize(("gpu", "line"), [
-    ("h100", "max_num_batched_tokens=8192, max_num_seqs=1024, chunked prefill on, prefix caching on"),
-    ("a100", "max_num_batched_tokens=2048, max_num_seqs=256, chunked prefill on, prefix caching on"),
-])
+@pytest.mark.parametrize(
+    ("gpu", "line"),
+    [
+        ("h100", "max_num_batched_tokens=8192, max_num_seqs=1024, chunked prefill on, prefix caching on"),
+        ("a100", "max_num_batched_tokens=2048, max_num_seqs=256, chunked prefill on, prefix caching on"),
+    ],
+)
 def test_serve_prints_its_effective_limits_at_start_up(gpu: str, line: str) -> None:
     from loadgen.server.process import ServerProcess
 

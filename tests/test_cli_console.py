@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -26,9 +26,27 @@ def server() -> Iterator[ScriptedServerProcess]:
 
 def test_a_trace_replays_late_sends_are_on_the_console(server: ScriptedServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "trace"
-    res = runner.invoke(app, ["run", "--url", server.url, "--api", "completions", "--trace",
-                              str(SAMPLES / "mooncake.jsonl"), "--speed", "20", "--requests", "40", "--warmup", "3",
-                              "--out", str(out), "--quiet"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "--url",
+            server.url,
+            "--api",
+            "completions",
+            "--trace",
+            str(SAMPLES / "mooncake.jsonl"),
+            "--speed",
+            "20",
+            "--requests",
+            "40",
+            "--warmup",
+            "3",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     level = json.loads((out / "summary.json").read_text())["levels"][0]
     sch = level["schedule"]
@@ -45,13 +63,39 @@ def test_a_trace_replays_late_sends_are_on_the_console(server: ScriptedServerPro
 
 def test_a_sweeps_table_has_units_and_the_summarys_reasons(server: ScriptedServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    res = runner.invoke(app, ["run", "--url", server.url, "--api", "completions", "--levels", "1,3", "--concurrency",
-                              "1", "--requests", "8", "--prompt-tokens", "16", "--output-tokens", "4",
-                              "--out", str(out), "--quiet"], terminal_width=150)  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "--url",
+            server.url,
+            "--api",
+            "completions",
+            "--levels",
+            "1,3",
+            "--concurrency",
+            "1",
+            "--requests",
+            "8",
+            "--prompt-tokens",
+            "16",
+            "--output-tokens",
+            "4",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        terminal_width=150,
+    )
     assert res.exit_code == 0, res.output
     head = res.output.split("┡")[0].split("Results per load level")[1]
-    assert re.findall(r"TTFT p50|TTFT p99|ITL p50|ITL p99|TPOT p50", head) == ["TTFT p50", "TTFT p99", "ITL p50",
-                                                                               "ITL p99", "TPOT p50"]
+    assert re.findall(r"TTFT p50|TTFT p99|ITL p50|ITL p99|TPOT p50", head) == [
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p50",
+        "ITL p99",
+        "TPOT p50",
+    ]
     assert len(re.findall(r"┃ +(?:ms|s) (?=┃)", head)) == 5 and "req/s" in head and "%" in head
     for lv in json.loads((out / "summary.json").read_text())["levels"]:
         users = lv["load"]["value"]

@@ -7,8 +7,9 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import typer
@@ -69,9 +70,29 @@ def test_no_help_text_loses_its_brackets_to_rich_markup() -> None:
 
 def test_vllm_spellings_are_aliases(server: ScriptedServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "vllm"
-    res = runner.invoke(app, [
-        "run", "--base-url", server.url, "--num-prompts", "12", "--request-rate", "40", "--max-concurrency", "3",
-        "--arrival", "constant", "--prompt-tokens", "16", "--output-tokens", "4", "--out", str(out), "--quiet"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "--base-url",
+            server.url,
+            "--num-prompts",
+            "12",
+            "--request-rate",
+            "40",
+            "--max-concurrency",
+            "3",
+            "--arrival",
+            "constant",
+            "--prompt-tokens",
+            "16",
+            "--output-tokens",
+            "4",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     level = json.loads((out / "summary.json").read_text())["levels"][0]
     assert level["load"] == {"mode": "rate", "value": 40.0} and level["requests"]["total"] == 12
@@ -90,8 +111,9 @@ def test_vllm_spellings_are_aliases(server: ScriptedServerProcess, tmp_path: Pat
         (["--save-result", "."], "--save-result: . is a folder"),
     ],
 )
-def test_where_vllm_means_otherwise_one_line_says_so(server: ScriptedServerProcess, tmp_path: Path,
-                                                     args: list[str], needle: str) -> None:  # fmt: skip
+def test_where_vllm_means_otherwise_one_line_says_so(
+    server: ScriptedServerProcess, tmp_path: Path, args: list[str], needle: str
+) -> None:
     res = runner.invoke(app, ["run", "--url", server.url, "--requests", "1", "--out", str(tmp_path / "x"), *args])
     assert res.exit_code == 2, res.output
     assert needle in res.output and "Traceback" not in res.output
@@ -100,16 +122,36 @@ def test_where_vllm_means_otherwise_one_line_says_so(server: ScriptedServerProce
 
 
 def _result(out: Path, result: Path, *args: str, url: str) -> Any:
-    res = runner.invoke(app, ["run", "--url", url, "--api", "completions", "--prompt-tokens", "16",
-                              "--output-tokens", "5", "--out", str(out), "--save-result", str(result), "--quiet",
-                              "--slo", "ttft=2s", *args])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "--url",
+            url,
+            "--api",
+            "completions",
+            "--prompt-tokens",
+            "16",
+            "--output-tokens",
+            "5",
+            "--out",
+            str(out),
+            "--save-result",
+            str(result),
+            "--quiet",
+            "--slo",
+            "ttft=2s",
+            *args,
+        ],
+    )
     assert res.exit_code == 0, res.output
     return json.loads(result.read_text()), json.loads((out / "summary.json").read_text())
 
 
 def test_save_result_writes_vllms_headline_keys(server: ScriptedServerProcess, tmp_path: Path) -> None:
-    doc, summary = _result(tmp_path / "one", tmp_path / "deep" / "result.json", "--concurrency", "2",
-                           "--requests", "10", url=server.url)  # fmt: skip
+    doc, summary = _result(
+        tmp_path / "one", tmp_path / "deep" / "result.json", "--concurrency", "2", "--requests", "10", url=server.url
+    )
     level = summary["levels"][0]
     assert isinstance(doc, dict)
     assert doc["backend"] == "openai" and doc["model_id"] == "scripted-model" and doc["num_prompts"] == 10
@@ -129,8 +171,9 @@ def test_save_result_writes_vllms_headline_keys(server: ScriptedServerProcess, t
 
 
 def test_save_result_of_a_sweep_is_a_list(server: ScriptedServerProcess, tmp_path: Path) -> None:
-    doc, summary = _result(tmp_path / "sweep", tmp_path / "r.json", "--rate", "30", "--levels", "20,40",
-                           "--requests", "6", url=server.url)  # fmt: skip
+    doc, summary = _result(
+        tmp_path / "sweep", tmp_path / "r.json", "--rate", "30", "--levels", "20,40", "--requests", "6", url=server.url
+    )
     assert [d["request_rate"] for d in doc] == [20.0, 40.0] and [d["max_concurrency"] for d in doc] == [None, None]
     assert [d["burstiness"] for d in doc] == [1.0, 1.0]  # poisson
     assert [d["completed"] for d in doc] == [lv["requests"]["ok"] for lv in summary["levels"]]
@@ -163,7 +206,7 @@ def test_tokenizer_by_model_id_from_the_local_cache(tmp_path: Path) -> None:
     assert resolve_tokenizer("org/tiny", env) == repo / "snapshots" / "bbb" / "tokenizer.json"
     assert resolve_tokenizer(str(SAMPLE_TOKENIZER), env) == SAMPLE_TOKENIZER
     assert resolve_tokenizer(str(SAMPLE_TOKENIZER.parent), env) == SAMPLE_TOKENIZER  # a folder holding one
-    with pytest.raises(ConfigError, match="org/absent has no tokenizer.json in the local Hugging Face cache"):
+    with pytest.raises(ConfigError, match=r"org/absent has no tokenizer.json in the local Hugging Face cache"):
         resolve_tokenizer("org/absent", env)
     with pytest.raises(ConfigError, match="no such file"):
         resolve_tokenizer("missing/tokenizer.json", env)
@@ -174,17 +217,20 @@ def test_tokenizer_model_id_on_the_command_line(tmp_path: Path) -> None:
     _cache(tmp_path, "org/tiny", {"aaa": True}, main="aaa")
     data = str(ROOT / "workloads" / "samples" / "sharegpt.json")
     env = {"HF_HOME": str(tmp_path), "HF_HUB_CACHE": "", "HUGGINGFACE_HUB_CACHE": ""}
-    by_id = runner.invoke(app, ["workload", "fit", data, "-o", str(tmp_path / "a.toml"), "--tokenizer", "org/tiny"],
-                          env=env)  # fmt: skip
-    by_path = runner.invoke(app, ["workload", "fit", data, "-o", str(tmp_path / "b.toml"), "--tokenizer",
-                                  str(SAMPLE_TOKENIZER)], env=env)  # fmt: skip
+    by_id = runner.invoke(
+        app, ["workload", "fit", data, "-o", str(tmp_path / "a.toml"), "--tokenizer", "org/tiny"], env=env
+    )
+    by_path = runner.invoke(
+        app, ["workload", "fit", data, "-o", str(tmp_path / "b.toml"), "--tokenizer", str(SAMPLE_TOKENIZER)], env=env
+    )
     assert by_id.exit_code == 0 and by_path.exit_code == 0, by_id.output + by_path.output
     strip = re.compile(r"^name = .*$", re.M)  # the name follows the file's
     assert strip.sub("", (tmp_path / "a.toml").read_text()) == strip.sub("", (tmp_path / "b.toml").read_text())
     words = runner.invoke(app, ["workload", "fit", data, "-o", str(tmp_path / "c.toml")], env=env)
     assert words.exit_code == 0 and (tmp_path / "c.toml").read_text() != (tmp_path / "b.toml").read_text()
-    missing = runner.invoke(app, ["run", "--url", "http://127.0.0.1:9", "--tokenizer", "org/absent",
-                                  "--out", str(tmp_path / "x")], env=env)  # fmt: skip
+    missing = runner.invoke(
+        app, ["run", "--url", "http://127.0.0.1:9", "--tokenizer", "org/absent", "--out", str(tmp_path / "x")], env=env
+    )
     assert missing.exit_code == 2 and "Traceback" not in missing.output
     assert len(missing.output.strip().splitlines()) == 1, missing.output
     assert "org/absent has no tokenizer.json in the local Hugging Face cache" in missing.output

@@ -15,21 +15,28 @@ SECRET = "S3cr3t"
 @pytest.mark.parametrize(
     ("argv", "want"),
     [
-        (["run", "--url", f"http://me:{SECRET}@gpu-1:8000/v1?api_key={SECRET}#{SECRET}"],
-         ["run", "--url", "http://gpu-1:8000/v1"]),
+        (
+            ["run", "--url", f"http://me:{SECRET}@gpu-1:8000/v1?api_key={SECRET}#{SECRET}"],
+            ["run", "--url", "http://gpu-1:8000/v1"],
+        ),
         ([f"--url=http://me:{SECRET}@gpu-1:8000/v1?api_key={SECRET}"], ["--url=http://gpu-1:8000/v1"]),
         (["--url", f"https://{SECRET}@[::1]:8443"], ["--url", "https://[::1]:8443"]),
         (["--url", f"http://me:{SECRET}%40x@h"], ["--url", "http://h"]),  # an encoded '@' in the password
-        (["--header", f"Authorization: Bearer {SECRET}", "--rate", "2"], ["--header", "Authorization: ***", "--rate", "2"]),
+        (
+            ["--header", f"Authorization: Bearer {SECRET}", "--rate", "2"],
+            ["--header", "Authorization: ***", "--rate", "2"],
+        ),
         ([f"--header=X-Api-Key: {SECRET}"], ["--header=X-Api-Key: ***"]),
         (["--header", f"Referer: http://me:{SECRET}@x/?k={SECRET}"], ["--header", "Referer: ***"]),
         ([f"--header=Referer: http://x/?k={SECRET}"], ["--header=Referer: ***"]),
         (["--header", "A: 1", "--header", f"B: {SECRET}"], ["--header", "A: ***", "--header", "B: ***"]),
         (["--header", SECRET, f"--header={SECRET}"], ["--header", ": ***", "--header=: ***"]),  # no name: refused later
-        (["--workload", "chat", "--concurrency", "8", "--slo", "ttft=200ms", "--label", "a b"],
-         ["--workload", "chat", "--concurrency", "8", "--slo", "ttft=200ms", "--label", "a b"]),
+        (
+            ["--workload", "chat", "--concurrency", "8", "--slo", "ttft=200ms", "--label", "a b"],
+            ["--workload", "chat", "--concurrency", "8", "--slo", "ttft=200ms", "--label", "a b"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_secrets_are_removed_and_the_rest_kept(argv: list[str], want: list[str]) -> None:
     assert _redact_argv(argv) == want
 

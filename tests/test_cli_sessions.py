@@ -4,8 +4,8 @@ server in its own process; bad input is one line and exit 2."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -25,10 +25,29 @@ def server() -> Iterator[ScriptedServerProcess]:
 
 def test_a_sessions_workload_runs_from_the_cli(server: ScriptedServerProcess, tmp_path: Path) -> None:
     wl = tmp_path / "conv.toml"
-    wl.write_text('prompt_tokens = 20\noutput_tokens = 4\n[sessions]\nturns = 3\nthink_time_ms = 5\n', encoding="utf-8")
+    wl.write_text("prompt_tokens = 20\noutput_tokens = 4\n[sessions]\nturns = 3\nthink_time_ms = 5\n", encoding="utf-8")
     out = tmp_path / "run"
-    res = runner.invoke(app, ["run", "--url", server.url, "--api", "chat", "--workload", str(wl), "--concurrency", "2",
-                              "--requests", "12", "--warmup", "0", "--out", str(out), "--quiet"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "--url",
+            server.url,
+            "--api",
+            "chat",
+            "--workload",
+            str(wl),
+            "--concurrency",
+            "2",
+            "--requests",
+            "12",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "sessions 4 (4 completed); TTFT p50 by turn 1: " in res.output
     records = list(read_records(out))
@@ -43,10 +62,27 @@ def test_a_sessions_workload_runs_from_the_cli(server: ScriptedServerProcess, tm
 
 def test_tools_need_the_chat_api(server: ScriptedServerProcess, tmp_path: Path) -> None:
     wl = tmp_path / "tools.toml"
-    wl.write_text('prompt_tokens = 20\noutput_tokens = 4\ntool_choice = "auto"\n[[tools]]\ntype = "function"\n'
-                  '[tools.function]\nname = "f"\n', encoding="utf-8")  # fmt: skip
-    res = runner.invoke(app, ["run", "--url", server.url, "--api", "completions", "--workload", str(wl),
-                              "--requests", "1", "--out", str(tmp_path / "run")])  # fmt: skip
+    wl.write_text(
+        'prompt_tokens = 20\noutput_tokens = 4\ntool_choice = "auto"\n[[tools]]\ntype = "function"\n'
+        '[tools.function]\nname = "f"\n',
+        encoding="utf-8",
+    )
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "--url",
+            server.url,
+            "--api",
+            "completions",
+            "--workload",
+            str(wl),
+            "--requests",
+            "1",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+    )
     assert res.exit_code == 2, res.output
     assert "--api" in res.output and "tools" in res.output and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1, res.output

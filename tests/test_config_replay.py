@@ -29,8 +29,9 @@ def invoke(*args: str) -> tuple[int, str]:
 
 def loadgen(*args: str) -> tuple[int, str]:
     """A real process (run.json keeps its command line: sys.argv)."""
-    res = subprocess.run([sys.executable, "-m", "loadgen", "run", "--quiet", *args], capture_output=True,
-                         text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "loadgen", "run", "--quiet", *args], capture_output=True, text=True, timeout=300
+    )
     return res.returncode, res.stdout + res.stderr
 
 
@@ -40,15 +41,33 @@ def flat(text: str) -> str:
 
 
 def specs(folder: Path) -> list[tuple[int, int, int, int | None]]:
-    return sorted((r.index, r.target_prompt_tokens, r.target_output_tokens, r.prompt_tokens)
-                  for r in read_records(folder))
+    return sorted(
+        (r.index, r.target_prompt_tokens, r.target_output_tokens, r.prompt_tokens) for r in read_records(folder)
+    )
 
 
 def test_run_json_repeats_the_run_request_for_request(server: str, tmp_path: Path) -> None:
     first, again = tmp_path / "first", tmp_path / "again"
-    code, out = loadgen("--url", server, "--api", "completions", "--prompt-tokens", "uniform:min=50,max=400",
-                       "--output-tokens", "uniform:min=2,max=9", "--concurrency", "2", "--requests", "12",
-                       "--seed", "7", "--header", "X-Secret: CANARY-5150", "--out", str(first))
+    code, out = loadgen(
+        "--url",
+        server,
+        "--api",
+        "completions",
+        "--prompt-tokens",
+        "uniform:min=50,max=400",
+        "--output-tokens",
+        "uniform:min=2,max=9",
+        "--concurrency",
+        "2",
+        "--requests",
+        "12",
+        "--seed",
+        "7",
+        "--header",
+        "X-Secret: CANARY-5150",
+        "--out",
+        str(first),
+    )
     assert code == 0, out
     code, out = loadgen("--config", str(first / "run.json"), "--out", str(again))
     assert code == 0, out
@@ -65,8 +84,10 @@ def test_run_json_repeats_the_run_request_for_request(server: str, tmp_path: Pat
 
 def test_a_toml_file_gives_every_option_and_flags_win(server: str, tmp_path: Path) -> None:
     cfg = tmp_path / "run.toml"
-    cfg.write_text(f'url = "{server}"\napi = "completions"\nprompt-tokens = "64"\noutput_tokens = "4"\n'
-                   f'concurrency = 1\nrequests = 3\nslo = ["ttft=5s"]\n')
+    cfg.write_text(
+        f'url = "{server}"\napi = "completions"\nprompt-tokens = "64"\noutput_tokens = "4"\n'
+        f'concurrency = 1\nrequests = 3\nslo = ["ttft=5s"]\n'
+    )
     code, out = invoke("--config", str(cfg), "--out", str(tmp_path / "a"))
     assert code == 0, out
     assert len(specs(tmp_path / "a")) == 3
@@ -76,10 +97,13 @@ def test_a_toml_file_gives_every_option_and_flags_win(server: str, tmp_path: Pat
     assert code == 0 and len(specs(tmp_path / "b")) == 5
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ('url = "http://127.0.0.1:9"\nbogus = 1\n', "unknown option 'bogus'"),
-    ("url = [", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('url = "http://127.0.0.1:9"\nbogus = 1\n', "unknown option 'bogus'"),
+        ("url = [", "not valid TOML"),
+    ],
+)
 def test_bad_config_files_are_refused_before_sending(tmp_path: Path, text: str, needle: str) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(text)

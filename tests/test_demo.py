@@ -20,8 +20,10 @@ def test_demo_runs_both_configurations(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     proc = subprocess.run(
         [sys.executable, "-m", "loadgen.cli", "demo", "--out", str(out), "--seconds", "2.5"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "The lesson" in proc.stdout and "worst chat ITL" in proc.stdout
@@ -61,8 +63,11 @@ def test_serve_rejects_bad_flags_in_one_line() -> None:
 
 
 def test_serve_rejects_bad_sim_precision_and_speculation_flags_in_one_line() -> None:
-    for flags, key in ((["--dtype", "int4"], "--dtype"), (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype"),
-                       (["--speculative-tokens", "99"], "--speculative-tokens"),
-                       (["--speculative-tokens", "3", "--draft-model", "gpt-9"], "--draft-model")):
+    for flags, key in (
+        (["--dtype", "int4"], "--dtype"),
+        (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype"),
+        (["--speculative-tokens", "99"], "--speculative-tokens"),
+        (["--speculative-tokens", "3", "--draft-model", "gpt-9"], "--draft-model"),
+    ):
         res = CliRunner().invoke(app, ["serve", *flags])
         assert res.exit_code == 2 and key in res.output and "Traceback" not in res.output, res.output

@@ -29,8 +29,7 @@ def test_every_relative_link_resolves() -> None:
 
 def test_nothing_cites_a_document_the_repository_lacks() -> None:
     offenders = []
-    for path in [*ROOT.glob("loadgen/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/*.py"),
-                 *_pages()]:
+    for path in [*ROOT.glob("loadgen/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/*.py"), *_pages()]:
         if path.name == "test_docs.py":
             continue
         if "DESIGN" + ".md" in path.read_text():
@@ -45,12 +44,19 @@ def test_the_timeline_figure_is_what_its_script_draws() -> None:
     finally:
         sys.path.pop(0)
     assert (DOCS / "figures" / "request-timeline.svg").read_text() == timeline.svg(), (
-        "docs/figures/request-timeline.svg is stale: run python3 docs/figures/timeline.py")
+        "docs/figures/request-timeline.svg is stale: run python3 docs/figures/timeline.py"
+    )
 
 
 def test_cli_reference_is_current(tmp_path: Path) -> None:
     out = tmp_path / "cli.md"
-    subprocess.run([sys.executable, "-m", "typer", "loadgen.cli", "utils", "docs", "--name", "loadgen",
-                    "--output", str(out)], check=True, capture_output=True, cwd=ROOT, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "typer", "loadgen.cli", "utils", "docs", "--name", "loadgen", "--output", str(out)],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert (DOCS / "cli.md").read_text() == out.read_text(), (
-        "docs/cli.md is stale: run typer loadgen.cli utils docs --name loadgen --output docs/cli.md")
+        "docs/cli.md is stale: run typer loadgen.cli utils docs --name loadgen --output docs/cli.md"
+    )

@@ -36,8 +36,15 @@ zipf = 0
 
 
 def _run(url: str, out: Path, workload_path: Path, workers: int = 1) -> RunSummary:
-    cfg = RunConfig(url=url, api="chat", workload=load_workload(str(workload_path), []),
-                    profile=Profile(levels=[2], requests=16), out=out, live=False, workers=workers)  # fmt: skip
+    cfg = RunConfig(
+        url=url,
+        api="chat",
+        workload=load_workload(str(workload_path), []),
+        profile=Profile(levels=[2], requests=16),
+        out=out,
+        live=False,
+        workers=workers,
+    )
     text = io.StringIO()
     summary = execute(cfg, Console(file=text, width=200)).summary
     assert "sessions 4 (4 completed); TTFT p50 by turn 1: " in text.getvalue()  # the console says it briefly
@@ -74,8 +81,14 @@ def test_later_turns_hit_the_prefix_cache(tmp_path: Path) -> None:
 
 def test_reasoning_tokens_stream_first_and_are_counted(tmp_path: Path) -> None:
     with ServerProcess(["--engine", "sim", "--reasoning-tokens", "uniform:min=8,max=12"]) as url:
-        cfg = RunConfig(url=url, api="chat", workload=workload_from_flags("64", "24"),
-                        profile=Profile(levels=[2], requests=8), out=tmp_path / "r", live=False)  # fmt: skip
+        cfg = RunConfig(
+            url=url,
+            api="chat",
+            workload=workload_from_flags("64", "24"),
+            profile=Profile(levels=[2], requests=8),
+            out=tmp_path / "r",
+            live=False,
+        )
         text = io.StringIO()
         summary = execute(cfg, Console(file=text, width=200)).summary
     assert "reasoning in 8 answers: first answer token p50 " in text.getvalue()

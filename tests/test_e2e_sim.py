@@ -104,8 +104,9 @@ def test_per_token_itl_under_speculative_decoding(tmp_path: Path) -> None:
             continuous_usage=True,
         )
         outcome = execute(cfg, Console(file=io.StringIO()))
-        log = [e for e in httpx.get(url + "/loadgen/requests").json()["data"]
-               if e["output_tokens"] == 64]  # not the client's probes
+        log = [
+            e for e in httpx.get(url + "/loadgen/requests").json()["data"] if e["output_tokens"] == 64
+        ]  # not the client's probes
     recs = list(read_records(tmp_path / "spec"))
     assert len(recs) == 6 and all(r.ok and r.output_tokens == 64 for r in recs)
     assert all(r.token_source.value == "usage_delta" for r in recs)

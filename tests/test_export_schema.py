@@ -30,9 +30,15 @@ GOLDEN = Path(__file__).parent / "metrics" / "golden"
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("export") / "run"
     with ServerProcess(["--engine", "sim", "--time-scale", "0.05"]) as url:
-        cfg = RunConfig(url=url, api="completions", workload=workload_from_flags("64", "8"),
-                        profile=Profile(levels=[1, 4], requests=12, warmup_requests=2),
-                        slos=[parse_slo("ttft=500ms")], out=out, live=False)
+        cfg = RunConfig(
+            url=url,
+            api="completions",
+            workload=workload_from_flags("64", "8"),
+            profile=Profile(levels=[1, 4], requests=12, warmup_requests=2),
+            slos=[parse_slo("ttft=500ms")],
+            out=out,
+            live=False,
+        )
         execute(cfg, Console(file=io.StringIO()))
     return out
 

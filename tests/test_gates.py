@@ -32,9 +32,26 @@ def failing_server() -> Iterator[str]:
 
 def run(url: str, tmp_path: Path, *args: str) -> tuple[int, str, Path]:
     out = tmp_path / "run"
-    res = CliRunner().invoke(app, ["run", "--url", url, "--api", "completions", "--prompt-tokens", "64",
-                                   "--output-tokens", "4", "--requests", "8", "--quiet", "--out", str(out),
-                                   *args])
+    res = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--url",
+            url,
+            "--api",
+            "completions",
+            "--prompt-tokens",
+            "64",
+            "--output-tokens",
+            "4",
+            "--requests",
+            "8",
+            "--quiet",
+            "--out",
+            str(out),
+            *args,
+        ],
+    )
     return res.exit_code, res.output, out
 
 
@@ -43,25 +60,25 @@ def test_slo_gate_fails_with_its_code_and_passes_when_met(server: str, tmp_path:
     code, output, _ = run(server, tmp_path / "a", "--concurrency", "2", "--slo", "ttft=1us", "--fail-on", "slo")
     assert code == EXIT_CODES["slo"] == 4, output
     assert "gate failed (slo)" in output and "SLO attainment 0.0%" in output
-    code, output, _ = run(server, tmp_path / "b", "--concurrency", "2", "--slo", "ttft=60s",
-                          "--fail-on", "slo,errors")
+    code, output, _ = run(server, tmp_path / "b", "--concurrency", "2", "--slo", "ttft=60s", "--fail-on", "slo,errors")
     assert code == 0, output
 
 
 def test_error_gate_and_its_threshold(failing_server: str, tmp_path: Path) -> None:
     # (no calibration: its two requests would meet the server's failures too)
-    code, output, out = run(failing_server, tmp_path / "a", "--concurrency", "2", "--no-calibrate",
-                            "--fail-on", "errors")
+    code, output, out = run(
+        failing_server, tmp_path / "a", "--concurrency", "2", "--no-calibrate", "--fail-on", "errors"
+    )
     summary = json.loads((out / "summary.json").read_text())
     rate = summary["levels"][0]["requests"]["failed"] / summary["levels"][0]["requests"]["total"]
     assert 0 < rate < 1
     assert code == EXIT_CODES["errors"] == 3, output
     assert "gate failed (errors)" in output
-    code, output, _ = run(failing_server, tmp_path / "b", "--concurrency", "2", "--no-calibrate",
-                          "--max-error-rate", "0.99")
+    code, output, _ = run(
+        failing_server, tmp_path / "b", "--concurrency", "2", "--no-calibrate", "--max-error-rate", "0.99"
+    )
     assert code == 0, output  # the same failures, under the bound
-    code, _, _ = run(failing_server, tmp_path / "c", "--concurrency", "2", "--no-calibrate",
-                     "--max-error-rate", "0")
+    code, _, _ = run(failing_server, tmp_path / "c", "--concurrency", "2", "--no-calibrate", "--max-error-rate", "0")
     assert code == 3  # --max-error-rate alone turns the gate on
 
 
@@ -73,8 +90,9 @@ def test_abort_on_fail_stops_the_sweep_at_the_first_failing_level(server: str, t
     assert code == 4, output
 
 
-@pytest.mark.parametrize(("args", "flag"), [(["--fail-on", "slo,latency"], "--fail-on"),
-                                            (["--max-error-rate", "1.5"], "--max-error-rate")])
+@pytest.mark.parametrize(
+    ("args", "flag"), [(["--fail-on", "slo,latency"], "--fail-on"), (["--max-error-rate", "1.5"], "--max-error-rate")]
+)
 def test_bad_gate_flags_are_one_line(server: str, tmp_path: Path, args: list[str], flag: str) -> None:
     code, output, out = run(server, tmp_path, "--concurrency", "1", *args)
     assert code == 2 and flag in output and "Traceback" not in output
@@ -84,8 +102,10 @@ def test_bad_gate_flags_are_one_line(server: str, tmp_path: Path, args: list[str
 def test_client_bound_gate_and_lowest_code_wins() -> None:
     summary = RunSummary.from_json(json.loads(GOLDEN.read_text()))
     level = summary.levels[0]
-    bound = dataclasses.replace(level, client=dataclasses.replace(level.client, verdict="client-bound",
-                                                                  reasons=["event-loop lag p99 40 ms > 10 ms"]))
+    bound = dataclasses.replace(
+        level,
+        client=dataclasses.replace(level.client, verdict="client-bound", reasons=["event-loop lag p99 40 ms > 10 ms"]),
+    )
     gates = Gates(parse_fail_on(["client-bound", "errors"]), max_error_rate=0.0)
     (failure,) = [f for f in level_failures(bound, 0, gates) if f.reason == "client-bound"]
     assert failure.exit_code == 5 and "event-loop lag" in failure.message

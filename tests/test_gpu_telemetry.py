@@ -60,8 +60,10 @@ async def test_the_sim_reports_each_gpus_own_board_power() -> None:
     tdp = {"a100-80gb": 400, "a100-40gb": 400, "h100": 700, "h200": 700, "b200": 1000, "l40s": 350, "mi300x": 750}
     labels = frozenset({("gpu", "0"), ("modelName", "loadgen sim")})
     for name, watts in tdp.items():
-        config = ServeConfig(scheduler=SchedulerLimits(max_model_len=4096),
-                             sim=SimOptions(gpu=name, time_scale=1.0 if name == "a100-40gb" else 0.01))
+        config = ServeConfig(
+            scheduler=SchedulerLimits(max_model_len=4096),
+            sim=SimOptions(gpu=name, time_scale=1.0 if name == "a100-40gb" else 0.01),
+        )
         async with serve(sim_engine(config)) as url, aiohttp.ClientSession() as session:
             async with session.get(url + "/metrics") as resp:
                 idle, _ = parse_prometheus(await resp.text())
@@ -84,8 +86,10 @@ async def test_extra_urls_join_the_line_and_get_no_secrets(tmp_path: Path) -> No
 
     async def dcgm(request: web.Request) -> web.Response:
         seen.append(request.headers.get("Authorization"))
-        return web.Response(text='DCGM_FI_DEV_POWER_USAGE{gpu="0"} 250.5\nDCGM_FI_DEV_POWER_USAGE{gpu="1"} 249.5\n'
-                                 'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 40\nDCGM_FI_DEV_GPU_UTIL{gpu="1"} 60\n')
+        return web.Response(
+            text='DCGM_FI_DEV_POWER_USAGE{gpu="0"} 250.5\nDCGM_FI_DEV_POWER_USAGE{gpu="1"} 249.5\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 40\nDCGM_FI_DEV_GPU_UTIL{gpu="1"} 60\n'
+        )
 
     app_ = web.Application()
     app_.router.add_get("/metrics", dcgm)
@@ -97,8 +101,12 @@ async def test_extra_urls_join_the_line_and_get_no_secrets(tmp_path: Path) -> No
     engine = make_engine()
     try:
         async with serve(engine) as url:
-            scraper = MetricsScraper(url, tmp_path / "m.jsonl", headers={"Authorization": "Bearer SECRET"},
-                                     extra_urls=[f"http://127.0.0.1:{port}/metrics"])
+            scraper = MetricsScraper(
+                url,
+                tmp_path / "m.jsonl",
+                headers={"Authorization": "Bearer SECRET"},
+                extra_urls=[f"http://127.0.0.1:{port}/metrics"],
+            )
             async with scraper:
                 await asyncio.sleep(0.3)
     finally:
@@ -113,9 +121,28 @@ async def test_extra_urls_join_the_line_and_get_no_secrets(tmp_path: Path) -> No
 def test_a_run_reports_gpu_power_and_energy_per_token(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with ServerProcess(["--engine", "sim"]) as url:
-        res = CliRunner().invoke(app, ["run", "--url", url, "--api", "completions", "--prompt-tokens", "128",
-                                       "--output-tokens", "200", "--concurrency", "8", "--duration", "4",
-                                       "--scrape-metrics", "--quiet", "--out", str(out)])
+        res = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "--url",
+                url,
+                "--api",
+                "completions",
+                "--prompt-tokens",
+                "128",
+                "--output-tokens",
+                "200",
+                "--concurrency",
+                "8",
+                "--duration",
+                "4",
+                "--scrape-metrics",
+                "--quiet",
+                "--out",
+                str(out),
+            ],
+        )
     assert res.exit_code == 0, res.output
     lines = [json.loads(x) for x in (out / "server_metrics.jsonl").read_text().splitlines()]
     busy = [ln for ln in lines if ln["running"]]

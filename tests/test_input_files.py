@@ -36,8 +36,24 @@ def test_run_with_a_fifo_exits_2_in_one_line(tmp_path: Path, flag: str, name: st
     path = fifo(tmp_path, name)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     # (the timeout only keeps a regression from hanging the suite: before the fix, the read blocked)
-    proc = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--url", "http://127.0.0.1:9", flag, str(path),
-                           "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadgen.cli",
+            "run",
+            "--url",
+            "http://127.0.0.1:9",
+            flag,
+            str(path),
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     assert proc.returncode == 2, lines
     assert len(lines) == 1 and "is a FIFO, not a regular file" in lines[0] and str(path) in lines[0], lines
@@ -53,8 +69,10 @@ def test_every_kind_of_input_file_refuses_a_fifo(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"--tokenizer: .*tokenizer\.json: is a FIFO, not a regular file"):
         resolve_tokenizer(str(fifo(tmp_path, "tokenizer.json")))
     fifo(tmp_path, "tools.json")
-    (tmp_path / "tools.toml").write_text('name = "t"\ntools = "tools.json"\n[[classes]]\nname = "a"\nweight = 1\n'
-                                         'prompt_tokens = "8"\noutput_tokens = "4"\n')  # fmt: skip
+    (tmp_path / "tools.toml").write_text(
+        'name = "t"\ntools = "tools.json"\n[[classes]]\nname = "a"\nweight = 1\n'
+        'prompt_tokens = "8"\noutput_tokens = "4"\n'
+    )
     with pytest.raises(WorkloadError, match=r"tools: cannot read .*tools\.json: is a FIFO, not a regular file"):
         load_workload(str(tmp_path / "tools.toml"), [])
 

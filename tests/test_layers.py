@@ -25,7 +25,20 @@ ALLOWED: dict[str, set[str]] = {
     "runinfo": {"errors", "load", "metrics"},
     "server": {"errors", "server", "aio"},
 }
-WIRING = {"cli", "api", "orchestrate", "calibration", "sweep_driver", "runconfig", "runflags", "recover", "demo", "matrix", "__init__", "__main__"}  # may wire everything together
+WIRING = {
+    "cli",
+    "api",
+    "orchestrate",
+    "calibration",
+    "sweep_driver",
+    "runconfig",
+    "runflags",
+    "recover",
+    "demo",
+    "matrix",
+    "__init__",
+    "__main__",
+}  # may wire everything together
 SERVER = PKG / "server"
 # inside server/: subpackage -> the server parts it may import. The shared core knows no
 # engine kind; the sim and torch engines never import each other (the config only for types).
@@ -74,16 +87,16 @@ def test_module_respects_the_dependency_rule(path: Path) -> None:
     assert not bad, f"{path.relative_to(PKG)} ({part}) imports loadgen.{sorted(bad)}"
 
 
-SERVER_MODULES = sorted(p for p in SERVER.rglob("*.py")
-                        if len(p.relative_to(SERVER).parts) > 1)
+SERVER_MODULES = sorted(p for p in SERVER.rglob("*.py") if len(p.relative_to(SERVER).parts) > 1)
 
 
 @pytest.mark.parametrize("path", SERVER_MODULES, ids=lambda p: str(p.relative_to(PKG)))
 def test_server_subpackages_keep_apart(path: Path) -> None:
     part = path.relative_to(SERVER).parts[0]
     assert part in SERVER_ALLOWED, f"{path}: new server subpackage {part!r}: add it to the rule"
-    used = {name.split(".")[2] for name in _modules(path)
-            if name.startswith("loadgen.server.") and name.count(".") >= 2}
+    used = {
+        name.split(".")[2] for name in _modules(path) if name.startswith("loadgen.server.") and name.count(".") >= 2
+    }
     bad = used - SERVER_ALLOWED[part]
     assert not bad, f"{path.relative_to(PKG)} (server/{part}) imports loadgen.server.{sorted(bad)}"
 
@@ -91,8 +104,7 @@ def test_server_subpackages_keep_apart(path: Path) -> None:
 def test_the_rule_sees_imports() -> None:
     assert "metrics" in _imports(PKG / "load" / "sweeps.py")
     assert len(MODULES) > 40
-    assert "sim" in {n.split(".")[2] for n in _modules(SERVER / "sim" / "build.py")
-                     if n.startswith("loadgen.server.")}
+    assert "sim" in {n.split(".")[2] for n in _modules(SERVER / "sim" / "build.py") if n.startswith("loadgen.server.")}
     assert len(SERVER_MODULES) > 20
 
 

@@ -35,7 +35,9 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_two_by_two_grid_runs_compares_and_stops_its_servers(tmp_path: Path) -> None:
-    matrix = write(tmp_path, '''
+    matrix = write(
+        tmp_path,
+        """
 name = "grid"
 baseline = "chunked=on,budget=2048"
 [server]
@@ -43,13 +45,19 @@ command = "loadgen serve --engine sim --time-scale 0.1 --port {port} --max-model
 [grid]
 chunked = { on = "--chunked-prefill", off = "--no-chunked-prefill" }
 budget = [2048, 512]
-''' + RUN)
+"""
+        + RUN,
+    )
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["matrix", str(matrix), "--out", str(out)])
     doc = json.loads((out / "matrix.json").read_text())
     names = [c["name"] for c in doc["configs"]]
-    assert names == ["chunked=on,budget=2048", "chunked=on,budget=512", "chunked=off,budget=2048",
-                     "chunked=off,budget=512"]
+    assert names == [
+        "chunked=on,budget=2048",
+        "chunked=on,budget=512",
+        "chunked=off,budget=2048",
+        "chunked=off,budget=512",
+    ]
     ran = [c for c in doc["configs"] if c["status"] == "ok"]
     # as vLLM, the server refuses a budget below the context length without chunking
     status = {c["name"]: c["status"] for c in doc["configs"]}
@@ -70,7 +78,9 @@ budget = [2048, 512]
 
 
 def test_a_server_that_never_starts_is_reported_and_the_matrix_goes_on(tmp_path: Path) -> None:
-    matrix = write(tmp_path, '''
+    matrix = write(
+        tmp_path,
+        """
 name = "broken"
 [server]
 command = "loadgen serve --engine sim --time-scale 0.1 --port {port} {extra}"
@@ -84,7 +94,9 @@ params = { extra = "--max-num-seqs 0" }
 [[configs]]
 name = "also good"
 params = { extra = "--max-num-seqs 128" }
-''' + RUN)
+"""
+        + RUN,
+    )
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["matrix", str(matrix), "-o", str(out)])
     doc = json.loads((out / "matrix.json").read_text())
@@ -98,13 +110,17 @@ params = { extra = "--max-num-seqs 128" }
 
 def test_a_server_that_dies_mid_run_is_reported(tmp_path: Path) -> None:
     serve = f"{sys.executable} -m loadgen serve --engine sim --time-scale 1 --port {{port}}"
-    matrix = write(tmp_path, f'''
+    matrix = write(
+        tmp_path,
+        f"""
 name = "dies"
 [server]
 command = "sh -c '{serve} & pid=$!; sleep 4; kill -9 $pid; wait'"
 [grid]
 x = [1]
-''' + RUN.replace("requests = 6", "duration_s = 8").replace('output_tokens = "16"', 'output_tokens = "400"'))
+"""
+        + RUN.replace("requests = 6", "duration_s = 8").replace('output_tokens = "16"', 'output_tokens = "400"'),
+    )
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["matrix", str(matrix), "-o", str(out)])
     (entry,) = json.loads((out / "matrix.json").read_text())["configs"]
@@ -116,12 +132,18 @@ x = [1]
 
 def test_a_duration_alone_bounds_each_level_by_time_as_run_does(tmp_path: Path) -> None:
     # a fast server and a 3 s level: far more than the 100 requests a profile counts by default
-    matrix = write(tmp_path, '''
+    matrix = write(
+        tmp_path,
+        """
 name = "timed"
 [server]
 command = "loadgen serve --engine sim --time-scale 0.01 --port {port}"
-''' + RUN.replace("levels = [3]", "levels = [8]").replace("requests = 6", "duration_s = 3")
-       .replace('prompt_tokens = "uniform:min=200,max=1500"', 'prompt_tokens = "64"').replace('"16"', '"4"'))
+"""
+        + RUN.replace("levels = [3]", "levels = [8]")
+        .replace("requests = 6", "duration_s = 3")
+        .replace('prompt_tokens = "uniform:min=200,max=1500"', 'prompt_tokens = "64"')
+        .replace('"16"', '"4"'),
+    )
     spec = load_matrix(matrix)
     assert (spec.profile.requests, spec.profile.duration_s) == (None, 3)
     out = tmp_path / "out"
@@ -134,18 +156,27 @@ command = "loadgen serve --engine sim --time-scale 0.01 --port {port}"
     assert level["requests"]["ok"] > 100  # not stopped at the default count
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ('[server]\ncommand = "x {nope}"\n' + RUN, "{nope}"),
-    ('[server]\ncommand = "x"\nurl = "http://127.0.0.1:1"\n' + RUN, "either command"),
-    ('bogus = 1\n[server]\ncommand = "x"\n' + RUN, "bogus"),
-    ('baseline = "z"\n[server]\ncommand = "x {a}"\n[grid]\na = [1, 2]\n' + RUN, "baseline"),
-    ('[server]\ncommand = "x"\n[grid]\na = []\n' + RUN, "grid.a"),
-    ('[server]\ncommand = "x"\n' + RUN.replace("[run.profile]", "[run.profilez]"), "run.profile"),
-    # the [run] table goes through RunConfig's own checks, named by the file's keys
-    ('[server]\ncommand = "x"\n' + RUN.replace("[run]", '[run]\ntrials = 0'), "run.trials: must be an integer in [1, 100]"),
-    ('[server]\ncommand = "x"\n' + RUN.replace('api = "completions"', 'api = "grpc"'), "run.api: unknown API 'grpc'"),
-    ('[server]\ncommand = "x"\n' + RUN.replace("[run]", '[run]\nseed = 1.5'), "run.seed: must be an integer"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('[server]\ncommand = "x {nope}"\n' + RUN, "{nope}"),
+        ('[server]\ncommand = "x"\nurl = "http://127.0.0.1:1"\n' + RUN, "either command"),
+        ('bogus = 1\n[server]\ncommand = "x"\n' + RUN, "bogus"),
+        ('baseline = "z"\n[server]\ncommand = "x {a}"\n[grid]\na = [1, 2]\n' + RUN, "baseline"),
+        ('[server]\ncommand = "x"\n[grid]\na = []\n' + RUN, "grid.a"),
+        ('[server]\ncommand = "x"\n' + RUN.replace("[run.profile]", "[run.profilez]"), "run.profile"),
+        # the [run] table goes through RunConfig's own checks, named by the file's keys
+        (
+            '[server]\ncommand = "x"\n' + RUN.replace("[run]", "[run]\ntrials = 0"),
+            "run.trials: must be an integer in [1, 100]",
+        ),
+        (
+            '[server]\ncommand = "x"\n' + RUN.replace('api = "completions"', 'api = "grpc"'),
+            "run.api: unknown API 'grpc'",
+        ),
+        ('[server]\ncommand = "x"\n' + RUN.replace("[run]", "[run]\nseed = 1.5"), "run.seed: must be an integer"),
+    ],
+)
 def test_bad_matrix_files_name_the_key(tmp_path: Path, text: str, needle: str) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -46,7 +46,9 @@ def test_readme_run_example(cmd: str, server: ScriptedServerProcess, tmp_path: P
     if "--ray" in cmd:  # a local Ray instance, on loopback (tests/conftest.py)
         pytest.importorskip("ray", reason="--ray needs Ray (pip install 'loadgen[distributed]')")
     if "--tokenizer" in cmd:
-        pytest.importorskip("tokenizers", reason="--tokenizer needs the optional extra (pip install 'loadgen[tokenizer]')")
+        pytest.importorskip(
+            "tokenizers", reason="--tokenizer needs the optional extra (pip install 'loadgen[tokenizer]')"
+        )
     if ".parquet" in cmd:
         pytest.importorskip("pyarrow", reason="Parquet needs the optional extra (pip install 'loadgen[datasets]')")
     args = shlex.split(cmd)[1:]

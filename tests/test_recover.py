@@ -33,8 +33,9 @@ def sim() -> Iterator[str]:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", *args], capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def _levels_of(folder: Path) -> list[int]:
@@ -45,8 +46,11 @@ def _levels_of(folder: Path) -> list[int]:
 def killed(sim: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sweep killed with SIGKILL once the second level has written a record."""
     out = tmp_path_factory.mktemp("killed") / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen.cli", "run", "--url", sim, "--out", str(out), *SWEEP],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen.cli", "run", "--url", sim, "--out", str(out), *SWEEP],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline and proc.poll() is None:

@@ -36,8 +36,22 @@ runner = CliRunner()
 
 
 def _loadgen(out: Path, url: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "loadgen.cli", "run", "--url", url, "--prompt-tokens", "8", "--output-tokens", "4",
-            "--quiet", "--out", str(out), *args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "loadgen.cli",
+        "run",
+        "--url",
+        url,
+        "--prompt-tokens",
+        "8",
+        "--output-tokens",
+        "4",
+        "--quiet",
+        "--out",
+        str(out),
+        *args,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
@@ -115,12 +129,15 @@ def _trace(tmp_path: Path, text: str, name: str = "t.jsonl") -> TraceOptions:
     return TraceOptions(str(path))
 
 
-@pytest.mark.parametrize(("row", "message"), [
-    ('{"timestamp": 1e300, "input_length": 8, "output_length": 4}', "30 days"),
-    ('{"timestamp": 0, "input_length": 1000000000, "output_length": 4}', "at most 1,000,000 tokens"),
-    ('{"timestamp": 0, "input_length": 8, "output_length": 1e9}', "at most 1,000,000 tokens"),
-    ('{"timestamp": 0, "input_length": 8, "output_length": 4, "hash_ids": [100000000000000000000000]}', "hash_ids"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ('{"timestamp": 1e300, "input_length": 8, "output_length": 4}', "30 days"),
+        ('{"timestamp": 0, "input_length": 1000000000, "output_length": 4}', "at most 1,000,000 tokens"),
+        ('{"timestamp": 0, "input_length": 8, "output_length": 1e9}', "at most 1,000,000 tokens"),
+        ('{"timestamp": 0, "input_length": 8, "output_length": 4, "hash_ids": [100000000000000000000000]}', "hash_ids"),
+    ],
+)
 def test_trace_numbers_are_bounded(tmp_path: Path, row: str, message: str) -> None:
     opts = _trace(tmp_path, '{"timestamp": 0, "input_length": 8, "output_length": 4}\n' + row + "\n")
     with pytest.raises(WorkloadError, match=message):
@@ -129,13 +146,16 @@ def test_trace_numbers_are_bounded(tmp_path: Path, row: str, message: str) -> No
 
 def test_csv_trace_lengths_share_the_cap(tmp_path: Path) -> None:
     opts = _trace(tmp_path, "Timestamp,Request tokens,Response tokens\n0,8,4\n1,2000000,4\n", "b.csv")
-    with pytest.raises(WorkloadError, match="line 3.*at most 1,000,000"):
+    with pytest.raises(WorkloadError, match=r"line 3.*at most 1,000,000"):
         load_trace(opts)
 
 
 def test_a_slow_replay_is_refused(tmp_path: Path) -> None:
-    opts = _trace(tmp_path, '{"timestamp": 0, "input_length": 8, "output_length": 4}\n'
-                  '{"timestamp": 1000, "input_length": 8, "output_length": 4}\n')  # fmt: skip
+    opts = _trace(
+        tmp_path,
+        '{"timestamp": 0, "input_length": 8, "output_length": 4}\n'
+        '{"timestamp": 1000, "input_length": 8, "output_length": 4}\n',
+    )
     with pytest.raises(WorkloadError, match="30 days"):
         load_trace(TraceOptions(opts.path, speed=1e-9))
 
@@ -149,14 +169,17 @@ def test_dataset_lengths_share_the_cap(tmp_path: Path) -> None:
         DatasetOptions(str(path), output_tokens=10**9)
 
 
-@pytest.mark.parametrize("args", [
-    ["--concurrency", "1000000000"],
-    ["--levels", "1,2,1e30"],
-    ["--rate", "10", "--requests", "1000000000000", "--duration", "3"],
-    ["--requests", "1000000000000", "--duration", "3"],
-    ["--duration", "1e12"],
-    ["--rate", "5", "--max-in-flight", "1000000000"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--concurrency", "1000000000"],
+        ["--levels", "1,2,1e30"],
+        ["--rate", "10", "--requests", "1000000000000", "--duration", "3"],
+        ["--requests", "1000000000000", "--duration", "3"],
+        ["--duration", "1e12"],
+        ["--rate", "5", "--max-in-flight", "1000000000"],
+    ],
+)
 def test_huge_load_numbers_are_one_line(tmp_path: Path, args: list[str]) -> None:
     res = runner.invoke(app, ["run", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "x"), *args])
     assert res.exit_code == 2, res.output
@@ -164,7 +187,7 @@ def test_huge_load_numbers_are_one_line(tmp_path: Path, args: list[str]) -> None
 
 
 def test_profile_files_are_bounded_too() -> None:
-    with pytest.raises(ProfileError, match="levels.*at most 100,000 users"):
+    with pytest.raises(ProfileError, match=r"levels.*at most 100,000 users"):
         profile_from_dict({"levels": [1, 1e30], "requests": 10}, "p.toml")
     with pytest.raises(ProfileError, match="requests"):
         profile_from_dict({"levels": [1], "requests": 10**12}, "p.toml")
@@ -204,9 +227,11 @@ def test_tools_from_a_device_or_a_huge_file_are_refused(tmp_path: Path) -> None:
 
 def test_a_matrix_parameter_with_an_unbalanced_quote_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "m.toml"
-    path.write_text('name = "q"\n[server]\ncommand = "loadgen serve --port {port} {extra}"\n[grid]\n'
-                    'extra = ["--x \'oops", "--y"]\n[run]\nprompt_tokens = "8"\noutput_tokens = "4"\n'
-                    "[run.profile]\nlevels = [1]\nrequests = 2\n")  # fmt: skip
+    path.write_text(
+        'name = "q"\n[server]\ncommand = "loadgen serve --port {port} {extra}"\n[grid]\n'
+        'extra = ["--x \'oops", "--y"]\n[run]\nprompt_tokens = "8"\noutput_tokens = "4"\n'
+        "[run.profile]\nlevels = [1]\nrequests = 2\n"
+    )
     with pytest.raises(ConfigError, match="No closing quotation"):
         load_matrix(path)
     res = runner.invoke(app, ["matrix", str(path), "--out", str(tmp_path / "o")])

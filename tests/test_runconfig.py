@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -29,9 +30,13 @@ def server() -> Iterator[ScriptedServerProcess]:
 
 
 def _config(tmp_path: Path, **changes: Any) -> RunConfig:
-    base: dict[str, Any] = dict(url="http://127.0.0.1:8000", api="completions",
-                                workload=workload_from_flags("16", "4"), profile=Profile(levels=[2.0], requests=4),
-                                out=tmp_path / "run")  # fmt: skip
+    base: dict[str, Any] = {
+        "url": "http://127.0.0.1:8000",
+        "api": "completions",
+        "workload": workload_from_flags("16", "4"),
+        "profile": Profile(levels=[2.0], requests=4),
+        "out": tmp_path / "run",
+    }
     return RunConfig(**{**base, **changes})
 
 
@@ -62,7 +67,7 @@ def test_a_config_built_in_python_names_the_field(tmp_path: Path, changes: dict[
 def test_the_profile_is_checked_with_the_config(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="requests: must be >= 1, got 0"):
         _config(tmp_path, profile=Profile(levels=[2.0], requests=0))
-    with pytest.raises(ProfileError, match="burstiness: must be > 0, got 0.0"):
+    with pytest.raises(ProfileError, match=r"burstiness: must be > 0, got 0.0"):
         _config(tmp_path, profile=Profile(mode="rate", levels=[2.0], arrival="gamma", burstiness=0.0))
     with pytest.raises(ProfileError, match="max_in_flight: caps the requests in flight of an open loop"):
         _config(tmp_path, profile=Profile(levels=[2.0], max_in_flight=4))
@@ -104,20 +109,43 @@ def test_an_explicit_arrival_wins_over_the_profile_file(tmp_path: Path) -> None:
 
 def test_an_explicit_arrival_wins_over_a_fitted_workloads_arrivals(tmp_path: Path) -> None:
     wl = tmp_path / "fitted.toml"
-    wl.write_text('name = "fitted"\nprompt_tokens = 16\noutput_tokens = 4\n\n[arrivals]\nrate = 3.5\nburstiness = 0.4\n')
+    wl.write_text(
+        'name = "fitted"\nprompt_tokens = 16\noutput_tokens = 4\n\n[arrivals]\nrate = 3.5\nburstiness = 0.4\n'
+    )
     base = RunFlags(url="http://127.0.0.1:8000", workload=str(wl), requests=4, out=str(tmp_path / "o"))
     cfg = build_run_config(base, [], live=False)
     assert (cfg.profile.mode, cfg.profile.levels, cfg.profile.arrival, cfg.profile.burstiness) == (
-        "rate", [3.5], "gamma", 0.4)
+        "rate",
+        [3.5],
+        "gamma",
+        0.4,
+    )
     cfg = build_run_config(dataclasses.replace(base, arrival="poisson"), [], live=False)
     assert (cfg.profile.levels, cfg.profile.arrival, cfg.profile.burstiness) == ([3.5], "poisson", 1.0)
 
 
 def test_the_run_json_keeps_the_explicit_arrival(server: ScriptedServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    res = runner.invoke(app, ["run", "--url", server.url, "--profile", str(_profile_file(tmp_path)), "--arrival",
-                              "poisson", "--prompt-tokens", "8", "--output-tokens", "2", "--out", str(out),
-                              "--quiet", "--no-calibrate"])  # fmt: skip
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "--url",
+            server.url,
+            "--profile",
+            str(_profile_file(tmp_path)),
+            "--arrival",
+            "poisson",
+            "--prompt-tokens",
+            "8",
+            "--output-tokens",
+            "2",
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-calibrate",
+        ],
+    )
     assert res.exit_code == 0, res.output
     prof = json.loads((out / "run.json").read_text())["profile"]
     assert (prof["arrival"], prof["burstiness"]) == ("poisson", 0.25)
@@ -138,8 +166,9 @@ def test_the_run_json_keeps_the_explicit_arrival(server: ScriptedServerProcess, 
     ],
 )
 def test_a_flag_error_names_the_flag_before_anything_is_sent(tmp_path: Path, args: list[str], needle: str) -> None:
-    res = runner.invoke(app, ["run", "--url", "http://127.0.0.1:9", "--requests", "1", "--out", str(tmp_path / "x"),
-                              *args])  # fmt: skip
+    res = runner.invoke(
+        app, ["run", "--url", "http://127.0.0.1:9", "--requests", "1", "--out", str(tmp_path / "x"), *args]
+    )
     assert res.exit_code == 2, res.output
     assert needle in res.output and "Traceback" not in res.output
     assert not (tmp_path / "x").exists()

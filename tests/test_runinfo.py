@@ -8,8 +8,9 @@ import copy
 import io
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jsonschema
 import pytest
@@ -27,18 +28,25 @@ from loadgen.report.html import render_run_report
 from loadgen.runinfo import RUN_SCHEMA_VERSION, Calibration, RunInfo, run_schema
 from loadgen.server.process import ServerProcess
 from loadgen.workload.spec import workload_from_flags
-from tests.report.synth import _run_json as synth_run_json
 from tests.report.synth import Spec
+from tests.report.synth import _run_json as synth_run_json
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("runinfo") / "run"
     with ServerProcess(["--engine", "sim", "--time-scale", "0.05"]) as url:
-        cfg = RunConfig(url=url, api="completions", workload=workload_from_flags("64", "8"),
-                        profile=Profile(levels=[1, 2], requests=6, warmup_requests=1),
-                        slos=[parse_slo("ttft=500ms")], out=out, live=False, seed=3,
-                        headers={"X-Secret": "never-written"})  # fmt: skip
+        cfg = RunConfig(
+            url=url,
+            api="completions",
+            workload=workload_from_flags("64", "8"),
+            profile=Profile(levels=[1, 2], requests=6, warmup_requests=1),
+            slos=[parse_slo("ttft=500ms")],
+            out=out,
+            live=False,
+            seed=3,
+            headers={"X-Secret": "never-written"},
+        )
         execute(cfg, Console(file=io.StringIO()))
     return out
 
@@ -62,9 +70,13 @@ def test_a_real_run_json_round_trips_and_validates(run_dir: Path) -> None:
     errors = [e.message for e in validator().iter_errors(data)]
     assert not errors, errors[:3]
     # the typed fields say what the run was
-    assert info.config.seed == 3 and info.config.header_names == ["X-Secret"] and "never-written" not in json.dumps(data)
+    assert (
+        info.config.seed == 3 and info.config.header_names == ["X-Secret"] and "never-written" not in json.dumps(data)
+    )
     assert info.profile.levels == [1.0, 2.0] and info.profile.trim == (0.1, 0.1)
-    assert info.target is not None and info.target.api == "completions" and info.target.url.startswith("http://127.0.0.1")
+    assert (
+        info.target is not None and info.target.api == "completions" and info.target.url.startswith("http://127.0.0.1")
+    )
     assert info.workload is not None and [c.prompt_tokens for c in info.workload.classes] == ["64"]
     assert info.calibration is not None and info.calibration.calibrated and info.calibration.samples
     assert info.finished is not None and info.finished.levels == 2 and info.complete
@@ -114,7 +126,10 @@ def test_an_older_run_json_reads(run_dir: Path) -> None:
 BAD: list[tuple[Callable[[dict[str, Any]], Any], str]] = [
     (lambda d: d["config"].update(workers=-3), 'config.workers: must be a whole number in [1, 1024] or "auto", got -3'),
     (lambda d: d["config"].update(workers=2000), "config.workers: must be a whole number in [1, 1024]"),
-    (lambda d: d["config"].update(workers="many"), "config.workers: must be a whole number in [1, 1024] or \"auto\", got 'many'"),
+    (
+        lambda d: d["config"].update(workers="many"),
+        "config.workers: must be a whole number in [1, 1024] or \"auto\", got 'many'",
+    ),
     (lambda d: d["config"].update(seed="7"), "config.seed: expected a whole number, got '7'"),
     (lambda d: d["config"].update(trials=0), "config.trials: must be a whole number >= 1, got 0"),
     (lambda d: d["profile"].update(levels="x"), "profile.levels: expected a list, got 'x'"),
@@ -123,8 +138,11 @@ BAD: list[tuple[Callable[[dict[str, Any]], Any], str]] = [
     (lambda d: d["profile"]["stop"].update(on_saturation="yes"), "profile.stop.on_saturation: expected true or false"),
     (lambda d: d["target"].pop("url"), "target.url: missing"),
     (lambda d: d.pop("profile"), "profile: missing"),
-    (lambda d: d.update(tool="other"), 'tool: not a run.json written by loadgen (expected "loadgen", got \'other\')'),
-    (lambda d: d["workload"]["classes"][0].update(weight=None), "workload.classes[0].weight: expected a number, got null"),
+    (lambda d: d.update(tool="other"), "tool: not a run.json written by loadgen (expected \"loadgen\", got 'other')"),
+    (
+        lambda d: d["workload"]["classes"][0].update(weight=None),
+        "workload.classes[0].weight: expected a number, got null",
+    ),
     (lambda d: d["calibration"].update(samples=[[32]]), "calibration.samples[0]: expected a list of 2, got 1 items"),
     (lambda d: d.update(resumed=[{"at": "x", "level": "one"}]), "resumed[0].level: expected a whole number, got 'one'"),
     (lambda d: d.update(finished=[]), "finished: expected an object, got list"),
@@ -132,8 +150,9 @@ BAD: list[tuple[Callable[[dict[str, Any]], Any], str]] = [
 
 
 @pytest.mark.parametrize("mutate,says", BAD, ids=[s.split(":")[0] for _, s in BAD])
-def test_a_bad_value_is_refused_naming_its_key(run_dir: Path, tmp_path: Path, mutate: Callable[[dict[str, Any]], Any],
-                                               says: str) -> None:  # fmt: skip
+def test_a_bad_value_is_refused_naming_its_key(
+    run_dir: Path, tmp_path: Path, mutate: Callable[[dict[str, Any]], Any], says: str
+) -> None:
     data = raw(run_dir)
     mutate(data)
     with pytest.raises(ConfigError) as err:
@@ -182,15 +201,23 @@ def test_recover_resume_and_report_read_the_typed_record(run_dir: Path, tmp_path
     assert summary.interrupted and len(summary.levels) == 1
     html = render_run_report(folder).read_text(encoding="utf-8")
     assert "<dt>SLOs</dt><dd>" in html and "calibrated from" in html
-    (folder / "run.json").write_text('{"tool": "loadgen", "profile": {"levels": "x"}}')  # unreadable: the report still renders
+    (folder / "run.json").write_text(
+        '{"tool": "loadgen", "profile": {"levels": "x"}}'
+    )  # unreadable: the report still renders
     html = render_run_report(folder).read_text(encoding="utf-8")
     assert "<dt>SLOs</dt><dd>none</dd>" in html and "<dt>profile</dt>" not in html
 
 
 def test_calibration_record_of_the_calibrate_step() -> None:
     """calibrate()'s answer becomes the record's calibration as it is (tuples become lists in the file)."""
-    answer = {"calibrated": True, "method": "stream", "samples": [(32, 35), (256, 259)], "tokens_per_word": 1.0,
-              "overhead_tokens": 3.0, "api": "chat"}  # fmt: skip
+    answer = {
+        "calibrated": True,
+        "method": "stream",
+        "samples": [(32, 35), (256, 259)],
+        "tokens_per_word": 1.0,
+        "overhead_tokens": 3.0,
+        "api": "chat",
+    }
     calib = Calibration.from_json(answer)
     assert calib.samples == [(32, 35), (256, 259)]
     assert calib.to_json() == {**answer, "samples": [[32, 35], [256, 259]]}

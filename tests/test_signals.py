@@ -23,8 +23,11 @@ from tests.scripted_server import Script, ScriptedServerProcess
 def _start(out: Path, url: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "loadgen.cli", "run", "--url", url, "--prompt-tokens", "8", "--out", str(out), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _wait_for_records(proc: subprocess.Popen[str], out: Path, n: int, timeout_s: float = 30) -> None:
@@ -45,8 +48,9 @@ def test_sigterm_like_timeout_keeps_records_and_summarises(tmp_path: Path, worke
     """As ``timeout`` does: SIGTERM to the process, then to its whole group (workers too)."""
     out = tmp_path / "terminated"
     with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
-        proc = _start(out, srv.url, "--concurrency", "4", "--requests", "1000", "--output-tokens", "40",
-                      "--workers", str(workers))  # fmt: skip
+        proc = _start(
+            out, srv.url, "--concurrency", "4", "--requests", "1000", "--output-tokens", "40", "--workers", str(workers)
+        )
         _wait_for_records(proc, out, 4)
         os.kill(proc.pid, signal.SIGTERM)
         os.killpg(proc.pid, signal.SIGTERM)
@@ -67,8 +71,19 @@ def test_sigterm_to_the_group_while_workers_start_kills_none(tmp_path: Path) -> 
     start also starts multiprocessing's resource tracker, which unblocks them on its way)."""
     out = tmp_path / "starting"
     with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
-        proc = _start(out, srv.url, "--concurrency", "4", "--requests", "100", "--output-tokens", "40",
-                      "--workers", "2", "--quiet")  # fmt: skip
+        proc = _start(
+            out,
+            srv.url,
+            "--concurrency",
+            "4",
+            "--requests",
+            "100",
+            "--output-tokens",
+            "40",
+            "--workers",
+            "2",
+            "--quiet",
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None and not (out / "run.json").exists():
             time.sleep(0.01)  # run.json is written just before the workers start
@@ -93,8 +108,21 @@ def test_sigterm_stops_ray_actors_and_keeps_their_records(tmp_path: Path) -> Non
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})  # on loopback: see tests/conftest.py
     try:
         with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:
-            proc = _start(out, srv.url, "--concurrency", "4", "--requests", "1000", "--output-tokens", "40",
-                          "--ray", cluster.address, "--workers", "2", "--quiet")  # fmt: skip
+            proc = _start(
+                out,
+                srv.url,
+                "--concurrency",
+                "4",
+                "--requests",
+                "1000",
+                "--output-tokens",
+                "40",
+                "--ray",
+                cluster.address,
+                "--workers",
+                "2",
+                "--quiet",
+            )
             _wait_for_records(proc, out, 4, timeout_s=120)
             proc.send_signal(signal.SIGTERM)
             output, _ = proc.communicate(timeout=120)
@@ -136,7 +164,7 @@ def test_sigterm_during_calibration_is_one_line(tmp_path: Path) -> None:
 def test_sigterm_stops_a_matrix_and_its_servers(tmp_path: Path) -> None:
     """The matrix's servers run in their own process groups: SIGTERM to loadgen must still stop them."""
     matrix = tmp_path / "m.toml"
-    matrix.write_text('''
+    matrix.write_text("""
 name = "two"
 baseline = "flag=a"
 [server]
@@ -152,13 +180,21 @@ mode = "concurrency"
 levels = [2]
 requests = 200
 warmup_requests = 0
-''')
+""")
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen.cli", "matrix", str(matrix), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen.cli", "matrix", str(matrix), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None and not any(
-            f.read_text() for f in out.glob("*/run/records.jsonl")):  # fmt: skip
+    while (
+        time.monotonic() < deadline
+        and proc.poll() is None
+        and not any(f.read_text() for f in out.glob("*/run/records.jsonl"))
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=60)

@@ -48,8 +48,16 @@ def test_the_growth_fit_is_a_slope_per_100k_requests() -> None:
 @pytest.mark.slow
 def test_two_minutes_at_a_fixed_rate_lose_nothing_and_leak_nothing(tmp_path: Path) -> None:
     soak = _soak_module()
-    v = soak.soak(2.0, 40.0, prompt_tokens=128, output_tokens=32, interval_s=5.0, warmup_s=60.0,
-                  out=tmp_path / "run", server_args=["--request-log", "0", "--no-prefix-caching"])  # fmt: skip
+    v = soak.soak(
+        2.0,
+        40.0,
+        prompt_tokens=128,
+        output_tokens=32,
+        interval_s=5.0,
+        warmup_s=60.0,
+        out=tmp_path / "run",
+        server_args=["--request-log", "0", "--no-prefix-caching"],
+    )
     table = "\n".join([soak.HEADER, *map(soak.row, v.samples), *soak.verdict_lines(v)])
     assert v.client_exit == 0, table
     assert v.sent > 3000 and v.records == v.sent == v.server_finished, table  # every request sent is one record

@@ -17,15 +17,36 @@ from loadgen.server.process import ServerProcess
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[str, str]]:
-    with ServerProcess(["--engine", "sim", "--time-scale", "0.2"]) as fast, \
-            ServerProcess(["--engine", "sim", "--time-scale", "0.2", "--gpu", "l40s"]) as slow:
+    with (
+        ServerProcess(["--engine", "sim", "--time-scale", "0.2"]) as fast,
+        ServerProcess(["--engine", "sim", "--time-scale", "0.2", "--gpu", "l40s"]) as slow,
+    ):
         yield fast, slow
 
 
 def run(url: str, out: Path, *args: str) -> dict:
-    res = CliRunner().invoke(app, ["run", "--url", url, "--api", "completions", "--prompt-tokens", "256",
-                                   "--output-tokens", "32", "--concurrency", "4", "--requests", "8", "--quiet",
-                                   "--out", str(out), *args])
+    res = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--url",
+            url,
+            "--api",
+            "completions",
+            "--prompt-tokens",
+            "256",
+            "--output-tokens",
+            "32",
+            "--concurrency",
+            "4",
+            "--requests",
+            "8",
+            "--quiet",
+            "--out",
+            str(out),
+            *args,
+        ],
+    )
     assert res.exit_code == 0, res.output
     summary: dict = json.loads((out / "summary.json").read_text())
     return summary

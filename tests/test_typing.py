@@ -21,10 +21,17 @@ def test_mypy_strict_is_clean(tmp_path: Path) -> None:
     pytest.importorskip("mypy", reason="mypy is in the dev extra")
     missing = sorted({extra for module, extra in _EXTRAS.items() if importlib.util.find_spec(module) is None})
     if missing:
-        pytest.skip(f"mypy checks the torch engine and the tokenizer code too: needs the optional extras "
-                    f"(pip install torch==2.13.0 && pip install -e '.[{','.join(missing)}]')")
-    res = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"),
-                          "loadgen"], cwd=ROOT, capture_output=True, text=True, timeout=900)  # fmt: skip
+        pytest.skip(
+            f"mypy checks the torch engine and the tokenizer code too: needs the optional extras "
+            f"(pip install torch==2.13.0 && pip install -e '.[{','.join(missing)}]')"
+        )
+    res = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), "loadgen"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
 
 
@@ -32,8 +39,15 @@ def test_a_misspelt_result_field_is_a_type_error(tmp_path: Path) -> None:
     """The point of typed results: reading ``level.ttft_ms.p999`` fails the type check."""
     pytest.importorskip("mypy", reason="mypy is in the dev extra")
     probe = tmp_path / "probe.py"
-    probe.write_text("from loadgen.metrics.results import LevelSummary\n\n\n"
-                     "def f(level: LevelSummary) -> float | None:\n    return level.ttft_ms.p999\n")  # fmt: skip
-    res = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports", "silent",
-                          str(probe)], cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    probe.write_text(
+        "from loadgen.metrics.results import LevelSummary\n\n\n"
+        "def f(level: LevelSummary) -> float | None:\n    return level.ttft_ms.p999\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports", "silent", str(probe)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 1 and 'has no attribute "p999"' in res.stdout, res.stdout

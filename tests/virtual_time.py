@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from typing import Any, Coroutine, TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 __all__ = ["VirtualClock", "run_virtual"]
 

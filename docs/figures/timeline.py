@@ -25,10 +25,13 @@ def x(t: float) -> float:
     return X0 + (X1 - X0) * t / T_MAX
 
 
-def text(px: float, py: float, s: str, *, anchor: str = "middle", size: int = 13,
-         weight: str = "normal", fill: str = "#222") -> str:
-    return (f'<text x="{px:.1f}" y="{py:.1f}" text-anchor="{anchor}" font-size="{size}" '
-            f'font-weight="{weight}" fill="{fill}">{s}</text>')
+def text(
+    px: float, py: float, s: str, *, anchor: str = "middle", size: int = 13, weight: str = "normal", fill: str = "#222"
+) -> str:
+    return (
+        f'<text x="{px:.1f}" y="{py:.1f}" text-anchor="{anchor}" font-size="{size}" '
+        f'font-weight="{weight}" fill="{fill}">{s}</text>'
+    )
 
 
 def span(t0: float, t1: float, y: float, label: str, colour: str) -> list[str]:
@@ -51,10 +54,11 @@ def svg() -> str:
         f'<line x1="{X0}" y1="{AXIS_Y}" x2="{X1}" y2="{AXIS_Y}" stroke="#444" stroke-width="1.5"/>',
     ]
     for label, t in (("scheduled", SCHEDULED), ("sent", SENT), ("first token", FIRST), ("done", DONE)):
-        parts.append(f'<line x1="{x(t):.1f}" y1="{AXIS_Y - 40}" x2="{x(t):.1f}" y2="{AXIS_Y + 8}" '
-                     f'stroke="#444" stroke-dasharray="3,3"/>')
-        parts.append(text(x(t), AXIS_Y - 46, label, weight="bold",
-                          anchor="start" if t == SCHEDULED else "middle"))
+        parts.append(
+            f'<line x1="{x(t):.1f}" y1="{AXIS_Y - 40}" x2="{x(t):.1f}" y2="{AXIS_Y + 8}" '
+            f'stroke="#444" stroke-dasharray="3,3"/>'
+        )
+        parts.append(text(x(t), AXIS_Y - 46, label, weight="bold", anchor="start" if t == SCHEDULED else "middle"))
     for t, n in CHUNKS:  # output-carrying chunks: a bar as tall as its token count
         h = 12 * n
         parts.append(f'<rect x="{x(t) - 3:.1f}" y="{AXIS_Y - h}" width="6" height="{h}" fill="#1f77b4"/>')
@@ -67,9 +71,17 @@ def svg() -> str:
     parts += span(FIRST, DONE, y + 90, "TPOT = this span / (output tokens - 1)", "#9467bd")
     g0, g1 = CHUNKS[1][0], CHUNKS[2][0]
     parts += span(g0, g1, AXIS_Y - 62, "gap g before a 2-token chunk: ITL samples g/2, g/2", "#17becf")
-    parts.append(text(X0, HEIGHT - 8, "Bars: output-carrying chunks (events read at once are one chunk); "
-                      "height = tokens. ms on the axis are illustrative.", anchor="start", size=11,
-                      fill="#555"))
+    parts.append(
+        text(
+            X0,
+            HEIGHT - 8,
+            "Bars: output-carrying chunks (events read at once are one chunk); "
+            "height = tokens. ms on the axis are illustrative.",
+            anchor="start",
+            size=11,
+            fill="#555",
+        )
+    )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 

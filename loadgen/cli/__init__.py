@@ -12,7 +12,18 @@ configuration on.
 
 from __future__ import annotations
 
-from loadgen.cli.commands import compare, demo, export, matrix, profiles, report, schema, version, workload_app, workloads
+from loadgen.cli.commands import (
+    compare,
+    demo,
+    export,
+    matrix,
+    profiles,
+    report,
+    schema,
+    version,
+    workload_app,
+    workloads,
+)
 from loadgen.cli.common import app
 from loadgen.cli.run_cmd import run
 from loadgen.cli.serve_cmd import serve

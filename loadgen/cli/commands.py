@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -23,7 +22,7 @@ workload_app = typer.Typer(help="Workload files: fit one from real traffic.", no
 @friendly
 def report(
     folder: Path = typer.Argument(..., help="A run folder (with summary.json and records.jsonl)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default FOLDER/report.html)"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output file (default FOLDER/report.html)"),
 ) -> None:
     """Re-render a run's self-contained HTML report from its files.
 
@@ -37,11 +36,14 @@ def report(
     if needs_rebuild(folder):
         rec, summary = rebuild_summary(folder)
         if rec.torn:
-            con.print("[yellow]note: the last line of records.jsonl was cut off mid-write (a killed run); "
-                          "skipped[/yellow]")  # fmt: skip
+            con.print(
+                "[yellow]note: the last line of records.jsonl was cut off mid-write (a killed run); skipped[/yellow]"
+            )
         n = len(summary.levels)
-        con.print(f"summary.json rebuilt from records.jsonl and run.json: {n} level{'s' if n != 1 else ''} "
-                      f"({rec.rebuilt} from their records){', interrupted' if summary.interrupted else ''}")  # fmt: skip
+        con.print(
+            f"summary.json rebuilt from records.jsonl and run.json: {n} level{'s' if n != 1 else ''} "
+            f"({rec.rebuilt} from their records){', interrupted' if summary.interrupted else ''}"
+        )
     con.print(f"report: {render_run_report(folder, out)}")
 
 
@@ -49,7 +51,7 @@ def report(
 @sigterm_unwinds
 def matrix(
     file: Path = typer.Argument(..., help="A matrix file (TOML): server configurations, workload, profile, SLOs"),
-    out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<time>-matrix-<name>)"),
+    out: str | None = typer.Option(None, "--out", "-o", help="Output folder (default reports/<time>-matrix-<name>)"),
 ) -> None:
     """Run one workload against several server configurations, then compare them."""
     from loadgen.matrix import load_matrix, run_matrix
@@ -61,8 +63,10 @@ def matrix(
     con = console()
     doc = run_matrix(spec, folder, con)
     ok = [c for c in doc["configs"] if c["status"] == "ok"]
-    con.print(f"matrix: {len(ok)} of {len(doc['configs'])} configurations ran in {doc['wall_s']:.0f} s; "
-                  f"{folder / 'matrix.json'}" + (f", {folder / doc['html']}" if doc.get("html") else ""))
+    con.print(
+        f"matrix: {len(ok)} of {len(doc['configs'])} configurations ran in {doc['wall_s']:.0f} s; "
+        f"{folder / 'matrix.json'}" + (f", {folder / doc['html']}" if doc.get("html") else "")
+    )
     stopped = [c for c in doc["configs"] if c["status"] == "interrupted"]
     if stopped:
         raise typer.Exit(exit_code(stopped[0].get("signal")))
@@ -74,7 +78,7 @@ def matrix(
 def export(
     folder: Path = typer.Argument(..., help="A run folder"),
     format: str = typer.Option("csv", "--format", help="csv or parquet (needs pyarrow)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: the run folder)"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default: the run folder)"),
 ) -> None:
     """Write a run's per-request and per-level tables (requests.csv, levels.csv)."""
     from loadgen.report.export import export_run
@@ -101,9 +105,9 @@ def schema(
 
 @friendly
 def compare(
-    folders: List[Path] = typer.Argument(..., help="Two or more run folders; the first is the baseline"),
+    folders: list[Path] = typer.Argument(..., help="Two or more run folders; the first is the baseline"),
     out: Path = typer.Option(Path("reports/comparison.html"), "--out", "-o", help="Output HTML file"),
-    label: List[str] = typer.Option([], help="A label per run, in order (default: the run labels)"),
+    label: list[str] = typer.Option([], help="A label per run, in order (default: the run labels)"),
     force: bool = typer.Option(False, help="Compare even when the workloads differ"),
 ) -> None:
     """Compare runs side by side: overlaid curves, differences with 95% bootstrap intervals."""
@@ -135,14 +139,18 @@ def workloads() -> None:
 @workload_app.command("fit")
 @friendly
 def workload_fit(
-    path: str = typer.Argument(..., help="A dataset (ShareGPT, chat/prompt JSONL, CSV, Parquet) or a trace "
-                               "(Mooncake JSONL, Azure or BurstGPT CSV)"),
+    path: str = typer.Argument(
+        ...,
+        help="A dataset (ShareGPT, chat/prompt JSONL, CSV, Parquet) or a trace (Mooncake JSONL, Azure or BurstGPT CSV)",
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="The workload file to write, e.g. workloads/mine.toml"),
     name: str | None = typer.Option(None, help="The workload's name (default: the output file's name)"),
     bins: int = typer.Option(32, help="Histogram bins per length (quantile-spaced)"),
     kind: str = typer.Option("auto", help="auto, dataset or trace"),
-    tokenizer: str | None = typer.Option(None, help="A tokenizer.json or a Hugging Face model id in the local cache: "
-                                         "exact dataset lengths (default: words)"),
+    tokenizer: str | None = typer.Option(
+        None,
+        help="A tokenizer.json or a Hugging Face model id in the local cache: exact dataset lengths (default: words)",
+    ),
 ) -> None:
     """Write a workload with the joint (prompt, output) length histogram of real traffic
     (and, for a trace, its arrival rate and burstiness)."""
@@ -160,8 +168,10 @@ def workload_fit(
     except OSError as exc:
         raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(out)) from None
     arrivals = f", {fit.rate:.3g} req/s, burstiness {fit.burstiness:.3g}" if fit.rate is not None else ""
-    console().print(f"{out}: {fit.rows:,} requests, {len(fit.joint.cells)} histogram cells, log-length "
-                     f"correlation {fit.correlation:.2f}{arrivals}")  # fmt: skip
+    console().print(
+        f"{out}: {fit.rows:,} requests, {len(fit.joint.cells)} histogram cells, log-length "
+        f"correlation {fit.correlation:.2f}{arrivals}"
+    )
 
 
 @friendly
@@ -179,4 +189,3 @@ def demo(
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)
-

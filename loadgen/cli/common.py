@@ -8,7 +8,8 @@ import contextlib
 import functools
 import signal
 import sys
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -17,7 +18,7 @@ from rich.markup import escape
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.signals import exit_code, raise_on_sigterm
 
-__all__ = ["app", "err_console", "friendly", "sigterm_unwinds", "console", "out_folder"]
+__all__ = ["app", "console", "err_console", "friendly", "out_folder", "sigterm_unwinds"]
 
 app = typer.Typer(
     name="loadgen",
@@ -42,7 +43,9 @@ def friendly(fn: F) -> F:
             raise typer.Exit(2) from None
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", signal.SIGINT)
-            err_console.print("[yellow]interrupted[/yellow]" if signum == signal.SIGINT else "[yellow]terminated[/yellow]")
+            err_console.print(
+                "[yellow]interrupted[/yellow]" if signum == signal.SIGINT else "[yellow]terminated[/yellow]"
+            )
             raise typer.Exit(exit_code(signum)) from None
 
     return wrapper  # type: ignore[return-value]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
+import tomllib
 import typer
 
 __all__ = ["config_callback", "config_defaults"]
@@ -54,8 +54,9 @@ def config_defaults(command: Any, path: Path) -> dict[str, Any]:
         if not argv:
             raise typer.BadParameter(f"{path} is not a loadgen run.json (no 'command' list)")
         sub = command.make_context("run", _repeated(argv), resilient_parsing=True)
-        return {k: v for k, v in sub.params.items()
-                if getattr(sub.get_parameter_source(k), "name", "") == "COMMANDLINE"}  # fmt: skip
+        return {
+            k: v for k, v in sub.params.items() if getattr(sub.get_parameter_source(k), "name", "") == "COMMANDLINE"
+        }
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -65,13 +66,14 @@ def config_defaults(command: Any, path: Path) -> dict[str, Any]:
     for key, value in data.items():
         name = key.replace("-", "_")
         if name not in names or name in ("config",):
-            raise typer.BadParameter(f"{path}: unknown option {key!r} (keys are loadgen run's options, "
-                                     "e.g. url, workload, concurrency, slo)")  # fmt: skip
+            raise typer.BadParameter(
+                f"{path}: unknown option {key!r} (keys are loadgen run's options, e.g. url, workload, concurrency, slo)"
+            )
         out[name] = value
     return out
 
 
-def config_callback(ctx: typer.Context, param: typer.CallbackParam, value: Optional[Path]) -> Optional[Path]:
+def config_callback(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
     """``--config FILE``: every option from a TOML file (keys are the options' names) or a
     run folder's ``run.json`` (its command line); flags given on the command line win."""
     if value is not None:

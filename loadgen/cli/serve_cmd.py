@@ -5,7 +5,7 @@ The options build one :class:`~loadgen.server.config.ServeConfig`, which checks 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,20 +23,28 @@ def _describe(config: ServeConfig, eng: Any) -> str:
     info = getattr(eng, "info", None)
     sim, tp, gpu, replicas = config.sim, config.tp, config.sim.gpu, config.replicas
     if config.engine == "torch" and info:
-        where = (f"{info.get('device')}, {info.get('dtype')}, {info.get('threads')} threads, "
-                 f"{info.get('num_gpu_blocks')} KV blocks")  # fmt: skip
+        where = (
+            f"{info.get('device')}, {info.get('dtype')}, {info.get('threads')} threads, "
+            f"{info.get('num_gpu_blocks')} KV blocks"
+        )
         if info.get("cuda_graphs"):
             where += f", {info['cuda_graphs']} CUDA graphs captured in {info.get('graph_capture_s')} s"
     else:
         where = f"{tp}x {gpu}" if replicas == 1 else f"{replicas} replicas of {tp}x {gpu}, {config.router} routing"
         if sim.disaggregated:
-            where = (f"{sim.prefill_replicas} prefill x {sim.prefill_tp or tp}x {sim.prefill_gpu or gpu} + "
-                     f"{sim.decode_replicas} decode x {sim.decode_tp or tp}x {sim.decode_gpu or gpu}, KV links "
-                     f"{sim.kv_link_gbps:g} GB/s per rank") + ("" if replicas == 1 else f"; {replicas} replicas")  # fmt: skip
-        extras = [f"{what} fp8" for what, dt in (("weights", sim.dtype), ("KV cache", sim.kv_cache_dtype)) if dt == "fp8"]
+            where = (
+                f"{sim.prefill_replicas} prefill x {sim.prefill_tp or tp}x {sim.prefill_gpu or gpu} + "
+                f"{sim.decode_replicas} decode x {sim.decode_tp or tp}x {sim.decode_gpu or gpu}, KV links "
+                f"{sim.kv_link_gbps:g} GB/s per rank"
+            ) + ("" if replicas == 1 else f"; {replicas} replicas")
+        extras = [
+            f"{what} fp8" for what, dt in (("weights", sim.dtype), ("KV cache", sim.kv_cache_dtype)) if dt == "fp8"
+        ]
         if sim.speculative_tokens:
-            extras.append(f"speculative decoding: {sim.speculative_tokens} draft tokens per step "
-                          f"({sim.draft_model or 'n-gram'}), acceptance {sim.acceptance_rate:g}")  # fmt: skip
+            extras.append(
+                f"speculative decoding: {sim.speculative_tokens} draft tokens per step "
+                f"({sim.draft_model or 'n-gram'}), acceptance {sim.acceptance_rate:g}"
+            )
         where += "".join(f", {x}" for x in extras)
     mode = "chunked prefill" if config.scheduler.enable_chunked_prefill else "no chunked prefill"
     auth = ", API key required on /v1" if config.http.api_key is not None else ""
@@ -58,59 +66,160 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
         raise ConfigError(f"expected integers separated by commas, got {text!r}", key=flag) from None
 
 
-EngineOpt = Annotated[str, typer.Option(help='Engine: sim (roofline-simulated GPU) or torch (a real model)')]
-GpuOpt = Annotated[str, typer.Option(help='Simulated GPU: a100-80gb, a100-40gb, h100, h200, b200, l40s, mi300x')]
-ModelOpt = Annotated[Optional[str], typer.Option(help='sim: llama-3.1-8b (default), llama-3.1-70b, qwen2.5-7b, mixtral-8x7b or any torch model; torch: tiny (default), small, llama-3.2-1b(-shape), llama-3.1-8b(-shape), llama-3.1-70b, smollm2-135m')]
-TpOpt = Annotated[int, typer.Option(help='Tensor-parallel GPUs')]
-ReplicasOpt = Annotated[int, typer.Option(help='sim: independent engines (each of --tp GPUs) behind one API')]
-RouterOpt = Annotated[str, typer.Option(help='With --replicas: round-robin, least-loaded or prefix-aware')]
-HostOpt = Annotated[str, typer.Option(help='Address to bind (loopback by default)')]
-PortOpt = Annotated[int, typer.Option(help='Port (0 = any free port)')]
-ChunkedPrefillOpt = Annotated[bool, typer.Option('--chunked-prefill/--no-chunked-prefill', help='Split long prefills')]
-MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(help='Token budget per engine step (default as vllm serve: 8192 on H100/H200/B200/MI300X, 2048 on A100/L40S; max_model_len without chunked prefill)')]
-MaxNumSeqsOpt = Annotated[int | None, typer.Option(help='Most sequences running at once (default as vllm serve: 1024 on H100/H200/B200/MI300X, 256 on A100/L40S)')]
-PrefixCachingOpt = Annotated[bool, typer.Option('--prefix-caching/--no-prefix-caching', help='Reuse KV of shared prefixes')]
-MaxModelLenOpt = Annotated[Optional[int], typer.Option(help="Context length served (default: the model's, capped by the KV cache)")]
-MfuOpt = Annotated[float, typer.Option(help='Model FLOPs utilisation of the simulated GPU (large GEMMs)')]
-MbuOpt = Annotated[float, typer.Option(help='Memory bandwidth utilisation of the simulated GPU')]
-OverheadMsOpt = Annotated[float, typer.Option(help='Fixed cost per engine step, ms')]
-JitterOpt = Annotated[float, typer.Option(help='Seeded multiplicative noise on step times (0.05 = ±5%)')]
-DisaggregateOpt = Annotated[bool, typer.Option(help='Separate prefill and decode GPU pools')]
-KvLinkGbpsOpt = Annotated[float, typer.Option(help='KV transfer bandwidth between pools, GB/s per tensor-parallel rank')]
-PrefillReplicasOpt = Annotated[int, typer.Option(help='Disaggregated: prefill engines (xPyD; above 1 implies --disaggregate)')]
-DecodeReplicasOpt = Annotated[int, typer.Option(help='Disaggregated: decode engines (xPyD; above 1 implies --disaggregate)')]
-PrefillTpOpt = Annotated[Optional[int], typer.Option(help='Disaggregated: GPUs per prefill engine (default --tp)')]
-DecodeTpOpt = Annotated[Optional[int], typer.Option(help='Disaggregated: GPUs per decode engine (default --tp)')]
-PrefillGpuOpt = Annotated[Optional[str], typer.Option(help="Disaggregated: the prefill engines' GPU (default --gpu)")]
-DecodeGpuOpt = Annotated[Optional[str], typer.Option(help="Disaggregated: the decode engines' GPU (default --gpu)")]
-TimeScaleOpt = Annotated[float, typer.Option(help='Real seconds per simulated second')]
-FailRateOpt = Annotated[float, typer.Option(help='Fault: fraction of requests answered HTTP 500')]
-StallMsOpt = Annotated[float, typer.Option(help='Fault: length of a stall before a token, ms')]
-StallRateOpt = Annotated[float, typer.Option(help='Fault: probability of a stall per token')]
-DisconnectRateOpt = Annotated[float, typer.Option(help='Fault: fraction of streams cut mid-way')]
-SeedOpt = Annotated[int, typer.Option(help='Seed for sampling, jitter and faults')]
-DeviceOpt = Annotated[str, typer.Option(help='torch: auto, cpu, cuda or cuda:N')]
-ThreadsOpt = Annotated[Optional[int], typer.Option(help='torch on CPU: threads (default: all cores but one)')]
-DtypeOpt = Annotated[str, typer.Option(help='sim: auto (bf16) or fp8 weights; torch: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16')]
-KvCacheDtypeOpt = Annotated[str, typer.Option(help='sim: auto (bf16) or fp8 KV cache')]
-SpeculativeTokensOpt = Annotated[int, typer.Option(help='sim: draft tokens verified per decode step (speculative decoding)')]
-AcceptanceRateOpt = Annotated[float, typer.Option(help='sim: probability each draft token is accepted')]
-DraftModelOpt = Annotated[str, typer.Option(help='sim: model preset that drafts (its cost is modelled); default: n-gram, free')]
-KvCacheGbOpt = Annotated[Optional[float], typer.Option(help='torch: KV-cache pool size in GB (default: from free memory)')]
-CudaGraphsOpt = Annotated[bool, typer.Option('--cuda-graphs/--no-cuda-graphs', help='torch on CUDA: graphs for decode')]
-CudaGraphSizesOpt = Annotated[str, typer.Option(help='torch on CUDA: decode batch sizes captured at start-up, e.g. 1,2,4,8 (default 1,2,4..256)')]
-ApiKeyOpt = Annotated[str | None, typer.Option(envvar='LOADGEN_API_KEY', show_default=False, help='Require the header Authorization: Bearer KEY on /v1/* (as vllm serve --api-key); /health and /metrics stay open')]
-BodyTimeoutOpt = Annotated[float, typer.Option(help='Seconds a request body may take to arrive (then 408, connection closed)')]
-MaxBodyMbOpt = Annotated[float, typer.Option(help='Largest request body in MiB (larger: 413)')]
-HeaderTimeoutOpt = Annotated[float, typer.Option(help="Seconds a connection may take to send a request's headers (then closed)")]
-DrainTimeoutOpt = Annotated[float, typer.Option(help='On SIGTERM: seconds open requests may take to finish (new ones get 503)')]
-ReasoningTokensOpt = Annotated[str, typer.Option(help='Chat answers reason first: this many tokens (a length distribution, e.g. 64 or uniform:min=32,max=256) stream as delta.reasoning before the content')]
-RequestLogOpt = Annotated[int, typer.Option(help='Finished requests kept for GET /loadgen/requests (0: none)')]
+EngineOpt = Annotated[str, typer.Option(help="Engine: sim (roofline-simulated GPU) or torch (a real model)")]
+GpuOpt = Annotated[str, typer.Option(help="Simulated GPU: a100-80gb, a100-40gb, h100, h200, b200, l40s, mi300x")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="sim: llama-3.1-8b (default), llama-3.1-70b, qwen2.5-7b, mixtral-8x7b or any torch model; torch: tiny (default), small, llama-3.2-1b(-shape), llama-3.1-8b(-shape), llama-3.1-70b, smollm2-135m"
+    ),
+]
+TpOpt = Annotated[int, typer.Option(help="Tensor-parallel GPUs")]
+ReplicasOpt = Annotated[int, typer.Option(help="sim: independent engines (each of --tp GPUs) behind one API")]
+RouterOpt = Annotated[str, typer.Option(help="With --replicas: round-robin, least-loaded or prefix-aware")]
+HostOpt = Annotated[str, typer.Option(help="Address to bind (loopback by default)")]
+PortOpt = Annotated[int, typer.Option(help="Port (0 = any free port)")]
+ChunkedPrefillOpt = Annotated[bool, typer.Option("--chunked-prefill/--no-chunked-prefill", help="Split long prefills")]
+MaxNumBatchedTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Token budget per engine step (default as vllm serve: 8192 on H100/H200/B200/MI300X, 2048 on A100/L40S; max_model_len without chunked prefill)"
+    ),
+]
+MaxNumSeqsOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Most sequences running at once (default as vllm serve: 1024 on H100/H200/B200/MI300X, 256 on A100/L40S)"
+    ),
+]
+PrefixCachingOpt = Annotated[
+    bool, typer.Option("--prefix-caching/--no-prefix-caching", help="Reuse KV of shared prefixes")
+]
+MaxModelLenOpt = Annotated[
+    int | None, typer.Option(help="Context length served (default: the model's, capped by the KV cache)")
+]
+MfuOpt = Annotated[float, typer.Option(help="Model FLOPs utilisation of the simulated GPU (large GEMMs)")]
+MbuOpt = Annotated[float, typer.Option(help="Memory bandwidth utilisation of the simulated GPU")]
+OverheadMsOpt = Annotated[float, typer.Option(help="Fixed cost per engine step, ms")]
+JitterOpt = Annotated[float, typer.Option(help="Seeded multiplicative noise on step times (0.05 = ±5%)")]
+DisaggregateOpt = Annotated[bool, typer.Option(help="Separate prefill and decode GPU pools")]
+KvLinkGbpsOpt = Annotated[
+    float, typer.Option(help="KV transfer bandwidth between pools, GB/s per tensor-parallel rank")
+]
+PrefillReplicasOpt = Annotated[
+    int, typer.Option(help="Disaggregated: prefill engines (xPyD; above 1 implies --disaggregate)")
+]
+DecodeReplicasOpt = Annotated[
+    int, typer.Option(help="Disaggregated: decode engines (xPyD; above 1 implies --disaggregate)")
+]
+PrefillTpOpt = Annotated[int | None, typer.Option(help="Disaggregated: GPUs per prefill engine (default --tp)")]
+DecodeTpOpt = Annotated[int | None, typer.Option(help="Disaggregated: GPUs per decode engine (default --tp)")]
+PrefillGpuOpt = Annotated[str | None, typer.Option(help="Disaggregated: the prefill engines' GPU (default --gpu)")]
+DecodeGpuOpt = Annotated[str | None, typer.Option(help="Disaggregated: the decode engines' GPU (default --gpu)")]
+TimeScaleOpt = Annotated[float, typer.Option(help="Real seconds per simulated second")]
+FailRateOpt = Annotated[float, typer.Option(help="Fault: fraction of requests answered HTTP 500")]
+StallMsOpt = Annotated[float, typer.Option(help="Fault: length of a stall before a token, ms")]
+StallRateOpt = Annotated[float, typer.Option(help="Fault: probability of a stall per token")]
+DisconnectRateOpt = Annotated[float, typer.Option(help="Fault: fraction of streams cut mid-way")]
+SeedOpt = Annotated[int, typer.Option(help="Seed for sampling, jitter and faults")]
+DeviceOpt = Annotated[str, typer.Option(help="torch: auto, cpu, cuda or cuda:N")]
+ThreadsOpt = Annotated[int | None, typer.Option(help="torch on CPU: threads (default: all cores but one)")]
+DtypeOpt = Annotated[
+    str,
+    typer.Option(
+        help="sim: auto (bf16) or fp8 weights; torch: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16"
+    ),
+]
+KvCacheDtypeOpt = Annotated[str, typer.Option(help="sim: auto (bf16) or fp8 KV cache")]
+SpeculativeTokensOpt = Annotated[
+    int, typer.Option(help="sim: draft tokens verified per decode step (speculative decoding)")
+]
+AcceptanceRateOpt = Annotated[float, typer.Option(help="sim: probability each draft token is accepted")]
+DraftModelOpt = Annotated[
+    str, typer.Option(help="sim: model preset that drafts (its cost is modelled); default: n-gram, free")
+]
+KvCacheGbOpt = Annotated[float | None, typer.Option(help="torch: KV-cache pool size in GB (default: from free memory)")]
+CudaGraphsOpt = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode")]
+CudaGraphSizesOpt = Annotated[
+    str, typer.Option(help="torch on CUDA: decode batch sizes captured at start-up, e.g. 1,2,4,8 (default 1,2,4..256)")
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="LOADGEN_API_KEY",
+        show_default=False,
+        help="Require the header Authorization: Bearer KEY on /v1/* (as vllm serve --api-key); /health and /metrics stay open",
+    ),
+]
+BodyTimeoutOpt = Annotated[
+    float, typer.Option(help="Seconds a request body may take to arrive (then 408, connection closed)")
+]
+MaxBodyMbOpt = Annotated[float, typer.Option(help="Largest request body in MiB (larger: 413)")]
+HeaderTimeoutOpt = Annotated[
+    float, typer.Option(help="Seconds a connection may take to send a request's headers (then closed)")
+]
+DrainTimeoutOpt = Annotated[
+    float, typer.Option(help="On SIGTERM: seconds open requests may take to finish (new ones get 503)")
+]
+ReasoningTokensOpt = Annotated[
+    str,
+    typer.Option(
+        help="Chat answers reason first: this many tokens (a length distribution, e.g. 64 or uniform:min=32,max=256) stream as delta.reasoning before the content"
+    ),
+]
+RequestLogOpt = Annotated[int, typer.Option(help="Finished requests kept for GET /loadgen/requests (0: none)")]
 
 
 @friendly
 def serve(
-    engine: EngineOpt = 'sim', gpu: GpuOpt = 'h100', model: ModelOpt = None, tp: TpOpt = 1, replicas: ReplicasOpt = 1, router: RouterOpt = 'round-robin', host: HostOpt = '127.0.0.1', port: PortOpt = 8000, chunked_prefill: ChunkedPrefillOpt = True, max_num_batched_tokens: MaxNumBatchedTokensOpt = None, max_num_seqs: MaxNumSeqsOpt = None, prefix_caching: PrefixCachingOpt = True, max_model_len: MaxModelLenOpt = None, mfu: MfuOpt = 0.6, mbu: MbuOpt = 0.8, overhead_ms: OverheadMsOpt = 0.5, jitter: JitterOpt = 0.0, disaggregate: DisaggregateOpt = False, kv_link_gbps: KvLinkGbpsOpt = 50.0, prefill_replicas: PrefillReplicasOpt = 1, decode_replicas: DecodeReplicasOpt = 1, prefill_tp: PrefillTpOpt = None, decode_tp: DecodeTpOpt = None, prefill_gpu: PrefillGpuOpt = None, decode_gpu: DecodeGpuOpt = None, time_scale: TimeScaleOpt = 1.0, fail_rate: FailRateOpt = 0.0, stall_ms: StallMsOpt = 0.0, stall_rate: StallRateOpt = 0.0, disconnect_rate: DisconnectRateOpt = 0.0, seed: SeedOpt = 0, device: DeviceOpt = 'auto', threads: ThreadsOpt = None, dtype: DtypeOpt = 'auto', kv_cache_dtype: KvCacheDtypeOpt = 'auto', speculative_tokens: SpeculativeTokensOpt = 0, acceptance_rate: AcceptanceRateOpt = 0.7, draft_model: DraftModelOpt = '', kv_cache_gb: KvCacheGbOpt = None, cuda_graphs: CudaGraphsOpt = True, cuda_graph_sizes: CudaGraphSizesOpt = '', api_key: ApiKeyOpt = None, body_timeout: BodyTimeoutOpt = 30.0, max_body_mb: MaxBodyMbOpt = 64.0, header_timeout: HeaderTimeoutOpt = 10.0, drain_timeout: DrainTimeoutOpt = 30.0, reasoning_tokens: ReasoningTokensOpt = '', request_log: RequestLogOpt = 10000,
+    engine: EngineOpt = "sim",
+    gpu: GpuOpt = "h100",
+    model: ModelOpt = None,
+    tp: TpOpt = 1,
+    replicas: ReplicasOpt = 1,
+    router: RouterOpt = "round-robin",
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    chunked_prefill: ChunkedPrefillOpt = True,
+    max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    prefix_caching: PrefixCachingOpt = True,
+    max_model_len: MaxModelLenOpt = None,
+    mfu: MfuOpt = 0.6,
+    mbu: MbuOpt = 0.8,
+    overhead_ms: OverheadMsOpt = 0.5,
+    jitter: JitterOpt = 0.0,
+    disaggregate: DisaggregateOpt = False,
+    kv_link_gbps: KvLinkGbpsOpt = 50.0,
+    prefill_replicas: PrefillReplicasOpt = 1,
+    decode_replicas: DecodeReplicasOpt = 1,
+    prefill_tp: PrefillTpOpt = None,
+    decode_tp: DecodeTpOpt = None,
+    prefill_gpu: PrefillGpuOpt = None,
+    decode_gpu: DecodeGpuOpt = None,
+    time_scale: TimeScaleOpt = 1.0,
+    fail_rate: FailRateOpt = 0.0,
+    stall_ms: StallMsOpt = 0.0,
+    stall_rate: StallRateOpt = 0.0,
+    disconnect_rate: DisconnectRateOpt = 0.0,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = None,
+    dtype: DtypeOpt = "auto",
+    kv_cache_dtype: KvCacheDtypeOpt = "auto",
+    speculative_tokens: SpeculativeTokensOpt = 0,
+    acceptance_rate: AcceptanceRateOpt = 0.7,
+    draft_model: DraftModelOpt = "",
+    kv_cache_gb: KvCacheGbOpt = None,
+    cuda_graphs: CudaGraphsOpt = True,
+    cuda_graph_sizes: CudaGraphSizesOpt = "",
+    api_key: ApiKeyOpt = None,
+    body_timeout: BodyTimeoutOpt = 30.0,
+    max_body_mb: MaxBodyMbOpt = 64.0,
+    header_timeout: HeaderTimeoutOpt = 10.0,
+    drain_timeout: DrainTimeoutOpt = 30.0,
+    reasoning_tokens: ReasoningTokensOpt = "",
+    request_log: RequestLogOpt = 10000,
 ) -> None:
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
     from loadgen.server.api import create_app
@@ -120,24 +229,60 @@ def serve(
     from loadgen.server.faults import FaultConfig
 
     config = ServeConfig(
-        engine=engine, model=model or "", tp=tp, seed=seed, replicas=replicas, router=router,
-        scheduler=SchedulerLimits(enable_chunked_prefill=chunked_prefill, max_num_batched_tokens=max_num_batched_tokens,
-                                  max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching,
-                                  max_model_len=max_model_len),
-        sim=SimOptions(gpu=gpu, mfu=mfu, mbu=mbu, overhead_ms=overhead_ms, jitter=jitter, time_scale=time_scale,
-                       disaggregate=disaggregate, kv_link_gbps=kv_link_gbps,
-                       dtype={"auto": "bf16", "bfloat16": "bf16"}.get(dtype, dtype), kv_cache_dtype=kv_cache_dtype,
-                       speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate, draft_model=draft_model,
-                       prefill_replicas=prefill_replicas, decode_replicas=decode_replicas, prefill_tp=prefill_tp,
-                       decode_tp=decode_tp, prefill_gpu=prefill_gpu, decode_gpu=decode_gpu),
-        torch=TorchOptions(device=device, dtype=dtype, threads=threads, kv_cache_gb=kv_cache_gb, cuda_graphs=cuda_graphs,
-                           cuda_graph_sizes=_int_list(cuda_graph_sizes, "--cuda-graph-sizes")),
-        faults=FaultConfig(fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate,
-                           disconnect_rate=disconnect_rate, seed=seed),
+        engine=engine,
+        model=model or "",
+        tp=tp,
+        seed=seed,
+        replicas=replicas,
+        router=router,
+        scheduler=SchedulerLimits(
+            enable_chunked_prefill=chunked_prefill,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            enable_prefix_caching=prefix_caching,
+            max_model_len=max_model_len,
+        ),
+        sim=SimOptions(
+            gpu=gpu,
+            mfu=mfu,
+            mbu=mbu,
+            overhead_ms=overhead_ms,
+            jitter=jitter,
+            time_scale=time_scale,
+            disaggregate=disaggregate,
+            kv_link_gbps=kv_link_gbps,
+            dtype={"auto": "bf16", "bfloat16": "bf16"}.get(dtype, dtype),
+            kv_cache_dtype=kv_cache_dtype,
+            speculative_tokens=speculative_tokens,
+            acceptance_rate=acceptance_rate,
+            draft_model=draft_model,
+            prefill_replicas=prefill_replicas,
+            decode_replicas=decode_replicas,
+            prefill_tp=prefill_tp,
+            decode_tp=decode_tp,
+            prefill_gpu=prefill_gpu,
+            decode_gpu=decode_gpu,
+        ),
+        torch=TorchOptions(
+            device=device,
+            dtype=dtype,
+            threads=threads,
+            kv_cache_gb=kv_cache_gb,
+            cuda_graphs=cuda_graphs,
+            cuda_graph_sizes=_int_list(cuda_graph_sizes, "--cuda-graph-sizes"),
+        ),
+        faults=FaultConfig(
+            fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate, disconnect_rate=disconnect_rate, seed=seed
+        ),
         network=Network(host=host, port=port),
-        http=HttpLimits(api_key=api_key, body_timeout_s=body_timeout, max_body_bytes=_mib(max_body_mb, "--max-body-mb"),
-                        header_timeout_s=header_timeout, drain_timeout_s=drain_timeout),
-    )  # fmt: skip
+        http=HttpLimits(
+            api_key=api_key,
+            body_timeout_s=body_timeout,
+            max_body_bytes=_mib(max_body_mb, "--max-body-mb"),
+            header_timeout_s=header_timeout,
+            drain_timeout_s=drain_timeout,
+        ),
+    )
     reasoning = None
     if reasoning_tokens:
         from loadgen.workload.distributions import parse_distribution
@@ -146,8 +291,9 @@ def serve(
     if request_log < 0:
         raise ConfigError(f"must be >= 0, got {request_log}", key="--request-log")
     eng = build_engine(config)
-    application = create_app(eng, faults=config.faults, http=config.http, reasoning_tokens=reasoning, seed=seed,
-                              history=request_log)
+    application = create_app(
+        eng, faults=config.faults, http=config.http, reasoning_tokens=reasoning, seed=seed, history=request_log
+    )
     print(f"loadgen serve: {config.limits.describe()}", flush=True)
 
     def ready(url: str) -> None:

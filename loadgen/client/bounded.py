@@ -23,14 +23,22 @@ of :data:`STEP` bytes, so memory stays bounded by the cap whatever the ratio.
 from __future__ import annotations
 
 import zlib
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 from loadgen.errors import InvalidResponse
 
 __all__ = [
-    "MAX_LINE", "MAX_ERROR", "MAX_ANSWER", "MAX_RATIO", "DISCOVERY_S", "STEP", "ACCEPT_ENCODING",
-    "Inflater", "read_capped", "mib",
-]  # fmt: skip
+    "ACCEPT_ENCODING",
+    "DISCOVERY_S",
+    "MAX_ANSWER",
+    "MAX_ERROR",
+    "MAX_LINE",
+    "MAX_RATIO",
+    "STEP",
+    "Inflater",
+    "mib",
+    "read_capped",
+]
 
 MAX_LINE = 1 << 20  # bytes of one SSE line, and of one event's data lines together
 MAX_ERROR = 64 << 10  # bytes of an error body read (its first 300 characters are kept)
@@ -56,7 +64,7 @@ class Inflater:
     limit (a stream, bounded by its line cap, its backlog and its timeout instead).
     Over a limit: :class:`InvalidResponse`."""
 
-    __slots__ = ("cap", "max_ratio", "_z", "_raw", "_out", "_deflate")
+    __slots__ = ("_deflate", "_out", "_raw", "_z", "cap", "max_ratio")
 
     def __init__(self, encoding: str | None, cap: int | None = None, max_ratio: int | None = MAX_RATIO) -> None:
         enc = (encoding or "identity").strip().lower()

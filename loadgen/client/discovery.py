@@ -20,7 +20,7 @@ from loadgen.client.bounded import ACCEPT_ENCODING, DISCOVERY_S, MAX_ANSWER, rea
 from loadgen.client.redact import Redactor
 from loadgen.errors import ConfigError, InvalidResponse, TargetError, redirect_text
 
-__all__ = ["ServerInfo", "normalize_url", "split_credentials", "redact_url", "discover"]
+__all__ = ["ServerInfo", "discover", "normalize_url", "redact_url", "split_credentials"]
 
 
 @dataclass(slots=True)
@@ -69,8 +69,13 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-async def discover(base_url: str, headers: dict[str, str], model: str | None = None, timeout_s: float = 10.0,
-                   deadline_s: float = DISCOVERY_S) -> ServerInfo:  # fmt: skip
+async def discover(
+    base_url: str,
+    headers: dict[str, str],
+    model: str | None = None,
+    timeout_s: float = 10.0,
+    deadline_s: float = DISCOVERY_S,
+) -> ServerInfo:
     """GET ``/v1/models``; pick ``model`` (checked when the server lists it) or the first one.
 
     ``timeout_s`` bounds each read, ``deadline_s`` the whole exchange."""
@@ -80,13 +85,17 @@ async def discover(base_url: str, headers: dict[str, str], model: str | None = N
     body = b""
     try:
         async with asyncio.timeout(deadline_s):
-            async with httpx.AsyncClient(headers={"Accept-Encoding": ACCEPT_ENCODING, **headers}, timeout=timeout_s,
-                                         follow_redirects=False) as client:  # fmt: skip
-                async with client.stream("GET", url) as resp:
-                    status, location = resp.status_code, resp.headers.get("Location")
-                    if status == 200:
-                        body = await read_capped(resp.aiter_raw(), resp.headers.get("Content-Encoding"), MAX_ANSWER,
-                                                 truncate=False)  # fmt: skip
+            async with (
+                httpx.AsyncClient(
+                    headers={"Accept-Encoding": ACCEPT_ENCODING, **headers}, timeout=timeout_s, follow_redirects=False
+                ) as client,
+                client.stream("GET", url) as resp,
+            ):
+                status, location = resp.status_code, resp.headers.get("Location")
+                if status == 200:
+                    body = await read_capped(
+                        resp.aiter_raw(), resp.headers.get("Content-Encoding"), MAX_ANSWER, truncate=False
+                    )
     except TimeoutError as exc:
         raise TargetError(f"{shown} did not finish answering within {deadline_s:g} s (discovery's deadline)") from exc
     except httpx.ConnectError as exc:
@@ -100,7 +109,9 @@ async def discover(base_url: str, headers: dict[str, str], model: str | None = N
     if status in (401, 403):
         raise TargetError(f"{shown} answered {status}: set the API key (--api-key-env NAME)")
     if 300 <= status < 400:
-        raise TargetError(f"{shown} answered HTTP {status}: {redirect_text(None if location is None else redact(location))}")
+        raise TargetError(
+            f"{shown} answered HTTP {status}: {redirect_text(None if location is None else redact(location))}"
+        )
     if status != 200:
         if model:  # some servers lack /v1/models; trust the user's model name
             return ServerInfo(base_url, model, [model])

@@ -32,7 +32,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass
 
-__all__ = ["Attempt", "KeepAlive", "STALE_ERRNOS", "FRESH_AFTER"]
+__all__ = ["FRESH_AFTER", "STALE_ERRNOS", "Attempt", "KeepAlive"]
 
 STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ESHUTDOWN})
 FRESH_AFTER = 2  # stale closes before a server is given a new connection for every request
@@ -51,7 +51,7 @@ class KeepAlive:
     """Per transport: the stale closes and successful reuses seen, and whether the
     server has earned a new connection per request (:attr:`fresh`)."""
 
-    __slots__ = ("stale", "reuses", "fresh")
+    __slots__ = ("fresh", "reuses", "stale")
 
     def __init__(self) -> None:
         self.stale = 0

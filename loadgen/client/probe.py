@@ -44,22 +44,35 @@ def _prompt_tokens(dialect: Dialect, answer: Any) -> int | None:
 
 
 async def probe_prompt_tokens(
-    base_url: str, dialect: Dialect, options: DialectOptions, spec: RequestSpec,
-    headers: dict[str, str] | None = None, timeout_s: float = 60.0,
-) -> ProbeResult:  # fmt: skip
+    base_url: str,
+    dialect: Dialect,
+    options: DialectOptions,
+    spec: RequestSpec,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 60.0,
+) -> ProbeResult:
     """POST ``spec`` non-streamed to ``base_url + dialect.path`` and read its usage."""
     url = base_url.rstrip("/") + dialect.path
     body = dialect.non_stream_body(spec, options)
     redact = Redactor(headers)
     try:
         async with asyncio.timeout(timeout_s):
-            async with httpx.AsyncClient(headers={"Accept-Encoding": ACCEPT_ENCODING, **(headers or {})},
-                                         timeout=timeout_s, follow_redirects=False) as client:  # fmt: skip
-                async with client.stream("POST", url, json=body) as resp:
-                    status, location = resp.status_code, resp.headers.get("Location")
-                    ok = status == 200
-                    raw = await read_capped(resp.aiter_raw(), resp.headers.get("Content-Encoding"),
-                                            MAX_ANSWER if ok else MAX_ERROR, truncate=not ok)  # fmt: skip
+            async with (
+                httpx.AsyncClient(
+                    headers={"Accept-Encoding": ACCEPT_ENCODING, **(headers or {})},
+                    timeout=timeout_s,
+                    follow_redirects=False,
+                ) as client,
+                client.stream("POST", url, json=body) as resp,
+            ):
+                status, location = resp.status_code, resp.headers.get("Location")
+                ok = status == 200
+                raw = await read_capped(
+                    resp.aiter_raw(),
+                    resp.headers.get("Content-Encoding"),
+                    MAX_ANSWER if ok else MAX_ERROR,
+                    truncate=not ok,
+                )
     except (httpx.TimeoutException, TimeoutError):
         return ProbeResult(None, f"the non-streamed request got no answer within {timeout_s:g} s")
     except httpx.HTTPError as exc:

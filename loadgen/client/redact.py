@@ -17,10 +17,10 @@ import base64
 import binascii
 import json
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from urllib.parse import quote, quote_plus
 
-__all__ = ["Redactor", "MASK", "redact_argv"]
+__all__ = ["MASK", "Redactor", "redact_argv"]
 
 MASK = "***"
 _MIN = 4  # shorter values (a "1", "yes") are not worth masking wherever they occur
@@ -31,7 +31,7 @@ def _basic_parts(token: str) -> list[str]:
         text = base64.b64decode(token, validate=True).decode()
     except (binascii.Error, ValueError):
         return []
-    user, _, password = text.partition(":")
+    _user, _, password = text.partition(":")
     return [text, password] if password else [text]
 
 
@@ -51,8 +51,16 @@ def _secrets(values: Iterable[str]) -> set[str]:
 
 def _forms(secret: str) -> set[str]:
     escaped = json.dumps(secret)[1:-1]
-    forms = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret), escaped, escaped.replace("/", "\\/"),
-             base64.b64encode(secret.encode()).decode(), base64.urlsafe_b64encode(secret.encode()).decode()}
+    forms = {
+        secret,
+        quote(secret, safe=""),
+        quote(secret),
+        quote_plus(secret),
+        escaped,
+        escaped.replace("/", "\\/"),
+        base64.b64encode(secret.encode()).decode(),
+        base64.urlsafe_b64encode(secret.encode()).decode(),
+    }
     return {f for f in forms if len(f) >= _MIN}
 
 

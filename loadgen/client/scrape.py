@@ -42,13 +42,13 @@ import contextlib
 import json
 import math
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from collections.abc import Sequence
-from typing import IO, Any, Mapping
+from typing import IO, Any
 
 import aiohttp
 
-__all__ = ["MetricsScraper", "parse_prometheus", "KNOWN_METRICS"]
+__all__ = ["KNOWN_METRICS", "MetricsScraper", "parse_prometheus"]
 
 _SUM = "sum"
 _MEAN = "mean"
@@ -75,8 +75,9 @@ KNOWN_METRICS: dict[str, str] = {
     "DCGM_FI_DEV_POWER_USAGE": _SUM,
     "DCGM_FI_DEV_FB_USED": _SUM,
 }
-_PREFIXES = tuple(sorted({name.split(":")[0] + ":" if ":" in name else name.rsplit("_", 1)[0]
-                          for name in KNOWN_METRICS}))
+_PREFIXES = tuple(
+    sorted({name.split(":")[0] + ":" if ":" in name else name.rsplit("_", 1)[0] for name in KNOWN_METRICS})
+)
 _RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
 _WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
 _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
@@ -212,7 +213,7 @@ class MetricsScraper:
         self._file: IO[str] | None = None
         self._prev: dict[str, float] = {}
 
-    async def __aenter__(self) -> "MetricsScraper":
+    async def __aenter__(self) -> MetricsScraper:
         await self.start()
         return self
 
@@ -224,7 +225,7 @@ class MetricsScraper:
         if self._task is not None:
             return
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.out_path, "a", encoding="utf-8")
+        self._file = open(self.out_path, "a", encoding="utf-8")  # noqa: ASYNC230, SIM115 - once per run, closed on exit
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         self._session = aiohttp.ClientSession(timeout=timeout)  # headers go to the target only
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -250,7 +251,7 @@ class MetricsScraper:
         while True:
             try:
                 await self.scrape_once()
-            except Exception as exc:  # noqa: BLE001 - a scrape must never end the run
+            except Exception as exc:
                 self._fail(f"{type(exc).__name__}: {exc}")
             now = time.perf_counter_ns()
             tick = max(tick + 1, (now - start) // interval_ns + 1)  # skip ticks already missed

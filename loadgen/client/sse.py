@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from loadgen.client.bounded import MAX_LINE, mib
 from loadgen.errors import InvalidResponse
 
-__all__ = ["SSEEvent", "SSEDecoder"]
+__all__ = ["SSEDecoder", "SSEEvent"]
 
 _CR = 0x0D
 _LF = 0x0A
@@ -46,8 +46,19 @@ class SSEDecoder:
     lines together, longer than ``max_line`` bytes raises :class:`InvalidResponse`.
     """
 
-    __slots__ = ("_parts", "_plen", "_skip_lf", "_data", "_dlen", "_has_data", "_event", "_last_id", "_retry",
-                 "_started", "max_line")  # fmt: skip
+    __slots__ = (
+        "_data",
+        "_dlen",
+        "_event",
+        "_has_data",
+        "_last_id",
+        "_parts",
+        "_plen",
+        "_retry",
+        "_skip_lf",
+        "_started",
+        "max_line",
+    )
 
     def __init__(self, max_line: int = MAX_LINE) -> None:
         self.max_line = max_line

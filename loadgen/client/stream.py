@@ -52,7 +52,8 @@ import asyncio
 import json
 import time
 from collections import deque
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from loadgen.client.bounded import MAX_ERROR
 from loadgen.client.dialects import Dialect
@@ -60,7 +61,7 @@ from loadgen.client.sse import SSEDecoder, SSEEvent
 from loadgen.errors import Disconnected, ErrorEvent, InvalidResponse, TransportError
 from loadgen.records import RequestRecord, TokenSource
 
-__all__ = ["StreamState", "distribute", "usage_count", "SLICE", "BUDGET_NS", "MAX_BACKLOG", "SETTLE_SLICE"]
+__all__ = ["BUDGET_NS", "MAX_BACKLOG", "SETTLE_SLICE", "SLICE", "StreamState", "distribute", "usage_count"]
 
 SLICE = 64 << 10  # bytes given to the SSE decoder at once
 BUDGET_NS = 2_000_000  # parsing per event-loop turn before the loop gets a turn back
@@ -88,15 +89,48 @@ class StreamState:
     """Decodes one response stream into ``record`` (events, usage, completion)."""
 
     __slots__ = (
-        "record", "dialect", "_sse", "_done", "_finish", "_deltas", "_last_cum", "_usage", "_last_ns",
-        "_pending", "_scheduled", "_error", "_loop", "_n_events", "_n_bytes", "_size_total", "_bad_usage",
-        "_reasoning", "_n_reasoning", "_answer", "_redact", "_backlog", "_ended", "_finish_ends", "_n_delta_ok",
-        "on_end", "_parse", "_marker", "_counts", "_prompt", "_completed",
-    )  # fmt: skip
+        "_answer",
+        "_backlog",
+        "_bad_usage",
+        "_completed",
+        "_counts",
+        "_deltas",
+        "_done",
+        "_ended",
+        "_error",
+        "_finish",
+        "_finish_ends",
+        "_last_cum",
+        "_last_ns",
+        "_loop",
+        "_marker",
+        "_n_bytes",
+        "_n_delta_ok",
+        "_n_events",
+        "_n_reasoning",
+        "_parse",
+        "_pending",
+        "_prompt",
+        "_reasoning",
+        "_redact",
+        "_scheduled",
+        "_size_total",
+        "_sse",
+        "_usage",
+        "dialect",
+        "on_end",
+        "record",
+    )
 
-    def __init__(self, record: RequestRecord, dialect: Dialect, defer: bool = True,
-                 answer: list[str] | None = None, redact: Callable[[str], str] | None = None,
-                 finish_ends: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        record: RequestRecord,
+        dialect: Dialect,
+        defer: bool = True,
+        answer: list[str] | None = None,
+        redact: Callable[[str], str] | None = None,
+        finish_ends: bool = True,
+    ) -> None:
         self.record = record
         self._redact = redact or _identity
         self._backlog = 0  # bytes fed and not parsed yet
@@ -254,7 +288,9 @@ class StreamState:
         if not self._done and self._finish is None:
             raise Disconnected(f"stream ended before {self._ends('', ' or ')}a finish_reason")
         if not rec.events and self._finish is None:  # an empty answer still says why it stopped
-            raise InvalidResponse(f"no output: the stream ended {self._ends('with ', ' ')}without output or a finish_reason")
+            raise InvalidResponse(
+                f"no output: the stream ended {self._ends('with ', ' ')}without output or a finish_reason"
+            )
 
     def _mark_end(self) -> None:
         if not self._ended:

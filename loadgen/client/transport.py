@@ -28,9 +28,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any
 
 import aiohttp
 import httpx
@@ -52,14 +53,14 @@ from loadgen.errors import (
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec
 
 __all__ = [
-    "TransportConfig",
+    "END_GRACE_S",
+    "ERROR_KINDS",
+    "FOREIGN_ERRORS",
+    "TRANSPORTS",
     "AiohttpTransport",
     "HttpxTransport",
+    "TransportConfig",
     "make_transport",
-    "TRANSPORTS",
-    "FOREIGN_ERRORS",
-    "ERROR_KINDS",
-    "END_GRACE_S",
 ]
 
 _now = time.perf_counter_ns
@@ -130,8 +131,11 @@ def _aiohttp_stale(exc: BaseException) -> bool:
     partial message when there was one), or a reset / broken pipe."""
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return exc.message == "Server disconnected"
-    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError) \
+    return (
+        isinstance(exc, aiohttp.ClientOSError)
+        and not isinstance(exc, aiohttp.ClientConnectorError)
         and _oserror_is_stale(exc)
+    )
 
 
 def _httpx_stale(exc: BaseException) -> bool:
@@ -177,7 +181,9 @@ class _StreamingTransport:
 
     def _state(self, record: RequestRecord, spec: RequestSpec, body: dict[str, Any]) -> StreamState:
         dialect = self.config.dialect
-        return StreamState(record, dialect, answer=spec.answer, redact=self.redact, finish_ends=dialect.finish_ends(body))
+        return StreamState(
+            record, dialect, answer=spec.answer, redact=self.redact, finish_ends=dialect.finish_ends(body)
+        )
 
     async def _read_to_end(self, state: StreamState, read: Callable[[], Awaitable[None]]) -> None:
         """Run ``read`` (the body's reads, fed to ``state``) until the body ends, until
@@ -187,6 +193,7 @@ class _StreamingTransport:
         grace = self.config.end_grace_s
         try:
             async with asyncio.timeout(None) as deadline:
+
                 def stop() -> None:  # the answer ended: a grace; a bad event: at once
                     deadline.reschedule(loop.time() + (0.0 if state.failed else grace))
 
@@ -261,7 +268,10 @@ class AiohttpTransport(_StreamingTransport):
         if session is None:
             cfg = self.config
             connector = aiohttp.TCPConnector(
-                limit=cfg.max_connections, limit_per_host=0, socket_factory=_nodelay_socket, ttl_dns_cache=300,
+                limit=cfg.max_connections,
+                limit_per_host=0,
+                socket_factory=_nodelay_socket,
+                ttl_dns_cache=300,
                 force_close=fresh,
             )
             timeout = aiohttp.ClientTimeout(
@@ -292,6 +302,7 @@ class AiohttpTransport(_StreamingTransport):
                 keepalive.answered(attempt)
                 if resp.status != 200:
                     raise self._status_error(resp.status, await _aiohttp_error_body(resp), resp.headers.get("Location"))
+
                 async def read() -> None:
                     async for chunk in resp.content.iter_any():
                         t = _now()
@@ -329,8 +340,10 @@ class HttpxTransport(_StreamingTransport):
                 client = httpx.AsyncClient(
                     http2=cfg.http2,
                     headers={"Accept-Encoding": ACCEPT_ENCODING, **cfg.headers},  # what Inflater decodes
-                    limits=httpx.Limits(max_connections=cfg.max_connections,
-                                        max_keepalive_connections=0 if fresh else cfg.max_connections),
+                    limits=httpx.Limits(
+                        max_connections=cfg.max_connections,
+                        max_keepalive_connections=0 if fresh else cfg.max_connections,
+                    ),
                     timeout=httpx.Timeout(cfg.read_timeout_s, connect=cfg.connect_timeout_s),
                     follow_redirects=False,
                 )
@@ -362,7 +375,9 @@ class HttpxTransport(_StreamingTransport):
                     if resp.status_code != 200:
                         text = await read_capped(resp.aiter_raw(), encoding, MAX_ERROR, truncate=True)
                         raise self._status_error(resp.status_code, text, resp.headers.get("Location"))
-                    inflater = Inflater(encoding, max_ratio=None)  # bounded steps: httpx would inflate a whole read at once
+                    inflater = Inflater(
+                        encoding, max_ratio=None
+                    )  # bounded steps: httpx would inflate a whole read at once
 
                     async def read() -> None:
                         async for raw in resp.aiter_raw():
@@ -414,5 +429,7 @@ def make_transport(name: str, config: TransportConfig) -> _StreamingTransport:
     try:
         cls = TRANSPORTS[name]
     except KeyError:
-        raise ConfigError(f"unknown transport {name!r}; choose one of: {', '.join(TRANSPORTS)}", key="--transport") from None
+        raise ConfigError(
+            f"unknown transport {name!r}; choose one of: {', '.join(TRANSPORTS)}", key="--transport"
+        ) from None
     return cls(config)

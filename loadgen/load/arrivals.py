@@ -26,8 +26,17 @@ import numpy as np
 
 from loadgen.errors import ConfigError
 
-__all__ = ["ARRIVALS", "MAX_RATE", "MAX_SCHEDULED", "ArrivalParam", "ArrivalProcess", "arrival", "arrival_help",
-           "check_rate", "schedule"]
+__all__ = [
+    "ARRIVALS",
+    "MAX_RATE",
+    "MAX_SCHEDULED",
+    "ArrivalParam",
+    "ArrivalProcess",
+    "arrival",
+    "arrival_help",
+    "check_rate",
+    "schedule",
+]
 
 MAX_RATE = 1e6  # requests per second: far beyond what one client can send
 MAX_SCHEDULED = 20_000_000  # arrivals in one level's schedule (160 MB of offsets)

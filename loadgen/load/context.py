@@ -43,12 +43,29 @@ class LevelContext:
     ``in_flight`` and ``sent`` count this level's requests in flight now and sent so far.
     """
 
-    __slots__ = ("plan", "result", "start_ns", "credits", "stopped", "in_flight", "sent", "_transport",
-                 "_on_record", "_live", "_tasks")  # fmt: skip
+    __slots__ = (
+        "_live",
+        "_on_record",
+        "_tasks",
+        "_transport",
+        "credits",
+        "in_flight",
+        "plan",
+        "result",
+        "sent",
+        "start_ns",
+        "stopped",
+    )
 
-    def __init__(self, plan: LevelPlan, result: LevelResult, transport: Transport,
-                 on_record: Callable[[RequestRecord], None] | None = None, shared_credits: Credits | None = None,
-                 start_ns: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        plan: LevelPlan,
+        result: LevelResult,
+        transport: Transport,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        shared_credits: Credits | None = None,
+        start_ns: int = 0,
+    ) -> None:
         """``shared_credits``: a cap shared with other processes, used in place of this
         process's own when the plan caps requests in flight."""
         self.plan = plan

@@ -7,8 +7,8 @@ these; they import nothing else of :mod:`loadgen.load` but the arrival processes
 
 from __future__ import annotations
 
-from array import array
 import dataclasses
+from array import array
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -21,7 +21,7 @@ from loadgen.metrics.client import WorkerStats
 from loadgen.metrics.results import Load
 from loadgen.records import RequestRecord
 
-__all__ = ["Keep", "LevelPlan", "LevelResult", "TRIAL_LEVELS", "level_schedule"]
+__all__ = ["TRIAL_LEVELS", "Keep", "LevelPlan", "LevelResult", "level_schedule"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -56,12 +56,12 @@ class LevelPlan:
         of level ``i`` draws those of ``i + t * TRIAL_LEVELS`` (new requests, same law)."""
         return self.index + self.trial * TRIAL_LEVELS
 
-    def share(self, worker: int, n_workers: int, start_ns: int) -> "LevelPlan":
+    def share(self, worker: int, n_workers: int, start_ns: int) -> LevelPlan:
         """This level as worker ``worker`` of ``n_workers`` runs it (``max_in_flight`` stays
         the level's: the workers draw on shared credits, see :mod:`loadgen.load.credits`)."""
         return dataclasses.replace(self, worker=worker, n_workers=n_workers, start_ns=start_ns)
 
-    def split_share(self, worker: int, n_workers: int, start_ns: int) -> "LevelPlan":
+    def split_share(self, worker: int, n_workers: int, start_ns: int) -> LevelPlan:
         """:meth:`share` for senders that share no credits (Ray actors on other machines):
         ``max_in_flight`` is split so that the shares add up to the cap."""
         cap = self.max_in_flight
@@ -134,6 +134,6 @@ def level_schedule(plan: LevelPlan) -> np.ndarray:
     if plan.offsets is not None:  # a trace's recorded times, cut to the level's bounds
         cut = plan.offsets[:n]
         return cut if plan.duration_s is None else cut[cut < plan.duration_s]
-    return schedule(plan.arrival, plan.value, n=n, duration_s=plan.duration_s, seed=plan.seed,
-                    burstiness=plan.burstiness)  # fmt: skip
-
+    return schedule(
+        plan.arrival, plan.value, n=n, duration_s=plan.duration_s, seed=plan.seed, burstiness=plan.burstiness
+    )

@@ -35,8 +35,18 @@ from loadgen.inputs import input_problem, open_input
 from loadgen.load.arrivals import ARRIVALS, MAX_RATE, check_rate
 from loadgen.records import MAX_LEVEL_S
 
-__all__ = ["Profile", "StopRules", "load_profile", "list_profiles", "with_budget", "check_limits", "KINDS",
-           "MAX_LEVELS", "MAX_USERS", "MAX_LEVEL_REQUESTS"]
+__all__ = [
+    "KINDS",
+    "MAX_LEVELS",
+    "MAX_LEVEL_REQUESTS",
+    "MAX_USERS",
+    "Profile",
+    "StopRules",
+    "check_limits",
+    "list_profiles",
+    "load_profile",
+    "with_budget",
+]
 
 KINDS = ("levels", "sweep-rate", "capacity", "soak", "ramp")
 MAX_LEVELS = 1000  # a generator giving more is refused (inf or 1e300 would never end)
@@ -118,8 +128,11 @@ class Profile:
             if _bad_int(self.max_in_flight) or self.max_in_flight < 1:
                 raise err("max_in_flight", f"must be >= 1 (leave it out for no cap), got {self.max_in_flight!r}")
             if self.mode == "concurrency" and self.kind not in ("sweep-rate", "capacity"):
-                raise err("max_in_flight", "caps the requests in flight of an open loop (mode rate); a closed "
-                          "loop's users are its requests in flight")
+                raise err(
+                    "max_in_flight",
+                    "caps the requests in flight of an open loop (mode rate); a closed "
+                    "loop's users are its requests in flight",
+                )
         if self.slo_latency not in ("queued", "sent"):
             raise err("slo_latency", f"choose queued or sent, got {self.slo_latency!r}")
         if self.arrival != "trace":  # a trace's own times: no process
@@ -150,8 +163,9 @@ def _bad_int(value: Any) -> bool:
     return isinstance(value, bool) or not isinstance(value, int)
 
 
-def with_budget(prof: Profile, requests: int | None = None, duration_s: float | None = None,
-                warmup_requests: int | None = None) -> Profile:
+def with_budget(
+    prof: Profile, requests: int | None = None, duration_s: float | None = None, warmup_requests: int | None = None
+) -> Profile:
     """``prof`` with a level budget laid over it: the one rule for ``loadgen run``'s
     ``--requests``/``--duration``/``--warmup``, for a profile file's keys and for a matrix.
 
@@ -172,12 +186,19 @@ def _limits(prof: Profile) -> list[tuple[str, float, float, str]]:
     per_level = (MAX_USERS, "users") if prof.mode == "concurrency" else (MAX_RATE, "requests/s")
     out: list[tuple[str, float, float, str]] = [("levels", v, *per_level) for v in prof.levels]
     out.append(("levels", len(prof.levels), MAX_LEVELS, "levels"))
-    for name, most, unit in (("requests", MAX_LEVEL_REQUESTS, "requests"), ("warmup_requests", MAX_LEVEL_REQUESTS,
-                             "requests"), ("duration_s", MAX_LEVEL_S, "s"), ("max_in_flight", MAX_USERS, "requests"),
-                             ("max_concurrency", MAX_USERS, "users"), ("rate_levels", MAX_LEVELS, "levels"),
-                             ("max_levels", MAX_LEVELS, "levels"), ("rate_low", MAX_RATE, "requests/s"),
-                             ("rate_high", MAX_RATE, "requests/s"), ("window_s", MAX_LEVEL_S, "s"),
-                             ("max_lateness_s", MAX_LEVEL_S, "s")):  # fmt: skip
+    for name, most, unit in (
+        ("requests", MAX_LEVEL_REQUESTS, "requests"),
+        ("warmup_requests", MAX_LEVEL_REQUESTS, "requests"),
+        ("duration_s", MAX_LEVEL_S, "s"),
+        ("max_in_flight", MAX_USERS, "requests"),
+        ("max_concurrency", MAX_USERS, "users"),
+        ("rate_levels", MAX_LEVELS, "levels"),
+        ("max_levels", MAX_LEVELS, "levels"),
+        ("rate_low", MAX_RATE, "requests/s"),
+        ("rate_high", MAX_RATE, "requests/s"),
+        ("window_s", MAX_LEVEL_S, "s"),
+        ("max_lateness_s", MAX_LEVEL_S, "s"),
+    ):
         value = getattr(prof, name)
         if value is not None:
             out.append((name, value, most, unit))
@@ -215,7 +236,7 @@ def _check_keys(table: dict[str, Any], allowed: set[str], source: str, prefix: s
 
 def _generate(spec: Any, source: str) -> list[float]:
     if not isinstance(spec, dict):
-        raise _err(source, "generate", "must be a table: {kind = \"doubling\"|\"linear\", start, stop, step}")
+        raise _err(source, "generate", 'must be a table: {kind = "doubling"|"linear", start, stop, step}')
     _check_keys(spec, _GEN, source, "generate.")
     kind = spec.get("kind", "doubling")
     try:
@@ -281,7 +302,7 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         if key == "trim":
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value)):
                 raise _err(source, key, "must be [warm-up fraction, cool-down fraction], e.g. [0.1, 0.1]")
-            if not (0 <= value[0] and 0 <= value[1] and value[0] + value[1] < 1):
+            if not (value[0] >= 0 and value[1] >= 0 and value[0] + value[1] < 1):
                 raise _err(source, key, "fractions must be >= 0 and sum to < 1")
             value = (float(value[0]), float(value[1]))
         elif key == "slos":
@@ -302,8 +323,11 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         else:
             value = _typed(key, value, default, source)
         setattr(prof, key, value)
-    budget = {k: _typed(k, data[k], getattr(defaults, k), source)
-              for k in ("requests", "duration_s", "warmup_requests") if k in data}
+    budget = {
+        k: _typed(k, data[k], getattr(defaults, k), source)
+        for k in ("requests", "duration_s", "warmup_requests")
+        if k in data
+    }
     prof = with_budget(prof, **budget)
     if "stop" in data:
         st = data["stop"]
@@ -312,7 +336,9 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         _check_keys(st, _STOP, source, "stop.")
         rules = StopRules()
         for k, v in st.items():
-            setattr(rules, k, _typed(f"stop.{k}", v, getattr(rules, k) if getattr(rules, k) is not None else 0.0, source))
+            setattr(
+                rules, k, _typed(f"stop.{k}", v, getattr(rules, k) if getattr(rules, k) is not None else 0.0, source)
+            )
         prof.stop = rules
     if "levels" in data and "generate" in data:
         raise _err(source, "levels", "give either levels or [generate], not both")
@@ -356,12 +382,16 @@ def load_profile(name_or_path: str, search_dirs: Sequence[Path]) -> Profile:
         path = Path(name_or_path)
         why = input_problem(path)
         if why is not None:
-            raise ProfileError(f"profile file {path} not found" if why == "no such file" else f"profile file {path} {why}")
+            raise ProfileError(
+                f"profile file {path} not found" if why == "no such file" else f"profile file {path} {why}"
+            )
     else:
         found = [d / f"{name_or_path}.toml" for d in search_dirs if (d / f"{name_or_path}.toml").is_file()]
         if not found:
             names = ", ".join(n for n, _ in list_profiles(search_dirs)) or "(none)"
-            raise ProfileError(f"unknown profile {name_or_path!r}; available: {names} (searched {_dirs_text(search_dirs)})")
+            raise ProfileError(
+                f"unknown profile {name_or_path!r}; available: {names} (searched {_dirs_text(search_dirs)})"
+            )
         path = found[0]
     try:
         with open_input(path) as fh:

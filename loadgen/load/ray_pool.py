@@ -42,12 +42,12 @@ from typing import Any
 
 from loadgen.errors import ConfigError, TargetError, Terminated
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
-from loadgen.load.share import START_LEAD_NS, LevelCollector, ShareDone, WorkerSetup, run_share
 from loadgen.load.sessions import SessionSource
+from loadgen.load.share import START_LEAD_NS, LevelCollector, ShareDone, WorkerSetup, run_share
 from loadgen.load.source import SpecSource
 from loadgen.records import RequestRecord
 
-__all__ = ["RayPool", "RayCluster", "ClockOffset", "connect", "import_ray", "PINGS"]
+__all__ = ["PINGS", "ClockOffset", "RayCluster", "RayPool", "connect", "import_ray"]
 
 _now = time.perf_counter_ns
 PINGS = 8  # clock pings per actor and estimate
@@ -126,7 +126,9 @@ class _Actor:
     async def hello(self) -> tuple[str, str]:
         """Build the transport on this loop; say which node this is (id, address)."""
         ray = import_ray()
-        self._runner = Runner(self._setup.make_transport(), self._pending.append, keep="none")  # the coordinator keeps them
+        self._runner = Runner(
+            self._setup.make_transport(), self._pending.append, keep="none"
+        )  # the coordinator keeps them
         self._source = self._setup.make_source()
         return str(ray.get_runtime_context().get_node_id()), str(ray.util.get_node_ip_address())
 
@@ -207,9 +209,16 @@ class RayPool:
     """``n`` Ray actors that run levels together; the interface of
     :class:`~loadgen.load.workers.WorkerPool`. Enter it inside :func:`connect`."""
 
-    def __init__(self, setup: WorkerSetup, n: int, on_records: Callable[[Sequence[RequestRecord]], None] | None = None, *,
-                 pings: int = PINGS,
-                 call_timeout_s: float = 60.0, start_timeout_s: float = 120.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        setup: WorkerSetup,
+        n: int,
+        on_records: Callable[[Sequence[RequestRecord]], None] | None = None,
+        *,
+        pings: int = PINGS,
+        call_timeout_s: float = 60.0,
+        start_timeout_s: float = 120.0,
+    ) -> None:
         if n < 1:
             raise ValueError(f"workers must be >= 1, got {n}")
         self.setup, self.n, self.on_records = setup, n, on_records
@@ -238,22 +247,30 @@ class RayPool:
         """For ``run.json``: each worker's node, its latest clock offset and uncertainty,
         and every estimate taken (before which level)."""
         return [
-            {"worker": m.index, "node": m.node, "address": m.address, "offset_ns": m.clock.offset_ns,
-             "uncertainty_ns": m.clock.uncertainty_ns, "lost": m.lost,
-             "estimates": [dataclasses.asdict(c) for c in m.clocks]}
+            {
+                "worker": m.index,
+                "node": m.node,
+                "address": m.address,
+                "offset_ns": m.clock.offset_ns,
+                "uncertainty_ns": m.clock.uncertainty_ns,
+                "lost": m.lost,
+                "estimates": [dataclasses.asdict(c) for c in m.clocks],
+            }
             for m in self._members
-        ]  # fmt: skip
+        ]
 
-    async def __aenter__(self) -> "RayPool":
+    async def __aenter__(self) -> RayPool:
         ray = self._ray = import_ray()
         cpus = int(ray.cluster_resources().get("CPU", 0))
         if self.n > cpus:
             raise TargetError(f"the Ray cluster has {cpus} CPUs and each of the {self.n} workers takes one")
         cls = ray.remote(max_restarts=0, max_task_retries=0, num_cpus=1)(_Actor)
-        self._members = [_Member(i, cls.options(scheduling_strategy="SPREAD").remote(self.setup, i))
-                         for i in range(self.n)]  # fmt: skip
-        hellos = await asyncio.gather(*(self._call(m, m.actor.hello.remote(), self.start_timeout_s)
-                                        for m in self._members))  # fmt: skip
+        self._members = [
+            _Member(i, cls.options(scheduling_strategy="SPREAD").remote(self.setup, i)) for i in range(self.n)
+        ]
+        hellos = await asyncio.gather(
+            *(self._call(m, m.actor.hello.remote(), self.start_timeout_s) for m in self._members)
+        )
         for m, hello in zip(self._members, hellos):
             if isinstance(hello, _Lost):
                 await self.__aexit__(None, None, None)
@@ -339,14 +356,19 @@ class RayPool:
         try:
             for m in live:
                 m.live, m.in_flight = b"", 0
-            await asyncio.gather(*(self._call(m, m.actor.prepare.remote(plan.split_share(k, len(live), 0)),
-                                              self.start_timeout_s) for k, m in enumerate(live)))  # fmt: skip
+            await asyncio.gather(
+                *(
+                    self._call(m, m.actor.prepare.remote(plan.split_share(k, len(live), 0)), self.start_timeout_s)
+                    for k, m in enumerate(live)
+                )
+            )
             await self._estimate_clocks(live, plan.index)
             ready = [m for m in live if m.alive]
             lead = max([START_LEAD_NS, *(20 * m.clock.uncertainty_ns for m in ready)])
             level.result.start_ns = start_ns = _now() + lead
-            await asyncio.gather(*(self._call(m, m.actor.start.remote(start_ns + m.clock.offset_ns),
-                                              self.call_timeout_s) for m in ready))  # fmt: skip
+            await asyncio.gather(
+                *(self._call(m, m.actor.start.remote(start_ns + m.clock.offset_ns), self.call_timeout_s) for m in ready)
+            )
             if self._stop:
                 self.interrupt()
             await asyncio.gather(*(self._follow(m, level) for m in ready))

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 import itertools
-from typing import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from loadgen.load.source import KnowsUsers, SpecSource, user_quota
 from loadgen.load.transport import Transport
 from loadgen.records import RequestRecord, RequestSpec
 
-__all__ = ["Keep", "LevelPlan", "LevelResult", "Runner", "TRIAL_LEVELS"]
+__all__ = ["TRIAL_LEVELS", "Keep", "LevelPlan", "LevelResult", "Runner"]
 
 _now = time.perf_counter_ns
 _schedule = level_schedule  # the name tests and benchmarks know
@@ -48,8 +48,13 @@ LAG_INTERVAL_S = 0.010
 class Runner:
     """Runs levels against a transport; ``interrupt()`` stops the current level."""
 
-    def __init__(self, transport: Transport, on_record: Callable[[RequestRecord], None] | None = None,
-                 credits: Credits | None = None, keep: Keep = "all") -> None:  # fmt: skip
+    def __init__(
+        self,
+        transport: Transport,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        credits: Credits | None = None,
+        keep: Keep = "all",
+    ) -> None:
         self.transport = transport
         self.keep: Keep = keep  # what each level's result keeps of its records (see LevelResult)
         self.on_record = on_record
@@ -83,7 +88,9 @@ class Runner:
         keeps of them in case this process is lost."""
         return [] if self._level is None else self._level.in_flight_records()
 
-    async def run_level(self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource) -> LevelResult:
+    async def run_level(
+        self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource
+    ) -> LevelResult:
         """Run this process's share of ``plan``: requests from a source (prepared before
         the start), or from one iterator shared by all users."""
         return await self.run_prepared(plan, self.prepare(plan, specs))

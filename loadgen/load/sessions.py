@@ -56,7 +56,7 @@ class SessionSource(Protocol):
 
 async def _sleep_until(t_ns: int) -> None:
     """Sleep until ``t_ns`` has passed (a timer may fire a little early: sleep again)."""
-    while (delay := t_ns - _now()) > 0:
+    while (delay := t_ns - _now()) > 0:  # noqa: ASYNC110 - a timer to a point in time, not a wait for an event
         await asyncio.sleep(delay / 1e9)
 
 
@@ -148,9 +148,15 @@ def _chain(first: SessionPlan, rest: Iterator[SessionPlan]) -> Iterator[SessionP
 
 
 async def _hold(
-    ctx: LevelContext, session: SessionPlan, due: int,
-    next_turn: _NextTurn, worker: int, cap: Credits | None, max_late: int, deadline: int | None = None,
-) -> bool:  # fmt: skip
+    ctx: LevelContext,
+    session: SessionPlan,
+    due: int,
+    next_turn: _NextTurn,
+    worker: int,
+    cap: Credits | None,
+    max_late: int,
+    deadline: int | None = None,
+) -> bool:
     """Run one session's turns from ``due`` on; False when the user should stop (the next
     turn is not due before ``deadline``, or ``next_turn`` says so)."""
     history: list[ChatMessage] = []
@@ -170,9 +176,18 @@ async def _hold(
             return False
         content = msg.prompt if isinstance(msg.prompt, str) else "\n".join(m.get("content", "") for m in msg.prompt)
         history.append({"role": "user", "content": content})
-        spec = RequestSpec(index=msg.index, prompt=list(history), prompt_tokens=context + msg.prompt_tokens,
-                           max_tokens=msg.max_tokens, request_class=msg.request_class, group=session.group,
-                           session=session.session, turn=t, turns=n, answer=[])  # fmt: skip
+        spec = RequestSpec(
+            index=msg.index,
+            prompt=list(history),
+            prompt_tokens=context + msg.prompt_tokens,
+            max_tokens=msg.max_tokens,
+            request_class=msg.request_class,
+            group=session.group,
+            session=session.session,
+            turn=t,
+            turns=n,
+            answer=[],
+        )
         rec = ctx.new_record(spec, worker, warm)
         rec.scheduled_ns = due
         if cap is not None:

@@ -24,7 +24,7 @@ from loadgen.load.transport import Transport
 from loadgen.metrics.client import WorkerStats
 from loadgen.records import ErrorKind, RequestRecord
 
-__all__ = ["WorkerSetup", "ShareDone", "run_share", "LevelCollector", "START_LEAD_NS"]
+__all__ = ["START_LEAD_NS", "LevelCollector", "ShareDone", "WorkerSetup", "run_share"]
 
 _now = time.perf_counter_ns
 START_LEAD_NS = 50_000_000  # the coordinator picks a level's start this far ahead
@@ -67,7 +67,9 @@ async def run_share(runner: Runner, plan: LevelPlan, prepared: Driver, worker: i
     return ShareDone(stats, res.scheduled, res.dropped, res.interrupted)
 
 
-async def measure_share(runner: Runner, plan: LevelPlan, prepared: Driver, worker: int) -> tuple[LevelResult, WorkerStats]:
+async def measure_share(
+    runner: Runner, plan: LevelPlan, prepared: Driver, worker: int
+) -> tuple[LevelResult, WorkerStats]:
     """Run a prepared share of a level; its result and this process's own health (CPU,
     run-queue wait, loop lag) meanwhile."""
     cpu0, wall0, rq0 = time.process_time(), _now(), _runqueue_ns()

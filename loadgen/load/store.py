@@ -28,9 +28,23 @@ from loadgen.records import ErrorKind, RequestRecord, TokenSource
 
 __all__ = ["RecordStore"]
 
-_INTS = ("index", "level", "worker", "target_prompt_tokens", "target_output_tokens",
-         "scheduled_ns", "sent_ns", "done_ns", "credit_ns",
-         "turn", "turns", "first_answer_ns", "reasoning_tokens", "trial", "retries")  # fmt: skip
+_INTS = (
+    "index",
+    "level",
+    "worker",
+    "target_prompt_tokens",
+    "target_output_tokens",
+    "scheduled_ns",
+    "sent_ns",
+    "done_ns",
+    "credit_ns",
+    "turn",
+    "turns",
+    "first_answer_ns",
+    "reasoning_tokens",
+    "trial",
+    "retries",
+)
 _OPTIONAL = ("http_status", "prompt_tokens", "completion_tokens", "session", "source_row")
 _NONE = -(2**63)  # an optional field's None
 _STATUS = list(ErrorKind)
@@ -70,8 +84,16 @@ class RecordStore:
     @property
     def nbytes(self) -> int:
         """Bytes the columns hold (the side tables aside)."""
-        cols = [*self._ints.values(), self._status, self._source, self._warmup, self._class, self._n_events,
-                self._gap, self._tokens]  # fmt: skip
+        cols = [
+            *self._ints.values(),
+            self._status,
+            self._source,
+            self._warmup,
+            self._class,
+            self._n_events,
+            self._gap,
+            self._tokens,
+        ]
         return sum(len(c) * c.itemsize for c in cols)
 
     def add(self, rec: RequestRecord) -> None:
@@ -120,16 +142,38 @@ class RecordStore:
         for row, (vals, (http, prompt, completion, session, source_row), status, source, warm, cls) in enumerate(
             zip(zip(*cols), zip(*opt), self._status, self._source, self._warmup, self._class)
         ):
-            index, level, worker, tp, to, sched, sent, done, credit, turn, turns, answer, reasoning, trial, retries = vals
-            out.append(RequestRecord(
-                index=index, level=level, worker=worker, request_class=names[cls],
-                target_prompt_tokens=tp, target_output_tokens=to, scheduled_ns=sched, sent_ns=sent,
-                done_ns=done, status=_STATUS[status], http_status=http, error=errors.get(row),
-                prompt_tokens=prompt, completion_tokens=completion, token_source=_SOURCE[source],
-                warmup=bool(warm), credit_ns=credit, session=session, turn=turn, turns=turns,
-                first_answer_ns=answer, reasoning_tokens=reasoning, trial=trial, source_row=source_row,
-                retries=retries,
-            ))  # fmt: skip
+            index, level, worker, tp, to, sched, sent, done, credit, turn, turns, answer, reasoning, trial, retries = (
+                vals
+            )
+            out.append(
+                RequestRecord(
+                    index=index,
+                    level=level,
+                    worker=worker,
+                    request_class=names[cls],
+                    target_prompt_tokens=tp,
+                    target_output_tokens=to,
+                    scheduled_ns=sched,
+                    sent_ns=sent,
+                    done_ns=done,
+                    status=_STATUS[status],
+                    http_status=http,
+                    error=errors.get(row),
+                    prompt_tokens=prompt,
+                    completion_tokens=completion,
+                    token_source=_SOURCE[source],
+                    warmup=bool(warm),
+                    credit_ns=credit,
+                    session=session,
+                    turn=turn,
+                    turns=turns,
+                    first_answer_ns=answer,
+                    reasoning_tokens=reasoning,
+                    trial=trial,
+                    source_row=source_row,
+                    retries=retries,
+                )
+            )
         return out
 
     def events(self) -> tuple[I64, I64, I64]:

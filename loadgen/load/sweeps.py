@@ -19,7 +19,8 @@ SLO attainment below a floor for two levels, saturation) are checked after each 
 
 from __future__ import annotations
 
-from typing import Any, Generator
+from collections.abc import Generator
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from loadgen.load.runner import LevelPlan
 from loadgen.metrics.capacity import knee
 from loadgen.metrics.results import LevelSummary
 
-__all__ = ["sweep", "stop_reason", "planned_levels", "Sweep"]
+__all__ = ["Sweep", "planned_levels", "stop_reason", "sweep"]
 
 Summary = LevelSummary
 Sweep = Generator[LevelPlan, Summary, "str | None"]
@@ -63,8 +64,10 @@ def stop_reason(history: list[Summary], profile: Profile) -> str | None:
         )
         # a knee is confirmed by the level after it (or, at the last level, beyond its noise)
         if k.found and k.index is not None and k.index >= len(history) - 2:
-            return (f"saturated at {k.load:g} (throughput {k.throughput_gain or 0:+.0%}, "
-                    f"latency {k.latency_growth or 0:+.0%})")
+            return (
+                f"saturated at {k.load:g} (throughput {k.throughput_gain or 0:+.0%}, "
+                f"latency {k.latency_growth or 0:+.0%})"
+            )
     return None
 
 
@@ -103,7 +106,11 @@ def _sweep_rate(profile: Profile, seed: int) -> Sweep:
     if hi <= 0:
         return "the max-throughput level completed no request"
     lo = min(lo, hi)
-    rates = np.linspace(lo, hi, profile.rate_levels + 2)[1:-1] if lo > 0 else np.linspace(0, hi, profile.rate_levels + 1)[1:]
+    rates = (
+        np.linspace(lo, hi, profile.rate_levels + 2)[1:-1]
+        if lo > 0
+        else np.linspace(0, hi, profile.rate_levels + 1)[1:]
+    )
     history: list[Summary] = []
     for i, r in enumerate(rates.tolist()):
         history.append((yield _plan(profile, 2 + i, "rate", round(r, 4), seed)))

@@ -55,7 +55,7 @@ from loadgen.load.share import START_LEAD_NS, LevelCollector, ShareDone, WorkerS
 from loadgen.records import RequestRecord
 from loadgen.signals import STOP_SIGNALS, ignore_stop_signals
 
-__all__ = ["WorkerSetup", "WorkerPool", "auto_workers", "STREAMS_PER_WORKER", "STOP_WAIT_S", "SILENT_S"]
+__all__ = ["SILENT_S", "STOP_WAIT_S", "STREAMS_PER_WORKER", "WorkerPool", "WorkerSetup", "auto_workers"]
 
 _now = time.perf_counter_ns
 STREAMS_PER_WORKER = 128  # measured: one event loop keeps p99 gap error < 2 ms up to ~100-128 streams
@@ -69,8 +69,9 @@ def auto_workers(streams: int, cpus: int | None = None, cpus_of: str = "the") ->
     cpus = cpus or os.cpu_count() or 1
     want = max(1, -(-streams // STREAMS_PER_WORKER))
     n = max(1, min(want, cpus))
-    why = (f"{streams} concurrent streams at up to {STREAMS_PER_WORKER} per worker"
-           + (f", capped at {cpus_of} {cpus} CPUs" if want > cpus else ""))  # fmt: skip
+    why = f"{streams} concurrent streams at up to {STREAMS_PER_WORKER} per worker" + (
+        f", capped at {cpus_of} {cpus} CPUs" if want > cpus else ""
+    )
     return n, why
 
 
@@ -103,8 +104,9 @@ def _worker_main(cmd: Connection, out: Connection, setup: WorkerSetup, worker: i
         loop.close()
 
 
-async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: int,
-                 credits: SharedCredits | None) -> None:  # fmt: skip
+async def _serve(
+    cmd: Connection, out: Connection, setup: WorkerSetup, worker: int, credits: SharedCredits | None
+) -> None:
     outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
     def sender() -> None:  # sends from a thread: a full pipe never blocks the event loop
@@ -155,8 +157,9 @@ async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: i
                 prepared = runner.prepare(plan, source)  # the prompts, before anyone starts
                 outbox.put(("prepared", worker))
             elif msg[0] == "start" and plan is not None:
-                level = asyncio.ensure_future(_level(runner, dataclasses.replace(plan, start_ns=msg[1]), prepared,
-                                                     flush, outbox, worker))  # fmt: skip
+                level = asyncio.ensure_future(
+                    _level(runner, dataclasses.replace(plan, start_ns=msg[1]), prepared, flush, outbox, worker)
+                )
                 plan = prepared = None
             elif msg[0] == "interrupt":
                 runner.interrupt()
@@ -177,9 +180,13 @@ async def _serve(cmd: Connection, out: Connection, setup: WorkerSetup, worker: i
 
 
 async def _level(
-    runner: Runner, plan: LevelPlan, prepared: Any, flush: Callable[[], bool], outbox: queue.SimpleQueue[Any],
+    runner: Runner,
+    plan: LevelPlan,
+    prepared: Any,
+    flush: Callable[[], bool],
+    outbox: queue.SimpleQueue[Any],
     worker: int,
-) -> None:  # fmt: skip
+) -> None:
     end = await run_share(runner, plan, prepared, worker)
     flush()  # every record of the level before "done"
     outbox.put(("done", worker, end))
@@ -213,9 +220,16 @@ class WorkerPool:
     ``silent_s`` during a level is named in :attr:`LevelResult.silent_workers`.
     """
 
-    def __init__(self, setup: WorkerSetup, n: int, on_records: Callable[[Sequence[RequestRecord]], None] | None = None,
-                 start_timeout_s: float = 120.0, max_in_flight: int | None = None, stop_wait_s: float = STOP_WAIT_S,
-                 silent_s: float = SILENT_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        setup: WorkerSetup,
+        n: int,
+        on_records: Callable[[Sequence[RequestRecord]], None] | None = None,
+        start_timeout_s: float = 120.0,
+        max_in_flight: int | None = None,
+        stop_wait_s: float = STOP_WAIT_S,
+        silent_s: float = SILENT_S,
+    ) -> None:
         if n < 1:
             raise ValueError(f"workers must be >= 1, got {n}")
         self.setup = setup
@@ -248,7 +262,7 @@ class WorkerPool:
         """None: the workers share this machine's monotonic clock."""
         return None
 
-    async def __aenter__(self) -> "WorkerPool":
+    async def __aenter__(self) -> WorkerPool:
         ctx = mp.get_context("spawn")
         # the first start would spawn it, and unblock SIGINT and SIGTERM in this thread on
         # the way, before the worker inherits the mask blocked below
@@ -258,8 +272,12 @@ class WorkerPool:
         for i in range(self.n):
             cmd_r, cmd_w = ctx.Pipe(duplex=False)
             out_r, out_w = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_worker_main, args=(cmd_r, out_w, self.setup, i, credits), name=f"loadgen-worker-{i}",
-                               daemon=True)  # fmt: skip
+            proc = ctx.Process(
+                target=_worker_main,
+                args=(cmd_r, out_w, self.setup, i, credits),
+                name=f"loadgen-worker-{i}",
+                daemon=True,
+            )
             blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the child inherits the mask
             try:
                 proc.start()
@@ -302,7 +320,7 @@ class WorkerPool:
                     w.cmd.send(("close",))
         deadline = time.monotonic() + (self.stop_wait_s if self._stop else 10.0)
         for w in self._workers:
-            while w.process.is_alive() and time.monotonic() < deadline:
+            while w.process.is_alive() and time.monotonic() < deadline:  # noqa: ASYNC110 - a process exits; no event
                 await asyncio.sleep(0.02)
             if w.process.is_alive():
                 w.process.kill()

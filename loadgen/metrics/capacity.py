@@ -34,9 +34,12 @@ def _num(x: float | None) -> float:
 
 
 def capacity(
-    levels: Sequence[tuple[float, float | None]], target: float = 0.9, *, mode: str | None = None,
+    levels: Sequence[tuple[float, float | None]],
+    target: float = 0.9,
+    *,
+    mode: str | None = None,
     slos: Sequence[str] = (),
-) -> Capacity:  # fmt: skip
+) -> Capacity:
     """Capacity from ``(offered load, attainment)`` pairs (sorted here by load).
 
     Outcomes (``status``):
@@ -57,6 +60,7 @@ def capacity(
     pts = sorted((float(load), _num(att)) for load, att in levels)
     pts = [(load, att if math.isfinite(att) else 0.0) for load, att in pts]
     passing = [i for i, (_, att) in enumerate(pts) if att >= target]
+
     def result(status: str, value: float | None = None, between: list[float] | None = None) -> Capacity:
         return Capacity(status=status, value=value, between=between, target=target, mode=mode, slos=list(slos))
 
@@ -117,14 +121,15 @@ def knee(
             continue  # throughput grew again: not saturated here
         if not later and not _stall_beyond_noise(thr[i - 1], gain, noise, i, min_throughput_gain):
             continue
-        return Saturation(found=True, index=i, load=float(load), throughput_gain=gain, latency_growth=growth,
-                          mode=mode, metric=metric)  # fmt: skip
-    return Saturation(found=False, index=None, load=None, throughput_gain=None, latency_growth=None, mode=mode,
-                      metric=metric)  # fmt: skip
+        return Saturation(
+            found=True, index=i, load=float(load), throughput_gain=gain, latency_growth=growth, mode=mode, metric=metric
+        )
+    return Saturation(
+        found=False, index=None, load=None, throughput_gain=None, latency_growth=None, mode=mode, metric=metric
+    )
 
 
-def _stall_beyond_noise(base: float, gain: float, noise: Sequence[float | None] | None, i: int,
-                        limit: float) -> bool:
+def _stall_beyond_noise(base: float, gain: float, noise: Sequence[float | None] | None, i: int, limit: float) -> bool:
     """Whether level ``i``'s throughput gain over ``base`` (level ``i - 1``'s) stays under
     ``limit`` with twice the two levels' combined noise added."""
     if noise is None or i >= len(noise) or noise[i] is None or noise[i - 1] is None:
@@ -208,16 +213,18 @@ def windows_of(frame: pd.DataFrame, ev: EventArrays, window_s: float) -> list[Wi
     for w in range(n_win):
         span = float(edges[w + 1] - edges[w])
         w_ttft, w_itl = ttft[w], itl[w]
-        out.append(Window(
-            t_start_s=float(edges[w]),
-            t_end_s=float(edges[w + 1]),
-            requests=int(n_req[w]),
-            ok=int(n_ok[w]),
-            output_tokens_per_s=_finite(float(tokens[w]) / span) if span > 0 else None,
-            ttft_ms_p50=stat_value(w_ttft, "p50"),
-            ttft_ms_p99=stat_value(w_ttft, "p99"),
-            itl_ms_p50=stat_value(w_itl, "p50"),
-            itl_ms_p99=stat_value(w_itl, "p99"),
-            in_flight_mean=_finite(float(busy[w]) / span) if span > 0 else None,
-        ))  # fmt: skip
+        out.append(
+            Window(
+                t_start_s=float(edges[w]),
+                t_end_s=float(edges[w + 1]),
+                requests=int(n_req[w]),
+                ok=int(n_ok[w]),
+                output_tokens_per_s=_finite(float(tokens[w]) / span) if span > 0 else None,
+                ttft_ms_p50=stat_value(w_ttft, "p50"),
+                ttft_ms_p99=stat_value(w_ttft, "p99"),
+                itl_ms_p50=stat_value(w_itl, "p50"),
+                itl_ms_p99=stat_value(w_itl, "p99"),
+                in_flight_mean=_finite(float(busy[w]) / span) if span > 0 else None,
+            )
+        )
     return out

@@ -10,7 +10,7 @@ import numpy as np
 from loadgen.metrics.results import LagSeries
 from loadgen.records import RequestRecord
 
-__all__ = ["lag_over_time", "late_sends", "LATE_NS", "WorkerStats"]
+__all__ = ["LATE_NS", "WorkerStats", "lag_over_time", "late_sends"]
 
 LATE_NS = 2_000_000  # an open-loop send more than 2 ms after its scheduled time is "late"
 

@@ -49,26 +49,26 @@ from loadgen.metrics.trials import TRIAL_METRICS, welch_interval
 
 __all__ = [
     "BETTER",
-    "WORSE",
-    "NO_CHANGE",
-    "INCONCLUSIVE",
-    "NOT_AVAILABLE",
     "EQUIVALENCE",
-    "tail_evidence",
-    "by_verdict",
-    "Difference",
-    "bootstrap_quantile",
-    "quantile_difference",
-    "proportion_difference",
-    "block_rates",
-    "rate_difference",
-    "verdict",
+    "INCONCLUSIVE",
     "METRICS",
     "MIN_EFFECT",
+    "NOT_AVAILABLE",
+    "NO_CHANGE",
+    "WORSE",
+    "Difference",
     "LevelSamples",
     "Row",
+    "block_rates",
+    "bootstrap_quantile",
+    "by_verdict",
     "common_levels",
     "compare_level",
+    "proportion_difference",
+    "quantile_difference",
+    "rate_difference",
+    "tail_evidence",
+    "verdict",
 ]
 
 BETTER = "better"
@@ -105,9 +105,14 @@ class Difference:
 
 
 def verdict(
-    ci: tuple[float, float] | None, higher_is_better: bool, *, rel: float | None = None, min_effect: float = 0.0,
-    base: float | None = None, margin: float = EQUIVALENCE,
-) -> str:  # fmt: skip
+    ci: tuple[float, float] | None,
+    higher_is_better: bool,
+    *,
+    rel: float | None = None,
+    min_effect: float = 0.0,
+    base: float | None = None,
+    margin: float = EQUIVALENCE,
+) -> str:
     """The verdict on an interval ``ci`` of ``b - a``:
 
     - ``better``/``worse``: the interval excludes 0 and the relative difference ``rel``
@@ -151,7 +156,7 @@ def bootstrap_quantile(sorted_x: F64, q: float, resamples: int, rng: np.random.G
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"q must be within [0, 1], got {q!r}")
     h = (n - 1) * q
-    lo = int(math.floor(h))
+    lo = math.floor(h)
     frac = h - lo
     # the (lo+1)-th smallest of n uniforms, then the next one above it
     u_lo = rng.beta(lo + 1, n - lo, size=resamples)
@@ -179,8 +184,9 @@ def _result(
     diff = b - a
     rel = diff / a if a != 0 else None
     ci = _interval(draws, confidence)
-    return Difference(a, b, diff, rel, ci, verdict(ci, higher_is_better, rel=rel, min_effect=min_effect, base=a),
-                      confidence)  # fmt: skip
+    return Difference(
+        a, b, diff, rel, ci, verdict(ci, higher_is_better, rel=rel, min_effect=min_effect, base=a), confidence
+    )
 
 
 def _check(confidence: float, resamples: int, min_effect: float) -> None:
@@ -254,7 +260,9 @@ def proportion_difference(
     rng = np.random.default_rng(seed)
     da = rng.binomial(na, min(max(pa, 0.0), 1.0), size=resamples) / na * scale_a
     db = rng.binomial(nb, min(max(pb, 0.0), 1.0), size=resamples) / nb * scale_b
-    return _result(pa * scale_a, pb * scale_b, np.asarray(db - da, dtype=np.float64), higher_is_better, confidence, min_effect)
+    return _result(
+        pa * scale_a, pb * scale_b, np.asarray(db - da, dtype=np.float64), higher_is_better, confidence, min_effect
+    )
 
 
 def block_rates(
@@ -301,7 +309,14 @@ def rate_difference(
     rng = np.random.default_rng(seed)
     ma = ra[rng.integers(0, ra.size, size=(resamples, ra.size))].mean(axis=1)
     mb = rb[rng.integers(0, rb.size, size=(resamples, rb.size))].mean(axis=1)
-    return _result(float(ra.mean()), float(rb.mean()), np.asarray(mb - ma, dtype=np.float64), higher_is_better, confidence, min_effect)
+    return _result(
+        float(ra.mean()),
+        float(rb.mean()),
+        np.asarray(mb - ma, dtype=np.float64),
+        higher_is_better,
+        confidence,
+        min_effect,
+    )
 
 
 # ---- two runs' levels, metric by metric -------------------------------------------
@@ -351,8 +366,15 @@ class Row:
 
 
 # what a serving engineer reads first, in this order when changes are equally large
-HEADLINE: tuple[str, ...] = ("itl_ms", "ttft_ms", "output_tokens_per_s", "goodput", "slo_attainment",
-                             "tpot_ms", "e2e_ms")
+HEADLINE: tuple[str, ...] = (
+    "itl_ms",
+    "ttft_ms",
+    "output_tokens_per_s",
+    "goodput",
+    "slo_attainment",
+    "tpot_ms",
+    "e2e_ms",
+)
 
 
 def tail_evidence(a: npt.ArrayLike, b: npt.ArrayLike, what: str) -> str:
@@ -368,13 +390,18 @@ def tail_evidence(a: npt.ArrayLike, b: npt.ArrayLike, what: str) -> str:
     over_a = int((xa > xb.max()).sum())
     if over_b == over_a == 0:
         return ""
-    k, n, m, who, whom = ((over_b, xb.size, xa.size, "this run's", "the baseline's") if over_b >= over_a
-                          else (over_a, xa.size, xb.size, "the baseline's", "this run's"))  # fmt: skip
+    k, n, m, who, whom = (
+        (over_b, xb.size, xa.size, "this run's", "the baseline's")
+        if over_b >= over_a
+        else (over_a, xa.size, xb.size, "the baseline's", "this run's")
+    )
     chance = math.exp(sum(math.log((n - j) / (n + m - j)) for j in range(k)))
     if chance >= 0.05:
         return ""
-    return (f"per request: {k} of {who} {n} had a higher {what} than every one of {whom} {m} "
-            f"(chance if the runs were alike: {chance:.2g})")
+    return (
+        f"per request: {k} of {who} {n} had a higher {what} than every one of {whom} {m} "
+        f"(chance if the runs were alike: {chance:.2g})"
+    )
 
 
 def by_verdict(rows: Sequence[Row]) -> dict[str, list[Row]]:
@@ -451,12 +478,16 @@ def _proportion(level: LevelSummary) -> tuple[int, float | None]:
     return level.requests.total, level.goodput.slo_attainment
 
 
-_TRIAL_KEYS = {"throughput.output_tokens_per_s": "output_tokens_per_s", "goodput.requests_per_s": "goodput",
-               "goodput.slo_attainment": "slo_attainment"}
+_TRIAL_KEYS = {
+    "throughput.output_tokens_per_s": "output_tokens_per_s",
+    "goodput.requests_per_s": "goodput",
+    "goodput.slo_attainment": "slo_attainment",
+}
 
 
-def trial_rows(a: LevelSummary, b: LevelSummary, position: int = 0, *, min_effect: float = MIN_EFFECT,
-               confidence: float = 0.95) -> list[Row]:
+def trial_rows(
+    a: LevelSummary, b: LevelSummary, position: int = 0, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95
+) -> list[Row]:
     """The rows of two levels that both ran repeated trials: each headline metric's
     mean over trials, the difference of the means and its Welch interval (the note
     says so and how many trials each side had)."""
@@ -473,17 +504,29 @@ def trial_rows(a: LevelSummary, b: LevelSummary, position: int = 0, *, min_effec
         else:
             diff = sb.mean - sa.mean
             rel = diff / sa.mean if sa.mean != 0 else None
-            d = Difference(sa.mean, sb.mean, diff, rel, ci,
-                           verdict(ci, higher, rel=rel, min_effect=min_effect, base=sa.mean), confidence, note)
+            d = Difference(
+                sa.mean,
+                sb.mean,
+                diff,
+                rel,
+                ci,
+                verdict(ci, higher, rel=rel, min_effect=min_effect, base=sa.mean),
+                confidence,
+                note,
+            )
         metric = _TRIAL_KEYS.get(path, path.split(".")[0])
         rows.append(Row(position, metric, label, stat, unit, d))
     return rows
 
 
 def compare_level(
-    a: LevelSamples, b: LevelSamples, position: int = 0, *, resamples: int = DEFAULT_RESAMPLES,
+    a: LevelSamples,
+    b: LevelSamples,
+    position: int = 0,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
     min_effect: float = MIN_EFFECT,
-) -> list[Row]:  # fmt: skip
+) -> list[Row]:
     """Every metric of level ``a`` (the baseline) against level ``b`` (seeded by
     ``position``, so the same runs always give the same intervals)."""
     if a.summary.trials is not None and b.summary.trials is not None:
@@ -497,8 +540,9 @@ def compare_level(
         if kind == "quantile":
             xa, xb = _samples(a, key), _samples(b, key)
             for j, (q, stat) in enumerate(_QUANTILES):
-                d = quantile_difference(xa, xb, q, higher_is_better=higher, seed=seed + j, resamples=resamples,
-                                        min_effect=min_effect)  # fmt: skip
+                d = quantile_difference(
+                    xa, xb, q, higher_is_better=higher, seed=seed + j, resamples=resamples, min_effect=min_effect
+                )
                 if d.verdict == INCONCLUSIVE and q >= 0.99:  # the tail: what the requests themselves say
                     what = "largest ITL" if key == "itl_ms" else label
                     evidence = tail_evidence(_per_request(a, key), _per_request(b, key), what)
@@ -506,12 +550,25 @@ def compare_level(
                         d = replace(d, note="; ".join(x for x in (d.note, evidence) if x))
                 rows.append(Row(position, key, label, stat, unit, d))
         elif kind == "rate":
-            d = rate_difference(_blocks(a, key), _blocks(b, key), higher_is_better=higher, seed=seed,
-                                resamples=resamples, min_effect=min_effect)  # fmt: skip
+            d = rate_difference(
+                _blocks(a, key),
+                _blocks(b, key),
+                higher_is_better=higher,
+                seed=seed,
+                resamples=resamples,
+                min_effect=min_effect,
+            )
             rows.append(Row(position, key, label, "rate", unit, d))
         else:
-            d = proportion_difference(_proportion(a.summary), _proportion(b.summary), scale_a=100.0, scale_b=100.0,
-                                      higher_is_better=higher, seed=seed, resamples=resamples,
-                                      min_effect=min_effect)  # fmt: skip
+            d = proportion_difference(
+                _proportion(a.summary),
+                _proportion(b.summary),
+                scale_a=100.0,
+                scale_b=100.0,
+                higher_is_better=higher,
+                seed=seed,
+                resamples=resamples,
+                min_effect=min_effect,
+            )
             rows.append(Row(position, key, label, "value", unit, d))
     return rows

@@ -33,8 +33,9 @@ def energy_j(t_ns: npt.ArrayLike, power_w: npt.ArrayLike, start_ns: int, end_ns:
     return float(np.sum((ys[1:] + ys[:-1]) / 2 * np.diff(xs)) / 1e9)
 
 
-def energy_per_token(t_ns: npt.ArrayLike, power_w: npt.ArrayLike, start_ns: int, end_ns: int,
-                     tokens: float) -> float | None:
+def energy_per_token(
+    t_ns: npt.ArrayLike, power_w: npt.ArrayLike, start_ns: int, end_ns: int, tokens: float
+) -> float | None:
     """Joules per output token over the window, or None (no energy, or no token)."""
     joules = energy_j(t_ns, power_w, start_ns, end_ns)
     return None if joules is None or tokens <= 0 else joules / tokens

@@ -23,8 +23,16 @@ from dataclasses import dataclass
 from loadgen.errors import ConfigError
 from loadgen.metrics.results import LevelSummary
 
-__all__ = ["GATES", "EXIT_CODES", "Gates", "GateFailure", "parse_fail_on", "level_failures",
-           "run_failures", "exit_code"]
+__all__ = [
+    "EXIT_CODES",
+    "GATES",
+    "GateFailure",
+    "Gates",
+    "exit_code",
+    "level_failures",
+    "parse_fail_on",
+    "run_failures",
+]
 
 GATES = ("errors", "slo", "client-bound")
 EXIT_CODES = {"errors": 3, "slo": 4, "client-bound": 5}
@@ -69,14 +77,24 @@ def level_failures(level: LevelSummary, index: int, gates: Gates) -> list[GateFa
     name = f"level {index + 1} ({level.load.label()})"
     req = level.requests
     if "errors" in gates.reasons and req.total and req.error_rate > gates.max_error_rate:
-        out.append(GateFailure("errors", index, f"{name}: error rate {req.error_rate:.1%} "
-                               f"({req.failed} of {req.total}) > {gates.max_error_rate:.1%}"))
+        out.append(
+            GateFailure(
+                "errors",
+                index,
+                f"{name}: error rate {req.error_rate:.1%} ({req.failed} of {req.total}) > {gates.max_error_rate:.1%}",
+            )
+        )
     if "slo" in gates.reasons:
         att = level.goodput.slo_attainment
         if level.goodput.slos and (att is None or att < gates.attainment_target):
             shown = "no requests" if att is None else f"{att:.1%}"
-            out.append(GateFailure("slo", index, f"{name}: SLO attainment {shown} < "
-                                   f"{gates.attainment_target:.0%} ({', '.join(level.goodput.slos)})"))
+            out.append(
+                GateFailure(
+                    "slo",
+                    index,
+                    f"{name}: SLO attainment {shown} < {gates.attainment_target:.0%} ({', '.join(level.goodput.slos)})",
+                )
+            )
         for check in level.goodput.checks:
             if not check.passed:
                 value = "no samples" if check.value_ms is None else f"{check.value_ms:.4g} ms"

@@ -39,16 +39,19 @@ def _odds(h: int, t: int, p: float) -> float:
     """``P(Bin(h + t, 1 − p) <= t)``: at most ``t`` overlatency queries among ``h + t``."""
     n = h + t
     log_p, log_q = math.log(p), math.log1p(-p)
-    terms = [math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p
-             for k in range(t + 1)]
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p
+        for k in range(t + 1)
+    ]
     top = max(terms)
     return math.exp(top) * math.fsum(math.exp(v - top) for v in terms)
 
 
 def _check(percentile: float, confidence: float) -> None:
     if not 0.0 < percentile < 1.0 or not 0.0 < confidence < 1.0:
-        raise ValueError(f"percentile and confidence must be between 0 and 1 (0.99 for p99), "
-                         f"got {percentile} and {confidence}")
+        raise ValueError(
+            f"percentile and confidence must be between 0 and 1 (0.99 for p99), got {percentile} and {confidence}"
+        )
 
 
 def early_stopping_min_queries(percentile: float = 0.99, confidence: float = 0.99, overlatency: int = 0) -> int:
@@ -89,8 +92,9 @@ class EarlyStopping:
     estimate: float | None
 
 
-def early_stopping_estimate(latencies: npt.ArrayLike, percentile: float = 0.99,
-                            confidence: float = 0.99) -> float | None:
+def early_stopping_estimate(
+    latencies: npt.ArrayLike, percentile: float = 0.99, confidence: float = 0.99
+) -> float | None:
     """LoadGen's early-stopping estimate of the ``percentile`` latency (``None`` if too few)."""
     _check(percentile, confidence)
     x = np.sort(np.asarray(latencies, dtype=np.float64).ravel())
@@ -103,8 +107,9 @@ def early_stopping_estimate(latencies: npt.ArrayLike, percentile: float = 0.99,
     return float(x[n - t])
 
 
-def early_stopping_verdict(latencies: npt.ArrayLike, bound: float, percentile: float = 0.99,
-                           confidence: float = 0.99) -> EarlyStopping:
+def early_stopping_verdict(
+    latencies: npt.ArrayLike, bound: float, percentile: float = 0.99, confidence: float = 0.99
+) -> EarlyStopping:
     """Whether ``latencies`` show the ``percentile`` below ``bound`` at ``confidence``.
 
     Overlatency counts values strictly above ``bound``, as LoadGen does.
@@ -116,5 +121,13 @@ def early_stopping_verdict(latencies: npt.ArrayLike, bound: float, percentile: f
     n = int(x.size)
     t = int(np.count_nonzero(x > bound))
     need = early_stopping_min_queries(percentile, confidence, t)
-    return EarlyStopping(n >= need, n, t, need, max(0, need - n), percentile, confidence,
-                         early_stopping_estimate(x, percentile, confidence))
+    return EarlyStopping(
+        n >= need,
+        n,
+        t,
+        need,
+        max(0, need - n),
+        percentile,
+        confidence,
+        early_stopping_estimate(x, percentile, confidence),
+    )

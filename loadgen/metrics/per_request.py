@@ -49,20 +49,20 @@ import pandas as pd
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
 
 __all__ = [
-    "segment_sum",
+    "FRAME_COLUMNS",
     "EventArrays",
     "event_arrays",
-    "event_arrays_from_flat",
     "event_arrays_from_columns",
-    "frame_and_events",
-    "frame_and_events_from_flat",
-    "frame_and_events_from_columns",
-    "frame_and_events_from_pieces",
+    "event_arrays_from_flat",
     "event_arrays_from_pieces",
-    "per_request_frame",
-    "itl_samples",
+    "frame_and_events",
+    "frame_and_events_from_columns",
+    "frame_and_events_from_flat",
+    "frame_and_events_from_pieces",
     "inter_chunk_samples",
-    "FRAME_COLUMNS",
+    "itl_samples",
+    "per_request_frame",
+    "segment_sum",
 ]
 
 I64 = npt.NDArray[np.int64]
@@ -72,12 +72,38 @@ Mask = npt.NDArray[np.bool_]
 T = TypeVar("T", bound=np.generic)
 
 FRAME_COLUMNS: tuple[str, ...] = (
-    "index", "level", "request_class", "status", "ok", "scheduled_ns", "sent_ns", "done_ns",
-    "ttft_ms", "ttft_queued_ms", "e2e_ms", "e2e_queued_ms", "tpot_ms", "itl_max_ms",
-    "output_tokens", "prompt_tokens", "target_prompt_tokens", "target_output_tokens",
-    "n_events", "n_chunks", "coalesced_events", "first_token_ns", "last_token_ns",
-    "send_lateness_ms", "token_source", "credit_wait_ms", "ttfa_ms", "reasoning_tokens", "session", "turn",
-)  # fmt: skip
+    "index",
+    "level",
+    "request_class",
+    "status",
+    "ok",
+    "scheduled_ns",
+    "sent_ns",
+    "done_ns",
+    "ttft_ms",
+    "ttft_queued_ms",
+    "e2e_ms",
+    "e2e_queued_ms",
+    "tpot_ms",
+    "itl_max_ms",
+    "output_tokens",
+    "prompt_tokens",
+    "target_prompt_tokens",
+    "target_output_tokens",
+    "n_events",
+    "n_chunks",
+    "coalesced_events",
+    "first_token_ns",
+    "last_token_ns",
+    "send_lateness_ms",
+    "token_source",
+    "credit_wait_ms",
+    "ttfa_ms",
+    "reasoning_tokens",
+    "session",
+    "turn",
+)
+
 
 @dataclass(slots=True)
 class EventArrays:

@@ -24,30 +24,30 @@ from typing import Any, TypeVar, Union
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Capacity",
+    "Check",
+    "ClassSummary",
+    "ClientHealth",
     "Distribution",
+    "Events",
+    "Goodput",
+    "LagSeries",
+    "Lengths",
+    "LevelSummary",
     "Load",
+    "Reasoning",
     "Requests",
+    "RunSummary",
+    "Saturation",
+    "Schedule",
+    "Sessions",
     "Steady",
     "Throughput",
-    "Check",
-    "Goodput",
-    "Lengths",
-    "Events",
-    "ClassSummary",
-    "LagSeries",
-    "ClientHealth",
-    "WorkerHealth",
-    "Schedule",
-    "Window",
     "TrialStat",
     "Trials",
     "TurnSummary",
-    "Sessions",
-    "Reasoning",
-    "LevelSummary",
-    "Capacity",
-    "Saturation",
-    "RunSummary",
+    "Window",
+    "WorkerHealth",
     "unit_label",
 ]
 
@@ -339,7 +339,9 @@ class ClientHealth(_JSON):
     lost_workers: list[int] | None = field(default=None, metadata=_key("lost_workers", omit_none=True))
     # workers on other machines: the worst uncertainty of their clock offsets (run.json has each)
     clock_uncertainty_ms: float | None = field(default=None, metadata=_key("clock_uncertainty_ms", omit_none=True))
-    notes: list[str] | None = field(default=None, metadata=_key("notes", omit_none=True))  # not client-bound, but worth knowing
+    notes: list[str] | None = field(
+        default=None, metadata=_key("notes", omit_none=True)
+    )  # not client-bound, but worth knowing
 
     @property
     def client_bound(self) -> bool:
@@ -484,9 +486,7 @@ class LevelSummary(_JSON):
         return float(cur)
 
 
-_LEVEL_DISTS = tuple(
-    f.name for f in dataclasses.fields(LevelSummary) if f.type in ("Distribution", Distribution)
-)
+_LEVEL_DISTS = tuple(f.name for f in dataclasses.fields(LevelSummary) if f.type in ("Distribution", Distribution))
 
 
 @dataclass(frozen=True, slots=True)

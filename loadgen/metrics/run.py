@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from loadgen.metrics.capacity import capacity, knee
 from loadgen.metrics.results import LevelSummary, RunSummary
 
-__all__ = ["summarize_run", "DEFAULT_KNEE_METRIC"]
+__all__ = ["DEFAULT_KNEE_METRIC", "summarize_run"]
 
 DEFAULT_KNEE_METRIC = "ttft_ms.p99"
 
@@ -38,8 +38,12 @@ def summarize_run(
     pts = sorted((lv for lv in levels if lv.load.mode == mode), key=lambda lv: lv.load.value)
     if not pts:
         return RunSummary(levels=list(levels), stopped=stopped, interrupted=interrupted)
-    cap = capacity([(lv.load.value, lv.goodput.slo_attainment) for lv in pts], attainment_target, mode=mode,
-                   slos=pts[0].goodput.slos)  # fmt: skip
+    cap = capacity(
+        [(lv.load.value, lv.goodput.slo_attainment) for lv in pts],
+        attainment_target,
+        mode=mode,
+        slos=pts[0].goodput.slos,
+    )
     sat = knee(
         [(lv.load.value, lv.throughput.output_tokens_per_s or 0.0, lv.metric(knee_metric) or 0.0) for lv in pts],
         knee_throughput_gain,

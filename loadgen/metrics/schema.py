@@ -47,8 +47,12 @@ def _type(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         items = typing.get_args(tp)
         if items[-1] is Ellipsis:
             return {"type": "array", "items": _type(items[0], defs)}
-        return {"type": "array", "prefixItems": [_type(a, defs) for a in items], "minItems": len(items),
-                "maxItems": len(items)}
+        return {
+            "type": "array",
+            "prefixItems": [_type(a, defs) for a in items],
+            "minItems": len(items),
+            "maxItems": len(items),
+        }
     if origin is dict:
         _, item = typing.get_args(tp)
         return {"type": "object", "additionalProperties": _type(item, defs)}

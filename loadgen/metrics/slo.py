@@ -40,15 +40,15 @@ from loadgen.metrics.results import Check
 from loadgen.metrics.stats import stat_value
 
 __all__ = [
-    "SLO",
     "METRICS",
+    "SLO",
     "STATS",
     "UNITS",
+    "level_checks",
+    "level_slos",
     "parse_slo",
     "request_meets",
     "slo_attainment",
-    "level_checks",
-    "level_slos",
 ]
 
 # metric -> column of the per-request frame

@@ -106,8 +106,18 @@ def describe_counts(values: npt.ArrayLike, counts: npt.ArrayLike) -> dict[str, A
 
 
 def _typed(d: dict[str, Any]) -> Distribution:
-    return Distribution(count=d["count"], mean=d["mean"], std=d["std"], min=d["min"], p50=d["p50"], p90=d["p90"],
-                        p95=d["p95"], p99=d["p99"], p99_9=d["p99.9"], max=d["max"])  # fmt: skip
+    return Distribution(
+        count=d["count"],
+        mean=d["mean"],
+        std=d["std"],
+        min=d["min"],
+        p50=d["p50"],
+        p90=d["p90"],
+        p95=d["p95"],
+        p99=d["p99"],
+        p99_9=d["p99.9"],
+        max=d["max"],
+    )
 
 
 def distribution(values: Iterable[float] | npt.ArrayLike) -> Distribution:

@@ -84,8 +84,7 @@ class Stationarity:
     reason: str | None = None
 
 
-def stationarity(values_in_time_order: npt.ArrayLike, *, level: float = 0.01,
-                 min_drift: float = 0.05) -> Stationarity:
+def stationarity(values_in_time_order: npt.ArrayLike, *, level: float = 0.01, min_drift: float = 0.05) -> Stationarity:
     """Test the series (after any warm-up cut) for a trend in its batch means."""
     x = _values(values_in_time_order)
     b = TREND_BATCHES
@@ -104,5 +103,7 @@ def stationarity(values_in_time_order: npt.ArrayLike, *, level: float = 0.01,
     trending = abs(t) > critical and abs(drift) > min_drift
     reason = None
     if trending:
-        reason = f"batch means {'rise' if slope > 0 else 'fall'} by {100 * abs(drift):.0f}% across the level (t = {t:.1f})"
+        reason = (
+            f"batch means {'rise' if slope > 0 else 'fall'} by {100 * abs(drift):.0f}% across the level (t = {t:.1f})"
+        )
     return Stationarity(not trending, drift, t, critical, b, reason)

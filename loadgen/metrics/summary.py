@@ -40,8 +40,8 @@ from loadgen.metrics.results import (
     Distribution,
     Events,
     Goodput,
-    LevelSummary,
     Lengths,
+    LevelSummary,
     Load,
     Requests,
     Schedule,
@@ -54,7 +54,7 @@ from loadgen.metrics.stats import distribution, distribution_of_counts
 from loadgen.metrics.turns import by_turn, reasoning_of, sessions_of
 from loadgen.records import RequestRecord
 
-__all__ = ["summarize_level", "level_window_ns"]
+__all__ = ["level_window_ns", "summarize_level"]
 
 _RUNQUEUE_BOUND = 0.05  # a sender runnable but without a CPU more than this share of the time stamps late
 CLOCK_NOTE_MS = 1.0  # workers' clock offsets less certain than this: the level says so
@@ -83,9 +83,12 @@ def _prompt_tokens(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
 
 
 def _throughput(
-    frame: pd.DataFrame, ev: EventArrays, ok: npt.NDArray[np.bool_], window: tuple[int, int] | None,
+    frame: pd.DataFrame,
+    ev: EventArrays,
+    ok: npt.NDArray[np.bool_],
+    window: tuple[int, int] | None,
     trim: tuple[float, float],
-) -> tuple[float, Throughput]:  # fmt: skip
+) -> tuple[float, Throughput]:
     """The window's length in seconds and the throughput over it (and its steady part)."""
     prompt = _prompt_tokens(frame)
     out_tok = frame["output_tokens"].to_numpy(dtype=np.float64)
@@ -122,7 +125,9 @@ def _throughput(
 NOISE_BLOCKS = 10
 
 
-def _rate_noise(t_ns: npt.NDArray[np.int64], tokens: npt.NDArray[np.integer[Any]], window: tuple[int, int]) -> float | None:
+def _rate_noise(
+    t_ns: npt.NDArray[np.int64], tokens: npt.NDArray[np.integer[Any]], window: tuple[int, int]
+) -> float | None:
     """The standard error of a token rate: ``window`` (the steady one: ramp-up and drain
     are no noise) cut into :data:`NOISE_BLOCKS` equal blocks, the rate in each (the
     ``tokens`` of the chunks whose time ``t_ns`` falls in it, over its length), their
@@ -137,16 +142,26 @@ def _rate_noise(t_ns: npt.NDArray[np.int64], tokens: npt.NDArray[np.integer[Any]
 
 
 def _by_class(
-    frame: pd.DataFrame, ev: EventArrays, ok: npt.NDArray[np.bool_], itl: npt.NDArray[np.float64],
+    frame: pd.DataFrame,
+    ev: EventArrays,
+    ok: npt.NDArray[np.bool_],
+    itl: npt.NDArray[np.float64],
     level: dict[str, Distribution],
-) -> dict[str, ClassSummary]:  # fmt: skip
+) -> dict[str, ClassSummary]:
     """Per request class; ``itl`` are the level's ITL samples (``ev.itl_ms(ok)``) and
     ``level`` the level's own ttft/tpot/itl/e2e distributions, which a level of one class
     shares (the same samples: not described twice)."""
     names, codes = np.unique(frame["request_class"].to_numpy(dtype=str), return_inverse=True)
     if len(names) == 1:
-        return {str(names[0]): ClassSummary(requests=len(frame), ttft_ms=level["ttft_ms"], tpot_ms=level["tpot_ms"],
-                                            itl_ms=level["itl_ms"], e2e_ms=level["e2e_ms"])}  # fmt: skip
+        return {
+            str(names[0]): ClassSummary(
+                requests=len(frame),
+                ttft_ms=level["ttft_ms"],
+                tpot_ms=level["tpot_ms"],
+                itl_ms=level["itl_ms"],
+                e2e_ms=level["e2e_ms"],
+            )
+        }
     itl_codes = ev.like_itl(np.repeat(codes.astype(np.int32), ev.n_chunks), ok)
     out: dict[str, ClassSummary] = {}
     for c, name in enumerate(names.tolist()):
@@ -182,14 +197,20 @@ def _bound(lag: Distribution, late: Distribution, client_bound_ms: float) -> lis
 
 
 def _silence(seconds: float) -> str:
-    return (f"sent nothing for {seconds:.1f} s during the level (no report, no heartbeat: its process was stopped "
-            "or starved of CPU, so its requests' times are suspect)")  # fmt: skip
+    return (
+        f"sent nothing for {seconds:.1f} s during the level (no report, no heartbeat: its process was stopped "
+        "or starved of CPU, so its requests' times are suspect)"
+    )
 
 
 def _worker(
-    ws: WorkerStats, frame: pd.DataFrame, users: npt.NDArray[np.int64], client_bound_ms: float,
-    anchor_ns: int | None, silent_s: float | None = None,
-) -> WorkerHealth:  # fmt: skip
+    ws: WorkerStats,
+    frame: pd.DataFrame,
+    users: npt.NDArray[np.int64],
+    client_bound_ms: float,
+    anchor_ns: int | None,
+    silent_s: float | None = None,
+) -> WorkerHealth:
     mine = users % max(ws.n_shares, 1) == ws.share
     lag = distribution(np.asarray(ws.loop_lag_ms, dtype=np.float64))
     late = distribution(frame["send_lateness_ms"].to_numpy()[mine])
@@ -211,11 +232,17 @@ def _worker(
 
 
 def _client(
-    frame: pd.DataFrame, loop_lag_ms: Sequence[float], client_bound_ms: float,
-    lag_series: tuple[Sequence[int], int] | None, workers: Sequence[WorkerStats] | None,
-    lost_workers: Sequence[int] | None, users: npt.NDArray[np.int64], clock_uncertainty_ms: float | None,
-    retried: int = 0, silent_workers: Mapping[int, float] | None = None,
-) -> ClientHealth:  # fmt: skip
+    frame: pd.DataFrame,
+    loop_lag_ms: Sequence[float],
+    client_bound_ms: float,
+    lag_series: tuple[Sequence[int], int] | None,
+    workers: Sequence[WorkerStats] | None,
+    lost_workers: Sequence[int] | None,
+    users: npt.NDArray[np.int64],
+    clock_uncertainty_ms: float | None,
+    retried: int = 0,
+    silent_workers: Mapping[int, float] | None = None,
+) -> ClientHealth:
     """The level's client health; with worker processes, each one's too, and the level
     is client-bound when any of them is (or was silent: ``silent_workers``)."""
     per_worker = None
@@ -235,17 +262,22 @@ def _client(
     with_health = {wh.worker for wh in per_worker or ()}
     reasons.extend(f"worker {w}: {_silence(s)}" for w, s in sorted(silent.items()) if w not in with_health)
     if lost_workers:
-        reasons.append(f"worker(s) {', '.join(map(str, lost_workers))} died or stopped answering during the level: "
-                       "it is partial, their in-flight requests are worker_lost records")  # fmt: skip
+        reasons.append(
+            f"worker(s) {', '.join(map(str, lost_workers))} died or stopped answering during the level: "
+            "it is partial, their in-flight requests are worker_lost records"
+        )
     notes = None
     if clock_uncertainty_ms is not None and clock_uncertainty_ms > CLOCK_NOTE_MS:
-        notes = [f"worker clock offsets are known to ±{clock_uncertainty_ms:.3g} ms only (> {CLOCK_NOTE_MS:g} ms): "
-                 "the workers' common start and the level's time window are that uncertain; per-request "
-                 "latencies are not"]  # fmt: skip
+        notes = [
+            f"worker clock offsets are known to ±{clock_uncertainty_ms:.3g} ms only (> {CLOCK_NOTE_MS:g} ms): "
+            "the workers' common start and the level's time window are that uncertain; per-request "
+            "latencies are not"
+        ]
     if retried:
         notes = (notes or []) + [
             f"{retried} request(s) were sent again on a new connection: the server closed a kept-alive connection "
-            "before answering them (the stale keep-alive race; their latency includes the failed try)"]  # fmt: skip
+            "before answering them (the stale keep-alive race; their latency includes the failed try)"
+        ]
     series = None if lag_series is None else lag_over_time(lag_series[0], loop_lag_ms, lag_series[1])
     return ClientHealth(
         loop_lag_ms=lag,
@@ -307,7 +339,7 @@ def summarize_level(
     a columnar reader gives; no Python list per event), and the records' own are ignored.
     """
     lo_trim, hi_trim = trim
-    if not (0.0 <= lo_trim and 0.0 <= hi_trim and lo_trim + hi_trim < 1.0):
+    if not (lo_trim >= 0.0 and hi_trim >= 0.0 and lo_trim + hi_trim < 1.0):
         raise ConfigError(f"trim fractions {trim!r} must be >= 0 and sum to < 1", key="trim")
     measured = [r for r in records if not r.warmup]
     if events is None:
@@ -332,14 +364,22 @@ def summarize_level(
     samples: dict[str, Any] = {c.removesuffix("_ms"): okf[c].to_numpy() for c in _LATENCY_COLUMNS}
     samples["itl"] = itl
     itl_stats = distribution(itl)
-    latency = {"ttft_ms": distribution(samples["ttft"]), "tpot_ms": distribution(samples["tpot"]),
-               "itl_ms": itl_stats, "e2e_ms": distribution(samples["e2e"])}  # fmt: skip
+    latency = {
+        "ttft_ms": distribution(samples["ttft"]),
+        "tpot_ms": distribution(samples["tpot"]),
+        "itl_ms": itl_stats,
+        "e2e_ms": distribution(samples["e2e"]),
+    }
     schedule = None
     if scheduled is not None:
         waits = frame["credit_wait_ms"].to_numpy()
-        schedule = Schedule(scheduled=scheduled, late=late_sends(measured), late_threshold_ms=LATE_NS / 1e6,
-                            dropped=dropped,
-                            credit_wait_ms=distribution(waits) if (~np.isnan(waits)).any() else None)  # fmt: skip
+        schedule = Schedule(
+            scheduled=scheduled,
+            late=late_sends(measured),
+            late_threshold_ms=LATE_NS / 1e6,
+            dropped=dropped,
+            credit_wait_ms=distribution(waits) if (~np.isnan(waits)).any() else None,
+        )
     return LevelSummary(
         load=_load(load),
         requests=Requests(
@@ -374,10 +414,18 @@ def summarize_level(
         ),
         events=_events(ev, ok, okf),
         by_class=_by_class(frame, ev, ok, itl, latency),
-        client=_client(frame, loop_lag_ms, client_bound_ms,
-                       None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns), workers, lost_workers,
-                       np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured)),
-                       clock_uncertainty_ms, retried, silent_workers),  # fmt: skip
+        client=_client(
+            frame,
+            loop_lag_ms,
+            client_bound_ms,
+            None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns),
+            workers,
+            lost_workers,
+            np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured)),
+            clock_uncertainty_ms,
+            retried,
+            silent_workers,
+        ),
         schedule=schedule,
         interrupted=interrupted,
         windows=None if window_s is None else windows_of(frame, ev, window_s),

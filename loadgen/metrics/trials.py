@@ -32,9 +32,38 @@ TRIAL_METRICS: dict[str, tuple[str, str, str, bool]] = {
 }
 
 # two-sided 95%: the 0.975 quantile of Student's t for 1..30 degrees of freedom
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-         2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t_quantile(df: float) -> float:
@@ -44,7 +73,7 @@ def t_quantile(df: float) -> float:
         raise ValueError(f"degrees of freedom must be >= 1, got {df!r}")
     if df >= 30:
         return 1.96 + (_T975[-1] - 1.96) * 30 / df
-    lo = int(math.floor(df))
+    lo = math.floor(df)
     frac = df - lo
     hi = min(lo + 1, 30)
     return _T975[lo - 1] + frac * (_T975[hi - 1] - _T975[lo - 1])

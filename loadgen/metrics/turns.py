@@ -25,8 +25,9 @@ __all__ = ["by_turn", "reasoning_of", "sessions_of"]
 Bools = npt.NDArray[np.bool_]
 
 
-def by_turn(frame: pd.DataFrame, ev: EventArrays, ok: Bools, itl: npt.NDArray[np.float64],
-            prompt: npt.NDArray[np.float64]) -> dict[str, TurnSummary] | None:  # fmt: skip
+def by_turn(
+    frame: pd.DataFrame, ev: EventArrays, ok: Bools, itl: npt.NDArray[np.float64], prompt: npt.NDArray[np.float64]
+) -> dict[str, TurnSummary] | None:
     """Per turn index; None without multi-turn requests. ``itl`` are the level's ITL
     samples (``ev.itl_ms(ok)``), ``prompt`` its prompt tokens per row."""
     turn = frame["turn"].to_numpy(dtype=np.int64)
@@ -56,8 +57,11 @@ def sessions_of(frame: pd.DataFrame, ok: Bools, turns: npt.NDArray[np.int64]) ->
     ids = np.unique(session[mine])
     ok_turns = pd.Series(ok[mine]).groupby(session[mine]).sum().reindex(ids, fill_value=0)
     last = mine & ok & (frame["turn"].to_numpy(dtype=np.int64) == turns)
-    return Sessions(sessions=int(ids.size), completed=int(np.unique(session[last]).size),
-                    turns_per_session=distribution(ok_turns.to_numpy(dtype=np.float64)))  # fmt: skip
+    return Sessions(
+        sessions=int(ids.size),
+        completed=int(np.unique(session[last]).size),
+        turns_per_session=distribution(ok_turns.to_numpy(dtype=np.float64)),
+    )
 
 
 def reasoning_of(okf: pd.DataFrame) -> Reasoning | None:

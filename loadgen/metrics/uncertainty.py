@@ -259,6 +259,8 @@ def mean_interval(values: npt.ArrayLike, confidence: float = 0.95) -> Interval:
     mean = float(x.mean())
     m = effective_sample_size(x)
     if n < 2 or m < 2:
-        return Interval(mean, None, None, n, m, confidence, False, f"a mean interval needs n_eff >= 2 (n_eff = {m:.1f})")
+        return Interval(
+            mean, None, None, n, m, confidence, False, f"a mean interval needs n_eff >= 2 (n_eff = {m:.1f})"
+        )
     half = t_ppf(1 - (1 - confidence) / 2, m - 1) * float(x.std(ddof=1)) / math.sqrt(m)
     return Interval(mean, mean - half, mean + half, n, m, confidence, True)

@@ -13,8 +13,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
 
 from loadgen.errors import ConfigError
 from loadgen.metrics import compare as C
@@ -26,11 +24,13 @@ from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import RunData, load_run
 from loadgen.runinfo import RunInfo, WorkloadInfo
 
-__all__ = ["render_comparison", "workload_differences", "fmt_change", "fmt_pct"]
+__all__ = ["fmt_change", "fmt_pct", "render_comparison", "workload_differences"]
+
 
 def workload_differences(runs: Sequence[RunInfo | None], labels: Sequence[str]) -> list[str]:
     """Human-readable differences between the runs' ``run.json`` workloads (the file path
     it was read from is ignored); empty when they match. None: a run without ``run.json``."""
+
     def workload(run: RunInfo | None) -> WorkloadInfo | None:
         return None if run is None else run.workload
 
@@ -42,8 +42,11 @@ def workload_differences(runs: Sequence[RunInfo | None], labels: Sequence[str]) 
             missing = labels[0] if base is None else label
             out.append(f"{missing!r} has no workload in run.json")
             continue
-        keys = [f.name for f in dataclasses.fields(WorkloadInfo)
-                if f.name != "source" and getattr(base, f.name) != getattr(other, f.name)]  # fmt: skip
+        keys = [
+            f.name
+            for f in dataclasses.fields(WorkloadInfo)
+            if f.name != "source" and getattr(base, f.name) != getattr(other, f.name)
+        ]
         if keys:
             out.append(f"{labels[0]!r} ({base.name}) and {label!r} ({other.name}) differ in " + ", ".join(sorted(keys)))
     return out
@@ -104,12 +107,16 @@ def _diff_cells(d: C.Difference, unit: str) -> str:
     return f"<td>{fmt(d.b)}</td><td>{fmt_change(d.diff, d.a, d.b)}{rel}</td><td>{ci}</td>" + _verdict_cell(d)
 
 
-def _table(levels: Sequence[tuple[str, float, list[int]]], runs: Sequence[RunData], labels: Sequence[str],
-           rows_by_run: Sequence[list[Row]]) -> str:  # fmt: skip
+def _table(
+    levels: Sequence[tuple[str, float, list[int]]],
+    runs: Sequence[RunData],
+    labels: Sequence[str],
+    rows_by_run: Sequence[list[Row]],
+) -> str:
     head = '<tr><th class="l k k0">level</th><th class="l k k1">metric</th><th class="l k k2">stat</th>'
     head += f"<th>{esc(labels[0])}<br>(baseline)</th>"
     for label in labels[1:]:
-        head += f"<th>{esc(label)}</th><th>Δ vs baseline</th><th>95% CI of Δ</th><th class=\"l\">verdict</th>"
+        head += f'<th>{esc(label)}</th><th>Δ vs baseline</th><th>95% CI of Δ</th><th class="l">verdict</th>'
     head += "</tr>"
     body = []
     n_rows = len(rows_by_run[0]) if rows_by_run else 0
@@ -118,19 +125,28 @@ def _table(levels: Sequence[tuple[str, float, list[int]]], runs: Sequence[RunDat
         pos = first.level
         lv = runs[0].levels[levels[pos][2][0]]
         unit = "" if first.unit in ("%",) else f" ({first.unit})"
-        cells = (f'<td class="l k k0">{esc(lv.load.label())}</td><td class="l k k1">{esc(first.label)}{esc(unit)}</td>'
-                 f'<td class="l k k2">{esc(first.stat)}</td><td>{fmt(first.diff.a)}</td>')  # fmt: skip
+        cells = (
+            f'<td class="l k k0">{esc(lv.load.label())}</td><td class="l k k1">{esc(first.label)}{esc(unit)}</td>'
+            f'<td class="l k k2">{esc(first.stat)}</td><td>{fmt(first.diff.a)}</td>'
+        )
         for rows in rows_by_run:
             cells += _diff_cells(rows[r].diff, rows[r].unit)
-        body.append(f'<tr data-level="{pos}" data-metric="{esc(first.metric)}" data-stat="{esc(first.stat)}">{cells}</tr>')
+        body.append(
+            f'<tr data-level="{pos}" data-metric="{esc(first.metric)}" data-stat="{esc(first.stat)}">{cells}</tr>'
+        )
     # its own scroll box (both ways, the header and the level/metric/stat columns sticky):
     # with many configurations the page stays put and every row keeps its name
-    return (f'<div class="scroll table-box"><table id="comparison-table"><thead>{head}</thead><tbody>{"".join(body)}'
-            "</tbody></table></div>")  # fmt: skip
+    return (
+        f'<div class="scroll table-box"><table id="comparison-table"><thead>{head}</thead><tbody>{"".join(body)}'
+        "</tbody></table></div>"
+    )
 
 
-_GROUPS = ((C.WORSE, "worse", "worse"), (C.BETTER, "better", "better"),
-           (C.INCONCLUSIVE, "inconclusive (the interval allows a large change either way)", "unsure"))
+_GROUPS = (
+    (C.WORSE, "worse", "worse"),
+    (C.BETTER, "better", "better"),
+    (C.INCONCLUSIVE, "inconclusive (the interval allows a large change either way)", "unsure"),
+)
 HEADLINE_ITEMS = 5  # bullets per verdict; the table has the rest
 
 
@@ -140,12 +156,15 @@ def _item(r: Row, levels: Sequence[tuple[str, float, list[int]]], base: RunData)
     stat = "" if r.stat in ("rate", "value") else f" {r.stat}"
     rel = "" if d.rel is None else f" ({fmt_pct(d.rel)})"
     note = f' <small class="note">{esc(d.note)}</small>' if d.verdict == C.INCONCLUSIVE and d.note else ""
-    return (f'<li data-metric="{esc(r.metric)}" data-verdict="{esc(d.verdict)}"><b>{esc(r.label)}{esc(stat)}</b> '
-            f"at {esc(lv)}: {fmt(d.a)} → {fmt(d.b)} {esc(r.unit)}{rel}{note}</li>")
+    return (
+        f'<li data-metric="{esc(r.metric)}" data-verdict="{esc(d.verdict)}"><b>{esc(r.label)}{esc(stat)}</b> '
+        f"at {esc(lv)}: {fmt(d.a)} → {fmt(d.b)} {esc(r.unit)}{rel}{note}</li>"
+    )
 
 
-def _headline(rows: Sequence[Row], levels: Sequence[tuple[str, float, list[int]]], base: RunData,
-              label: str, base_label: str) -> str:
+def _headline(
+    rows: Sequence[Row], levels: Sequence[tuple[str, float, list[int]]], base: RunData, label: str, base_label: str
+) -> str:
     """The verdicts of every cell of the table, counted (the tally) and listed under their
     count, the largest relative changes first: the numbers and the bullets are one list."""
     groups = C.by_verdict(rows)
@@ -154,8 +173,10 @@ def _headline(rows: Sequence[Row], levels: Sequence[tuple[str, float, list[int]]
     counts.append(f'<span class="same">{len(groups[C.NO_CHANGE])} {esc(C.NO_CHANGE)}</span>')
     if groups[C.NOT_AVAILABLE]:
         counts.append(f'<span class="same">{len(groups[C.NOT_AVAILABLE])} n/a</span>')
-    out = [f'<p class="tally">{names}: {", ".join(counts)} across {len(levels)} common level(s), '
-           f"{len(rows)} cells (metric, statistic and level).</p>"]
+    out = [
+        f'<p class="tally">{names}: {", ".join(counts)} across {len(levels)} common level(s), '
+        f"{len(rows)} cells (metric, statistic and level).</p>"
+    ]
     for verdict, title, cls in _GROUPS:
         these = groups[verdict]
         if not these:
@@ -164,8 +185,10 @@ def _headline(rows: Sequence[Row], levels: Sequence[tuple[str, float, list[int]]
         more = len(these) - HEADLINE_ITEMS
         if more > 0:
             items += f'<li class="same more">… and {more} more in the table below</li>'
-        out.append(f'<p><span class="{cls}">{len(these)} {esc(title)}</span>:</p>'
-                   f'<ul class="headline" data-verdict="{esc(verdict)}">{items}</ul>')
+        out.append(
+            f'<p><span class="{cls}">{len(these)} {esc(title)}</span>:</p>'
+            f'<ul class="headline" data-verdict="{esc(verdict)}">{items}</ul>'
+        )
     return "".join(out)
 
 
@@ -175,18 +198,26 @@ def _capacity_table(runs: Sequence[RunData], labels: Sequence[str]) -> str:
         run = data.run or RunInfo()
         target, wl = run.target, run.workload
         bound = sum(1 for lv in data.levels if lv.client.client_bound)
-        head = (f"<h3>{esc(label)}</h3><p class=\"note\">{esc(target and target.model)} at "
-                f"{esc(target and target.url)} · workload {esc(wl and wl.name)} · {len(data.levels)} levels · "
-                f"started {esc(run.started_at)}"
-                + (f' · <span class="bad">{bound} client-bound level(s)</span>' if bound else "") + "</p>")  # fmt: skip
+        head = (
+            f'<h3>{esc(label)}</h3><p class="note">{esc(target and target.model)} at '
+            f"{esc(target and target.url)} · workload {esc(wl and wl.name)} · {len(data.levels)} levels · "
+            f"started {esc(run.started_at)}"
+            + (f' · <span class="bad">{bound} client-bound level(s)</span>' if bound else "")
+            + "</p>"
+        )
         parts.append(f'<div class="capacity-run">{head}{answer_cards(data.summary)}</div>')
     return "".join(parts)
 
 
 def render_comparison(
-    folders: Sequence[Path], out: Path, *, labels: Sequence[str] | None = None, force: bool = False,
-    resamples: int = 2000, min_effect: float = MIN_EFFECT,
-) -> Path:  # fmt: skip
+    folders: Sequence[Path],
+    out: Path,
+    *,
+    labels: Sequence[str] | None = None,
+    force: bool = False,
+    resamples: int = 2000,
+    min_effect: float = MIN_EFFECT,
+) -> Path:
     """Write the comparison page of run folders ``folders`` (the first is the baseline)
     to ``out`` and return its path.
 
@@ -203,51 +234,84 @@ def render_comparison(
     runs = [load_run(f) for f in folders]
     diffs = workload_differences([r.run for r in runs], names)
     if diffs and not force:
-        raise ConfigError("the runs used different workloads, so their numbers are not comparable: "
-                          + "; ".join(diffs) + " (pass --force to compare anyway)")  # fmt: skip
+        raise ConfigError(
+            "the runs used different workloads, so their numbers are not comparable: "
+            + "; ".join(diffs)
+            + " (pass --force to compare anyway)"
+        )
     levels = common_levels([r.summary for r in runs])
     rows_by_run = [
-        [row for pos, (_, _, idx) in enumerate(levels)
-         for row in compare_level(runs[0].level_samples(idx[0]), other.level_samples(idx[k]), pos,
-                                  resamples=resamples, min_effect=min_effect)]
+        [
+            row
+            for pos, (_, _, idx) in enumerate(levels)
+            for row in compare_level(
+                runs[0].level_samples(idx[0]),
+                other.level_samples(idx[k]),
+                pos,
+                resamples=resamples,
+                min_effect=min_effect,
+            )
+        ]
         for k, other in enumerate(runs[1:], start=1)
-    ]  # fmt: skip
-    page = Page(title="loadgen comparison — " + f"{names[0]} (baseline) vs " + " vs ".join(names[1:]),
-                subtitle=esc(" · ".join(f"{n}: {r.folder}" for n, r in zip(names, runs))))  # fmt: skip
+    ]
+    page = Page(
+        title="loadgen comparison — " + f"{names[0]} (baseline) vs " + " vs ".join(names[1:]),
+        subtitle=esc(" · ".join(f"{n}: {r.folder}" for n, r in zip(names, runs))),
+    )
     head = ""
     if diffs:
-        head += ('<div class="banner warn" id="workload-warning">⚠ Compared with --force although the workloads '
-                 f"differ: {esc('; '.join(diffs))}</div>")  # fmt: skip
+        head += (
+            '<div class="banner warn" id="workload-warning">⚠ Compared with --force although the workloads '
+            f"differ: {esc('; '.join(diffs))}</div>"
+        )
     for rows, label in zip(rows_by_run, names[1:]):
         head += _headline(rows, levels, runs[0], label, names[0])
     trials = [max((lv.trials.n for lv in r.levels if lv.trials is not None), default=1) for r in runs]
     if min(trials) > 1:
-        method = (f'<p class="note" id="method">Verdicts use between-trial variation ({" vs ".join(map(str, trials))} '
-                  "trials per level): the difference of the trials' means with its 95% Welch t-interval, which sees "
-                  "run-to-run noise that resampling one run cannot. ")
+        method = (
+            f'<p class="note" id="method">Verdicts use between-trial variation ({" vs ".join(map(str, trials))} '
+            "trials per level): the difference of the trials' means with its 95% Welch t-interval, which sees "
+            "run-to-run noise that resampling one run cannot. "
+        )
     else:
-        method = ('<p class="note" id="method">Verdicts come from 95% bootstrap confidence intervals of the difference '
-                  "(latency percentiles: resampled requests or tokens; throughput: resampled time blocks of the "
-                  "level; attainment: resampled requests): the noise inside one run, not between runs "
-                  "(--trials N measures that). ")
-    page.section("summary", "Verdict", head + method + "Lower latency is better, higher throughput is better. "
-                 f"A difference under {100 * min_effect:g}% of the baseline is no significant change; so is an "
-                 f"interval that contains 0 and stays within {100 * C.EQUIVALENCE:g}% of the baseline either side. "
-                 "An interval that contains 0 but reaches further is inconclusive: this run cannot tell; for a tail "
-                 "statistic the note says what the requests themselves show (how many of one run's requests exceed "
-                 "every request of the other, and the chance of that if the runs were alike).</p>")  # fmt: skip
+        method = (
+            '<p class="note" id="method">Verdicts come from 95% bootstrap confidence intervals of the difference '
+            "(latency percentiles: resampled requests or tokens; throughput: resampled time blocks of the "
+            "level; attainment: resampled requests): the noise inside one run, not between runs "
+            "(--trials N measures that). "
+        )
+    page.section(
+        "summary",
+        "Verdict",
+        head + method + "Lower latency is better, higher throughput is better. "
+        f"A difference under {100 * min_effect:g}% of the baseline is no significant change; so is an "
+        f"interval that contains 0 and stays within {100 * C.EQUIVALENCE:g}% of the baseline either side. "
+        "An interval that contains 0 but reaches further is inconclusive: this run cannot tell; for a tail "
+        "statistic the note says what the requests themselves show (how many of one run's requests exceed "
+        "every request of the other, and the chance of that if the runs were alike).</p>",
+    )
     page.section("capacity", "Capacity side by side", _capacity_table(runs, names))
     fig = CF.latency_overlay(runs, names)
-    page.section("latency", "Latency vs load", '<p class="note">p50 solid (circles), p99 dotted (diamonds); one colour per run.</p>'
-                 + (page.figure("cmp-latency", fig, 640) if fig else '<p class="note">No level to plot.</p>'))  # fmt: skip
+    page.section(
+        "latency",
+        "Latency vs load",
+        '<p class="note">p50 solid (circles), p99 dotted (diamonds); one colour per run.</p>'
+        + (page.figure("cmp-latency", fig, 640) if fig else '<p class="note">No level to plot.</p>'),
+    )
     fig = CF.throughput_overlay(runs, names)
-    page.section("throughput", "Throughput, goodput and SLO attainment vs load",
-                 page.figure("cmp-throughput", fig, 420) if fig else '<p class="note">No level to plot.</p>')  # fmt: skip
+    page.section(
+        "throughput",
+        "Throughput, goodput and SLO attainment vs load",
+        page.figure("cmp-throughput", fig, 420) if fig else '<p class="note">No level to plot.</p>',
+    )
     if levels:
         mode, value, idx = levels[-1]
         fig = CF.cdf_overlay(runs, names, idx)
-        page.section("distributions", f"Distributions at {Load(mode, value).label()}",
-                     page.figure("cmp-cdf", fig, 420) if fig else "")  # fmt: skip
+        page.section(
+            "distributions",
+            f"Distributions at {Load(mode, value).label()}",
+            page.figure("cmp-cdf", fig, 420) if fig else "",
+        )
         table = _table(levels, runs, names, rows_by_run)
     else:
         table = '<p class="note">The runs share no load level, so no metric can be compared level by level.</p>'

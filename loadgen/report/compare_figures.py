@@ -10,7 +10,7 @@ from loadgen.report.page import esc
 from loadgen.report.plotdata import ecdf_points, log_ticks, palette, rounded
 from loadgen.report.rundata import RunData
 
-__all__ = ["latency_overlay", "throughput_overlay", "cdf_overlay", "shared_mode"]
+__all__ = ["cdf_overlay", "latency_overlay", "shared_mode", "throughput_overlay"]
 
 
 def shared_mode(runs: Sequence[RunData]) -> str:
@@ -33,14 +33,25 @@ def latency_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[str,
         _, idx = plotted_levels(run.levels, mode)
         x = [run.levels[i].load.value for i in idx]
         all_x.update(x)
-        for k, ((key, title, _), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs)):
+        for k, ((key, _title, _), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs)):
             for stat, dash, symbol in (("p50", "solid", "circle"), ("p99", "dot", "diamond")):
-                data.append({"type": "scatter", "mode": "lines+markers", "x": x,
-                             "y": [run.levels[i].dist(key).stat(stat) for i in idx], "xaxis": xr, "yaxis": yr,
-                             "name": esc(label), "legendgroup": f"run{r}", "showlegend": k == 0 and stat == "p50",
-                             "line": {"color": colours[r], "dash": dash}, "marker": {"symbol": symbol},
-                             "meta": f"{r}.{key}.{stat}",
-                             "hovertemplate": f"{stat} %{{y:.4g}} ms at %{{x}}<extra>{esc(label)}</extra>"})  # fmt: skip
+                data.append(
+                    {
+                        "type": "scatter",
+                        "mode": "lines+markers",
+                        "x": x,
+                        "y": [run.levels[i].dist(key).stat(stat) for i in idx],
+                        "xaxis": xr,
+                        "yaxis": yr,
+                        "name": esc(label),
+                        "legendgroup": f"run{r}",
+                        "showlegend": k == 0 and stat == "p50",
+                        "line": {"color": colours[r], "dash": dash},
+                        "marker": {"symbol": symbol},
+                        "meta": f"{r}.{key}.{stat}",
+                        "hovertemplate": f"{stat} %{{y:.4g}} ms at %{{x}}<extra>{esc(label)}</extra>",
+                    }
+                )
     if not all_x:
         return None
     for k in range(1, 5):
@@ -70,15 +81,36 @@ def throughput_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[s
             [None if a is None else 100 * a for a in att],
         )
         for k, (y, (xr, yr), meta) in enumerate(zip(series, refs, ("output_tokens_per_s", "goodput", "attainment"))):
-            data.append({"type": "scatter", "mode": "lines+markers", "x": x, "y": y, "xaxis": xr, "yaxis": yr,
-                         "name": esc(label), "legendgroup": f"run{r}", "showlegend": k == 0,
-                         "line": {"color": colours[r]}, "meta": f"{r}.{meta}"})  # fmt: skip
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "x": x,
+                    "y": y,
+                    "xaxis": xr,
+                    "yaxis": yr,
+                    "name": esc(label),
+                    "legendgroup": f"run{r}",
+                    "showlegend": k == 0,
+                    "line": {"color": colours[r]},
+                    "meta": f"{r}.{meta}",
+                }
+            )
         cap = run.summary.capacity
         if cap is not None and cap.status == "ok" and cap.mode == mode and cap.value is not None:
             for xr, yr in refs:
-                shapes.append({"type": "line", "xref": xr, "yref": f"{yr} domain", "x0": cap.value,
-                               "x1": cap.value, "y0": 0, "y1": 1,
-                               "line": {"color": colours[r], "dash": "dot", "width": 1.5}})  # fmt: skip
+                shapes.append(
+                    {
+                        "type": "line",
+                        "xref": xr,
+                        "yref": f"{yr} domain",
+                        "x0": cap.value,
+                        "x1": cap.value,
+                        "y0": 0,
+                        "y1": 1,
+                        "line": {"color": colours[r], "dash": "dot", "width": 1.5},
+                    }
+                )
     if not all_x:
         return None
     for k in range(1, 4):
@@ -101,9 +133,21 @@ def cdf_overlay(runs: Sequence[RunData], labels: Sequence[str], level_idx: Seque
             x, y = ecdf_points(values)
             if x.size == 0:
                 continue
-            data.append({"type": "scatter", "mode": "lines", "x": rounded(x, 3), "y": rounded(y, 5), "xaxis": xr,
-                         "yaxis": yr, "name": esc(label), "legendgroup": f"run{r}", "showlegend": k == 0,
-                         "line": {"color": colours[r], "shape": "hv"}, "meta": f"{r}.cdf.{k}"})  # fmt: skip
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": rounded(x, 3),
+                    "y": rounded(y, 5),
+                    "xaxis": xr,
+                    "yaxis": yr,
+                    "name": esc(label),
+                    "legendgroup": f"run{r}",
+                    "showlegend": k == 0,
+                    "line": {"color": colours[r], "shape": "hv"},
+                    "meta": f"{r}.cdf.{k}",
+                }
+            )
     if not data:
         return None
     for k, (xr, _) in enumerate(refs, start=1):

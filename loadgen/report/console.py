@@ -7,8 +7,9 @@ display (the reported numbers come from :mod:`loadgen.metrics`).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -18,9 +19,20 @@ from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, unit
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
 
 __all__ = [
-    "LiveStats", "level_heading", "level_table", "metrics_table", "answer_lines", "token_source_line", "fmt_ms", "fmt_latency",
-    "level_line", "level_notes", "client_line", "schedule_line", "show_summary",
-]  # fmt: skip
+    "LiveStats",
+    "answer_lines",
+    "client_line",
+    "fmt_latency",
+    "fmt_ms",
+    "level_heading",
+    "level_line",
+    "level_notes",
+    "level_table",
+    "metrics_table",
+    "schedule_line",
+    "show_summary",
+    "token_source_line",
+]
 
 
 def _num(v: Any, digits: int = 1) -> str:
@@ -52,8 +64,9 @@ def schedule_line(level: LevelSummary) -> str:
     sch = level.schedule
     if sch is None:
         return ""
-    line = (f"sends: {sch.late} of {sch.scheduled} late (over {fmt_latency(sch.late_threshold_ms)}), "
-            f"{sch.dropped} dropped")
+    line = (
+        f"sends: {sch.late} of {sch.scheduled} late (over {fmt_latency(sch.late_threshold_ms)}), {sch.dropped} dropped"
+    )
     if sch.credit_wait_ms is not None and sch.credit_wait_ms.count:
         line += f"; waited for the in-flight cap p99 {fmt_latency(sch.credit_wait_ms.p99)}"
     return line
@@ -89,8 +102,11 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
         errs = ", ".join(f"{k} {v}" for k, v in sorted(req.by_error.items()))
         lines.append(f"failures: {errs}\n", style="red")
     if req.retried:
-        lines.append(f"{req.retried} request(s) sent again on a new connection: the server closed a kept-alive "
-                     "connection before answering (docs/client.md)\n", style="yellow")
+        lines.append(
+            f"{req.retried} request(s) sent again on a new connection: the server closed a kept-alive "
+            "connection before answering (docs/client.md)\n",
+            style="yellow",
+        )
     lines.append(client_line(level), style="bold red" if client.client_bound else "dim")
     for note in client.notes or ():
         lines.append(f"\nnote: {note}", style="yellow")
@@ -106,8 +122,13 @@ def _latency_column(values: Sequence[float | None]) -> tuple[str, list[str]]:
     return "ms", [fmt_ms(v) for v in values]
 
 
-_LEVEL_LATENCIES = (("TTFT p50", "ttft_ms", "p50"), ("TTFT p99", "ttft_ms", "p99"), ("ITL p50", "itl_ms", "p50"),
-                    ("ITL p99", "itl_ms", "p99"), ("TPOT p50", "tpot_ms", "p50"))  # fmt: skip
+_LEVEL_LATENCIES = (
+    ("TTFT p50", "ttft_ms", "p50"),
+    ("TTFT p99", "ttft_ms", "p99"),
+    ("ITL p50", "itl_ms", "p50"),
+    ("ITL p99", "itl_ms", "p99"),
+    ("TPOT p50", "tpot_ms", "p50"),
+)
 
 
 def level_table(levels: Sequence[LevelSummary], title: str = "") -> Table:
@@ -127,10 +148,15 @@ def level_table(levels: Sequence[LevelSummary], title: str = "") -> Table:
     columns.append(("attain\n%", ["–" if a is None else f"{100 * a:.0f}" for a in att]))
     columns.append(("goodput\nreq/s", [_num(lv.goodput.requests_per_s, 2) for lv in levels]))
     if any(lv.schedule is not None for lv in levels):
-        columns.append(("late\nsends", ["–" if lv.schedule is None else f"{lv.schedule.late}/{lv.schedule.scheduled}"
-                                       for lv in levels]))  # fmt: skip
-    columns.append(("client", [Text(lv.client.verdict, style="red" if lv.client.verdict != "ok" else "green")
-                               for lv in levels]))  # fmt: skip
+        columns.append(
+            (
+                "late\nsends",
+                ["–" if lv.schedule is None else f"{lv.schedule.late}/{lv.schedule.scheduled}" for lv in levels],
+            )
+        )
+    columns.append(
+        ("client", [Text(lv.client.verdict, style="red" if lv.client.verdict != "ok" else "green") for lv in levels])
+    )
     for header, _ in columns:
         tab.add_column(header, justify="right")
     for row in zip(*(cells for _, cells in columns)):
@@ -213,7 +239,7 @@ def token_source_line(levels: Sequence[LevelSummary], prefix: str = "output toke
         _TOKEN_SOURCES.get(src, f"counted as {src!r}") + ("" if n == total else f" for {n} of {total} requests")
         for src, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         if n > 0
-    ]  # fmt: skip
+    ]
     return prefix + "; ".join(parts) if parts else ""
 
 
@@ -231,13 +257,16 @@ def session_lines(levels: Sequence[LevelSummary]) -> list[str]:
             turns = sorted(lv.by_turn, key=int)
             shown = turns if len(turns) <= 6 else [*turns[:4], turns[-1]]
             ttft = " · ".join(f"{t}: {_with_unit(lv.by_turn[t].ttft_ms.p50)}" for t in shown)
-            lines.append(f"{where}sessions {lv.sessions.sessions} ({lv.sessions.completed} completed); "
-                         f"TTFT p50 by turn {ttft}")  # fmt: skip
+            lines.append(
+                f"{where}sessions {lv.sessions.sessions} ({lv.sessions.completed} completed); TTFT p50 by turn {ttft}"
+            )
         if lv.reasoning is not None:
             r = lv.reasoning
-            lines.append(f"{where}reasoning in {r.requests} answers: first answer token p50 "
-                         f"{_with_unit(r.time_to_first_answer_ms.p50)} (TTFT p50 {_with_unit(lv.ttft_ms.p50)}); tokens p50 "
-                         f"{_num(r.reasoning_tokens.p50, 0)} reasoning, {_num(r.answer_tokens.p50, 0)} answer")  # fmt: skip
+            lines.append(
+                f"{where}reasoning in {r.requests} answers: first answer token p50 "
+                f"{_with_unit(r.time_to_first_answer_ms.p50)} (TTFT p50 {_with_unit(lv.ttft_ms.p50)}); tokens p50 "
+                f"{_num(r.reasoning_tokens.p50, 0)} reasoning, {_num(r.answer_tokens.p50, 0)} answer"
+            )
     return lines
 
 

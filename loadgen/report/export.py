@@ -50,8 +50,7 @@ def export_run(folder: Path, fmt: str = "csv", out: Path | None = None) -> list[
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}", key="--format")
     if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
-        raise ConfigError("Parquet needs pyarrow: pip install pyarrow (or export --format csv)",
-                          key="--format")
+        raise ConfigError("Parquet needs pyarrow: pip install pyarrow (or export --format csv)", key="--format")
     data = load_run(Path(folder))
     dest = Path(out) if out is not None else Path(folder)
     dest.mkdir(parents=True, exist_ok=True)

@@ -19,15 +19,15 @@ from loadgen.report.page import esc
 from loadgen.report.plotdata import log_ticks, palette
 
 __all__ = [
-    "grid",
+    "LATENCY_PANELS",
     "base_layout",
-    "plotted_levels",
-    "load_axis",
+    "client_summary",
+    "grid",
     "latency_vs_load",
+    "load_axis",
+    "plotted_levels",
     "throughput_vs_load",
     "windows_over_time",
-    "client_summary",
-    "LATENCY_PANELS",
 ]
 
 LATENCY_PANELS: tuple[tuple[str, str, str], ...] = (
@@ -36,8 +36,14 @@ LATENCY_PANELS: tuple[tuple[str, str, str], ...] = (
     ("tpot_ms", "TPOT (ms)", "#009E73"),
     ("e2e_ms", "E2E latency (ms)", "#CC79A7"),
 )
-_SLO_PANEL = {"ttft": "ttft_ms", "ttft_queued": "ttft_ms", "itl": "itl_ms", "tpot": "tpot_ms", "e2e": "e2e_ms",
-              "e2e_queued": "e2e_ms"}  # fmt: skip
+_SLO_PANEL = {
+    "ttft": "ttft_ms",
+    "ttft_queued": "ttft_ms",
+    "itl": "itl_ms",
+    "tpot": "tpot_ms",
+    "e2e": "e2e_ms",
+    "e2e_queued": "e2e_ms",
+}
 
 
 def _axis_name(kind: str, k: int) -> str:
@@ -62,10 +68,19 @@ def grid(
             layout[_axis_name("xaxis", k)] = {"domain": [x0, x0 + w], "anchor": ys, "automargin": True}
             layout[_axis_name("yaxis", k)] = {"domain": [y1 - h, y1], "anchor": xs, "automargin": True}
             if k <= len(titles) and titles[k - 1]:
-                layout["annotations"].append({
-                    "text": f"<b>{titles[k - 1]}</b>", "xref": "paper", "yref": "paper", "x": x0 + w / 2,
-                    "y": y1, "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 13},
-                })  # fmt: skip
+                layout["annotations"].append(
+                    {
+                        "text": f"<b>{titles[k - 1]}</b>",
+                        "xref": "paper",
+                        "yref": "paper",
+                        "x": x0 + w / 2,
+                        "y": y1,
+                        "xanchor": "center",
+                        "yanchor": "bottom",
+                        "showarrow": False,
+                        "font": {"size": 13},
+                    }
+                )
             refs.append((xs, ys))
     return layout, refs
 
@@ -83,7 +98,7 @@ def base_layout(layout: dict[str, Any] | None = None, **kw: Any) -> dict[str, An
     out.update(layout or {})
     out.update(kw)
     for key, axis in out.items():
-        if (key.startswith("xaxis") or key.startswith("yaxis")) and isinstance(axis, dict):
+        if (key.startswith(("xaxis", "yaxis"))) and isinstance(axis, dict):
             axis.setdefault("gridcolor", "#eeeeee")
             axis.setdefault("zerolinecolor", "#cccccc")
     return out
@@ -138,13 +153,29 @@ def _slo_limits(levels: Sequence[LevelSummary]) -> dict[str, list[tuple[str, flo
 
 
 def _hline(xref: str, yref: str, y: float, colour: str, dash: str = "dash") -> dict[str, Any]:
-    return {"type": "line", "xref": f"{xref} domain", "yref": yref, "x0": 0, "x1": 1, "y0": y, "y1": y,
-            "line": {"color": colour, "width": 1.5, "dash": dash}}  # fmt: skip
+    return {
+        "type": "line",
+        "xref": f"{xref} domain",
+        "yref": yref,
+        "x0": 0,
+        "x1": 1,
+        "y0": y,
+        "y1": y,
+        "line": {"color": colour, "width": 1.5, "dash": dash},
+    }
 
 
 def _vline(xref: str, yref: str, x: float, colour: str, dash: str = "dot") -> dict[str, Any]:
-    return {"type": "line", "xref": xref, "yref": f"{yref} domain", "x0": x, "x1": x, "y0": 0, "y1": 1,
-            "line": {"color": colour, "width": 1.5, "dash": dash}}  # fmt: skip
+    return {
+        "type": "line",
+        "xref": xref,
+        "yref": f"{yref} domain",
+        "x0": x,
+        "x1": x,
+        "y0": 0,
+        "y1": 1,
+        "line": {"color": colour, "width": 1.5, "dash": dash},
+    }
 
 
 def _rgba(hex_colour: str, alpha: float) -> str:
@@ -154,8 +185,11 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 # (stat, band opacity, line width, dash, marker): p90 and p99 differ in dash and marker,
 # not only in the band under them
-_PERCENTILE_STYLES = (("p50", 0.0, 2.5, "solid", "circle"), ("p90", 0.18, 1.5, "dash", "square"),
-                      ("p99", 0.10, 1.2, "dot", "diamond"))
+_PERCENTILE_STYLES = (
+    ("p50", 0.0, 2.5, "solid", "circle"),
+    ("p90", 0.18, 1.5, "dash", "square"),
+    ("p99", 0.10, 1.2, "dot", "diamond"),
+)
 
 
 def latency_vs_load(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
@@ -171,26 +205,54 @@ def latency_vs_load(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
     limits = _slo_limits([levels[i] for i in idx])
     for k, ((key, title, colour), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs), start=1):
         for stat, alpha, width, dash, symbol in _PERCENTILE_STYLES:
-            data.append({
-                "type": "scatter", "mode": "lines+markers", "x": x, "y": [_stat(levels[i], key, stat) for i in idx],
-                "xaxis": xr, "yaxis": yr, "name": stat, "legendgroup": stat, "showlegend": k == 1,
-                "line": {"color": colour, "width": width, "dash": dash},
-                "marker": {"size": 6 if stat == "p50" else 5, "symbol": symbol},
-                "fill": "none" if stat == "p50" else "tonexty",
-                "fillcolor": _rgba(colour, alpha), "meta": f"{key}.{stat}",
-                "hovertemplate": f"{stat} %{{y:.4g}} ms at %{{x}}<extra>{title}</extra>",
-            })  # fmt: skip
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "x": x,
+                    "y": [_stat(levels[i], key, stat) for i in idx],
+                    "xaxis": xr,
+                    "yaxis": yr,
+                    "name": stat,
+                    "legendgroup": stat,
+                    "showlegend": k == 1,
+                    "line": {"color": colour, "width": width, "dash": dash},
+                    "marker": {"size": 6 if stat == "p50" else 5, "symbol": symbol},
+                    "fill": "none" if stat == "p50" else "tonexty",
+                    "fillcolor": _rgba(colour, alpha),
+                    "meta": f"{key}.{stat}",
+                    "hovertemplate": f"{stat} %{{y:.4g}} ms at %{{x}}<extra>{title}</extra>",
+                }
+            )
         if key == "ttft_ms" and mode == "rate":
-            data.append({
-                "type": "scatter", "mode": "lines", "x": x, "y": [_stat(levels[i], "ttft_queued_ms", "p50") for i in idx],
-                "xaxis": xr, "yaxis": yr, "name": "TTFT p50 from scheduled", "line": {"color": "#555", "dash": "dash"},
-                "meta": "ttft_queued_ms.p50",
-            })  # fmt: skip
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": x,
+                    "y": [_stat(levels[i], "ttft_queued_ms", "p50") for i in idx],
+                    "xaxis": xr,
+                    "yaxis": yr,
+                    "name": "TTFT p50 from scheduled",
+                    "line": {"color": "#555", "dash": "dash"},
+                    "meta": "ttft_queued_ms.p50",
+                }
+            )
         for text, limit in limits.get(key, []):
             shapes.append(_hline(xr, yr, limit, "#b91c1c"))
-            layout["annotations"].append({"text": f"SLO {esc(text)}", "xref": f"{xr} domain", "yref": yr, "x": 0.01,
-                                          "y": limit, "yanchor": "bottom", "xanchor": "left", "showarrow": False,
-                                          "font": {"size": 10, "color": "#b91c1c"}})  # fmt: skip
+            layout["annotations"].append(
+                {
+                    "text": f"SLO {esc(text)}",
+                    "xref": f"{xr} domain",
+                    "yref": yr,
+                    "x": 0.01,
+                    "y": limit,
+                    "yanchor": "bottom",
+                    "xanchor": "left",
+                    "showarrow": False,
+                    "font": {"size": 10, "color": "#b91c1c"},
+                }
+            )
         layout[_axis_name("xaxis", k)].update(load_axis(mode, x))
         layout[_axis_name("yaxis", k)].update({"title": {"text": "ms"}, "rangemode": "tozero"})
     layout["shapes"] = shapes
@@ -211,29 +273,54 @@ def throughput_vs_load(
 
     def tr(ref: int, y: list[Any], name: str, colour: str, meta: str, dash: str = "solid") -> dict[str, Any]:
         xr, yr = refs[ref]
-        return {"type": "scatter", "mode": "lines+markers", "x": x, "y": y, "xaxis": xr, "yaxis": yr, "name": name,
-                "line": {"color": colour, "dash": dash}, "meta": meta}  # fmt: skip
+        return {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "x": x,
+            "y": y,
+            "xaxis": xr,
+            "yaxis": yr,
+            "name": name,
+            "line": {"color": colour, "dash": dash},
+            "meta": meta,
+        }
 
     thr = [levels[i].throughput for i in idx]
     good = [levels[i].goodput for i in idx]
     att = [g.slo_attainment for g in good]
     data = [
         tr(0, [t.output_tokens_per_s for t in thr], "output tokens/s", "#0072B2", "throughput.output_tokens_per_s"),
-        tr(0, [t.steady.output_tokens_per_s for t in thr], "output tokens/s (steady window)",
-           "#56B4E9", "throughput.steady.output_tokens_per_s", "dot"),
+        tr(
+            0,
+            [t.steady.output_tokens_per_s for t in thr],
+            "output tokens/s (steady window)",
+            "#56B4E9",
+            "throughput.steady.output_tokens_per_s",
+            "dot",
+        ),
         tr(1, [t.requests_per_s for t in thr], "requests/s (ok)", "#009E73", "throughput.requests_per_s"),
-        tr(1, [g.requests_per_s for g in good], "goodput (req/s meeting the SLOs)", "#E69F00",
-           "goodput.requests_per_s"),
+        tr(
+            1, [g.requests_per_s for g in good], "goodput (req/s meeting the SLOs)", "#E69F00", "goodput.requests_per_s"
+        ),
         tr(2, [None if a is None else 100 * a for a in att], "SLO attainment", "#CC79A7", "goodput.slo_attainment"),
-    ]  # fmt: skip
+    ]
     shapes: list[dict[str, Any]] = []
     target = capacity.target if capacity is not None else None
     if target is not None:
         shapes.append(_hline(refs[2][0], refs[2][1], 100 * target, "#b91c1c"))
-        layout["annotations"].append({"text": f"target {100 * target:g}%", "xref": f"{refs[2][0]} domain",
-                                      "yref": refs[2][1], "x": 0.01, "y": 100 * target, "yanchor": "top",
-                                      "xanchor": "left", "showarrow": False,
-                                      "font": {"size": 10, "color": "#b91c1c"}})  # fmt: skip
+        layout["annotations"].append(
+            {
+                "text": f"target {100 * target:g}%",
+                "xref": f"{refs[2][0]} domain",
+                "yref": refs[2][1],
+                "x": 0.01,
+                "y": 100 * target,
+                "yanchor": "top",
+                "xanchor": "left",
+                "showarrow": False,
+                "font": {"size": 10, "color": "#b91c1c"},
+            }
+        )
     marks = []
     if capacity is not None and capacity.status == "ok" and capacity.mode == mode and capacity.value is not None:
         marks.append(("capacity", float(capacity.value), "#b91c1c"))
@@ -248,11 +335,21 @@ def throughput_vs_load(
         right = value >= max(x)  # at the right edge: write the label to the left of the line
         # each mark's label on its own row (the lines may be close or equal), with a white
         # background so the curve under it stays readable
-        layout["annotations"].append({"text": f"{name} {value:.3g}", "xref": refs[2][0], "yref": f"{refs[2][1]} domain",
-                                      "x": pos, "y": 0.02 + 0.11 * row, "yanchor": "bottom",
-                                      "xanchor": "right" if right else "left", "xshift": -3 if right else 3,
-                                      "showarrow": False, "bgcolor": "rgba(255,255,255,0.85)",
-                                      "font": {"size": 10, "color": colour}})  # fmt: skip
+        layout["annotations"].append(
+            {
+                "text": f"{name} {value:.3g}",
+                "xref": refs[2][0],
+                "yref": f"{refs[2][1]} domain",
+                "x": pos,
+                "y": 0.02 + 0.11 * row,
+                "yanchor": "bottom",
+                "xanchor": "right" if right else "left",
+                "xshift": -3 if right else 3,
+                "showarrow": False,
+                "bgcolor": "rgba(255,255,255,0.85)",
+                "font": {"size": 10, "color": colour},
+            }
+        )
     for k in range(1, 4):
         layout[_axis_name("xaxis", k)].update(load_axis(mode, x))
         layout[_axis_name("yaxis", k)].update({"rangemode": "tozero"})
@@ -266,22 +363,40 @@ def windows_over_time(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
     with_windows = [(i, lv.windows) for i, lv in enumerate(levels) if lv.windows]
     if not with_windows:
         return None
-    layout, refs = grid(2, 2, ["Output tokens/s", "TTFT p50 / p99 (ms)", "ITL p50 / p99 (ms)", "Requests in flight (mean)"])
+    layout, refs = grid(
+        2, 2, ["Output tokens/s", "TTFT p50 / p99 (ms)", "ITL p50 / p99 (ms)", "Requests in flight (mean)"]
+    )
     colours = palette(len(with_windows))
     data: list[dict[str, Any]] = []
     for colour, (i, w) in zip(colours, with_windows):
         x = [(win.t_start_s + win.t_end_s) / 2 for win in w]
         name = esc(f"level {i + 1}: {levels[i].load.label()}")
         series = [
-            (0, "output_tokens_per_s", "solid"), (1, "ttft_ms_p50", "solid"), (1, "ttft_ms_p99", "dot"),
-            (2, "itl_ms_p50", "solid"), (2, "itl_ms_p99", "dot"), (3, "in_flight_mean", "solid"),
-        ]  # fmt: skip
+            (0, "output_tokens_per_s", "solid"),
+            (1, "ttft_ms_p50", "solid"),
+            (1, "ttft_ms_p99", "dot"),
+            (2, "itl_ms_p50", "solid"),
+            (2, "itl_ms_p99", "dot"),
+            (3, "in_flight_mean", "solid"),
+        ]
         for n, (cell, key, dash) in enumerate(series):
             xr, yr = refs[cell]
-            data.append({"type": "scatter", "mode": "lines", "x": x, "y": [getattr(win, key) for win in w], "xaxis": xr,
-                         "yaxis": yr, "name": name, "legendgroup": f"l{i}", "showlegend": n == 0,
-                         "line": {"color": colour, "dash": dash}, "meta": f"windows.{i}.{key}",
-                         "hovertemplate": f"{key} %{{y:.4g}} at %{{x:.1f}} s<extra></extra>"})  # fmt: skip
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": x,
+                    "y": [getattr(win, key) for win in w],
+                    "xaxis": xr,
+                    "yaxis": yr,
+                    "name": name,
+                    "legendgroup": f"l{i}",
+                    "showlegend": n == 0,
+                    "line": {"color": colour, "dash": dash},
+                    "meta": f"windows.{i}.{key}",
+                    "hovertemplate": f"{key} %{{y:.4g}} at %{{x:.1f}} s<extra></extra>",
+                }
+            )
     for k in range(1, 5):
         layout[_axis_name("xaxis", k)]["title"] = {"text": "seconds since the level started"}
         layout[_axis_name("yaxis", k)]["rangemode"] = "tozero"
@@ -301,11 +416,20 @@ def client_summary(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
         ("send_lateness_ms", "p99", "send lateness p99", "#E69F00"),
     ]
     data = [
-        {"type": "bar", "x": x, "y": [getattr(lv.client, key).stat(stat) for lv in levels],
-         "name": name, "marker": {"color": colour}, "meta": f"client.{key}.{stat}"}
+        {
+            "type": "bar",
+            "x": x,
+            "y": [getattr(lv.client, key).stat(stat) for lv in levels],
+            "name": name,
+            "marker": {"color": colour},
+            "meta": f"client.{key}.{stat}",
+        }
         for key, stat, name, colour in bars
-    ]  # fmt: skip
+    ]
     values = [v for tr in data for v in tr["y"] if v is not None]
-    layout = {"barmode": "group", "xaxis": {"title": {"text": "level"}, "type": "category"},
-              "yaxis": {"title": {"text": "ms (log scale)"}, "type": "log", **log_ticks(values)}}  # fmt: skip
+    layout = {
+        "barmode": "group",
+        "xaxis": {"title": {"text": "level"}, "type": "category"},
+        "yaxis": {"title": {"text": "ms (log scale)"}, "type": "log", **log_ticks(values)},
+    }
     return {"data": data, "layout": base_layout(layout, height=380)}

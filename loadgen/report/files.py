@@ -46,7 +46,6 @@ import orjson
 from loadgen import __version__
 from loadgen.errors import ConfigError
 from loadgen.records import RequestRecord, record_to_json
-from loadgen.runinfo import Machine, RunInfo
 from loadgen.report.readers import (
     RecordColumns,
     RecordPieces,
@@ -63,28 +62,29 @@ from loadgen.report.recordio import (
     parse_line,
     split_batch,
 )
+from loadgen.runinfo import Machine, RunInfo
 
 __all__ = [
-    "RUN_FILES",
     "LOCK_FILE",
-    "lock_run_folder",
-    "safe_label",
-    "holds_run",
-    "check_out_folder",
-    "RunWriter",
-    "records_before_level",
-    "write_json",
-    "record_line",
+    "RUN_FILES",
     "RecordColumns",
+    "RecordPieces",
+    "RunWriter",
+    "check_out_folder",
+    "default_run_dir",
+    "holds_run",
+    "lock_run_folder",
+    "machine_info",
     "read_records",
     "read_records_columnar",
-    "RecordPieces",
     "read_records_pieces",
-    "read_summary",
     "read_run",
     "read_run_info",
-    "machine_info",
-    "default_run_dir",
+    "read_summary",
+    "record_line",
+    "records_before_level",
+    "safe_label",
+    "write_json",
 ]
 
 
@@ -118,8 +118,12 @@ def machine_info() -> Machine:
         platform=platform.platform(),
         python=sys.version.split()[0],
         cpus=os.cpu_count(),
-        versions={"loadgen": __version__, "aiohttp": aiohttp.__version__, "numpy": numpy.__version__,
-                  "pandas": pandas.__version__},
+        versions={
+            "loadgen": __version__,
+            "aiohttp": aiohttp.__version__,
+            "numpy": numpy.__version__,
+            "pandas": pandas.__version__,
+        },
     )
 
 
@@ -156,8 +160,10 @@ def lock_run_folder(folder: Path, key: str = "--out") -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                raise ConfigError(f"another loadgen run is writing {folder}{_holder(path)}; wait for it or give "
-                                  "another folder", key=key) from None  # fmt: skip
+                raise ConfigError(
+                    f"another loadgen run is writing {folder}{_holder(path)}; wait for it or give another folder",
+                    key=key,
+                ) from None
             try:
                 same = os.stat(path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -215,7 +221,9 @@ def check_out_folder(folder: Path) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot read {folder}: {exc.strerror or exc}", key="--out") from exc
     if not empty and not _is_loadgen_run(folder):
-        raise ConfigError(f"{folder} is neither empty nor a loadgen run folder; give a new or empty folder", key="--out")
+        raise ConfigError(
+            f"{folder} is neither empty nor a loadgen run folder; give a new or empty folder", key="--out"
+        )
 
 
 def records_before_level(folder: Path, level: int) -> tuple[int, int, int]:
@@ -240,8 +248,11 @@ def records_before_level(folder: Path, level: int) -> tuple[int, int, int]:
             if parsed[0].level >= level:
                 break  # a damaged line just before is cut with the rest
             if damaged is not None:
-                raise ConfigError(f"{path} line {damaged} is not a record (a damaged line), and records of the levels "
-                                  "to keep follow it", key="--resume")  # fmt: skip
+                raise ConfigError(
+                    f"{path} line {damaged} is not a record (a damaged line), and records of the levels "
+                    "to keep follow it",
+                    key="--resume",
+                )
             ref = events_ref(parsed[1])
             n_events += ref[1] if ref is not None else 0
             line_end += len(raw)
@@ -271,8 +282,9 @@ class RunWriter:
     room on a full disk. Later batches are still tried; ``lost`` counts the records not
     written."""
 
-    def __init__(self, folder: Path, keep_levels_below: int | None = None,
-                 on_error: Callable[[OSError], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, folder: Path, keep_levels_below: int | None = None, on_error: Callable[[OSError], None] | None = None
+    ) -> None:
         self.folder = folder
         self.keep_levels_below = keep_levels_below
         self.on_error = on_error
@@ -300,7 +312,7 @@ class RunWriter:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
         return os.open(self.folder / name, flags, 0o644)
 
-    def __enter__(self) -> "RunWriter":
+    def __enter__(self) -> RunWriter:
         if self.keep_levels_below is not None:
             try:
                 self._cut(self.keep_levels_below)

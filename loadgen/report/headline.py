@@ -19,7 +19,7 @@ from loadgen.errors import ConfigError
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary
 from loadgen.runinfo import RunInfo
 
-__all__ = ["vllm_result", "write_result", "check_result_path"]
+__all__ = ["check_result_path", "vllm_result", "write_result"]
 
 # vLLM's name for each latency, and the loadgen distribution with its definition
 _LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "inter_chunk_ms"), ("e2el", "e2e_ms"))

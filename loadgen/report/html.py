@@ -26,12 +26,21 @@ from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
 from loadgen.runinfo import Calibration, RunInfo
 
-__all__ = ["render_run_report", "build_run_page", "SECTIONS", "answer_cards", "client_banner", "level_table_html"]
+__all__ = ["SECTIONS", "answer_cards", "build_run_page", "client_banner", "level_table_html", "render_run_report"]
 
 SECTIONS: tuple[str, ...] = (
-    "headline", "levels", "latency", "throughput", "distributions", "timeline", "itl-time", "tokens", "client",
-    "failures", "server",
-)  # fmt: skip
+    "headline",
+    "levels",
+    "latency",
+    "throughput",
+    "distributions",
+    "timeline",
+    "itl-time",
+    "tokens",
+    "client",
+    "failures",
+    "server",
+)
 
 
 def _card(key: str, value: str, sub: str = "", card_id: str = "") -> str:
@@ -75,8 +84,10 @@ def answer_cards(summary: RunSummary) -> str:
     if sat is not None:
         if sat.found:
             value = f"{fmt(sat.load)} {unit_label(sat.mode)}"
-            sub = (f"throughput {100 * (sat.throughput_gain or 0):+.0f}% while "
-                   f"{esc(sat.metric)} {100 * (sat.latency_growth or 0):+.0f}%")  # fmt: skip
+            sub = (
+                f"throughput {100 * (sat.throughput_gain or 0):+.0f}% while "
+                f"{esc(sat.metric)} {100 * (sat.latency_growth or 0):+.0f}%"
+            )
         else:
             value, sub = "none", "no knee within the levels run"
         cards.append(_card("saturation (knee)", value, sub, "answer-knee"))
@@ -84,12 +95,16 @@ def answer_cards(summary: RunSummary) -> str:
     if peak is not None:
         lv, g = peak
         good_slos = lv.goodput.slos
-        what = f"requests/s meeting {esc(', '.join(good_slos))}" if good_slos else "successful requests/s (no SLO given)"
+        what = (
+            f"requests/s meeting {esc(', '.join(good_slos))}" if good_slos else "successful requests/s (no SLO given)"
+        )
         cards.append(_card("peak goodput", f"{fmt(g)} req/s", f"{what}, at {esc(lv.load.label())}", "answer-goodput"))
     peak = _peak(levels, "throughput.output_tokens_per_s")
     if peak is not None:
         lv, t = peak
-        cards.append(_card("peak output throughput", f"{fmt(t)} tok/s", f"at {esc(lv.load.label())}", "answer-throughput"))
+        cards.append(
+            _card("peak output throughput", f"{fmt(t)} tok/s", f"at {esc(lv.load.label())}", "answer-throughput")
+        )
     return f'<div class="cards">{"".join(cards)}</div>'
 
 
@@ -97,15 +112,18 @@ def client_banner(levels: Sequence[LevelSummary]) -> str:
     """A warning banner listing client-bound levels and why, or a quiet all-clear."""
     bound = [(i, lv) for i, lv in enumerate(levels) if lv.client.client_bound]
     if not bound:
-        return ('<div class="banner ok" id="client-verdict">Client verdict: ok at every level — the load generator '
-                "kept up (event-loop lag and send lateness within bounds).</div>")  # fmt: skip
+        return (
+            '<div class="banner ok" id="client-verdict">Client verdict: ok at every level — the load generator '
+            "kept up (event-loop lag and send lateness within bounds).</div>"
+        )
     items = "".join(
-        f"<li>level {i + 1} ({esc(lv.load.label())}): {esc('; '.join(lv.client.reasons))}</li>"
-        for i, lv in bound
+        f"<li>level {i + 1} ({esc(lv.load.label())}): {esc('; '.join(lv.client.reasons))}</li>" for i, lv in bound
     )
-    return (f'<div class="banner warn" id="client-verdict">⚠ Client-bound: at {len(bound)} of {len(levels)} levels '
-            "the load generator itself lagged, so latencies there may be inflated by the client, not the server. "
-            f"Use more worker processes or a faster machine.<ul>{items}</ul></div>")  # fmt: skip
+    return (
+        f'<div class="banner warn" id="client-verdict">⚠ Client-bound: at {len(bound)} of {len(levels)} levels '
+        "the load generator itself lagged, so latencies there may be inflated by the client, not the server. "
+        f"Use more worker processes or a faster machine.<ul>{items}</ul></div>"
+    )
 
 
 def _pct(v: Any) -> str:
@@ -115,29 +133,54 @@ def _pct(v: Any) -> str:
 def level_table_html(levels: Sequence[LevelSummary]) -> str:
     """One row per level, the console table's columns (and open-loop lateness)."""
     has_sched = any(lv.schedule is not None for lv in levels)
-    head = ["#", "load", "ok/fail", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50",
-            "E2E p50", "attain", "goodput", "client"]  # fmt: skip
+    head = [
+        "#",
+        "load",
+        "ok/fail",
+        "req/s",
+        "out tok/s",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p50",
+        "ITL p99",
+        "TPOT p50",
+        "E2E p50",
+        "attain",
+        "goodput",
+        "client",
+    ]
     if has_sched:
         head += ["late/dropped"]
     rows = []
     for i, lv in enumerate(levels):
         req, thr, good, verdict = lv.requests, lv.throughput, lv.goodput, lv.client.verdict
         cells = [
-            str(i + 1), esc(lv.load.label()), f"{req.ok}/{req.failed}",
-            fmt(thr.requests_per_s), fmt(thr.output_tokens_per_s), fmt_ms(lv.ttft_ms.p50),
-            fmt_ms(lv.ttft_ms.p99), fmt_ms(lv.itl_ms.p50), fmt_ms(lv.itl_ms.p99), fmt_ms(lv.tpot_ms.p50),
-            fmt_ms(lv.e2e_ms.p50), _pct(good.slo_attainment), fmt(good.requests_per_s),
+            str(i + 1),
+            esc(lv.load.label()),
+            f"{req.ok}/{req.failed}",
+            fmt(thr.requests_per_s),
+            fmt(thr.output_tokens_per_s),
+            fmt_ms(lv.ttft_ms.p50),
+            fmt_ms(lv.ttft_ms.p99),
+            fmt_ms(lv.itl_ms.p50),
+            fmt_ms(lv.itl_ms.p99),
+            fmt_ms(lv.tpot_ms.p50),
+            fmt_ms(lv.e2e_ms.p50),
+            _pct(good.slo_attainment),
+            fmt(good.requests_per_s),
             f'<span class="{"bad" if verdict != "ok" else "good"}">{esc(verdict)}</span>',
-        ]  # fmt: skip
+        ]
         if has_sched:
             sch = lv.schedule
             cells.append(f"{sch.late}/{sch.dropped}" if sch is not None else "–")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     ths = "".join(f"<th>{esc(h)}</th>" for h in head)
-    return (f'<div class="scroll"><table id="level-table"><thead><tr>{ths}</tr></thead><tbody>{"".join(rows)}'
-            '</tbody></table></div><p class="note">Latencies in ms (TTFT and E2E from the send; the queue-inclusive '
-            "values are in summary.json). Throughput over each level's window; goodput = requests meeting every SLO "
-            "per second.</p>")  # fmt: skip
+    return (
+        f'<div class="scroll"><table id="level-table"><thead><tr>{ths}</tr></thead><tbody>{"".join(rows)}'
+        '</tbody></table></div><p class="note">Latencies in ms (TTFT and E2E from the send; the queue-inclusive '
+        "values are in summary.json). Throughput over each level's window; goodput = requests meeting every SLO "
+        "per second.</p>"
+    )
 
 
 _CALIBRATED_FROM = {
@@ -165,18 +208,23 @@ def _meta(data: RunData) -> str:
     run = data.run or RunInfo()  # no run.json: only what the summary and records say
     target, wl, machine = run.target, run.workload, run.machine
     pairs = [
-        ("target", target and target.url), ("model", target and target.model), ("API", target and target.api),
+        ("target", target and target.url),
+        ("model", target and target.model),
+        ("API", target and target.api),
         ("workload", wl and " — ".join(x for x in (wl.name, wl.description) if x)),
         ("profile", data.run and " — ".join(x for x in (run.profile.name, run.profile.description) if x)),
         ("SLOs", ", ".join(run.slos) or "none"),
         ("prompt lengths", _calibration(run.calibration)),
         ("output tokens", token_source_line(data.levels, prefix="")),
         ("started", run.started_at),
-        ("label", run.label), ("command", " ".join(run.command)),
-        ("machine", machine and " / ".join(str(x) for x in (machine.hostname, machine.platform,
-                                                             f"{machine.cpus} CPUs") if x)),
+        ("label", run.label),
+        ("command", " ".join(run.command)),
+        (
+            "machine",
+            machine and " / ".join(str(x) for x in (machine.hostname, machine.platform, f"{machine.cpus} CPUs") if x),
+        ),
         ("run folder", str(data.folder)),
-    ]  # fmt: skip
+    ]
     return '<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs if v) + "</dl>"
 
 
@@ -197,9 +245,11 @@ def _errors_table(data: RunData) -> str:
     for kind, counter in sorted(data.errors.items()):
         for msg, n in counter.most_common(5):
             rows.append(f'<tr><td class="l">{esc(kind)}</td><td>{n}</td><td class="l">{esc(msg) or "–"}</td></tr>')
-    return ('<div class="scroll"><table id="error-messages"><thead><tr><th class="l">kind</th><th>count</th>'
-            f'<th class="l">message (most frequent, first 200 characters)</th></tr></thead><tbody>{"".join(rows)}'
-            "</tbody></table></div>")  # fmt: skip
+    return (
+        '<div class="scroll"><table id="error-messages"><thead><tr><th class="l">kind</th><th>count</th>'
+        f'<th class="l">message (most frequent, first 200 characters)</th></tr></thead><tbody>{"".join(rows)}'
+        "</tbody></table></div>"
+    )
 
 
 def _maybe(page: Page, fig_id: str, fig: dict[str, Any] | None, empty: str, height: int = 420) -> str:
@@ -213,12 +263,22 @@ def _gpu(page: Page, data: RunData) -> str:
         return ""
     rows = "".join(
         f"<tr><td>{esc(label)}</td><td>{'—' if w is None else f'{w:,.0f}'}</td>"
-        f"<td>{'—' if j is None else f'{j:.3g}'}</td></tr>" for label, w, j in R.level_energy(data))
-    table = ('<table id="energy"><thead><tr><th>level</th><th>mean power (W)</th><th>energy per output token (J)'
-             f"</th></tr></thead><tbody>{rows}</tbody></table>") if rows else ""
-    note = ('<p class="note">GPU telemetry scraped under NVIDIA DCGM exporter names (the reference server\'s '
-            "simulated GPUs model power between idle and board power). Energy per token: the power samples "
-            "integrated over the part of each level they cover, divided by the output tokens streamed then.</p>")
+        f"<td>{'—' if j is None else f'{j:.3g}'}</td></tr>"
+        for label, w, j in R.level_energy(data)
+    )
+    table = (
+        (
+            '<table id="energy"><thead><tr><th>level</th><th>mean power (W)</th><th>energy per output token (J)'
+            f"</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+        if rows
+        else ""
+    )
+    note = (
+        '<p class="note">GPU telemetry scraped under NVIDIA DCGM exporter names (the reference server\'s '
+        "simulated GPUs model power between idle and board power). Energy per token: the power samples "
+        "integrated over the part of each level they cover, divided by the output tokens streamed then.</p>"
+    )
     return note + page.figure("fig-gpu", fig, 380) + table
 
 
@@ -236,56 +296,102 @@ def build_run_page(data: RunData) -> Page:
     label = run.label or data.folder.name
     page = Page(
         title=f"loadgen report — {label}",
-        subtitle=esc(" · ".join(str(x) for x in (target and target.model, target and target.url, wl and wl.name,
-                                                  data.run and run.profile.name, run.started_at) if x)),
-    )  # fmt: skip
+        subtitle=esc(
+            " · ".join(
+                str(x)
+                for x in (
+                    target and target.model,
+                    target and target.url,
+                    wl and wl.name,
+                    data.run and run.profile.name,
+                    run.started_at,
+                )
+                if x
+            )
+        ),
+    )
     page.section("headline", "Answer", _headline(data))
     turns = "".join(f'<p class="note session-line">{esc(line)}</p>' for line in session_lines(levels))
     page.section("levels", "Levels", level_table_html(levels) + turns)
-    mode, idx = F.plotted_levels(levels)
+    _mode, idx = F.plotted_levels(levels)
     other = len(levels) - len(idx)
     skipped = f" {other} level(s) of another load mode are in the table only." if other else ""
-    page.section("latency", "Latency vs load",
-                 f'<p class="note">p50 solid (circles), p90 dashed (squares), p99 dotted (diamonds), with shaded bands, per level; SLO limits dashed red.{esc(skipped)}</p>'
-                 + _maybe(page, "fig-latency", F.latency_vs_load(levels), "No level to plot.", 640))  # fmt: skip
-    thr = _maybe(page, "fig-throughput", F.throughput_vs_load(levels, s.capacity, s.saturation),
-                 "No level to plot.")  # fmt: skip
+    page.section(
+        "latency",
+        "Latency vs load",
+        f'<p class="note">p50 solid (circles), p90 dashed (squares), p99 dotted (diamonds), with shaded bands, per level; SLO limits dashed red.{esc(skipped)}</p>'
+        + _maybe(page, "fig-latency", F.latency_vs_load(levels), "No level to plot.", 640),
+    )
+    thr = _maybe(page, "fig-throughput", F.throughput_vs_load(levels, s.capacity, s.saturation), "No level to plot.")
     win = F.windows_over_time(levels)
     if win is not None:
         thr += '<p class="note">Over time, per window of the level:</p>' + page.figure("fig-windows", win, 600)
     page.section("throughput", "Throughput, goodput and SLO attainment vs load", thr)
-    page.section("distributions", "Distributions per level",
-                 '<p class="note">Empirical CDFs of successful requests (log x); click a level in the legend to hide it.</p>'
-                 + _maybe(page, "fig-cdf", R.cdfs(data), "No successful request to plot."))  # fmt: skip
-    page.section("timeline", "Request timeline",
-                 '<p class="note">Each request is a bar: waiting to be sent (grey), prefill — sent to first token '
-                 "(orange), decode — first to last token (blue); failed requests in red. Pick the level in the menu."
-                 "</p>" + _maybe(page, "fig-timeline", R.timeline(data), "No request was sent.", 560))  # fmt: skip
+    page.section(
+        "distributions",
+        "Distributions per level",
+        '<p class="note">Empirical CDFs of successful requests (log x); click a level in the legend to hide it.</p>'
+        + _maybe(page, "fig-cdf", R.cdfs(data), "No successful request to plot."),
+    )
+    page.section(
+        "timeline",
+        "Request timeline",
+        '<p class="note">Each request is a bar: waiting to be sent (grey), prefill — sent to first token '
+        "(orange), decode — first to last token (blue); failed requests in red. Pick the level in the menu."
+        "</p>" + _maybe(page, "fig-timeline", R.timeline(data), "No request was sent.", 560),
+    )
     itl_fig, itl_note = R.itl_over_time(data)
-    page.section("itl-time", "ITL over time",
-                 f'<p class="note">Per-token ITL p50, p99 and max per time bin over the whole run (levels shaded). '
-                 f"{esc(itl_note)}</p>" + _maybe(page, "fig-itl-time", itl_fig, "No ITL samples."))  # fmt: skip
-    page.section("tokens", "Tokens per event and output lengths",
-                 '<p class="note">Several tokens in one SSE event, or several events in one socket read (coalesced), '
-                 "hide inter-token gaps; a server that stops short of max_tokens shifts TPOT and throughput.</p>"
-                 + _token_source(levels)
-                 + _maybe(page, "fig-tokens", R.tokens_and_lengths(data), "No level."))  # fmt: skip
-    lag_note = ("" if any(lv.client.loop_lag_over_time for lv in levels) else
-                " Event-loop lag is summarised per level (the summary holds no lag time series).")  # fmt: skip
-    page.section("client", "Client health",
-                 f'<p class="note">Send lateness of each request over time (how late the client sent it).{esc(lag_note)}</p>'
-                 + _maybe(page, "fig-lateness", R.lateness_over_time(data), "No request was sent.", 380)
-                 + _maybe(page, "fig-client", F.client_summary(levels), "No level.", 380))  # fmt: skip
+    page.section(
+        "itl-time",
+        "ITL over time",
+        f'<p class="note">Per-token ITL p50, p99 and max per time bin over the whole run (levels shaded). '
+        f"{esc(itl_note)}</p>" + _maybe(page, "fig-itl-time", itl_fig, "No ITL samples."),
+    )
+    page.section(
+        "tokens",
+        "Tokens per event and output lengths",
+        '<p class="note">Several tokens in one SSE event, or several events in one socket read (coalesced), '
+        "hide inter-token gaps; a server that stops short of max_tokens shifts TPOT and throughput.</p>"
+        + _token_source(levels)
+        + _maybe(page, "fig-tokens", R.tokens_and_lengths(data), "No level."),
+    )
+    lag_note = (
+        ""
+        if any(lv.client.loop_lag_over_time for lv in levels)
+        else " Event-loop lag is summarised per level (the summary holds no lag time series)."
+    )
+    page.section(
+        "client",
+        "Client health",
+        f'<p class="note">Send lateness of each request over time (how late the client sent it).{esc(lag_note)}</p>'
+        + _maybe(page, "fig-lateness", R.lateness_over_time(data), "No request was sent.", 380)
+        + _maybe(page, "fig-client", F.client_summary(levels), "No level.", 380),
+    )
     n_failed = int((~data.frame["ok"].to_numpy(dtype=bool)).sum())
-    page.section("failures", "Failures",
-                 (f'<p class="note">{n_failed} failed request(s), by kind and completion time.</p>'
-                  + _maybe(page, "fig-failures", R.failures_over_time(data), "") + _errors_table(data))
-                 if n_failed else '<p class="note">No failed requests.</p>')  # fmt: skip
-    page.section("server", "Server metrics",
-                 _maybe(page, "fig-server", R.server_metrics(data),
-                        f"Not scraped ({SERVER_METRICS_FILE} absent): run with --scrape-metrics to poll the server's "
-                        "Prometheus /metrics.", 600)
-                 + _gpu(page, data))  # fmt: skip
+    page.section(
+        "failures",
+        "Failures",
+        (
+            f'<p class="note">{n_failed} failed request(s), by kind and completion time.</p>'
+            + _maybe(page, "fig-failures", R.failures_over_time(data), "")
+            + _errors_table(data)
+        )
+        if n_failed
+        else '<p class="note">No failed requests.</p>',
+    )
+    page.section(
+        "server",
+        "Server metrics",
+        _maybe(
+            page,
+            "fig-server",
+            R.server_metrics(data),
+            f"Not scraped ({SERVER_METRICS_FILE} absent): run with --scrape-metrics to poll the server's "
+            "Prometheus /metrics.",
+            600,
+        )
+        + _gpu(page, data),
+    )
     return page
 
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rich.text import Text
 
 from loadgen.metrics.client import late_sends
 from loadgen.records import RequestRecord
 
-__all__ = ["LiveStats", "fmt_ms", "fmt_latency", "fmt_duration", "level_heading"]
+__all__ = ["LiveStats", "fmt_duration", "fmt_latency", "fmt_ms", "level_heading"]
 
 _TOK_WINDOW_S = 5.0  # the display's tokens/s is over this many seconds
 
@@ -70,15 +71,25 @@ class LiveStats:
     counted); records of another level or trial (a worker's late batch) are not counted.
     """
 
-    def __init__(self, in_flight: Callable[[], int], label: str = "",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, in_flight: Callable[[], int], label: str = "", clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._in_flight = in_flight
         self._clock = clock
         self.start_level(label)
 
-    def start_level(self, heading: str, target: str = "", *, level: int | None = None, trial: int = 0,
-                    requests: int | None = None, warmup: int = 0, duration_s: float | None = None,
-                    sends_s: float | None = None) -> None:  # fmt: skip
+    def start_level(
+        self,
+        heading: str,
+        target: str = "",
+        *,
+        level: int | None = None,
+        trial: int = 0,
+        requests: int | None = None,
+        warmup: int = 0,
+        duration_s: float | None = None,
+        sends_s: float | None = None,
+    ) -> None:
         """Reset every counter for a new level (or trial)."""
         self.label, self.target = heading, target
         self.level, self.trial = level, trial
@@ -162,6 +173,8 @@ class LiveStats:
         ttft, tpot = fmt_latency(self._median(self._ttft)), fmt_latency(self._median(self._tpot))
         t.append(f"  TTFT p50 {ttft}  TPOT p50 {tpot}")
         left = self.time_left()
-        t.append(f"  {fmt_duration(now - self.started)}" + ("" if left is None else f", ~{fmt_duration(left)} left"),
-                 style="dim")  # fmt: skip
+        t.append(
+            f"  {fmt_duration(now - self.started)}" + ("" if left is None else f", ~{fmt_duration(left)} left"),
+            style="dim",
+        )
         return t

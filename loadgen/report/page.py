@@ -29,7 +29,7 @@ from typing import Any
 from loadgen import __version__
 from loadgen.errors import ConfigError
 
-__all__ = ["Page", "esc", "script_json", "plotly_js", "write_page", "FIGURE_CLASS", "fmt"]
+__all__ = ["FIGURE_CLASS", "Page", "esc", "fmt", "plotly_js", "script_json", "write_page"]
 
 FIGURE_CLASS = "lg-plot"
 
@@ -97,7 +97,7 @@ def fmt(value: Any, digits: int = 3) -> str:
     v = float(value)
     if v != v:
         return "–"
-    if abs(v) >= 10 ** digits:
+    if abs(v) >= 10**digits:
         return f"{v:,.0f}"
     return f"{v:.{digits}g}"
 
@@ -105,8 +105,13 @@ def fmt(value: Any, digits: int = 3) -> str:
 def script_json(obj: Any) -> str:
     """Compact JSON that is safe inside a ``<script>`` element."""
     text = json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))  # fmt: skip
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -166,12 +171,12 @@ class Page:
         )
         stamp = time.strftime("%Y-%m-%d %H:%M")
         return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<meta name="generator" content="loadgen {esc(__version__)}">'
             f"<title>{esc(self.title)}</title><style>{_CSS}</style></head><body>"
-            f"<header><h1>{esc(self.title)}</h1><div class=\"meta\">{self.subtitle}</div></header>"
+            f'<header><h1>{esc(self.title)}</h1><div class="meta">{self.subtitle}</div></header>'
             f"<nav>{nav}</nav><main>{body}"
             f'<p class="note">Rendered by loadgen {esc(__version__)} on {esc(stamp)}; '
             "this page is self-contained and loads nothing from the network.</p></main>"

@@ -16,26 +16,38 @@ import numpy.typing as npt
 
 __all__ = [
     "F64",
+    "NO_BIN",
+    "bin_edges",
+    "bin_ids",
+    "binned_quantiles",
+    "ecdf_points",
+    "keep_peaks",
+    "log_ticks",
+    "palette",
+    "quantiles_by_bin",
     "rounded",
     "spread",
-    "ecdf_points",
-    "binned_quantiles",
-    "bin_ids",
-    "NO_BIN",
-    "quantiles_by_bin",
-    "bin_edges",
-    "keep_peaks",
-    "palette",
-    "log_ticks",
 ]
 
 F64 = npt.NDArray[np.float64]
 
 # colour-blind-friendly qualitative palette (Okabe-Ito, then Tableau)
 _COLOURS = (
-    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
-    "#4E79A7", "#F28E2B", "#59A14F", "#B07AA1", "#9C755F", "#BAB0AC",
-)  # fmt: skip
+    "#0072B2",
+    "#D55E00",
+    "#009E73",
+    "#CC79A7",
+    "#E69F00",
+    "#56B4E9",
+    "#000000",
+    "#F0E442",
+    "#4E79A7",
+    "#F28E2B",
+    "#59A14F",
+    "#B07AA1",
+    "#9C755F",
+    "#BAB0AC",
+)
 
 
 def palette(n: int) -> list[str]:
@@ -120,9 +132,12 @@ _GROUP = 1 << 21  # samples sorted at a time by quantiles_by_bin
 
 
 def quantiles_by_bin(
-    ids: npt.NDArray[np.uint16], n_bins: int, values_of: Callable[[npt.NDArray[np.int64]], F64],
-    quantiles: Sequence[float], counts: npt.NDArray[np.integer[Any]] | None = None,
-) -> tuple[dict[float, F64], F64]:  # fmt: skip
+    ids: npt.NDArray[np.uint16],
+    n_bins: int,
+    values_of: Callable[[npt.NDArray[np.int64]], F64],
+    quantiles: Sequence[float],
+    counts: npt.NDArray[np.integer[Any]] | None = None,
+) -> tuple[dict[float, F64], F64]:
     """Per bin: the given percentiles and the maximum (NaN when empty) of the values of
     the items whose ``ids`` is that bin (items with ids >= ``n_bins`` belong to none),
     each item counted ``counts[i]`` times (once without). ``values_of(items)`` gives the

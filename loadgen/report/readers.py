@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -63,7 +64,7 @@ class _EventsFile:
         self.path = folder / EVENTS_FILE
         self._fh: IO[bytes] | None = None
 
-    def __enter__(self) -> "_EventsFile":
+    def __enter__(self) -> _EventsFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -75,7 +76,7 @@ class _EventsFile:
         given), for the lines named by ``where``."""
         if self._fh is None:
             try:
-                self._fh = open(self.path, "rb")
+                self._fh = open(self.path, "rb")  # noqa: SIM115 - kept open across reads, closed by close()
             except OSError as exc:
                 raise ConfigError(f"cannot read {self.path}, which records.jsonl refers to: {exc}") from None
             if self._fh.read(len(EVENTS_MAGIC)) != EVENTS_MAGIC:
@@ -104,8 +105,10 @@ def _parsed(fh: IO[bytes], path: Path) -> Iterator[tuple[int, RequestRecord, Any
                 damaged = lineno
             continue
         if damaged is not None and events_ref(parsed[1]) is not None:
-            raise ConfigError(f"{path} line {damaged} is not a record (a damaged line): the lines after it refer "
-                              f"to {EVENTS_FILE}, and where their events start there is no longer known")
+            raise ConfigError(
+                f"{path} line {damaged} is not a record (a damaged line): the lines after it refer "
+                f"to {EVENTS_FILE}, and where their events start there is no longer known"
+            )
         yield lineno, parsed[0], parsed[1]
 
 
@@ -114,8 +117,11 @@ def _ref(events: Any, path: Path, lineno: int) -> tuple[int, int] | None:
     value, which the caller judges); ConfigError for an object that is not a reference."""
     ref = events_ref(events)
     if ref is None and isinstance(events, dict):
-        raise ConfigError('must be a list of [t_ns, n_tokens] pairs or {"n": N, "bytes": B}',
-                          source=f"{path} line {lineno}", key="events")  # fmt: skip
+        raise ConfigError(
+            'must be a list of [t_ns, n_tokens] pairs or {"n": N, "bytes": B}',
+            source=f"{path} line {lineno}",
+            key="events",
+        )
     return ref
 
 
@@ -262,8 +268,9 @@ class RecordPieces:
         return t, n
 
 
-def read_records_pieces(folder: str | os.PathLike[str],
-                        keep: Callable[[RequestRecord], bool] | None = None) -> RecordPieces:  # fmt: skip
+def read_records_pieces(
+    folder: str | os.PathLike[str], keep: Callable[[RequestRecord], bool] | None = None
+) -> RecordPieces:
     """The records of a run folder (only those ``keep`` accepts, with it), their events
     to be read in pieces (:class:`RecordPieces`). Lines are judged as by
     :func:`read_records_columnar`."""
@@ -320,8 +327,9 @@ def read_records_pieces(folder: str | os.PathLike[str],
     return out
 
 
-def read_records_columnar(folder: str | os.PathLike[str],
-                          keep: Callable[[RequestRecord], bool] | None = None) -> RecordColumns:  # fmt: skip
+def read_records_columnar(
+    folder: str | os.PathLike[str], keep: Callable[[RequestRecord], bool] | None = None
+) -> RecordColumns:
     """:func:`read_records` with the events pulled out: the same records, in the same
     order, the same lines skipped; with ``keep``, only the records it accepts (and
     their events). Raises :class:`ConfigError` when a record's ``events`` is not a list
@@ -367,9 +375,7 @@ def _only(values: Iterable[Any], allowed: Any) -> bool:
 
 def _are_pairs(events: list[Any]) -> bool:
     lo, hi = _INT64.min, _INT64.max
-    return all(
-        type(e) is list and len(e) == 2 and all(type(v) is int and lo <= v <= hi for v in e) for e in events
-    )
+    return all(type(e) is list and len(e) == 2 and all(type(v) is int and lo <= v <= hi for v in e) for e in events)
 
 
 _INT64 = np.iinfo(np.int64)

@@ -52,19 +52,19 @@ from loadgen.metrics.per_request import segment_sum
 from loadgen.records import ErrorKind, RequestRecord, TokenSource, record_and_events
 
 __all__ = [
+    "BATCH_MAGIC",
     "EVENTS_FILE",
     "EVENTS_MAGIC",
-    "BATCH_MAGIC",
+    "EventsCorrupt",
+    "decode_batch",
+    "decode_events",
     "encode_batch",
     "encode_columns",
-    "decode_batch",
-    "split_batch",
     "encode_events",
-    "decode_events",
-    "fill_events",
-    "EventsCorrupt",
-    "parse_line",
     "events_ref",
+    "fill_events",
+    "parse_line",
+    "split_batch",
 ]
 
 EVENTS_FILE = "events.bin"
@@ -121,8 +121,11 @@ def _varints(lo: U64, top: Bools) -> tuple[U8, I64]:
     parts = []
     for at in range(0, lo.size, _SLICE):
         sl = slice(at, at + _SLICE)
-        parts.append(_short_varints(lo[sl], length[sl]) if length[sl].max(initial=0) <= 8
-                     else _long_varints(lo[sl], top[sl], length[sl]))  # fmt: skip
+        parts.append(
+            _short_varints(lo[sl], length[sl])
+            if length[sl].max(initial=0) <= 8
+            else _long_varints(lo[sl], top[sl], length[sl])
+        )
     return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8)), length
 
 

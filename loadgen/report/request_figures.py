@@ -34,18 +34,18 @@ from loadgen.report.plotdata import (
 from loadgen.report.rundata import RunData
 
 __all__ = [
+    "SCATTER_MAX",
     "TIMELINE_MAX",
     "TIMELINE_TOTAL",
-    "SCATTER_MAX",
     "cdfs",
-    "timeline",
     "default_timeline_level",
-    "itl_over_time",
-    "tokens_and_lengths",
-    "lateness_over_time",
     "failures_over_time",
-    "server_metrics",
+    "itl_over_time",
+    "lateness_over_time",
     "long_prompts",
+    "server_metrics",
+    "timeline",
+    "tokens_and_lengths",
 ]
 
 TIMELINE_MAX = 2000  # requests drawn per level
@@ -76,9 +76,20 @@ def _level_bands(data: RunData, xref: str = "x", yref: str = "paper") -> list[di
             continue
         t0 = float(data.seconds(sent[rows].min()))
         t1 = float(data.seconds(np.maximum(done[rows], sent[rows]).max()))
-        shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": round(t0, 3), "x1": round(t1, 3),
-                       "y0": 0, "y1": 1, "fillcolor": "rgba(37,99,235,0.06)" if i % 2 == 0 else "rgba(0,0,0,0.03)",
-                       "line": {"width": 0}, "layer": "below"})  # fmt: skip
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": xref,
+                "yref": yref,
+                "x0": round(t0, 3),
+                "x1": round(t1, 3),
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": "rgba(37,99,235,0.06)" if i % 2 == 0 else "rgba(0,0,0,0.03)",
+                "line": {"width": 0},
+                "layer": "below",
+            }
+        )
     return shapes
 
 
@@ -103,14 +114,27 @@ def cdfs(data: RunData) -> dict[str, Any] | None:
             x, y = ecdf_points(values)
             if x.size == 0:
                 continue
-            traces.append({"type": "scatter", "mode": "lines", "x": rounded(x, 3), "y": rounded(y, 5), "xaxis": xr,
-                           "yaxis": yr, "name": name, "legendgroup": f"l{i}", "showlegend": k == 0,
-                           "line": {"color": colours[i], "shape": "hv", "width": 1.6}, "meta": f"cdf.{i}.{key}",
-                           "hovertemplate": "%{x:.4g} ms: %{y:.2%}<extra>level " + name + "</extra>"})  # fmt: skip
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": rounded(x, 3),
+                    "y": rounded(y, 5),
+                    "xaxis": xr,
+                    "yaxis": yr,
+                    "name": name,
+                    "legendgroup": f"l{i}",
+                    "showlegend": k == 0,
+                    "line": {"color": colours[i], "shape": "hv", "width": 1.6},
+                    "meta": f"cdf.{i}.{key}",
+                    "hovertemplate": "%{x:.4g} ms: %{y:.2%}<extra>level " + name + "</extra>",
+                }
+            )
     for k, (xr, _) in enumerate(refs, start=1):
         xs = [v for t in traces if t["xaxis"] == xr for v in t["x"] if v is not None]
-        layout["xaxis" if k == 1 else f"xaxis{k}"].update({"type": "log", "title": {"text": "ms (log scale)"},
-                                                            **log_ticks(xs)})  # fmt: skip
+        layout["xaxis" if k == 1 else f"xaxis{k}"].update(
+            {"type": "log", "title": {"text": "ms (log scale)"}, **log_ticks(xs)}
+        )
         layout["yaxis" if k == 1 else f"yaxis{k}"].update({"range": [0, 1.02], "tickformat": ".0%"})
     return {"data": traces, "layout": base_layout(layout, height=420)}
 
@@ -160,10 +184,16 @@ def timeline(data: RunData, max_requests: int = TIMELINE_MAX) -> dict[str, Any] 
         t0 = float(sub["scheduled_ns"].min())
 
         def sec(col: str) -> F64:
-            v = sub[col].to_numpy().astype(np.float64)
-            return np.where(v == 0, np.nan, (v - t0) / 1e9)
+            v = sub[col].to_numpy().astype(np.float64)  # noqa: B023 - used in this iteration only
+            return np.where(v == 0, np.nan, (v - t0) / 1e9)  # noqa: B023
 
-        sched, sent, first, last, done = sec("scheduled_ns"), sec("sent_ns"), sec("first_token_ns"), sec("last_token_ns"), sec("done_ns")
+        sched, sent, first, last, done = (
+            sec("scheduled_ns"),
+            sec("sent_ns"),
+            sec("first_token_ns"),
+            sec("last_token_ns"),
+            sec("done_ns"),
+        )
         ok = sub["ok"].to_numpy(dtype=bool)
         ypos = np.arange(pick.size, dtype=np.float64)
         if pick.size < rows.size:  # y = the request's rank among all of the level's requests
@@ -177,10 +207,20 @@ def timeline(data: RunData, max_requests: int = TIMELINE_MAX) -> dict[str, Any] 
         )
         for (label, colour), (a, b) in zip(_PHASES, phases):
             x, y = _segments(a, b, ypos)
-            traces.append({"type": "scatter", "mode": "lines", "x": x, "y": y, "name": label,
-                           "legendgroup": label, "line": {"color": colour, "width": 2},
-                           "visible": i == chosen, "meta": f"timeline.{i}.{label.split(':')[0]}",
-                           "hoverinfo": "x+name"})  # fmt: skip
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": x,
+                    "y": y,
+                    "name": label,
+                    "legendgroup": label,
+                    "line": {"color": colour, "width": 2},
+                    "visible": i == chosen,
+                    "meta": f"timeline.{i}.{label.split(':')[0]}",
+                    "hoverinfo": "x+name",
+                }
+            )
             owners.append(i)
     if not traces:
         return None
@@ -188,19 +228,32 @@ def timeline(data: RunData, max_requests: int = TIMELINE_MAX) -> dict[str, Any] 
     for i in sorted(shown):
         n_shown, n_all = shown[i]
         note = f" ({n_shown} of {n_all} requests)" if n_shown < n_all else f" ({n_all} requests)"
-        buttons.append({"label": f"level {names[i]}", "method": "update",
-                        "args": [{"visible": [o == i for o in owners]},
-                                 {"title": {"text": f"Level {names[i]}{note}"}}]})  # fmt: skip
+        buttons.append(
+            {
+                "label": f"level {names[i]}",
+                "method": "update",
+                "args": [{"visible": [o == i for o in owners]}, {"title": {"text": f"Level {names[i]}{note}"}}],
+            }
+        )
     n_shown, n_all = shown.get(chosen, (0, 0))
     note = f" ({n_shown} of {n_all} requests)" if n_shown < n_all else f" ({n_all} requests)"
     layout = {
         "title": {"text": f"Level {names[chosen]}{note}", "x": 0.01, "xanchor": "left"},
         "xaxis": {"title": {"text": "seconds since the level's first scheduled request"}},
         "yaxis": {"title": {"text": "request (in scheduled order)"}, "autorange": "reversed"},
-        "updatemenus": [{"buttons": buttons, "direction": "down", "x": 1.0, "xanchor": "right", "y": 1.12,
-                         "yanchor": "top", "active": sorted(shown).index(chosen) if chosen in shown else 0}],
+        "updatemenus": [
+            {
+                "buttons": buttons,
+                "direction": "down",
+                "x": 1.0,
+                "xanchor": "right",
+                "y": 1.12,
+                "yanchor": "top",
+                "active": sorted(shown).index(chosen) if chosen in shown else 0,
+            }
+        ],
         "margin": {"t": 70},
-    }  # fmt: skip
+    }
     return {"data": traces, "layout": base_layout(layout, height=560)}
 
 
@@ -254,29 +307,53 @@ def itl_over_time(data: RunData) -> tuple[dict[str, Any] | None, str]:
     centres = (edges[:-1] + edges[1:]) / 2
     qs, top = quantiles_by_bin(ids, edges.size - 1, lambda at: _itl_of(ev, at), (50, 99), counts=ev.ch_n)
     data_: list[dict[str, Any]] = [
-        {"type": "scatter", "mode": "lines", "x": rounded(centres, 3), "y": rounded(v, 3), "name": name,
-         "line": {"color": colour, "width": w}, "connectgaps": False, "meta": meta}
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": rounded(centres, 3),
+            "y": rounded(v, 3),
+            "name": name,
+            "line": {"color": colour, "width": w},
+            "connectgaps": False,
+            "meta": meta,
+        }
         for name, v, colour, w, meta in (
-            ("ITL max", top, "#d1d5db", 1, "itl_time.max"), ("ITL p99", qs[99], "#D55E00", 1.5, "itl_time.p99"),
-            ("ITL p50", qs[50], "#0072B2", 2, "itl_time.p50"))
-    ]  # fmt: skip
+            ("ITL max", top, "#d1d5db", 1, "itl_time.max"),
+            ("ITL p99", qs[99], "#D55E00", 1.5, "itl_time.p99"),
+            ("ITL p50", qs[50], "#0072B2", 2, "itl_time.p50"),
+        )
+    ]
     prompt = frame["prompt_tokens"].to_numpy(dtype=np.float64)
     prompt = np.where(np.isnan(prompt), frame["target_prompt_tokens"].to_numpy(dtype=np.float64), prompt)
     found = long_prompts(prompt, frame["request_class"].to_numpy(dtype=str))
     sent = frame["sent_ns"].to_numpy()
     if found is None:
-        note = ("No class of the workload has prompts twice as long as the others' (nor does any prompt reach "
-                "twice the median): no long-prompt arrivals to mark.")  # fmt: skip
+        note = (
+            "No class of the workload has prompts twice as long as the others' (nor does any prompt reach "
+            "twice the median): no long-prompt arrivals to mark."
+        )
     else:
         mask, rule = found
         longs = np.flatnonzero(mask & (sent != 0))
         pick = longs[spread(longs.size, SCATTER_MAX)]
-        data_.append({"type": "scatter", "mode": "markers", "x": rounded(data.seconds(sent[pick]), 3),
-                      "y": [1.0] * pick.size, "yaxis": "y2", "name": esc(f"long prompt sent ({rule.split(':')[0]})"),
-                      "text": [f"{v:,.0f} prompt tokens" for v in prompt[pick]], "hoverinfo": "x+text",
-                      "marker": {"symbol": "triangle-down", "size": 8, "color": "#6b21a8"}, "meta": "itl_time.long"})  # fmt: skip
-        note = (f"{longs.size} long prompts ({rule}) marked where they were sent: a decode stall right after them "
-                "is what chunked prefill removes.")  # fmt: skip
+        data_.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": rounded(data.seconds(sent[pick]), 3),
+                "y": [1.0] * pick.size,
+                "yaxis": "y2",
+                "name": esc(f"long prompt sent ({rule.split(':')[0]})"),
+                "text": [f"{v:,.0f} prompt tokens" for v in prompt[pick]],
+                "hoverinfo": "x+text",
+                "marker": {"symbol": "triangle-down", "size": 8, "color": "#6b21a8"},
+                "meta": "itl_time.long",
+            }
+        )
+        note = (
+            f"{longs.size} long prompts ({rule}) marked where they were sent: a decode stall right after them "
+            "is what chunked prefill removes."
+        )
     itl_values = [v for t in data_ for v in t["y"] if v is not None]
     layout = {
         "xaxis": {"title": {"text": "seconds since the run started"}},
@@ -300,8 +377,16 @@ def tokens_and_lengths(data: RunData) -> dict[str, Any] | None:
     levels = data.levels
     if not levels:
         return None
-    layout, refs = grid(1, 3, ["Tokens per SSE event (share of events)", "Coalesced events per level",
-                               "Output tokens: achieved vs requested"], hgap=0.08)  # fmt: skip
+    layout, refs = grid(
+        1,
+        3,
+        [
+            "Tokens per SSE event (share of events)",
+            "Coalesced events per level",
+            "Output tokens: achieved vs requested",
+        ],
+        hgap=0.08,
+    )
     names = _names(data)
     colours = palette(len(levels))
     ok = data.frame["ok"].to_numpy(dtype=bool)
@@ -314,35 +399,85 @@ def tokens_and_lengths(data: RunData) -> dict[str, Any] | None:
         if n.size == 0:
             continue
         counts = np.bincount(np.searchsorted(bounds, n, side="left"), minlength=len(cats))
-        traces.append({"type": "bar", "x": cats, "y": rounded(counts / n.size, 4), "name": name,
-                       "legendgroup": f"l{i}", "marker": {"color": colours[i]}, "xaxis": refs[0][0],
-                       "yaxis": refs[0][1], "meta": f"tokens_per_event.{i}"})  # fmt: skip
+        traces.append(
+            {
+                "type": "bar",
+                "x": cats,
+                "y": rounded(counts / n.size, 4),
+                "name": name,
+                "legendgroup": f"l{i}",
+                "marker": {"color": colours[i]},
+                "xaxis": refs[0][0],
+                "yaxis": refs[0][1],
+                "meta": f"tokens_per_event.{i}",
+            }
+        )
     coalesced = [lv.events.coalesced_events for lv in levels]
     if any(coalesced):
-        traces.append({"type": "bar", "x": names, "y": coalesced, "marker": {"color": colours},
-                       "name": "coalesced events", "showlegend": False, "xaxis": refs[1][0], "yaxis": refs[1][1],
-                       "meta": "events.coalesced_events"})  # fmt: skip
+        traces.append(
+            {
+                "type": "bar",
+                "x": names,
+                "y": coalesced,
+                "marker": {"color": colours},
+                "name": "coalesced events",
+                "showlegend": False,
+                "xaxis": refs[1][0],
+                "yaxis": refs[1][1],
+                "meta": "events.coalesced_events",
+            }
+        )
     else:  # an empty panel would show an axis from -1 to 1: say what it would have shown
         layout["xaxis2"]["visible"] = False
         layout["yaxis2"]["visible"] = False
-        layout["annotations"].append({"text": "no coalesced events<br>(every event arrived in a read of its own)",
-                                      "xref": "x2 domain", "yref": "y2 domain", "x": 0.5, "y": 0.5,
-                                      "showarrow": False, "font": {"size": 13, "color": "#6b7280"},
-                                      "name": "no-coalesced"})  # fmt: skip
+        layout["annotations"].append(
+            {
+                "text": "no coalesced events<br>(every event arrived in a read of its own)",
+                "xref": "x2 domain",
+                "yref": "y2 domain",
+                "x": 0.5,
+                "y": 0.5,
+                "showarrow": False,
+                "font": {"size": 13, "color": "#6b7280"},
+                "name": "no-coalesced",
+            }
+        )
     target = data.frame["target_output_tokens"].to_numpy(dtype=np.float64)
     got = data.frame["output_tokens"].to_numpy(dtype=np.float64)
     rows = np.flatnonzero(ok)
     pick = rows[spread(rows.size, SCATTER_MAX)]
     lv_of = data.frame["level"].to_numpy()[pick]
     if pick.size:
-        traces.append({"type": "scatter", "mode": "markers", "x": rounded(target[pick], 0), "y": rounded(got[pick], 0),
-                       "marker": {"color": [colours[int(v) % len(colours)] for v in lv_of], "size": 5, "opacity": 0.6},
-                       "name": "requests", "showlegend": False, "xaxis": refs[2][0], "yaxis": refs[2][1],
-                       "meta": "lengths.requests", "hovertemplate": "requested %{x}, got %{y}<extra></extra>"})  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": rounded(target[pick], 0),
+                "y": rounded(got[pick], 0),
+                "marker": {"color": [colours[int(v) % len(colours)] for v in lv_of], "size": 5, "opacity": 0.6},
+                "name": "requests",
+                "showlegend": False,
+                "xaxis": refs[2][0],
+                "yaxis": refs[2][1],
+                "meta": "lengths.requests",
+                "hovertemplate": "requested %{x}, got %{y}<extra></extra>",
+            }
+        )
         hi = float(max(np.nanmax(target[pick]), np.nanmax(got[pick]), 1.0))
-        traces.append({"type": "scatter", "mode": "lines", "x": [0, hi], "y": [0, hi], "name": "achieved = requested",
-                       "line": {"color": "#6b7280", "dash": "dash"}, "xaxis": refs[2][0], "yaxis": refs[2][1],
-                       "showlegend": False, "hoverinfo": "skip"})  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": [0, hi],
+                "y": [0, hi],
+                "name": "achieved = requested",
+                "line": {"color": "#6b7280", "dash": "dash"},
+                "xaxis": refs[2][0],
+                "yaxis": refs[2][1],
+                "showlegend": False,
+                "hoverinfo": "skip",
+            }
+        )
     layout["xaxis"].update({"title": {"text": "tokens in one event"}, "type": "category"})
     layout["yaxis"].update({"tickformat": ".0%", "rangemode": "tozero"})
     layout["xaxis2"]["type"] = "category"
@@ -365,15 +500,33 @@ def lateness_over_time(data: RunData) -> dict[str, Any] | None:
     if rows.size:
         t = data.seconds(sent[rows])
         pick = keep_peaks(t, late[rows], SCATTER_MAX)
-        traces.append({"type": "scatter", "mode": "markers", "x": rounded(t[pick], 3),
-                       "y": rounded(np.maximum(late[rows][pick], 1e-3), 3), "name": "send lateness (ms)",
-                       "marker": {"size": 4, "color": "#E69F00", "opacity": 0.7}, "meta": "client.send_lateness"})  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": rounded(t[pick], 3),
+                "y": rounded(np.maximum(late[rows][pick], 1e-3), 3),
+                "name": "send lateness (ms)",
+                "marker": {"size": 4, "color": "#E69F00", "opacity": 0.7},
+                "meta": "client.send_lateness",
+            }
+        )
     for i, lv in enumerate(data.levels):
         series = lv.client.loop_lag_over_time
         if series is not None and series.t_s:
-            traces.append({"type": "scatter", "mode": "lines", "x": series.t_s, "y": series.max_ms,
-                           "name": "event-loop lag max (ms)", "legendgroup": "lag", "showlegend": i == 0,
-                           "line": {"color": "#0072B2", "width": 1}, "meta": f"client.loop_lag.{i}"})  # fmt: skip
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": series.t_s,
+                    "y": series.max_ms,
+                    "name": "event-loop lag max (ms)",
+                    "legendgroup": "lag",
+                    "showlegend": i == 0,
+                    "line": {"color": "#0072B2", "width": 1},
+                    "meta": f"client.loop_lag.{i}",
+                }
+            )
         workers = lv.client.workers or []
         if len(workers) < 2:
             workers = []  # one sender: its line is the level's
@@ -381,16 +534,27 @@ def lateness_over_time(data: RunData) -> dict[str, Any] | None:
         for wh, colour in zip(workers, colours):  # worker processes: one line each
             ws = wh.loop_lag_over_time
             if ws is not None and ws.t_s:
-                traces.append({"type": "scatter", "mode": "lines", "x": ws.t_s, "y": ws.max_ms,
-                               "name": f"worker {wh.worker}: event-loop lag max (ms)", "legendgroup": f"w{wh.worker}",
-                               "showlegend": i == 0, "line": {"color": colour, "width": 1},
-                               "meta": f"client.workers.{wh.worker}.loop_lag.{i}"})  # fmt: skip
+                traces.append(
+                    {
+                        "type": "scatter",
+                        "mode": "lines",
+                        "x": ws.t_s,
+                        "y": ws.max_ms,
+                        "name": f"worker {wh.worker}: event-loop lag max (ms)",
+                        "legendgroup": f"w{wh.worker}",
+                        "showlegend": i == 0,
+                        "line": {"color": colour, "width": 1},
+                        "meta": f"client.workers.{wh.worker}.loop_lag.{i}",
+                    }
+                )
     if not traces:
         return None
     values = [v for t in traces for v in t["y"] if v is not None]
-    layout = {"xaxis": {"title": {"text": "seconds since the run started"}},
-              "yaxis": {"title": {"text": "ms (log scale)"}, "type": "log", **log_ticks(values)},
-              "shapes": _level_bands(data)}  # fmt: skip
+    layout = {
+        "xaxis": {"title": {"text": "seconds since the run started"}},
+        "yaxis": {"title": {"text": "ms (log scale)"}, "type": "log", **log_ticks(values)},
+        "shapes": _level_bands(data),
+    }
     return {"data": traces, "layout": base_layout(layout, height=380)}
 
 
@@ -414,11 +578,24 @@ def failures_over_time(data: RunData) -> dict[str, Any] | None:
     for k, kind in enumerate(sorted(set(status[~ok].tolist()))):
         rows = (status == kind) & (end != 0)
         counts, _ = np.histogram(data.seconds(end[rows]), bins=edges)
-        traces.append({"type": "bar", "x": rounded(centres, 3), "y": counts.tolist(), "name": esc(kind),
-                       "marker": {"color": colours[k % len(colours)]}, "meta": f"failures.{kind}"})  # fmt: skip
+        traces.append(
+            {
+                "type": "bar",
+                "x": rounded(centres, 3),
+                "y": counts.tolist(),
+                "name": esc(kind),
+                "marker": {"color": colours[k % len(colours)]},
+                "meta": f"failures.{kind}",
+            }
+        )
     width = float(edges[1] - edges[0])
-    layout = {"barmode": "stack", "bargap": 0.05, "xaxis": {"title": {"text": "seconds since the run started"}},
-              "yaxis": {"title": {"text": f"failed requests per {width:g} s"}}, "shapes": _level_bands(data)}  # fmt: skip
+    layout = {
+        "barmode": "stack",
+        "bargap": 0.05,
+        "xaxis": {"title": {"text": "seconds since the run started"}},
+        "yaxis": {"title": {"text": f"failed requests per {width:g} s"}},
+        "shapes": _level_bands(data),
+    }
     return {"data": traces, "layout": base_layout(layout, height=360)}
 
 
@@ -430,8 +607,9 @@ def _series(lines: Sequence[dict[str, Any]], key: str) -> list[float | None]:
     return out
 
 
-def _timeline_axes(data: RunData, layout: dict[str, Any], refs: Sequence[tuple[str, str]],
-                   percent: Sequence[int] = ()) -> None:
+def _timeline_axes(
+    data: RunData, layout: dict[str, Any], refs: Sequence[tuple[str, str]], percent: Sequence[int] = ()
+) -> None:
     """Panels over the run's time: seconds on every x axis, y from zero (0-105 for the
     ``percent`` panels, counted from 1), the levels as bands behind every panel."""
     for k in range(1, len(refs) + 1):
@@ -482,11 +660,29 @@ def gpu_telemetry(data: RunData) -> dict[str, Any] | None:
     util = [None if v is None else round(100 * v, 2) for v in _series(lines, "gpu_util")]
     layout, refs = grid(1, 2, ["GPU utilisation (%, mean over GPUs)", "Power (W, all GPUs)"])
     traces: list[dict[str, Any]] = [
-        {"type": "scatter", "mode": "lines", "x": t, "y": util, "name": "GPU utilisation",
-         "line": {"color": "#0072B2"}, "xaxis": refs[0][0], "yaxis": refs[0][1], "meta": "gpu.util"},
-        {"type": "scatter", "mode": "lines", "x": t, "y": _series(lines, "power_w"), "name": "power",
-         "line": {"color": "#D55E00"}, "xaxis": refs[1][0], "yaxis": refs[1][1], "meta": "gpu.power_w"},
-    ]  # fmt: skip
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": t,
+            "y": util,
+            "name": "GPU utilisation",
+            "line": {"color": "#0072B2"},
+            "xaxis": refs[0][0],
+            "yaxis": refs[0][1],
+            "meta": "gpu.util",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": t,
+            "y": _series(lines, "power_w"),
+            "name": "power",
+            "line": {"color": "#D55E00"},
+            "xaxis": refs[1][0],
+            "yaxis": refs[1][1],
+            "meta": "gpu.power_w",
+        },
+    ]
     _timeline_axes(data, layout, refs, percent=(1,))
     return {"data": traces, "layout": base_layout(layout, height=380)}
 
@@ -500,30 +696,84 @@ def server_metrics(data: RunData) -> dict[str, Any] | None:
     pick = spread(len(lines), 5000)
     lines = [lines[int(i)] for i in pick]
     t = rounded(data.seconds(np.array([ln["t_ns"] for ln in lines], dtype=np.int64)), 3)
-    layout, refs = grid(2, 2, ["Requests running / waiting", "KV-cache usage (%)", "Prefix-cache hit rate (%)",
-                               "Generated tokens/s (server counter)"])  # fmt: skip
+    layout, refs = grid(
+        2,
+        2,
+        [
+            "Requests running / waiting",
+            "KV-cache usage (%)",
+            "Prefix-cache hit rate (%)",
+            "Generated tokens/s (server counter)",
+        ],
+    )
 
     def pct(values: list[float | None]) -> list[float | None]:
         return [None if v is None else round(100 * v, 3) for v in values]
 
     traces: list[dict[str, Any]] = [
-        {"type": "scatter", "mode": "lines", "x": t, "y": _series(lines, "running"), "name": "running",
-         "line": {"color": "#0072B2"}, "xaxis": refs[0][0], "yaxis": refs[0][1], "meta": "server.running"},
-        {"type": "scatter", "mode": "lines", "x": t, "y": _series(lines, "waiting"), "name": "waiting",
-         "line": {"color": "#D55E00"}, "xaxis": refs[0][0], "yaxis": refs[0][1], "meta": "server.waiting"},
-        {"type": "scatter", "mode": "lines", "x": t, "y": pct(_series(lines, "kv_usage")), "name": "KV-cache usage",
-         "line": {"color": "#009E73"}, "xaxis": refs[1][0], "yaxis": refs[1][1], "meta": "server.kv_usage"},
-        {"type": "scatter", "mode": "lines+markers", "x": t, "y": pct(_series(lines, "prefix_hit_rate")),
-         "name": "prefix-cache hit rate", "line": {"color": "#CC79A7"}, "marker": {"size": 3},
-         "xaxis": refs[2][0], "yaxis": refs[2][1], "meta": "server.prefix_hit_rate"},
-    ]  # fmt: skip
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": t,
+            "y": _series(lines, "running"),
+            "name": "running",
+            "line": {"color": "#0072B2"},
+            "xaxis": refs[0][0],
+            "yaxis": refs[0][1],
+            "meta": "server.running",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": t,
+            "y": _series(lines, "waiting"),
+            "name": "waiting",
+            "line": {"color": "#D55E00"},
+            "xaxis": refs[0][0],
+            "yaxis": refs[0][1],
+            "meta": "server.waiting",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": t,
+            "y": pct(_series(lines, "kv_usage")),
+            "name": "KV-cache usage",
+            "line": {"color": "#009E73"},
+            "xaxis": refs[1][0],
+            "yaxis": refs[1][1],
+            "meta": "server.kv_usage",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "x": t,
+            "y": pct(_series(lines, "prefix_hit_rate")),
+            "name": "prefix-cache hit rate",
+            "line": {"color": "#CC79A7"},
+            "marker": {"size": 3},
+            "xaxis": refs[2][0],
+            "yaxis": refs[2][1],
+            "meta": "server.prefix_hit_rate",
+        },
+    ]
     gen = [(ln["t_ns"], (ln.get("raw") or {}).get("vllm:generation_tokens_total")) for ln in lines]
     gen = [(tn, v) for tn, v in gen if isinstance(v, (int, float))]
     if len(gen) >= 2:
         g = np.array(gen, dtype=np.float64)
         rate = np.diff(g[:, 1]) / (np.diff(g[:, 0]) / 1e9)
-        traces.append({"type": "scatter", "mode": "lines", "x": rounded(data.seconds(g[1:, 0]), 3),
-                       "y": rounded(np.maximum(rate, 0), 1), "name": "generated tokens/s", "line": {"color": "#1f2937"},
-                       "xaxis": refs[3][0], "yaxis": refs[3][1], "meta": "server.generation_tokens_per_s"})  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": rounded(data.seconds(g[1:, 0]), 3),
+                "y": rounded(np.maximum(rate, 0), 1),
+                "name": "generated tokens/s",
+                "line": {"color": "#1f2937"},
+                "xaxis": refs[3][0],
+                "yaxis": refs[3][1],
+                "meta": "server.generation_tokens_per_s",
+            }
+        )
     _timeline_axes(data, layout, refs, percent=(2, 3))
     return {"data": traces, "layout": base_layout(layout, height=600)}

@@ -25,7 +25,7 @@ from loadgen.records import RequestRecord
 from loadgen.report.files import read_records_pieces, read_run_info, read_summary
 from loadgen.runinfo import RunInfo
 
-__all__ = ["RunData", "load_run", "read_server_metrics", "SERVER_METRICS_FILE"]
+__all__ = ["SERVER_METRICS_FILE", "RunData", "load_run", "read_server_metrics"]
 
 SERVER_METRICS_FILE = "server_metrics.jsonl"
 

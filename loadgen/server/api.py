@@ -53,16 +53,15 @@ from aiohttp import web
 from aiohttp.tcp_helpers import tcp_nodelay
 
 from loadgen.errors import EngineError, PromptTooLong, QueueFull
-from loadgen.server.engine.interface import AsyncEngine, EngineRequest, SamplingParams, TokenOutput
 from loadgen.server.config import HttpLimits
+from loadgen.server.engine.interface import AsyncEngine, EngineRequest, SamplingParams, TokenOutput
 from loadgen.server.faults import FaultConfig, FaultInjector, FaultPlan
 from loadgen.server.guard import check_api_key, read_json
 from loadgen.server.prometheus import RequestTrace, ServerMetrics
-from loadgen.server.protocol import (ParsedRequest, RequestRejected, error_body, parse_request,
-                                     usage_body)
+from loadgen.server.protocol import ParsedRequest, RequestRejected, error_body, parse_request, usage_body
 from loadgen.server.tokenizer import Tokenizer, WordTokenizer
 
-__all__ = ["create_app", "API_KEY", "ServerApi", "CountSampler"]
+__all__ = ["API_KEY", "CountSampler", "ServerApi", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +71,7 @@ _SSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 _DONE = b"data: [DONE]\n\n"
-_TIMING_KEYS = ("queue_s", "prefill_s", "decode_s", "ttft_s", "e2e_s", "decode_steps",
-                "preemptions")
+_TIMING_KEYS = ("queue_s", "prefill_s", "decode_s", "ttft_s", "e2e_s", "decode_steps", "preemptions")
 
 
 def _sse(obj: dict[str, Any]) -> bytes:
@@ -96,8 +94,18 @@ class _Generation:
     """Turns engine outputs into released text (stop sequences applied) and counts tokens;
     the first ``reasoning_budget`` tokens' text goes to ``reasoning`` instead (per feed)."""
 
-    __slots__ = ("stream", "min_tokens", "tokens", "cached", "finish_reason",
-                 "stop_reason", "timings", "reasoning_budget", "reasoning", "reasoning_all")
+    __slots__ = (
+        "cached",
+        "finish_reason",
+        "min_tokens",
+        "reasoning",
+        "reasoning_all",
+        "reasoning_budget",
+        "stop_reason",
+        "stream",
+        "timings",
+        "tokens",
+    )
 
     def __init__(self, tok: Tokenizer, parsed: ParsedRequest, reasoning_budget: int = 0) -> None:
         self.reasoning_budget = reasoning_budget
@@ -164,9 +172,19 @@ class _Generation:
 class ServerApi:
     """Request handlers and state of one app (reachable as ``app[API_KEY]``)."""
 
-    def __init__(self, engine: AsyncEngine, *, model_name: str, faults: FaultConfig | None,
-                 max_in_flight: int | None, history: int, tokenizer: Tokenizer,
-                 http: HttpLimits, reasoning_tokens: CountSampler | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        model_name: str,
+        faults: FaultConfig | None,
+        max_in_flight: int | None,
+        history: int,
+        tokenizer: Tokenizer,
+        http: HttpLimits,
+        reasoning_tokens: CountSampler | None = None,
+        seed: int = 0,
+    ) -> None:
         self.reasoning_tokens = reasoning_tokens
         self._reasoning_rng = np.random.default_rng([seed, 0x7EA5])
         self.engine = engine
@@ -185,9 +203,15 @@ class ServerApi:
     # -- small routes -------------------------------------------------------------------
 
     async def models(self, request: web.Request) -> web.Response:
-        card = {"id": self.model_name, "object": "model", "created": self.created,
-                "owned_by": "loadgen", "root": self.engine.model_name, "parent": None,
-                "max_model_len": self.engine.max_model_len}
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "loadgen",
+            "root": self.engine.model_name,
+            "parent": None,
+            "max_model_len": self.engine.max_model_len,
+        }
         return web.json_response({"object": "list", "data": [card]})
 
     async def health(self, request: web.Request) -> web.Response:
@@ -199,8 +223,7 @@ class ServerApi:
         telemetry = getattr(self.engine, "gpu_telemetry", None)  # the sim's simulated GPUs
         gpus = telemetry() if telemetry is not None else []
         text = self.metrics.render(self.engine.stats(), replicas, gpus)
-        return web.Response(body=text.encode(),
-                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return web.Response(body=text.encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def recent(self, request: web.Request) -> web.Response:
         raw = request.query.get("limit")
@@ -209,8 +232,7 @@ class ServerApi:
             try:
                 limit = int(raw)
             except ValueError:
-                raise RequestRejected(f"'limit' must be an integer, got {raw!r}",
-                                      param="limit") from None
+                raise RequestRejected(f"'limit' must be an integer, got {raw!r}", param="limit") from None
         return web.json_response({"object": "list", "data": self.metrics.log.to_json(limit)})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -223,26 +245,45 @@ class ServerApi:
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival_ns = perf_counter_ns()
-        body = await read_json(request, self.http, max_model_len=self.engine.max_model_len,
-                               param="messages" if chat else "prompt")
-        parsed = parse_request(body, chat=chat, model_name=self.model_name,
-                               tokenizer=self.tokenizer, max_model_len=self.engine.max_model_len)
+        body = await read_json(
+            request, self.http, max_model_len=self.engine.max_model_len, param="messages" if chat else "prompt"
+        )
+        parsed = parse_request(
+            body,
+            chat=chat,
+            model_name=self.model_name,
+            tokenizer=self.tokenizer,
+            max_model_len=self.engine.max_model_len,
+        )
         plan = self.faults.plan(parsed.max_tokens) if self.faults is not None else None
         if plan is not None and plan.fail:
             self.metrics.faults["fail"] += 1
-            raise RequestRejected("injected failure (fault injection)", status=500,
-                                  type="server_error", code="injected_fault")
+            raise RequestRejected(
+                "injected failure (fault injection)", status=500, type="server_error", code="injected_fault"
+            )
         if self.max_in_flight is not None and self.in_flight >= self.max_in_flight:
-            raise RequestRejected(f"too many requests in flight (max {self.max_in_flight})",
-                                  status=429, type="rate_limit_error", code="rate_limit_exceeded")
+            raise RequestRejected(
+                f"too many requests in flight (max {self.max_in_flight})",
+                status=429,
+                type="rate_limit_error",
+                code="rate_limit_exceeded",
+            )
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        params = SamplingParams(max_tokens=parsed.max_tokens, min_tokens=parsed.min_tokens,
-                                ignore_eos=parsed.ignore_eos, temperature=parsed.temperature,
-                                seed=parsed.seed)
+        params = SamplingParams(
+            max_tokens=parsed.max_tokens,
+            min_tokens=parsed.min_tokens,
+            ignore_eos=parsed.ignore_eos,
+            temperature=parsed.temperature,
+            seed=parsed.seed,
+        )
         outputs = self.engine.generate(EngineRequest(rid, parsed.prompt_ids, params))
-        trace = RequestTrace(id=rid, endpoint="chat" if chat else "completions",
-                             stream=parsed.stream, arrival_ns=arrival_ns,
-                             prompt_tokens=len(parsed.prompt_ids))
+        trace = RequestTrace(
+            id=rid,
+            endpoint="chat" if chat else "completions",
+            stream=parsed.stream,
+            arrival_ns=arrival_ns,
+            prompt_tokens=len(parsed.prompt_ids),
+        )
         budget = 0
         if chat and self.reasoning_tokens is not None:
             budget = max(int(self.reasoning_tokens.sample(self._reasoning_rng, 1)[0]), 0)
@@ -257,21 +298,23 @@ class ServerApi:
                 first = await outputs.__anext__()
             except asyncio.CancelledError:
                 self._stop_cancelling()
-                raise RequestRejected("the server is shutting down", status=503,
-                                      type="server_error", code="shutting_down",
-                                      close=True) from None
+                raise RequestRejected(
+                    "the server is shutting down", status=503, type="server_error", code="shutting_down", close=True
+                ) from None
             except QueueFull as exc:
-                raise RequestRejected(str(exc) or "the waiting queue is full", status=429,
-                                      type="rate_limit_error", code="queue_full") from exc
+                raise RequestRejected(
+                    str(exc) or "the waiting queue is full", status=429, type="rate_limit_error", code="queue_full"
+                ) from exc
             except PromptTooLong as exc:
-                raise RequestRejected(str(exc), param="messages" if chat else "prompt",
-                                      code="context_length_exceeded") from exc
+                raise RequestRejected(
+                    str(exc), param="messages" if chat else "prompt", code="context_length_exceeded"
+                ) from exc
             except EngineError as exc:
-                raise RequestRejected(str(exc), status=503, type="server_error",
-                                      code="engine_error") from exc
+                raise RequestRejected(str(exc), status=503, type="server_error", code="engine_error") from exc
             except StopAsyncIteration:
-                raise RequestRejected("the engine finished the request without output",
-                                      status=500, type="server_error") from None
+                raise RequestRejected(
+                    "the engine finished the request without output", status=500, type="server_error"
+                ) from None
             started = True
             if parsed.stream:
                 return await self._stream(request, parsed, trace, gen, first, outputs, plan)
@@ -280,9 +323,9 @@ class ServerApi:
             except asyncio.CancelledError:
                 self._stop_cancelling()
                 trace.finish_reason = "abort"
-                raise RequestRejected("the server is shutting down", status=503,
-                                      type="server_error", code="shutting_down",
-                                      close=True) from None
+                raise RequestRejected(
+                    "the server is shutting down", status=503, type="server_error", code="shutting_down", close=True
+                ) from None
         finally:
             await _aclose(outputs)
             self.in_flight -= 1
@@ -301,8 +344,15 @@ class ServerApi:
         except StopAsyncIteration:  # the engine ended without a finish reason
             return TokenOutput(request_id="", token_ids=[], finish_reason="abort")
 
-    def _chunk(self, trace: RequestTrace, chat: bool, text: str | None,
-               finish: str | None, role: bool = False, reasoning: str = "") -> dict[str, Any]:
+    def _chunk(
+        self,
+        trace: RequestTrace,
+        chat: bool,
+        text: str | None,
+        finish: str | None,
+        role: bool = False,
+        reasoning: str = "",
+    ) -> dict[str, Any]:
         choice: dict[str, Any]
         if chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
@@ -313,12 +363,24 @@ class ServerApi:
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-        return {"id": trace.id, "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": int(time.time()), "model": self.model_name, "choices": [choice]}
+        return {
+            "id": trace.id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [choice],
+        }
 
-    async def _stream(self, request: web.Request, parsed: ParsedRequest, trace: RequestTrace,
-                      gen: _Generation, first: TokenOutput, outputs: AsyncIterator[TokenOutput],
-                      plan: FaultPlan | None) -> web.StreamResponse:
+    async def _stream(
+        self,
+        request: web.Request,
+        parsed: ParsedRequest,
+        trace: RequestTrace,
+        gen: _Generation,
+        first: TokenOutput,
+        outputs: AsyncIterator[TokenOutput],
+        plan: FaultPlan | None,
+    ) -> web.StreamResponse:
         response = web.StreamResponse(headers=_SSE_HEADERS)
         response.enable_chunked_encoding()
         prompt_tokens = trace.prompt_tokens
@@ -358,8 +420,11 @@ class ServerApi:
                     if text or gen.reasoning:
                         trace.events.append((sent_ns, gen.tokens - last_tokens))
                         last_tokens = gen.tokens
-                    if plan is not None and plan.disconnect_after is not None and (
-                            len(trace.events) >= plan.disconnect_after or finish is not None):
+                    if (
+                        plan is not None
+                        and plan.disconnect_after is not None
+                        and (len(trace.events) >= plan.disconnect_after or finish is not None)
+                    ):
                         self.metrics.faults["disconnect"] += 1
                         if request.transport is not None:
                             request.transport.close()
@@ -387,9 +452,15 @@ class ServerApi:
                 request.transport.close()
         return response
 
-    async def _complete(self, request: web.Request, trace: RequestTrace, gen: _Generation,
-                        first: TokenOutput, outputs: AsyncIterator[TokenOutput],
-                        plan: FaultPlan | None) -> web.StreamResponse:
+    async def _complete(
+        self,
+        request: web.Request,
+        trace: RequestTrace,
+        gen: _Generation,
+        first: TokenOutput,
+        outputs: AsyncIterator[TokenOutput],
+        plan: FaultPlan | None,
+    ) -> web.StreamResponse:
         parts = []
         out = first
         while True:
@@ -409,8 +480,7 @@ class ServerApi:
             if request.transport is not None:
                 request.transport.close()
             return web.Response()
-        choice: dict[str, Any] = {"index": 0, "logprobs": None,
-                                  "finish_reason": gen.finish_reason}
+        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": gen.finish_reason}
         if trace.endpoint == "chat":
             choice["message"] = {"role": "assistant", "content": text}
             if reasoning:
@@ -419,11 +489,15 @@ class ServerApi:
             choice["text"] = text
         if gen.stop_reason is not None:
             choice["stop_reason"] = gen.stop_reason
-        body = {"id": trace.id,
-                "object": "chat.completion" if trace.endpoint == "chat" else "text_completion",
-                "created": int(time.time()), "model": self.model_name, "choices": [choice],
-                "usage": usage_body(trace.prompt_tokens, gen.tokens),
-                "loadgen": gen.vendor(trace, now)}
+        body = {
+            "id": trace.id,
+            "object": "chat.completion" if trace.endpoint == "chat" else "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [choice],
+            "usage": usage_body(trace.prompt_tokens, gen.tokens),
+            "loadgen": gen.vendor(trace, now),
+        }
         trace.finish_reason = gen.finish_reason or "abort"
         trace.done_ns = perf_counter_ns()
         return web.json_response(body)
@@ -435,8 +509,9 @@ class ServerApi:
             raise asyncio.CancelledError
         task.uncancel()
 
-    async def _end_stream(self, response: web.StreamResponse, parsed: ParsedRequest,
-                          trace: RequestTrace, gen: _Generation) -> None:
+    async def _end_stream(
+        self, response: web.StreamResponse, parsed: ParsedRequest, trace: RequestTrace, gen: _Generation
+    ) -> None:
         """End a stream the drain cut: ``finish_reason: "abort"``, usage if asked, [DONE]."""
         if trace.done_ns:  # [DONE] was already sent
             return
@@ -469,8 +544,7 @@ class ServerApi:
         hurried = asyncio.ensure_future((hurry or asyncio.Event()).wait())
         try:
             while self.tasks and not hurried.done() and (left := deadline - loop.time()) > 0:
-                await asyncio.wait({*self.tasks, hurried}, timeout=left,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({*self.tasks, hurried}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
         finally:
             hurried.cancel()
         if self.tasks:
@@ -499,8 +573,9 @@ def _error_middleware(api: ServerApi) -> Any:
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             if api.draining and request.path not in _OPEN_WHILE_DRAINING:
-                raise RequestRejected("the server is shutting down", status=503,
-                                      type="server_error", code="shutting_down", close=True)
+                raise RequestRejected(
+                    "the server is shutting down", status=503, type="server_error", code="shutting_down", close=True
+                )
             check_api_key(request, api.http.api_key)
             return await handler(request)
         except RequestRejected as exc:
@@ -517,8 +592,9 @@ def _error_middleware(api: ServerApi) -> Any:
             if exc.status < 400:
                 raise
             kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
-            message = (f"{request.method} {request.path}: {exc.reason}"
-                       if exc.status in (404, 405) else exc.text or exc.reason)
+            message = (
+                f"{request.method} {request.path}: {exc.reason}" if exc.status in (404, 405) else exc.text or exc.reason
+            )
             return _json_error(exc.status, message, type=kind, code=str(exc.status))
         except Exception:
             log.exception("unhandled error in %s %s", request.method, request.path)
@@ -530,11 +606,19 @@ def _error_middleware(api: ServerApi) -> Any:
 API_KEY = web.AppKey("loadgen_api", ServerApi)
 
 
-def create_app(engine: AsyncEngine, *, model_name: str | None = None,
-               faults: FaultConfig | None = None, max_in_flight: int | None = None,
-               history: int = 10_000, tokenizer: Tokenizer | None = None,
-               manage_engine: bool = True, http: HttpLimits | None = None,
-               reasoning_tokens: CountSampler | None = None, seed: int = 0) -> web.Application:
+def create_app(
+    engine: AsyncEngine,
+    *,
+    model_name: str | None = None,
+    faults: FaultConfig | None = None,
+    max_in_flight: int | None = None,
+    history: int = 10_000,
+    tokenizer: Tokenizer | None = None,
+    manage_engine: bool = True,
+    http: HttpLimits | None = None,
+    reasoning_tokens: CountSampler | None = None,
+    seed: int = 0,
+) -> web.Application:
     """The aiohttp application serving ``engine`` under the name ``model_name``.
 
     ``model_name`` defaults to the engine's; ``faults`` injects seeded failures;
@@ -553,10 +637,18 @@ def create_app(engine: AsyncEngine, *, model_name: str | None = None,
         tok = getattr(engine, "tokenizer", None)
     if tok is None:
         tok = WordTokenizer(engine.vocab_size)
-    api = ServerApi(engine, model_name=name, faults=faults, max_in_flight=max_in_flight,
-                    history=history, tokenizer=tok, http=http, reasoning_tokens=reasoning_tokens, seed=seed)
-    app = web.Application(middlewares=[_error_middleware(api)],
-                          client_max_size=http.max_body_bytes)
+    api = ServerApi(
+        engine,
+        model_name=name,
+        faults=faults,
+        max_in_flight=max_in_flight,
+        history=history,
+        tokenizer=tok,
+        http=http,
+        reasoning_tokens=reasoning_tokens,
+        seed=seed,
+    )
+    app = web.Application(middlewares=[_error_middleware(api)], client_max_size=http.max_body_bytes)
     app[API_KEY] = api
     app.router.add_post("/v1/completions", api.completions)
     app.router.add_post("/v1/chat/completions", api.chat_completions)
@@ -566,6 +658,7 @@ def create_app(engine: AsyncEngine, *, model_name: str | None = None,
     app.router.add_get("/loadgen/requests", api.recent)
     app.on_shutdown.append(api.cancel_all)
     if manage_engine:
+
         async def start_engine(app: web.Application) -> None:
             await engine.start()
 

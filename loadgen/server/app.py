@@ -26,7 +26,7 @@ from loadgen.server.api import API_KEY
 from loadgen.server.config import HttpLimits
 from loadgen.server.connection import GuardedAppRunner
 
-__all__ = ["start_server", "run_forever", "serve_in_thread", "make_runner"]
+__all__ = ["make_runner", "run_forever", "serve_in_thread", "start_server"]
 
 
 def _limits(app: web.Application) -> HttpLimits:
@@ -36,16 +36,20 @@ def _limits(app: web.Application) -> HttpLimits:
 
 def make_runner(app: web.Application) -> web.AppRunner:
     """An ``AppRunner`` with the settings the reference server needs."""
-    return GuardedAppRunner(app, header_timeout_s=_limits(app).header_timeout_s,
-                            handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+    return GuardedAppRunner(
+        app,
+        header_timeout_s=_limits(app).header_timeout_s,
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=5.0,
+    )
 
 
 def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-async def start_server(app: web.Application, host: str = "127.0.0.1",
-                       port: int = 0) -> tuple[web.AppRunner, str]:
+async def start_server(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, str]:
     """Start serving ``app`` (running its startup hooks) and return ``(runner, url)``.
 
     ``port=0`` binds a free port; the URL names the port actually bound. Stop with
@@ -63,8 +67,9 @@ async def start_server(app: web.Application, host: str = "127.0.0.1",
     return runner, _url(host, bound)
 
 
-def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 8000, *,
-                on_ready: Callable[[str], Any] | None = None) -> None:
+def run_forever(
+    app: web.Application, host: str = "127.0.0.1", port: int = 8000, *, on_ready: Callable[[str], Any] | None = None
+) -> None:
     """Serve until SIGINT or SIGTERM, then shut down cleanly (engine stopped on cleanup).
 
     ``on_ready(url)`` is called once the port is bound (the CLI prints the URL there).
@@ -100,8 +105,9 @@ def run_forever(app: web.Application, host: str = "127.0.0.1", port: int = 8000,
 
 
 @contextlib.contextmanager
-def serve_in_thread(app_factory: Callable[[], web.Application], host: str = "127.0.0.1",
-                    port: int = 0, *, startup_timeout: float = 60.0) -> Iterator[str]:
+def serve_in_thread(
+    app_factory: Callable[[], web.Application], host: str = "127.0.0.1", port: int = 0, *, startup_timeout: float = 60.0
+) -> Iterator[str]:
     """Run the server in a background thread with its own event loop; yield its URL.
 
     ``app_factory`` is called inside that thread's loop (engines may bind to it). Startup

@@ -20,8 +20,6 @@ def build_engine(config: ServeConfig) -> SimEngine | TorchEngine | ReplicatedEng
         return torch_engine(config)
     if config.replicas == 1:
         return sim_engine(config)
-    engines = [sim_engine(dataclasses.replace(config, seed=config.seed + 1000 * i))
-               for i in range(config.replicas)]
-    router = Router(config.router, config.replicas, block_size=config.limits.block_size,
-                    cache_blocks=kv_blocks(config))
+    engines = [sim_engine(dataclasses.replace(config, seed=config.seed + 1000 * i)) for i in range(config.replicas)]
+    router = Router(config.router, config.replicas, block_size=config.limits.block_size, cache_blocks=kv_blocks(config))
     return ReplicatedEngine(engines, router)

@@ -31,8 +31,18 @@ from loadgen.server.sim.roofline import DTYPES as SIM_DTYPES
 from loadgen.server.sim.roofline import KV_CACHE_DTYPES
 from loadgen.server.torch.loader import DTYPES, model_names
 
-__all__ = ["ENGINES", "ENGINE_MODES", "DEFAULT_MODELS", "batch_defaults", "SchedulerLimits", "SimOptions",
-           "TorchOptions", "Network", "HttpLimits", "ServeConfig"]
+__all__ = [
+    "DEFAULT_MODELS",
+    "ENGINES",
+    "ENGINE_MODES",
+    "HttpLimits",
+    "Network",
+    "SchedulerLimits",
+    "ServeConfig",
+    "SimOptions",
+    "TorchOptions",
+    "batch_defaults",
+]
 
 ENGINES = ("sim", "torch")
 ENGINE_MODES = ("process", "thread")  # where the torch engine runs: TorchOptions.engine_mode
@@ -55,16 +65,19 @@ def batch_defaults(gpu: GpuSpec | None) -> tuple[int, int]:
 
 
 def _integer(value: object, key: str, low: int = 1, high: int | None = None) -> None:
-    if (isinstance(value, bool) or not isinstance(value, int) or value < low
-            or (high is not None and value > high)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
         raise ConfigError(f"must be an integer {bound}, got {value!r}", key=key)
 
 
 def _number(value: object, key: str, low: float, high: float, *, above: bool = False) -> None:
     """``value`` in ``[low, high]`` (``(low, high]`` when ``above``)."""
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float))
-          and (low < value if above else low <= value) and value <= high)
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and (low < value if above else low <= value)
+        and value <= high
+    )
     if not ok:
         bounds = f"{'(' if above else '['}{low:g}, {high:g}]"
         raise ConfigError(f"must be a number in {bounds}, got {value!r}", key=key)
@@ -122,10 +135,11 @@ class SchedulerLimits:
                 raise ConfigError(
                     f"{budget} is smaller than max_model_len ({max_len}): without chunked "
                     f"prefill a whole prompt must fit one step; raise it, leave it unset, "
-                    f"or keep chunked prefill", key="--max-num-batched-tokens")
+                    f"or keep chunked prefill",
+                    key="--max-num-batched-tokens",
+                )
         budget = budget or tokens
-        return replace(self, max_num_batched_tokens=budget,
-                       max_num_seqs=self.max_num_seqs or min(seqs, budget))
+        return replace(self, max_num_batched_tokens=budget, max_num_seqs=self.max_num_seqs or min(seqs, budget))
 
     @property
     def token_budget(self) -> int:
@@ -141,25 +155,30 @@ class SchedulerLimits:
             raise ValueError("unresolved scheduler limits: use ServeConfig.limits")
         return self.max_num_seqs
 
-    def engine_config(self, model: ModelShape, *, num_gpu_blocks: int,
-                      eos_token_id: int | None) -> EngineConfig:
+    def engine_config(self, model: ModelShape, *, num_gpu_blocks: int, eos_token_id: int | None) -> EngineConfig:
         """The scheduler's :class:`EngineConfig` for ``model`` with a sized KV cache (of
         resolved limits: :attr:`ServeConfig.limits`)."""
         return EngineConfig(
-            block_size=self.block_size, num_gpu_blocks=num_gpu_blocks,
-            max_num_batched_tokens=self.token_budget, max_num_seqs=self.seq_limit,
+            block_size=self.block_size,
+            num_gpu_blocks=num_gpu_blocks,
+            max_num_batched_tokens=self.token_budget,
+            max_num_seqs=self.seq_limit,
             enable_chunked_prefill=self.enable_chunked_prefill,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
             enable_prefix_caching=self.enable_prefix_caching,
             max_model_len=self.max_model_len or model.max_model_len,
-            max_waiting=self.max_waiting, eos_token_id=eos_token_id)
+            max_waiting=self.max_waiting,
+            eos_token_id=eos_token_id,
+        )
 
     def describe(self) -> str:
         """One line of the effective limits, as ``vllm serve`` logs them at start-up."""
-        return (f"max_num_batched_tokens={self.max_num_batched_tokens}, "
-                f"max_num_seqs={self.max_num_seqs}, chunked prefill "
-                f"{'on' if self.enable_chunked_prefill else 'off'}, prefix caching "
-                f"{'on' if self.enable_prefix_caching else 'off'}")
+        return (
+            f"max_num_batched_tokens={self.max_num_batched_tokens}, "
+            f"max_num_seqs={self.max_num_seqs}, chunked prefill "
+            f"{'on' if self.enable_chunked_prefill else 'off'}, prefix caching "
+            f"{'on' if self.enable_prefix_caching else 'off'}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +232,7 @@ class SimOptions:
     def validate(self, model: ModelShape) -> None:
         """Raise :class:`ConfigError` naming the first invalid option."""
         GPUS.lookup(self.gpu)
-        for key, gpu in (("--prefill-gpu", self.prefill_gpu), ("--decode-gpu", self.decode_gpu)):
+        for gpu in (self.prefill_gpu, self.decode_gpu):
             if gpu is not None:
                 GPUS.lookup(gpu)
         _integer(self.prefill_replicas, "--prefill-replicas", 1, 64)
@@ -221,30 +240,38 @@ class SimOptions:
         for key, tp in (("--prefill-tp", self.prefill_tp), ("--decode-tp", self.decode_tp)):
             if tp is not None:
                 _integer(tp, key, 1, 64)
-        for key, value, low, high in (("--mfu", self.mfu, 1e-6, 1.0), ("--mbu", self.mbu, 1e-6, 1.0),
-                                      ("--overhead-ms", self.overhead_ms, 0.0, 10_000.0),
-                                      ("allreduce_latency_s", self.allreduce_latency_s, 0.0, 1.0),
-                                      ("--jitter", self.jitter, 0.0, 1.0),
-                                      ("eos_probability", self.eos_probability, 0.0, 1.0),
-                                      ("--time-scale", self.time_scale, 1e-9, 1e9),
-                                      ("--kv-link-gbps", self.kv_link_gbps, 1e-9, 1e9)):
+        for key, value, low, high in (
+            ("--mfu", self.mfu, 1e-6, 1.0),
+            ("--mbu", self.mbu, 1e-6, 1.0),
+            ("--overhead-ms", self.overhead_ms, 0.0, 10_000.0),
+            ("allreduce_latency_s", self.allreduce_latency_s, 0.0, 1.0),
+            ("--jitter", self.jitter, 0.0, 1.0),
+            ("eos_probability", self.eos_probability, 0.0, 1.0),
+            ("--time-scale", self.time_scale, 1e-9, 1e9),
+            ("--kv-link-gbps", self.kv_link_gbps, 1e-9, 1e9),
+        ):
             _number(value, key, low, high)
         _integer(self.min_token_id, "min_token_id", 0, model.vocab_size - 2)
-        for flag, dtype, valid in (("--dtype", self.dtype, SIM_DTYPES),
-                                   ("--kv-cache-dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)):
+        for flag, dtype, valid in (
+            ("--dtype", self.dtype, SIM_DTYPES),
+            ("--kv-cache-dtype", self.kv_cache_dtype, KV_CACHE_DTYPES),
+        ):
             if dtype not in valid:
                 raise ConfigError(f"unknown dtype {dtype!r}; valid: {', '.join(valid)}", key=flag)
         _integer(self.speculative_tokens, "--speculative-tokens", 0, 16)
         _number(self.acceptance_rate, "--acceptance-rate", 0.0, 1.0)
         if self.draft_model:
             if self.draft_model.strip().lower() not in MODELS:
-                raise ConfigError(f"unknown draft model {self.draft_model!r}; valid: "
-                                  f"{', '.join(MODELS)}", key="--draft-model")
+                raise ConfigError(
+                    f"unknown draft model {self.draft_model!r}; valid: {', '.join(MODELS)}", key="--draft-model"
+                )
             draft = MODELS[self.draft_model.strip().lower()]
             if draft.vocab_size != model.vocab_size:
-                raise ConfigError(f"{draft.name} has a vocabulary of {draft.vocab_size}, "
-                                  f"{model.name} of {model.vocab_size}: they must match",
-                                  key="--draft-model")
+                raise ConfigError(
+                    f"{draft.name} has a vocabulary of {draft.vocab_size}, "
+                    f"{model.name} of {model.vocab_size}: they must match",
+                    key="--draft-model",
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,12 +298,10 @@ class TorchOptions:
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid option."""
         device = self.device
-        if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda")
-                                               or device.startswith("cuda:")):
+        if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
             raise ConfigError(f"must be auto, cpu, cuda or cuda:N, got {device!r}", key="--device")
         if self.dtype not in ("auto", *DTYPES):
-            raise ConfigError(f"unknown dtype {self.dtype!r}; valid: auto, {', '.join(DTYPES)}",
-                              key="--dtype")
+            raise ConfigError(f"unknown dtype {self.dtype!r}; valid: auto, {', '.join(DTYPES)}", key="--dtype")
         if self.threads is not None:
             _integer(self.threads, "--threads")
         for size in self.cuda_graph_sizes:
@@ -284,8 +309,9 @@ class TorchOptions:
         if self.kv_cache_gb is not None:
             _number(self.kv_cache_gb, "--kv-cache-gb", 0.0, 1e6, above=True)
         if self.engine_mode not in ENGINE_MODES:
-            raise ConfigError(f"unknown engine mode {self.engine_mode!r}; valid: "
-                              f"{', '.join(ENGINE_MODES)}", key="engine_mode")
+            raise ConfigError(
+                f"unknown engine mode {self.engine_mode!r}; valid: {', '.join(ENGINE_MODES)}", key="engine_mode"
+            )
         _number(self.startup_timeout_s, "startup_timeout_s", 0.0, 1e6, above=True)
 
 
@@ -319,10 +345,10 @@ class HttpLimits:
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid setting."""
         key = self.api_key
-        if key is not None and not (isinstance(key, str) and key and key.isascii()
-                                    and key.isprintable() and " " not in key):
-            raise ConfigError("must be a non-empty string of printable ASCII without spaces",
-                              key="--api-key")
+        if key is not None and not (
+            isinstance(key, str) and key and key.isascii() and key.isprintable() and " " not in key
+        ):
+            raise ConfigError("must be a non-empty string of printable ASCII without spaces", key="--api-key")
         _number(self.body_timeout_s, "--body-timeout", 0.0, 1e6, above=True)
         _number(self.header_timeout_s, "--header-timeout", 0.0, 1e6, above=True)
         _number(self.drain_timeout_s, "--drain-timeout", 0.0, 1e6)
@@ -357,8 +383,7 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
-            raise ConfigError(f"unknown engine {self.engine!r}; valid: {', '.join(ENGINES)}",
-                              key="--engine")
+            raise ConfigError(f"unknown engine {self.engine!r}; valid: {', '.join(ENGINES)}", key="--engine")
         name = (self.model or DEFAULT_MODELS[self.engine]).strip().lower()
         valid = list(MODELS) if self.engine == "sim" else model_names()
         MODELS.lookup(name, valid, what=f"{self.engine} model")
@@ -366,18 +391,15 @@ class ServeConfig:
         self.scheduler.validate()
         _integer(self.replicas, "--replicas", 1, 64)
         if self.router not in ROUTERS:
-            raise ConfigError(f"unknown router {self.router!r}; valid: {', '.join(ROUTERS)}",
-                              key="--router")
+            raise ConfigError(f"unknown router {self.router!r}; valid: {', '.join(ROUTERS)}", key="--router")
         if self.engine == "sim":
             _integer(self.tp, "--tp", 1, 64)
             self.sim.validate(self.shape)
         else:
             if self.tp != 1:
-                raise ConfigError(f"the torch engine runs on one device; got {self.tp!r}",
-                                  key="--tp")
+                raise ConfigError(f"the torch engine runs on one device; got {self.tp!r}", key="--tp")
             if self.replicas != 1:
-                raise ConfigError(f"the torch engine runs one replica; got {self.replicas!r}",
-                                  key="--replicas")
+                raise ConfigError(f"the torch engine runs one replica; got {self.replicas!r}", key="--replicas")
             self.torch.validate()
         self.network.validate()
         self.http.validate()

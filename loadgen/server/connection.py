@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-__all__ = ["GuardedAppRunner", "GuardedServer", "GuardedRequestHandler"]
+__all__ = ["GuardedAppRunner", "GuardedRequestHandler", "GuardedServer"]
 
 
 class GuardedRequestHandler(RequestHandler):
@@ -81,8 +81,7 @@ class GuardedServer(web.Server):
         self.header_timeout_s = header_timeout_s
 
     def __call__(self) -> RequestHandler:
-        return GuardedRequestHandler(self, loop=self._loop, header_timeout_s=self.header_timeout_s,
-                                     **self._kwargs)
+        return GuardedRequestHandler(self, loop=self._loop, header_timeout_s=self.header_timeout_s, **self._kwargs)
 
 
 class GuardedAppRunner(web.AppRunner):
@@ -94,6 +93,11 @@ class GuardedAppRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         plain = await super()._make_server()
-        return GuardedServer(plain.request_handler, request_factory=plain.request_factory,
-                             handler_cancellation=plain.handler_cancellation, loop=plain._loop,
-                             header_timeout_s=self.header_timeout_s, **plain._kwargs)
+        return GuardedServer(
+            plain.request_handler,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            loop=plain._loop,
+            header_timeout_s=self.header_timeout_s,
+            **plain._kwargs,
+        )

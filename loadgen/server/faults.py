@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from loadgen.errors import ConfigError
 
-__all__ = ["FaultConfig", "FaultPlan", "FaultInjector"]
+__all__ = ["FaultConfig", "FaultInjector", "FaultPlan"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -53,7 +53,7 @@ class FaultConfig:
 class FaultPlan:
     """The faults of one request: ``fail``, ``disconnect_after`` and per-event stalls."""
 
-    __slots__ = ("fail", "disconnect_after", "_rng", "_stall_rate", "stall_s")
+    __slots__ = ("_rng", "_stall_rate", "disconnect_after", "fail", "stall_s")
 
     def __init__(self, config: FaultConfig, index: int, max_tokens: int) -> None:
         rng = random.Random(config.seed * 1_000_003 + index)
@@ -73,7 +73,7 @@ class FaultPlan:
 class FaultInjector:
     """Hands out :class:`FaultPlan` objects in request order."""
 
-    __slots__ = ("config", "_next")
+    __slots__ = ("_next", "config")
 
     def __init__(self, config: FaultConfig) -> None:
         self.config = config

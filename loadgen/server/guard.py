@@ -32,7 +32,7 @@ from aiohttp import web
 from loadgen.server.config import HttpLimits
 from loadgen.server.protocol import RequestRejected
 
-__all__ = ["check_api_key", "read_json", "context_body_limit", "BYTES_PER_TOKEN"]
+__all__ = ["BYTES_PER_TOKEN", "check_api_key", "context_body_limit", "read_json"]
 
 BYTES_PER_TOKEN = 128
 """Body bytes allowed per token of the context: a token of text is rarely over 16 bytes, 12
@@ -43,6 +43,7 @@ _SLACK_BYTES = 64 * 1024  # the other fields: model, stop strings, options
 def context_body_limit(max_model_len: int) -> int:
     """The largest body a request for a context of ``max_model_len`` tokens may have."""
     return max_model_len * BYTES_PER_TOKEN + _SLACK_BYTES
+
 
 def _protected(request: web.Request) -> bool:
     path = request.path
@@ -55,9 +56,11 @@ def check_api_key(request: web.Request, api_key: str | None) -> None:
         return
     sent = request.headers.get("Authorization", "").encode("utf-8", "surrogatepass")
     if not hmac.compare_digest(sent, f"Bearer {api_key}".encode()):
-        raise RequestRejected("Incorrect or missing API key: send 'Authorization: Bearer "
-                              "<key>' with the key given to --api-key", status=401,
-                              code="invalid_api_key")
+        raise RequestRejected(
+            "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the key given to --api-key",
+            status=401,
+            code="invalid_api_key",
+        )
 
 
 def _too_long(max_model_len: int, size: str, param: str) -> RequestRejected:
@@ -66,7 +69,10 @@ def _too_long(max_model_len: int, size: str, param: str) -> RequestRejected:
         f"This model's maximum context length is {max_model_len} tokens. However, the request "
         f"body is {size} bytes, more than any prompt of {max_model_len} tokens takes "
         f"({limit} bytes). Please reduce the length of the prompt.",
-        param=param, code="context_length_exceeded", close=True)
+        param=param,
+        code="context_length_exceeded",
+        close=True,
+    )
 
 
 async def _read_at_most(request: web.Request, limit: int) -> bytes | None:
@@ -85,13 +91,18 @@ async def _read_at_most(request: web.Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def read_json(request: web.Request, limits: HttpLimits, *, max_model_len: int | None = None,
-                    param: str = "prompt") -> Any:
+async def read_json(
+    request: web.Request, limits: HttpLimits, *, max_model_len: int | None = None, param: str = "prompt"
+) -> Any:
     """The decoded JSON body of ``request``, within the size and time limits (and within
     :func:`context_body_limit` of ``max_model_len`` when given; ``param`` names the prompt
     in that error)."""
-    too_large = RequestRejected(f"the request body is larger than {limits.max_body_bytes} bytes",
-                                status=413, code="request_too_large", close=True)
+    too_large = RequestRejected(
+        f"the request body is larger than {limits.max_body_bytes} bytes",
+        status=413,
+        code="request_too_large",
+        close=True,
+    )
     context = limits.max_body_bytes + 1
     if max_model_len is not None:
         context = context_body_limit(max_model_len)
@@ -104,9 +115,13 @@ async def read_json(request: web.Request, limits: HttpLimits, *, max_model_len: 
         async with asyncio.timeout(limits.body_timeout_s):
             raw = await _read_at_most(request, min(limits.max_body_bytes, context))
     except TimeoutError:
-        raise RequestRejected(f"the request body did not arrive within "
-                              f"{limits.body_timeout_s:g} s", status=408,
-                              code="request_timeout", close=True, hangup=True) from None
+        raise RequestRejected(
+            f"the request body did not arrive within {limits.body_timeout_s:g} s",
+            status=408,
+            code="request_timeout",
+            close=True,
+            hangup=True,
+        ) from None
     if raw is None:
         if context <= limits.max_body_bytes:
             raise _too_long(max_model_len or 0, f"over {context:,}", param)

@@ -11,7 +11,8 @@ import re
 import subprocess
 import sys
 import threading
-from typing import IO, Sequence
+from collections.abc import Sequence
+from typing import IO
 
 from loadgen.errors import ServerError
 

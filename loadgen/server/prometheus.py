@@ -33,23 +33,93 @@ from typing import Any
 from loadgen.server.engine.interface import EngineStats
 
 __all__ = [
-    "TTFT_BUCKETS",
+    "FINISH_REASONS",
     "ITL_BUCKETS",
     "LATENCY_BUCKETS",
-    "FINISH_REASONS",
+    "TTFT_BUCKETS",
     "Histogram",
-    "RequestTrace",
     "RequestLog",
+    "RequestTrace",
     "ServerMetrics",
     "format_value",
 ]
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-               0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
-                   20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+LATENCY_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 FINISH_REASONS = ("stop", "length", "abort")
 # the simulated GPUs' telemetry under the DCGM exporter's names: (name, help, field, scale)
 _DCGM = (
@@ -81,7 +151,7 @@ def _labels(pairs: Sequence[tuple[str, str]]) -> str:
 class Histogram:
     """A Prometheus histogram: ``le`` buckets (observations <= bound), sum and count."""
 
-    __slots__ = ("name", "help", "bounds", "_counts", "sum", "count")
+    __slots__ = ("_counts", "bounds", "count", "help", "name", "sum")
 
     def __init__(self, name: str, help_text: str, bounds: Sequence[float]) -> None:
         self.name = name
@@ -207,29 +277,48 @@ class RequestLog:
 class ServerMetrics:
     """All metrics of one served model; :meth:`render` produces the ``/metrics`` body."""
 
-    __slots__ = ("model_name", "ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode",
-                 "finished", "rejected", "faults", "log")
+    __slots__ = (
+        "decode",
+        "e2e",
+        "faults",
+        "finished",
+        "itl",
+        "log",
+        "model_name",
+        "prefill",
+        "queue",
+        "rejected",
+        "tpot",
+        "ttft",
+    )
 
     def __init__(self, model_name: str, *, history: int = 10_000) -> None:
         self.model_name = model_name
-        self.ttft = Histogram("vllm:time_to_first_token_seconds",
-                              "Histogram of time to first token in seconds.", TTFT_BUCKETS)
-        self.itl = Histogram("vllm:inter_token_latency_seconds",
-                             "Histogram of inter-token latency in seconds.", ITL_BUCKETS)
-        self.tpot = Histogram("vllm:time_per_output_token_seconds",
-                              "Histogram of time per output token in seconds (deprecated name "
-                              "of vllm:inter_token_latency_seconds).", ITL_BUCKETS)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds",
-                             "Histogram of end to end request latency in seconds.", LATENCY_BUCKETS)
-        self.queue = Histogram("vllm:request_queue_time_seconds",
-                               "Histogram of time spent in WAITING phase for request.",
-                               LATENCY_BUCKETS)
-        self.prefill = Histogram("vllm:request_prefill_time_seconds",
-                                 "Histogram of time spent in PREFILL phase for request.",
-                                 LATENCY_BUCKETS)
-        self.decode = Histogram("vllm:request_decode_time_seconds",
-                                "Histogram of time spent in DECODE phase for request.",
-                                LATENCY_BUCKETS)
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        )
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS
+        )
+        self.tpot = Histogram(
+            "vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds (deprecated name of vllm:inter_token_latency_seconds).",
+            ITL_BUCKETS,
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", LATENCY_BUCKETS
+        )
+        self.queue = Histogram(
+            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", LATENCY_BUCKETS
+        )
+        self.prefill = Histogram(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            LATENCY_BUCKETS,
+        )
+        self.decode = Histogram(
+            "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", LATENCY_BUCKETS
+        )
         self.finished = dict.fromkeys(FINISH_REASONS, 0)
         self.rejected: dict[str, int] = {}
         self.faults = dict.fromkeys(("fail", "stall", "disconnect"), 0)
@@ -246,8 +335,7 @@ class ServerMetrics:
             self.tpot.observe(value)
         self.e2e.observe(trace.e2e_s)
         timings = trace.engine or {}
-        for hist, key in ((self.queue, "queue_s"), (self.prefill, "prefill_s"),
-                          (self.decode, "decode_s")):
+        for hist, key in ((self.queue, "queue_s"), (self.prefill, "prefill_s"), (self.decode, "decode_s")):
             seconds = timings.get(key)
             if seconds is not None:
                 hist.observe(seconds)
@@ -259,8 +347,7 @@ class ServerMetrics:
         key = str(status)
         self.rejected[key] = self.rejected.get(key, 0) + 1
 
-    def render(self, stats: EngineStats, replicas: Sequence[EngineStats] = (),
-               gpus: Sequence[Any] = ()) -> str:
+    def render(self, stats: EngineStats, replicas: Sequence[EngineStats] = (), gpus: Sequence[Any] = ()) -> str:
         """The ``/metrics`` body. With more than one replica the engine's gauges and
         counters are written once per replica, labelled ``engine="i"`` (as vLLM labels its
         data-parallel engines); a scraper sums or averages them."""
@@ -269,8 +356,7 @@ class ServerMetrics:
         lines: list[str] = []
         per_engine = list(replicas) if len(replicas) > 1 else []
 
-        def sample(name: str, kind: str, help_text: str, value: float,
-                   field: str | None = None) -> None:
+        def sample(name: str, kind: str, help_text: str, value: float, field: str | None = None) -> None:
             lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"))
             if field is None or not per_engine:
                 lines.append(f"{name}{lab} {format_value(value)}")
@@ -279,36 +365,83 @@ class ServerMetrics:
                 labels = _labels((*model, ("engine", str(i))))
                 lines.append(f"{name}{labels} {format_value(getattr(part, field))}")
 
-        sample("vllm:num_requests_running", "gauge",
-               "Number of requests in model execution batches.", stats.running, "running")
-        sample("vllm:num_requests_waiting", "gauge",
-               "Number of requests waiting to be processed.", stats.waiting, "waiting")
-        sample("vllm:gpu_cache_usage_perc", "gauge",
-               "GPU KV-cache usage. 1 means 100 percent usage.", stats.kv_usage, "kv_usage")
-        sample("vllm:kv_cache_usage_perc", "gauge",
-               "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage, "kv_usage")
-        sample("vllm:prefix_cache_queries_total", "counter",
-               "Prefix cache queries, in terms of number of queried tokens.",
-               stats.prefix_cache_queries, "prefix_cache_queries")
-        sample("vllm:prefix_cache_hits_total", "counter",
-               "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_cache_hits,
-               "prefix_cache_hits")
-        sample("loadgen:prefix_cache_preempted_queries_total", "counter",
-               "Prefix cache queries of requests preempted before (not in "
-               "vllm:prefix_cache_queries_total), in tokens.", stats.prefix_cache_preempted_queries,
-               "prefix_cache_preempted_queries")
-        sample("loadgen:prefix_cache_preempted_hits_total", "counter",
-               "Prefix cache hits of requests preempted before (not in "
-               "vllm:prefix_cache_hits_total), in tokens.", stats.prefix_cache_preempted_hits,
-               "prefix_cache_preempted_hits")
-        sample("vllm:num_preemptions_total", "counter",
-               "Cumulative number of preemptions from the engine.", stats.preemptions,
-               "preemptions")
-        sample("vllm:prompt_tokens_total", "counter",
-               "Number of prefill tokens processed.", stats.prompt_tokens, "prompt_tokens")
-        sample("vllm:generation_tokens_total", "counter",
-               "Number of generation tokens processed.", stats.generation_tokens,
-               "generation_tokens")
+        sample(
+            "vllm:num_requests_running",
+            "gauge",
+            "Number of requests in model execution batches.",
+            stats.running,
+            "running",
+        )
+        sample(
+            "vllm:num_requests_waiting",
+            "gauge",
+            "Number of requests waiting to be processed.",
+            stats.waiting,
+            "waiting",
+        )
+        sample(
+            "vllm:gpu_cache_usage_perc",
+            "gauge",
+            "GPU KV-cache usage. 1 means 100 percent usage.",
+            stats.kv_usage,
+            "kv_usage",
+        )
+        sample(
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            stats.kv_usage,
+            "kv_usage",
+        )
+        sample(
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            stats.prefix_cache_queries,
+            "prefix_cache_queries",
+        )
+        sample(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            stats.prefix_cache_hits,
+            "prefix_cache_hits",
+        )
+        sample(
+            "loadgen:prefix_cache_preempted_queries_total",
+            "counter",
+            "Prefix cache queries of requests preempted before (not in vllm:prefix_cache_queries_total), in tokens.",
+            stats.prefix_cache_preempted_queries,
+            "prefix_cache_preempted_queries",
+        )
+        sample(
+            "loadgen:prefix_cache_preempted_hits_total",
+            "counter",
+            "Prefix cache hits of requests preempted before (not in vllm:prefix_cache_hits_total), in tokens.",
+            stats.prefix_cache_preempted_hits,
+            "prefix_cache_preempted_hits",
+        )
+        sample(
+            "vllm:num_preemptions_total",
+            "counter",
+            "Cumulative number of preemptions from the engine.",
+            stats.preemptions,
+            "preemptions",
+        )
+        sample(
+            "vllm:prompt_tokens_total",
+            "counter",
+            "Number of prefill tokens processed.",
+            stats.prompt_tokens,
+            "prompt_tokens",
+        )
+        sample(
+            "vllm:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            stats.generation_tokens,
+            "generation_tokens",
+        )
         sample("loadgen:engine_steps_total", "counter", "Engine steps executed.", stats.steps, "steps")
 
         def labelled(name: str, help_text: str, key: str, counts: dict[str, int]) -> None:
@@ -316,21 +449,26 @@ class ServerMetrics:
             for k, v in counts.items():
                 lines.append(f"{name}{_labels((*model, (key, k)))} {format_value(v)}")
 
-        labelled("vllm:request_success_total", "Count of finished requests by finish reason.",
-                 "finished_reason", self.finished)
-        labelled("loadgen:requests_rejected_total",
-                 "Requests answered with an error status before reaching the engine.",
-                 "status", self.rejected)
-        labelled("loadgen:faults_injected_total", "Faults injected, by kind.", "kind",
-                 self.faults)
-        for hist in (self.ttft, self.itl, self.tpot, self.e2e, self.queue, self.prefill,
-                     self.decode):
+        labelled(
+            "vllm:request_success_total",
+            "Count of finished requests by finish reason.",
+            "finished_reason",
+            self.finished,
+        )
+        labelled(
+            "loadgen:requests_rejected_total",
+            "Requests answered with an error status before reaching the engine.",
+            "status",
+            self.rejected,
+        )
+        labelled("loadgen:faults_injected_total", "Faults injected, by kind.", "kind", self.faults)
+        for hist in (self.ttft, self.itl, self.tpot, self.e2e, self.queue, self.prefill, self.decode):
             lines.extend(hist.render(model))
-        for name, help_text, field, scale in _DCGM:
+        for name, help_text, attr, scale in _DCGM:
             if not gpus:
                 break
             lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} gauge"))
             for i, g in enumerate(gpus):
                 labels = _labels((("gpu", str(i)), ("modelName", "loadgen sim")))
-                lines.append(f"{name}{labels} {format_value(round(getattr(g, field) * scale, 3))}")
+                lines.append(f"{name}{labels} {format_value(round(getattr(g, attr) * scale, 3))}")
         return "\n".join(lines) + "\n"

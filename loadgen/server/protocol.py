@@ -23,10 +23,10 @@ from loadgen.errors import ServerError
 from loadgen.server.tokenizer import Tokenizer
 
 __all__ = [
-    "RequestRejected",
     "ParsedRequest",
-    "parse_request",
+    "RequestRejected",
     "error_body",
+    "parse_request",
     "usage_body",
 ]
 
@@ -43,9 +43,17 @@ class RequestRejected(ServerError):
     ``hangup``: it is closed as soon as the answer is written, without draining the body.
     """
 
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None,
-                 code: str | None = None, type: str = "invalid_request_error",
-                 close: bool = False, hangup: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        param: str | None = None,
+        code: str | None = None,
+        type: str = "invalid_request_error",
+        close: bool = False,
+        hangup: bool = False,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -59,8 +67,9 @@ class RequestRejected(ServerError):
         return error_body(self.message, type=self.type, param=self.param, code=self.code)
 
 
-def error_body(message: str, *, type: str = "invalid_request_error", param: str | None = None,
-               code: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, *, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     """``{"error": {"message", "type", "param", "code"}}``."""
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
@@ -94,8 +103,7 @@ def _check(value: Any, kind: str) -> bool:
     if kind == _INT:
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == _NUM:
-        return (isinstance(value, (int, float)) and not isinstance(value, bool)
-                and math.isfinite(value))
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if kind == _BOOL:
         return isinstance(value, bool)
     return isinstance(value, str)
@@ -106,8 +114,10 @@ def _field(body: dict[str, Any], key: str, kind: str, default: Any = None) -> An
     if value is None:
         return default
     if not _check(value, kind):
-        raise RequestRejected(f"'{key}' must be {'an' if kind == _INT else 'a'} {kind}, "
-                              f"got {type(value).__name__}: {value!r:.60}", param=key)
+        raise RequestRejected(
+            f"'{key}' must be {'an' if kind == _INT else 'a'} {kind}, got {type(value).__name__}: {value!r:.60}",
+            param=key,
+        )
     return value
 
 
@@ -116,7 +126,10 @@ def _over_context(max_model_len: int, chat: bool) -> RequestRejected:
     return RequestRejected(
         f"This model's maximum context length is {max_model_len} tokens. However, the "
         f"{where} alone has more than {max_model_len} tokens. Please reduce the length of "
-        f"the prompt.", param=where, code="context_length_exceeded")
+        f"the prompt.",
+        param=where,
+        code="context_length_exceeded",
+    )
 
 
 def _encode(tok: Tokenizer, text: str, max_model_len: int) -> list[int]:
@@ -142,12 +155,13 @@ def _parse_prompt(body: dict[str, Any], tok: Tokenizer, max_model_len: int) -> l
     if isinstance(prompt, list) and all(_check(t, _INT) for t in prompt):
         bad = [t for t in prompt if not 0 <= t < tok.vocab_size]
         if bad:
-            raise RequestRejected(f"token id {bad[0]} is outside the vocabulary "
-                                  f"[0, {tok.vocab_size})", param="prompt")
+            raise RequestRejected(f"token id {bad[0]} is outside the vocabulary [0, {tok.vocab_size})", param="prompt")
         return list(prompt)
-    raise RequestRejected("'prompt' must be a string, a list of token ids, or a list holding "
-                          "one of those (batches of several prompts are not supported)",
-                          param="prompt")
+    raise RequestRejected(
+        "'prompt' must be a string, a list of token ids, or a list holding "
+        "one of those (batches of several prompts are not supported)",
+        param="prompt",
+    )
 
 
 def _content_text(content: Any, i: int) -> str:
@@ -158,14 +172,14 @@ def _content_text(content: Any, i: int) -> str:
     if isinstance(content, list):
         texts = []
         for part in content:
-            if not (isinstance(part, dict) and part.get("type") == "text"
-                    and isinstance(part.get("text"), str)):
-                raise RequestRejected(f"messages[{i}].content: only parts of type 'text' with a "
-                                      "string 'text' are supported", param="messages")
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise RequestRejected(
+                    f"messages[{i}].content: only parts of type 'text' with a string 'text' are supported",
+                    param="messages",
+                )
             texts.append(part["text"])
         return " ".join(texts)
-    raise RequestRejected(f"messages[{i}].content must be a string or a list of text parts",
-                          param="messages")
+    raise RequestRejected(f"messages[{i}].content must be a string or a list of text parts", param="messages")
 
 
 def _parse_messages(body: dict[str, Any], tok: Tokenizer, max_model_len: int) -> list[int]:
@@ -180,8 +194,7 @@ def _parse_messages(body: dict[str, Any], tok: Tokenizer, max_model_len: int) ->
             raise RequestRejected(f"messages[{i}] must be an object", param="messages")
         role = msg.get("role")
         if not isinstance(role, str) or not role or any(c.isspace() for c in role):
-            raise RequestRejected(f"messages[{i}].role must be a non-empty string without "
-                                  "spaces", param="messages")
+            raise RequestRejected(f"messages[{i}].role must be a non-empty string without spaces", param="messages")
         pairs.append((role, _content_text(msg.get("content"), i)))
     capped = getattr(tok, "apply_chat_template_at_most", None)
     if capped is None:
@@ -201,20 +214,23 @@ def _parse_stop(body: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
         raise RequestRejected("'stop' must be a string or a list of strings", param="stop")
     words = tuple(tuple(s.split()) for s in items)
     if any(not w for w in words):
-        raise RequestRejected("'stop' strings must contain at least one word "
-                              "(stop sequences are matched on whole words)", param="stop")
+        raise RequestRejected(
+            "'stop' strings must contain at least one word (stop sequences are matched on whole words)", param="stop"
+        )
     return words
 
 
-def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenizer,
-                  max_model_len: int) -> ParsedRequest:
+def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenizer, max_model_len: int) -> ParsedRequest:
     """Validate a completions (``chat=False``) or chat body; raise :class:`RequestRejected`."""
     if not isinstance(body, dict):
         raise RequestRejected("the request body must be a JSON object")
     model = _field(body, "model", _STR, model_name)
     if model != model_name:
-        raise RequestRejected(f"The model `{model}` does not exist; this server serves "
-                              f"`{model_name}`.", param="model", code="model_not_found")
+        raise RequestRejected(
+            f"The model `{model}` does not exist; this server serves `{model_name}`.",
+            param="model",
+            code="model_not_found",
+        )
     n = _field(body, "n", _INT, 1)
     if n != 1:
         raise RequestRejected(f"only n=1 is supported, got n={n}", param="n")
@@ -225,11 +241,11 @@ def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenize
     if body.get("logprobs") not in (None, False):
         raise RequestRejected("logprobs are not supported", param="logprobs")
 
-    prompt_ids = (_parse_messages(body, tokenizer, max_model_len) if chat
-                  else _parse_prompt(body, tokenizer, max_model_len))
+    prompt_ids = (
+        _parse_messages(body, tokenizer, max_model_len) if chat else _parse_prompt(body, tokenizer, max_model_len)
+    )
     if not prompt_ids:
-        raise RequestRejected("the prompt is empty (0 tokens)",
-                              param="messages" if chat else "prompt")
+        raise RequestRejected("the prompt is empty (0 tokens)", param="messages" if chat else "prompt")
 
     key = "max_tokens"
     max_tokens = _field(body, "max_tokens", _INT)
@@ -240,20 +256,17 @@ def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenize
         raise RequestRejected(f"'{key}' must be at least 1, got {max_tokens}", param=key)
     min_tokens = _field(body, "min_tokens", _INT, 0)
     if min_tokens < 0 or (max_tokens is not None and min_tokens > max_tokens):
-        raise RequestRejected(f"'min_tokens' must be between 0 and {key}, got {min_tokens}",
-                              param="min_tokens")
+        raise RequestRejected(f"'min_tokens' must be between 0 and {key}, got {min_tokens}", param="min_tokens")
     temperature = float(_field(body, "temperature", _NUM, 1.0))
     if temperature < 0.0:
-        raise RequestRejected(f"'temperature' must be >= 0, got {temperature}",
-                              param="temperature")
+        raise RequestRejected(f"'temperature' must be >= 0, got {temperature}", param="temperature")
 
     stream = _field(body, "stream", _BOOL, False)
     options = body.get("stream_options")
     include_usage = continuous = False
     if options is not None:
         if not stream:
-            raise RequestRejected("'stream_options' is only allowed when 'stream' is true",
-                                  param="stream_options")
+            raise RequestRejected("'stream_options' is only allowed when 'stream' is true", param="stream_options")
         if not isinstance(options, dict):
             raise RequestRejected("'stream_options' must be an object", param="stream_options")
         include_usage = _field(options, "include_usage", _BOOL, False)
@@ -269,7 +282,9 @@ def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenize
             f"requested {prompt_len + max(max_tokens, 0)} tokens ({prompt_len} in the "
             f"{'messages' if chat else 'prompt'}, {max(max_tokens, 0)} in the completion). "
             "Please reduce the length of the prompt or completion.",
-            param="messages" if chat else "prompt", code="context_length_exceeded")
+            param="messages" if chat else "prompt",
+            code="context_length_exceeded",
+        )
     return ParsedRequest(
         chat=chat,
         prompt_ids=prompt_ids,

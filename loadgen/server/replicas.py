@@ -35,8 +35,7 @@ from typing import Any
 from loadgen.errors import ConfigError
 from loadgen.server.engine.interface import AsyncEngine, EngineRequest, EngineStats, TokenOutput
 
-__all__ = ["ROUTERS", "BALANCE_ABS", "BALANCE_REL", "MATCH_THRESHOLD", "Router",
-           "ReplicatedEngine", "block_hashes"]
+__all__ = ["BALANCE_ABS", "BALANCE_REL", "MATCH_THRESHOLD", "ROUTERS", "ReplicatedEngine", "Router", "block_hashes"]
 
 ROUTERS = ("round-robin", "least-loaded", "prefix-aware")
 MATCH_THRESHOLD = 0.5  # prefix-aware: least share of the prompt's blocks that must match
@@ -51,7 +50,7 @@ def block_hashes(token_ids: Sequence[int], block_size: int) -> list[bytes]:
     parent = b""
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         h = hashlib.blake2b(parent, digest_size=16)
-        h.update(b",".join(str(t).encode() for t in token_ids[start:start + block_size]))
+        h.update(b",".join(str(t).encode() for t in token_ids[start : start + block_size]))
         parent = h.digest()
         out.append(parent)
     return out
@@ -60,11 +59,9 @@ def block_hashes(token_ids: Sequence[int], block_size: int) -> list[bytes]:
 class Router:
     """Chooses a replica for each request; counts what each replica has outstanding."""
 
-    def __init__(self, policy: str, replicas: int, *, block_size: int = 16,
-                 cache_blocks: int = 1 << 20) -> None:
+    def __init__(self, policy: str, replicas: int, *, block_size: int = 16, cache_blocks: int = 1 << 20) -> None:
         if policy not in ROUTERS:
-            raise ConfigError(f"unknown router {policy!r}; valid: {', '.join(ROUTERS)}",
-                              key="--router")
+            raise ConfigError(f"unknown router {policy!r}; valid: {', '.join(ROUTERS)}", key="--router")
         self.policy = policy
         self.n = replicas
         self.block_size = block_size

@@ -39,17 +39,17 @@ from typing import Protocol
 from loadgen.errors import ConfigError
 
 __all__ = [
-    "PAD_ID",
     "BOS_ID",
     "EOS_ID",
     "EOT_ID",
     "NUM_RESERVED",
-    "WordTokenizer",
-    "StopMatcher",
-    "count_words",
-    "Tokenizer",
+    "PAD_ID",
     "OutputStream",
+    "StopMatcher",
+    "Tokenizer",
     "WordStream",
+    "WordTokenizer",
+    "count_words",
 ]
 
 PAD_ID = 0
@@ -110,7 +110,7 @@ class WordTokenizer:
     :meth:`encode`.
     """
 
-    __slots__ = ("vocab_size", "seed", "_syllables", "_ids", "_words")
+    __slots__ = ("_ids", "_syllables", "_words", "seed", "vocab_size")
 
     # each memo holds at most this many entries (about 5 MB), then starts afresh: a
     # llama-3 vocabulary is 128k ids, and a memo of every word the sim samples
@@ -136,8 +136,7 @@ class WordTokenizer:
         token_id = self._ids.get(word)
         if token_id is None:
             digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
-            token_id = (int.from_bytes(digest, "little") % (self.vocab_size - NUM_RESERVED)
-                        + NUM_RESERVED)
+            token_id = int.from_bytes(digest, "little") % (self.vocab_size - NUM_RESERVED) + NUM_RESERVED
             if len(self._ids) >= self._MAX_CACHED_WORDS:
                 self._ids.clear()
             self._ids[word] = token_id
@@ -158,8 +157,7 @@ class WordTokenizer:
         memo, token_id = self._ids, self.token_id
         return [memo.get(word) or token_id(word) for word in words]
 
-    def apply_chat_template_at_most(self, messages: Iterable[tuple[str, str]],
-                                    limit: int) -> list[int] | None:
+    def apply_chat_template_at_most(self, messages: Iterable[tuple[str, str]], limit: int) -> list[int] | None:
         """:meth:`apply_chat_template`, or None past ``limit`` tokens (bounded as
         :meth:`encode_at_most`)."""
         ids: list[int] = []
@@ -236,7 +234,7 @@ class StopMatcher:
     words when generation ends for another reason.
     """
 
-    __slots__ = ("_stops", "_held", "matched")
+    __slots__ = ("_held", "_stops", "matched")
 
     def __init__(self, stops: Iterable[Sequence[str]]) -> None:
         self._stops = [tuple(s) for s in stops if s]
@@ -287,7 +285,7 @@ class WordStream:
     """Generated ids to words joined by single spaces (the first without a leading space),
     ``stop`` matched on whole words by a :class:`StopMatcher`."""
 
-    __slots__ = ("_tok", "_matcher", "_any_text")
+    __slots__ = ("_any_text", "_matcher", "_tok")
 
     def __init__(self, tok: WordTokenizer, stop: Sequence[Sequence[str]]) -> None:
         self._tok = tok

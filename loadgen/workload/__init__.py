@@ -24,17 +24,17 @@ from loadgen.workload.spec import (
 
 __all__ = [
     "Distribution",
-    "parse_distribution",
+    "PromptSynthesizer",
     "RequestClass",
     "SessionConfig",
     "SessionSource",
-    "Workload",
-    "load_workload",
-    "workload_from_flags",
-    "list_workloads",
-    "PromptSynthesizer",
     "TokenCounter",
     "TokenizerCounter",
+    "Workload",
     "generate_specs",
+    "list_workloads",
+    "load_workload",
+    "parse_distribution",
     "spec_stream",
+    "workload_from_flags",
 ]

@@ -13,8 +13,7 @@ from loadgen.errors import WorkloadError
 if TYPE_CHECKING:
     from loadgen.workload.distributions import Distribution
 
-__all__ = ["Param", "Kind", "Ctx", "usage", "parse_int", "convert", "split_params", "shown", "NUMBER_RE",
-           "INT_LIMIT"]
+__all__ = ["INT_LIMIT", "NUMBER_RE", "Ctx", "Kind", "Param", "convert", "parse_int", "shown", "split_params", "usage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +82,13 @@ def parse_int(text: str | None) -> int | None:
     return int(f) if f.is_integer() else None
 
 
-TYPE_WORDS = {"int": "a whole number", "float": "a number", "ints": "a list of whole numbers",
-               "floats": "a list of numbers", "str": "a string"}
+TYPE_WORDS = {
+    "int": "a whole number",
+    "float": "a number",
+    "ints": "a list of whole numbers",
+    "floats": "a list of numbers",
+    "str": "a string",
+}
 
 
 def convert(raw: Any, prm: Param, cls: type[Kind], ctx: Ctx) -> Any:
@@ -117,8 +121,9 @@ def convert(raw: Any, prm: Param, cls: type[Kind], ctx: Ctx) -> Any:
         if value is None:
             raise bad
         raw = value
-    too_large = ctx.error(f"{cls.KIND}: parameter {prm.name!r} must be at most {INT_LIMIT:,} in size, "
-                          f"got {shown(raw)}", cls)
+    too_large = ctx.error(
+        f"{cls.KIND}: parameter {prm.name!r} must be at most {INT_LIMIT:,} in size, got {shown(raw)}", cls
+    )
     if isinstance(raw, int) and abs(raw) > INT_LIMIT:  # before any float(): 10**400 has none
         raise too_large
     if not isinstance(raw, (int, float)) or not math.isfinite(raw):

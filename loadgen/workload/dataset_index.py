@@ -24,8 +24,17 @@ import orjson
 from loadgen.errors import WorkloadError
 from loadgen.inputs import open_input
 
-__all__ = ["EntryView", "FileEntries", "HeldEntries", "Span", "Store", "csv_spans", "json_array_spans", "jsonl_spans",
-           "stamp"]  # fmt: skip
+__all__ = [
+    "EntryView",
+    "FileEntries",
+    "HeldEntries",
+    "Span",
+    "Store",
+    "csv_spans",
+    "json_array_spans",
+    "jsonl_spans",
+    "stamp",
+]
 
 Span = tuple[int, int, str, Any]  # byte offset, length, where ("line 3", "entry 2"), the parsed entry
 _BLOCK = 1 << 18
@@ -76,8 +85,9 @@ def _string_end(buf: bytearray, start: int) -> int:
 
 def _kind_of_text(head: bytes) -> str:
     c = head[:1]
-    return {b"{": "an object", b'"': "a string", b"t": "a boolean", b"f": "a boolean",
-            b"n": "null"}.get(c, "a number" if c in b"-0123456789" and c else "")  # fmt: skip
+    return {b"{": "an object", b'"': "a string", b"t": "a boolean", b"f": "a boolean", b"n": "null"}.get(
+        c, "a number" if c in b"-0123456789" and c else ""
+    )
 
 
 class _Scanner:
@@ -225,9 +235,23 @@ class FileEntries:
     entry of one parsed object). Pickles as its path and spans: a worker process opens
     the file again, and refuses it if it changed since it was indexed."""
 
-    def __init__(self, path: str, fmt: str, spans: np.ndarray, header: list[str], file_stamp: tuple[int, int],
-                 parse: Callable[[Any, str], Any]) -> None:  # fmt: skip
-        self.path, self.fmt, self.spans, self.header, self.stamp, self.parse = path, fmt, spans, header, file_stamp, parse
+    def __init__(
+        self,
+        path: str,
+        fmt: str,
+        spans: np.ndarray,
+        header: list[str],
+        file_stamp: tuple[int, int],
+        parse: Callable[[Any, str], Any],
+    ) -> None:
+        self.path, self.fmt, self.spans, self.header, self.stamp, self.parse = (
+            path,
+            fmt,
+            spans,
+            header,
+            file_stamp,
+            parse,
+        )
         self._fh: BinaryIO | None = None
         self._cache: dict[int, Any] = {}
 
@@ -248,8 +272,9 @@ class FileEntries:
                 raise WorkloadError(f"cannot read: {exc.strerror or exc}", source=self.path) from None
             if stamp(fh) != self.stamp:
                 fh.close()
-                raise WorkloadError("changed since it was read: the run's prompts would not be the ones measured",
-                                    source=self.path)  # fmt: skip
+                raise WorkloadError(
+                    "changed since it was read: the run's prompts would not be the ones measured", source=self.path
+                )
             self._fh = fh
         return self._fh
 

@@ -101,15 +101,23 @@ class DatasetOptions:
     output_tokens: int | None = None  # overrides every entry's recorded answer
 
     def __post_init__(self) -> None:
-        for flag, v in (("--min-prompt-tokens", self.min_prompt_tokens), ("--max-prompt-tokens", self.max_prompt_tokens),
-                        ("--output-tokens", self.output_tokens)):  # fmt: skip
+        for flag, v in (
+            ("--min-prompt-tokens", self.min_prompt_tokens),
+            ("--max-prompt-tokens", self.max_prompt_tokens),
+            ("--output-tokens", self.output_tokens),
+        ):
             if v is not None and not 1 <= v <= MAX_LENGTH:
                 raise WorkloadError(f"must be in [1, {MAX_LENGTH:,}] tokens, got {v:,}", key=flag)
 
     def describe(self) -> dict[str, Any]:
-        return {"path": self.path, "format": self.format, "min_prompt_tokens": self.min_prompt_tokens,
-                "max_prompt_tokens": self.max_prompt_tokens, "replacement": self.replacement,
-                "output_tokens": self.output_tokens}  # fmt: skip
+        return {
+            "path": self.path,
+            "format": self.format,
+            "min_prompt_tokens": self.min_prompt_tokens,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "replacement": self.replacement,
+            "output_tokens": self.output_tokens,
+        }
 
 
 Entry = tuple[Prompt, str | None, int | None]  # prompt, recorded answer, recorded output_tokens
@@ -163,8 +171,13 @@ class _Builder:
         prompt, answer, output = entry
         self.rows.append(row)
         self.outputs.append(output)
-        self.counts.extend((_words(_prompt_text(prompt)), 1 if isinstance(prompt, str) else len(prompt),
-                            _words(answer) if answer else -1))  # fmt: skip
+        self.counts.extend(
+            (
+                _words(_prompt_text(prompt)),
+                1 if isinstance(prompt, str) else len(prompt),
+                _words(answer) if answer else -1,
+            )
+        )
         if span is None:
             self.held.append(entry)
         else:
@@ -172,8 +185,9 @@ class _Builder:
 
     def build(self, path: str, fmt: str, store: Store) -> Dataset:
         c = np.frombuffer(self.counts, dtype=np.int64).reshape(-1, 3) if self.counts else np.zeros((0, 3), np.int64)
-        return Dataset(path, fmt, store, self.rows, self.outputs, c[:, 0].copy(), c[:, 1].copy(), c[:, 2].copy(),
-                       self.skipped)  # fmt: skip
+        return Dataset(
+            path, fmt, store, self.rows, self.outputs, c[:, 0].copy(), c[:, 1].copy(), c[:, 2].copy(), self.skipped
+        )
 
 
 def _err(path: str, where: str, field_: str | None, message: str) -> WorkloadError:
@@ -181,8 +195,15 @@ def _err(path: str, where: str, field_: str | None, message: str) -> WorkloadErr
 
 
 def _type(v: Any) -> str:
-    return {str: "a string", int: "a number", float: "a number", list: "an array", dict: "an object",
-            bool: "a boolean", type(None): "null"}.get(type(v), type(v).__name__)  # fmt: skip
+    return {
+        str: "a string",
+        int: "a number",
+        float: "a number",
+        list: "an array",
+        dict: "an object",
+        bool: "a boolean",
+        type(None): "null",
+    }.get(type(v), type(v).__name__)
 
 
 def _text(v: Any, path: str, where: str, fld: str) -> str:
@@ -195,8 +216,12 @@ def _text(v: Any, path: str, where: str, fld: str) -> str:
             if isinstance(part, dict) and isinstance(part.get("text"), str):
                 parts.append(part["text"])
             elif not (isinstance(part, dict) and part.get("type") not in (None, "text")):
-                raise _err(path, where, f"{fld}[{i}]", f"expected a text part {{\"type\": \"text\", \"text\": ...}}, "
-                                                       f"got {_type(part)}")  # fmt: skip
+                raise _err(
+                    path,
+                    where,
+                    f"{fld}[{i}]",
+                    f'expected a text part {{"type": "text", "text": ...}}, got {_type(part)}',
+                )
         return "\n".join(parts)
     raise _err(path, where, fld, f"expected a string, got {_type(v)}")
 
@@ -209,8 +234,13 @@ def _output(v: Any, path: str, where: str) -> int | None:
             v = int(v.strip())
         except ValueError:
             raise _err(path, where, "output_tokens", f"expected a whole number >= 1, got {v!r}") from None
-    if (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float)) or not math.isfinite(v)
-            or int(v) != v or v < 1):  # fmt: skip
+    if (
+        isinstance(v, (bool, np.bool_))
+        or not isinstance(v, (int, np.integer, float))
+        or not math.isfinite(v)
+        or int(v) != v
+        or v < 1
+    ):
         raise _err(path, where, "output_tokens", f"expected a whole number >= 1, got {v!r}")
     if v > MAX_LENGTH:
         raise _err(path, where, "output_tokens", f"at most {MAX_LENGTH:,} tokens, got {v:,}")
@@ -219,8 +249,12 @@ def _output(v: Any, path: str, where: str) -> int | None:
 
 def _sharegpt(path: str, obj: Any, where: str) -> Entry | None:
     if not isinstance(obj, dict) or "conversations" not in obj:
-        raise _err(path, where, "conversations", f"missing (a ShareGPT entry is an object with conversations), "
-                                                    f"got {_type(obj)}")  # fmt: skip
+        raise _err(
+            path,
+            where,
+            "conversations",
+            f"missing (a ShareGPT entry is an object with conversations), got {_type(obj)}",
+        )
     conv = obj["conversations"]
     if not isinstance(conv, (list, tuple, np.ndarray)):
         raise _err(path, where, "conversations", f"expected an array of turns, got {_type(conv)}")
@@ -303,13 +337,18 @@ def _read_file(path: Path, src: str, reader: str, kind: str | None, b: _Builder)
             if parse is None:
                 kind = kind or _kind_of(obj) or ("sharegpt" if reader == "json" else None)
                 if kind is None:
-                    raise _err(src, where, None, "cannot tell the format: expected an object with "
-                                                 "conversations, messages or prompt")  # fmt: skip
+                    raise _err(
+                        src,
+                        where,
+                        None,
+                        "cannot tell the format: expected an object with conversations, messages or prompt",
+                    )
                 parse = functools.partial(_ENTRY[kind], src)
             b.add(row, parse(obj, where), (offset, length))
     spans_ = np.frombuffer(b.spans, dtype=np.int64).reshape(-1, 2) if b.spans else np.zeros((0, 2), np.int64)
-    store = FileEntries(src, "csv" if header else "json", spans_, header, file_stamp,
-                        parse or functools.partial(_prompt, src))  # fmt: skip
+    store = FileEntries(
+        src, "csv" if header else "json", spans_, header, file_stamp, parse or functools.partial(_prompt, src)
+    )
     return b.build(src, kind or "sharegpt", store)
 
 
@@ -336,11 +375,18 @@ def _read_parquet(path: Path, src: str, b: _Builder) -> Dataset:
         frame = pd.concat([_arrow(f) if f.suffix == ".arrow" else pd.read_parquet(f) for f in files], ignore_index=True)
     except (OSError, ValueError, TypeError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise WorkloadError(f"cannot read {files[0].suffix[1:].capitalize()}: {exc}", source=src) from None
-    kind = next((k for c, k in (("conversations", "sharegpt"), ("messages", "chat"), ("prompt", "prompts"))
-                 if c in frame.columns), None)  # fmt: skip
+    kind = next(
+        (
+            k
+            for c, k in (("conversations", "sharegpt"), ("messages", "chat"), ("prompt", "prompts"))
+            if c in frame.columns
+        ),
+        None,
+    )
     if kind is None:
-        raise WorkloadError(f"no conversations, messages or prompt column; columns: {', '.join(map(str, frame.columns))}",
-                            source=src)  # fmt: skip
+        raise WorkloadError(
+            f"no conversations, messages or prompt column; columns: {', '.join(map(str, frame.columns))}", source=src
+        )
     cols = [c for c in ("conversations", "messages", "prompt", "output_tokens") if c in frame.columns]
     for row, values in enumerate(zip(*(frame[c].tolist() for c in cols))):
         obj = dict(zip(cols, values))
@@ -356,8 +402,9 @@ def load_dataset(opts: DatasetOptions) -> Dataset:
     file (no token counts yet: those need the calibration)."""
     path, src = Path(opts.path), opts.path
     if opts.format not in FORMATS:
-        raise WorkloadError(f"unknown dataset format {opts.format!r}; choose one of: {', '.join(FORMATS)}",
-                            key="format")  # fmt: skip
+        raise WorkloadError(
+            f"unknown dataset format {opts.format!r}; choose one of: {', '.join(FORMATS)}", key="format"
+        )
     why = input_problem(path, folder_ok=True)  # (a FIFO would block the read, out of a signal's reach)
     if why is not None:
         raise WorkloadError("no such dataset file" if why == "no such file" else why, source=src)
@@ -368,8 +415,11 @@ def load_dataset(opts: DatasetOptions) -> Dataset:
         if path.is_dir():
             fmt = "parquet"
         if not fmt:
-            raise WorkloadError(f"cannot tell the format from {suffix or 'no extension'!r}: name it .json, .jsonl, "
-                                ".csv or .parquet, or give the format", source=src)  # fmt: skip
+            raise WorkloadError(
+                f"cannot tell the format from {suffix or 'no extension'!r}: name it .json, .jsonl, "
+                ".csv or .parquet, or give the format",
+                source=src,
+            )
     b = _Builder()
     try:
         if fmt == "parquet":
@@ -387,8 +437,9 @@ def load_dataset(opts: DatasetOptions) -> Dataset:
     except csv.Error as exc:
         raise WorkloadError(f"invalid CSV: {exc}", source=src) from None
     if not len(ds):
-        raise WorkloadError("holds no usable entry" + (f" ({ds.skipped} without a human turn)" if ds.skipped else ""),
-                            source=src)  # fmt: skip
+        raise WorkloadError(
+            "holds no usable entry" + (f" ({ds.skipped} without a human turn)" if ds.skipped else ""), source=src
+        )
     return ds
 
 
@@ -463,9 +514,12 @@ def measure(ds: Dataset, opts: DatasetOptions, synth: PromptSynthesizer) -> Meas
         keep &= prompt <= opts.max_prompt_tokens
     idx = np.flatnonzero(keep)
     if idx.size == 0:
-        raise WorkloadError(f"none of its {len(prompt)} entries has a prompt of {opts.min_prompt_tokens or 1}.."
-                            f"{opts.max_prompt_tokens or 'any'} tokens (prompts here: {prompt.min()}..{prompt.max()})",
-                            source=ds.path, key="--min-prompt-tokens/--max-prompt-tokens")  # fmt: skip
+        raise WorkloadError(
+            f"none of its {len(prompt)} entries has a prompt of {opts.min_prompt_tokens or 1}.."
+            f"{opts.max_prompt_tokens or 'any'} tokens (prompts here: {prompt.min()}..{prompt.max()})",
+            source=ds.path,
+            key="--min-prompt-tokens/--max-prompt-tokens",
+        )
     return MeasuredDataset(
         prompts=EntryView(ds.store, 0, idx),
         prompt_tokens=prompt[idx],
@@ -508,9 +562,17 @@ class DatasetSource:
     def _specs(self, level: int, numbers: np.ndarray, indices: np.ndarray) -> list[RequestSpec]:
         d = self.data
         entries = self._entries(level, numbers).tolist()
-        return [RequestSpec(index=i, prompt=d.prompts[e], prompt_tokens=int(d.prompt_tokens[e]),
-                            max_tokens=int(d.output_tokens[e]), request_class=self.name, source_row=int(d.rows[e]))
-                for i, e in zip(indices.tolist(), entries)]  # fmt: skip
+        return [
+            RequestSpec(
+                index=i,
+                prompt=d.prompts[e],
+                prompt_tokens=int(d.prompt_tokens[e]),
+                max_tokens=int(d.output_tokens[e]),
+                request_class=self.name,
+                source_row=int(d.rows[e]),
+            )
+            for i, e in zip(indices.tolist(), entries)
+        ]
 
     def user(self, level: int, user: int, quota: int | None) -> Iterator[RequestSpec]:
         users = self._users.get(level)

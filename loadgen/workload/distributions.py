@@ -45,16 +45,16 @@ from loadgen.workload._normal import mass, pdf, truncnorm
 from loadgen.workload._params import NUMBER_RE, Ctx, Kind, Param, convert, parse_int, split_params
 
 __all__ = [
+    "MAX_LENGTH",
     "Distribution",
-    "Fixed",
-    "Uniform",
-    "Normal",
-    "LogNormal",
     "Empirical",
+    "Fixed",
+    "LogNormal",
+    "Normal",
+    "Uniform",
+    "kinds",
     "parse_distribution",
     "register",
-    "kinds",
-    "MAX_LENGTH",
 ]
 
 MAX_LENGTH = 1_000_000  # tokens: beyond any context window (and a prompt is built in memory)
@@ -95,6 +95,7 @@ def register(name: str) -> Callable[[type[_T]], type[_T]]:
 def kinds() -> list[str]:
     """The registered kind names, in registration order."""
     return list(_KINDS)
+
 
 def _to_int(x: np.ndarray, lo: int, hi: int | None) -> np.ndarray:
     out: np.ndarray = np.clip(np.rint(x), lo, _CAP if hi is None else hi).astype(np.int64)
@@ -182,7 +183,10 @@ class Normal:
     min: int = 1
     max: int | None = None
     PARAMS: ClassVar[tuple[Param, ...]] = (
-        Param("mean", "float", True), Param("std", "float", True), Param("min", "int"), Param("max", "int"),
+        Param("mean", "float", True),
+        Param("std", "float", True),
+        Param("min", "int"),
+        Param("max", "int"),
     )
     EXAMPLE: ClassVar[str] = "normal:mean=512,std=128,min=16"
     KIND: ClassVar[str]
@@ -194,8 +198,9 @@ class Normal:
             raise ctx.error(f"normal: std must be >= 0, got {_num(sd)}", cls)
         _check_bounds(ctx, cls, lo, hi)
         if sd > 0 and mass((lo - mu) / sd, (math.inf if hi is None else hi - mu) / sd) < 1e-12:
-            raise ctx.error(f"normal: the window [{lo}, {hi}] holds no probability of "
-                            f"mean={_num(mu)}, std={_num(sd)}", cls)
+            raise ctx.error(
+                f"normal: the window [{lo}, {hi}] holds no probability of mean={_num(mu)}, std={_num(sd)}", cls
+            )
         return cls(float(mu), float(sd), lo, hi)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -223,7 +228,10 @@ class LogNormal:
     min: int = 1
     max: int | None = None
     PARAMS: ClassVar[tuple[Param, ...]] = (
-        Param("median", "float", True), Param("sigma", "float", True), Param("min", "int"), Param("max", "int"),
+        Param("median", "float", True),
+        Param("sigma", "float", True),
+        Param("min", "int"),
+        Param("max", "int"),
     )
     EXAMPLE: ClassVar[str] = "lognormal:median=800,sigma=0.9,max=8000"
     KIND: ClassVar[str]
@@ -238,8 +246,9 @@ class LogNormal:
         _check_bounds(ctx, cls, lo, hi)
         dist = cls(float(med), float(s), lo, hi)
         if s > 0 and mass(*dist._window()) < 1e-12:
-            raise ctx.error(f"lognormal: the window [{lo}, {hi}] holds no probability of "
-                            f"median={_num(med)}, sigma={_num(s)}", cls)
+            raise ctx.error(
+                f"lognormal: the window [{lo}, {hi}] holds no probability of median={_num(med)}, sigma={_num(s)}", cls
+            )
         return dist
 
     def _window(self) -> tuple[float, float]:
@@ -275,7 +284,10 @@ class Empirical:
     _vals: np.ndarray = field(init=False, repr=False, compare=False)
     _p: np.ndarray | None = field(init=False, repr=False, compare=False)
     PARAMS: ClassVar[tuple[Param, ...]] = (
-        Param("values", "ints"), Param("weights", "floats"), Param("csv", "str"), Param("column", "str"),
+        Param("values", "ints"),
+        Param("weights", "floats"),
+        Param("csv", "str"),
+        Param("column", "str"),
     )
     EXAMPLE: ClassVar[str] = "empirical:values=12;40;77"
     KIND: ClassVar[str]
@@ -358,6 +370,7 @@ def _from_csv(cls: type[Empirical], name: str, column: str, ctx: Ctx) -> Empiric
 
 # ---------------------------------------------------------------- parsing
 
+
 def _unknown_kind(kind: str, ctx: Ctx) -> WorkloadError:
     examples = "; ".join(f"'{c.EXAMPLE}'" for c in _KINDS.values())
     return ctx.error(f"unknown distribution kind {kind!r}; valid kinds: {', '.join(_KINDS)} (e.g. {examples})")
@@ -399,12 +412,16 @@ def parse_distribution(
         raw = dict(value)
         kind = raw.pop("dist", None)
         if not isinstance(kind, str):
-            raise ctx.error(f"a distribution table needs dist = one of {', '.join(_KINDS)}, e.g. "
-                            "{dist = \"lognormal\", median = 800, sigma = 0.9}")
+            raise ctx.error(
+                f"a distribution table needs dist = one of {', '.join(_KINDS)}, e.g. "
+                '{dist = "lognormal", median = 800, sigma = 0.9}'
+            )
         kind = kind.strip().lower()
     else:
-        raise ctx.error(f"expected a whole number, spec text or a table with dist = one of {', '.join(_KINDS)}, "
-                        f"got {type(value).__name__}")
+        raise ctx.error(
+            f"expected a whole number, spec text or a table with dist = one of {', '.join(_KINDS)}, "
+            f"got {type(value).__name__}"
+        )
     cls = _KINDS.get(kind)
     if cls is None:
         raise _unknown_kind(kind, ctx)
@@ -423,7 +440,9 @@ def parse_distribution(
 
 def _check_size(dist: Distribution, cls: type[Kind], ctx: Ctx) -> None:
     """Refuse lengths over MAX_LENGTH (a value, max or mean), before anything is sampled."""
-    bounds = list(dist.values) if isinstance(dist, Empirical) else [getattr(dist, "value", None), getattr(dist, "max", None)]
+    bounds = (
+        list(dist.values) if isinstance(dist, Empirical) else [getattr(dist, "value", None), getattr(dist, "max", None)]
+    )
     largest = max((b for b in bounds if b is not None), default=0)
     if largest > MAX_LENGTH or not dist.mean() <= MAX_LENGTH:
         raise ctx.error(f"{cls.KIND}: lengths must be at most {MAX_LENGTH:,} tokens, got {dist.describe()}")

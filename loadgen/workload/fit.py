@@ -52,10 +52,15 @@ class Fit:
 
     def to_toml(self) -> str:
         p50, o50 = int(np.median(self.prompt)), int(np.median(self.output))
-        how = "traced token counts" if self.kind == "trace" else ("exact token counts" if self.exact else
-                                                                  "one token per word")  # fmt: skip
-        desc = (f"fitted from {Path(self.source).name}: {self.rows} requests, prompt median {p50}, output median "
-                f"{o50}, log-length correlation {self.correlation:.2f}")  # fmt: skip
+        how = (
+            "traced token counts"
+            if self.kind == "trace"
+            else ("exact token counts" if self.exact else "one token per word")
+        )
+        desc = (
+            f"fitted from {Path(self.source).name}: {self.rows} requests, prompt median {p50}, output median "
+            f"{o50}, log-length correlation {self.correlation:.2f}"
+        )
         lines = [
             f"# Fitted by `loadgen workload fit` from {self.source} ({how}).",
             "# The joint (prompt, output) histogram keeps the correlation of the two lengths.",
@@ -64,8 +69,12 @@ class Fit:
             "",
         ]
         if self.rate is not None:
-            lines += ["[arrivals]  # the trace's mean rate and inter-arrival burstiness (gamma shape = 1/CV^2)",
-                      f"rate = {self.rate:.6g}", f"burstiness = {self.burstiness:.4g}", ""]  # fmt: skip
+            lines += [
+                "[arrivals]  # the trace's mean rate and inter-arrival burstiness (gamma shape = 1/CV^2)",
+                f"rate = {self.rate:.6g}",
+                f"burstiness = {self.burstiness:.4g}",
+                "",
+            ]
         return "\n".join(lines) + "\n" + self.joint.to_toml()
 
 
@@ -94,8 +103,9 @@ def is_trace(path: Path) -> bool:
     return path.suffix.lower() == ".jsonl" and '"input_length"' in first and '"timestamp"' in first
 
 
-def fit_workload(path: str, name: str, *, bins: int = 32, counter: TokenCounter | None = None,
-                 kind: str = "auto") -> Fit:  # fmt: skip
+def fit_workload(
+    path: str, name: str, *, bins: int = 32, counter: TokenCounter | None = None, kind: str = "auto"
+) -> Fit:
     """Fit ``path`` (a dataset or a trace; ``kind`` auto, dataset or trace)."""
     if not 2 <= bins <= 256:
         raise ConfigError(f"must be between 2 and 256, got {bins}", key="--bins")
@@ -107,9 +117,27 @@ def fit_workload(path: str, name: str, *, bins: int = 32, counter: TokenCounter 
         prompt, output = tr.input_tokens, tr.output_tokens
         rate = tr.mean_rate if len(tr) > 1 else None
         shape = gamma_shape(tr.offsets) if rate is not None else None
-        return Fit(name, path, "trace", len(tr), fit_joint(prompt, output, bins), prompt, output, rate,
-                   shape if shape is not None else 1.0, exact=True)  # fmt: skip
+        return Fit(
+            name,
+            path,
+            "trace",
+            len(tr),
+            fit_joint(prompt, output, bins),
+            prompt,
+            output,
+            rate,
+            shape if shape is not None else 1.0,
+            exact=True,
+        )
     opts = DatasetOptions(path)
     data = measure(load_dataset(opts), opts, PromptSynthesizer(0, counter=counter))
-    return Fit(name, path, "dataset", len(data), fit_joint(data.prompt_tokens, data.output_tokens, bins),
-               data.prompt_tokens, data.output_tokens, exact=data.exact)  # fmt: skip
+    return Fit(
+        name,
+        path,
+        "dataset",
+        len(data),
+        fit_joint(data.prompt_tokens, data.output_tokens, bins),
+        data.prompt_tokens,
+        data.output_tokens,
+        exact=data.exact,
+    )

@@ -33,7 +33,7 @@ _M64 = (1 << 64) - 1
 
 def _block(
     workload: Workload, seed: int, synth: PromptSynthesizer, block: int, pick: slice | np.ndarray
-) -> list[RequestSpec]:  # fmt: skip
+) -> list[RequestSpec]:
     """Specs for the indices ``block*BLOCK + r`` of the positions ``pick`` of the block (a
     slice or an ascending array); lengths are drawn for the whole block, texts only for
     the picked positions."""
@@ -64,8 +64,7 @@ def _block(
     if synth.counter is None:
         texts = synth.texts(prompt[sl], indices, grp, shared[sl])
     else:
-        texts = [synth.text(int(n), int(i), g, int(s))
-                 for n, i, g, s in zip(prompt[sl], indices, grp, shared[sl])]
+        texts = [synth.text(int(n), int(i), g, int(s)) for n, i, g, s in zip(prompt[sl], indices, grp, shared[sl])]
     names = [classes[c].name for c in choice[sl].tolist()]
     return [
         RequestSpec(index=i, prompt=t, prompt_tokens=p, max_tokens=m, request_class=c, group=g)

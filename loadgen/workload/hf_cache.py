@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from loadgen.errors import ConfigError
 from loadgen.inputs import input_problem
@@ -61,14 +61,20 @@ def resolve_tokenizer(text: str, env: Mapping[str, str] | None = None) -> Path:
             raise ConfigError(f"{text}: {why} (a tokenizer.json, or a folder holding one)", key="--tokenizer")
         return given
     if given.suffix == ".json" or not _MODEL_ID.fullmatch(text):
-        raise ConfigError(f"no such file: {text!r} (a tokenizer.json, a folder holding one, or a Hugging Face "
-                          "model id ORG/NAME in the local cache)", key="--tokenizer")  # fmt: skip
+        raise ConfigError(
+            f"no such file: {text!r} (a tokenizer.json, a folder holding one, or a Hugging Face "
+            "model id ORG/NAME in the local cache)",
+            key="--tokenizer",
+        )
     cache = hub_cache(env)
     org, name = text.split("/")
     repo = cache / f"models--{org}--{name}"
     path = _snapshot(repo)
     if path is None:
-        raise ConfigError(f"{text} has no tokenizer.json in the local Hugging Face cache ({repo}/snapshots/*/); "
-                          f"loadgen never downloads: fetch it first (huggingface-cli download {text} tokenizer.json) "
-                          "or give the file's path", key="--tokenizer")  # fmt: skip
+        raise ConfigError(
+            f"{text} has no tokenizer.json in the local Hugging Face cache ({repo}/snapshots/*/); "
+            f"loadgen never downloads: fetch it first (huggingface-cli download {text} tokenizer.json) "
+            "or give the file's path",
+            key="--tokenizer",
+        )
     return path

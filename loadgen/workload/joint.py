@@ -63,13 +63,17 @@ class JointLengths:
         return float(np.dot(mids, self._p))
 
     def describe(self) -> str:
-        return (f"joint histogram: {len(self.cells)} cells, prompt {self.prompt_edges[0]}..{self.prompt_edges[-1] - 1}, "
-                f"output {self.output_edges[0]}..{self.output_edges[-1] - 1}")  # fmt: skip
+        return (
+            f"joint histogram: {len(self.cells)} cells, prompt {self.prompt_edges[0]}..{self.prompt_edges[-1] - 1}, "
+            f"output {self.output_edges[0]}..{self.output_edges[-1] - 1}"
+        )
 
     def to_toml(self) -> str:
         cells = ",\n    ".join(f"[{i}, {j}, {_num(w)}]" for i, j, w in self.cells)
-        return (f"[joint_tokens]\nprompt_edges = {list(self.prompt_edges)}\noutput_edges = {list(self.output_edges)}\n"
-                f"cells = [\n    {cells},\n]\n")  # fmt: skip
+        return (
+            f"[joint_tokens]\nprompt_edges = {list(self.prompt_edges)}\noutput_edges = {list(self.output_edges)}\n"
+            f"cells = [\n    {cells},\n]\n"
+        )
 
 
 def _num(x: float) -> str:
@@ -116,15 +120,24 @@ def parse_joint(table: Any, source: str, key: str) -> JointLengths:
     oe = _edges(table["output_edges"], source, f"{key}.output_edges")
     raw = table["cells"]
     if not isinstance(raw, list) or not raw:
-        raise WorkloadError("expected a non-empty array of [prompt bin, output bin, weight]", source=source,
-                            key=f"{key}.cells")  # fmt: skip
+        raise WorkloadError(
+            "expected a non-empty array of [prompt bin, output bin, weight]", source=source, key=f"{key}.cells"
+        )
     cells = []
     for n, c in enumerate(raw):
-        ok = (isinstance(c, list) and len(c) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in c[:2])
-              and isinstance(c[2], (int, float)) and not isinstance(c[2], bool))  # fmt: skip
+        ok = (
+            isinstance(c, list)
+            and len(c) == 3
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in c[:2])
+            and isinstance(c[2], (int, float))
+            and not isinstance(c[2], bool)
+        )
         if not ok or not (0 <= c[0] < len(pe) - 1 and 0 <= c[1] < len(oe) - 1) or not 0 < c[2] < float("inf"):
-            raise WorkloadError(f"expected [prompt bin 0..{len(pe) - 2}, output bin 0..{len(oe) - 2}, weight > 0], "
-                                f"got {c!r}", source=source, key=f"{key}.cells[{n}]")  # fmt: skip
+            raise WorkloadError(
+                f"expected [prompt bin 0..{len(pe) - 2}, output bin 0..{len(oe) - 2}, weight > 0], got {c!r}",
+                source=source,
+                key=f"{key}.cells[{n}]",
+            )
         cells.append((int(c[0]), int(c[1]), float(c[2])))
     return JointLengths(pe, oe, tuple(cells))
 

@@ -76,8 +76,9 @@ class TokenizerCounter:
         try:
             tokenizers = importlib.import_module("tokenizers")
         except ImportError as exc:
-            raise ConfigError("exact token counts need the 'tokenizers' package: pip install loadgen[tokenizer]",
-                              key="tokenizer") from exc
+            raise ConfigError(
+                "exact token counts need the 'tokenizers' package: pip install loadgen[tokenizer]", key="tokenizer"
+            ) from exc
         self.path = Path(path)
         self._module: Any = tokenizers
         self._tok: Any = None
@@ -126,8 +127,7 @@ class PromptSynthesizer:
             words = tuple(corpus)
             for w in words:
                 if not isinstance(w, str) or not w or any(ch.isspace() for ch in w):
-                    raise ConfigError(f"corpus words must be non-empty and without whitespace, got {w!r}",
-                                      key="corpus")
+                    raise ConfigError(f"corpus words must be non-empty and without whitespace, got {w!r}", key="corpus")
             if len(set(words)) < 2:
                 raise ConfigError("a corpus needs at least 2 distinct words", key="corpus")
             self._corpus = words
@@ -155,8 +155,9 @@ class PromptSynthesizer:
             raise ConfigError("calibration needs at least one (words, prompt_tokens) pair", key="calibration")
         for w, t in pairs:
             if not (w > 0 and t > 0 and math.isfinite(w) and math.isfinite(t)):
-                raise ConfigError(f"calibration pair (words={w:g}, prompt_tokens={t:g}) must be positive",
-                                  key="calibration")
+                raise ConfigError(
+                    f"calibration pair (words={w:g}, prompt_tokens={t:g}) must be positive", key="calibration"
+                )
         n = len(pairs)
         if len({w for w, _ in pairs}) >= 2:
             mw = math.fsum(w for w, _ in pairs) / n
@@ -167,8 +168,10 @@ class PromptSynthesizer:
         else:
             slope, intercept = math.fsum(t for _, t in pairs) / math.fsum(w for w, _ in pairs), 0.0
         if not slope > 0:
-            raise ConfigError(f"calibration gives {slope:g} tokens per word; the server's prompt_tokens "
-                              "do not grow with the prompt", key="calibration")
+            raise ConfigError(
+                f"calibration gives {slope:g} tokens per word; the server's prompt_tokens do not grow with the prompt",
+                key="calibration",
+            )
         self.tokens_per_word, self.overhead_tokens = slope, intercept
 
     # ------------------------------------------------------------ word ids
@@ -214,8 +217,9 @@ class PromptSynthesizer:
         out: np.ndarray = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(offsets - starts, counts)
         return out
 
-    def _compose(self, words: np.ndarray, shared: np.ndarray, keys: np.ndarray, groups: np.ndarray,
-                 stream: int = _UNIQUE) -> list[str]:
+    def _compose(
+        self, words: np.ndarray, shared: np.ndarray, keys: np.ndarray, groups: np.ndarray, stream: int = _UNIQUE
+    ) -> list[str]:
         """Texts of ``words[i]`` words: ``shared[i]`` group words, then unique ones."""
         starts = np.cumsum(words) - words
         uniq = words - shared

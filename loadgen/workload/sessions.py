@@ -75,8 +75,14 @@ class SessionSource:
         system = None
         if group is not None:
             system = self.synth.text(ss.system_prompt_tokens, _SYSTEM_INDEX - group)
-        return SessionPlan(session=session, turns=specs, think_s=think, system=system,
-                           system_tokens=ss.system_prompt_tokens if group is not None else 0, group=group)  # fmt: skip
+        return SessionPlan(
+            session=session,
+            turns=specs,
+            think_s=think,
+            system=system,
+            system_tokens=ss.system_prompt_tokens if group is not None else 0,
+            group=group,
+        )
 
     def user_sessions(self, level: int, user: int) -> Iterator[SessionPlan]:
         """Closed loop: user ``user``'s sessions of level ``level``, one after another

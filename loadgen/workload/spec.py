@@ -55,9 +55,9 @@ from loadgen.errors import WorkloadError
 from loadgen.inputs import input_problem, open_input
 from loadgen.workload.datasets import FORMATS, DatasetOptions
 from loadgen.workload.distributions import MAX_LENGTH, Distribution, parse_distribution
+from loadgen.workload.joint import JointLengths, Marginal, parse_joint
 
 MAX_TOOLS_BYTES = 16 << 20  # a tools JSON file larger than this is refused (read whole, sent with each request)
-from loadgen.workload.joint import JointLengths, Marginal, parse_joint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,13 +69,25 @@ __all__ = [
     "RequestClass",
     "SessionConfig",
     "Workload",
+    "list_workloads",
     "load_workload",
     "workload_from_flags",
-    "list_workloads",
 ]
 
-_TOP_KEYS = ("name", "description", "prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix", "classes",
-             "sessions", "tools", "tool_choice", "dataset", "arrivals")
+_TOP_KEYS = (
+    "name",
+    "description",
+    "prompt_tokens",
+    "output_tokens",
+    "joint_tokens",
+    "shared_prefix",
+    "classes",
+    "sessions",
+    "tools",
+    "tool_choice",
+    "dataset",
+    "arrivals",
+)
 _SESSION_KEYS = ("turns", "think_time_ms", "system_prompt_tokens", "groups", "zipf")
 _CLASS_KEYS = ("name", "weight", "prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix")
 _DATASET_KEYS = ("path", "format", "min_prompt_tokens", "max_prompt_tokens", "replacement", "output_tokens")
@@ -120,9 +132,13 @@ class SessionConfig:
     zipf: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"turns": self.turns.describe(),
-                "think_time_ms": None if self.think_time_ms is None else self.think_time_ms.describe(),
-                "system_prompt_tokens": self.system_prompt_tokens, "groups": self.groups, "zipf": self.zipf}  # fmt: skip
+        return {
+            "turns": self.turns.describe(),
+            "think_time_ms": None if self.think_time_ms is None else self.think_time_ms.describe(),
+            "system_prompt_tokens": self.system_prompt_tokens,
+            "groups": self.groups,
+            "zipf": self.zipf,
+        }
 
 
 @dataclass(slots=True)
@@ -162,8 +178,11 @@ class Workload:
             **({} if self.sessions is None else {"sessions": self.sessions.to_dict()}),
             **({} if self.tools is None else {"tools": len(self.tools), "tool_choice": self.tool_choice}),
             **({"dataset": self.dataset.describe()} if self.dataset is not None else {}),
-            **({"arrivals": {"rate": self.arrivals.rate, "burstiness": self.arrivals.burstiness}}
-               if self.arrivals is not None else {}),
+            **(
+                {"arrivals": {"rate": self.arrivals.rate, "burstiness": self.arrivals.burstiness}}
+                if self.arrivals is not None
+                else {}
+            ),
         }
 
 
@@ -220,12 +239,16 @@ class _File:
 
     def dist(self, table: dict[str, Any], k: str, key: str) -> Distribution:
         if k not in table:
-            raise self.error(key, "missing; it is required (e.g. \"lognormal:median=800,sigma=0.9\" "
-                                  "or {dist = \"normal\", mean = 512, std = 128})")
+            raise self.error(
+                key,
+                'missing; it is required (e.g. "lognormal:median=800,sigma=0.9" '
+                'or {dist = "normal", mean = 512, std = 128})',
+            )
         v = table[k]
         if isinstance(v, bool) or not isinstance(v, (str, int, dict)):
-            raise self.error(key, f"expected spec text, a whole number or a table with dist = ..., "
-                                  f"got {_type_name(v)} {v!r}")
+            raise self.error(
+                key, f"expected spec text, a whole number or a table with dist = ..., got {_type_name(v)} {v!r}"
+            )
         return parse_distribution(v, source=self.source, key=key, base_dir=self.path.parent)
 
     def shared_prefix(self, table: dict[str, Any], key: str) -> tuple[int, int]:
@@ -247,16 +270,24 @@ class _File:
         think = None
         if t.get("think_time_ms", 0) != 0:
             think = self.dist(t, "think_time_ms", "sessions.think_time_ms")
-        system = self.positive_int(t, "system_prompt_tokens", "sessions.system_prompt_tokens") \
-            if "system_prompt_tokens" in t else 0  # fmt: skip
+        system = (
+            self.positive_int(t, "system_prompt_tokens", "sessions.system_prompt_tokens")
+            if "system_prompt_tokens" in t
+            else 0
+        )
         groups = self.positive_int(t, "groups", "sessions.groups") if "groups" in t else 1
         if "groups" in t and not system:
             raise self.error("sessions.groups", "groups of system prompts need sessions.system_prompt_tokens")
         zipf = t.get("zipf", 1.0)
         if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or not 0 <= zipf < float("inf"):
             raise self.error("sessions.zipf", f"expected a finite number >= 0, got {zipf!r}")
-        return SessionConfig(turns=self.dist(t, "turns", "sessions.turns"), think_time_ms=think,
-                             system_prompt_tokens=system, groups=groups, zipf=float(zipf))  # fmt: skip
+        return SessionConfig(
+            turns=self.dist(t, "turns", "sessions.turns"),
+            think_time_ms=think,
+            system_prompt_tokens=system,
+            groups=groups,
+            zipf=float(zipf),
+        )
 
     def tools(self, doc: dict[str, Any]) -> tuple[list[Any] | None, Any]:
         tools = doc.get("tools")
@@ -266,15 +297,18 @@ class _File:
                 with open_input(path) as fh:  # (a device such as /dev/zero or a FIFO: refused)
                     raw = fh.read(MAX_TOOLS_BYTES + 1)
                 if len(raw) > MAX_TOOLS_BYTES:
-                    raise self.error("tools", f"{path} is over {MAX_TOOLS_BYTES >> 20} MiB; tool definitions are "
-                                     "small JSON")  # fmt: skip
+                    raise self.error(
+                        "tools", f"{path} is over {MAX_TOOLS_BYTES >> 20} MiB; tool definitions are small JSON"
+                    )
                 tools = json.loads(raw.decode("utf-8"))
             except OSError as exc:
                 raise self.error("tools", f"cannot read {path}: {exc.strerror or exc}") from exc
             except (ValueError, RecursionError) as exc:
                 raise self.error("tools", f"{path} is not JSON: {exc}") from exc
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(x, dict) for x in tools)):
-            raise self.error("tools", f"expected an array of tool tables (or a JSON file of one), got {_type_name(tools)}")
+            raise self.error(
+                "tools", f"expected an array of tool tables (or a JSON file of one), got {_type_name(tools)}"
+            )
         choice = doc.get("tool_choice")
         if choice is not None and not isinstance(choice, (str, dict)):
             raise self.error("tool_choice", f"expected a string or a table, got {_type_name(choice)}")
@@ -292,10 +326,15 @@ class _File:
             if both:
                 raise self.error(key(both[0]), "give either joint_tokens or prompt_tokens/output_tokens, not both")
             joint = parse_joint(table["joint_tokens"], self.source, key("joint_tokens"))
-            return RequestClass(name=name if name is not None else self.string(table, "name", key("name")),
-                                weight=self.weight(table, key("weight")), prompt_tokens=Marginal(joint, 0),
-                                output_tokens=Marginal(joint, 1), shared_prefix_groups=groups,
-                                shared_prefix_tokens=tokens, joint=joint)  # fmt: skip
+            return RequestClass(
+                name=name if name is not None else self.string(table, "name", key("name")),
+                weight=self.weight(table, key("weight")),
+                prompt_tokens=Marginal(joint, 0),
+                output_tokens=Marginal(joint, 1),
+                shared_prefix_groups=groups,
+                shared_prefix_tokens=tokens,
+                joint=joint,
+            )
         return RequestClass(
             name=name if name is not None else self.string(table, "name", key("name")),
             weight=self.weight(table, key("weight")),
@@ -315,16 +354,20 @@ def _dataset(doc: dict[str, Any], f: _File) -> DatasetOptions:
     fmt = f.string(t, "format", "dataset.format", default="auto")
     if fmt not in FORMATS:
         raise f.error("dataset.format", f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
-    ints = {k: f.positive_int(t, k, f"dataset.{k}") for k in ("min_prompt_tokens", "max_prompt_tokens",
-                                                              "output_tokens") if k in t}  # fmt: skip
+    ints = {
+        k: f.positive_int(t, k, f"dataset.{k}")
+        for k in ("min_prompt_tokens", "max_prompt_tokens", "output_tokens")
+        if k in t
+    }
     for k, v in ints.items():
         if v > MAX_LENGTH:
             raise f.error(f"dataset.{k}", f"at most {MAX_LENGTH:,} tokens, got {v:,}")
     repl = t.get("replacement", False)
     if not isinstance(repl, bool):
         raise f.error("dataset.replacement", f"expected true or false, got {_type_name(repl)} {repl!r}")
-    return DatasetOptions(path=str(path if path.is_absolute() else f.path.parent / path), format=fmt,
-                          replacement=repl, **ints)  # fmt: skip
+    return DatasetOptions(
+        path=str(path if path.is_absolute() else f.path.parent / path), format=fmt, replacement=repl, **ints
+    )
 
 
 def _arrivals(doc: dict[str, Any], f: _File) -> Arrivals:
@@ -354,10 +397,20 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
     if "dataset" in doc:
         other = single + [k for k in ("classes", "sessions") if k in doc]
         if other:
-            raise f.error(other[0], "a [dataset] workload takes its prompts and lengths from the dataset; remove this key")
+            raise f.error(
+                other[0], "a [dataset] workload takes its prompts and lengths from the dataset; remove this key"
+            )
         tools, tool_choice = f.tools(doc)
-        return Workload(name=name, description=description, classes=[], source=f.source, dataset=_dataset(doc, f),
-                        arrivals=arrivals, tools=tools, tool_choice=tool_choice)  # fmt: skip
+        return Workload(
+            name=name,
+            description=description,
+            classes=[],
+            source=f.source,
+            dataset=_dataset(doc, f),
+            arrivals=arrivals,
+            tools=tools,
+            tool_choice=tool_choice,
+        )
     if "classes" in doc:
         if single:
             raise f.error(single[0], "give either top-level prompt_tokens/output_tokens or [[classes]], not both")
@@ -379,8 +432,16 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
     else:
         classes = [f.request_class(doc, "", "default")]
     tools, tool_choice = f.tools(doc)
-    return Workload(name=name, description=description, classes=classes, source=f.source, sessions=f.sessions(doc),
-                    tools=tools, tool_choice=tool_choice, arrivals=arrivals)  # fmt: skip
+    return Workload(
+        name=name,
+        description=description,
+        classes=classes,
+        source=f.source,
+        sessions=f.sessions(doc),
+        tools=tools,
+        tool_choice=tool_choice,
+        arrivals=arrivals,
+    )
 
 
 def _read(path: Path) -> Workload:
@@ -441,8 +502,12 @@ def workload_from_flags(prompt_tokens: str, output_tokens: str, name: str = "cli
         prompt_tokens=parse_distribution(prompt_tokens, source="command line", key="--prompt-tokens"),
         output_tokens=parse_distribution(output_tokens, source="command line", key="--output-tokens"),
     )
-    return Workload(name=name, description=f"prompt {cls.prompt_tokens.describe()}, output "
-                    f"{cls.output_tokens.describe()}", classes=[cls], source="command line")
+    return Workload(
+        name=name,
+        description=f"prompt {cls.prompt_tokens.describe()}, output {cls.output_tokens.describe()}",
+        classes=[cls],
+        source="command line",
+    )
 
 
 def list_workloads(search_dirs: Sequence[Path]) -> list[tuple[str, str]]:

@@ -84,9 +84,15 @@ class Trace:
         return (len(self) - 1) / span if span > 0 else 1.0
 
     def describe(self) -> dict[str, Any]:
-        return {"path": self.path, "format": self.format, "rows": len(self), "file_rows": self.total_rows,
-                "recorded_span_s": self.span_s, "replay_span_s": float(self.offsets[-1]) if len(self) else 0.0,
-                "mean_rate": self.mean_rate}  # fmt: skip
+        return {
+            "path": self.path,
+            "format": self.format,
+            "rows": len(self),
+            "file_rows": self.total_rows,
+            "recorded_span_s": self.span_s,
+            "replay_span_s": float(self.offsets[-1]) if len(self) else 0.0,
+            "mean_rate": self.mean_rate,
+        }
 
 
 def parse_window(text: str) -> tuple[float, float]:
@@ -138,15 +144,18 @@ def _mooncake(path: Path, src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray,
             inp.append(_length(obj["input_length"], src, where, "input_length"))
             out.append(_length(obj["output_length"], src, where, "output_length"))
             h = obj.get("hash_ids", [])
-            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
-                                                  for x in h):  # fmt: skip
+            if not isinstance(h, list) or not all(
+                isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63 for x in h
+            ):
                 raise _err(src, where, "hash_ids", "expected an array of whole numbers in [0, 2**63)")
             hashes.append(h)
     return np.asarray(ts) / 1000.0, np.asarray(inp, dtype=np.int64), np.asarray(out, dtype=np.int64), hashes
 
 
-_CSV_COLUMNS = {"azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
-                "burstgpt": ("Timestamp", "Request tokens", "Response tokens")}  # fmt: skip
+_CSV_COLUMNS = {
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
+}
 
 
 def _csv(path: Path, src: str, fmt: str, header: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -155,7 +164,9 @@ def _csv(path: Path, src: str, fmt: str, header: list[str]) -> tuple[np.ndarray,
     cols = _CSV_COLUMNS[fmt]
     for c in cols:
         if c not in header:
-            raise _err(src, "line 1", c, f"no such column ({fmt} needs {', '.join(cols)}); columns: {', '.join(header)}")
+            raise _err(
+                src, "line 1", c, f"no such column ({fmt} needs {', '.join(cols)}); columns: {', '.join(header)}"
+            )
     try:
         frame = pd.read_csv(path, usecols=list(cols), dtype=str, keep_default_na=False)
     except (ValueError, pd.errors.ParserError) as exc:
@@ -202,16 +213,20 @@ def _sniff(path: Path, src: str) -> tuple[str, list[str]]:
     for fmt, cols in _CSV_COLUMNS.items():
         if cols[0] in header:
             return fmt, header
-    raise WorkloadError(f"cannot tell the trace format from its first line {first[:80]!r}: expected Mooncake JSONL, "
-                        "or a CSV with TIMESTAMP (Azure) or Timestamp (BurstGPT)", source=src)  # fmt: skip
+    raise WorkloadError(
+        f"cannot tell the trace format from its first line {first[:80]!r}: expected Mooncake JSONL, "
+        "or a CSV with TIMESTAMP (Azure) or Timestamp (BurstGPT)",
+        source=src,
+    )
 
 
 def load_trace(opts: TraceOptions) -> Trace:
     """Read a trace, keep its window and rescale its times (see the module docstring)."""
     path, src = Path(opts.path), opts.path
     if opts.format not in TRACE_FORMATS:
-        raise ConfigError(f"unknown trace format {opts.format!r}; choose one of: {', '.join(TRACE_FORMATS)}",
-                          key="--trace-format")  # fmt: skip
+        raise ConfigError(
+            f"unknown trace format {opts.format!r}; choose one of: {', '.join(TRACE_FORMATS)}", key="--trace-format"
+        )
     why = input_problem(path)  # (a FIFO would block the read, out of a signal's reach)
     if why is not None:
         raise WorkloadError("no such trace file" if why == "no such file" else why, source=src)
@@ -247,8 +262,9 @@ def load_trace(opts: TraceOptions) -> Trace:
         start, end = opts.window
         keep = (rel >= start) & (rel < end)
         if not keep.any():
-            raise ConfigError(f"no row of {src} lies in {start:g}:{end:g} s (the trace spans {rel[-1]:.1f} s)",
-                              key="--window")  # fmt: skip
+            raise ConfigError(
+                f"no row of {src} lies in {start:g}:{end:g} s (the trace spans {rel[-1]:.1f} s)", key="--window"
+            )
         idx = np.flatnonzero(keep)
         rel, inp, out, rows = rel[idx] - rel[idx[0]], inp[idx], out[idx], rows[idx]
         if hashes is not None:
@@ -261,11 +277,22 @@ def load_trace(opts: TraceOptions) -> Trace:
         if span > 0:
             offsets = rel * ((rel.size - 1) / span) / opts.rate
     if not offsets[-1] <= MAX_LEVEL_S:  # scheduled times are int64 nanoseconds; a replay must end
-        raise WorkloadError(f"its rows would take {float(offsets[-1]):.3g} s to replay, more than "
-                            f"{MAX_LEVEL_S // 86_400} days; keep a --window or raise --speed/--rate", source=src)  # fmt: skip
-    return Trace(path=src, format=fmt, offsets=offsets.astype(np.float64), input_tokens=np.maximum(inp, 1),
-                 output_tokens=np.maximum(out, 1), rows=rows, hash_ids=hashes, total_rows=total,
-                 span_s=span)  # fmt: skip
+        raise WorkloadError(
+            f"its rows would take {float(offsets[-1]):.3g} s to replay, more than "
+            f"{MAX_LEVEL_S // 86_400} days; keep a --window or raise --speed/--rate",
+            source=src,
+        )
+    return Trace(
+        path=src,
+        format=fmt,
+        offsets=offsets.astype(np.float64),
+        input_tokens=np.maximum(inp, 1),
+        output_tokens=np.maximum(out, 1),
+        rows=rows,
+        hash_ids=hashes,
+        total_rows=total,
+        span_s=span,
+    )
 
 
 class TraceSource:
@@ -321,11 +348,19 @@ class TraceSource:
         out = []
         for p in positions:
             index = level * LEVEL_STRIDE + p
-            out.append(RequestSpec(index=index, prompt=self._prompt(p, index), prompt_tokens=int(tr.input_tokens[p]),
-                                   max_tokens=int(tr.output_tokens[p]), request_class=tr.format,
-                                   source_row=int(tr.rows[p])))  # fmt: skip
+            out.append(
+                RequestSpec(
+                    index=index,
+                    prompt=self._prompt(p, index),
+                    prompt_tokens=int(tr.input_tokens[p]),
+                    max_tokens=int(tr.output_tokens[p]),
+                    request_class=tr.format,
+                    source_row=int(tr.rows[p]),
+                )
+            )
         return out
 
     def user(self, level: int, user: int, quota: int | None) -> Iterator[RequestSpec]:
-        raise ConfigError("a trace replays at its recorded times (open loop): use --rate or no load flag, "
-                          "not --concurrency")  # fmt: skip
+        raise ConfigError(
+            "a trace replays at its recorded times (open loop): use --rate or no load flag, not --concurrency"
+        )

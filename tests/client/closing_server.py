@@ -29,8 +29,10 @@ from typing import Any
 
 __all__ = ["ClosingServer"]
 
-_HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-            b"Connection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n\r\n")  # fmt: skip
+_HEADERS = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+    b"Connection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n\r\n"
+)
 
 
 def _chunk(data: bytes) -> bytes:
@@ -121,8 +123,10 @@ class ClosingServer:
 
     async def _models(self, writer: asyncio.StreamWriter) -> None:
         data = json.dumps({"object": "list", "data": [{"id": "closing-model", "object": "model"}]}).encode()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                     b"Connection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n\r\n%s" % (len(data), data))  # fmt: skip
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n\r\n%s" % (len(data), data)
+        )
         await writer.drain()
 
     async def _stream(self, writer: asyncio.StreamWriter, path: str, body: dict[str, Any]) -> None:
@@ -132,7 +136,11 @@ class ClosingServer:
         for i in range(n):
             last = i == n - 1
             if chat:
-                choice: dict[str, Any] = {"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": "length" if last else None}
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "delta": {"content": f" w{i}"},
+                    "finish_reason": "length" if last else None,
+                }
             else:
                 choice = {"index": 0, "text": f" w{i}", "finish_reason": "length" if last else None}
             event: dict[str, Any] = {"id": "x", "choices": [choice]}

@@ -19,7 +19,7 @@ import asyncio
 import json
 from typing import Any
 
-__all__ = ["HoldingServer", "ENDINGS"]
+__all__ = ["ENDINGS", "HoldingServer"]
 
 ENDINGS = ("usage", "late_usage", "finish", "done")
 _HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -48,7 +48,7 @@ class HoldingServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def __aenter__(self) -> "HoldingServer":
+    async def __aenter__(self) -> HoldingServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -72,16 +72,25 @@ class HoldingServer:
         self._writers.add(writer)
         try:
             head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+            length = next(
+                (
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
             chat = b"/chat/" in head.split(b"\r\n", 1)[0]
             await reader.readexactly(length)
             writer.write(_HEAD)
             for i in range(4):
                 last = i == 3
                 finish = "length" if last else None
-                choice: dict[str, Any] = ({"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": finish} if chat
-                                          else {"index": 0, "text": f" w{i}", "finish_reason": finish})  # fmt: skip
+                choice: dict[str, Any] = (
+                    {"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": finish}
+                    if chat
+                    else {"index": 0, "text": f" w{i}", "finish_reason": finish}
+                )
                 obj: dict[str, Any] = {"id": "x", "choices": [choice]}
                 if last and self.ending == "finish":
                     obj["usage"] = _USAGE

@@ -30,8 +30,13 @@ TRANSPORTS = ["aiohttp", "httpx"]
 
 
 def _transport(url: str, kind: str) -> Any:
-    cfg = TransportConfig(base_url=url, dialect=get_dialect("completions"), options=DialectOptions(model="hostile"),
-                          read_timeout_s=30, request_timeout_s=60)  # fmt: skip
+    cfg = TransportConfig(
+        base_url=url,
+        dialect=get_dialect("completions"),
+        options=DialectOptions(model="hostile"),
+        read_timeout_s=30,
+        request_timeout_s=60,
+    )
     return make_transport(kind, cfg)
 
 
@@ -169,15 +174,35 @@ async def test_a_flood_in_one_read_is_parsed_in_slices_that_let_the_loop_run() -
     assert during >= 20, during
 
 
-@pytest.mark.parametrize(("sig", "code", "line"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
-def test_a_signal_during_a_trickled_discovery_ends_loadgen_at_once(tmp_path: Any, sig: int, code: int, line: str) -> None:
+@pytest.mark.parametrize(
+    ("sig", "code", "line"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_a_signal_during_a_trickled_discovery_ends_loadgen_at_once(
+    tmp_path: Any, sig: int, code: int, line: str
+) -> None:
     """The model list trickles (a byte every 3 s, some 200 s in all); the signal, sent once
     the GET is in, ends loadgen with its one line and exit code (before: only when the
     thread running discovery returned)."""
     with HostileServer(models="trickle", trickle_s=3.0) as srv:
-        proc = subprocess.Popen([sys.executable, "-m", "loadgen.cli", "run", "--url", srv.url, "--api", "completions",
-                                 "--requests", "1", "--out", str(tmp_path / "r"), "--quiet"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "loadgen.cli",
+                "run",
+                "--url",
+                srv.url,
+                "--api",
+                "completions",
+                "--requests",
+                "1",
+                "--out",
+                str(tmp_path / "r"),
+                "--quiet",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             for _ in range(600):  # up to 60 s for the interpreter to start and send its GET
                 if srv.model_requests or proc.poll() is not None:
@@ -185,7 +210,7 @@ def test_a_signal_during_a_trickled_discovery_ends_loadgen_at_once(tmp_path: Any
                 time.sleep(0.1)
             assert srv.model_requests == 1
             proc.send_signal(sig)
-            out, err = proc.communicate(timeout=60)
+            _out, err = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -23,8 +23,9 @@ TRANSPORTS = ["aiohttp", "httpx"]
 
 
 def _transport(url: str, kind: str, api: str = "completions") -> Any:
-    cfg = TransportConfig(base_url=url, dialect=get_dialect(api), options=DialectOptions(model="closing-model"),
-                          read_timeout_s=5.0)  # fmt: skip
+    cfg = TransportConfig(
+        base_url=url, dialect=get_dialect(api), options=DialectOptions(model="closing-model"), read_timeout_s=5.0
+    )
     return make_transport(kind, cfg)
 
 
@@ -120,10 +121,27 @@ def test_loadgen_run_against_a_server_that_closes_after_every_stream(mode: str, 
     try:
         out = tmp_path / "run"
         proc = subprocess.run(
-            [sys.executable, "-m", "loadgen.cli", "run", "--url", server.url, "--concurrency", "2", "--requests", "16",
-             "--output-tokens", "4", "--out", str(out), "--quiet"],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "loadgen.cli",
+                "run",
+                "--url",
+                server.url,
+                "--concurrency",
+                "2",
+                "--requests",
+                "16",
+                "--output-tokens",
+                "4",
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         server.stop_thread()
     assert proc.returncode == 0, proc.stdout + proc.stderr

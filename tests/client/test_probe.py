@@ -73,4 +73,7 @@ async def test_a_redirect_is_a_reason_naming_its_location() -> None:
         got = await _probe(srv.url)
     assert srv.reached == []
     assert got.prompt_tokens is None
-    assert got.error == f"the non-streamed request answered HTTP 302: redirect to '{srv.target}/v1/chat/completions' not followed"
+    assert (
+        got.error
+        == f"the non-streamed request answered HTTP 302: redirect to '{srv.target}/v1/chat/completions' not followed"
+    )

@@ -17,13 +17,17 @@ from tests.scripted_server import ScriptedServer
 
 
 def _transport(url: str, script: dict[str, Any], **opts: Any) -> Any:
-    cfg = TransportConfig(base_url=url, dialect=get_dialect("chat"),
-                          options=DialectOptions(model="scripted-model", extra_body={"script": script}, **opts))  # fmt: skip
+    cfg = TransportConfig(
+        base_url=url,
+        dialect=get_dialect("chat"),
+        options=DialectOptions(model="scripted-model", extra_body={"script": script}, **opts),
+    )
     return make_transport("aiohttp", cfg)
 
 
-async def _send(url: str, script: dict[str, Any], max_tokens: int, answer: list[str] | None = None,
-                **opts: Any) -> RequestRecord:  # fmt: skip
+async def _send(
+    url: str, script: dict[str, Any], max_tokens: int, answer: list[str] | None = None, **opts: Any
+) -> RequestRecord:
     tr = _transport(url, script, **opts)
     rec = RequestRecord(index=0)
     try:
@@ -36,8 +40,9 @@ async def _send(url: str, script: dict[str, Any], max_tokens: int, answer: list[
 @pytest.mark.parametrize("usage", [False, True])
 async def test_reasoning_deltas_are_output_and_counted_apart(scripted: ScriptedServer, usage: bool) -> None:
     answer: list[str] = []
-    rec = await _send(scripted.url, {"reasoning": 6, "ttft_s": 0.005, "itl_s": 0.004}, 10, answer,
-                      continuous_usage=usage)  # fmt: skip
+    rec = await _send(
+        scripted.url, {"reasoning": 6, "ttft_s": 0.005, "itl_s": 0.004}, 10, answer, continuous_usage=usage
+    )
     assert rec.ok, rec.error
     assert rec.output_tokens == 10 and rec.reasoning_tokens == 6
     assert rec.token_source is (TokenSource.USAGE_DELTA if usage else TokenSource.EVENTS_CORRECTED)

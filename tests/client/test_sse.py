@@ -99,7 +99,7 @@ def test_comments_only_and_empty_data_lines_dispatch_nothing() -> None:
 
 def test_bom_is_skipped_even_when_split() -> None:
     raw = b"\xef\xbb\xbfdata: x\n\n"
-    for cut in range(0, 4):
+    for cut in range(4):
         assert [e.data for e in decode_all([raw[:cut], raw[cut:]])] == ["x"]
 
 

@@ -22,8 +22,9 @@ def sse(obj: Any, event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(obj)}\n\n".encode()
 
 
-def chat(content: str | None = None, usage: dict[str, int] | None = None, finish: str | None = None,
-         **delta: Any) -> bytes:  # fmt: skip
+def chat(
+    content: str | None = None, usage: dict[str, int] | None = None, finish: str | None = None, **delta: Any
+) -> bytes:
     if content is not None:
         delta["content"] = content
     obj: dict[str, Any] = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
@@ -54,24 +55,28 @@ def run(reads: list[tuple[bytes, int]], api: str = "chat", end_ns: int | None = 
 
 def test_the_first_token_is_the_first_event_with_output() -> None:
     """Role-only, empty and usage-only events do not count; content, reasoning and tool calls do."""
-    rec = run([
-        (chat(role="assistant", content=""), 100),
-        (chat(""), 110),
-        (chat(None), 115),
-        (usage_only(0), 120),
-        (chat(reasoning_content="hmm"), 130),
-        (chat("Hi"), 140),
-        (chat(tool_calls=[{"index": 0, "function": {"arguments": "{"}}]), 150),
-        (chat(None, finish="stop"), 160),
-        (DONE, 170),
-    ])  # fmt: skip
+    rec = run(
+        [
+            (chat(role="assistant", content=""), 100),
+            (chat(""), 110),
+            (chat(None), 115),
+            (usage_only(0), 120),
+            (chat(reasoning_content="hmm"), 130),
+            (chat("Hi"), 140),
+            (chat(tool_calls=[{"index": 0, "function": {"arguments": "{"}}]), 150),
+            (chat(None, finish="stop"), 160),
+            (DONE, 170),
+        ]
+    )
     assert [t for t, _ in rec.events] == [130, 140, 150]
     assert rec.done_ns == 170 and rec.ok
 
 
 def test_completions_count_text_and_token_ids_only() -> None:
-    rec = run([(text(""), 10), (text("", token_ids=[5]), 20), (text("a"), 30), (text("", finish="length"), 40), (DONE, 50)],
-              api="completions")  # fmt: skip
+    rec = run(
+        [(text(""), 10), (text("", token_ids=[5]), 20), (text("a"), 30), (text("", finish="length"), 40), (DONE, 50)],
+        api="completions",
+    )
     assert [t for t, _ in rec.events] == [20, 30]
 
 
@@ -82,13 +87,15 @@ def test_events_take_the_time_of_the_read_that_completed_them() -> None:
 
 
 def test_usage_on_every_event_gives_each_event_its_tokens() -> None:
-    rec = run([
-        (chat("a", usage={"prompt_tokens": 7, "completion_tokens": 3}), 10),
-        (usage_only(3), 15),  # no output: not an event, the running count unchanged
-        (chat("b", usage={"prompt_tokens": 7, "completion_tokens": 4}), 20),
-        (chat("c", usage={"prompt_tokens": 7, "completion_tokens": 9}, finish="length"), 30),
-        (usage_only(9) + DONE, 40),
-    ])  # fmt: skip
+    rec = run(
+        [
+            (chat("a", usage={"prompt_tokens": 7, "completion_tokens": 3}), 10),
+            (usage_only(3), 15),  # no output: not an event, the running count unchanged
+            (chat("b", usage={"prompt_tokens": 7, "completion_tokens": 4}), 20),
+            (chat("c", usage={"prompt_tokens": 7, "completion_tokens": 9}, finish="length"), 30),
+            (usage_only(9) + DONE, 40),
+        ]
+    )
     assert rec.token_source is TokenSource.USAGE_DELTA
     assert rec.events == [[10, 3], [20, 1], [30, 5]]
     assert rec.output_tokens == rec.completion_tokens == 9 and rec.prompt_tokens == 7
@@ -146,13 +153,16 @@ def test_vendor_timings_are_kept() -> None:
         (b"data: {not json\n\n", InvalidResponse, "malformed JSON"),
         (b"data: [1, 2]\n\n", InvalidResponse, "not a JSON object"),
         (chat("a") + sse({"message": "overloaded"}, event="error"), ErrorEvent, "error event: .*overloaded"),
-        (chat("a") + sse({"error": {"message": "engine died", "code": 500}}) + DONE, ErrorEvent,
-         "error in stream: engine died"),
+        (
+            chat("a") + sse({"error": {"message": "engine died", "code": 500}}) + DONE,
+            ErrorEvent,
+            "error in stream: engine died",
+        ),
         (chat("a") + sse({"error": "plain text"}) + DONE, ErrorEvent, "error in stream: plain text"),
         (sse({"choices": None}) + DONE, InvalidResponse, "no output"),
         (DONE, InvalidResponse, "no output"),
     ],
-)  # fmt: skip
+)
 def test_bad_streams_raise_their_error(body: bytes, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match) as info:
         run([(body, 10)])
@@ -206,17 +216,24 @@ def test_a_usage_that_is_not_a_plausible_count_is_rejected_not_trusted(claim: An
 
 
 def test_a_per_event_usage_jump_beyond_the_event_is_rejected() -> None:
-    rec = run([
-        (chat("a", usage={"prompt_tokens": 7, "completion_tokens": 1}), 10),
-        (chat("b", usage={"prompt_tokens": 7, "completion_tokens": 10**9}), 20),
-        (DONE, 30),
-    ])  # fmt: skip
+    rec = run(
+        [
+            (chat("a", usage={"prompt_tokens": 7, "completion_tokens": 1}), 10),
+            (chat("b", usage={"prompt_tokens": 7, "completion_tokens": 10**9}), 20),
+            (DONE, 30),
+        ]
+    )
     assert rec.token_source is TokenSource.USAGE_REJECTED and rec.output_tokens == 2
 
 
 def test_a_negative_or_bool_prompt_count_is_not_kept() -> None:
     for bad in (-1, True):
-        rec = run([(chat("a"), 10), (sse({"choices": [], "usage": {"prompt_tokens": bad, "completion_tokens": 1}}) + DONE, 20)])
+        rec = run(
+            [
+                (chat("a"), 10),
+                (sse({"choices": [], "usage": {"prompt_tokens": bad, "completion_tokens": 1}}) + DONE, 20),
+            ]
+        )
         assert rec.prompt_tokens is None and rec.token_source is TokenSource.USAGE_REJECTED
 
 
@@ -236,9 +253,16 @@ def test_a_stream_cut_mid_event_is_a_disconnect_not_a_bad_response() -> None:
 @pytest.mark.parametrize("api", ["chat", "completions"])
 @pytest.mark.parametrize(
     "odd",
-    [{"choices": True}, {"choices": 5}, {"choices": {"text": "a"}}, {"usage": []},
-     {"usage": "9"}, {"loadgen": [1]}, {"choices": [{"finish_reason": ["stop"]}]},
-     {"choices": [{"finish_reason": 1}]}],
+    [
+        {"choices": True},
+        {"choices": 5},
+        {"choices": {"text": "a"}},
+        {"usage": []},
+        {"usage": "9"},
+        {"loadgen": [1]},
+        {"choices": [{"finish_reason": ["stop"]}]},
+        {"choices": [{"finish_reason": 1}]},
+    ],
 )
 def test_events_of_the_wrong_shape_are_ignored_not_a_crash(api: str, odd: dict[str, Any]) -> None:
     """Found by tests/fuzz: a non-list ``choices`` raised TypeError out of the parser, and
@@ -255,15 +279,26 @@ def test_events_of_the_wrong_shape_are_ignored_not_a_crash(api: str, odd: dict[s
 def test_each_usage_count_is_the_last_one_sent_even_from_different_events() -> None:
     """A server that sends the prompt count early and the completion count last (as
     Anthropic's message_start / message_delta do): both are kept."""
-    rec = run([
-        (chat("a", usage={"prompt_tokens": 9}), 10), (chat("b"), 20), (chat("c"), 30),
-        (sse({"choices": [], "usage": {"completion_tokens": 3}}), 40), (DONE, 50),
-    ])  # fmt: skip
+    rec = run(
+        [
+            (chat("a", usage={"prompt_tokens": 9}), 10),
+            (chat("b"), 20),
+            (chat("c"), 30),
+            (sse({"choices": [], "usage": {"completion_tokens": 3}}), 40),
+            (DONE, 50),
+        ]
+    )
     assert (rec.prompt_tokens, rec.completion_tokens) == (9, 3)
     assert rec.token_source is TokenSource.EVENTS_CORRECTED and [n for _, n in rec.events] == [1, 1, 1]
 
 
 def test_a_bad_early_prompt_count_replaced_by_a_good_one_is_used() -> None:
-    rec = run([(chat("a", usage={"prompt_tokens": -1}), 10), (chat("b", finish="stop"), 20), (usage_only(2, prompt=5), 30),
-               (DONE, 40)])  # fmt: skip
+    rec = run(
+        [
+            (chat("a", usage={"prompt_tokens": -1}), 10),
+            (chat("b", finish="stop"), 20),
+            (usage_only(2, prompt=5), 30),
+            (DONE, 40),
+        ]
+    )
     assert (rec.prompt_tokens, rec.completion_tokens) == (5, 2) and rec.token_source is TokenSource.EVENTS_CORRECTED

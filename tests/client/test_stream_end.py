@@ -21,8 +21,14 @@ GRACE_S = 0.3
 
 async def _send(url: str, kind: str, api: str = "completions", grace_s: float = GRACE_S) -> tuple[RequestRecord, int]:
     """One request (the read timeout far beyond the grace); the record and when send() returned."""
-    cfg = TransportConfig(base_url=url, dialect=get_dialect(api), options=DialectOptions(model="m"),
-                          read_timeout_s=60, request_timeout_s=120, end_grace_s=grace_s)  # fmt: skip
+    cfg = TransportConfig(
+        base_url=url,
+        dialect=get_dialect(api),
+        options=DialectOptions(model="m"),
+        read_timeout_s=60,
+        request_timeout_s=120,
+        end_grace_s=grace_s,
+    )
     transport: Any = make_transport(kind, cfg)
     rec = RequestRecord(index=0)
     try:
@@ -35,13 +41,17 @@ async def _send(url: str, kind: str, api: str = "completions", grace_s: float = 
 
 @pytest.mark.parametrize("ending", ENDINGS)
 @pytest.mark.parametrize("kind", TRANSPORTS)
-async def test_a_held_connection_after_the_last_event_is_an_ok_record_ended_at_that_event(kind: str, ending: str) -> None:
+async def test_a_held_connection_after_the_last_event_is_an_ok_record_ended_at_that_event(
+    kind: str, ending: str
+) -> None:
     """Before: the read timed out, the record was ``timeout`` and its E2E the read timeout."""
     async with HoldingServer(ending) as srv:
         rec, returned = await _send(srv.url, kind, api="chat" if ending == "done" else "completions")
         assert await srv.wait_closed(1)  # the client let the connection go
     assert rec.status is ErrorKind.OK, rec.error
-    assert rec.output_tokens == rec.completion_tokens == 4 and rec.prompt_tokens == 3  # the usage after the finish is kept
+    assert (
+        rec.output_tokens == rec.completion_tokens == 4 and rec.prompt_tokens == 3
+    )  # the usage after the finish is kept
     assert rec.token_source is TokenSource.EVENTS_CORRECTED
     last_output = rec.events[-1][0]
     if ending == "finish":

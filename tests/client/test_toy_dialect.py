@@ -16,8 +16,9 @@ import io
 import json
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -59,9 +60,13 @@ class Toy(Dialect):
     def parse_event(self, obj: dict[str, Any]) -> EventInfo:
         piece, meter, why = obj.get("piece"), obj.get("meter"), obj.get("why")
         fault = obj.get("fault")
-        return EventInfo(has_output=isinstance(piece, str) and piece != "", usage=meter if isinstance(meter, dict) else None,
-                         finish_reason=why if isinstance(why, str) and why else None,
-                         error=None if fault is None else str(fault), text=piece if isinstance(piece, str) else "")  # fmt: skip
+        return EventInfo(
+            has_output=isinstance(piece, str) and piece != "",
+            usage=meter if isinstance(meter, dict) else None,
+            finish_reason=why if isinstance(why, str) and why else None,
+            error=None if fault is None else str(fault),
+            text=piece if isinstance(piece, str) else "",
+        )
 
     def usage_counts(self, usage: dict[str, Any]) -> tuple[Any, Any]:
         return usage.get("in"), usage.get("out")
@@ -144,10 +149,17 @@ def toy() -> Iterator[Toy]:
 
 def _run(srv: ToyServer, out: Path) -> Path:
     cfg = RunConfig(
-        url=srv.url, api="toy", model="toy-1", workload=workload_from_flags("16", "8"),
-        profile=Profile(levels=[2], requests=6, warmup_requests=0, trim=(0.0, 0.0)), out=out,
-        headers=get_dialect("toy").auth_headers(KEY), live=False, read_timeout_s=10, request_timeout_s=20,
-    )  # fmt: skip
+        url=srv.url,
+        api="toy",
+        model="toy-1",
+        workload=workload_from_flags("16", "8"),
+        profile=Profile(levels=[2], requests=6, warmup_requests=0, trim=(0.0, 0.0)),
+        out=out,
+        headers=get_dialect("toy").auth_headers(KEY),
+        live=False,
+        read_timeout_s=10,
+        request_timeout_s=20,
+    )
     outcome = execute(cfg, Console(file=io.StringIO(), width=150))
     return outcome.folder
 
@@ -216,7 +228,9 @@ warmup_requests = 0
 """
 
 
-def test_a_matrix_runs_the_toy_api_with_its_key_header(toy: Toy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_matrix_runs_the_toy_api_with_its_key_header(
+    toy: Toy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The matrix file's ``run.api`` is checked against the registry, and its key goes out as the toy's header."""
     monkeypatch.setenv("LOADGEN_TOY_KEY", KEY)
     with ToyServer(stream_meter=True) as srv:

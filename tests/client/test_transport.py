@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 from typing import Any
 
@@ -47,9 +48,7 @@ def _specs(n: int, max_tokens: int) -> list[RequestSpec]:
     return [RequestSpec(index=i, prompt=f"hello {i}", prompt_tokens=2, max_tokens=max_tokens) for i in range(n)]
 
 
-async def _run(
-    url: str, n: int, concurrency: int, max_tokens: int, warmup: int = 0, **kw: Any
-) -> list[RequestRecord]:
+async def _run(url: str, n: int, concurrency: int, max_tokens: int, warmup: int = 0, **kw: Any) -> list[RequestRecord]:
     tr = _transport(url, **kw)
     runner = Runner(tr)
     plan = LevelPlan(0, "concurrency", concurrency, requests=n, warmup_requests=warmup)
@@ -66,7 +65,7 @@ def _ttft_ms(r: RequestRecord) -> float:
 
 def _gaps_ms(r: RequestRecord) -> list[float]:
     ts = [t for t, _ in r.events]
-    return [(b - a) / 1e6 for a, b in zip(ts, ts[1:])]
+    return [(b - a) / 1e6 for a, b in itertools.pairwise(ts)]
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
@@ -236,12 +235,15 @@ class _Raises(_StreamingTransport):
         (httpx.RemoteProtocolError("peer closed"), ErrorKind.DISCONNECTED, "connection closed mid-stream"),
         (httpx.ReadError("reset"), ErrorKind.DISCONNECTED, "connection closed mid-stream"),
         (httpx.ConnectError("refused"), ErrorKind.DISCONNECTED, "cannot connect"),
-        (aiohttp.ClientResponseError(_REQUEST, (), status=200, message="bad"), ErrorKind.INVALID_RESPONSE,
-         "bad HTTP response"),
+        (
+            aiohttp.ClientResponseError(_REQUEST, (), status=200, message="bad"),
+            ErrorKind.INVALID_RESPONSE,
+            "bad HTTP response",
+        ),
         (httpx.DecodingError("bad gzip"), ErrorKind.INVALID_RESPONSE, "bad HTTP response"),
         (ConnectionResetError(104, "reset by peer"), ErrorKind.DISCONNECTED, "connection failed"),
     ],
-)  # fmt: skip
+)
 async def test_library_exceptions_become_error_kinds(exc: Exception, kind: ErrorKind, start: str) -> None:
     rec = RequestRecord(index=0)
     await _Raises(exc).send(RequestSpec(0, "x", 1, 1), rec)
@@ -258,9 +260,8 @@ async def test_an_exception_outside_the_table_is_a_bug_and_propagates(exc: Excep
 
 def test_the_library_exception_is_the_cause() -> None:
     original = httpx.ReadError("reset")
-    with pytest.raises(loadgen.errors.Disconnected) as info:
-        with _translated():
-            raise original
+    with pytest.raises(loadgen.errors.Disconnected) as info, _translated():
+        raise original
     assert info.value.__cause__ is original
 
 

@@ -35,25 +35,34 @@ NUMBERS: st.SearchStrategy[Any] = st.one_of(
 )
 
 # whole numbers as text, up to past Python's 4,300-digit limit on int(str)
-DIGITS: st.SearchStrategy[str] = st.builds(lambda sign, n: sign + "9" * n, st.sampled_from(["", "-"]),
-                                           st.sampled_from([19, 20, 40, 309, 400, 4301, 5000]))
+DIGITS: st.SearchStrategy[str] = st.builds(
+    lambda sign, n: sign + "9" * n, st.sampled_from(["", "-"]), st.sampled_from([19, 20, 40, 309, 400, 4301, 5000])
+)
 
 # the same numbers as ints (Python's json and tomllib read them so)
-BIG_INTS: st.SearchStrategy[int] = st.builds(lambda neg, n: (-1 if neg else 1) * (10**n - 1), st.booleans(),
-                                             st.sampled_from([19, 20, 40, 309, 400, 4301, 5000]))
+BIG_INTS: st.SearchStrategy[int] = st.builds(
+    lambda neg, n: (-1 if neg else 1) * (10**n - 1), st.booleans(), st.sampled_from([19, 20, 40, 309, 400, 4301, 5000])
+)
 
 SCALARS: st.SearchStrategy[Any] = st.one_of(st.none(), st.booleans(), NUMBERS, st.text(max_size=20))
 
 
-def json_values(keys: st.SearchStrategy[str] | None = None, leaves: st.SearchStrategy[Any] = SCALARS,
-                max_leaves: int = 12, allow_nan: bool = False) -> st.SearchStrategy[Any]:
+def json_values(
+    keys: st.SearchStrategy[str] | None = None,
+    leaves: st.SearchStrategy[Any] = SCALARS,
+    max_leaves: int = 12,
+    allow_nan: bool = False,
+) -> st.SearchStrategy[Any]:
     """Any JSON value, keys drawn from ``keys``; NaN and infinities (which Python's
     ``json`` writes and reads, though JSON has none) only with ``allow_nan``."""
     keys = keys if keys is not None else st.text(max_size=12)
     if not allow_nan:
         leaves = leaves.filter(lambda v: not (isinstance(v, float) and not math.isfinite(v)))
-    return st.recursive(leaves, lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=5)), max_leaves=max_leaves)
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=5)),
+        max_leaves=max_leaves,
+    )
 
 
 def dumps(value: Any) -> str:

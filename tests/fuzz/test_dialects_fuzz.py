@@ -15,37 +15,70 @@ from loadgen.errors import TransportError
 from loadgen.records import RequestRecord
 from tests.fuzz.strategies import NUMBERS, SCALARS, budget, dumps, json_values
 
-KEYS = st.sampled_from(["choices", "delta", "text", "content", "reasoning_content", "reasoning",
-                        "tool_calls", "token_ids", "finish_reason", "usage", "prompt_tokens",
-                        "completion_tokens", "total_tokens", "error", "message", "loadgen",
-                        "index", "role", "x"])
+KEYS = st.sampled_from(
+    [
+        "choices",
+        "delta",
+        "text",
+        "content",
+        "reasoning_content",
+        "reasoning",
+        "tool_calls",
+        "token_ids",
+        "finish_reason",
+        "usage",
+        "prompt_tokens",
+        "completion_tokens",
+        "total_tokens",
+        "error",
+        "message",
+        "loadgen",
+        "index",
+        "role",
+        "x",
+    ]
+)
 ANY = json_values(KEYS, max_leaves=10, allow_nan=True)
 COUNT = st.one_of(NUMBERS, st.none(), st.text(max_size=5), st.just([1]))
 
 USAGE = st.one_of(
-    st.fixed_dictionaries({"prompt_tokens": COUNT, "completion_tokens": COUNT},
-                          optional={"total_tokens": COUNT}),
+    st.fixed_dictionaries({"prompt_tokens": COUNT, "completion_tokens": COUNT}, optional={"total_tokens": COUNT}),
     ANY,
 )
 CHOICE = st.one_of(
-    st.fixed_dictionaries({}, optional={
-        "index": SCALARS,
-        "delta": st.one_of(st.fixed_dictionaries({}, optional={
-            "content": st.one_of(st.text(max_size=8), ANY), "role": SCALARS,
-            "reasoning_content": ANY, "tool_calls": ANY}), ANY),
-        "text": st.one_of(st.text(max_size=8), ANY),
-        "token_ids": st.one_of(st.lists(st.integers(0, 9), max_size=3), ANY),
-        "finish_reason": st.one_of(st.sampled_from(["stop", "length", None, ""]), ANY),
-    }),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "index": SCALARS,
+            "delta": st.one_of(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "content": st.one_of(st.text(max_size=8), ANY),
+                        "role": SCALARS,
+                        "reasoning_content": ANY,
+                        "tool_calls": ANY,
+                    },
+                ),
+                ANY,
+            ),
+            "text": st.one_of(st.text(max_size=8), ANY),
+            "token_ids": st.one_of(st.lists(st.integers(0, 9), max_size=3), ANY),
+            "finish_reason": st.one_of(st.sampled_from(["stop", "length", None, ""]), ANY),
+        },
+    ),
     ANY,
 )
 EVENTS = st.one_of(
-    st.fixed_dictionaries({}, optional={
-        "choices": st.one_of(st.lists(CHOICE, max_size=3), ANY),
-        "usage": USAGE,
-        "loadgen": ANY,
-        "error": st.one_of(st.none(), ANY),
-    }),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "choices": st.one_of(st.lists(CHOICE, max_size=3), ANY),
+            "usage": USAGE,
+            "loadgen": ANY,
+            "error": st.one_of(st.none(), ANY),
+        },
+    ),
     st.dictionaries(KEYS, ANY, max_size=5),
 )
 
@@ -68,18 +101,25 @@ def _frame(obj: Any, raw: bool) -> bytes:
 
 
 @budget(100)
-@given(st.sampled_from(sorted(DIALECTS)),
-       st.lists(st.one_of(EVENTS.map(lambda o: (o, False)),
-                          st.tuples(st.sampled_from(["[DONE]", "{", "[1]", "null", "NaN", ""]),
-                                    st.just(True))), max_size=8),
-       st.booleans())
+@given(
+    st.sampled_from(sorted(DIALECTS)),
+    st.lists(
+        st.one_of(
+            EVENTS.map(lambda o: (o, False)),
+            st.tuples(st.sampled_from(["[DONE]", "{", "[1]", "null", "NaN", ""]), st.just(True)),
+        ),
+        max_size=8,
+    ),
+    st.booleans(),
+)
 def test_any_event_sequence_gives_a_record_with_sane_counts(
-        api: str, events: list[tuple[Any, bool]], done: bool) -> None:
+    api: str, events: list[tuple[Any, bool]], done: bool
+) -> None:
     record = RequestRecord(index=0)
     state = StreamState(record, DIALECTS[api], defer=False)
     stream = b"".join(_frame(o, raw) for o, raw in events) + (b"data: [DONE]\n\n" if done else b"")
     try:
-        for t, read in enumerate(stream[i:i + 37] for i in range(0, len(stream), 37)):
+        for t, read in enumerate(stream[i : i + 37] for i in range(0, len(stream), 37)):
             state.feed(read, 10 + t)
         state.close(1000)
     except TransportError as exc:

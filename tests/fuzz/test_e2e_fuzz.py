@@ -40,8 +40,9 @@ async def _answer(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     script = SCRIPTS[int(body["prompt"].split()[-1])]
     if script.status != 200:
-        return web.Response(status=script.status, body=b"".join(script.reads),
-                            headers={"Location": "http://127.0.0.1:1/elsewhere"})
+        return web.Response(
+            status=script.status, body=b"".join(script.reads), headers={"Location": "http://127.0.0.1:1/elsewhere"}
+        )
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     for chunk in script.reads:
@@ -80,11 +81,22 @@ def event_json(draw: st.DrawFn) -> bytes:
 
 
 PIECES = st.one_of(
-    event_json(), event_json(), event_json(),
+    event_json(),
+    event_json(),
+    event_json(),
     st.just(DONE),
-    st.sampled_from([b"data: {broken\n\n", b"event: error\ndata: {\"message\": \"overloaded\"}\n\n",
-                     b"data: {\"error\": {\"message\": \"engine died\"}}\n\n", b": keep-alive\n\n",
-                     b"data: [1, 2]\n\n", b"\r\n", b"<html>502</html>", b"data: {\"choices\": [{\"text\""]),
+    st.sampled_from(
+        [
+            b"data: {broken\n\n",
+            b'event: error\ndata: {"message": "overloaded"}\n\n',
+            b'data: {"error": {"message": "engine died"}}\n\n',
+            b": keep-alive\n\n",
+            b"data: [1, 2]\n\n",
+            b"\r\n",
+            b"<html>502</html>",
+            b'data: {"choices": [{"text"',
+        ]
+    ),
     st.binary(max_size=20),
 )
 
@@ -104,14 +116,18 @@ def scripts(draw: st.DrawFn) -> Script:
 async def _run(url: str, n: int, concurrency: int) -> tuple[list[Any], list[dict[str, Any]]]:
     loop_errors: list[dict[str, Any]] = []
     asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: loop_errors.append(ctx))
-    cfg = TransportConfig(base_url=url, dialect=get_dialect("completions"),
-                          options=DialectOptions(model="m"), max_connections=8, read_timeout_s=10.0,
-                          request_timeout_s=30.0)
+    cfg = TransportConfig(
+        base_url=url,
+        dialect=get_dialect("completions"),
+        options=DialectOptions(model="m"),
+        max_connections=8,
+        read_timeout_s=10.0,
+        request_timeout_s=30.0,
+    )
     transport = make_transport("aiohttp", cfg)
     specs = [RequestSpec(index=i, prompt=f"request {i}", prompt_tokens=2, max_tokens=4) for i in range(n)]
     try:
-        result = await Runner(transport).run_level(LevelPlan(0, "concurrency", concurrency, requests=n),
-                                                   iter(specs))
+        result = await Runner(transport).run_level(LevelPlan(0, "concurrency", concurrency, requests=n), iter(specs))
     finally:
         await transport.aclose()
     return result.records, loop_errors

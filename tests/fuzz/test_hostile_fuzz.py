@@ -134,7 +134,7 @@ class _Server:
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()
 
-    def __enter__(self) -> "_Server":
+    def __enter__(self) -> _Server:
         self._thread.start()
         assert self._ready.wait(30)
         return self
@@ -146,8 +146,14 @@ class _Server:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+            length = next(
+                (
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
             body = json.loads(await reader.readexactly(length))
             self.handled += 1
             shape = self.shapes[int(body["prompt"].split()[-1])]
@@ -178,8 +184,14 @@ def shapes(draw: st.DrawFn) -> Shape:
     gzip = draw(st.booleans())
     kind = draw(st.sampled_from(["none", "near", "bomb"] if gzip else ["none", "near"]))
     line = None if kind == "none" else draw(st.sampled_from(LINE_SIZES if kind == "near" else BOMB_SIZES))
-    return Shape(tokens=draw(st.integers(0, 6)), line=line, gzip=gzip, chunked=draw(st.booleans()),
-                 ending=draw(st.sampled_from(ENDINGS)), trickle=draw(st.sampled_from([0, 0, 1, 40])))  # fmt: skip
+    return Shape(
+        tokens=draw(st.integers(0, 6)),
+        line=line,
+        gzip=gzip,
+        chunked=draw(st.booleans()),
+        ending=draw(st.sampled_from(ENDINGS)),
+        trickle=draw(st.sampled_from([0, 0, 1, 40])),
+    )
 
 
 def expected(shape: Shape) -> set[ErrorKind]:
@@ -192,8 +204,14 @@ def expected(shape: Shape) -> set[ErrorKind]:
 
 
 async def _run(url: str, kind: str, n: int) -> tuple[list[Any], int]:
-    cfg = TransportConfig(base_url=url, dialect=get_dialect("completions"), options=DialectOptions(model="m"),
-                          read_timeout_s=10.0, request_timeout_s=30.0, end_grace_s=0.05)  # fmt: skip
+    cfg = TransportConfig(
+        base_url=url,
+        dialect=get_dialect("completions"),
+        options=DialectOptions(model="m"),
+        read_timeout_s=10.0,
+        request_timeout_s=30.0,
+        end_grace_s=0.05,
+    )
     transport = make_transport(kind, cfg)
     specs = [RequestSpec(index=i, prompt=f"request {i}", prompt_tokens=2, max_tokens=4) for i in range(n)]
     tracemalloc.start()
@@ -209,8 +227,9 @@ async def _run(url: str, kind: str, n: int) -> tuple[list[Any], int]:
 @pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
 @budget(20)  # each example: one level of 1-3 requests, a bomb inflating up to 96 MiB among them
 @given(st.lists(shapes(), min_size=1, max_size=3))
-def test_every_hostile_shape_is_one_record_with_its_status_in_bounded_memory(server: _Server, kind: str,
-                                                                             plan: list[Shape]) -> None:  # fmt: skip
+def test_every_hostile_shape_is_one_record_with_its_status_in_bounded_memory(
+    server: _Server, kind: str, plan: list[Shape]
+) -> None:
     for shape in plan:
         wire(shape)  # built before the traced run (the server's copy is not the client's memory)
     server.shapes = dict(enumerate(plan))

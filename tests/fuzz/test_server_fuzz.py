@@ -18,36 +18,89 @@ from loadgen.server.app import serve_in_thread
 from tests.fuzz.strategies import NUMBERS, SCALARS, budget, json_values
 from tests.server.helpers import MODEL, make_engine
 
-KEYS = st.sampled_from(["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "min_tokens",
-                        "temperature", "stream", "stream_options", "include_usage",
-                        "continuous_usage_stats", "stop", "n", "best_of", "echo", "logprobs", "seed",
-                        "ignore_eos", "role", "content", "type", "text", "x"])
+KEYS = st.sampled_from(
+    [
+        "model",
+        "prompt",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "min_tokens",
+        "temperature",
+        "stream",
+        "stream_options",
+        "include_usage",
+        "continuous_usage_stats",
+        "stop",
+        "n",
+        "best_of",
+        "echo",
+        "logprobs",
+        "seed",
+        "ignore_eos",
+        "role",
+        "content",
+        "type",
+        "text",
+        "x",
+    ]
+)
 ANY = json_values(KEYS, max_leaves=8)
 SMALL = st.one_of(st.integers(1, 24), NUMBERS, st.none(), st.text(max_size=3))
 TEXT = st.one_of(st.text(max_size=30), st.sampled_from(["hello there", "a b c d", "", " ", "\u2028"]))
 MESSAGE = st.one_of(
-    st.fixed_dictionaries({"role": st.one_of(st.sampled_from(["user", "system", "assistant", "", "a b"]), ANY)},
-                          optional={"content": st.one_of(TEXT, st.lists(st.fixed_dictionaries(
-                              {"type": st.sampled_from(["text", "image_url"])}, optional={"text": TEXT}),
-                              max_size=2), ANY)}),
+    st.fixed_dictionaries(
+        {"role": st.one_of(st.sampled_from(["user", "system", "assistant", "", "a b"]), ANY)},
+        optional={
+            "content": st.one_of(
+                TEXT,
+                st.lists(
+                    st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url"])}, optional={"text": TEXT}),
+                    max_size=2,
+                ),
+                ANY,
+            )
+        },
+    ),
     ANY,
 )
-FIELDS = st.fixed_dictionaries({}, optional={
-    "model": st.one_of(st.just(MODEL), st.text(max_size=5), ANY),
-    "prompt": st.one_of(TEXT, st.lists(st.integers(-2, 40_000), max_size=6), st.lists(TEXT, max_size=2),
-                        st.lists(st.lists(st.integers(0, 100), max_size=3), max_size=2), ANY),
-    "messages": st.one_of(st.lists(MESSAGE, max_size=3), ANY),
-    "max_tokens": SMALL, "max_completion_tokens": SMALL, "min_tokens": SMALL,
-    "temperature": st.one_of(st.floats(allow_nan=False, allow_infinity=False), SCALARS),
-    "stream": st.one_of(st.booleans(), SCALARS),
-    "stream_options": st.one_of(st.fixed_dictionaries({}, optional={
-        "include_usage": st.one_of(st.booleans(), SCALARS),
-        "continuous_usage_stats": st.one_of(st.booleans(), SCALARS)}), ANY),
-    "stop": st.one_of(TEXT, st.lists(TEXT, max_size=3), ANY),
-    "n": SMALL, "best_of": SMALL, "echo": SCALARS, "logprobs": SCALARS, "seed": NUMBERS,
-    "ignore_eos": st.one_of(st.booleans(), SCALARS),
-    "x": ANY,
-})
+FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": st.one_of(st.just(MODEL), st.text(max_size=5), ANY),
+        "prompt": st.one_of(
+            TEXT,
+            st.lists(st.integers(-2, 40_000), max_size=6),
+            st.lists(TEXT, max_size=2),
+            st.lists(st.lists(st.integers(0, 100), max_size=3), max_size=2),
+            ANY,
+        ),
+        "messages": st.one_of(st.lists(MESSAGE, max_size=3), ANY),
+        "max_tokens": SMALL,
+        "max_completion_tokens": SMALL,
+        "min_tokens": SMALL,
+        "temperature": st.one_of(st.floats(allow_nan=False, allow_infinity=False), SCALARS),
+        "stream": st.one_of(st.booleans(), SCALARS),
+        "stream_options": st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "include_usage": st.one_of(st.booleans(), SCALARS),
+                    "continuous_usage_stats": st.one_of(st.booleans(), SCALARS),
+                },
+            ),
+            ANY,
+        ),
+        "stop": st.one_of(TEXT, st.lists(TEXT, max_size=3), ANY),
+        "n": SMALL,
+        "best_of": SMALL,
+        "echo": SCALARS,
+        "logprobs": SCALARS,
+        "seed": NUMBERS,
+        "ignore_eos": st.one_of(st.booleans(), SCALARS),
+        "x": ANY,
+    },
+)
 
 
 @st.composite
@@ -59,12 +112,10 @@ def bodies(draw: st.DrawFn, chat: bool) -> dict[str, Any]:
     if chat:
         body["messages"] = [{"role": "user", "content": draw(TEXT.filter(str.strip))}]
     else:
-        body["prompt"] = draw(st.one_of(TEXT.filter(str.strip), st.lists(st.integers(4, 99), min_size=1,
-                                                                          max_size=5)))
+        body["prompt"] = draw(st.one_of(TEXT.filter(str.strip), st.lists(st.integers(4, 99), min_size=1, max_size=5)))
     if draw(st.booleans()):
         body["stream"] = True
-        body["stream_options"] = {"include_usage": draw(st.booleans()),
-                                  "continuous_usage_stats": draw(st.booleans())}
+        body["stream_options"] = {"include_usage": draw(st.booleans()), "continuous_usage_stats": draw(st.booleans())}
     fuzzed = draw(FIELDS)
     for key in draw(st.lists(st.sampled_from(sorted(fuzzed)), max_size=3, unique=True) if fuzzed else st.just([])):
         body[key] = fuzzed[key]
@@ -103,14 +154,22 @@ def _check(resp: httpx.Response, stream: Any) -> None:
 @given(st.data(), ROUTES)
 def test_any_json_body_is_answered_200_or_4xx(client: httpx.Client, data: st.DataObject, path: str) -> None:
     body = data.draw(bodies(chat="chat" in path))
-    _check(client.post(path, content=json.dumps(body).encode(),
-                       headers={"Content-Type": "application/json"}), body.get("stream"))
+    _check(
+        client.post(path, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}),
+        body.get("stream"),
+    )
 
 
 @budget(100)
-@given(ROUTES,
-       st.one_of(st.binary(max_size=60), ANY.map(lambda v: json.dumps(v).encode()),
-                 st.integers(1, 200_000).map(lambda n: b"[" * n), st.text(max_size=40).map(str.encode)))
+@given(
+    ROUTES,
+    st.one_of(
+        st.binary(max_size=60),
+        ANY.map(lambda v: json.dumps(v).encode()),
+        st.integers(1, 200_000).map(lambda n: b"[" * n),
+        st.text(max_size=40).map(str.encode),
+    ),
+)
 def test_any_bytes_are_answered_200_or_4xx(client: httpx.Client, path: str, raw: bytes) -> None:
     try:
         stream = json.loads(raw).get("stream")

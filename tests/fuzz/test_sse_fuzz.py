@@ -65,10 +65,18 @@ def test_any_split_decodes_like_the_whole(data: st.DataObject, stream: bytes) ->
 
 
 @budget(120)
-@given(st.lists(st.tuples(st.text(max_size=20).filter(lambda t: "\r" not in t and "\n" not in t),
-                          ENDINGS), min_size=1, max_size=6), ENDINGS, st.booleans())
-def test_data_lines_join_with_lf_whatever_the_line_ending(lines: list[tuple[str, bytes]],
-                                                           blank: bytes, bom: bool) -> None:
+@given(
+    st.lists(
+        st.tuples(st.text(max_size=20).filter(lambda t: "\r" not in t and "\n" not in t), ENDINGS),
+        min_size=1,
+        max_size=6,
+    ),
+    ENDINGS,
+    st.booleans(),
+)
+def test_data_lines_join_with_lf_whatever_the_line_ending(
+    lines: list[tuple[str, bytes]], blank: bytes, bom: bool
+) -> None:
     stream = (BOM if bom else b"") + b"".join(b"data: " + t.encode() + e for t, e in lines) + blank
     # a CR then the blank line's LF would be one CRLF: the event is only complete without that
     if lines[-1][1] == b"\r" and blank == b"\n":

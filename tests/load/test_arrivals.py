@@ -107,7 +107,10 @@ def test_a_longer_schedule_starts_with_the_shorter_one() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"kind": "uniform", "rate": 1.0, "n": 5}, "unknown arrival process 'uniform'; choose one of: poisson, gamma, constant"),
+        (
+            {"kind": "uniform", "rate": 1.0, "n": 5},
+            "unknown arrival process 'uniform'; choose one of: poisson, gamma, constant",
+        ),
         ({"kind": "poisson", "rate": 0.0, "n": 5}, "--rate: request rate must be > 0"),
         ({"kind": "poisson", "rate": float("nan"), "n": 5}, "--rate: request rate must be > 0"),
         ({"kind": "poisson", "rate": 1.0}, "needs --requests or --duration"),
@@ -139,7 +142,10 @@ def test_each_process_declares_its_parameters_and_each_declaration_reaches_a_run
     """gamma declares burstiness, poisson and constant nothing; a declared parameter is a
     keyword of schedule() and a field of Profile and LevelPlan, with the declared default."""
     assert {name: [p.name for p in proc.params] for name, proc in ARRIVALS.items()} == {
-        "poisson": [], "gamma": ["burstiness"], "constant": []}
+        "poisson": [],
+        "gamma": ["burstiness"],
+        "constant": [],
+    }
     keywords = inspect.signature(schedule).parameters
     for proc in ARRIVALS.values():
         for param in proc.params:
@@ -157,14 +163,18 @@ def test_a_declared_bound_refuses_a_value_naming_the_flag(value: float) -> None:
     assert len(schedule("poisson", 5.0, n=10, burstiness=value)) == 10  # poisson declares none: not read
 
 
-@pytest.mark.parametrize(("body", "key", "text"), [
-    ('arrival = "uniform"', "arrival", "unknown arrival process 'uniform'; allowed: poisson, gamma, constant"),
-    ('arrival = "gamma"\nburstiness = 0', "burstiness", "must be > 0, got 0 (a parameter of gamma arrivals)"),
-])
-def test_a_profile_files_arrival_keys_are_checked_against_the_declarations(tmp_path: Path, body: str, key: str,
-                                                                           text: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "key", "text"),
+    [
+        ('arrival = "uniform"', "arrival", "unknown arrival process 'uniform'; allowed: poisson, gamma, constant"),
+        ('arrival = "gamma"\nburstiness = 0', "burstiness", "must be > 0, got 0 (a parameter of gamma arrivals)"),
+    ],
+)
+def test_a_profile_files_arrival_keys_are_checked_against_the_declarations(
+    tmp_path: Path, body: str, key: str, text: str
+) -> None:
     path = tmp_path / "p.toml"
-    path.write_text(f"levels = [2]\nmode = \"rate\"\n{body}\n")
+    path.write_text(f'levels = [2]\nmode = "rate"\n{body}\n')
     with pytest.raises(ProfileError) as exc:
         load_profile(str(path), [])
     assert exc.value.key == key and str(exc.value) == f"{path}: {key}: {text}"

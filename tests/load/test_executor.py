@@ -22,10 +22,10 @@ from loadgen.load.plan import LevelPlan, LevelResult
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import Runner
 from loadgen.orchestrate import RunConfig
-from loadgen.sweep_driver import sweep_levels
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.report.files import RunWriter
 from loadgen.report.live import LiveStats
+from loadgen.sweep_driver import sweep_levels
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.source import WorkloadSource
 from loadgen.workload.spec import workload_from_flags
@@ -76,14 +76,24 @@ class Recording:
 
 def test_the_sweep_drives_a_custom_executor_through_a_real_run(tmp_path: Path) -> None:
     workload = workload_from_flags("8", "4")
-    cfg = RunConfig(url="http://127.0.0.1:9", api="completions", workload=workload, live=False, out=tmp_path / "run",
-                    profile=Profile(levels=[1, 3], requests=6, warmup_requests=2, trim=(0.0, 0.0)))  # fmt: skip
+    cfg = RunConfig(
+        url="http://127.0.0.1:9",
+        api="completions",
+        workload=workload,
+        live=False,
+        out=tmp_path / "run",
+        profile=Profile(levels=[1, 3], requests=6, warmup_requests=2, trim=(0.0, 0.0)),
+    )
     reports: list[Any] = []
 
     async def main() -> Any:
         async with ScriptedServer(Script(ttft_s=0.005, itl_s=0.002)) as srv:
-            tcfg = TransportConfig(base_url=srv.url, dialect=get_dialect("completions"),
-                                   options=DialectOptions(model="scripted-model"), read_timeout_s=5.0)  # fmt: skip
+            tcfg = TransportConfig(
+                base_url=srv.url,
+                dialect=get_dialect("completions"),
+                options=DialectOptions(model="scripted-model"),
+                read_timeout_s=5.0,
+            )
             transport = make_transport("aiohttp", tcfg)
             with RunWriter(cfg.out) as writer:
                 seen: list[RequestRecord] = []
@@ -97,9 +107,15 @@ def test_the_sweep_drives_a_custom_executor_through_a_real_run(tmp_path: Path) -
                 held: LevelExecutor = executor  # the sweep takes it as the Protocol says
                 try:
                     async with held:
-                        summary = await sweep_levels(cfg, held, writer, LiveStats(lambda: held.in_flight),
-                                                      Console(file=io.StringIO()), 0,
-                                                      lambda: reports.append(held.clock_report()))  # fmt: skip
+                        summary = await sweep_levels(
+                            cfg,
+                            held,
+                            writer,
+                            LiveStats(lambda: held.in_flight),
+                            Console(file=io.StringIO()),
+                            0,
+                            lambda: reports.append(held.clock_report()),
+                        )
                 finally:
                     await transport.aclose()
             return executor, summary, seen, len(srv.requests)
@@ -150,9 +166,24 @@ def test_mypy_holds_each_kind_to_the_protocol(tmp_path: Path) -> None:
     pytest.importorskip("mypy", reason="mypy is in the dev extra")
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    res = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports", "silent",
-                          "--cache-dir", str(tmp_path / "cache"), str(probe)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--follow-imports",
+            "silent",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(probe),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     errors = [line for line in res.stdout.splitlines() if ": error:" in line]
     assert res.returncode == 1 and len(errors) == 1, res.stdout
     assert '"NoClock"' in errors[0] and "LevelExecutor" in errors[0] and "clock_report" in res.stdout, res.stdout

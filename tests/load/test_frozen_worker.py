@@ -59,9 +59,16 @@ def test_a_stopped_worker_is_named_in_the_levels_health(tmp_path: Path) -> None:
             frozen.append(time.monotonic() - t0)
 
     with ScriptedServerProcess(Script(ttft_s=0.05, itl_s=0.05)) as srv, beside_first_level(WorkerPool, freeze_worker_1):
-        cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "30"),
-                        profile=Profile(mode="concurrency", levels=[4], requests=8), out=tmp_path / "frozen",
-                        live=False, workers=2, seed=1)  # fmt: skip
+        cfg = RunConfig(
+            url=srv.url,
+            api="completions",
+            workload=workload_from_flags("16", "30"),
+            profile=Profile(mode="concurrency", levels=[4], requests=8),
+            out=tmp_path / "frozen",
+            live=False,
+            workers=2,
+            seed=1,
+        )
         outcome = execute(cfg, Console(file=io.StringIO()))
     assert frozen, "the level ended before the worker was stopped"
     level = outcome.summary.levels[0]
@@ -128,11 +135,36 @@ def test_sigterm_waits_for_a_stopped_worker_only_the_bound(
     # 40 tokens at 0.5 s: no request ends before the signal, so each user has one in flight
     with ScriptedServerProcess(Script(ttft_s=0.05, itl_s=0.5, log_path=str(log))) as srv:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.cli", "run", "--url", srv.url, "--api", "completions", "--concurrency",
-             "4", "--requests", "8", "--prompt-tokens", "16", "--output-tokens", "40", "--workers", "2",
-             "--no-calibrate", "--warmup", "0", "--out", str(out)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "loadgen.cli",
+                "run",
+                "--url",
+                srv.url,
+                "--api",
+                "completions",
+                "--concurrency",
+                "4",
+                "--requests",
+                "8",
+                "--prompt-tokens",
+                "16",
+                "--output-tokens",
+                "40",
+                "--workers",
+                "2",
+                "--no-calibrate",
+                "--warmup",
+                "0",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         cleanup[0].append(proc)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
@@ -185,11 +217,35 @@ def test_sigterm_while_a_worker_is_stopped_starting(
     out, log = tmp_path / "run", tmp_path / "server.log"
     with ScriptedServerProcess(Script(ttft_s=0.05, itl_s=0.5, log_path=str(log))) as srv:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.cli", "run", "--url", srv.url, "--api", "completions", "--concurrency",
-             "4", "--requests", "8", "--prompt-tokens", "16", "--output-tokens", "40", "--workers", "2",
-             "--no-calibrate", "--out", str(out), "--quiet"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "loadgen.cli",
+                "run",
+                "--url",
+                srv.url,
+                "--api",
+                "completions",
+                "--concurrency",
+                "4",
+                "--requests",
+                "8",
+                "--prompt-tokens",
+                "16",
+                "--output-tokens",
+                "40",
+                "--workers",
+                "2",
+                "--no-calibrate",
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         cleanup[0].append(proc)
         deadline = time.monotonic() + 60
         workers: list[int] = []

@@ -27,6 +27,7 @@ from loadgen.workload.spec import workload_from_flags
 from tests.load.level_hooks import beside_first_level
 from tests.scripted_server import Script, ScriptedServerProcess
 
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'loadgen[distributed]')")
@@ -49,9 +50,16 @@ def server() -> Iterator[ScriptedServerProcess]:
 
 
 def _cfg(url: str, out: Path, **kw: Any) -> RunConfig:
-    return RunConfig(url=url, api="completions", workload=workload_from_flags("uniform:min=8,max=32", "uniform:min=2,max=6"),
-                     profile=Profile(mode="rate", levels=[60.0], requests=30, warmup_requests=3), out=out, live=False,
-                     seed=11, **kw)  # fmt: skip
+    return RunConfig(
+        url=url,
+        api="completions",
+        workload=workload_from_flags("uniform:min=8,max=32", "uniform:min=2,max=6"),
+        profile=Profile(mode="rate", levels=[60.0], requests=30, warmup_requests=3),
+        out=out,
+        live=False,
+        seed=11,
+        **kw,
+    )
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
@@ -59,8 +67,10 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 
 def test_same_requests_and_schedule_as_worker_processes_and_offsets_in_run_json(
-    cluster: Any, server: ScriptedServerProcess, tmp_path: Path,
-) -> None:  # fmt: skip
+    cluster: Any,
+    server: ScriptedServerProcess,
+    tmp_path: Path,
+) -> None:
     console = io.StringIO()
     local = execute(_cfg(server.url, tmp_path / "proc", workers=2), Console(file=io.StringIO()))
     remote = execute(_cfg(server.url, tmp_path / "ray", workers=2, ray=cluster.address), Console(file=console))
@@ -97,14 +107,22 @@ def test_same_requests_and_schedule_as_worker_processes_and_offsets_in_run_json(
 
 def test_interrupt_cancels_every_actors_requests_and_keeps_them(cluster: Any, tmp_path: Path) -> None:
     async def interrupt(pool: RayPool) -> None:
-        while pool.in_flight < 4:  # every user's first request reported in flight
+        while pool.in_flight < 4:  # noqa: ASYNC110 - polls a count; every user's first request reported in flight
             await asyncio.sleep(0.05)
         pool.interrupt()
 
     with ScriptedServerProcess(Script(ttft_s=0.02, itl_s=0.2)) as srv, beside_first_level(RayPool, interrupt):
-        cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "50"),
-                        profile=Profile(mode="concurrency", levels=[4], requests=40), out=tmp_path / "int",
-                        live=False, workers=2, seed=1, ray=cluster.address)  # fmt: skip
+        cfg = RunConfig(
+            url=srv.url,
+            api="completions",
+            workload=workload_from_flags("16", "50"),
+            profile=Profile(mode="concurrency", levels=[4], requests=40),
+            out=tmp_path / "int",
+            live=False,
+            workers=2,
+            seed=1,
+            ray=cluster.address,
+        )
         outcome = execute(cfg, Console(file=io.StringIO()))
     assert outcome.interrupted
     recs = _records(tmp_path / "int")
@@ -122,7 +140,7 @@ def test_a_node_killed_mid_level_turns_its_in_flight_requests_into_worker_lost(c
     lost: list[int] = []
 
     async def kill_second_node(pool: RayPool) -> None:
-        while pool.in_flight < 4:  # two users per actor, each with a request in flight
+        while pool.in_flight < 4:  # noqa: ASYNC110 - polls a count; two users per actor, each with a request in flight
             await asyncio.sleep(0.05)
         node = cluster.list_all_nodes()[1]  # not the head node
         lost.append(pool.nodes.index(node.node_id))
@@ -130,9 +148,17 @@ def test_a_node_killed_mid_level_turns_its_in_flight_requests_into_worker_lost(c
 
     out = tmp_path / "lost"
     with ScriptedServerProcess(Script(ttft_s=0.05, itl_s=0.05)) as srv, beside_first_level(RayPool, kill_second_node):
-        cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "10"),
-                        profile=Profile(mode="concurrency", levels=[4, 4], requests=16), out=out, live=False,
-                        workers=2, seed=1, ray=cluster.address)  # fmt: skip
+        cfg = RunConfig(
+            url=srv.url,
+            api="completions",
+            workload=workload_from_flags("16", "10"),
+            profile=Profile(mode="concurrency", levels=[4, 4], requests=16),
+            out=out,
+            live=False,
+            workers=2,
+            seed=1,
+            ray=cluster.address,
+        )
         outcome = execute(cfg, Console(file=io.StringIO()))
     assert len(lost) == 1
     gone = lost[0]
@@ -164,7 +190,6 @@ def test_without_ray_the_cli_says_how_to_install_it(monkeypatch: pytest.MonkeyPa
     assert "pip install 'loadgen[distributed]'" in res.output and len(res.output.strip().splitlines()) == 1
 
 
-
 class _Remote:
     """``method.remote(*args)`` of an actor stand-in: a coroutine instead of an ObjectRef."""
 
@@ -184,8 +209,9 @@ async def test_a_clock_offset_is_estimated_within_its_uncertainty_and_taken_off_
 
     from loadgen.load.ray_pool import _Member
     from loadgen.load.share import WorkerSetup
-    from loadgen.report.recordio import decode_batch as _decode_batch, encode_batch as _encode_batch
     from loadgen.records import RequestRecord
+    from loadgen.report.recordio import decode_batch as _decode_batch
+    from loadgen.report.recordio import encode_batch as _encode_batch
 
     skew = 5_000_000_000
     actor = type("Skewed", (), {"now_ns": _Remote(lambda: time.perf_counter_ns() + skew)})()
@@ -194,8 +220,13 @@ async def test_a_clock_offset_is_estimated_within_its_uncertainty_and_taken_off_
     await pool._estimate_clocks([member], 3)
     clock = member.clock
     assert clock.level == 3 and member.clocks == [clock] and abs(clock.offset_ns - skew) <= clock.uncertainty_ns
-    there = RequestRecord(index=7, scheduled_ns=skew + 100, sent_ns=skew + 150, done_ns=skew + 900,
-                          events=[[skew + 400, 1], [skew + 500, 2]])  # fmt: skip
+    there = RequestRecord(
+        index=7,
+        scheduled_ns=skew + 100,
+        sent_ns=skew + 150,
+        done_ns=skew + 900,
+        events=[[skew + 400, 1], [skew + 500, 2]],
+    )
     (here,) = pool._decode(member, _encode_batch([there]))
     d = clock.offset_ns - skew  # the estimate's error
     assert (here.scheduled_ns, here.sent_ns, here.done_ns) == (100 - d, 150 - d, 900 - d)

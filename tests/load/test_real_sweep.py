@@ -52,8 +52,9 @@ def test_open_loop_cap_counts_late_and_dropped(tmp_path: Path) -> None:
             url=srv.url,
             api="completions",
             workload=workload_from_flags("8", "2"),
-            profile=Profile(mode="rate", levels=[40], requests=20, arrival="constant", max_in_flight=2,
-                            max_lateness_s=0.5),
+            profile=Profile(
+                mode="rate", levels=[40], requests=20, arrival="constant", max_in_flight=2, max_lateness_s=0.5
+            ),
             out=tmp_path / "late",
             live=False,
         )

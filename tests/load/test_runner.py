@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from typing import Any, Callable, Coroutine
+import itertools
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import numpy as np
 import pytest
@@ -72,9 +74,12 @@ def specs(n: int) -> list[RequestSpec]:
 
 
 def run_level(
-    clock: VirtualClock, transport: FakeTransport, plan: LevelPlan, n_specs: int = 10_000,
+    clock: VirtualClock,
+    transport: FakeTransport,
+    plan: LevelPlan,
+    n_specs: int = 10_000,
     during: Callable[[Runner], Coroutine[Any, Any, None]] | None = None,
-) -> tuple[LevelResult, list[RequestRecord]]:  # fmt: skip
+) -> tuple[LevelResult, list[RequestRecord]]:
     got: list[RequestRecord] = []
     runner = Runner(transport, on_record=got.append)
 
@@ -100,7 +105,7 @@ def test_closed_loop_keeps_exactly_n_in_flight(clock: VirtualClock) -> None:
         by_worker.setdefault(r.worker, []).append(r)
     assert sorted(by_worker) == list(range(users))
     for recs in by_worker.values():  # each user sends the moment its last request ends
-        assert all(b.sent_ns - a.done_ns <= EXACT_NS for a, b in zip(recs, recs[1:]))
+        assert all(b.sent_ns - a.done_ns <= EXACT_NS for a, b in itertools.pairwise(recs))
         assert all(r.scheduled_ns == r.sent_ns for r in recs)
     assert all(r.status is ErrorKind.OK for r in res.records) and not res.interrupted
 

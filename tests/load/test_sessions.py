@@ -66,14 +66,17 @@ class _Answers:
 
 def _workload(tmp_path: Path, think_ms: int, system: str = "") -> SessionSource:
     path = tmp_path / "s.toml"
-    path.write_text('prompt_tokens = "uniform:min=5,max=30"\noutput_tokens = "uniform:min=3,max=9"\n'
-                    f'[sessions]\nturns = "uniform:min=2,max=4"\nthink_time_ms = {think_ms}\n{system}',
-                    encoding="utf-8")  # fmt: skip
+    path.write_text(
+        'prompt_tokens = "uniform:min=5,max=30"\noutput_tokens = "uniform:min=3,max=9"\n'
+        f'[sessions]\nturns = "uniform:min=2,max=4"\nthink_time_ms = {think_ms}\n{system}',
+        encoding="utf-8",
+    )
     return SessionSource(load_workload(str(path), []), 3, PromptSynthesizer(seed=3))
 
 
-async def _run(tmp_path: Path, api: str, plan: LevelPlan, think_ms: int = 0, system: str = "") -> tuple[
-        _Answers, list[dict[str, Any]], list[RequestRecord]]:  # fmt: skip
+async def _run(
+    tmp_path: Path, api: str, plan: LevelPlan, think_ms: int = 0, system: str = ""
+) -> tuple[_Answers, list[dict[str, Any]], list[RequestRecord]]:
     bodies: list[dict[str, Any]] = []
     async with _server(bodies) as url:
         tr = _Answers(url, api)
@@ -97,8 +100,11 @@ def _check_histories(tr: _Answers, bodies: list[dict[str, Any]], api: str) -> in
             continue
         answer = "".join(spec.answer or [])
         assert len(answer.split()) == rec.completion_tokens  # the sim's text: one word per token
-        prev_body = next(b[key] for b in bodies if b[key] == (spec.prompt if api == "chat" else
-                                                                "\n".join(m["content"] for m in spec.prompt)))  # type: ignore[union-attr]  # fmt: skip
+        prev_body = next(
+            b[key]
+            for b in bodies
+            if b[key] == (spec.prompt if api == "chat" else "\n".join(m["content"] for m in spec.prompt))
+        )  # type: ignore[union-attr]
         nxt_prompt = nxt[0].prompt
         nxt_body = nxt_prompt if api == "chat" else "\n".join(m["content"] for m in nxt_prompt)  # type: ignore[union-attr]
         assert nxt_body in sent
@@ -149,7 +155,7 @@ async def test_open_loop_sessions_arrive_at_the_rate_and_think_between_turns(tmp
 async def test_a_failed_turn_ends_its_session(tmp_path: Path) -> None:
     # max_tokens beyond the context: the server rejects turn 1 (400), so no turn 2 follows
     path = tmp_path / "s.toml"
-    path.write_text('prompt_tokens = 10\noutput_tokens = 5000\n[sessions]\nturns = 3\n', encoding="utf-8")
+    path.write_text("prompt_tokens = 10\noutput_tokens = 5000\n[sessions]\nturns = 3\n", encoding="utf-8")
     source = SessionSource(load_workload(str(path), []), 0, PromptSynthesizer(seed=0))
     bodies: list[dict[str, Any]] = []
     async with _server(bodies) as url:
@@ -167,8 +173,9 @@ async def test_a_duration_bound_level_starts_no_turn_after_its_end(tmp_path: Pat
     async with _server(bodies) as url:
         tr = _Answers(url, "chat")
         try:
-            res = await Runner(tr).run_level(LevelPlan(0, "concurrency", 2, duration_s=0.5),
-                                             _workload(tmp_path, think_ms=120))  # fmt: skip
+            res = await Runner(tr).run_level(
+                LevelPlan(0, "concurrency", 2, duration_s=0.5), _workload(tmp_path, think_ms=120)
+            )
         finally:
             await tr.aclose()
     end = res.start_ns + 500_000_000

@@ -29,17 +29,29 @@ def records(draw: st.DrawFn) -> list[RequestRecord]:
             t += draw(st.sampled_from([0, 1, 7_000_000, BIG_GAP, -5]))  # ties, long gaps, out of order
             events.append([t, draw(st.sampled_from([0, 1, 2, 254, 255, 300, 2**40]))])
         failed = draw(st.booleans())
-        out.append(RequestRecord(
-            index=i, level=draw(st.integers(0, 3)), worker=draw(st.integers(0, 2)),
-            request_class=draw(st.sampled_from(["default", "long", "ünïcode"])),
-            target_prompt_tokens=draw(st.integers(0, 10**6)), target_output_tokens=draw(st.integers(0, 4096)),
-            scheduled_ns=max(sent - 5, 0), sent_ns=sent, done_ns=t + 3 if sent else 0, events=events,
-            status=draw(st.sampled_from(list(ErrorKind))) if failed else ErrorKind.OK,
-            http_status=draw(st.sampled_from([None, 200, 500])), error="boom" if failed else None,
-            prompt_tokens=draw(st.sampled_from([None, 0, 17])), completion_tokens=draw(st.sampled_from([None, 5])),
-            token_source=draw(st.sampled_from(list(TokenSource))), warmup=draw(st.booleans()),
-            server={"ttft_s": 0.1}, credit_ns=draw(st.sampled_from([0, sent])),
-        ))  # fmt: skip
+        out.append(
+            RequestRecord(
+                index=i,
+                level=draw(st.integers(0, 3)),
+                worker=draw(st.integers(0, 2)),
+                request_class=draw(st.sampled_from(["default", "long", "ünïcode"])),
+                target_prompt_tokens=draw(st.integers(0, 10**6)),
+                target_output_tokens=draw(st.integers(0, 4096)),
+                scheduled_ns=max(sent - 5, 0),
+                sent_ns=sent,
+                done_ns=t + 3 if sent else 0,
+                events=events,
+                status=draw(st.sampled_from(list(ErrorKind))) if failed else ErrorKind.OK,
+                http_status=draw(st.sampled_from([None, 200, 500])),
+                error="boom" if failed else None,
+                prompt_tokens=draw(st.sampled_from([None, 0, 17])),
+                completion_tokens=draw(st.sampled_from([None, 5])),
+                token_source=draw(st.sampled_from(list(TokenSource))),
+                warmup=draw(st.booleans()),
+                server={"ttft_s": 0.1},
+                credit_ns=draw(st.sampled_from([0, sent])),
+            )
+        )
     return out
 
 
@@ -64,9 +76,20 @@ def test_a_level_summarised_from_the_store_equals_the_records_own_summary() -> N
         if i % 11 == 0:
             events.append([events[-1][0] if events else sent, 1])  # coalesced: same read
         status = ErrorKind.OK if i % 13 else ErrorKind.TIMEOUT
-        recs.append(RequestRecord(index=i, sent_ns=sent, scheduled_ns=sent - 100, done_ns=sent + 400_000_000,
-                                  events=events, status=status, warmup=i < 5, prompt_tokens=20,
-                                  request_class="a" if i % 2 else "b", server={"x": 1.0}))  # fmt: skip
+        recs.append(
+            RequestRecord(
+                index=i,
+                sent_ns=sent,
+                scheduled_ns=sent - 100,
+                done_ns=sent + 400_000_000,
+                events=events,
+                status=status,
+                warmup=i < 5,
+                prompt_tokens=20,
+                request_class="a" if i % 2 else "b",
+                server={"x": 1.0},
+            )
+        )
     store = RecordStore()
     for r in recs:
         store.add(r)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
-
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from loadgen.paths import search_dirs
 from loadgen.errors import ProfileError
 from loadgen.load.profiles import Profile, StopRules, list_profiles, load_profile
 from loadgen.load.runner import LevelPlan
@@ -19,30 +17,52 @@ from loadgen.metrics.results import (
     Distribution,
     Events,
     Goodput,
-    LevelSummary,
     Lengths,
+    LevelSummary,
     Load,
     Requests,
     Throughput,
 )
 from loadgen.metrics.run import summarize_run
+from loadgen.paths import search_dirs
 
 HERE = Path(__file__).parent
 
 
-def summary(load: float, *, mode: str = "concurrency", att: float = 1.0, failed: int = 0, total: int = 100,
-            tok_s: float = 100.0, ttft_p99: float = 10.0, rps: float = 1.0,
-            tok_se: float | None = None) -> LevelSummary:  # fmt: skip
+def summary(
+    load: float,
+    *,
+    mode: str = "concurrency",
+    att: float = 1.0,
+    failed: int = 0,
+    total: int = 100,
+    tok_s: float = 100.0,
+    ttft_p99: float = 10.0,
+    rps: float = 1.0,
+    tok_se: float | None = None,
+) -> LevelSummary:
     """A made-up level: only the numbers the sweeps read are set."""
     empty = Distribution()
     return LevelSummary(
-        load=Load(mode, load), requests=Requests(total=total, ok=total - failed, failed=failed), duration_s=1.0,
+        load=Load(mode, load),
+        requests=Requests(total=total, ok=total - failed, failed=failed),
+        duration_s=1.0,
         throughput=Throughput(requests_per_s=rps, output_tokens_per_s=tok_s, output_tokens_per_s_se=tok_se),
         goodput=Goodput(requests_per_s=rps * att, slo_attainment=att, slos=["ttft=1s"]),
-        ttft_ms=Distribution(count=total, p99=ttft_p99), ttft_queued_ms=empty, itl_ms=empty, inter_chunk_ms=empty,
-        tpot_ms=empty, e2e_ms=empty, e2e_queued_ms=empty, prompt_tokens=empty, output_tokens=empty,
-        lengths=Lengths(), events=Events(), by_class={}, client=ClientHealth(empty, empty),
-    )  # fmt: skip
+        ttft_ms=Distribution(count=total, p99=ttft_p99),
+        ttft_queued_ms=empty,
+        itl_ms=empty,
+        inter_chunk_ms=empty,
+        tpot_ms=empty,
+        e2e_ms=empty,
+        e2e_queued_ms=empty,
+        prompt_tokens=empty,
+        output_tokens=empty,
+        lengths=Lengths(),
+        events=Events(),
+        by_class={},
+        client=ClientHealth(empty, empty),
+    )
 
 
 def drive(gen: Sweep, answer: Any) -> tuple[list[LevelPlan], str | None]:
@@ -60,7 +80,9 @@ def test_explicit_levels_run_in_order_with_seeds() -> None:
     prof = Profile(levels=[1, 2, 4], requests=50, warmup_requests=3)
     plans, reason = drive(sweep(prof, seed=7), lambda p: summary(p.value))
     assert [(p.mode, p.value, p.requests, p.warmup_requests, p.seed) for p in plans] == [
-        ("concurrency", 1, 50, 3, 7), ("concurrency", 2, 50, 3, 8), ("concurrency", 4, 50, 3, 9)
+        ("concurrency", 1, 50, 3, 7),
+        ("concurrency", 2, 50, 3, 8),
+        ("concurrency", 4, 50, 3, 9),
     ]
     assert reason is None
 
@@ -103,7 +125,11 @@ def test_sweep_rate_spaces_rates_between_sync_and_max() -> None:
 
     plans, reason = drive(sweep(prof), answer)
     assert [(p.mode, p.value) for p in plans] == [
-        ("concurrency", 1), ("concurrency", 64), ("rate", 4.0), ("rate", 6.0), ("rate", 8.0)
+        ("concurrency", 1),
+        ("concurrency", 64),
+        ("rate", 4.0),
+        ("rate", 6.0),
+        ("rate", 8.0),
     ]
     assert reason is None
 
@@ -111,7 +137,9 @@ def test_sweep_rate_spaces_rates_between_sync_and_max() -> None:
 def test_capacity_bisection_brackets_the_true_rate() -> None:
     true_capacity = 13.0
     prof = Profile(kind="capacity", rate_low=1.0, max_levels=12, rel_width=0.1)
-    plans, reason = drive(sweep(prof), lambda p: summary(p.value, mode="rate", att=1.0 if p.value <= true_capacity else 0.5))
+    plans, reason = drive(
+        sweep(prof), lambda p: summary(p.value, mode="rate", att=1.0 if p.value <= true_capacity else 0.5)
+    )
     rates = [p.value for p in plans]
     assert rates[:5] == [1, 2, 4, 8, 16]  # doubling until the first failure
     assert rates[5:] == [12, 14, 13]  # bisection: 8..16 -> 12 (pass) -> 14 (fail) -> 13 (pass)
@@ -143,8 +171,9 @@ def test_run_summary_capacity_and_knee_exact() -> None:
     assert cap.slos == ["ttft=1s"] and cap.mode == "concurrency"
     assert out.saturation is not None and out.saturation.found and out.saturation.load == 4.0
     noisy = [*levels[:2], summary(4, att=0.5, tok_s=202, ttft_p99=30, tok_se=8.0)]
-    assert summarize_run(noisy).saturation == replace(out.saturation, found=False, index=None, load=None,
-                                                      throughput_gain=None, latency_growth=None)
+    assert summarize_run(noisy).saturation == replace(
+        out.saturation, found=False, index=None, load=None, throughput_gain=None, latency_growth=None
+    )
 
 
 def test_stop_reason_none_on_healthy_levels() -> None:
@@ -203,8 +232,19 @@ def test_unknown_profile_lists_the_names() -> None:
         (b"levels = [1]\nrequests = nan\n", "finite"),  # NaN requests per level were accepted
         (b"levels = [1]\nduration_s = inf\n", "finite"),
     ],
-    ids=["doubling-to-inf", "doubling-2000-levels", "linear-1e600-levels", "linear-to-inf", "nan-step",
-         "start-of-400-digits", "int-of-4301-digits", "not-utf8", "inf-level", "nan-requests", "inf-duration"],
+    ids=[
+        "doubling-to-inf",
+        "doubling-2000-levels",
+        "linear-1e600-levels",
+        "linear-to-inf",
+        "nan-step",
+        "start-of-400-digits",
+        "int-of-4301-digits",
+        "not-utf8",
+        "inf-level",
+        "nan-requests",
+        "inf-duration",
+    ],
 )
 def test_profiles_that_crashed_or_hung_are_one_line_errors(tmp_path: Path, text: bytes, needle: str) -> None:
     """Found by tests/fuzz: each of these hung, or raised a traceback, before."""

@@ -29,19 +29,29 @@ def server() -> ScriptedServerProcess:
         yield srv
 
 
-def _run(server: ScriptedServerProcess, out: Path, mode: str, workers: int, **prof: object) -> tuple[list[dict], object]:
+def _run(
+    server: ScriptedServerProcess, out: Path, mode: str, workers: int, **prof: object
+) -> tuple[list[dict], object]:
     levels = [6] if mode == "concurrency" else [60.0]
-    cfg = RunConfig(url=server.url, api="completions", workload=workload_from_flags("uniform:min=8,max=32", "uniform:min=2,max=6"),
-                    profile=Profile(mode=mode, levels=levels, requests=30, warmup_requests=3, **prof),  # type: ignore[arg-type]
-                    out=out, live=False, workers=workers, seed=11)  # fmt: skip
+    cfg = RunConfig(
+        url=server.url,
+        api="completions",
+        workload=workload_from_flags("uniform:min=8,max=32", "uniform:min=2,max=6"),
+        profile=Profile(mode=mode, levels=levels, requests=30, warmup_requests=3, **prof),  # type: ignore[arg-type]
+        out=out,
+        live=False,
+        workers=workers,
+        seed=11,
+    )
     outcome = execute(cfg, Console(file=io.StringIO()))
     recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     return recs, outcome
 
 
 @pytest.mark.parametrize("mode", ["concurrency", "rate"])
-def test_same_seed_same_requests_and_schedule_with_1_2_4_workers(server: ScriptedServerProcess, tmp_path: Path,
-                                                                  mode: str) -> None:  # fmt: skip
+def test_same_seed_same_requests_and_schedule_with_1_2_4_workers(
+    server: ScriptedServerProcess, tmp_path: Path, mode: str
+) -> None:
     seen = []
     for n in (1, 2, 4):
         recs, outcome = _run(server, tmp_path / f"w{n}", mode, n)
@@ -80,10 +90,18 @@ def test_the_cap_is_global_over_the_workers(tmp_path: Path) -> None:
     """--max-in-flight 3 over 4 workers: never more than 3 requests at the server at once
     (its own count), the waits for a credit reported apart from send lateness."""
     with ScriptedServerProcess(Script(ttft_s=0.1, itl_s=0.02)) as srv:
-        cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "5"),
-                        profile=Profile(mode="rate", levels=[100.0], requests=40, arrival="constant",
-                                        max_in_flight=3, max_lateness_s=30.0),
-                        out=tmp_path / "cap", live=False, workers=4, seed=2)  # fmt: skip
+        cfg = RunConfig(
+            url=srv.url,
+            api="completions",
+            workload=workload_from_flags("16", "5"),
+            profile=Profile(
+                mode="rate", levels=[100.0], requests=40, arrival="constant", max_in_flight=3, max_lateness_s=30.0
+            ),
+            out=tmp_path / "cap",
+            live=False,
+            workers=4,
+            seed=2,
+        )
         outcome = execute(cfg, Console(file=io.StringIO()))
     recs = [json.loads(x) for x in (tmp_path / "cap" / "records.jsonl").read_text().splitlines()]
     assert len(recs) == 40 and all(r["status"] == "ok" for r in recs)
@@ -111,9 +129,16 @@ def test_a_worker_that_dies_loses_only_its_unflushed_records(tmp_path: Path) -> 
         os.kill(pool.pids[1], signal.SIGKILL)
 
     with ScriptedServerProcess(Script(ttft_s=0.05, itl_s=0.05)) as srv, beside_first_level(WorkerPool, kill_worker_1):
-        cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "40"),
-                        profile=Profile(mode="concurrency", levels=[4], requests=24), out=tmp_path / "dies",
-                        live=False, workers=2, seed=1)  # fmt: skip
+        cfg = RunConfig(
+            url=srv.url,
+            api="completions",
+            workload=workload_from_flags("16", "40"),
+            profile=Profile(mode="concurrency", levels=[4], requests=24),
+            out=tmp_path / "dies",
+            live=False,
+            workers=2,
+            seed=1,
+        )
         outcome = execute(cfg, Console(file=io.StringIO()))
     assert killed
     level = outcome.summary.levels[0]
@@ -137,9 +162,16 @@ def test_interrupt_cancels_every_workers_requests_and_keeps_them(tmp_path: Path)
         pool.interrupt()
 
     with ScriptedServerProcess(Script(ttft_s=0.02, itl_s=0.2)) as srv, beside_first_level(WorkerPool, interrupt):
-        cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("16", "50"),
-                        profile=Profile(mode="concurrency", levels=[6], requests=60), out=tmp_path / "int",
-                        live=False, workers=2, seed=1)  # fmt: skip
+        cfg = RunConfig(
+            url=srv.url,
+            api="completions",
+            workload=workload_from_flags("16", "50"),
+            profile=Profile(mode="concurrency", levels=[6], requests=60),
+            out=tmp_path / "int",
+            live=False,
+            workers=2,
+            seed=1,
+        )
         outcome = execute(cfg, Console(file=io.StringIO()))
     assert outcome.interrupted
     recs = [json.loads(x) for x in (tmp_path / "int" / "records.jsonl").read_text().splitlines()]

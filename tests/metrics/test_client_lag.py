@@ -11,6 +11,8 @@ def test_lag_over_time_bins_the_worst_sample() -> None:
 
 
 def test_late_sends_counts_beyond_the_threshold() -> None:
-    recs = [RequestRecord(index=i, scheduled_ns=1_000_000_000, sent_ns=1_000_000_000 + d) for i, d in
-            enumerate((0, 2_000_000, 2_000_001, 50_000_000))]  # fmt: skip
+    recs = [
+        RequestRecord(index=i, scheduled_ns=1_000_000_000, sent_ns=1_000_000_000 + d)
+        for i, d in enumerate((0, 2_000_000, 2_000_001, 50_000_000))
+    ]
     assert late_sends(recs) == 2

@@ -174,8 +174,9 @@ def test_tail_evidence_counts_requests_beyond_every_one_of_the_other_run() -> No
     a = rng.normal(70.0, 3.0, 66)  # largest ITL per request: chunked steps
     b = np.concatenate([rng.normal(70.0, 3.0, 26), rng.uniform(300.0, 700.0, 41)])  # 41 requests stalled
     text = C.tail_evidence(a, b, "largest ITL")
-    assert text.startswith("per request: 41 of this run's 67 had a higher largest ITL than every one of the "
-                           "baseline's 66")
+    assert text.startswith(
+        "per request: 41 of this run's 67 had a higher largest ITL than every one of the baseline's 66"
+    )
     chance = float(text.split("alike: ")[1].rstrip(")"))
     want = math.comb(67, 41) / math.comb(133, 41)  # the top 41 of the pooled 133 all from b
     assert chance == pytest.approx(want, rel=0.01)

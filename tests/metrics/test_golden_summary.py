@@ -42,23 +42,41 @@ def _build(spec: Spec, interrupted: bool, window_s: float | None = None, mixed: 
             lag[::20] = 30.0
         rate = spec.mode == "rate"
         load = {"mode": spec.mode, "value": float(value) if rate else int(value)}
-        levels.append(summarize_level(
-            recs, load=load, slos=level_slos(slos, spec.mode, "queued"), loop_lag_ms=lag.tolist(),
-            loop_lag_t_ns=lag_t, anchor_ns=ANCHOR, scheduled=len(recs) + 5 if rate else None, dropped=5,
-            interrupted=interrupted and li == len(spec.loads) - 1, window_s=window_s, trim=(0.1, 0.1),
-        ))  # fmt: skip
+        levels.append(
+            summarize_level(
+                recs,
+                load=load,
+                slos=level_slos(slos, spec.mode, "queued"),
+                loop_lag_ms=lag.tolist(),
+                loop_lag_t_ns=lag_t,
+                anchor_ns=ANCHOR,
+                scheduled=len(recs) + 5 if rate else None,
+                dropped=5,
+                interrupted=interrupted and li == len(spec.loads) - 1,
+                window_s=window_s,
+                trim=(0.1, 0.1),
+            )
+        )
         t = t_end + 50 * MS
     prof = Profile(mode=spec.mode, levels=[float(v) for v in spec.loads], slos=list(spec.slos))
-    return summarize_run(levels, mode=prof.mode, attainment_target=prof.attainment_target,
-                         knee_metric=prof.knee_metric, stopped="a reason" if interrupted else None,
-                         interrupted=interrupted)  # fmt: skip
+    return summarize_run(
+        levels,
+        mode=prof.mode,
+        attainment_target=prof.attainment_target,
+        knee_metric=prof.knee_metric,
+        stopped="a reason" if interrupted else None,
+        interrupted=interrupted,
+    )
 
 
 CASES = {
     "concurrency": lambda: _build(Spec(slos=("ttft=100ms", "ttft:p90=80ms", "tpot=50ms")), False, mixed=True),
-    "rate": lambda: _build(Spec(mode="rate", loads=(5.0, 10.0, 20.0), slos=("ttft=100ms", "e2e:p99=2s"), seed=3,
-                                request_class="long"), True, window_s=1.0),
-}  # fmt: skip
+    "rate": lambda: _build(
+        Spec(mode="rate", loads=(5.0, 10.0, 20.0), slos=("ttft=100ms", "e2e:p99=2s"), seed=3, request_class="long"),
+        True,
+        window_s=1.0,
+    ),
+}
 
 
 def _same(got: Any, want: Any, where: str = "") -> None:
@@ -72,7 +90,9 @@ def _same(got: Any, want: Any, where: str = "") -> None:
         for i, (g, w) in enumerate(zip(got, want)):
             _same(g, w, f"{where}[{i}]")
     elif isinstance(want, float) and not isinstance(want, bool):
-        assert isinstance(got, float) and math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-12), f"{where}: {got} != {want}"
+        assert isinstance(got, float) and math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-12), (
+            f"{where}: {got} != {want}"
+        )
     else:
         assert type(got) is type(want) and got == want, f"{where}: {got!r} != {want!r}"
 

@@ -45,14 +45,24 @@ def test_capacity_at_exactly_the_target_passes():
 
 def test_capacity_not_reached():
     assert capacity([(1, 1.0), (2, 0.99), (4, 0.91)]) == {
-        "status": "not_reached", "value": 4.0, "between": None, "target": 0.9, "mode": None, "slos": [],
-    }  # fmt: skip
+        "status": "not_reached",
+        "value": 4.0,
+        "between": None,
+        "target": 0.9,
+        "mode": None,
+        "slos": [],
+    }
 
 
 def test_capacity_never_met():
     assert capacity([(1, 0.8), (2, 0.5)], target=0.9) == {
-        "status": "never_met", "value": None, "between": None, "target": 0.9, "mode": None, "slos": [],
-    }  # fmt: skip
+        "status": "never_met",
+        "value": None,
+        "between": None,
+        "target": 0.9,
+        "mode": None,
+        "slos": [],
+    }
 
 
 def test_capacity_non_monotone_uses_the_highest_passing_level():
@@ -83,8 +93,15 @@ def test_knee_found():
 def test_knee_needs_both_conditions():
     # throughput flat but latency only +10%; then latency +50% while throughput still +50%
     levels = [(1, 100.0, 10.0), (2, 101.0, 11.0), (4, 151.5, 16.5), (8, 152.0, 17.0), (16, 152.2, 17.5)]
-    assert knee(levels) == {"found": False, "index": None, "load": None, "throughput_gain": None,
-                            "latency_growth": None, "mode": None, "metric": None}  # fmt: skip
+    assert knee(levels) == {
+        "found": False,
+        "index": None,
+        "load": None,
+        "throughput_gain": None,
+        "latency_growth": None,
+        "mode": None,
+        "metric": None,
+    }
     # level 2 stalls with +10% latency, but level 4 grows 50% past it: no knee before it
     assert knee(levels, min_latency_growth=0.02)["index"] == 3
     assert knee(levels, min_throughput_gain=0.6, min_latency_growth=0.4)["index"] == 2
@@ -129,20 +146,40 @@ def soak():
 
 def test_windows_exact_values():
     w0, w1 = windows(soak(), 1.0)
-    assert w0 == {"t_start_s": 0.0, "t_end_s": 1.0, "requests": 0, "ok": 0, "output_tokens_per_s": 3.0,
-                  "ttft_ms_p50": 100.0, "ttft_ms_p99": 100.0, "itl_ms_p50": 100.0, "itl_ms_p99": 100.0,
-                  "in_flight_mean": pytest.approx(1.5)}  # fmt: skip
-    assert w1 == {"t_start_s": 1.0, "t_end_s": 2.0, "requests": 3, "ok": 2, "output_tokens_per_s": 3.0,
-                  "ttft_ms_p50": None, "ttft_ms_p99": None, "itl_ms_p50": 250.0,
-                  "itl_ms_p99": pytest.approx(np.percentile([250, 250, 1000], 99)),
-                  "in_flight_mean": pytest.approx(1.7)}  # fmt: skip
+    assert w0 == {
+        "t_start_s": 0.0,
+        "t_end_s": 1.0,
+        "requests": 0,
+        "ok": 0,
+        "output_tokens_per_s": 3.0,
+        "ttft_ms_p50": 100.0,
+        "ttft_ms_p99": 100.0,
+        "itl_ms_p50": 100.0,
+        "itl_ms_p99": 100.0,
+        "in_flight_mean": pytest.approx(1.5),
+    }
+    assert w1 == {
+        "t_start_s": 1.0,
+        "t_end_s": 2.0,
+        "requests": 3,
+        "ok": 2,
+        "output_tokens_per_s": 3.0,
+        "ttft_ms_p50": None,
+        "ttft_ms_p99": None,
+        "itl_ms_p50": 250.0,
+        "itl_ms_p99": pytest.approx(np.percentile([250, 250, 1000], 99)),
+        "in_flight_mean": pytest.approx(1.7),
+    }
 
 
 def test_windows_last_window_is_partial():
     out = windows(soak(), 0.6)
     assert [(w["t_start_s"], w["t_end_s"]) for w in out] == [
-        (0.0, 0.6), (0.6, 1.2), (1.2, pytest.approx(1.8)), (pytest.approx(1.8), 2.0)
-    ]  # fmt: skip
+        (0.0, 0.6),
+        (0.6, 1.2),
+        (1.2, pytest.approx(1.8)),
+        (pytest.approx(1.8), 2.0),
+    ]
     assert sum(w["requests"] for w in out) == 3
     total_tokens = sum(w["output_tokens_per_s"] * (w["t_end_s"] - w["t_start_s"]) for w in out)
     assert total_tokens == pytest.approx(6)  # ok requests' tokens: 3 + 3

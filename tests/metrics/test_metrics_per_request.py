@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import random
 
@@ -175,7 +176,7 @@ def _naive_itl(record):
         else:
             chunks.append([t, n])
     itl: list[float] = []
-    for (t0, _), (t1, k) in zip(chunks, chunks[1:]):
+    for (t0, _), (t1, k) in itertools.pairwise(chunks):
         itl += [(t1 - t0) / MS / k] * k
     return chunks, itl
 
@@ -193,7 +194,7 @@ def test_vectorised_matches_a_naive_reference_on_random_records():
         status = ErrorKind.OK if rng.random() > 0.1 else ErrorKind.TIMEOUT
         records.append(rec(i, events, sent=0, status=status))
     expected_itl: list[float] = []
-    frame, ev = frame_and_events(records)
+    frame, _ev = frame_and_events(records)
     for i, r in enumerate(records):
         chunks, itl = _naive_itl(r)
         if r.status is ErrorKind.OK:
@@ -291,8 +292,9 @@ def _random_records(seed, n=300):
         for _ in range(rng.randint(0, 9)):
             t += 0 if events and rng.random() < 0.3 else rng.uniform(-5, 40)  # coalesced, out of order
             events.append((round(t, 3), rng.choice([0, 1, 1, 2, 5])))
-        records.append(rec(i, events, status=rng.choice([ErrorKind.OK] * 8 + [ErrorKind.TIMEOUT]),
-                           warmup=rng.random() < 0.1))  # fmt: skip
+        records.append(
+            rec(i, events, status=rng.choice([ErrorKind.OK] * 8 + [ErrorKind.TIMEOUT]), warmup=rng.random() < 0.1)
+        )
     return records
 
 
@@ -300,7 +302,7 @@ def _pieces(n_events, flat, cuts):
     """The events split after the records at ``cuts``."""
     bounds = [0, *cuts, len(n_events)]
     first = np.r_[0, np.cumsum(n_events)]
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         yield n_events[a:b], flat[first[a] : first[b], 0], flat[first[a] : first[b], 1]
 
 

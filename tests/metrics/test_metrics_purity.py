@@ -7,8 +7,19 @@ from pathlib import Path
 
 import loadgen.metrics
 
-ALLOWED = {"__future__", "collections", "dataclasses", "itertools", "math", "operator", "re", "types", "typing",
-           "numpy", "pandas"}  # fmt: skip
+ALLOWED = {
+    "__future__",
+    "collections",
+    "dataclasses",
+    "itertools",
+    "math",
+    "operator",
+    "re",
+    "types",
+    "typing",
+    "numpy",
+    "pandas",
+}
 ALLOWED_LOADGEN = {"loadgen.records", "loadgen.errors"}
 
 

@@ -71,13 +71,15 @@ def test_canonical_text():
 
 @pytest.fixture
 def frame():
-    return per_request_frame([
-        rec(0, [(100, 1), (120, 1), (160, 2)], done=170),  # ttft 100, itl max 20, tpot 20
-        rec(1, [(300, 1), (310, 1), (400, 1)], done=400),  # ttft 300, itl max 90, tpot 50
-        rec(2, [(50, 1)], done=60),  # 1 token: no tpot/itl
-        rec(3, [], done=80),  # 0 tokens: no ttft
-        rec(4, [(10, 1), (20, 1)], done=30, status=ErrorKind.TIMEOUT),  # fast, but failed
-    ])  # fmt: skip
+    return per_request_frame(
+        [
+            rec(0, [(100, 1), (120, 1), (160, 2)], done=170),  # ttft 100, itl max 20, tpot 20
+            rec(1, [(300, 1), (310, 1), (400, 1)], done=400),  # ttft 300, itl max 90, tpot 50
+            rec(2, [(50, 1)], done=60),  # 1 token: no tpot/itl
+            rec(3, [], done=80),  # 0 tokens: no ttft
+            rec(4, [(10, 1), (20, 1)], done=30, status=ErrorKind.TIMEOUT),  # fast, but failed
+        ]
+    )
 
 
 def test_request_meets_per_metric(frame):
@@ -123,8 +125,13 @@ def test_request_meets_rejects_level_checks(frame):
 
 def test_level_checks():
     samples = {"ttft": np.array([100.0, 200.0, 300.0, 400.0]), "itl": np.array([])}
-    slos = [parse_slo("ttft=1s"), parse_slo("ttft:p50=250ms"), parse_slo("ttft:p90=350ms"),
-            parse_slo("itl:p99=1s"), parse_slo("tpot:mean=1s")]  # fmt: skip
+    slos = [
+        parse_slo("ttft=1s"),
+        parse_slo("ttft:p50=250ms"),
+        parse_slo("ttft:p90=350ms"),
+        parse_slo("itl:p99=1s"),
+        parse_slo("tpot:mean=1s"),
+    ]
     assert [c.to_json() for c in level_checks(samples, slos)] == [
         {"slo": "ttft:p50=250ms", "value_ms": 250.0, "pass": True},
         {"slo": "ttft:p90=350ms", "value_ms": pytest.approx(370.0), "pass": False},

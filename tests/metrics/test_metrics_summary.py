@@ -10,9 +10,9 @@ import json
 import pytest
 
 from loadgen.errors import ConfigError
+from loadgen.metrics.results import LevelSummary
 from loadgen.metrics.slo import parse_slo
 from loadgen.metrics.stats import describe
-from loadgen.metrics.results import LevelSummary
 from loadgen.metrics.summary import summarize_level as summarize_typed
 from loadgen.records import ErrorKind, TokenSource
 from tests.metrics.helpers import rec
@@ -27,16 +27,31 @@ def summarize_level(records, **kw):
 
 def level():
     return [
-        rec(0, [(100, 1), (120, 1), (160, 2)], done=170, request_class="chat", prompt_tokens=30,
-            target_prompt=32, target_output=4),
-        rec(1, [(310, 1), (310, 1), (400, 1)], sent=10, scheduled=0, done=410, request_class="chat",
-            target_prompt=40, target_output=3, token_source=TokenSource.EVENTS_CORRECTED),
-        rec(2, [(70, 1)], sent=20, done=80, request_class="rag", prompt_tokens=100, target_prompt=100,
-            target_output=8),
+        rec(
+            0,
+            [(100, 1), (120, 1), (160, 2)],
+            done=170,
+            request_class="chat",
+            prompt_tokens=30,
+            target_prompt=32,
+            target_output=4,
+        ),
+        rec(
+            1,
+            [(310, 1), (310, 1), (400, 1)],
+            sent=10,
+            scheduled=0,
+            done=410,
+            request_class="chat",
+            target_prompt=40,
+            target_output=3,
+            token_source=TokenSource.EVENTS_CORRECTED,
+        ),
+        rec(2, [(70, 1)], sent=20, done=80, request_class="rag", prompt_tokens=100, target_prompt=100, target_output=8),
         rec(3, [], sent=30, done=60, request_class="rag", target_prompt=50, target_output=2),
         rec(4, [(45, 1), (46, 1)], sent=40, done=1000, request_class="chat", status=ErrorKind.TIMEOUT),
         rec(5, [], sent=50, done=55, request_class="chat", status=ErrorKind.HTTP_ERROR),
-    ]  # fmt: skip
+    ]
 
 
 def warmup():
@@ -50,14 +65,39 @@ def summary():
 
 def test_shape_is_the_public_contract(summary):
     assert list(summary) == [
-        "load", "requests", "duration_s", "throughput", "goodput", "ttft_ms", "ttft_queued_ms", "itl_ms",
-        "inter_chunk_ms", "tpot_ms", "e2e_ms", "e2e_queued_ms", "prompt_tokens", "output_tokens", "lengths",
-        "events", "by_class", "client", "interrupted",
-    ]  # fmt: skip
-    assert set(summary["throughput"]) == {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s", "steady",
-                                          "output_tokens_per_s_se"}  # fmt: skip
-    assert set(summary["throughput"]["steady"]) == {"window_s", "requests_per_s", "output_tokens_per_s",
-                                                    "total_tokens_per_s"}  # fmt: skip
+        "load",
+        "requests",
+        "duration_s",
+        "throughput",
+        "goodput",
+        "ttft_ms",
+        "ttft_queued_ms",
+        "itl_ms",
+        "inter_chunk_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "e2e_queued_ms",
+        "prompt_tokens",
+        "output_tokens",
+        "lengths",
+        "events",
+        "by_class",
+        "client",
+        "interrupted",
+    ]
+    assert set(summary["throughput"]) == {
+        "requests_per_s",
+        "output_tokens_per_s",
+        "total_tokens_per_s",
+        "steady",
+        "output_tokens_per_s_se",
+    }
+    assert set(summary["throughput"]["steady"]) == {
+        "window_s",
+        "requests_per_s",
+        "output_tokens_per_s",
+        "total_tokens_per_s",
+    }
     assert set(summary["goodput"]) == {"requests_per_s", "slo_attainment", "slos", "checks"}
     assert set(summary["events"]) == {"tokens_per_event", "coalesced_events", "token_source"}
     assert set(summary["client"]) == {"loop_lag_ms", "send_lateness_ms", "verdict", "reasons"}
@@ -66,8 +106,13 @@ def test_shape_is_the_public_contract(summary):
 
 def test_requests_window_and_throughput(summary):
     assert summary["load"] == LOAD
-    assert summary["requests"] == {"total": 6, "ok": 4, "failed": 2, "by_error": {"http_error": 1, "timeout": 1},
-                                   "retried": 0}
+    assert summary["requests"] == {
+        "total": 6,
+        "ok": 4,
+        "failed": 2,
+        "by_error": {"http_error": 1, "timeout": 1},
+        "retried": 0,
+    }
     assert summary["duration_s"] == 1.0  # first send (0) to last completion (1000 ms)
     thr = summary["throughput"]
     assert thr["requests_per_s"] == 4.0
@@ -104,24 +149,45 @@ def test_latencies_come_from_ok_requests_only(summary):
 
 
 def test_lengths_events_and_classes(summary):
-    assert summary["lengths"] == {"prompt_target_mean": 55.5, "prompt_achieved_mean": 65.0,
-                                  "output_target_mean": 4.25, "output_achieved_mean": 2.0}  # fmt: skip
+    assert summary["lengths"] == {
+        "prompt_target_mean": 55.5,
+        "prompt_achieved_mean": 65.0,
+        "output_target_mean": 4.25,
+        "output_achieved_mean": 2.0,
+    }
     events = summary["events"]
     assert events["tokens_per_event"] == pytest.approx(describe([1, 1, 2, 1, 1, 1, 1]), rel=1e-12)
     assert events["coalesced_events"] == 1
     assert events["token_source"] == {"events": 3, "events_corrected": 1}
     by_class = summary["by_class"]
     assert list(by_class) == ["chat", "rag"]
-    assert by_class["chat"] == {"requests": 4, "ttft_ms": describe([100, 300]), "tpot_ms": describe([20, 45]),
-                                "itl_ms": describe([20, 20, 20, 90]), "e2e_ms": describe([170, 400])}  # fmt: skip
-    assert by_class["rag"] == {"requests": 2, "ttft_ms": describe([50]), "tpot_ms": describe([]),
-                               "itl_ms": describe([]), "e2e_ms": describe([60, 30])}  # fmt: skip
+    assert by_class["chat"] == {
+        "requests": 4,
+        "ttft_ms": describe([100, 300]),
+        "tpot_ms": describe([20, 45]),
+        "itl_ms": describe([20, 20, 20, 90]),
+        "e2e_ms": describe([170, 400]),
+    }
+    assert by_class["rag"] == {
+        "requests": 2,
+        "ttft_ms": describe([50]),
+        "tpot_ms": describe([]),
+        "itl_ms": describe([]),
+        "e2e_ms": describe([60, 30]),
+    }
 
 
 def test_single_class_repeats_the_level():
     s = summarize_level(level()[:2], load=LOAD)
-    assert s["by_class"] == {"chat": {"requests": 2, "ttft_ms": s["ttft_ms"], "tpot_ms": s["tpot_ms"],
-                                      "itl_ms": s["itl_ms"], "e2e_ms": s["e2e_ms"]}}  # fmt: skip
+    assert s["by_class"] == {
+        "chat": {
+            "requests": 2,
+            "ttft_ms": s["ttft_ms"],
+            "tpot_ms": s["tpot_ms"],
+            "itl_ms": s["itl_ms"],
+            "e2e_ms": s["e2e_ms"],
+        }
+    }
 
 
 def test_warmup_records_change_nothing():
@@ -166,7 +232,9 @@ def test_a_silent_worker_makes_the_level_client_bound():
     assert by_worker[0]["verdict"] == "ok" and by_worker[1]["verdict"] == "client-bound"
     assert by_worker[1]["reasons"][0].startswith("sent nothing for 4.3 s during the level")
     assert [r.split(" during")[0] for r in client["reasons"] if "sent nothing" in r] == [
-        "worker 1: sent nothing for 4.3 s", "worker 2: sent nothing for 7.0 s"]
+        "worker 1: sent nothing for 4.3 s",
+        "worker 2: sent nothing for 7.0 s",
+    ]
     assert summarize_level(level(), load=LOAD, workers=stats)["client"]["verdict"] == "ok"
 
 

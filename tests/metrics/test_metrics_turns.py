@@ -10,18 +10,36 @@ from loadgen.records import ErrorKind, RequestRecord
 MS = 1_000_000
 
 
-def _rec(i: int, session: int | None, turn: int, turns: int, ttft_ms: int, gaps_ms: list[int],
-         reasoning: int = 0, ok: bool = True) -> RequestRecord:  # fmt: skip
+def _rec(
+    i: int,
+    session: int | None,
+    turn: int,
+    turns: int,
+    ttft_ms: int,
+    gaps_ms: list[int],
+    reasoning: int = 0,
+    ok: bool = True,
+) -> RequestRecord:
     sent = 10**12 + i * 1000 * MS
     t = sent + ttft_ms * MS
     events = [[t, 1]]
     for g in gaps_ms:
         t += g * MS
         events.append([t, 1])
-    rec = RequestRecord(index=i, sent_ns=sent, scheduled_ns=sent, done_ns=t + MS, events=events,
-                        session=session, turn=turn, turns=turns, completion_tokens=len(events),
-                        prompt_tokens=100 * max(turn, 1), reasoning_tokens=reasoning,
-                        first_answer_ns=events[reasoning][0] if reasoning < len(events) else 0)  # fmt: skip
+    rec = RequestRecord(
+        index=i,
+        sent_ns=sent,
+        scheduled_ns=sent,
+        done_ns=t + MS,
+        events=events,
+        session=session,
+        turn=turn,
+        turns=turns,
+        completion_tokens=len(events),
+        prompt_tokens=100 * max(turn, 1),
+        reasoning_tokens=reasoning,
+        first_answer_ns=events[reasoning][0] if reasoning < len(events) else 0,
+    )
     if not ok:
         rec.fail(ErrorKind.HTTP_ERROR, "boom", t + MS, 500)
     return rec
@@ -33,10 +51,14 @@ def _summary(records: list[RequestRecord]) -> LevelSummary:
 
 def test_by_turn_and_sessions() -> None:
     records = [
-        _rec(0, 7, 1, 3, 100, [10, 10]), _rec(1, 7, 2, 3, 20, [10, 10]), _rec(2, 7, 3, 3, 30, [10, 10]),
-        _rec(3, 8, 1, 3, 120, [20, 20]), _rec(4, 8, 2, 3, 40, [20, 20]), _rec(5, 8, 3, 3, 50, [20], ok=False),
+        _rec(0, 7, 1, 3, 100, [10, 10]),
+        _rec(1, 7, 2, 3, 20, [10, 10]),
+        _rec(2, 7, 3, 3, 30, [10, 10]),
+        _rec(3, 8, 1, 3, 120, [20, 20]),
+        _rec(4, 8, 2, 3, 40, [20, 20]),
+        _rec(5, 8, 3, 3, 50, [20], ok=False),
         _rec(6, 9, 1, 2, 140, [30]),  # cut short: its turn 2 never ran
-    ]  # fmt: skip
+    ]
     lv = _summary(records)
     assert lv.by_turn is not None and lv.sessions is not None
     assert sorted(lv.by_turn) == ["1", "2", "3"]

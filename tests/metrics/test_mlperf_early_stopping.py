@@ -20,8 +20,10 @@ def test_published_counts_at_p99_99(t: int, expected: int) -> None:
     assert early_stopping_min_queries(0.99, 0.99, t) == expected
 
 
-@pytest.mark.parametrize(("p", "c", "t"), [(0.99, 0.99, 2), (0.99, 0.99, 37), (0.9, 0.99, 0), (0.9, 0.99, 1),
-                                           (0.97, 0.95, 5), (0.999, 0.99, 3)])
+@pytest.mark.parametrize(
+    ("p", "c", "t"),
+    [(0.99, 0.99, 2), (0.99, 0.99, 37), (0.9, 0.99, 0), (0.9, 0.99, 1), (0.97, 0.95, 5), (0.999, 0.99, 3)],
+)
 def test_counts_are_the_first_passing_ones(p: float, c: float, t: int) -> None:
     n = early_stopping_min_queries(p, c, t)
     assert passes(n, t, p, c) and not passes(n - 1, t, p, c)

@@ -32,9 +32,18 @@ def brute_ranks(n: int, q: float, confidence: float) -> tuple[int | None, int | 
     return low, high
 
 
-@pytest.mark.parametrize(("n", "q", "conf"), [(20, 0.5, 0.95), (50, 0.9, 0.95), (100, 0.99, 0.95),
-                                               (300, 0.99, 0.95), (120, 0.25, 0.9), (400, 0.99, 0.99),
-                                               (73, 0.5, 0.99)])
+@pytest.mark.parametrize(
+    ("n", "q", "conf"),
+    [
+        (20, 0.5, 0.95),
+        (50, 0.9, 0.95),
+        (100, 0.99, 0.95),
+        (300, 0.99, 0.95),
+        (120, 0.25, 0.9),
+        (400, 0.99, 0.99),
+        (73, 0.5, 0.99),
+    ],
+)
 def test_order_statistic_ranks_match_brute_force(n: int, q: float, conf: float) -> None:
     assert order_statistic_ranks(n, q, conf) == brute_ranks(n, q, conf)
 

@@ -18,8 +18,15 @@ from tests.report.synth import EVIL, Spec, make_run
 def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three concurrency levels, failures, long prompts, server metrics — and hostile text
     wherever a user or a server can put text."""
-    spec = Spec(model=EVIL, label=EVIL, error_text=f"HTTP 500: {EVIL}", url=f"http://127.0.0.1:8000/{EVIL}",
-                workload=EVIL, request_class=EVIL, loads=(1, 4, 16, 32))  # fmt: skip
+    spec = Spec(
+        model=EVIL,
+        label=EVIL,
+        error_text=f"HTTP 500: {EVIL}",
+        url=f"http://127.0.0.1:8000/{EVIL}",
+        workload=EVIL,
+        request_class=EVIL,
+        loads=(1, 4, 16, 32),
+    )
     return make_run(tmp_path_factory.mktemp("run") / "a", spec)
 
 
@@ -28,8 +35,7 @@ def crowded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run whose capacity and knee fall close together (20 and 16 users), whose long prompts
     are a class of their own, and that has no coalesced event: the marks that could
     collide and the panels that could be empty."""
-    spec = Spec(loads=(1, 4, 16, 32), slos=("ttft=140ms",), long_class="long", request_class="chat",
-                coalesce=False)  # fmt: skip
+    spec = Spec(loads=(1, 4, 16, 32), slos=("ttft=140ms",), long_class="long", request_class="chat", coalesce=False)
     return render_run_report(make_run(tmp_path_factory.mktemp("crowded") / "a", spec))
 
 

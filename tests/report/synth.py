@@ -8,9 +8,10 @@ writes it, so a report drawn from the folder can be checked against the summary.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -64,7 +65,9 @@ def _level_records(spec: Spec, li: int, t0: int, rng: np.random.Generator) -> tu
         late = int(rng.exponential(0.05) * MS) if k % 17 else int(25 * MS)  # a few very late sends
         sent = sched + late
         long_prompt = k % 10 == 3
-        ttft = (spec.ttft_ms * (1.4**li) * rng.lognormal(0, 0.15) + spec.ttft_shift_ms + (60 if long_prompt else 0)) * MS
+        ttft = (
+            spec.ttft_ms * (1.4**li) * rng.lognormal(0, 0.15) + spec.ttft_shift_ms + (60 if long_prompt else 0)
+        ) * MS
         target_out = int(rng.integers(8, 33))
         events: list[list[int]] = []
         t = sent + int(ttft)
@@ -84,14 +87,25 @@ def _level_records(spec: Spec, li: int, t0: int, rng: np.random.Generator) -> tu
         elif spec.failures and k % 29 == 11:
             status, error, done = ErrorKind.TIMEOUT, "no byte within 1 s", done + 200 * MS
             events = events[: len(events) // 2]
-        recs.append(RequestRecord(
-            index=li * 1000 + k, level=li, request_class=(spec.long_class or spec.request_class) if long_prompt
-            else spec.request_class, target_prompt_tokens=1000 if long_prompt else 100,
-            target_output_tokens=target_out, scheduled_ns=sched, sent_ns=sent, done_ns=done, events=events,
-            status=status, error=error, prompt_tokens=(1000 if long_prompt else 100) if status is ErrorKind.OK else None,
-            completion_tokens=sum(e[1] for e in events) if status is ErrorKind.OK else None,
-            token_source=TokenSource.EVENTS_CORRECTED, warmup=k < spec.warmup,
-        ))  # fmt: skip
+        recs.append(
+            RequestRecord(
+                index=li * 1000 + k,
+                level=li,
+                request_class=(spec.long_class or spec.request_class) if long_prompt else spec.request_class,
+                target_prompt_tokens=1000 if long_prompt else 100,
+                target_output_tokens=target_out,
+                scheduled_ns=sched,
+                sent_ns=sent,
+                done_ns=done,
+                events=events,
+                status=status,
+                error=error,
+                prompt_tokens=(1000 if long_prompt else 100) if status is ErrorKind.OK else None,
+                completion_tokens=sum(e[1] for e in events) if status is ErrorKind.OK else None,
+                token_source=TokenSource.EVENTS_CORRECTED,
+                warmup=k < spec.warmup,
+            )
+        )
         t_end = max(t_end, done)
     return recs, t_end
 
@@ -104,10 +118,21 @@ def _run_json(spec: Spec) -> dict[str, Any]:
         "started_at": "2025-01-02T03:04:05+0000",
         "clock_anchor": {"unix_s": 1735787045.0, "perf_counter_ns": ANCHOR},
         "target": {"url": spec.url, "api": "chat", "model": spec.model, "max_model_len": 4096},
-        "workload": {"name": spec.workload, "description": f"{spec.workload} workload", "source": f"/somewhere/{spec.seed}.toml",
-                     "classes": [{"name": spec.request_class, "weight": 1.0, "prompt_tokens": "100",
-                                  "output_tokens": "uniform:8..32", "shared_prefix_groups": 0,
-                                  "shared_prefix_tokens": 0}]},  # fmt: skip
+        "workload": {
+            "name": spec.workload,
+            "description": f"{spec.workload} workload",
+            "source": f"/somewhere/{spec.seed}.toml",
+            "classes": [
+                {
+                    "name": spec.request_class,
+                    "weight": 1.0,
+                    "prompt_tokens": "100",
+                    "output_tokens": "uniform:8..32",
+                    "shared_prefix_groups": 0,
+                    "shared_prefix_tokens": 0,
+                }
+            ],
+        },
         "profile": {"name": "synthetic", "description": "made-up levels", "kind": "levels", "mode": spec.mode},
         "slos": list(spec.slos),
         "config": {"seed": spec.seed},
@@ -133,14 +158,21 @@ def make_run(folder: Path, spec: Spec | None = None) -> Path:
             if spec.client_bound_level == li:
                 lag[::20] = 30.0
             load = {"mode": spec.mode, "value": int(value) if spec.mode == "concurrency" else float(value)}
-            level = summarize_level(recs, load=load, slos=level_slos(slos, spec.mode, "queued"),
-                                    loop_lag_ms=lag.tolist(), trim=(0.1, 0.1), window_s=spec.soak_windows_s,
-                                    scheduled=len(recs) if spec.mode == "rate" else None)  # fmt: skip
+            level = summarize_level(
+                recs,
+                load=load,
+                slos=level_slos(slos, spec.mode, "queued"),
+                loop_lag_ms=lag.tolist(),
+                trim=(0.1, 0.1),
+                window_s=spec.soak_windows_s,
+                scheduled=len(recs) if spec.mode == "rate" else None,
+            )
             levels.append(level)
             t = t_end + 50 * MS
         prof = Profile(mode=spec.mode, levels=[float(v) for v in spec.loads], slos=list(spec.slos))
-        summary = summarize_run(levels, mode=prof.mode, attainment_target=prof.attainment_target,
-                                knee_metric=prof.knee_metric)  # fmt: skip
+        summary = summarize_run(
+            levels, mode=prof.mode, attainment_target=prof.attainment_target, knee_metric=prof.knee_metric
+        )
         writer.write_summary(summary.to_json())
     if spec.server_metrics:
         with open(folder / "server_metrics.jsonl", "w", encoding="utf-8") as fh:
@@ -148,12 +180,22 @@ def make_run(folder: Path, spec: Spec | None = None) -> Path:
             for k, ts in enumerate(range(ANCHOR, t, 200 * MS)):
                 queries += 1000
                 hits += 400 + (k % 5) * 50
-                raw = {"vllm:num_requests_running": float(k % 7), "vllm:num_requests_waiting": float(k % 3),
-                       "vllm:kv_cache_usage_perc": (k % 10) / 10, "vllm:prefix_cache_queries_total": queries,
-                       "vllm:prefix_cache_hits_total": hits, "vllm:generation_tokens_total": 150.0 * k}  # fmt: skip
-                line = {"t_ns": ts, "running": raw["vllm:num_requests_running"],
-                        "waiting": raw["vllm:num_requests_waiting"], "kv_usage": raw["vllm:kv_cache_usage_perc"],
-                        "prefix_hit_rate": None if k == 0 else (400 + (k % 5) * 50) / 1000, "raw": raw}  # fmt: skip
+                raw = {
+                    "vllm:num_requests_running": float(k % 7),
+                    "vllm:num_requests_waiting": float(k % 3),
+                    "vllm:kv_cache_usage_perc": (k % 10) / 10,
+                    "vllm:prefix_cache_queries_total": queries,
+                    "vllm:prefix_cache_hits_total": hits,
+                    "vllm:generation_tokens_total": 150.0 * k,
+                }
+                line = {
+                    "t_ns": ts,
+                    "running": raw["vllm:num_requests_running"],
+                    "waiting": raw["vllm:num_requests_waiting"],
+                    "kv_usage": raw["vllm:kv_cache_usage_perc"],
+                    "prefix_hit_rate": None if k == 0 else (400 + (k % 5) * 50) / 1000,
+                    "raw": raw,
+                }
                 fh.write(json.dumps(line) + "\n")
             fh.write('{"t_ns": 12, "torn')  # a torn last line, as a killed run leaves
     return folder

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,12 @@ from tests.report.synth import EVIL
 
 
 def _chromium() -> str | None:
-    for candidate in (os.environ.get("LOADGEN_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                      shutil.which("chromium-browser")):  # fmt: skip
+    for candidate in (
+        os.environ.get("LOADGEN_CHROMIUM"),
+        "/usr/bin/chromium",
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+    ):
         if candidate and Path(candidate).is_file():
             return candidate
     return None
@@ -35,10 +40,20 @@ except ImportError:  # pragma: no cover - depends on the machine
 CHROMIUM = _chromium()
 pytestmark = [
     pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (pip install playwright)"),
-    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM)"),
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="no Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM)"
+    ),
 ]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ALL_DRAWN = "() => Array.from(document.querySelectorAll('div.lg-plot')).every(d => d.querySelector('svg.main-svg'))"
 
 

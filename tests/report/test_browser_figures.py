@@ -49,7 +49,12 @@ def _overlaps(boxes: list[dict[str, Any]]) -> list[tuple[str, str]]:
     out = []
     for i, a in enumerate(boxes):
         for b in boxes[i + 1 :]:
-            if a["x0"] < b["x1"] - 0.5 and b["x0"] < a["x1"] - 0.5 and a["y0"] < b["y1"] - 0.5 and b["y0"] < a["y1"] - 0.5:
+            if (
+                a["x0"] < b["x1"] - 0.5
+                and b["x0"] < a["x1"] - 0.5
+                and a["y0"] < b["y1"] - 0.5
+                and b["y0"] < a["y1"] - 0.5
+            ):
                 out.append((a["text"], b["text"]))
     return out
 
@@ -75,7 +80,9 @@ def test_knee_and_capacity_labels_never_overprint(crowded: Any, opened_report: A
         texts = [b["text"] for f in figs for b in f["boxes"]]
         for fig in figs:
             assert _overlaps(fig["boxes"]) == [], fig["id"]
-    crowded_texts = [b["text"] for f in crowded.page.evaluate(_BOXES) if f["id"] == "fig-throughput" for b in f["boxes"]]
+    crowded_texts = [
+        b["text"] for f in crowded.page.evaluate(_BOXES) if f["id"] == "fig-throughput" for b in f["boxes"]
+    ]
     # the knee at 16 users, the capacity just above it (the demo's "knee 16" and "capacity 18.2")
     assert "knee 16" in crowded_texts and any(t.startswith("capacity 2") for t in crowded_texts), crowded_texts
     assert texts  # the report's own figures have annotations too (titles, SLO limits)

@@ -49,11 +49,20 @@ def assert_same_reading(folder: Path) -> list[RequestRecord]:
 def rec(index: int, events: list[tuple[int, int]], **kw: object) -> RequestRecord:
     sent = T0 + index * 10 * MS
     return RequestRecord(
-        index=index, level=index % 2, request_class="chat", target_prompt_tokens=100, target_output_tokens=8,
-        scheduled_ns=sent - MS, sent_ns=sent, done_ns=sent + 500 * MS,
-        events=[[sent + t * MS, n] for t, n in events], prompt_tokens=100, completion_tokens=8,
-        token_source=TokenSource.EVENTS_CORRECTED, **kw,  # type: ignore[arg-type]
-    )  # fmt: skip
+        index=index,
+        level=index % 2,
+        request_class="chat",
+        target_prompt_tokens=100,
+        target_output_tokens=8,
+        scheduled_ns=sent - MS,
+        sent_ns=sent,
+        done_ns=sent + 500 * MS,
+        events=[[sent + t * MS, n] for t, n in events],
+        prompt_tokens=100,
+        completion_tokens=8,
+        token_source=TokenSource.EVENTS_CORRECTED,
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 def hand_records() -> list[RequestRecord]:
@@ -134,13 +143,24 @@ def test_lines_in_other_forms_read_alike(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("events", "json_reads_it"),
-    [("[[01,1]]", False), ("[[-,1]]", False), ("[[5,-]]", False), ("[[1,0],[2,-01]]", False), ("[[1-2,1]]", False),
-     ("[[,1]]", False), ("[[1,1],[2 ,1]]", True), ("[[1,0],[-0,1]]", True), ("[[0,0],[-3,1]]", True)],
-)  # fmt: skip
+    [
+        ("[[01,1]]", False),
+        ("[[-,1]]", False),
+        ("[[5,-]]", False),
+        ("[[1,0],[2,-01]]", False),
+        ("[[1-2,1]]", False),
+        ("[[,1]]", False),
+        ("[[1,1],[2 ,1]]", True),
+        ("[[1,0],[-0,1]]", True),
+        ("[[0,0],[-3,1]]", True),
+    ],
+)
 def test_pairs_text_reads_exactly_as_json_does(tmp_path: Path, events: str, json_reads_it: bool) -> None:
     """Text that looks like pairs but is not JSON: the line is skipped, as json skips it."""
     good = [record_to_json(r) + "\n" for r in hand_records()[:3]]
-    bad = record_to_json(rec(9, [(30, 1)])).replace(f'"events":[[{T0 + 9 * 10 * MS + 30 * MS},1]]', f'"events":{events}')
+    bad = record_to_json(rec(9, [(30, 1)])).replace(
+        f'"events":[[{T0 + 9 * 10 * MS + 30 * MS},1]]', f'"events":{events}'
+    )
     assert bad.count('"events":') == 1 and events in bad
     want = assert_same_reading(write_lines(tmp_path, [good[0], bad + "\n", *good[1:]]))
     assert [r.index for r in want] == ([0, 9, 1, 2] if json_reads_it else [0, 1, 2])
@@ -148,7 +168,17 @@ def test_pairs_text_reads_exactly_as_json_does(tmp_path: Path, events: str, json
 
 @pytest.mark.parametrize(
     "events",
-    ["[[1,2,3]]", "[[1,2,3],[4]]", "[[1.5,1]]", "[[1e3,1]]", "null", "[[true,1]]", "[[99999999999999999999,1]]", '[["1",1]]', "[[1]]"],
+    [
+        "[[1,2,3]]",
+        "[[1,2,3],[4]]",
+        "[[1.5,1]]",
+        "[[1e3,1]]",
+        "null",
+        "[[true,1]]",
+        "[[99999999999999999999,1]]",
+        '[["1",1]]',
+        "[[1]]",
+    ],
 )
 def test_events_that_are_not_integer_pairs_are_refused(tmp_path: Path, events: str) -> None:
     good = record_to_json(hand_records()[1]) + "\n"
@@ -163,7 +193,7 @@ def test_empty_and_missing_files(tmp_path: Path) -> None:
     assert cols.records == [] and cols.n_events.tolist() == [] and cols.events.shape == (0, 2)
     frame, ev = frame_and_events_from_flat(cols.records, cols.n_events, cols.events)
     assert len(frame) == 0 and ev.n_records == 0
-    with pytest.raises(ConfigError, match="records.jsonl not found"):
+    with pytest.raises(ConfigError, match=r"records.jsonl not found"):
         read_records_columnar(tmp_path / "nothing")
 
 
@@ -171,7 +201,7 @@ def test_the_writers_lines_are_record_to_json_s(tmp_path: Path) -> None:
     """The run writer (orjson) writes the bytes record_to_json (json) writes, but for
     the events, which it refers to instead (the reference is json's too)."""
     recs = hand_records()
-    recs[1].error = "é ünïcode \u2028 \"quoted\" \\ back"
+    recs[1].error = 'é ünïcode \u2028 "quoted" \\ back'
     with RunWriter(tmp_path) as writer:
         for r in recs:
             writer.append(r)
@@ -211,7 +241,9 @@ def test_lines_only_json_reads_read_alike(tmp_path: Path) -> None:
     folder = tmp_path / "f"
     folder.mkdir()
     (folder / "records.jsonl").write_bytes(
-        b"\n".join([nan.encode(), b'{"index": 9, "error": "\xff\xfe"}', surrogate.encode(), record_to_json(recs[3]).encode()])
+        b"\n".join(
+            [nan.encode(), b'{"index": 9, "error": "\xff\xfe"}', surrogate.encode(), record_to_json(recs[3]).encode()]
+        )
     )
     want = assert_same_reading(folder)
     assert [r.index for r in want] == [1, 2, 3]

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import ConfigError
-from loadgen.metrics.compare import BETTER, INCONCLUSIVE, NO_CHANGE, WORSE
-from loadgen.metrics.compare import by_verdict, common_levels, compare_level
+from loadgen.metrics.compare import BETTER, INCONCLUSIVE, NO_CHANGE, WORSE, by_verdict, common_levels, compare_level
 from loadgen.metrics.results import RunSummary
 from loadgen.report.compare import render_comparison, workload_differences
 from loadgen.report.files import read_summary
@@ -37,7 +36,9 @@ def test_sections_and_overlays(comparison: Path, baseline_and_slower: tuple[Path
     for r, s in enumerate((a, b)):
         assert trace(lat, f"{r}.ttft_ms.p50")["y"] == [lv["ttft_ms"]["p50"] for lv in s["levels"]]
         assert trace(lat, f"{r}.ttft_ms.p99")["y"] == [lv["ttft_ms"]["p99"] for lv in s["levels"]]
-        assert trace(figs["cmp-throughput"], f"{r}.goodput")["y"] == [lv["goodput"]["requests_per_s"] for lv in s["levels"]]
+        assert trace(figs["cmp-throughput"], f"{r}.goodput")["y"] == [
+            lv["goodput"]["requests_per_s"] for lv in s["levels"]
+        ]
     colours = {trace(lat, f"{r}.ttft_ms.p50")["line"]["color"] for r in (0, 1)}
     assert len(colours) == 2  # one colour per run
     names = [t["name"] for t in lat["data"] if t.get("showlegend")]
@@ -144,11 +145,14 @@ def test_the_verdict_lists_what_it_counts(comparison: Path, baseline_and_slower:
     """The tally and the bullets are one list: each verdict's count is its bullets plus
     the "… and N more" line, the largest changes first."""
     html = comparison.read_text()
-    verdict = html[html.index('id="summary"'):html.index('id="capacity"')]
-    tally = dict((v, int(n)) for n, v in re.findall(r'<span class="\w+">(\d+) ([a-z /]+)</span>', verdict.split("</p>")[0]))
+    verdict = html[html.index('id="summary"') : html.index('id="capacity"')]
+    tally = {v: int(n) for n, v in re.findall(r'<span class="\w+">(\d+) ([a-z /]+)</span>', verdict.split("</p>")[0])}
     runs = [load_run(p) for p in baseline_and_slower]
-    rows = [r for i in range(len(runs[0].levels))
-            for r in compare_level(runs[0].level_samples(i), runs[1].level_samples(i), i)]
+    rows = [
+        r
+        for i in range(len(runs[0].levels))
+        for r in compare_level(runs[0].level_samples(i), runs[1].level_samples(i), i)
+    ]
     groups = by_verdict(rows)
     assert tally == {v: len(groups[v]) for v in (WORSE, BETTER, INCONCLUSIVE, NO_CHANGE)}
     assert tally[WORSE] > 0 and tally[BETTER] == 0  # 25 ms slower TTFT, nothing faster
@@ -160,10 +164,14 @@ def test_the_verdict_lists_what_it_counts(comparison: Path, baseline_and_slower:
         assert len(items) + (int(more.group(1)) if more else 0) == tally[v]
     assert '<ul class="headline" data-verdict="better">' not in verdict  # no bullet for a count of 0
     # every TTFT is 25 ms longer: the median TTFT of the lowest level grew most (+84%)
-    first = re.search(r'<li data-metric="([\w_]+)" data-verdict="worse"><b>([^<]+)</b> at ([^:]+): ([^<]+)</li>', verdict)
+    first = re.search(
+        r'<li data-metric="([\w_]+)" data-verdict="worse"><b>([^<]+)</b> at ([^:]+): ([^<]+)</li>', verdict
+    )
     assert first and first.groups()[:3] == ("ttft_ms", "TTFT p50", "1 user") and "(+84%)" in first.group(4)
-    assert all(abs(groups[WORSE][k].diff.rel or 0) >= abs(groups[WORSE][k + 1].diff.rel or 0)
-               for k in range(len(groups[WORSE]) - 1))
+    assert all(
+        abs(groups[WORSE][k].diff.rel or 0) >= abs(groups[WORSE][k + 1].diff.rel or 0)
+        for k in range(len(groups[WORSE]) - 1)
+    )
 
 
 def test_differences_are_shown_to_the_values_precision(comparison: Path) -> None:
@@ -174,5 +182,5 @@ def test_differences_are_shown_to_the_values_precision(comparison: Path) -> None
     assert fmt_change(235.0, 71.1, 303.0) == "+235" and fmt_pct(3.26) == "+326%"
     assert fmt_change(-1234.5, 2631.6, 1397.1) == "-1,234" and fmt_change(25.37, 30.4, 55.9) == "+25.4"
     html = comparison.read_text()
-    table = html[html.index('id="comparison-table"'):]
+    table = html[html.index('id="comparison-table"') :]
     assert not re.search(r"[+-]0\.0000|\(\+0\.0%\)|\(-0\.0%\)", table)  # no digits below the values' own

@@ -31,8 +31,9 @@ def _shown(levels: list[LevelSummary]) -> str:
 def test_one_source_is_one_plain_line() -> None:
     lv = _level(1, [TokenSource.EVENTS] * 3)
     line = token_source_line([lv])
-    assert line == ("output tokens counted one per event (the server streamed no usage; exact when each event "
-                    "holds one token)")  # fmt: skip
+    assert line == (
+        "output tokens counted one per event (the server streamed no usage; exact when each event holds one token)"
+    )
     assert line in _shown([lv]).splitlines()  # one line, even on a narrow console
     exact = _level(2, [TokenSource.USAGE_DELTA] * 2)
     assert token_source_line([exact]) == "output tokens from the server's usage on every event (exact)"
@@ -42,9 +43,11 @@ def test_mixed_sources_count_the_requests_over_all_levels() -> None:
     a = _level(1, [TokenSource.EVENTS_CORRECTED] * 3)
     b = _level(2, [TokenSource.EVENTS_CORRECTED, TokenSource.EVENTS])
     line = token_source_line([a, b], prefix="")
-    assert line == ("counted one per event, scaled to the server's final usage.completion_tokens for 4 of 5 "
-                    "requests; counted one per event (the server streamed no usage; exact when each event holds "
-                    "one token) for 1 of 5 requests")  # fmt: skip
+    assert line == (
+        "counted one per event, scaled to the server's final usage.completion_tokens for 4 of 5 "
+        "requests; counted one per event (the server streamed no usage; exact when each event holds "
+        "one token) for 1 of 5 requests"
+    )
     assert "output tokens " + line in _shown([a, b]).splitlines()
 
 
@@ -66,9 +69,15 @@ class Clock:
         return self.t
 
 
-def _finished(level: int, *, warmup: bool = False, ok: bool = True, trial: int = 0, ttft_ms: float = 10.0) -> RequestRecord:
-    r = rec(0, [(ttft_ms, 1), (ttft_ms + 2.0, 1), (ttft_ms + 4.0, 1)], warmup=warmup,
-            status=ErrorKind.OK if ok else ErrorKind.HTTP_ERROR)  # fmt: skip
+def _finished(
+    level: int, *, warmup: bool = False, ok: bool = True, trial: int = 0, ttft_ms: float = 10.0
+) -> RequestRecord:
+    r = rec(
+        0,
+        [(ttft_ms, 1), (ttft_ms + 2.0, 1), (ttft_ms + 4.0, 1)],
+        warmup=warmup,
+        status=ErrorKind.OK if ok else ErrorKind.HTTP_ERROR,
+    )
     r.level, r.trial = level, trial
     return r
 
@@ -139,8 +148,15 @@ def test_live_time_left() -> None:
 
 def _open_level(value: float, slow: bool = False) -> LevelSummary:
     scale = 1000.0 if slow else 1.0  # slow: seconds-long latencies
-    recs = [rec(i, [(10.0 * scale + i, 1), (20.0 * scale + i, 1)], sent=float(i), scheduled=float(i) - (5.0 if i < 3 else 0.0))
-            for i in range(10)]  # fmt: skip
+    recs = [
+        rec(
+            i,
+            [(10.0 * scale + i, 1), (20.0 * scale + i, 1)],
+            sent=float(i),
+            scheduled=float(i) - (5.0 if i < 3 else 0.0),
+        )
+        for i in range(10)
+    ]
     return summarize_level(recs, load={"mode": "rate", "value": value}, scheduled=12, dropped=2)
 
 

@@ -30,9 +30,16 @@ N = 8
 def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("damaged") / "run"
     with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.002)) as srv:
-        cfg = RunConfig(url=srv.url, api="completions", workload=workload_from_flags("8", "uniform:min=3,max=9"),
-                        profile=Profile(mode="concurrency", levels=[2], requests=N), out=out, live=False, seed=3,
-                        calibrate=False)  # fmt: skip
+        cfg = RunConfig(
+            url=srv.url,
+            api="completions",
+            workload=workload_from_flags("8", "uniform:min=3,max=9"),
+            profile=Profile(mode="concurrency", levels=[2], requests=N),
+            out=out,
+            live=False,
+            seed=3,
+            calibrate=False,
+        )
         execute(cfg, Console(file=io.StringIO()))
     assert len(list(read_records(out))) == N
     return out

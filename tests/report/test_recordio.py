@@ -49,9 +49,20 @@ def random_records(seed: int, n: int = 200) -> list[RequestRecord]:
                 t += rng.choice([0, 20 * MS, rng.randint(-MS, 10**10)])
                 events.append([t, rng.choice([1, 1, 1, 0, 2, 3, -1, 500])])
         sent = rng.choice([0, 10**15, rng.randint(*INT64)])
-        out.append(RequestRecord(index=i, level=i % 3, sent_ns=sent, scheduled_ns=sent, done_ns=sent + 1, events=events,
-                                 status=rng.choice(list(ErrorKind)), token_source=rng.choice(list(TokenSource)),
-                                 warmup=rng.random() < 0.1, error=rng.choice([None, "é \u2028 \"x\""])))  # fmt: skip
+        out.append(
+            RequestRecord(
+                index=i,
+                level=i % 3,
+                sent_ns=sent,
+                scheduled_ns=sent,
+                done_ns=sent + 1,
+                events=events,
+                status=rng.choice(list(ErrorKind)),
+                token_source=rng.choice(list(TokenSource)),
+                warmup=rng.random() < 0.1,
+                error=rng.choice([None, 'é \u2028 "x"']),
+            )
+        )
     return out
 
 
@@ -85,7 +96,7 @@ def test_a_line_refers_to_its_events_and_old_readers_refuse_it(tmp_path: Path) -
     want = {**json.loads(record_to_json(rec)), "events": {"n": 5, "bytes": 15}}
     assert line == orjson.dumps(want) + b"\n"  # the same fields in the same order, events by reference
     assert (tmp_path / EVENTS_FILE).read_bytes().startswith(EVENTS_MAGIC)
-    with pytest.raises(ValueError, match="events.bin"):
+    with pytest.raises(ValueError, match=r"events.bin"):
         record_from_json(line.decode())
 
 
@@ -105,8 +116,11 @@ def test_twenty_ms_tokens_cost_at_most_six_bytes_an_event(tmp_path: Path) -> Non
     per_event = ((tmp_path / EVENTS_FILE).stat().st_size - len(EVENTS_MAGIC)) / (n * e)
     assert per_event <= 6.0
     assert per_event == pytest.approx(4.0, abs=0.1)  # one 4-byte varint an event, a few extra counts
-    old = sum(len(record_line(dataclasses.replace(r, events=[[int(a), int(b)] for a, b in zip(ta, na)])))
-              - len(record_line(r)) for r, ta, na in zip(records, t, tokens))  # fmt: skip
+    old = sum(
+        len(record_line(dataclasses.replace(r, events=[[int(a), int(b)] for a, b in zip(ta, na)])))
+        - len(record_line(r))
+        for r, ta, na in zip(records, t, tokens)
+    )
     assert old / (n * e) > 5 * per_event  # the JSON pairs of older versions
     cols = read_records_columnar(tmp_path)
     np.testing.assert_array_equal(cols.t_ns, t.ravel())
@@ -260,7 +274,7 @@ def test_pieces_of_any_size_read_alike(tmp_path: Path, monkeypatch: pytest.Monke
         measured = read_records_pieces(tmp_path, keep=lambda r: not r.warmup)
         assert measured.records == [r for r in want.records if not r.warmup]
         lo = len(measured.records) // 3
-        n, t, k = measured.columns(lo, 2 * lo)
+        n, t, _k = measured.columns(lo, 2 * lo)
         whole = measured.columns()
         at = int(whole[0][:lo].sum())
         np.testing.assert_array_equal(t, whole[1][at : at + t.size])
@@ -272,9 +286,21 @@ def test_pieces_of_any_size_read_alike(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_a_line_in_any_key_order_reads_as_in_the_writers_order() -> None:
     """parse_line binds the writer's lines by position (fast), any other line by name."""
-    rec = RequestRecord(index=7, level=2, worker=1, request_class="long", sent_ns=5, done_ns=9,
-                        status=ErrorKind.TIMEOUT, error="slow", prompt_tokens=3,
-                        token_source=TokenSource.USAGE_DELTA, warmup=True, server={"q": 1}, credit_ns=4)  # fmt: skip
+    rec = RequestRecord(
+        index=7,
+        level=2,
+        worker=1,
+        request_class="long",
+        sent_ns=5,
+        done_ns=9,
+        status=ErrorKind.TIMEOUT,
+        error="slow",
+        prompt_tokens=3,
+        token_source=TokenSource.USAGE_DELTA,
+        warmup=True,
+        server={"q": 1},
+        credit_ns=4,
+    )
     line = orjson.loads(record_line(rec))
     shuffled = dict(reversed(list(line.items())))
     extra = {**line, "from_a_newer_version": 1}

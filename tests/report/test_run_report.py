@@ -124,7 +124,7 @@ def test_itl_over_time_marks_long_prompts(run_folder: Path, report: Path) -> Non
     html = report.read_text(encoding="utf-8")
     fig = figures(html)["fig-itl-time"]
     frame = per_request_frame(read_records(run_folder))
-    n_long = int(((frame["prompt_tokens"].fillna(frame["target_prompt_tokens"]) >= 200)).sum())
+    n_long = int((frame["prompt_tokens"].fillna(frame["target_prompt_tokens"]) >= 200).sum())
     assert len(trace(fig, "itl_time.long")["x"]) == n_long > 0
     assert f"{n_long} long prompts" in html
     assert max(v for v in trace(fig, "itl_time.max")["y"] if v is not None) == pytest.approx(
@@ -163,7 +163,9 @@ def test_user_text_is_escaped(report: Path) -> None:
 
 
 def test_without_server_metrics_or_failures(tmp_path: Path) -> None:
-    folder = make_run(tmp_path / "plain", Spec(failures=False, server_metrics=False, per_level=20, client_bound_level=None))
+    folder = make_run(
+        tmp_path / "plain", Spec(failures=False, server_metrics=False, per_level=20, client_bound_level=None)
+    )
     html = render_run_report(folder, tmp_path / "out" / "r.html").read_text(encoding="utf-8")
     assert "Not scraped (server_metrics.jsonl absent)" in html and "No failed requests." in html
     assert 'id="fig-server"' not in html and 'id="fig-failures"' not in html
@@ -174,7 +176,9 @@ def test_rate_levels_and_soak_windows(tmp_path: Path) -> None:
     html = render_run_report(folder).read_text(encoding="utf-8")
     figs = figures(html)
     summary = read_summary(folder)
-    assert trace(figs["fig-latency"], "ttft_queued_ms.p50")["y"] == [lv["ttft_queued_ms"]["p50"] for lv in summary["levels"]]
+    assert trace(figs["fig-latency"], "ttft_queued_ms.p50")["y"] == [
+        lv["ttft_queued_ms"]["p50"] for lv in summary["levels"]
+    ]
     assert "late/dropped" in html
     w = summary["levels"][0]["windows"]
     assert trace(figs["fig-windows"], "windows.0.output_tokens_per_s")["y"] == [x["output_tokens_per_s"] for x in w]
@@ -186,7 +190,7 @@ def test_not_a_run_folder(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a folder"):
         render_run_report(tmp_path / "missing")
     (tmp_path / "summary.json").write_text('{"levels": []}')
-    with pytest.raises(ConfigError, match="records.jsonl"):
+    with pytest.raises(ConfigError, match=r"records.jsonl"):
         render_run_report(tmp_path)
 
 
@@ -207,8 +211,17 @@ def test_empty_records_and_an_all_failed_level(tmp_path: Path) -> None:
     html = render_run_report(folder).read_text(encoding="utf-8")
     assert html.count("<section id=") == len(SECTIONS) and "No successful request to plot." in html
 
-    failed = [RequestRecord(index=i, scheduled_ns=10**12 + i, sent_ns=10**12 + i, done_ns=10**12 + i + 10**6,
-                            status=ErrorKind.HTTP_ERROR, error="HTTP 503") for i in range(5)]  # fmt: skip
+    failed = [
+        RequestRecord(
+            index=i,
+            scheduled_ns=10**12 + i,
+            sent_ns=10**12 + i,
+            done_ns=10**12 + i + 10**6,
+            status=ErrorKind.HTTP_ERROR,
+            error="HTTP 503",
+        )
+        for i in range(5)
+    ]
     with RunWriter(tmp_path / "failed") as w:
         for r in failed:
             w.append(r)
@@ -224,9 +237,27 @@ def test_a_real_run_folder(tmp_path: Path) -> None:
     figures carry the run's summary."""
     out = tmp_path / "real"
     with ScriptedServerProcess(Script(ttft_s=0.005, itl_s=0.001)) as srv:
-        res = CliRunner().invoke(app, ["run", "--url", srv.url, "--levels", "1,2", "--requests", "6",
-                                       "--prompt-tokens", "16", "--output-tokens", "8", "--slo", "ttft=1s",
-                                       "--out", str(out), "--quiet"])  # fmt: skip
+        res = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "--url",
+                srv.url,
+                "--levels",
+                "1,2",
+                "--requests",
+                "6",
+                "--prompt-tokens",
+                "16",
+                "--output-tokens",
+                "8",
+                "--slo",
+                "ttft=1s",
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+        )
     assert res.exit_code == 0, res.output
     path = render_run_report(out, tmp_path / "r.html")
     fig = figures(path.read_text(encoding="utf-8"))["fig-latency"]
@@ -234,13 +265,32 @@ def test_a_real_run_folder(tmp_path: Path) -> None:
     assert trace(fig, "ttft_ms.p50")["y"] == [lv["ttft_ms"]["p50"] for lv in levels]
     assert trace(fig, "ttft_ms.p50")["x"] == [1, 2]
     html = path.read_text(encoding="utf-8")
-    assert "<dt>prompt lengths</dt><dd>calibrated from the server&#x27;s streamed usage: 1.00 tokens per word + 3.00" in html
-    assert ('<p class="note" id="token-source">Output tokens counted one per event, scaled to the server&#x27;s '
-            "final usage.completion_tokens.</p>") in html  # fmt: skip
+    assert (
+        "<dt>prompt lengths</dt><dd>calibrated from the server&#x27;s streamed usage: 1.00 tokens per word + 3.00"
+        in html
+    )
+    assert (
+        '<p class="note" id="token-source">Output tokens counted one per event, scaled to the server&#x27;s '
+        "final usage.completion_tokens.</p>"
+    ) in html
 
 
-@pytest.mark.parametrize("module", ["html", "page", "figures", "request_figures", "compare", "compare_figures",
-                                    "plotdata", "rundata", "files", "readers", "recordio"])  # fmt: skip
+@pytest.mark.parametrize(
+    "module",
+    [
+        "html",
+        "page",
+        "figures",
+        "request_figures",
+        "compare",
+        "compare_figures",
+        "plotdata",
+        "rundata",
+        "files",
+        "readers",
+        "recordio",
+    ],
+)
 def test_public_names(module: str) -> None:
     mod = importlib.import_module(f"loadgen.report.{module}")
     assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)
@@ -266,18 +316,27 @@ def test_how_tokens_were_counted_and_prompts_calibrated(run_folder: Path, tmp_pa
     summary["levels"][0]["events"]["token_source"] = {"events": 30, "events_corrected": 10}
     (folder / "summary.json").write_text(json.dumps(summary))
     run = json.loads((folder / "run.json").read_text())
-    run["calibration"] = {"calibrated": True, "method": "non-stream", "samples": [[32, 43], [256, 290]],
-                          "tokens_per_word": 1.1026785714285714, "overhead_tokens": 7.714285714285722}  # fmt: skip
+    run["calibration"] = {
+        "calibrated": True,
+        "method": "non-stream",
+        "samples": [[32, 43], [256, 290]],
+        "tokens_per_word": 1.1026785714285714,
+        "overhead_tokens": 7.714285714285722,
+    }
     (folder / "run.json").write_text(json.dumps(run))
     html = render_run_report(folder).read_text(encoding="utf-8")
     n = 40 + sum(sum(lv["events"]["token_source"].values()) for lv in summary["levels"][1:])
     note = html.split('id="token-source">')[1].split("</p>")[0]
-    assert note == (f"Output tokens counted one per event, scaled to the server&#x27;s final usage.completion_tokens "
-                    f"for {n - 30} of {n} requests; counted one per event (the server streamed no usage; exact when "
-                    f"each event holds one token) for 30 of {n} requests.")  # fmt: skip
+    assert note == (
+        f"Output tokens counted one per event, scaled to the server&#x27;s final usage.completion_tokens "
+        f"for {n - 30} of {n} requests; counted one per event (the server streamed no usage; exact when "
+        f"each event holds one token) for 30 of {n} requests."
+    )
     assert html.index('id="token-source"') > html.index('<section id="tokens">')
-    assert ("<dt>prompt lengths</dt><dd>calibrated from non-streamed answers&#x27; usage (the server streams none): "
-            "1.10 tokens per word + 7.71 template tokens</dd>") in html  # fmt: skip
+    assert (
+        "<dt>prompt lengths</dt><dd>calibrated from non-streamed answers&#x27; usage (the server streams none): "
+        "1.10 tokens per word + 7.71 template tokens</dd>"
+    ) in html
     run["calibration"] = {"calibrated": False, "method": None, "reason": "the server streams no usage.prompt_tokens"}
     (folder / "run.json").write_text(json.dumps(run))
     html = render_run_report(folder).read_text(encoding="utf-8")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
 from aiohttp import web
@@ -40,14 +40,17 @@ def test_parse_prometheus_labels_sums_and_oddities() -> None:
         '# HELP x\nvllm:num_requests_running{a="}",b="q\\"{x}"} 3\n'  # braces and quotes inside labels
         "vllm:num_requests_running 2 1700000000000\n"  # no labels, with a timestamp
         "vllm:num_requests_waiting NaN\n"  # NaN is not a value
-        "vllm:kv_cache_usage_perc{x=\"1\"} 0.2\nvllm:kv_cache_usage_perc{x=\"2\"} 0.4\n"
+        'vllm:kv_cache_usage_perc{x="1"} 0.2\nvllm:kv_cache_usage_perc{x="2"} 0.4\n'
         "vllm:prompt_tokens_total +Inf\n"
         "vllm:num_preemptions_total{broken 1\n"  # malformed: skipped
         "other_metric 5\nsglang:token_usage 0.3\n"
     )
     got = parse_prometheus(text)
-    assert got == {"vllm:num_requests_running": 5.0, "vllm:kv_cache_usage_perc": pytest.approx(0.3),
-                   "sglang:token_usage": 0.3}  # fmt: skip
+    assert got == {
+        "vllm:num_requests_running": 5.0,
+        "vllm:kv_cache_usage_perc": pytest.approx(0.3),
+        "sglang:token_usage": 0.3,
+    }
 
 
 class MetricsServer:
@@ -83,7 +86,9 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-async def test_scrapes_vllm_names_and_counts_failures(metrics_server: tuple[str, MetricsServer], tmp_path: Path) -> None:
+async def test_scrapes_vllm_names_and_counts_failures(
+    metrics_server: tuple[str, MetricsServer], tmp_path: Path
+) -> None:
     url, srv = metrics_server
     srv.answers = [
         (200, VLLM.format(running=4.0, waiting=2.0, kv=0.25, queries=1000.0, hits=400.0)),

@@ -40,8 +40,11 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return render_comparison(runs, root / "matrix.html", labels=NAMES, resamples=200)
 
 
-def test_many_configurations_scroll_in_the_table_box_with_the_row_names_fixed(browser: Any, many: Path,
-                                                                             tmp_path: Path) -> None:  # fmt: skip
+def test_many_configurations_scroll_in_the_table_box_with_the_row_names_fixed(
+    browser: Any,  # noqa: F811 - the fixture imported above
+    many: Path,
+    tmp_path: Path,
+) -> None:
     opened = Opened(browser, many)
     page = opened.page
     try:

@@ -18,7 +18,7 @@ from loadgen.server.sim.engine import SimEngine
 
 MODEL = "test-model"
 
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -36,8 +36,7 @@ def make_engine(*, time_scale: float = 0.01, **limits: Any) -> SimEngine:
 
 
 @contextlib.asynccontextmanager
-async def serve(engine: Any, *, faults: FaultConfig | None = None,
-                **kw: Any) -> AsyncIterator[str]:
+async def serve(engine: Any, *, faults: FaultConfig | None = None, **kw: Any) -> AsyncIterator[str]:
     """Serve ``engine`` on a free loopback port for the duration of the block."""
     app = create_app(engine, model_name=MODEL, faults=faults, **kw)
     runner, url = await start_server(app)
@@ -89,6 +88,6 @@ async def read_sse(resp: aiohttp.ClientResponse) -> list[Any]:
     events: list[Any] = []
     for block in body.split("\n\n")[:-1]:
         assert block.startswith("data: "), block
-        data = block[len("data: "):]
+        data = block[len("data: ") :]
         events.append(data if data == "[DONE]" else json.loads(data))
     return events

@@ -36,12 +36,16 @@ def _client(url: str) -> openai.AsyncOpenAI:
 
 async def test_openai_client_streams_chat_with_usage(server: tuple[Any, str]) -> None:
     _, url = server
-    messages = [{"role": "system", "content": "be brief"},
-                {"role": "user", "content": PROMPT}]
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": PROMPT}]
     async with _client(url) as client:
         stream = await client.chat.completions.create(
-            model=MODEL, messages=messages, max_tokens=12, stream=True,
-            stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+            model=MODEL,
+            messages=messages,
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
         chunks = [chunk async for chunk in stream]
     content = [c for c in chunks if c.choices and c.choices[0].delta.content]
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -60,8 +64,13 @@ async def test_openai_client_streams_completions(server: tuple[Any, str]) -> Non
     _, url = server
     async with _client(url) as client:
         stream = await client.completions.create(
-            model=MODEL, prompt=PROMPT, max_tokens=7, stream=True,
-            stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+            model=MODEL,
+            prompt=PROMPT,
+            max_tokens=7,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
         chunks = [chunk async for chunk in stream]
     with_text = [c for c in chunks if c.choices and c.choices[0].text]
     assert len(with_text) == 7
@@ -74,13 +83,18 @@ async def test_openai_client_non_streaming(server: tuple[Any, str]) -> None:
     _, url = server
     async with _client(url) as client:
         chat = await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=5,
-            extra_body={"ignore_eos": True})
-        comp = await client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4,
-                                               extra_body={"ignore_eos": True})
+            model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=5, extra_body={"ignore_eos": True}
+        )
+        comp = await client.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=4, extra_body={"ignore_eos": True}
+        )
         newer = await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=5,
-            max_completion_tokens=2, extra_body={"ignore_eos": True})
+            model=MODEL,
+            messages=[{"role": "user", "content": PROMPT}],
+            max_tokens=5,
+            max_completion_tokens=2,
+            extra_body={"ignore_eos": True},
+        )
         models = await client.models.list()
     assert chat.object == "chat.completion" and chat.choices[0].finish_reason == "length"
     assert chat.choices[0].message.role == "assistant"
@@ -93,11 +107,15 @@ async def test_openai_client_non_streaming(server: tuple[Any, str]) -> None:
     assert newer.usage is not None and newer.usage.completion_tokens == 2  # takes precedence
 
 
-async def test_stream_event_shapes_and_vendor_field(server: tuple[Any, str],
-                                                    session: aiohttp.ClientSession) -> None:
+async def test_stream_event_shapes_and_vendor_field(server: tuple[Any, str], session: aiohttp.ClientSession) -> None:
     _, url = server
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
-            "ignore_eos": True, "stream": True}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 3,
+        "ignore_eos": True,
+        "stream": True,
+    }
     async with session.post(url + "/v1/chat/completions", json=body) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/event-stream")
@@ -109,19 +127,31 @@ async def test_stream_event_shapes_and_vendor_field(server: tuple[Any, str],
     assert all("usage" not in e for e in events[:-1])
     assert final["choices"][0]["finish_reason"] == "length"
     vendor = final["loadgen"]
-    assert set(vendor) >= {"queue_s", "prefill_s", "decode_s", "ttft_s", "e2e_s",
-                           "decode_steps", "preemptions", "cached_tokens"}
+    assert set(vendor) >= {
+        "queue_s",
+        "prefill_s",
+        "decode_s",
+        "ttft_s",
+        "e2e_s",
+        "decode_steps",
+        "preemptions",
+        "cached_tokens",
+    }
     assert 0 < vendor["ttft_s"] <= vendor["e2e_s"]
     assert (vendor["decode_steps"], vendor["preemptions"], vendor["cached_tokens"]) == (2, 0, 0)
     assert len({e["id"] for e in events[:-1]}) == 1
 
 
-async def test_continuous_usage_is_cumulative(server: tuple[Any, str],
-                                              session: aiohttp.ClientSession) -> None:
+async def test_continuous_usage_is_cumulative(server: tuple[Any, str], session: aiohttp.ClientSession) -> None:
     _, url = server
-    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 6, "ignore_eos": True,
-            "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    body = {
+        "model": MODEL,
+        "prompt": PROMPT,
+        "max_tokens": 6,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     async with session.post(url + "/v1/completions", json=body) as resp:
         events = await read_sse(resp)
     data = events[:-1]
@@ -158,30 +188,33 @@ async def test_stop_string_ends_generation_and_aborts_the_engine_request() -> No
     assert events[-1]["choices"][0]["finish_reason"] == "stop"
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    ({"prompt": "x", "max_tokens": -1}, "max_tokens"),
-    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
-    ({"prompt": "x", "max_tokens": "5"}, "max_tokens"),
-    ({"prompt": "x", "max_tokens": True}, "max_tokens"),
-    ({"prompt": "x", "max_tokens": 2.5}, "max_tokens"),
-    ({"max_tokens": 5}, "prompt"),
-    ({"prompt": 42}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"),
-    ({"prompt": ""}, "prompt"),
-    ({"prompt": [1, 99999999]}, "prompt"),
-    ({"prompt": "x", "n": 2}, "n"),
-    ({"prompt": "x", "model": "other"}, "model"),
-    ({"prompt": "x", "stream": "yes"}, "stream"),
-    ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
-    ({"prompt": "x", "stream": True, "stream_options": {"include_usage": 1}}, "include_usage"),
-    ({"prompt": "x", "temperature": -1}, "temperature"),
-    ({"prompt": "x", "stop": 5}, "stop"),
-    ({"prompt": "x", "min_tokens": 9, "max_tokens": 3}, "min_tokens"),
-    ({"prompt": "x", "ignore_eos": "true"}, "ignore_eos"),
-])
-async def test_invalid_completion_bodies_get_400(server: tuple[Any, str],
-                                                 session: aiohttp.ClientSession,
-                                                 body: dict[str, Any], param: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": "x", "max_tokens": -1}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": "5"}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": True}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": 2.5}, "max_tokens"),
+        ({"max_tokens": 5}, "prompt"),
+        ({"prompt": 42}, "prompt"),
+        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": [1, 99999999]}, "prompt"),
+        ({"prompt": "x", "n": 2}, "n"),
+        ({"prompt": "x", "model": "other"}, "model"),
+        ({"prompt": "x", "stream": "yes"}, "stream"),
+        ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+        ({"prompt": "x", "stream": True, "stream_options": {"include_usage": 1}}, "include_usage"),
+        ({"prompt": "x", "temperature": -1}, "temperature"),
+        ({"prompt": "x", "stop": 5}, "stop"),
+        ({"prompt": "x", "min_tokens": 9, "max_tokens": 3}, "min_tokens"),
+        ({"prompt": "x", "ignore_eos": "true"}, "ignore_eos"),
+    ],
+)
+async def test_invalid_completion_bodies_get_400(
+    server: tuple[Any, str], session: aiohttp.ClientSession, body: dict[str, Any], param: str
+) -> None:
     _, url = server
     async with session.post(url + "/v1/completions", json={"model": MODEL, **body}) as resp:
         assert resp.status == 400
@@ -191,18 +224,21 @@ async def test_invalid_completion_bodies_get_400(server: tuple[Any, str],
     assert err["message"]
 
 
-@pytest.mark.parametrize("body", [
-    {"model": MODEL},
-    {"model": MODEL, "messages": []},
-    {"model": MODEL, "messages": "hi"},
-    {"model": MODEL, "messages": [{"content": "hi"}]},
-    {"model": MODEL, "messages": [{"role": "user", "content": 3}]},
-    {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-    {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0},
-])
-async def test_invalid_chat_bodies_get_400(server: tuple[Any, str],
-                                           session: aiohttp.ClientSession,
-                                           body: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": MODEL},
+        {"model": MODEL, "messages": []},
+        {"model": MODEL, "messages": "hi"},
+        {"model": MODEL, "messages": [{"content": "hi"}]},
+        {"model": MODEL, "messages": [{"role": "user", "content": 3}]},
+        {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+        {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0},
+    ],
+)
+async def test_invalid_chat_bodies_get_400(
+    server: tuple[Any, str], session: aiohttp.ClientSession, body: dict[str, Any]
+) -> None:
     _, url = server
     async with session.post(url + "/v1/chat/completions", json=body) as resp:
         assert resp.status == 400
@@ -210,17 +246,14 @@ async def test_invalid_chat_bodies_get_400(server: tuple[Any, str],
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"", b"\xff\xfe"])
-async def test_malformed_json_gets_400(server: tuple[Any, str], session: aiohttp.ClientSession,
-                                       raw: bytes) -> None:
+async def test_malformed_json_gets_400(server: tuple[Any, str], session: aiohttp.ClientSession, raw: bytes) -> None:
     _, url = server
-    async with session.post(url + "/v1/completions", data=raw,
-                            headers={"Content-Type": "application/json"}) as resp:
+    async with session.post(url + "/v1/completions", data=raw, headers={"Content-Type": "application/json"}) as resp:
         assert resp.status == 400
         assert (await resp.json())["error"]["type"] == "invalid_request_error"
 
 
-async def test_over_context_length_gets_400(server: tuple[Any, str],
-                                            session: aiohttp.ClientSession) -> None:
+async def test_over_context_length_gets_400(server: tuple[Any, str], session: aiohttp.ClientSession) -> None:
     engine, url = server
     words = engine.max_model_len - 10
     body = {"model": MODEL, "prompt": " ".join(["w"] * words), "max_tokens": 11}
@@ -236,8 +269,9 @@ async def test_over_context_length_gets_400(server: tuple[Any, str],
         assert (await resp.json())["usage"]["completion_tokens"] == 10
 
 
-async def test_unknown_route_and_method_get_json_errors(server: tuple[Any, str],
-                                                       session: aiohttp.ClientSession) -> None:
+async def test_unknown_route_and_method_get_json_errors(
+    server: tuple[Any, str], session: aiohttp.ClientSession
+) -> None:
     _, url = server
     async with session.get(url + "/v2/nothing") as resp:
         assert resp.status == 404
@@ -261,19 +295,22 @@ async def test_prompt_as_token_ids(server: tuple[Any, str], session: aiohttp.Cli
             assert (await resp.json())["usage"]["prompt_tokens"] == 9
 
 
-async def test_metrics_histograms_count_served_requests(server: tuple[Any, str],
-                                                        session: aiohttp.ClientSession) -> None:
+async def test_metrics_histograms_count_served_requests(
+    server: tuple[Any, str], session: aiohttp.ClientSession
+) -> None:
     _, url = server
     before = await scrape(session, url)
     n, max_tokens = 5, 4
     for i in range(n):
-        body = {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": True,
-                "stream": bool(i % 2)}
+        body = {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": True, "stream": bool(i % 2)}
         async with session.post(url + "/v1/completions", json=body) as resp:
             await resp.read()
     after = await scrape(session, url)
-    for name in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
-                 "vllm:request_queue_time_seconds"):
+    for name in (
+        "vllm:time_to_first_token_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
+    ):
         assert sample(after, name + "_count") == n
         assert sample(after, name + "_bucket", le="+Inf") == n
     # per-token ITL only for the streamed requests (the others have one event)
@@ -304,14 +341,15 @@ async def test_recent_requests_log(server: tuple[Any, str], session: aiohttp.Cli
 
 async def test_queue_full_gets_429() -> None:
     engine = make_engine(max_num_seqs=1, max_waiting=1, time_scale=1.0)
-    long_body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 3000, "ignore_eos": True,
-                 "stream": True}
+    long_body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 3000, "ignore_eos": True, "stream": True}
     async with serve(engine) as url, aiohttp.ClientSession() as session:
         running = await session.post(url + "/v1/completions", json=long_body)
         await running.content.readuntil(b"\n\n")  # it is running now
-        waiting = asyncio.create_task(session.post(
-            url + "/v1/completions",
-            json={"model": MODEL, "prompt": PROMPT, "max_tokens": 2, "ignore_eos": True}))
+        waiting = asyncio.create_task(
+            session.post(
+                url + "/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 2, "ignore_eos": True}
+            )
+        )
         for _ in range(500):  # until the second one waits in the engine queue
             if sample(await scrape(session, url), "vllm:num_requests_waiting") == 1:
                 break
@@ -328,8 +366,7 @@ async def test_queue_full_gets_429() -> None:
 
 async def test_disconnect_while_waiting_leaves_the_queue() -> None:
     engine = make_engine(max_num_seqs=1, time_scale=1.0)
-    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 3000, "ignore_eos": True,
-            "stream": True}
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 3000, "ignore_eos": True, "stream": True}
     async with serve(engine) as url, aiohttp.ClientSession() as session:
         running = await session.post(url + "/v1/completions", json=body)
         await running.content.readuntil(b"\n\n")
@@ -350,8 +387,7 @@ async def test_disconnect_while_waiting_leaves_the_queue() -> None:
 
 async def test_max_in_flight_gets_429() -> None:
     engine = make_engine(time_scale=1.0)
-    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 3000, "ignore_eos": True,
-            "stream": True}
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 3000, "ignore_eos": True, "stream": True}
     async with serve(engine, max_in_flight=1) as url, aiohttp.ClientSession() as session:
         first = await session.post(url + "/v1/completions", json=body)
         await first.content.readuntil(b"\n\n")
@@ -361,8 +397,13 @@ async def test_max_in_flight_gets_429() -> None:
 
 
 async def _disconnect_after(session: aiohttp.ClientSession, url: str, events: int) -> int:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}],
-            "max_tokens": 2000, "ignore_eos": True, "stream": True}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 2000,
+        "ignore_eos": True,
+        "stream": True,
+    }
     resp = await session.post(url + "/v1/chat/completions", json=body)
     for _ in range(events):
         await resp.content.readuntil(b"\n\n")
@@ -374,8 +415,7 @@ async def test_keeps_serving_after_100_disconnects() -> None:
     engine = make_engine(time_scale=0.1)  # 2000 tokens take seconds: all are cut mid-stream
     connector = aiohttp.TCPConnector(limit=0)
     async with serve(engine) as url, aiohttp.ClientSession(connector=connector) as session:
-        statuses = await asyncio.gather(
-            *(_disconnect_after(session, url, 1 + i % 4) for i in range(100)))
+        statuses = await asyncio.gather(*(_disconnect_after(session, url, 1 + i % 4) for i in range(100)))
         assert statuses == [200] * 100
         for _ in range(500):  # the server notices each disconnect and aborts the request
             stats = engine.stats()
@@ -392,8 +432,9 @@ async def test_keeps_serving_after_100_disconnects() -> None:
             assert (await resp.json())["usage"]["completion_tokens"] == 3
 
 
-async def test_non_ascii_and_json_line_separators_survive(server: tuple[Any, str],
-                                                         session: aiohttp.ClientSession) -> None:
+async def test_non_ascii_and_json_line_separators_survive(
+    server: tuple[Any, str], session: aiohttp.ClientSession
+) -> None:
     _, url = server
     prompt = "naïve café\u2028zürich 東京"  # U+2028 is whitespace for str.split
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 1}
@@ -403,16 +444,19 @@ async def test_non_ascii_and_json_line_separators_survive(server: tuple[Any, str
 
 
 async def test_metrics_count_prefix_hits_and_the_preempted_requests_lookups_apart(
-        session: aiohttp.ClientSession) -> None:
+    session: aiohttp.ClientSession,
+) -> None:
     # 12 blocks of 16 tokens; two requests of 48 + 100 tokens need 10 blocks each: the
     # newer is preempted and looks the cache up again when it comes back
     engine = make_engine(num_gpu_blocks=12)
     prompt = list(range(100, 148))  # 3 blocks, the same for both
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 100, "ignore_eos": True}
     async with serve(engine) as url:
+
         async def one() -> None:
             async with session.post(url + "/v1/completions", json=body) as resp:
                 assert resp.status == 200, await resp.text()
+
         await asyncio.wait_for(asyncio.gather(one(), one()), 30)
         after = await scrape(session, url)
     assert sample(after, "vllm:num_preemptions_total") >= 1

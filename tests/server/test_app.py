@@ -54,8 +54,7 @@ def test_serve_in_thread_serves_and_stops() -> None:
             assert resp.read() == b"ok"
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         with client:
-            out = client.completions.create(model=MODEL, prompt="a b c", max_tokens=3,
-                                            extra_body={"ignore_eos": True})
+            out = client.completions.create(model=MODEL, prompt="a b c", max_tokens=3, extra_body={"ignore_eos": True})
         assert out.usage is not None and out.usage.completion_tokens == 3
     assert _refused(url)
     assert not [t for t in threading.enumerate() if t.name == "loadgen-server"]
@@ -71,8 +70,7 @@ def test_serve_in_thread_ends_open_streams_on_exit() -> None:
     with serve_in_thread(factory) as url:
         host, port = url.removeprefix("http://").split(":")
         conn = http.client.HTTPConnection(host, int(port))
-        body = {"model": MODEL, "prompt": "a", "max_tokens": 3000, "ignore_eos": True,
-                "stream": True}
+        body = {"model": MODEL, "prompt": "a", "max_tokens": 3000, "ignore_eos": True, "stream": True}
         conn.request("POST", "/v1/completions", json.dumps(body))
         resp = conn.getresponse()
         assert resp.status == 200 and resp.readline().startswith(b"data: ")
@@ -87,9 +85,8 @@ def test_serve_in_thread_raises_startup_errors() -> None:
     def factory() -> Any:
         raise ConfigError("bad engine", key="--gpu")
 
-    with pytest.raises(ConfigError, match="--gpu"):
-        with serve_in_thread(factory):
-            pass  # pragma: no cover - never entered
+    with pytest.raises(ConfigError, match="--gpu"), serve_in_thread(factory):
+        pass  # pragma: no cover - never entered
 
 
 _SCRIPT = """
@@ -112,8 +109,9 @@ print("exited", flush=True)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_run_forever_stops_cleanly_on_signal(sig: signal.Signals) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", _SCRIPT], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from loadgen.errors import ConfigError
-from loadgen.server.config import (Network, SchedulerLimits, ServeConfig, SimOptions,
-                                   TorchOptions, batch_defaults)
+from loadgen.server.config import Network, SchedulerLimits, ServeConfig, SimOptions, TorchOptions, batch_defaults
 from loadgen.server.sim.gpus import GPUS
 
 
@@ -21,50 +20,60 @@ def test_defaults_follow_the_engine() -> None:
     assert ServeConfig(model="tiny").shape.eos_token_id is None  # the sim prices any preset
 
 
-@pytest.mark.parametrize(("kwargs", "key"), [
-    ({"engine": "tpu"}, "--engine"),
-    ({"model": "gpt"}, "--model"),
-    ({"tp": 0}, "--tp"),
-    ({"tp": 65}, "--tp"),
-    ({"scheduler": SchedulerLimits(max_num_seqs=0)}, "--max-num-seqs"),
-    ({"scheduler": SchedulerLimits(max_num_batched_tokens=True)}, "--max-num-batched-tokens"),
-    ({"scheduler": SchedulerLimits(max_model_len=0)}, "max_model_len"),
-    ({"scheduler": SchedulerLimits(gpu_memory_utilization=1.5)}, "gpu_memory_utilization"),
-    ({"sim": SimOptions(gpu="tpu")}, "--gpu"),
-    ({"sim": SimOptions(mfu=0.0)}, "--mfu"),
-    ({"sim": SimOptions(mbu=1.5)}, "--mbu"),
-    ({"sim": SimOptions(overhead_ms=-1.0)}, "--overhead-ms"),
-    ({"sim": SimOptions(jitter=2.0)}, "--jitter"),
-    ({"sim": SimOptions(time_scale=0.0)}, "--time-scale"),
-    ({"sim": SimOptions(kv_link_gbps=-1.0)}, "--kv-link-gbps"),
-    ({"sim": SimOptions(eos_probability=1.5)}, "eos_probability"),
-    ({"sim": SimOptions(min_token_id=128255)}, "min_token_id"),
-    ({"sim": SimOptions(dtype="int4")}, "--dtype"),
-    ({"sim": SimOptions(kv_cache_dtype="fp4")}, "--kv-cache-dtype"),
-    ({"sim": SimOptions(speculative_tokens=17)}, "--speculative-tokens"),
-    ({"sim": SimOptions(acceptance_rate=1.5)}, "--acceptance-rate"),
-    ({"sim": SimOptions(speculative_tokens=3, draft_model="gpt-2")}, "--draft-model"),
-    ({"sim": SimOptions(speculative_tokens=3, draft_model="smollm2-135m")}, "--draft-model"),
-    ({"network": Network(port=70000)}, "--port"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"engine": "tpu"}, "--engine"),
+        ({"model": "gpt"}, "--model"),
+        ({"tp": 0}, "--tp"),
+        ({"tp": 65}, "--tp"),
+        ({"scheduler": SchedulerLimits(max_num_seqs=0)}, "--max-num-seqs"),
+        ({"scheduler": SchedulerLimits(max_num_batched_tokens=True)}, "--max-num-batched-tokens"),
+        ({"scheduler": SchedulerLimits(max_model_len=0)}, "max_model_len"),
+        ({"scheduler": SchedulerLimits(gpu_memory_utilization=1.5)}, "gpu_memory_utilization"),
+        ({"sim": SimOptions(gpu="tpu")}, "--gpu"),
+        ({"sim": SimOptions(mfu=0.0)}, "--mfu"),
+        ({"sim": SimOptions(mbu=1.5)}, "--mbu"),
+        ({"sim": SimOptions(overhead_ms=-1.0)}, "--overhead-ms"),
+        ({"sim": SimOptions(jitter=2.0)}, "--jitter"),
+        ({"sim": SimOptions(time_scale=0.0)}, "--time-scale"),
+        ({"sim": SimOptions(kv_link_gbps=-1.0)}, "--kv-link-gbps"),
+        ({"sim": SimOptions(eos_probability=1.5)}, "eos_probability"),
+        ({"sim": SimOptions(min_token_id=128255)}, "min_token_id"),
+        ({"sim": SimOptions(dtype="int4")}, "--dtype"),
+        ({"sim": SimOptions(kv_cache_dtype="fp4")}, "--kv-cache-dtype"),
+        ({"sim": SimOptions(speculative_tokens=17)}, "--speculative-tokens"),
+        ({"sim": SimOptions(acceptance_rate=1.5)}, "--acceptance-rate"),
+        ({"sim": SimOptions(speculative_tokens=3, draft_model="gpt-2")}, "--draft-model"),
+        ({"sim": SimOptions(speculative_tokens=3, draft_model="smollm2-135m")}, "--draft-model"),
+        ({"network": Network(port=70000)}, "--port"),
+    ],
+)
 def test_sim_flags_are_checked_naming_the_flag(kwargs: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as exc:
         ServeConfig(**kwargs)
     assert exc.value.key == key and str(exc.value).startswith(key)
 
 
-@pytest.mark.parametrize(("gpu", "tokens", "seqs"), [
-    ("h100", 8192, 1024), ("h200", 8192, 1024), ("b200", 8192, 1024), ("mi300x", 8192, 1024),
-    ("a100", 2048, 256),  # 80 GB, but vLLM excludes the A100 by name
-    ("l40s", 2048, 256),  # 48 GB
-])
+@pytest.mark.parametrize(
+    ("gpu", "tokens", "seqs"),
+    [
+        ("h100", 8192, 1024),
+        ("h200", 8192, 1024),
+        ("b200", 8192, 1024),
+        ("mi300x", 8192, 1024),
+        ("a100", 2048, 256),  # 80 GB, but vLLM excludes the A100 by name
+        ("l40s", 2048, 256),  # 48 GB
+    ],
+)
 def test_unset_limits_take_vllm_serves_defaults_for_the_gpu(gpu: str, tokens: int, seqs: int) -> None:
     assert batch_defaults(GPUS.lookup(gpu)) == (tokens, seqs)
     limits = ServeConfig(sim=SimOptions(gpu=gpu)).limits
     assert (limits.max_num_batched_tokens, limits.max_num_seqs) == (tokens, seqs)
     assert limits.enable_chunked_prefill and limits.enable_prefix_caching  # vLLM V1's defaults
-    explicit = ServeConfig(sim=SimOptions(gpu=gpu),
-                           scheduler=SchedulerLimits(max_num_batched_tokens=512, max_num_seqs=8))
+    explicit = ServeConfig(
+        sim=SimOptions(gpu=gpu), scheduler=SchedulerLimits(max_num_batched_tokens=512, max_num_seqs=8)
+    )
     assert (explicit.limits.max_num_batched_tokens, explicit.limits.max_num_seqs) == (512, 8)
     small = ServeConfig(sim=SimOptions(gpu=gpu), scheduler=SchedulerLimits(max_num_batched_tokens=64))
     assert small.limits.max_num_seqs == 64  # as vLLM: at most the token budget
@@ -77,25 +86,29 @@ def test_without_chunking_the_budget_is_max_model_len_and_a_smaller_one_is_refus
     short = SchedulerLimits(enable_chunked_prefill=False, max_model_len=8192)
     assert ServeConfig(scheduler=short).limits.token_budget == 8192
     with pytest.raises(ConfigError) as exc:
-        ServeConfig(scheduler=SchedulerLimits(enable_chunked_prefill=False,
-                                              max_num_batched_tokens=4096, max_model_len=8192))
+        ServeConfig(
+            scheduler=SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=4096, max_model_len=8192)
+        )
     assert exc.value.key == "--max-num-batched-tokens" and "max_model_len (8192)" in str(exc.value)
     assert "\n" not in str(exc.value)
     big = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=9000, max_model_len=8192)
     assert ServeConfig(scheduler=big).limits.token_budget == 9000
 
 
-@pytest.mark.parametrize(("kwargs", "key"), [
-    ({"model": "gpt"}, "--model"),
-    ({"model": "mixtral-8x7b"}, "--model"),  # the torch decoder has no experts
-    ({"tp": 2}, "--tp"),
-    ({"torch": TorchOptions(device="tpu")}, "--device"),
-    ({"torch": TorchOptions(threads=0)}, "--threads"),
-    ({"torch": TorchOptions(dtype="int8")}, "--dtype"),
-    ({"torch": TorchOptions(kv_cache_gb=0)}, "--kv-cache-gb"),
-    ({"torch": TorchOptions(engine_mode="fork")}, "engine_mode"),
-    ({"scheduler": SchedulerLimits(max_num_seqs=0)}, "--max-num-seqs"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"model": "gpt"}, "--model"),
+        ({"model": "mixtral-8x7b"}, "--model"),  # the torch decoder has no experts
+        ({"tp": 2}, "--tp"),
+        ({"torch": TorchOptions(device="tpu")}, "--device"),
+        ({"torch": TorchOptions(threads=0)}, "--threads"),
+        ({"torch": TorchOptions(dtype="int8")}, "--dtype"),
+        ({"torch": TorchOptions(kv_cache_gb=0)}, "--kv-cache-gb"),
+        ({"torch": TorchOptions(engine_mode="fork")}, "engine_mode"),
+        ({"scheduler": SchedulerLimits(max_num_seqs=0)}, "--max-num-seqs"),
+    ],
+)
 def test_torch_flags_are_checked_naming_the_flag(kwargs: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as exc:
         ServeConfig(engine="torch", **kwargs)
@@ -103,10 +116,10 @@ def test_torch_flags_are_checked_naming_the_flag(kwargs: dict[str, Any], key: st
 
 
 def test_a_failed_model_lookup_lists_the_engines_models() -> None:
-    with pytest.raises(ConfigError, match="tiny, small, llama-3.2-1b") as exc:
+    with pytest.raises(ConfigError, match=r"tiny, small, llama-3.2-1b") as exc:
         ServeConfig(engine="torch", model="gpt")
     assert "qwen2.5-7b" not in str(exc.value)
-    with pytest.raises(ConfigError, match="valid: .*qwen2.5-7b"):
+    with pytest.raises(ConfigError, match=r"valid: .*qwen2.5-7b"):
         ServeConfig(model="gpt")
 
 
@@ -118,6 +131,5 @@ def test_the_other_engines_options_are_not_read() -> None:
 def test_unknown_options_are_type_errors_and_configs_pickle() -> None:
     with pytest.raises(TypeError):
         SimOptions(bogus=1)  # type: ignore[call-arg]
-    config = ServeConfig(engine="torch", scheduler=SchedulerLimits(max_num_seqs=8),
-                         torch=TorchOptions(threads=1))
+    config = ServeConfig(engine="torch", scheduler=SchedulerLimits(max_num_seqs=8), torch=TorchOptions(threads=1))
     assert pickle.loads(pickle.dumps(config)) == config  # the torch engine process gets it

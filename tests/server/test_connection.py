@@ -12,7 +12,7 @@ import aiohttp
 from aiohttp.web_protocol import RequestHandler
 
 from loadgen.server.api import create_app
-from loadgen.server.app import make_runner, start_server
+from loadgen.server.app import make_runner
 from loadgen.server.config import HttpLimits
 from loadgen.server.connection import GuardedRequestHandler, GuardedServer
 from loadgen.server.process import ServerProcess
@@ -27,8 +27,7 @@ async def _open(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection(host, int(port))
 
 
-async def _trickle_until_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                                gap_s: float) -> int:
+async def _trickle_until_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gap_s: float) -> int:
     """Send one header line every ``gap_s`` until the server closes; return lines sent."""
     sent = 0
     async with asyncio.timeout(BOUND_S):
@@ -54,8 +53,7 @@ async def test_slow_headers_are_cut_after_the_header_timeout() -> None:
         conns = [await _open(url) for _ in range(20)]
         for _, writer in conns:
             writer.write(HEAD)
-        sent = await asyncio.gather(*(_trickle_until_closed(r, w, timeout_s / 5)
-                                      for r, w in conns))
+        sent = await asyncio.gather(*(_trickle_until_closed(r, w, timeout_s / 5) for r, w in conns))
         silent_reader, silent_writer = await _open(url)  # connects, sends nothing
         async with asyncio.timeout(BOUND_S):
             assert await silent_reader.read() == b""
@@ -64,8 +62,7 @@ async def test_slow_headers_are_cut_after_the_header_timeout() -> None:
         # each was closed after some header lines, by the timer and not by a header limit
         assert all(1 <= n < 128 for n in sent), sent
         async with aiohttp.ClientSession() as s:  # the server still serves
-            async with s.post(url + "/v1/completions",
-                              json={"model": MODEL, "prompt": "hi", "max_tokens": 2}) as resp:
+            async with s.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}) as resp:
                 assert resp.status == 200
 
 
@@ -77,7 +74,7 @@ async def test_a_slow_body_and_kept_alive_requests_are_not_cut_by_the_header_tim
         for _ in range(2):  # two requests on one kept-alive connection
             writer.write(HEAD + b"Content-Length: %d\r\n\r\n" % len(body))
             for i in range(0, len(body), 10):  # the body over more than the header timeout
-                writer.write(body[i:i + 10])
+                writer.write(body[i : i + 10])
                 await writer.drain()
                 await asyncio.sleep(timeout_s / 3)
             async with asyncio.timeout(BOUND_S):
@@ -106,8 +103,7 @@ async def test_the_private_aiohttp_parts_the_header_timeout_uses_are_there() -> 
         assert isinstance(server, GuardedServer) and server.header_timeout_s == 7.0
         handler: Any = server()
         assert isinstance(handler, GuardedRequestHandler) and isinstance(handler, RequestHandler)
-        for name in ("_request_count", "_request_in_progress", "_messages", "_loop",
-                     "_force_close"):
+        for name in ("_request_count", "_request_in_progress", "_messages", "_loop", "_force_close"):
             assert hasattr(handler, name), name
         assert handler._request_count == 0 and handler._request_in_progress is False
     finally:
@@ -116,19 +112,25 @@ async def test_the_private_aiohttp_parts_the_header_timeout_uses_are_there() -> 
 
 # -- SIGTERM drains ------------------------------------------------------------------------
 
+
 def _events(raw: bytes) -> list[Any]:
     out: list[Any] = []
     for block in raw.decode().split("\n\n"):
         if block.startswith("data: "):
-            data = block[len("data: "):]
+            data = block[len("data: ") :]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
 
 
-async def _stream(session: aiohttp.ClientSession, url: str, max_tokens: int,
-                  started: asyncio.Event) -> list[Any]:
-    body = {"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": max_tokens,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+async def _stream(session: aiohttp.ClientSession, url: str, max_tokens: int, started: asyncio.Event) -> list[Any]:
+    body = {
+        "model": "llama-3.1-8b",
+        "prompt": "hi",
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     raw = b""
     async with session.post(url + "/v1/completions", json=body) as resp:
         assert resp.status == 200
@@ -155,8 +157,9 @@ async def test_sigterm_drains_streams_answers_503_then_exits() -> None:
             server.proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.1)
             async with aiohttp.ClientSession() as fresh:  # a new connection, mid-drain
-                async with fresh.post(url + "/v1/completions", json={
-                        "model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 2}) as resp:
+                async with fresh.post(
+                    url + "/v1/completions", json={"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 2}
+                ) as resp:
                     assert resp.status == 503
                     assert (await resp.json())["error"]["code"] == "shutting_down"
             for task, reason in ((short, "length"), (long, "abort")):

@@ -12,13 +12,16 @@ from tests.server.helpers import MODEL, make_engine, sample, scrape, serve
 BODY = {"model": MODEL, "prompt": "a b c", "max_tokens": 8, "ignore_eos": True}
 
 
-@pytest.mark.parametrize(("kwargs", "key"), [
-    ({"fail_rate": 1.5}, "fail_rate"),
-    ({"stall_rate": -0.1}, "stall_rate"),
-    ({"disconnect_rate": 2}, "disconnect_rate"),
-    ({"stall_ms": -1}, "stall_ms"),
-    ({"stall_ms": float("nan")}, "stall_ms"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"fail_rate": 1.5}, "fail_rate"),
+        ({"stall_rate": -0.1}, "stall_rate"),
+        ({"disconnect_rate": 2}, "disconnect_rate"),
+        ({"stall_ms": -1}, "stall_ms"),
+        ({"stall_ms": float("nan")}, "stall_ms"),
+    ],
+)
 def test_config_rejects_bad_values(kwargs: dict[str, float], key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         FaultConfig(**kwargs)
@@ -34,8 +37,7 @@ def test_plans_are_reproducible_and_seed_dependent() -> None:
     cfg = FaultConfig(fail_rate=0.3, stall_ms=5, stall_rate=0.2, disconnect_rate=0.4, seed=11)
     a, b = _signature(cfg), _signature(cfg)
     assert a == b
-    assert a != _signature(FaultConfig(fail_rate=0.3, stall_ms=5, stall_rate=0.2,
-                                       disconnect_rate=0.4, seed=12))
+    assert a != _signature(FaultConfig(fail_rate=0.3, stall_ms=5, stall_rate=0.2, disconnect_rate=0.4, seed=12))
     fails = sum(f for f, _, _ in a)
     cuts = [d for _, d, _ in a if d is not None]
     stalls = sum(sum(s) for _, _, s in a)
@@ -79,31 +81,29 @@ async def test_disconnect_cuts_stream_without_done() -> None:
     faults = FaultConfig(disconnect_rate=1.0, seed=1)
     cut = FaultInjector(faults).plan(8).disconnect_after
     assert cut is not None and cut < 8
-    async with serve(make_engine(), faults=faults) as url:
-        async with aiohttp.ClientSession() as session:
-            resp = await session.post(url + "/v1/completions", json={**BODY, "stream": True})
-            assert resp.status == 200
-            chunks = []
-            with pytest.raises(aiohttp.ClientPayloadError):
-                async for chunk in resp.content:
-                    chunks.append(chunk)
-            body = b"".join(chunks)
-            assert b"[DONE]" not in body
-            assert body.count(b"data: ") == cut
-            resp.close()
-            with pytest.raises(aiohttp.ServerDisconnectedError):  # non-streaming: no answer
-                await session.post(url + "/v1/completions", json=BODY)
-            samples = await scrape(session, url)
-            assert sample(samples, "loadgen:faults_injected_total", kind="disconnect") == 2
-            assert sample(samples, "vllm:request_success_total", finished_reason="abort") == 2
+    async with serve(make_engine(), faults=faults) as url, aiohttp.ClientSession() as session:
+        resp = await session.post(url + "/v1/completions", json={**BODY, "stream": True})
+        assert resp.status == 200
+        chunks = []
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async for chunk in resp.content:
+                chunks.append(chunk)
+        body = b"".join(chunks)
+        assert b"[DONE]" not in body
+        assert body.count(b"data: ") == cut
+        resp.close()
+        with pytest.raises(aiohttp.ServerDisconnectedError):  # non-streaming: no answer
+            await session.post(url + "/v1/completions", json=BODY)
+        samples = await scrape(session, url)
+        assert sample(samples, "loadgen:faults_injected_total", kind="disconnect") == 2
+        assert sample(samples, "vllm:request_success_total", finished_reason="abort") == 2
 
 
 async def test_stall_before_every_event() -> None:
     faults = FaultConfig(stall_ms=1, stall_rate=1.0)
-    async with serve(make_engine(), faults=faults) as url:
-        async with aiohttp.ClientSession() as session:
-            async with session.post(url + "/v1/completions", json={**BODY, "stream": True}) as resp:
-                body = await resp.read()
-            assert body.count(b"data: ") == 8 + 1
-            samples = await scrape(session, url)
-            assert sample(samples, "loadgen:faults_injected_total", kind="stall") == 8
+    async with serve(make_engine(), faults=faults) as url, aiohttp.ClientSession() as session:
+        async with session.post(url + "/v1/completions", json={**BODY, "stream": True}) as resp:
+            body = await resp.read()
+        assert body.count(b"data: ") == 8 + 1
+        samples = await scrape(session, url)
+        assert sample(samples, "loadgen:faults_injected_total", kind="stall") == 8

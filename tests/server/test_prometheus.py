@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from loadgen.server.engine.interface import EngineStats
-from loadgen.server.prometheus import (Histogram, RequestLog, RequestTrace, ServerMetrics,
-                                       format_value)
+from loadgen.server.prometheus import Histogram, RequestLog, RequestTrace, ServerMetrics, format_value
 from tests.server.helpers import MODEL, parse_prometheus, sample
 
 
@@ -25,15 +24,28 @@ def test_histogram_buckets_are_cumulative_and_inclusive() -> None:
 
 def test_format_value() -> None:
     assert [format_value(v) for v in (1, 0.25, float("inf"), float("-inf"), float("nan"))] == [
-        "1.0", "0.25", "+Inf", "-Inf", "NaN"]
+        "1.0",
+        "0.25",
+        "+Inf",
+        "-Inf",
+        "NaN",
+    ]
 
 
 def _trace(i: int = 0, **kw: object) -> RequestTrace:
     ms = 1_000_000
-    trace = RequestTrace(id=f"r{i}", endpoint="completions", stream=True, arrival_ns=0,
-                         prompt_tokens=3, output_tokens=5, finish_reason="length",
-                         done_ns=50 * ms, events=[(20 * ms, 1), (30 * ms, 1), (42 * ms, 3)],
-                         engine={"queue_s": 0.001, "prefill_s": 0.002, "decode_s": 0.03})
+    trace = RequestTrace(
+        id=f"r{i}",
+        endpoint="completions",
+        stream=True,
+        arrival_ns=0,
+        prompt_tokens=3,
+        output_tokens=5,
+        finish_reason="length",
+        done_ns=50 * ms,
+        events=[(20 * ms, 1), (30 * ms, 1), (42 * ms, 3)],
+        engine={"queue_s": 0.001, "prefill_s": 0.002, "decode_s": 0.03},
+    )
     for k, v in kw.items():
         setattr(trace, k, v)
     return trace
@@ -51,25 +63,39 @@ def test_server_metrics_render_parses_with_vllm_names() -> None:
     metrics.record(_trace(0))
     metrics.record(_trace(1, finish_reason="abort", events=[], engine=None))
     metrics.reject(429)
-    stats = EngineStats(running=2, waiting=1, kv_usage=0.5, prefix_cache_queries=10,
-                        prefix_cache_hits=4, preemptions=1, prompt_tokens=6,
-                        generation_tokens=9, steps=7)
+    stats = EngineStats(
+        running=2,
+        waiting=1,
+        kv_usage=0.5,
+        prefix_cache_queries=10,
+        prefix_cache_hits=4,
+        preemptions=1,
+        prompt_tokens=6,
+        generation_tokens=9,
+        steps=7,
+    )
     samples, types = parse_prometheus(metrics.render(stats))
     assert types["vllm:num_requests_running"] == "gauge"
     assert types["vllm:prompt_tokens_total"] == "counter"
     assert types["vllm:time_to_first_token_seconds"] == "histogram"
-    expected = {"vllm:num_requests_running": 2, "vllm:num_requests_waiting": 1,
-                "vllm:gpu_cache_usage_perc": 0.5, "vllm:kv_cache_usage_perc": 0.5,
-                "vllm:prefix_cache_queries_total": 10, "vllm:prefix_cache_hits_total": 4,
-                "vllm:num_preemptions_total": 1, "vllm:prompt_tokens_total": 6,
-                "vllm:generation_tokens_total": 9,
-                "vllm:time_to_first_token_seconds_count": 1,
-                "vllm:e2e_request_latency_seconds_count": 2,
-                "vllm:inter_token_latency_seconds_count": 4,
-                "vllm:time_per_output_token_seconds_count": 4,
-                "vllm:request_queue_time_seconds_count": 1,
-                "vllm:request_prefill_time_seconds_count": 1,
-                "vllm:request_decode_time_seconds_count": 1}
+    expected = {
+        "vllm:num_requests_running": 2,
+        "vllm:num_requests_waiting": 1,
+        "vllm:gpu_cache_usage_perc": 0.5,
+        "vllm:kv_cache_usage_perc": 0.5,
+        "vllm:prefix_cache_queries_total": 10,
+        "vllm:prefix_cache_hits_total": 4,
+        "vllm:num_preemptions_total": 1,
+        "vllm:prompt_tokens_total": 6,
+        "vllm:generation_tokens_total": 9,
+        "vllm:time_to_first_token_seconds_count": 1,
+        "vllm:e2e_request_latency_seconds_count": 2,
+        "vllm:inter_token_latency_seconds_count": 4,
+        "vllm:time_per_output_token_seconds_count": 4,
+        "vllm:request_queue_time_seconds_count": 1,
+        "vllm:request_prefill_time_seconds_count": 1,
+        "vllm:request_decode_time_seconds_count": 1,
+    }
     for name, value in expected.items():
         assert sample(samples, name) == value, name
     assert sample(samples, "vllm:request_success_total", finished_reason="length") == 1

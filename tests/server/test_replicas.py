@@ -19,14 +19,14 @@ PREFIX = 128  # tokens shared by a group: 8 blocks of 16
 
 def replicated(n: int, router: str, *, time_scale: float = 0.01, **limits: Any) -> ReplicatedEngine:
     scheduler = SchedulerLimits(**{"max_model_len": 4096, **limits})
-    engine = build_engine(ServeConfig(replicas=n, router=router, scheduler=scheduler,
-                                      sim=SimOptions(time_scale=time_scale)))
+    engine = build_engine(
+        ServeConfig(replicas=n, router=router, scheduler=scheduler, sim=SimOptions(time_scale=time_scale))
+    )
     assert isinstance(engine, ReplicatedEngine)
     return engine
 
 
-async def complete(session: aiohttp.ClientSession, url: str, prompt: list[int],
-                   max_tokens: int = 4) -> dict[str, Any]:
+async def complete(session: aiohttp.ClientSession, url: str, prompt: list[int], max_tokens: int = 4) -> dict[str, Any]:
     body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
     async with session.post(url + "/v1/completions", json=body) as resp:
         assert resp.status == 200, await resp.text()
@@ -58,8 +58,7 @@ async def test_round_robin_spreads_requests_and_metrics_are_per_replica() -> Non
 
 async def test_least_loaded_avoids_the_busy_replica() -> None:
     engine = replicated(2, "least-loaded", time_scale=1.0)  # real-speed steps: the long one stays
-    body = {"model": MODEL, "prompt": [5] * 20, "max_tokens": 3000, "ignore_eos": True,
-            "stream": True}
+    body = {"model": MODEL, "prompt": [5] * 20, "max_tokens": 3000, "ignore_eos": True, "stream": True}
     async with serve(engine) as url, aiohttp.ClientSession() as session:
         async with session.post(url + "/v1/completions", json=body) as long_resp:
             await long_resp.content.readline()  # the first event: it is running
@@ -104,12 +103,12 @@ async def test_prefix_aware_routing_keeps_a_group_on_one_replica() -> None:
 def test_router_prefix_match_and_balance_fallback() -> None:
     router = Router("prefix-aware", 2, block_size=4)
     shared = list(range(16))
-    assert router.choose(shared + [90]) == 0  # nothing cached: least loaded, first
+    assert router.choose([*shared, 90]) == 0  # nothing cached: least loaded, first
     router.outstanding[0] += 1
-    assert router.choose(shared + [91]) == 0  # 4 of 4 blocks on replica 0, though it is busier
+    assert router.choose([*shared, 91]) == 0  # 4 of 4 blocks on replica 0, though it is busier
     assert router.choose([7] * 16) == 1  # no match anywhere: the least loaded
     router.outstanding[0] = 100  # far out of balance: load wins over the cached prefix
-    assert router.choose(shared + [92]) == 1
+    assert router.choose([*shared, 92]) == 1
     # a short prompt (no whole block) is routed by load alone
     assert block_hashes([1, 2, 3], 4) == [] and router.choose([1, 2, 3]) == 1
 
@@ -120,12 +119,15 @@ def test_block_hashes_are_prefix_chained() -> None:
     assert len(a) == 2 and a[1] != b[1]  # same second block, different prefix
 
 
-@pytest.mark.parametrize(("kwargs", "flag"), [
-    ({"replicas": 0}, "--replicas"),
-    ({"replicas": 65}, "--replicas"),
-    ({"replicas": 2, "router": "random"}, "--router"),
-    ({"replicas": 2, "engine": "torch"}, "--replicas"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "flag"),
+    [
+        ({"replicas": 0}, "--replicas"),
+        ({"replicas": 65}, "--replicas"),
+        ({"replicas": 2, "router": "random"}, "--router"),
+        ({"replicas": 2, "engine": "torch"}, "--replicas"),
+    ],
+)
 def test_bad_replica_settings_name_the_flag(kwargs: dict[str, Any], flag: str) -> None:
     with pytest.raises(ConfigError) as info:
         ServeConfig(**kwargs)

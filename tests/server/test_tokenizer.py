@@ -7,8 +7,7 @@ import hashlib
 import pytest
 
 from loadgen.errors import ConfigError
-from loadgen.server.tokenizer import (EOS_ID, EOT_ID, NUM_RESERVED, PAD_ID, StopMatcher,
-                                      WordTokenizer, count_words)
+from loadgen.server.tokenizer import EOS_ID, EOT_ID, NUM_RESERVED, PAD_ID, StopMatcher, WordTokenizer, count_words
 
 
 def _expected_id(word: str, vocab: int) -> int:

@@ -20,23 +20,34 @@ from loadgen.workload.dataset_index import json_array_spans
 from loadgen.workload.datasets import DatasetOptions, DatasetSource, load_dataset, measure
 from loadgen.workload.prompts import PromptSynthesizer
 
-TRICKY = ['a "quoted" word', "back\\slash\\", "brackets ] } [ { and , commas", "\u00e9\u2028\U0001f600", "", "\\\"", "\n\t"]
+TRICKY = [
+    'a "quoted" word',
+    "back\\slash\\",
+    "brackets ] } [ { and , commas",
+    "\u00e9\u2028\U0001f600",
+    "",
+    '\\"',
+    "\n\t",
+]
 
 
 def tricky_doc(seed: int) -> list[object]:
     r = random.Random(seed)
     out: list[object] = []
     for i in range(60):
-        conv = [{"from": "human", "value": " ".join(r.choice(TRICKY) for _ in range(r.randint(1, 5)))},
-                {"from": "gpt", "value": r.choice(TRICKY)}]  # fmt: skip
+        conv = [
+            {"from": "human", "value": " ".join(r.choice(TRICKY) for _ in range(r.randint(1, 5)))},
+            {"from": "gpt", "value": r.choice(TRICKY)},
+        ]
         out.append({"id": i, "conversations": conv, "meta": [[], {}, [1.5e3, -2, True, None, {"x": ["]"]}]]})
     return out
 
 
 @pytest.mark.parametrize("block", [1, 2, 7, 64, 1 << 20])
 @pytest.mark.parametrize("indent", [None, 2])
-def test_the_array_scanner_finds_orjsons_elements_at_any_block_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                    block: int, indent: int | None) -> None:  # fmt: skip
+def test_the_array_scanner_finds_orjsons_elements_at_any_block_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int, indent: int | None
+) -> None:
     monkeypatch.setattr(dataset_index, "_BLOCK", block)
     doc = tricky_doc(block)
     path = tmp_path / "a.json"
@@ -56,15 +67,18 @@ def test_the_scanner_splits_scalars_too(tmp_path: Path) -> None:
         assert [obj for _, _, _, obj in json_array_spans(fh, str(path))] == [1, 'a,]"', True, None, -2.5e3]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('[{"a": 1}, {"a": 2}', "line 1: not valid JSON: unexpected end of data"),
-    ('[{"a": 1}\n {"a": 2}]', "line 2: not valid JSON: expected ',' or ']' after an entry"),
-    ('[{"a": 1}] x', "line 1: not valid JSON: trailing data after the array"),
-    ('[\n\n{"a": "unterminated}]', "line 3: not valid JSON: unexpected end of data"),
-    ('[\n{"a": 1},\n{"a": tru}]', "line 3: not valid JSON"),
-    ('"just a string"', "line 1: expected a JSON array of entries, got a string"),
-    ("", "line 1: not valid JSON: empty file"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[{"a": 1}, {"a": 2}', "line 1: not valid JSON: unexpected end of data"),
+        ('[{"a": 1}\n {"a": 2}]', "line 2: not valid JSON: expected ',' or ']' after an entry"),
+        ('[{"a": 1}] x', "line 1: not valid JSON: trailing data after the array"),
+        ('[\n\n{"a": "unterminated}]', "line 3: not valid JSON: unexpected end of data"),
+        ('[\n{"a": 1},\n{"a": tru}]', "line 3: not valid JSON"),
+        ('"just a string"', "line 1: expected a JSON array of entries, got a string"),
+        ("", "line 1: not valid JSON: empty file"),
+    ],
+)
 def test_a_broken_array_fails_in_one_line_naming_its_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "b.json"
     path.write_text(text)
@@ -84,8 +98,10 @@ def test_a_large_file_costs_a_small_fraction_of_its_size(tmp_path: Path, name: s
     if name.endswith(".csv"):
         path.write_text("prompt,output_tokens\n" + "".join(f'"{big_prompt(i)}",{i % 50 + 1}\n' for i in range(n)))
     else:
-        entries = [{"conversations": [{"from": "human", "value": big_prompt(i)}, {"from": "gpt", "value": "a b c"}]}
-                   for i in range(n)]  # fmt: skip
+        entries = [
+            {"conversations": [{"from": "human", "value": big_prompt(i)}, {"from": "gpt", "value": "a b c"}]}
+            for i in range(n)
+        ]
         path.write_text("\n".join(json.dumps(e) for e in entries) if name.endswith("l") else json.dumps(entries))
     size = path.stat().st_size
     opts = DatasetOptions(str(path))

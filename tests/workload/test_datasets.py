@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from loadgen.errors import WorkloadError
+from loadgen.records import LEVEL_STRIDE, USER_STRIDE
 from loadgen.workload.datasets import (
     DEFAULT_OUTPUT_TOKENS,
     DatasetOptions,
@@ -19,7 +20,6 @@ from loadgen.workload.datasets import (
     measure,
 )
 from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter, default_corpus
-from loadgen.records import LEVEL_STRIDE, USER_STRIDE
 from loadgen.workload.spec import load_workload
 
 SAMPLES = Path(__file__).resolve().parents[2] / "workloads" / "samples"
@@ -69,9 +69,13 @@ def test_every_sample_format_reads_the_same_entries(name: str) -> None:
 
 def test_chat_sends_messages_up_to_the_last_user_turn(tmp_path: Path) -> None:
     path = tmp_path / "c.jsonl"
-    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "one two"},
-            {"role": "assistant", "content": "a b c"}, {"role": "user", "content": "three four five"},
-            {"role": "assistant", "content": [{"type": "text", "text": "x y z w"}]}]  # fmt: skip
+    msgs = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "one two"},
+        {"role": "assistant", "content": "a b c"},
+        {"role": "user", "content": "three four five"},
+        {"role": "assistant", "content": [{"type": "text", "text": "x y z w"}]},
+    ]
     path.write_text(json.dumps({"messages": msgs}) + "\n" + json.dumps({"messages": msgs[:2]}) + "\n")
     ds = load_dataset(DatasetOptions(str(path)))
     assert ds.format == "chat" and ds.prompts[0] == msgs[:4] and ds.answers == ["x y z w", None]
@@ -83,8 +87,14 @@ def test_chat_sends_messages_up_to_the_last_user_turn(tmp_path: Path) -> None:
 
 def test_sharegpt_skips_entries_without_a_human_turn(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
-    path.write_text(json.dumps([{"conversations": [{"from": "gpt", "value": "hi"}]},
-                                {"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "q"}]}]))
+    path.write_text(
+        json.dumps(
+            [
+                {"conversations": [{"from": "gpt", "value": "hi"}]},
+                {"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "q"}]},
+            ]
+        )
+    )
     ds = load_dataset(DatasetOptions(str(path)))
     assert ds.skipped == 1 and ds.prompts == ["q"] and ds.rows == [1] and ds.answers == [None]
 
@@ -160,30 +170,57 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 
 
 BAD = [
-    ("a.jsonl", '{"prompt": "ok"}\n{"prompt": 5}\n', r"a\.jsonl: line 2: prompt: expected a non-empty string, got a number"),
-    ("a.jsonl", '{"prompt": "ok"}\n{"prompt": "x", "output_tokens": 0}\n', r"line 2: output_tokens: expected a whole number >= 1"),
+    (
+        "a.jsonl",
+        '{"prompt": "ok"}\n{"prompt": 5}\n',
+        r"a\.jsonl: line 2: prompt: expected a non-empty string, got a number",
+    ),
+    (
+        "a.jsonl",
+        '{"prompt": "ok"}\n{"prompt": "x", "output_tokens": 0}\n',
+        r"line 2: output_tokens: expected a whole number >= 1",
+    ),
     ("a.jsonl", '{"prompt": "ok"}\n{"prompt": "x"\n', r"a\.jsonl: line 2: not valid JSON"),
     ("a.jsonl", '{"text": "x"}\n', r"line 1: cannot tell the format"),
-    ("c.jsonl", '{"messages": [{"role": "user", "content": "x"}]}\n{"messages": [{"role": "user"}]}\n',
-     r"c\.jsonl: line 2: messages\[0\]\.content: missing"),
-    ("c.jsonl", '{"messages": [{"role": "assistant", "content": "x"}]}\n', r"line 1: messages: has no message with role 'user'"),
-    ("c.jsonl", '{"messages": [{"role": "user", "content": 3}]}\n', r"line 1: messages\[0\]\.content: expected a string"),
-    ("s.json", '[{"conversations": [{"from": "human", "value": "x"}]}, {"conversations": [{"value": "y"}]}]',
-     r"s\.json: entry 1: conversations\[0\]\.from: missing or not a string"),
+    (
+        "c.jsonl",
+        '{"messages": [{"role": "user", "content": "x"}]}\n{"messages": [{"role": "user"}]}\n',
+        r"c\.jsonl: line 2: messages\[0\]\.content: missing",
+    ),
+    (
+        "c.jsonl",
+        '{"messages": [{"role": "assistant", "content": "x"}]}\n',
+        r"line 1: messages: has no message with role 'user'",
+    ),
+    (
+        "c.jsonl",
+        '{"messages": [{"role": "user", "content": 3}]}\n',
+        r"line 1: messages\[0\]\.content: expected a string",
+    ),
+    (
+        "s.json",
+        '[{"conversations": [{"from": "human", "value": "x"}]}, {"conversations": [{"value": "y"}]}]',
+        r"s\.json: entry 1: conversations\[0\]\.from: missing or not a string",
+    ),
     ("s.json", '[{"conversations": "x"}]', r"entry 0: conversations: expected an array of turns"),
     ("s.json", '{"conversations": []}', r"s\.json: line 1: expected a JSON array of entries"),
     ("s.json", '[{"conversations": [}]', r"s\.json: line 1: not valid JSON"),
-    ("p.csv", "prompt,output_tokens\nhello,4\nworld,many\n", r"p\.csv: line 3: output_tokens: expected a whole number >= 1, got 'many'"),
+    (
+        "p.csv",
+        "prompt,output_tokens\nhello,4\nworld,many\n",
+        r"p\.csv: line 3: output_tokens: expected a whole number >= 1, got 'many'",
+    ),
     ("p.csv", "text\nhello\n", r"p\.csv: line 1: prompt: no such column; columns: text"),
-    ("p.csv", "prompt\nhello\n\"\"\n", r"p\.csv: line 3: prompt: empty"),
+    ("p.csv", 'prompt\nhello\n""\n', r"p\.csv: line 3: prompt: empty"),
     ("p.txt", "hello\n", r"p\.txt: cannot tell the format from '\.txt'"),
     ("e.jsonl", "\n\n", r"e\.jsonl: holds no usable entry"),
 ]
 
 
 @pytest.mark.parametrize(("name", "text", "message"), BAD)
-def test_malformed_files_fail_in_one_line_naming_file_line_and_field(tmp_path: Path, name: str, text: str,
-                                                                     message: str) -> None:  # fmt: skip
+def test_malformed_files_fail_in_one_line_naming_file_line_and_field(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
     path = write(tmp_path, name, text)
     with pytest.raises(WorkloadError, match=message) as info:
         load_dataset(DatasetOptions(path))
@@ -199,7 +236,9 @@ def test_missing_file_and_unknown_format(tmp_path: Path) -> None:
 
 def test_parquet_without_pyarrow_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if it were not installed
-    with pytest.raises(WorkloadError, match=r"sharegpt\.parquet: reading Parquet needs pyarrow: pip install 'loadgen\[datasets\]'"):
+    with pytest.raises(
+        WorkloadError, match=r"sharegpt\.parquet: reading Parquet needs pyarrow: pip install 'loadgen\[datasets\]'"
+    ):
         load_dataset(DatasetOptions(str(SAMPLES / "sharegpt.parquet")))
 
 
@@ -209,21 +248,30 @@ def test_a_hugging_face_save_to_disk_folder(tmp_path: Path) -> None:
     split.mkdir(parents=True)
     table = pa.table({"prompt": [f"q {i} " + "w " * i for i in range(1, 7)], "output_tokens": [3, 4, 5, 6, 7, 8]})
     for k, part in enumerate((table.slice(0, 4), table.slice(4))):  # two shards, Arrow IPC streams
-        with pa.OSFile(str(split / f"data-0000{k}-of-00002.arrow"), "wb") as sink, \
-                pa.ipc.new_stream(sink, table.schema) as writer:  # fmt: skip
+        with (
+            pa.OSFile(str(split / f"data-0000{k}-of-00002.arrow"), "wb") as sink,
+            pa.ipc.new_stream(sink, table.schema) as writer,
+        ):
             writer.write_table(part)
     (split / "state.json").write_text("{}")
     ds = load_dataset(DatasetOptions(str(split)))
-    assert ds.format == "parquet" and ds.prompts == table.column("prompt").to_pylist() and ds.outputs == [3, 4, 5, 6, 7, 8]
-    with pytest.raises(WorkloadError, match=r"no \*\.parquet or \*\.arrow file; a dataset dict: give one split's folder, "
-                                            r"e\.g\. .*ds/train"):  # fmt: skip
+    assert (
+        ds.format == "parquet" and ds.prompts == table.column("prompt").to_pylist() and ds.outputs == [3, 4, 5, 6, 7, 8]
+    )
+    with pytest.raises(
+        WorkloadError,
+        match=r"no \*\.parquet or \*\.arrow file; a dataset dict: give one split's folder, "
+        r"e\.g\. .*ds/train",
+    ):
         load_dataset(DatasetOptions(str(tmp_path / "ds")))
 
 
 def test_dataset_table_in_a_workload_file(tmp_path: Path) -> None:
     wl = tmp_path / "w.toml"
-    wl.write_text(f'name = "real"\n[dataset]\npath = "{SAMPLES / "prompts.csv"}"\nmax_prompt_tokens = 100\n'
-                  'replacement = true\noutput_tokens = 32\n')  # fmt: skip
+    wl.write_text(
+        f'name = "real"\n[dataset]\npath = "{SAMPLES / "prompts.csv"}"\nmax_prompt_tokens = 100\n'
+        "replacement = true\noutput_tokens = 32\n"
+    )
     w = load_workload(str(wl), [])
     assert w.classes == [] and w.dataset == DatasetOptions(str(SAMPLES / "prompts.csv"), "auto", None, 100, True, 32)
     rel = tmp_path / "sub"
@@ -231,10 +279,12 @@ def test_dataset_table_in_a_workload_file(tmp_path: Path) -> None:
     (rel / "d.jsonl").write_text('{"prompt": "a b"}\n')
     (rel / "r.toml").write_text('[dataset]\npath = "d.jsonl"\n')
     assert load_workload(str(rel / "r.toml"), []).dataset == DatasetOptions(str(rel / "d.jsonl"))  # next to the file
-    for body, key in (('[dataset]\npath = "x"\nshuffle = 1\n', "dataset.shuffle"),
-                      ('prompt_tokens = 5\n[dataset]\npath = "x"\n', "prompt_tokens"),
-                      ('[dataset]\npath = "x"\nreplacement = "yes"\n', "dataset.replacement"),
-                      ('[dataset]\npath = "x"\nformat = "xml"\n', "dataset.format")):  # fmt: skip
+    for body, key in (
+        ('[dataset]\npath = "x"\nshuffle = 1\n', "dataset.shuffle"),
+        ('prompt_tokens = 5\n[dataset]\npath = "x"\n', "prompt_tokens"),
+        ('[dataset]\npath = "x"\nreplacement = "yes"\n', "dataset.replacement"),
+        ('[dataset]\npath = "x"\nformat = "xml"\n', "dataset.format"),
+    ):
         (tmp_path / "bad.toml").write_text(body)
         with pytest.raises(WorkloadError, match=f"bad.toml: {key}: "):
             load_workload(str(tmp_path / "bad.toml"), [])

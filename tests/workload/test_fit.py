@@ -27,7 +27,9 @@ def logcorr(p: np.ndarray, o: np.ndarray) -> float:
     return float(np.corrcoef(np.log(p), np.log(o))[0, 1])
 
 
-def correlated_trace(tmp_path: Path, n: int = 4000, shape: float = 0.4, rate: float = 20.0) -> tuple[str, np.ndarray, np.ndarray]:
+def correlated_trace(
+    tmp_path: Path, n: int = 4000, shape: float = 0.4, rate: float = 20.0
+) -> tuple[str, np.ndarray, np.ndarray]:
     """A Mooncake trace with log-correlated lengths (r = 0.8) and gamma(shape) gaps."""
     rng = np.random.default_rng(1)
     z = rng.standard_normal((n, 2))
@@ -36,8 +38,15 @@ def correlated_trace(tmp_path: Path, n: int = 4000, shape: float = 0.4, rate: fl
     o = np.clip(np.exp(4.5 + 0.7 * z[:, 1]), 1, 4000).astype(int)
     t = np.concatenate(([0.0], np.cumsum(rng.gamma(shape, 1 / (rate * shape), n - 1))))
     path = tmp_path / "trace.jsonl"
-    path.write_text("".join(json.dumps({"timestamp": round(ti * 1000, 3), "input_length": int(a), "output_length": int(b),
-                                        "hash_ids": []}) + "\n" for ti, a, b in zip(t, p, o)))  # fmt: skip
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"timestamp": round(ti * 1000, 3), "input_length": int(a), "output_length": int(b), "hash_ids": []}
+            )
+            + "\n"
+            for ti, a, b in zip(t, p, o)
+        )
+    )
     return str(path), p, o
 
 
@@ -85,7 +94,12 @@ def test_fit_from_a_dataset_sample(tmp_path: Path) -> None:
     doc = json.loads((SAMPLES / "sharegpt.json").read_text())
     p = np.array([len(e["conversations"][0]["value"].split()) for e in doc])
     o = np.array([len(e["conversations"][1]["value"].split()) for e in doc])
-    assert fit.kind == "dataset" and fit.rate is None and fit.prompt.tolist() == p.tolist() and fit.output.tolist() == o.tolist()
+    assert (
+        fit.kind == "dataset"
+        and fit.rate is None
+        and fit.prompt.tolist() == p.tolist()
+        and fit.output.tolist() == o.tolist()
+    )
     assert sum(w for _, _, w in fit.joint.cells) == 48 and "[arrivals]" not in fit.to_toml()
 
 
@@ -96,23 +110,31 @@ def test_joint_histogram_cells_count_the_pairs() -> None:
     p, o = j.sample_pairs(np.random.default_rng(0), 3000)
     pairs = set(zip(p.tolist(), o.tolist()))
     # each draw lies in one observed cell: (1, 2), (5, 7) and (9, 3) never mix sides
-    assert all(any(j.prompt_edges[i] <= a < j.prompt_edges[i + 1] and j.output_edges[k] <= b < j.output_edges[k + 1]
-                   for i, k, _ in j.cells) for a, b in pairs)  # fmt: skip
+    assert all(
+        any(
+            j.prompt_edges[i] <= a < j.prompt_edges[i + 1] and j.output_edges[k] <= b < j.output_edges[k + 1]
+            for i, k, _ in j.cells
+        )
+        for a, b in pairs
+    )
 
 
-@pytest.mark.parametrize(("body", "key"), [
-    ("prompt_edges = [1, 5]\noutput_edges = [1, 5]\ncells = [[0, 1, 3]]\n", "joint_tokens.cells[0]"),
-    ("prompt_edges = [5, 1]\noutput_edges = [1, 5]\ncells = [[0, 0, 3]]\n", "joint_tokens.prompt_edges"),
-    ("prompt_edges = [1, 5]\noutput_edges = [1, 5]\ncells = [[0, 0, 0]]\n", "joint_tokens.cells[0]"),
-    ("prompt_edges = [1, 5]\noutput_edges = [1, 5]\n", "joint_tokens.cells"),
-    ("prompt_edges = [1, 5]\noutput_edges = [1, 5]\ncells = [[0, 0, 1]]\nbins = 3\n", "joint_tokens.bins"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ("prompt_edges = [1, 5]\noutput_edges = [1, 5]\ncells = [[0, 1, 3]]\n", "joint_tokens.cells[0]"),
+        ("prompt_edges = [5, 1]\noutput_edges = [1, 5]\ncells = [[0, 0, 3]]\n", "joint_tokens.prompt_edges"),
+        ("prompt_edges = [1, 5]\noutput_edges = [1, 5]\ncells = [[0, 0, 0]]\n", "joint_tokens.cells[0]"),
+        ("prompt_edges = [1, 5]\noutput_edges = [1, 5]\n", "joint_tokens.cells"),
+        ("prompt_edges = [1, 5]\noutput_edges = [1, 5]\ncells = [[0, 0, 1]]\nbins = 3\n", "joint_tokens.bins"),
+    ],
+)
 def test_bad_joint_tables_name_the_key(tmp_path: Path, body: str, key: str) -> None:
     path = _write(tmp_path / "j.toml", "[joint_tokens]\n" + body)
     with pytest.raises(WorkloadError, match=re.escape(f"j.toml: {key}: ")):
         load_workload(str(path), [])
     both = _write(tmp_path / "b.toml", "prompt_tokens = 5\n[joint_tokens]\n" + body)
-    with pytest.raises(WorkloadError, match="b.toml: prompt_tokens: give either joint_tokens or"):
+    with pytest.raises(WorkloadError, match=r"b.toml: prompt_tokens: give either joint_tokens or"):
         load_workload(str(both), [])
 
 

@@ -40,11 +40,16 @@ def recorded(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         t = np.array([(s - stamps[0]).total_seconds() for s in stamps])
         return t, np.array([int(r["ContextTokens"]) for r in rows]), np.array([int(r["GeneratedTokens"]) for r in rows])
     t = np.array([float(r["Timestamp"]) for r in rows])
-    return t - t[0], np.array([int(r["Request tokens"]) for r in rows]), np.array([int(r["Response tokens"]) for r in rows])
+    return (
+        t - t[0],
+        np.array([int(r["Request tokens"]) for r in rows]),
+        np.array([int(r["Response tokens"]) for r in rows]),
+    )
 
 
-@pytest.mark.parametrize(("name", "fmt"), [("mooncake.jsonl", "mooncake"), ("azure.csv", "azure"),
-                                           ("burstgpt.csv", "burstgpt")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "fmt"), [("mooncake.jsonl", "mooncake"), ("azure.csv", "azure"), ("burstgpt.csv", "burstgpt")]
+)
 def test_each_format_reads_its_recorded_times_and_lengths(name: str, fmt: str) -> None:
     tr = load_trace(TraceOptions(str(SAMPLES / name)))
     t, p, o = recorded(name)
@@ -70,7 +75,7 @@ def test_speed_window_and_rate() -> None:
     for bad in ("20", "a:b", "30:10", "-1:5"):
         with pytest.raises(ConfigError, match="--window"):
             parse_window(bad)
-    with pytest.raises(ConfigError, match="--window: no row of .* lies in 9000:9001 s"):
+    with pytest.raises(ConfigError, match=r"--window: no row of .* lies in 9000:9001 s"):
         load_trace(TraceOptions(path, window=(9000.0, 9001.0)))
     with pytest.raises(ConfigError, match="--speed: give either --speed or --rate"):
         load_trace(TraceOptions(path, speed=2.0, rate=3.0))
@@ -78,8 +83,12 @@ def test_speed_window_and_rate() -> None:
 
 def test_rows_out_of_time_order_replay_sorted_and_keep_their_row(tmp_path: Path) -> None:
     p = tmp_path / "t.jsonl"
-    p.write_text("".join(json.dumps({"timestamp": ts, "input_length": 10 + i, "output_length": 1, "hash_ids": []}) + "\n"
-                         for i, ts in enumerate([500, 0, 250])))  # fmt: skip
+    p.write_text(
+        "".join(
+            json.dumps({"timestamp": ts, "input_length": 10 + i, "output_length": 1, "hash_ids": []}) + "\n"
+            for i, ts in enumerate([500, 0, 250])
+        )
+    )
     tr = load_trace(TraceOptions(str(p)))
     assert tr.rows.tolist() == [1, 2, 0] and tr.offsets.tolist() == [0.0, 0.25, 0.5]
     assert tr.input_tokens.tolist() == [11, 12, 10]
@@ -95,8 +104,12 @@ def test_the_runner_sends_at_the_trace_offsets() -> None:
 
 def mooncake(tmp_path: Path, rows: list[tuple[int, list[int]]]) -> str:
     p = tmp_path / "m.jsonl"
-    p.write_text("".join(json.dumps({"timestamp": 10 * i, "input_length": n, "output_length": 4, "hash_ids": h}) + "\n"
-                         for i, (n, h) in enumerate(rows)))  # fmt: skip
+    p.write_text(
+        "".join(
+            json.dumps({"timestamp": 10 * i, "input_length": n, "output_length": 4, "hash_ids": h}) + "\n"
+            for i, (n, h) in enumerate(rows)
+        )
+    )
     return str(p)
 
 
@@ -105,7 +118,12 @@ def test_equal_hash_ids_become_identical_blocks(tmp_path: Path) -> None:
     synth = PromptSynthesizer(seed=3)
     specs = TraceSource(load_trace(TraceOptions(path)), 3, synth).sends(0, range(4))
     words = [s.prompt.split(" ") for s in specs]  # one token per word (uncalibrated)
-    assert [len(w) for w in words] == [1200, 1100, 900, 1700] and [s.prompt_tokens for s in specs] == [1200, 1100, 900, 1700]
+    assert [len(w) for w in words] == [1200, 1100, 900, 1700] and [s.prompt_tokens for s in specs] == [
+        1200,
+        1100,
+        900,
+        1700,
+    ]
     assert [s.source_row for s in specs] == [0, 1, 2, 3]
     blocks = [[w[k : k + BLOCK_TOKENS] for k in range(0, len(w), BLOCK_TOKENS)] for w in words]
     assert blocks[0][0] == blocks[1][0] == blocks[3][0] and blocks[0][1] == blocks[1][1] == blocks[3][1]
@@ -132,21 +150,56 @@ def test_blocks_are_exact_with_a_tokenizer(tmp_path: Path) -> None:
 
 
 BAD = [
-    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 3, "output_length": 1}\n',
-     r"m\.jsonl: line 2: input_length: missing"),
-    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "x"]}\n',
-     r"m\.jsonl: line 1: hash_ids: expected an array of whole numbers"),
-    ("m.jsonl", '{"timestamp": -4, "input_length": 5, "output_length": 1}\n', r"line 1: timestamp: expected milliseconds >= 0"),
-    ("m.jsonl", '{"timestamp": 0, "input_length": 5.5, "output_length": 1}\n', r"line 1: input_length: expected a whole number"),
-    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1,\n', r"m\.jsonl: line 2: not valid JSON"),
-    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,10,3\nyesterday,10,3\n",
-     r"a\.csv: line 3: TIMESTAMP: expected a date-time, got 'yesterday'"),
-    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,10,3\n2023-11-16 18:15:47,x,3\n",
-     r"a\.csv: line 3: ContextTokens: expected a whole number >= 0, got 'x'"),
-    ("a.csv", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.1,10\n", r"a\.csv: line 1: GeneratedTokens: no such column"),
-    ("b.csv", "Timestamp,Model,Request tokens,Response tokens\n1.5,m,10,3\n2.0,m,10,-3\n",
-     r"b\.csv: line 3: Response tokens: expected a whole number >= 0, got '-3'"),
-    ("b.csv", "Timestamp,Model,Request tokens,Response tokens\nsoon,m,10,3\n", r"b\.csv: line 2: Timestamp: expected seconds >= 0"),
+    (
+        "m.jsonl",
+        '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 3, "output_length": 1}\n',
+        r"m\.jsonl: line 2: input_length: missing",
+    ),
+    (
+        "m.jsonl",
+        '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "x"]}\n',
+        r"m\.jsonl: line 1: hash_ids: expected an array of whole numbers",
+    ),
+    (
+        "m.jsonl",
+        '{"timestamp": -4, "input_length": 5, "output_length": 1}\n',
+        r"line 1: timestamp: expected milliseconds >= 0",
+    ),
+    (
+        "m.jsonl",
+        '{"timestamp": 0, "input_length": 5.5, "output_length": 1}\n',
+        r"line 1: input_length: expected a whole number",
+    ),
+    (
+        "m.jsonl",
+        '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1,\n',
+        r"m\.jsonl: line 2: not valid JSON",
+    ),
+    (
+        "a.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,10,3\nyesterday,10,3\n",
+        r"a\.csv: line 3: TIMESTAMP: expected a date-time, got 'yesterday'",
+    ),
+    (
+        "a.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,10,3\n2023-11-16 18:15:47,x,3\n",
+        r"a\.csv: line 3: ContextTokens: expected a whole number >= 0, got 'x'",
+    ),
+    (
+        "a.csv",
+        "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.1,10\n",
+        r"a\.csv: line 1: GeneratedTokens: no such column",
+    ),
+    (
+        "b.csv",
+        "Timestamp,Model,Request tokens,Response tokens\n1.5,m,10,3\n2.0,m,10,-3\n",
+        r"b\.csv: line 3: Response tokens: expected a whole number >= 0, got '-3'",
+    ),
+    (
+        "b.csv",
+        "Timestamp,Model,Request tokens,Response tokens\nsoon,m,10,3\n",
+        r"b\.csv: line 2: Timestamp: expected seconds >= 0",
+    ),
     ("x.csv", "when,a,b\n1,2,3\n", r"x\.csv: cannot tell the trace format"),
     ("e.jsonl", "", r"e\.jsonl: cannot tell the trace format"),
 ]

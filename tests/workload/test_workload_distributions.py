@@ -199,7 +199,10 @@ def test_table_and_text_forms_are_equal() -> None:
 ERRORS = [
     ("gauss:mean=1", ["unknown distribution kind 'gauss'", f"valid kinds: {KINDS_TEXT}", "lognormal:median=800"]),
     ("", ["empty distribution", KINDS_TEXT]),
-    ("normal:mean=512,sd=128", ["normal: unknown parameter 'sd'", "normal takes mean, std (required), min, max (optional)"]),
+    (
+        "normal:mean=512,sd=128",
+        ["normal: unknown parameter 'sd'", "normal takes mean, std (required), min, max (optional)"],
+    ),
     ("normal:mean=512", ["normal: missing required parameter 'std'", "mean, std (required)"]),
     ("normal:mean=512,std=-1", ["normal: std must be >= 0, got -1", "normal takes mean, std"]),
     ("normal:mean=512,std=abc", ["parameter 'std' must be a number, got 'abc'", "normal takes"]),

@@ -67,9 +67,9 @@ def test_stream_and_slices_agree_with_generate_specs() -> None:
     n = BLOCK * 2 + 100
     full = generate_specs(wl, n, seed=9, synth=synth)
     assert list(itertools.islice(spec_stream(wl, seed=9, synth=synth), n)) == full
-    assert generate_specs(wl, 50, seed=9, synth=synth, start_index=BLOCK - 20) == full[BLOCK - 20:BLOCK + 30]
+    assert generate_specs(wl, 50, seed=9, synth=synth, start_index=BLOCK - 20) == full[BLOCK - 20 : BLOCK + 30]
     stream = spec_stream(wl, seed=9, synth=synth, start_index=BLOCK + 5)
-    assert list(itertools.islice(stream, 300)) == full[BLOCK + 5:BLOCK + 305]
+    assert list(itertools.islice(stream, 300)) == full[BLOCK + 5 : BLOCK + 305]
     assert generate_specs(wl, 0, seed=9, synth=synth) == []
     with pytest.raises(ValueError):
         generate_specs(wl, 1, seed=9, synth=synth, start_index=-1)
@@ -88,11 +88,13 @@ def test_shared_prefix_groups_are_numbered_across_classes() -> None:
         "prefixes",
         "",
         [
-            RequestClass("p", 1, parse_distribution(16), parse_distribution(4), shared_prefix_groups=4,
-                         shared_prefix_tokens=64),
+            RequestClass(
+                "p", 1, parse_distribution(16), parse_distribution(4), shared_prefix_groups=4, shared_prefix_tokens=64
+            ),
             RequestClass("plain", 1, parse_distribution(16), parse_distribution(4)),
-            RequestClass("q", 1, parse_distribution(8), parse_distribution(4), shared_prefix_groups=2,
-                         shared_prefix_tokens=32),
+            RequestClass(
+                "q", 1, parse_distribution(8), parse_distribution(4), shared_prefix_groups=2, shared_prefix_tokens=32
+            ),
         ],
         "test",
     )

@@ -38,7 +38,7 @@ def test_word_count_matches_words_for_exactly(tpw: float, overhead: float) -> No
     s = PromptSynthesizer(seed=3)
     s.tokens_per_word, s.overhead_tokens = tpw, overhead
     corpus = set(default_corpus())
-    for n in list(range(1, 300)) + [1000, 4096, 16000]:
+    for n in [*list(range(1, 300)), 1000, 4096, 16000]:
         text = s.text(n, index=n)
         ws = words(text)
         assert len(ws) == s.words_for(n)
@@ -92,7 +92,7 @@ def test_group_members_share_their_prefix() -> None:
         assert len(m) == s.words_for(1200)
         assert m[:shared] == members[0][:shared]
     # The unique parts start differently (each starts with its index's words).
-    assert len({tuple(m[shared:shared + 3]) for m in members}) == len(members)
+    assert len({tuple(m[shared : shared + 3]) for m in members}) == len(members)
     other = words(s.text(1200, 10, group=3, shared_tokens=1024))
     assert other[:3] != members[0][:3]
     assert other[shared:] == members[0][shared:]  # same index: same unique part
@@ -180,7 +180,7 @@ def test_counter_gives_exact_length_when_possible(overhead: float) -> None:
     s.overhead_tokens = overhead
     plain = PromptSynthesizer(seed=9)  # 1 token per word: text(k) has exactly k words
     exact = 0
-    for n in list(range(5, 200, 7)) + [1000, 3000]:
+    for n in [*list(range(5, 200, 7)), 1000, 3000]:
         target = n - round(overhead)
         counter.calls = 0
         text = s.text(n, index=n)

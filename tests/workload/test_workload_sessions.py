@@ -26,28 +26,39 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 def test_sessions_table_parses(tmp_path: Path) -> None:
-    wl = load_workload(str(_write(tmp_path, '[sessions]\nturns = "uniform:min=2,max=5"\nthink_time_ms = 250\n'
-                                           'system_prompt_tokens = 64\ngroups = 3\nzipf = 1.2\n')), [])  # fmt: skip
+    wl = load_workload(
+        str(
+            _write(
+                tmp_path,
+                '[sessions]\nturns = "uniform:min=2,max=5"\nthink_time_ms = 250\n'
+                "system_prompt_tokens = 64\ngroups = 3\nzipf = 1.2\n",
+            )
+        ),
+        [],
+    )
     ss = wl.sessions
     assert ss is not None and ss.think_time_ms == Fixed(250)
     assert (ss.system_prompt_tokens, ss.groups, ss.zipf) == (64, 3, 1.2)
     assert wl.to_dict()["sessions"]["turns"] == "uniform:min=2,max=5"
-    plain = load_workload(str(_write(tmp_path, '[sessions]\nturns = 3\nthink_time_ms = 0\n')), [])
+    plain = load_workload(str(_write(tmp_path, "[sessions]\nturns = 3\nthink_time_ms = 0\n")), [])
     assert plain.sessions is not None and plain.sessions.think_time_ms is None
     assert plain.sessions.system_prompt_tokens == 0
 
 
-@pytest.mark.parametrize(("text", "key", "message"), [
-    ("[sessions]\nthink_time_ms = 5\n", "sessions.turns", "missing; it is required"),
-    ("[sessions]\nturns = 2\nthinking = 5\n", "sessions.thinking", "unknown key 'thinking'"),
-    ("[sessions]\nturns = 2\ngroups = 4\n", "sessions.groups", "need sessions.system_prompt_tokens"),
-    ("[sessions]\nturns = 2\nzipf = -1\n", "sessions.zipf", "finite number >= 0"),
-    ("[sessions]\nturns = 0\n", "sessions.turns", "must be >= 1"),
-    ("sessions = 3\n", "sessions", "expected a table"),
-    ('tool_choice = "auto"\n', "tool_choice", "needs tools"),
-    ("tools = 3\n", "tools", "expected an array of tool tables"),
-    ('tools = "missing.json"\n', "tools", "cannot read"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        ("[sessions]\nthink_time_ms = 5\n", "sessions.turns", "missing; it is required"),
+        ("[sessions]\nturns = 2\nthinking = 5\n", "sessions.thinking", "unknown key 'thinking'"),
+        ("[sessions]\nturns = 2\ngroups = 4\n", "sessions.groups", "need sessions.system_prompt_tokens"),
+        ("[sessions]\nturns = 2\nzipf = -1\n", "sessions.zipf", "finite number >= 0"),
+        ("[sessions]\nturns = 0\n", "sessions.turns", "must be >= 1"),
+        ("sessions = 3\n", "sessions", "expected a table"),
+        ('tool_choice = "auto"\n', "tool_choice", "needs tools"),
+        ("tools = 3\n", "tools", "expected an array of tool tables"),
+        ('tools = "missing.json"\n', "tools", "cannot read"),
+    ],
+)
 def test_bad_sessions_and_tools_are_named(tmp_path: Path, text: str, key: str, message: str) -> None:
     path = _write(tmp_path, text)
     with pytest.raises(WorkloadError) as info:
@@ -60,8 +71,10 @@ def test_tools_from_a_table_or_a_json_file(tmp_path: Path) -> None:
     (tmp_path / "tools.json").write_text(json.dumps([tool]), encoding="utf-8")
     from_file = load_workload(str(_write(tmp_path, 'tools = "tools.json"\ntool_choice = "required"\n')), [])
     assert from_file.tools == [tool] and from_file.tool_choice == "required"
-    inline = ('tool_choice = {type = "function", function = {name = "lookup"}}\n[[tools]]\ntype = "function"\n'
-              '[tools.function]\nname = "lookup"\nparameters = {type = "object"}\n')  # fmt: skip
+    inline = (
+        'tool_choice = {type = "function", function = {name = "lookup"}}\n[[tools]]\ntype = "function"\n'
+        '[tools.function]\nname = "lookup"\nparameters = {type = "object"}\n'
+    )
     from_table = load_workload(str(_write(tmp_path, inline)), [])
     assert from_table.tools == [tool] and from_table.tool_choice == {"type": "function", "function": {"name": "lookup"}}
 

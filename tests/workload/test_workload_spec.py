@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.paths import search_dirs
-
 from loadgen.errors import WorkloadError
+from loadgen.paths import search_dirs
 from loadgen.workload.distributions import Fixed, LogNormal, Uniform
 from loadgen.workload.spec import (
     RequestClass,
@@ -22,8 +21,10 @@ from loadgen.workload.spec import (
 
 REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 SHIPPED = ["chat", "code", "demo", "mixed", "multiturn", "prefix", "rag", "summarize"]
-TOP_KEYS = ("allowed keys: name, description, prompt_tokens, output_tokens, joint_tokens, shared_prefix, classes, "
-            "sessions, tools, tool_choice, dataset, arrivals")
+TOP_KEYS = (
+    "allowed keys: name, description, prompt_tokens, output_tokens, joint_tokens, shared_prefix, classes, "
+    "sessions, tools, tool_choice, dataset, arrivals"
+)
 
 
 def write(tmp_path: Path, text: str, name: str = "wl.toml") -> Path:
@@ -123,7 +124,9 @@ def test_readme_examples_load(tmp_path: Path) -> None:
 def test_single_class_file_with_tables_and_csv(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "lens.csv").write_text("out\n10\n20\n", encoding="utf-8")
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 name = "mine"
 description = "d"
 prompt_tokens = {dist = "normal", mean = 512, std = 128, min = 16}
@@ -131,17 +134,23 @@ output_tokens = {dist = "empirical", csv = "data/lens.csv", column = "out"}
 [shared_prefix]
 groups = 2
 tokens = 64
-""")
+""",
+    )
     wl = load_workload(str(path), [])
-    assert wl == Workload("mine", "d", [RequestClass("default", 1.0, wl.classes[0].prompt_tokens,
-                                                    wl.classes[0].output_tokens, 2, 64)], str(path))
+    assert wl == Workload(
+        "mine",
+        "d",
+        [RequestClass("default", 1.0, wl.classes[0].prompt_tokens, wl.classes[0].output_tokens, 2, 64)],
+        str(path),
+    )
     assert wl.classes[0].output_tokens.mean() == 15.0
     assert wl.to_dict()["classes"][0]["shared_prefix"] == {"groups": 2, "tokens": 64}
 
 
 def test_name_defaults_to_file_stem_and_weight_to_one(tmp_path: Path) -> None:
-    path = write(tmp_path, '[[classes]]\nname = "a"\nprompt_tokens = 5\noutput_tokens = "uniform:min=1,max=3"\n',
-                 "stem.toml")
+    path = write(
+        tmp_path, '[[classes]]\nname = "a"\nprompt_tokens = 5\noutput_tokens = "uniform:min=1,max=3"\n', "stem.toml"
+    )
     wl = load_workload(str(path), [])
     assert wl.name == "stem" and wl.description == "" and wl.classes[0].weight == 1.0
 
@@ -150,7 +159,9 @@ def test_unknown_name_lists_available() -> None:
     with pytest.raises(WorkloadError) as info:
         load_workload("chatt", [REPO_WORKLOADS])
     msg = str(info.value)
-    assert msg.startswith("workload: unknown workload 'chatt'; available: chat, code, demo, mixed, multiturn, prefix, rag, summarize")
+    assert msg.startswith(
+        "workload: unknown workload 'chatt'; available: chat, code, demo, mixed, multiturn, prefix, rag, summarize"
+    )
     assert str(REPO_WORKLOADS) in msg
 
 
@@ -166,43 +177,88 @@ BAD_FILES = [
     ("prompt_tokens = true\noutput_tokens = 1\n", "prompt_tokens", ["expected spec text", "got boolean True"]),
     ("prompt_tokens = 1.5\noutput_tokens = 1\n", "prompt_tokens", ["got float 1.5"]),
     ("prompt_tokens = 1\n", "output_tokens", ["missing; it is required"]),
-    ('prompt_tokens = "gauss:mean=3"\noutput_tokens = 1\n', "prompt_tokens",
-     ["unknown distribution kind 'gauss'", "valid kinds: fixed, uniform, normal, lognormal, empirical"]),
-    ("prompt_tokens = 1\noutput_tokens = 1\nshared_prefix = 3\n", "shared_prefix",
-     ["expected a table with groups, tokens, got integer"]),
-    ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 0\ntokens = 5\n", "shared_prefix.groups",
-     ["must be in [1, 1,000,000], got 0"]),
+    (
+        'prompt_tokens = "gauss:mean=3"\noutput_tokens = 1\n',
+        "prompt_tokens",
+        ["unknown distribution kind 'gauss'", "valid kinds: fixed, uniform, normal, lognormal, empirical"],
+    ),
+    (
+        "prompt_tokens = 1\noutput_tokens = 1\nshared_prefix = 3\n",
+        "shared_prefix",
+        ["expected a table with groups, tokens, got integer"],
+    ),
+    (
+        "prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 0\ntokens = 5\n",
+        "shared_prefix.groups",
+        ["must be in [1, 1,000,000], got 0"],
+    ),
     # past int64: was accepted, then an OverflowError when prompts were built (found writing tests/fuzz)
-    ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\ntokens = " + "9" * 40 + "\n",
-     "shared_prefix.tokens", ["must be in [1, 1,000,000]"]),
+    (
+        "prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\ntokens = " + "9" * 40 + "\n",
+        "shared_prefix.tokens",
+        ["must be in [1, 1,000,000]"],
+    ),
     # tomllib's ValueError for an integer of over 4,300 digits escaped (found by tests/fuzz)
     ("prompt_tokens = " + "9" * 4301 + "\noutput_tokens = 1\n", None, ["invalid TOML", "4300 digits"]),
-    ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\n", "shared_prefix.tokens",
-     ["missing; it is required (a whole number >= 1)"]),
-    ("prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\ntokens = 5\nsize = 1\n",
-     "shared_prefix.size", ["unknown key 'size'; allowed keys: groups, tokens"]),
+    (
+        "prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\n",
+        "shared_prefix.tokens",
+        ["missing; it is required (a whole number >= 1)"],
+    ),
+    (
+        "prompt_tokens = 1\noutput_tokens = 1\n[shared_prefix]\ngroups = 2\ntokens = 5\nsize = 1\n",
+        "shared_prefix.size",
+        ["unknown key 'size'; allowed keys: groups, tokens"],
+    ),
     ("classes = 3\n", "classes", ["expected an array of tables ([[classes]]), got integer"]),
     ("classes = []\n", "classes", ["needs at least one class"]),
-    ('prompt_tokens = 1\n[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n', "prompt_tokens",
-     ["either top-level prompt_tokens/output_tokens or [[classes]], not both"]),
-    ('[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n[[classes]]\nname = "b"\ncolour = "red"\n',
-     "classes[1].colour", ["unknown key 'colour'; allowed keys: name, weight, prompt_tokens, output_tokens, joint_tokens, shared_prefix"]),
-    ('[[classes]]\nname = "a"\nweight = "high"\nprompt_tokens = 1\noutput_tokens = 1\n', "classes[0].weight",
-     ["expected a number > 0, got string 'high'"]),
-    ('[[classes]]\nname = "a"\nweight = 0\nprompt_tokens = 1\noutput_tokens = 1\n', "classes[0].weight",
-     ["must be a finite number > 0, got 0"]),
-    ('[[classes]]\nweight = 1\nprompt_tokens = 1\noutput_tokens = 1\n', "classes[0].name", ["missing; it is required (a string)"]),
-    ('[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n[[classes]]\nname = "a"\nprompt_tokens = 2\n'
-     'output_tokens = 2\n', "classes[1].name", ["duplicate class name 'a'"]),
-    ('[[classes]]\nname = "a"\nprompt_tokens = "normal:mean=5,std=-1"\noutput_tokens = 1\n', "classes[0].prompt_tokens",
-     ["normal: std must be >= 0, got -1", "normal takes mean, std (required)"]),
-    ('[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = {dist = "uniform", min = 9}\n',
-     "classes[0].output_tokens", ["uniform: missing required parameter 'max'"]),
+    (
+        'prompt_tokens = 1\n[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n',
+        "prompt_tokens",
+        ["either top-level prompt_tokens/output_tokens or [[classes]], not both"],
+    ),
+    (
+        '[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n[[classes]]\nname = "b"\ncolour = "red"\n',
+        "classes[1].colour",
+        ["unknown key 'colour'; allowed keys: name, weight, prompt_tokens, output_tokens, joint_tokens, shared_prefix"],
+    ),
+    (
+        '[[classes]]\nname = "a"\nweight = "high"\nprompt_tokens = 1\noutput_tokens = 1\n',
+        "classes[0].weight",
+        ["expected a number > 0, got string 'high'"],
+    ),
+    (
+        '[[classes]]\nname = "a"\nweight = 0\nprompt_tokens = 1\noutput_tokens = 1\n',
+        "classes[0].weight",
+        ["must be a finite number > 0, got 0"],
+    ),
+    (
+        "[[classes]]\nweight = 1\nprompt_tokens = 1\noutput_tokens = 1\n",
+        "classes[0].name",
+        ["missing; it is required (a string)"],
+    ),
+    (
+        '[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = 1\n[[classes]]\nname = "a"\nprompt_tokens = 2\n'
+        "output_tokens = 2\n",
+        "classes[1].name",
+        ["duplicate class name 'a'"],
+    ),
+    (
+        '[[classes]]\nname = "a"\nprompt_tokens = "normal:mean=5,std=-1"\noutput_tokens = 1\n',
+        "classes[0].prompt_tokens",
+        ["normal: std must be >= 0, got -1", "normal takes mean, std (required)"],
+    ),
+    (
+        '[[classes]]\nname = "a"\nprompt_tokens = 1\noutput_tokens = {dist = "uniform", min = 9}\n',
+        "classes[0].output_tokens",
+        ["uniform: missing required parameter 'max'"],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("text", "key", "parts"), BAD_FILES,
-                         ids=[f"{k or 'file'}{i}" for i, (_, k, _) in enumerate(BAD_FILES)])
+@pytest.mark.parametrize(
+    ("text", "key", "parts"), BAD_FILES, ids=[f"{k or 'file'}{i}" for i, (_, k, _) in enumerate(BAD_FILES)]
+)
 def test_malformed_file_names_file_and_key(tmp_path: Path, text: str, key: str | None, parts: list[str]) -> None:
     path = write(tmp_path, text)
     with pytest.raises(WorkloadError) as info:

@@ -19,8 +19,11 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-WORDS = [w.strip() for w in (HERE.parents[1] / "loadgen" / "data" / "words.txt").read_text().splitlines()
-         if w.strip() and not w.startswith("#")]  # fmt: skip
+WORDS = [
+    w.strip()
+    for w in (HERE.parents[1] / "loadgen" / "data" / "words.txt").read_text().splitlines()
+    if w.strip() and not w.startswith("#")
+]
 
 
 def text(rng: np.random.Generator, n: int) -> str:
@@ -41,8 +44,10 @@ def datasets(n: int = 48) -> None:
     p, a = lengths(rng, n)
     prompts = [text(rng, int(k)) for k in p]
     answers = [text(rng, int(k)) for k in a]
-    sharegpt = [{"id": f"sample-{i}", "conversations": [{"from": "human", "value": q}, {"from": "gpt", "value": r}]}
-                for i, (q, r) in enumerate(zip(prompts, answers))]  # fmt: skip
+    sharegpt = [
+        {"id": f"sample-{i}", "conversations": [{"from": "human", "value": q}, {"from": "gpt", "value": r}]}
+        for i, (q, r) in enumerate(zip(prompts, answers))
+    ]
     (HERE / "sharegpt.json").write_text(json.dumps(sharegpt, indent=1) + "\n")
     with (HERE / "chat.jsonl").open("w") as fh:
         for i, (q, r) in enumerate(zip(prompts, answers)):
@@ -79,14 +84,25 @@ def traces(n: int = 240) -> None:
             own = list(range(next_id, next_id + max(blocks - 1 - len(doc), 0)))
             next_id += len(own)
             ids = (system + doc + own)[:blocks]
-            fh.write(json.dumps({"timestamp": int(t[i] * 1000), "input_length": int(p[i]),
-                                 "output_length": int(a[i]), "hash_ids": ids}) + "\n")  # fmt: skip
+            fh.write(
+                json.dumps(
+                    {
+                        "timestamp": int(t[i] * 1000),
+                        "input_length": int(p[i]),
+                        "output_length": int(a[i]),
+                        "hash_ids": ids,
+                    }
+                )
+                + "\n"
+            )
     start = dt.datetime(2023, 11, 16, 18, 15, 46)
     with (HERE / "azure.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
         for ti, pi, ai in zip(t, p, a):
-            w.writerow([(start + dt.timedelta(seconds=float(ti))).strftime("%Y-%m-%d %H:%M:%S.%f") + "0", int(pi), int(ai)])
+            w.writerow(
+                [(start + dt.timedelta(seconds=float(ti))).strftime("%Y-%m-%d %H:%M:%S.%f") + "0", int(pi), int(ai)]
+            )
     with (HERE / "burstgpt.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type"])
@@ -127,5 +143,9 @@ if __name__ == "__main__":
     traces()
     tokenizer()
     fitted()
-    print("wrote", ", ".join(sorted(f.name for f in HERE.iterdir() if f.suffix in (".json", ".jsonl", ".csv", ".parquet",
-                                                                                  ".toml"))))
+    print(
+        "wrote",
+        ", ".join(
+            sorted(f.name for f in HERE.iterdir() if f.suffix in (".json", ".jsonl", ".csv", ".parquet", ".toml"))
+        ),
+    )

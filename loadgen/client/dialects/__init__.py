@@ -10,15 +10,24 @@ subclass :class:`Dialect` and :func:`register` an instance (docs/client.md, "Add
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping, TypeVar
+from typing import TypeVar
 
 from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
 from loadgen.client.dialects.openai import Chat, Completions
 from loadgen.errors import ConfigError
 
-__all__ = ["DialectOptions", "Dialect", "EventInfo", "DIALECTS", "register", "unregister", "get_dialect",
-           "dialect_names"]  # fmt: skip
+__all__ = [
+    "DIALECTS",
+    "Dialect",
+    "DialectOptions",
+    "EventInfo",
+    "dialect_names",
+    "get_dialect",
+    "register",
+    "unregister",
+]
 
 _REGISTRY: dict[str, Dialect] = {}
 DIALECTS: Mapping[str, Dialect] = MappingProxyType(_REGISTRY)  # a live, read-only view of the registry
@@ -30,7 +39,9 @@ def register(dialect: D) -> D:
     """Add ``dialect`` under its ``name`` (a name taken by another dialect is a ConfigError);
     returns it, so ``CHAT = register(Chat())`` reads as a definition."""
     if not dialect.name or not dialect.path.startswith("/"):
-        raise ConfigError(f"a dialect needs a name and a path starting with '/' (got {dialect.name!r}, {dialect.path!r})")
+        raise ConfigError(
+            f"a dialect needs a name and a path starting with '/' (got {dialect.name!r}, {dialect.path!r})"
+        )
     if _REGISTRY.get(dialect.name, dialect) is not dialect:
         raise ConfigError(f"API {dialect.name!r} is registered already")
     _REGISTRY[dialect.name] = dialect

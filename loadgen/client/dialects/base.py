@@ -8,7 +8,7 @@ from typing import Any
 
 from loadgen.records import RequestSpec
 
-__all__ = ["DialectOptions", "Dialect", "EventInfo"]
+__all__ = ["Dialect", "DialectOptions", "EventInfo"]
 
 
 @dataclass(slots=True)

@@ -79,11 +79,19 @@ def _choices(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return [ch for ch in choices if isinstance(ch, dict)]
 
 
-def _info(obj: dict[str, Any], has_output: bool, finish: str | None, reasoning: bool = False,
-          text: str = "") -> EventInfo:  # fmt: skip
+def _info(
+    obj: dict[str, Any], has_output: bool, finish: str | None, reasoning: bool = False, text: str = ""
+) -> EventInfo:
     usage, vendor = obj.get("usage"), obj.get("loadgen")
-    return EventInfo(has_output, usage if isinstance(usage, dict) else None, finish, _error_text(obj),
-                     vendor if isinstance(vendor, dict) else None, reasoning=reasoning, text=text)  # fmt: skip
+    return EventInfo(
+        has_output,
+        usage if isinstance(usage, dict) else None,
+        finish,
+        _error_text(obj),
+        vendor if isinstance(vendor, dict) else None,
+        reasoning=reasoning,
+        text=text,
+    )
 
 
 def _finish_reason(ch: dict[str, Any], finish: str | None) -> str | None:

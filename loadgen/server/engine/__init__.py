@@ -16,8 +16,7 @@ shapes and the step loop. Nothing here knows the sim, torch or HTTP.
 
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.core import Core, EngineCore, ManualClock
-from loadgen.server.engine.interface import (AsyncEngine, EngineRequest, EngineStats,
-                                             SamplingParams, TokenOutput)
+from loadgen.server.engine.interface import AsyncEngine, EngineRequest, EngineStats, SamplingParams, TokenOutput
 from loadgen.server.engine.kv_cache import KVCacheManager
 from loadgen.server.engine.models import MODELS, ModelShape, get_model
 from loadgen.server.engine.runner import ModelRunner, StepResult
@@ -25,8 +24,23 @@ from loadgen.server.engine.scheduler import EngineConfig, Scheduler
 from loadgen.server.engine.streams import OutputStreams
 
 __all__ = [
-    "ScheduledBatch", "ScheduledSeq", "Core", "EngineCore", "ManualClock", "AsyncEngine",
-    "EngineRequest", "EngineStats", "SamplingParams", "TokenOutput", "KVCacheManager",
-    "MODELS", "ModelShape", "get_model", "ModelRunner", "StepResult", "EngineConfig",
-    "Scheduler", "OutputStreams",
+    "MODELS",
+    "AsyncEngine",
+    "Core",
+    "EngineConfig",
+    "EngineCore",
+    "EngineRequest",
+    "EngineStats",
+    "KVCacheManager",
+    "ManualClock",
+    "ModelRunner",
+    "ModelShape",
+    "OutputStreams",
+    "SamplingParams",
+    "ScheduledBatch",
+    "ScheduledSeq",
+    "Scheduler",
+    "StepResult",
+    "TokenOutput",
+    "get_model",
 ]

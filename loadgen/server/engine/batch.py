@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from loadgen.server.engine.interface import SamplingParams
 
-__all__ = ["ScheduledSeq", "ScheduledBatch"]
+__all__ = ["ScheduledBatch", "ScheduledSeq"]
 
 
 @dataclass(slots=True)

@@ -19,14 +19,15 @@ from the same :meth:`EngineCore.poll`: one poll runs one step.
 from __future__ import annotations
 
 import math
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from loadgen.server.engine.batch import ScheduledBatch
 from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
 from loadgen.server.engine.runner import ModelRunner, StepResult
 from loadgen.server.engine.scheduler import EngineConfig, Scheduler
 
-__all__ = ["Clock", "StepHook", "Core", "EngineCore", "ManualClock", "poll_due"]
+__all__ = ["Clock", "Core", "EngineCore", "ManualClock", "StepHook", "poll_due"]
 
 Clock = Callable[[], float]
 StepHook = Callable[[ScheduledBatch, StepResult, float, float], None]  # batch, result, start, end
@@ -100,9 +101,17 @@ class EngineCore:
     runner computes the step (see the module docstring).
     """
 
-    def __init__(self, config: EngineConfig, runner: ModelRunner, clock: Clock, *,
-                 time_scale: float = 1.0, on_step: StepHook | None = None,
-                 max_steps_per_poll: int = 64, realtime: bool = False) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        runner: ModelRunner,
+        clock: Clock,
+        *,
+        time_scale: float = 1.0,
+        on_step: StepHook | None = None,
+        max_steps_per_poll: int = 64,
+        realtime: bool = False,
+    ) -> None:
         if not time_scale > 0.0:
             raise ValueError("time_scale must be > 0")
         self.runner = runner
@@ -121,8 +130,9 @@ class EngineCore:
         self.busy_s = 0.0  # clock seconds of the steps started so far
 
     # ------------------------------------------------------------------ inputs
-    def add_request(self, request: EngineRequest, *, at: float | None = None,
-                    num_external_tokens: int = 0, hold_kv: bool = False) -> None:
+    def add_request(
+        self, request: EngineRequest, *, at: float | None = None, num_external_tokens: int = 0, hold_kv: bool = False
+    ) -> None:
         """Queue a request arriving at ``at`` (default: the clock). Raises on rejection.
         ``hold_kv``: its blocks outlive it until :meth:`release` (a prefill pool's)."""
         self._t = self.clock() if at is None else at

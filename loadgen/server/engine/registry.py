@@ -36,12 +36,10 @@ class Registry(dict[str, T]):
 
         return register
 
-    def lookup(self, name: str, valid: Iterable[str] | None = None, *,
-               what: str | None = None) -> T:
+    def lookup(self, name: str, valid: Iterable[str] | None = None, *, what: str | None = None) -> T:
         """The preset called ``name``, if it is among ``valid`` (default: every name)."""
         names = list(self if valid is None else valid)
         found = name.strip().lower()
         if found not in names:
-            raise ConfigError(f"unknown {what or self.what} {name!r}; valid: {', '.join(names)}",
-                              key=self.key)
+            raise ConfigError(f"unknown {what or self.what} {name!r}; valid: {', '.join(names)}", key=self.key)
         return self[found]

@@ -31,7 +31,7 @@ from typing import Protocol
 
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 
-__all__ = ["StepResult", "ModelRunner", "request_seed"]
+__all__ = ["ModelRunner", "StepResult", "request_seed"]
 
 
 @dataclass(slots=True)

@@ -42,16 +42,16 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from loadgen.errors import EngineError, PromptTooLong, QueueFull
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
 from loadgen.server.engine.kv_cache import CachedPrefix, KVCacheManager
-from loadgen.server.engine.sequence import Sequence, SeqStatus
+from loadgen.server.engine.sequence import SeqStatus, Sequence
 
-__all__ = ["EngineConfig", "Scheduler", "ScheduledSeq", "ScheduledBatch"]  # the last two re-exported
+__all__ = ["EngineConfig", "ScheduledBatch", "ScheduledSeq", "Scheduler"]  # the last two re-exported
 
 Clock = Callable[[], float]
 
@@ -100,8 +100,7 @@ class Scheduler:
         self.num_computed_prompt_tokens = 0  # prefill work done (excludes cache hits)
 
     # ------------------------------------------------------------------ requests
-    def add_request(self, request: EngineRequest, *, num_external_tokens: int = 0,
-                    hold_kv: bool = False) -> None:
+    def add_request(self, request: EngineRequest, *, num_external_tokens: int = 0, hold_kv: bool = False) -> None:
         """Queue a request. Raises :class:`PromptTooLong`, :class:`QueueFull` or
         :class:`EngineError` (empty prompt, bad ``max_tokens``, duplicate id).
 
@@ -130,20 +129,28 @@ class Scheduler:
         if total > cfg.max_model_len:
             raise PromptTooLong(
                 f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
-                f"exceeds the context length of {cfg.max_model_len} tokens")
+                f"exceeds the context length of {cfg.max_model_len} tokens"
+            )
         if not cfg.enable_chunked_prefill and total > cfg.max_num_batched_tokens:
             raise PromptTooLong(
                 f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
                 f"exceeds max_num_batched_tokens ({cfg.max_num_batched_tokens}), the longest "
-                f"sequence an engine without chunked prefill can recompute in one step")
+                f"sequence an engine without chunked prefill can recompute in one step"
+            )
         if self.kv.blocks_for(total) > cfg.num_gpu_blocks:
             raise PromptTooLong(
                 f"prompt + max_tokens = {total} tokens exceeds the KV cache "
-                f"({cfg.num_gpu_blocks * cfg.block_size} tokens)")
+                f"({cfg.num_gpu_blocks * cfg.block_size} tokens)"
+            )
         return Sequence(
-            seq_id=next(self._seq_ids), request_id=request.request_id, params=params,
-            token_ids=list(prompt), num_prompt_tokens=len(prompt), arrival_s=self._now(),
-            num_external_tokens=min(num_external_tokens, len(prompt) - 1))
+            seq_id=next(self._seq_ids),
+            request_id=request.request_id,
+            params=params,
+            token_ids=list(prompt),
+            num_prompt_tokens=len(prompt),
+            arrival_s=self._now(),
+            num_external_tokens=min(num_external_tokens, len(prompt) - 1),
+        )
 
     def _register(self, seq: Sequence) -> None:
         self._by_request[seq.request_id] = seq
@@ -237,8 +244,7 @@ class Scheduler:
                 scheduled.add(seq.seq_id)
                 budget -= n
 
-        while (not batch.preempted_seq_ids and self.waiting and budget > 0
-               and len(self.running) < cfg.max_num_seqs):
+        while not batch.preempted_seq_ids and self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             seq = self.waiting[0]
             received = self.kv.has_seq(seq.seq_id)  # its KV arrived into reserved blocks
             prefix = CachedPrefix(block_size=cfg.block_size) if received else self._lookup_prefix(seq)
@@ -284,8 +290,7 @@ class Scheduler:
             hashes = seq.update_block_hashes(self.config.block_size)
             self.kv.cache_full_blocks(seq.seq_id, hashes, num_tokens)
 
-    def _allocate_running(self, seq: Sequence, n: int, scheduled: set[int],
-                          batch: ScheduledBatch) -> bool:
+    def _allocate_running(self, seq: Sequence, n: int, scheduled: set[int], batch: ScheduledBatch) -> bool:
         """Make room for ``n`` more tokens, preempting newer requests; False if ``seq``
         itself had to be preempted."""
         while not self.kv.allocate(seq.seq_id, seq.num_computed_tokens + n):
@@ -306,15 +311,23 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
-    def _add_to_batch(self, batch: ScheduledBatch, seq: Sequence, n: int, now: float,
-                      is_decode: bool) -> None:
+    def _add_to_batch(self, batch: ScheduledBatch, seq: Sequence, n: int, now: float, is_decode: bool) -> None:
         start = seq.num_computed_tokens
         if seq.first_scheduled_s is None:
             seq.first_scheduled_s = now
         tokens = seq.token_ids
-        batch.seqs.append(ScheduledSeq(
-            seq.seq_id, seq.request_id, tokens[start:start + n], start,
-            self.kv.block_table(seq.seq_id), start + n == len(tokens), is_decode, seq.params))
+        batch.seqs.append(
+            ScheduledSeq(
+                seq.seq_id,
+                seq.request_id,
+                tokens[start : start + n],
+                start,
+                self.kv.block_table(seq.seq_id),
+                start + n == len(tokens),
+                is_decode,
+                seq.params,
+            )
+        )
 
     # ------------------------------------------------------------------ results
     def update(self, batch: ScheduledBatch, sampled: dict[int, list[int]]) -> list[TokenOutput]:
@@ -405,12 +418,15 @@ class Scheduler:
         """Gauges and counters (token counters as in vLLM: prompt tokens counted when a
         request's first token is produced)."""
         return EngineStats(
-            running=len(self.running), waiting=len(self.waiting) + len(self._receiving),
+            running=len(self.running),
+            waiting=len(self.waiting) + len(self._receiving),
             kv_usage=self.kv.usage,
             prefix_cache_queries=self.kv.prefix_cache_queries,
             prefix_cache_hits=self.kv.prefix_cache_hits,
             prefix_cache_preempted_queries=self.kv.prefix_cache_preempted_queries,
             prefix_cache_preempted_hits=self.kv.prefix_cache_preempted_hits,
             preemptions=self.num_preemptions,
-            prompt_tokens=self.num_prompt_tokens, generation_tokens=self.num_generation_tokens,
-            steps=self._step)
+            prompt_tokens=self.num_prompt_tokens,
+            generation_tokens=self.num_generation_tokens,
+            steps=self._step,
+        )

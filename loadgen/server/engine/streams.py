@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from typing import AsyncGenerator, Iterable, Union
+from collections.abc import AsyncGenerator, Iterable
 
 from loadgen.errors import EngineError
 from loadgen.server.engine.interface import EngineRequest, TokenOutput
 
 __all__ = ["OutputStreams"]
 
-_Item = Union[TokenOutput, BaseException]
+_Item = TokenOutput | BaseException
 
 
 class OutputStreams(ABC):

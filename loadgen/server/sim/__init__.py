@@ -18,5 +18,15 @@ from loadgen.server.sim.gpus import GPUS, GpuSpec, get_gpu
 from loadgen.server.sim.roofline import RooflineModel, StepCost
 from loadgen.server.sim.runner import SimRunner, sim_token
 
-__all__ = ["sim_engine", "DisaggCore", "SimEngine", "GPUS", "GpuSpec", "get_gpu",
-           "RooflineModel", "StepCost", "SimRunner", "sim_token"]
+__all__ = [
+    "GPUS",
+    "DisaggCore",
+    "GpuSpec",
+    "RooflineModel",
+    "SimEngine",
+    "SimRunner",
+    "StepCost",
+    "get_gpu",
+    "sim_engine",
+    "sim_token",
+]

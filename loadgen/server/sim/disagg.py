@@ -29,9 +29,8 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from loadgen.errors import PromptTooLong
 from loadgen.server.engine.core import Clock, EngineCore, poll_due
@@ -62,9 +61,16 @@ class DisaggCore:
     ``time_scale`` like step times.
     """
 
-    def __init__(self, prefill: EngineCore | Sequence[EngineCore], decode: EngineCore | Sequence[EngineCore],
-                 kv_transfer_s: Callable[[int, int, int], float], clock: Clock, *,
-                 time_scale: float = 1.0, max_events_per_poll: int = 128) -> None:
+    def __init__(
+        self,
+        prefill: EngineCore | Sequence[EngineCore],
+        decode: EngineCore | Sequence[EngineCore],
+        kv_transfer_s: Callable[[int, int, int], float],
+        clock: Clock,
+        *,
+        time_scale: float = 1.0,
+        max_events_per_poll: int = 128,
+    ) -> None:
         self.prefills = [prefill] if isinstance(prefill, EngineCore) else list(prefill)
         self.decodes = [decode] if isinstance(decode, EngineCore) else list(decode)
         self.kv_transfer_s = kv_transfer_s
@@ -105,14 +111,18 @@ class DisaggCore:
             raise PromptTooLong(
                 f"prompt ({len(request.prompt_token_ids)} tokens) + max_tokens "
                 f"({request.params.max_tokens}) = {total} exceeds the context length of "
-                f"{dec.config.max_model_len} tokens")
+                f"{dec.config.max_model_len} tokens"
+            )
         if dec.kv.blocks_for(total) > dec.config.num_gpu_blocks:
-            raise PromptTooLong(f"prompt + max_tokens = {total} tokens exceeds the decode "
-                                f"pool's KV cache ({dec.config.num_gpu_blocks * dec.config.block_size} tokens)")
+            raise PromptTooLong(
+                f"prompt + max_tokens = {total} tokens exceeds the decode "
+                f"pool's KV cache ({dec.config.num_gpu_blocks * dec.config.block_size} tokens)"
+            )
         index = self._next_prefill
         params = replace(request.params, max_tokens=1, min_tokens=0)
-        self.prefills[index].add_request(EngineRequest(request.request_id, request.prompt_token_ids, params),
-                                         at=now, hold_kv=True)
+        self.prefills[index].add_request(
+            EngineRequest(request.request_id, request.prompt_token_ids, params), at=now, hold_kv=True
+        )
         self._next_prefill = (index + 1) % len(self.prefills)
         self._pending[request.request_id] = _Pending(request, now, next(self._tickets), index)
 
@@ -181,8 +191,7 @@ class DisaggCore:
             order = sorted(range(len(self.decodes)), key=lambda d: self._load(d))
             for d in order:
                 core = self.decodes[d]
-                if core.reserve(req, at=max(t, record.prefill_done_s),
-                                num_external_tokens=len(req.prompt_token_ids)):
+                if core.reserve(req, at=max(t, record.prefill_done_s), num_external_tokens=len(req.prompt_token_ids)):
                     break
             else:
                 return  # no decode engine has room: wait for one to free blocks (FIFO)
@@ -253,4 +262,5 @@ class DisaggCore:
             prompt_tokens=sum(s.prompt_tokens for s in pre),
             generation_tokens=sum(s.generation_tokens for s in dec),
             steps=sum(s.steps for s in pre + dec),
-            busy_s=sum(s.busy_s for s in pre + dec))
+            busy_s=sum(s.busy_s for s in pre + dec),
+        )

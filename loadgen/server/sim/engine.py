@@ -14,6 +14,7 @@ The clock defaults to ``time.monotonic``, which is what asyncio's default event 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from loadgen.errors import EngineError
@@ -29,8 +30,16 @@ __all__ = ["SimEngine"]
 class SimEngine(OutputStreams):
     """An :class:`AsyncEngine` over a core (a single pool or a disaggregated pair)."""
 
-    def __init__(self, core: Core, *, model_name: str, vocab_size: int, max_model_len: int,
-                 clock: Clock = time.monotonic, telemetry: GpuTelemetry | None = None) -> None:
+    def __init__(
+        self,
+        core: Core,
+        *,
+        model_name: str,
+        vocab_size: int,
+        max_model_len: int,
+        clock: Clock = time.monotonic,
+        telemetry: GpuTelemetry | None = None,
+    ) -> None:
         super().__init__()
         self.telemetry = telemetry
         self.core = core
@@ -55,10 +64,8 @@ class SimEngine(OutputStreams):
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
         for request_id in self.end_all():
             self.core.abort(request_id)
 

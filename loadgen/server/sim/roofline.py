@@ -63,14 +63,14 @@ half the KV bytes read and written, twice the tokens per GB; attention math stay
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from loadgen.errors import EngineError
 from loadgen.server.engine.models import ModelShape
 from loadgen.server.sim.gpus import GpuSpec
 
-__all__ = ["KernelCost", "StepCost", "RooflineModel", "DTYPES", "KV_CACHE_DTYPES"]
+__all__ = ["DTYPES", "KV_CACHE_DTYPES", "KernelCost", "RooflineModel", "StepCost"]
 
 DTYPES = ("bf16", "fp8")
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -122,7 +122,6 @@ class StepCost:
         overhead."""
         return self.kernel_s + self.latency_s + self.comm_s + self.overhead_s
 
-
     def kernel(self, name: str) -> KernelCost | None:
         """The kernel group called ``name`` (None when the step has none)."""
         return next((k for k in self.kernels if k.name == name), None)
@@ -137,10 +136,22 @@ class RooflineModel:
     speculative tokens).
     """
 
-    def __init__(self, gpu: GpuSpec, model: ModelShape, tp: int = 1, *, mfu: float = 0.6,
-                 mbu: float = 0.8, overhead_s: float = 5e-4, allreduce_latency_s: float = 20e-6,
-                 gemm_half_m: float = 128.0, layer_latency_s: float = 30e-6, dtype: str = "bf16",
-                 kv_cache_dtype: str = "auto", decode_query_len: int = 1) -> None:
+    def __init__(
+        self,
+        gpu: GpuSpec,
+        model: ModelShape,
+        tp: int = 1,
+        *,
+        mfu: float = 0.6,
+        mbu: float = 0.8,
+        overhead_s: float = 5e-4,
+        allreduce_latency_s: float = 20e-6,
+        gemm_half_m: float = 128.0,
+        layer_latency_s: float = 30e-6,
+        dtype: str = "bf16",
+        kv_cache_dtype: str = "auto",
+        decode_query_len: int = 1,
+    ) -> None:
         if dtype not in DTYPES or kv_cache_dtype not in KV_CACHE_DTYPES:
             raise EngineError(f"unknown dtype {dtype!r} / kv cache dtype {kv_cache_dtype!r}")
         self.gpu, self.model, self.tp = gpu, model, tp
@@ -163,8 +174,7 @@ class RooflineModel:
         self._expert_params = L * m.expert_params_per_layer
         # activations in and out of the GEMMs, per token (all layers)
         self._attn_act = L * ACT_BYTES * (2 * m.hidden_size + 2 * m.q_size + 2 * m.kv_size)
-        self._mlp_act = L * ACT_BYTES * m.experts_per_token * (2 * m.hidden_size
-                                                               + 3 * m.intermediate_size)
+        self._mlp_act = L * ACT_BYTES * m.experts_per_token * (2 * m.hidden_size + 3 * m.intermediate_size)
         self._attn_flops_per_pair = 4.0 * L * m.q_size
 
     # ------------------------------------------------------------------ memory
@@ -173,12 +183,16 @@ class RooflineModel:
         """All weights (every GPU together): linear layers at ``dtype``, embedding, LM
         head and norms at the model's precision."""
         m = self.model
-        linear = m.num_layers * (m.attn_params_per_layer
-                                 + m.num_experts * m.expert_params_per_layer)
+        linear = m.num_layers * (m.attn_params_per_layer + m.num_experts * m.expert_params_per_layer)
         return linear * self.weight_bytes_per_param + (m.num_params - linear) * m.bytes_per_param
 
-    def num_kv_blocks(self, block_size: int = 16, gpu_memory_utilization: float = 0.9,
-                      extra_bytes_per_gpu: float = 0.0, extra_kv_bytes_per_token: float = 0.0) -> int:
+    def num_kv_blocks(
+        self,
+        block_size: int = 16,
+        gpu_memory_utilization: float = 0.9,
+        extra_bytes_per_gpu: float = 0.0,
+        extra_kv_bytes_per_token: float = 0.0,
+    ) -> int:
         """KV blocks that fit: GPU memory * utilisation minus the weights (and
         ``extra_bytes_per_gpu``, a draft model's weights), per GPU; each token costs
         ``extra_kv_bytes_per_token`` more (a draft model's KV)."""
@@ -190,7 +204,8 @@ class RooflineModel:
             raise EngineError(
                 f"{self.model.name} needs {weights / 1e9:.1f} GB of weights per GPU, more than "
                 f"{gpu_memory_utilization:.0%} of a {self.gpu.name}'s "
-                f"{self.gpu.memory_bytes / 1e9:.0f} GB; use a larger --tp")
+                f"{self.gpu.memory_bytes / 1e9:.0f} GB; use a larger --tp"
+            )
         return blocks
 
     def kv_transfer_s(self, num_tokens: int, link_bytes_per_s: float) -> float:
@@ -228,35 +243,75 @@ class RooflineModel:
         if tokens == 0:
             return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         wb, kv = self.weight_bytes_per_param, self.kv_bytes_per_token_per_gpu
-        kernels = [self._kernel("projections", 2.0 * self._attn_params * tokens / tp,
-                                (self._attn_params * wb + self._attn_act * tokens) / tp,
-                                self.gemm_peak, tokens)]
+        kernels = [
+            self._kernel(
+                "projections",
+                2.0 * self._attn_params * tokens / tp,
+                (self._attn_params * wb + self._attn_act * tokens) / tp,
+                self.gemm_peak,
+                tokens,
+            )
+        ]
         experts, k = m.num_experts, m.experts_per_token
         touched = experts * (1.0 - (1.0 - k / experts) ** tokens) if experts > 1 else 1.0
         mlp_bytes = (self._router_params + self._expert_params * touched) * wb + self._mlp_act * tokens
-        kernels.append(self._kernel("mlp", 2.0 * (self._router_params + k * self._expert_params) * tokens / tp,
-                                    mlp_bytes / tp, self.gemm_peak, tokens * k / experts))
+        kernels.append(
+            self._kernel(
+                "mlp",
+                2.0 * (self._router_params + k * self._expert_params) * tokens / tp,
+                mlp_bytes / tp,
+                self.gemm_peak,
+                tokens * k / experts,
+            )
+        )
         act = ACT_BYTES * m.num_layers * 2 * m.q_size / tp  # Q in, O out per token
         if pre_tokens:
-            kernels.append(self._kernel("attention_prefill", self._attn_flops_per_pair * pre_pairs / tp,
-                                        (pre_context + pre_tokens) * kv + pre_tokens * act,
-                                        self.gpu.peak_flops, pre_tokens))
+            kernels.append(
+                self._kernel(
+                    "attention_prefill",
+                    self._attn_flops_per_pair * pre_pairs / tp,
+                    (pre_context + pre_tokens) * kv + pre_tokens * act,
+                    self.gpu.peak_flops,
+                    pre_tokens,
+                )
+            )
         if dec_tokens:
-            kernels.append(self._kernel("attention_decode", self._attn_flops_per_pair * dec_pairs / tp,
-                                        (dec_context + dec_tokens) * kv + dec_tokens * act,
-                                        self.gpu.peak_flops, 0))
+            kernels.append(
+                self._kernel(
+                    "attention_decode",
+                    self._attn_flops_per_pair * dec_pairs / tp,
+                    (dec_context + dec_tokens) * kv + dec_tokens * act,
+                    self.gpu.peak_flops,
+                    0,
+                )
+            )
         if sampled:
             head_bytes = m.lm_head_params * m.bytes_per_param + sampled * (
-                m.hidden_size * ACT_BYTES + m.vocab_size * LOGIT_BYTES)
-            kernels.append(self._kernel("lm_head", 2.0 * m.hidden_size * m.vocab_size * sampled / tp,
-                                        head_bytes / tp, self.gpu.peak_flops, sampled))
+                m.hidden_size * ACT_BYTES + m.vocab_size * LOGIT_BYTES
+            )
+            kernels.append(
+                self._kernel(
+                    "lm_head",
+                    2.0 * m.hidden_size * m.vocab_size * sampled / tp,
+                    head_bytes / tp,
+                    self.gpu.peak_flops,
+                    sampled,
+                )
+            )
         comm = 0.0
         if tp > 1:
             volume = 2.0 * (tp - 1) / tp * tokens * m.hidden_size * ACT_BYTES
             comm = 2 * m.num_layers * (self.allreduce_latency_s + volume / self.gpu.link_bandwidth)
-        return StepCost(sum(x.flops for x in kernels), sum(x.bytes for x in kernels),
-                        sum(x.compute_s for x in kernels), sum(x.memory_s for x in kernels),
-                        comm, self.overhead_s, tuple(kernels), m.num_layers * self.layer_latency_s)
+        return StepCost(
+            sum(x.flops for x in kernels),
+            sum(x.bytes for x in kernels),
+            sum(x.compute_s for x in kernels),
+            sum(x.memory_s for x in kernels),
+            comm,
+            self.overhead_s,
+            tuple(kernels),
+            m.num_layers * self.layer_latency_s,
+        )
 
     def step_time(self, seqs: Iterable[tuple[int, int, bool]]) -> float:
         """``step_cost(seqs).total_s``."""

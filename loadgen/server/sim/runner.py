@@ -21,8 +21,8 @@ token budget counts one token per decode, not ``K + 1`` (vLLM counts the drafts 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from loadgen.errors import EngineError
 from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
@@ -60,8 +60,7 @@ def _mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def sim_token(seed: int, position: int, vocab_size: int, avoid: Iterable[int] = (),
-              min_token_id: int = 0) -> int:
+def sim_token(seed: int, position: int, vocab_size: int, avoid: Iterable[int] = (), min_token_id: int = 0) -> int:
     """The sim's token at ``position`` of a request seeded ``seed``: an id in
     ``[min_token_id, vocab_size)`` that is not in ``avoid``."""
     span = vocab_size - min_token_id
@@ -87,9 +86,17 @@ class SimRunner:
     ends this way). ``temperature`` is ignored.
     """
 
-    def __init__(self, roofline: RooflineModel, *, seed: int = 0, jitter: float = 0.0,
-                 eos_probability: float = 0.0, eos_token_id: int | None = None,
-                 min_token_id: int = 0, speculation: Speculation | None = None) -> None:
+    def __init__(
+        self,
+        roofline: RooflineModel,
+        *,
+        seed: int = 0,
+        jitter: float = 0.0,
+        eos_probability: float = 0.0,
+        eos_token_id: int | None = None,
+        min_token_id: int = 0,
+        speculation: Speculation | None = None,
+    ) -> None:
         self.roofline = roofline
         self.vocab_size = roofline.model.vocab_size
         self.eos_token_id = roofline.model.eos_token_id if eos_token_id is None else eos_token_id
@@ -110,8 +117,7 @@ class SimRunner:
             duration = cost.total_s
             sampled = {s.seq_id: [self._sample(s)] for s in batch.seqs if s.sample}
         else:
-            verify = [(spec.tokens + 1 if s.is_decode else len(s.token_ids), s.start_pos, s.sample)
-                      for s in batch.seqs]
+            verify = [(spec.tokens + 1 if s.is_decode else len(s.token_ids), s.start_pos, s.sample) for s in batch.seqs]
             cost = self.roofline.step_cost(verify)
             self.last_cost = cost
             duration = cost.total_s
@@ -119,10 +125,11 @@ class SimRunner:
             if spec.draft is not None and decodes:
                 draft = spec.draft.step_cost(decodes)
                 duration += spec.tokens * (draft.kernel_s + draft.latency_s + draft.comm_s)
-            sampled = {s.seq_id: self._speculate(s, spec) if s.is_decode else [self._sample(s)]
-                       for s in batch.seqs if s.sample}
+            sampled = {
+                s.seq_id: self._speculate(s, spec) if s.is_decode else [self._sample(s)] for s in batch.seqs if s.sample
+            }
         if self.jitter > 0.0:
-            duration *= self._rng.lognormvariate(-self.jitter ** 2 / 2, self.jitter)
+            duration *= self._rng.lognormvariate(-(self.jitter**2) / 2, self.jitter)
         return StepResult(sampled, duration)
 
     def _speculate(self, seq: ScheduledSeq, spec: Speculation) -> list[int]:
@@ -131,7 +138,7 @@ class SimRunner:
         accepted = 0
         while accepted < spec.tokens:
             draw = _mix64(((seed * 0x100000001B3 + position + accepted) ^ _ACCEPT_SALT) & _MASK)
-            if draw / 2.0 ** 64 >= spec.acceptance_rate:
+            if draw / 2.0**64 >= spec.acceptance_rate:
                 break
             accepted += 1
         return [self._sample(seq, position + i) for i in range(accepted + 1)]
@@ -141,7 +148,7 @@ class SimRunner:
         position = seq.context_len if position is None else position
         if self.eos_probability > 0.0 and self.eos_token_id is not None:
             draw = _mix64(((seed * 0x100000001B3 + position) ^ _EOS_SALT) & _MASK)
-            if draw / 2.0 ** 64 < self.eos_probability:
+            if draw / 2.0**64 < self.eos_probability:
                 return self.eos_token_id
         stops = seq.params.stop_token_ids
         avoid = self._eos_only if not stops else {*self._eos_only, *stops}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from loadgen.server.sim.gpus import GpuSpec
 
-__all__ = ["IDLE_SHARE", "GpuSample", "Pool", "GpuTelemetry"]
+__all__ = ["IDLE_SHARE", "GpuSample", "GpuTelemetry", "Pool"]
 
 IDLE_SHARE = 0.10
 

@@ -21,4 +21,4 @@ this package does not import torch.
 from loadgen.server.torch.engine import TorchEngine, torch_engine
 from loadgen.server.torch.loader import build_model, load_tokenizer, model_names, resolve_dtype
 
-__all__ = ["TorchEngine", "torch_engine", "build_model", "load_tokenizer", "model_names", "resolve_dtype"]
+__all__ = ["TorchEngine", "build_model", "load_tokenizer", "model_names", "resolve_dtype", "torch_engine"]

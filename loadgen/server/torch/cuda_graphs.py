@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 
 from loadgen.server.engine.batch import ScheduledSeq
 
-__all__ = ["DecodeGraphs", "PaddedDecoder", "bucket", "block_bucket", "capture_plan"]
+__all__ = ["DecodeGraphs", "PaddedDecoder", "block_bucket", "bucket", "capture_plan"]
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,9 @@ def block_bucket(context_len: int, block_size: int) -> int:
     return 1 << (blocks - 1).bit_length()
 
 
-def capture_plan(batch_sizes: Sequence[int], block_size: int, max_context_len: int,
-                 memory_bytes: int, token_bytes: int) -> list[tuple[int, int]]:
+def capture_plan(
+    batch_sizes: Sequence[int], block_size: int, max_context_len: int, memory_bytes: int, token_bytes: int
+) -> list[tuple[int, int]]:
     """The (batch, blocks) shapes captured at start-up: every batch size times every
     power-of-two block count up to the longest context's, less those whose gathered K and V
     of one layer (``batch * blocks * block_size * token_bytes``) exceed ``memory_bytes``."""
@@ -71,14 +73,18 @@ class PaddedDecoder(Protocol):
     block_size: int
     null_block: int  # padded rows write their K/V here
 
-    def padded_inputs(self, seqs: Sequence[ScheduledSeq], batch_size: int,
-                      num_blocks: int) -> tuple[torch.Tensor, ...]:
+    def padded_inputs(self, seqs: Sequence[ScheduledSeq], batch_size: int, num_blocks: int) -> tuple[torch.Tensor, ...]:
         """CPU tensors: ids, positions, slots, block tables, context lengths."""
         ...
 
-    def decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                       slots: torch.Tensor, tables: torch.Tensor,
-                       context_lens: torch.Tensor) -> torch.Tensor:
+    def decode_forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        tables: torch.Tensor,
+        context_lens: torch.Tensor,
+    ) -> torch.Tensor:
         """Final hidden states ``[batch, hidden]`` of a padded decode-only step."""
         ...
 
@@ -97,8 +103,7 @@ class DecodeGraphs:
     ``token_bytes``: K and V of one token in one layer, to bound a shape's gathered K/V.
     """
 
-    def __init__(self, runner: PaddedDecoder, batch_sizes: Sequence[int],
-                 memory_bytes: int, token_bytes: int) -> None:
+    def __init__(self, runner: PaddedDecoder, batch_sizes: Sequence[int], memory_bytes: int, token_bytes: int) -> None:
         self.runner = runner
         self.batch_sizes = sorted(batch_sizes)
         self.memory_bytes = memory_bytes
@@ -135,8 +140,9 @@ class DecodeGraphs:
         """Capture every shape of :func:`capture_plan`; ``(graphs, seconds)``. A failed
         capture switches graphs off (the reason is logged once): decodes run eagerly."""
         started = time.perf_counter()
-        plan = capture_plan(self.batch_sizes, self.runner.block_size, max_context_len,
-                            self.memory_bytes, self.token_bytes)
+        plan = capture_plan(
+            self.batch_sizes, self.runner.block_size, max_context_len, self.memory_bytes, self.token_bytes
+        )
         for batch, blocks in plan:
             try:
                 self.graphs[(batch, blocks)] = self._capture(batch, blocks)

@@ -90,15 +90,22 @@ class TorchEngine(OutputStreams):
         self._to_engine, self._from_engine = to_engine_w, from_engine_r
         if self.config.torch.engine_mode == "process":
             ctx = mp.get_context("spawn")
-            self.process = ctx.Process(target=engine_main, name="loadgen-engine", daemon=True,
-                                       args=(to_engine_r, from_engine_w, self.config, True))
+            self.process = ctx.Process(
+                target=engine_main,
+                name="loadgen-engine",
+                daemon=True,
+                args=(to_engine_r, from_engine_w, self.config, True),
+            )
             self.process.start()
             to_engine_r.close()  # the child holds its own copies: EOF when either side dies
             from_engine_w.close()
         else:
-            self._thread = threading.Thread(target=engine_main, name="loadgen-engine",
-                                            args=(to_engine_r, from_engine_w, self.config, False),
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=engine_main,
+                name="loadgen-engine",
+                args=(to_engine_r, from_engine_w, self.config, False),
+                daemon=True,
+            )
             self._thread.start()
         msg = await self._loop.run_in_executor(None, self._wait_ready)
         if msg[0] != "ready":

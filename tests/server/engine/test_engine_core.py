@@ -3,6 +3,8 @@ stall a long prompt causes with and without chunked prefill (through the rooflin
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from loadgen.server.engine.batch import ScheduledBatch
@@ -22,10 +24,11 @@ def sim_core(**cfg: object) -> tuple[EngineCore, ManualClock, RooflineModel, lis
     clock = ManualClock()
     roofline = RooflineModel(get_gpu("h100"), get_model("llama-3.1-8b"))
     steps: list[Step] = []
-    args: dict = dict(num_gpu_blocks=4096, max_model_len=32768)
+    args: dict = {"num_gpu_blocks": 4096, "max_model_len": 32768}
     args.update(cfg)
-    core = EngineCore(EngineConfig(**args), SimRunner(roofline), clock,
-                      on_step=lambda b, r, s, e: steps.append((b, r, s, e)))
+    core = EngineCore(
+        EngineConfig(**args), SimRunner(roofline), clock, on_step=lambda b, r, s, e: steps.append((b, r, s, e))
+    )
     return core, clock, roofline, steps
 
 
@@ -33,8 +36,9 @@ def req(rid: str, n: int, max_tokens: int) -> EngineRequest:
     return EngineRequest(rid, [5] * n, SamplingParams(max_tokens=max_tokens))
 
 
-def run_events(core: EngineCore, clock: ManualClock, max_events: int = 100_000,
-               stop: str | None = None, must_end: bool = True) -> list[tuple[float, TokenOutput]]:
+def run_events(
+    core: EngineCore, clock: ManualClock, max_events: int = 100_000, stop: str | None = None, must_end: bool = True
+) -> list[tuple[float, TokenOutput]]:
     """Process events one by one at their exact times; (time, output) pairs."""
     got: list[tuple[float, TokenOutput]] = []
     for _ in range(max_events):
@@ -135,8 +139,7 @@ def test_a_real_runner_step_ends_when_execute_returns() -> None:
 def test_in_real_time_one_poll_runs_one_step_and_returns_its_outputs() -> None:
     """The torch engine's loop: a step starts at the clock, its tokens come back at once."""
     clock = ManualClock(10.0)
-    core = EngineCore(EngineConfig(num_gpu_blocks=64), MeasuredRunner(clock), clock,
-                      realtime=True)
+    core = EngineCore(EngineConfig(num_gpu_blocks=64), MeasuredRunner(clock), clock, realtime=True)
     core.add_request(req("a", 10, 3), at=9.0)  # sent a second before the engine saw it
     assert [o.token_ids for o in core.poll()] == [[9]] and clock.t == pytest.approx(10.01)
     assert core.next_event_time() == pytest.approx(10.01)
@@ -156,8 +159,9 @@ def stall(chunked: bool) -> tuple[float, float, EngineCore, RooflineModel, list[
     """32 chat users decoding when a 16k-token prompt arrives; returns the longest gap
     between two tokens of a decoding user while the long prompt prefills, and its TTFT."""
     # unchunked, the budget is max_model_len (vLLM's rule, see SchedulerLimits)
-    core, clock, roofline, steps = sim_core(max_num_batched_tokens=2048 if chunked else 32768,
-                                            enable_chunked_prefill=chunked)
+    core, clock, roofline, steps = sim_core(
+        max_num_batched_tokens=2048 if chunked else 32768, enable_chunked_prefill=chunked
+    )
     for i in range(32):
         core.add_request(req(f"chat{i}", 128, 400))
     for _ in range(10):  # until a step of 32 decodes is in flight
@@ -169,11 +173,11 @@ def stall(chunked: bool) -> tuple[float, float, EngineCore, RooflineModel, list[
     core.add_request(req("long", 16384, 1))
     first = len(steps)
     got = run_events(core, clock, stop="long")
-    long_steps = steps[first - 1:]  # the step in flight when it arrived, and the rest
+    long_steps = steps[first - 1 :]  # the step in flight when it arrived, and the rest
     times = [t for t, o in got if o.request_id == "chat0"]
-    worst_gap = max(b - a for a, b in zip(times, times[1:]))
+    worst_gap = max(b - a for a, b in itertools.pairwise(times))
     assert worst_gap == pytest.approx(max(e - s for _, _, s, e in long_steps[1:]))
-    ttft = [o for _, o in got if o.request_id == "long"][0].timings["ttft_s"]  # type: ignore[index]
+    ttft = next(o for _, o in got if o.request_id == "long").timings["ttft_s"]  # type: ignore[index]
     return worst_gap, ttft, core, roofline, long_steps
 
 
@@ -189,7 +193,7 @@ def test_chunked_prefill_bounds_the_stall_of_a_long_prompt() -> None:
 
 
 def test_without_chunking_the_stall_is_the_whole_prefill() -> None:
-    worst, ttft, _, roofline, steps = stall(chunked=False)
+    worst, _ttft, _, roofline, steps = stall(chunked=False)
     (big,) = [(b, s, e) for b, _, s, e in steps if any(x.request_id == "long" for x in b.seqs)]
     batch, start, end = big
     assert [x.num_tokens for x in batch.seqs if x.request_id == "long"] == [16384]
@@ -204,14 +208,12 @@ def test_without_chunking_the_stall_is_the_whole_prefill() -> None:
 def test_without_chunking_eight_1k_prompts_run_in_one_8k_step() -> None:
     # vLLM V1 without chunked prefill: whole prompts share a step up to the budget (which
     # is max_model_len), so eight simultaneous 1k-token prompts are one long step
-    core, clock, roofline, steps = sim_core(max_num_batched_tokens=32768,
-                                            enable_chunked_prefill=False)
+    core, clock, roofline, steps = sim_core(max_num_batched_tokens=32768, enable_chunked_prefill=False)
     for i in range(8):
         core.add_request(req(f"p{i}", 1024, 2))
     got = run_events(core, clock)
     first = steps[0]
-    assert [(s.request_id, s.num_tokens, s.start_pos) for s in first[0].seqs] == [
-        (f"p{i}", 1024, 0) for i in range(8)]
+    assert [(s.request_id, s.num_tokens, s.start_pos) for s in first[0].seqs] == [(f"p{i}", 1024, 0) for i in range(8)]
     assert first[0].num_tokens == 8192
     eight = roofline.step_time([(1024, 0, True)] * 8)
     assert first[3] - first[2] == pytest.approx(eight)
@@ -224,8 +226,7 @@ def test_without_chunking_eight_1k_prompts_run_in_one_8k_step() -> None:
 
 
 def test_without_chunking_admission_stops_at_the_first_prompt_that_does_not_fit() -> None:
-    core, clock, _, steps = sim_core(max_num_batched_tokens=4096, max_model_len=4096,
-                                     enable_chunked_prefill=False)
+    core, clock, _, steps = sim_core(max_num_batched_tokens=4096, max_model_len=4096, enable_chunked_prefill=False)
     for i, n in enumerate((1500, 1500, 1500, 100)):
         core.add_request(req(f"p{i}", n, 1))
     run_events(core, clock)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -16,8 +17,14 @@ EOS = 2
 
 
 def make(**overrides: object) -> tuple[Scheduler, ManualClock]:
-    args: dict = dict(block_size=4, num_gpu_blocks=256, max_num_batched_tokens=64, max_num_seqs=8,
-                      max_model_len=1024, eos_token_id=EOS)
+    args: dict = {
+        "block_size": 4,
+        "num_gpu_blocks": 256,
+        "max_num_batched_tokens": 64,
+        "max_num_seqs": 8,
+        "max_model_len": 1024,
+        "eos_token_id": EOS,
+    }
     args.update(overrides)
     clock = ManualClock()
     return Scheduler(EngineConfig(**args), now=clock), clock
@@ -32,9 +39,12 @@ def position_token(batch: ScheduledBatch) -> dict[int, list[int]]:
     return {s.seq_id: [1000 + s.context_len] for s in batch.seqs if s.sample}
 
 
-def step(s: Scheduler, clock: ManualClock, dt: float = 0.01,
-         sample: Callable[[ScheduledBatch], dict[int, list[int]]] = position_token,
-         ) -> tuple[ScheduledBatch, list[TokenOutput]]:
+def step(
+    s: Scheduler,
+    clock: ManualClock,
+    dt: float = 0.01,
+    sample: Callable[[ScheduledBatch], dict[int, list[int]]] = position_token,
+) -> tuple[ScheduledBatch, list[TokenOutput]]:
     batch = s.schedule()
     clock.t += dt
     return batch, (s.update(batch, sample(batch)) if batch.seqs else [])
@@ -66,9 +76,17 @@ def test_prefill_then_decodes_until_max_tokens_with_timings() -> None:
     batch, outs = step(s, clock, dt=0.1)
     (last,) = outs
     assert last.token_ids == [1012] and last.finish_reason == "length"
-    assert last.timings == pytest.approx({
-        "queue_s": 0.5, "prefill_s": 0.1, "decode_s": 0.2, "decode_steps": 2, "preemptions": 0,
-        "ttft_s": 0.6, "e2e_s": 0.8})
+    assert last.timings == pytest.approx(
+        {
+            "queue_s": 0.5,
+            "prefill_s": 0.1,
+            "decode_s": 0.2,
+            "decode_steps": 2,
+            "preemptions": 0,
+            "ttft_s": 0.6,
+            "e2e_s": 0.8,
+        }
+    )
     assert not s.has_unfinished() and s.kv.num_free_blocks == 256
     st = s.stats()
     assert (st.prompt_tokens, st.generation_tokens, st.steps, st.running, st.waiting) == (10, 3, 3, 0, 0)
@@ -76,18 +94,23 @@ def test_prefill_then_decodes_until_max_tokens_with_timings() -> None:
 
 def eos_at(k: int) -> Callable[[ScheduledBatch], dict[int, list[int]]]:
     """EOS as the k-th output token (1-based) and every token after it."""
+
     def sample(batch: ScheduledBatch) -> dict[int, list[int]]:
         return {s.seq_id: [EOS if s.context_len - 10 >= k - 1 else 7] for s in batch.seqs if s.sample}
+
     return sample
 
 
-@pytest.mark.parametrize(("params", "expected_tokens", "reason"), [
-    ({}, 2, "stop"),                                # EOS ends it, and is returned
-    ({"ignore_eos": True}, 6, "length"),           # EOS is just a token
-    ({"min_tokens": 4}, 4, "stop"),                 # EOS before min_tokens does not stop
-    ({"stop_token_ids": (7,)}, 1, "stop"),          # a stop token ends it
-    ({"stop_token_ids": (7,), "min_tokens": 2}, 2, "stop"),
-])
+@pytest.mark.parametrize(
+    ("params", "expected_tokens", "reason"),
+    [
+        ({}, 2, "stop"),  # EOS ends it, and is returned
+        ({"ignore_eos": True}, 6, "length"),  # EOS is just a token
+        ({"min_tokens": 4}, 4, "stop"),  # EOS before min_tokens does not stop
+        ({"stop_token_ids": (7,)}, 1, "stop"),  # a stop token ends it
+        ({"stop_token_ids": (7,), "min_tokens": 2}, 2, "stop"),
+    ],
+)
 def test_stop_conditions(params: dict, expected_tokens: int, reason: str) -> None:
     s, clock = make()
     s.add_request(req("a", 10, max_tokens=6, **params))
@@ -104,7 +127,7 @@ def test_stop_conditions(params: dict, expected_tokens: int, reason: str) -> Non
 
 
 def test_tokens_after_a_stop_in_one_step_are_dropped() -> None:
-    s, clock = make()
+    s, _clock = make()
     s.add_request(req("a", 10, max_tokens=6))
     batch = s.schedule()
     (out,) = s.update(batch, {batch.seqs[0].seq_id: [5, EOS, 9]})
@@ -165,8 +188,7 @@ def test_without_chunking_whole_prompts_share_a_step_and_never_exceed_the_budget
     # p3 would fit, but does not overtake it
     assert [(x.request_id, x.num_tokens) for x in batch.seqs] == [("d", 1), ("p1", 34)]
     batch, _ = step(s, clock)  # p2 and p3 whole, in one step with the decodes
-    assert [(x.request_id, x.num_tokens) for x in batch.seqs] == [
-        ("d", 1), ("p1", 1), ("p2", 30), ("p3", 10)]
+    assert [(x.request_id, x.num_tokens) for x in batch.seqs] == [("d", 1), ("p1", 1), ("p2", 30), ("p3", 10)]
     assert batch.num_tokens == 42 and all(x.sample for x in batch.seqs)
 
 
@@ -261,10 +283,10 @@ def test_update_rejects_a_stale_batch() -> None:
 def test_prefix_hits_are_counted_and_save_prefill() -> None:
     s, clock = make(enable_prefix_caching=True)
     shared = list(range(100, 164))  # 16 blocks of 4
-    s.add_request(EngineRequest("a", shared + [1, 2, 3], SamplingParams(max_tokens=2)))
+    s.add_request(EngineRequest("a", [*shared, 1, 2, 3], SamplingParams(max_tokens=2)))
     run_all(s, clock)
     computed_a = s.num_computed_prompt_tokens
-    s.add_request(EngineRequest("b", shared + [7, 8, 9, 10, 11], SamplingParams(max_tokens=2)))
+    s.add_request(EngineRequest("b", [*shared, 7, 8, 9, 10, 11], SamplingParams(max_tokens=2)))
     batch, outs = step(s, clock)
     assert batch.seqs[0].start_pos == 64 and batch.seqs[0].num_tokens == 5
     assert outs[0].num_cached_tokens == 64
@@ -279,11 +301,10 @@ def test_a_request_admitted_later_in_the_same_step_hits_the_blocks_cached_in_it(
     # second of two requests sharing a prefix, admitted in the same step, reuses it
     s, clock = make(enable_prefix_caching=True, max_num_batched_tokens=256)
     shared = list(range(100, 164))  # 16 blocks of 4
-    s.add_request(EngineRequest("a", shared + [1, 2, 3], SamplingParams(max_tokens=2)))
-    s.add_request(EngineRequest("b", shared + [7, 8, 9, 10, 11], SamplingParams(max_tokens=2)))
+    s.add_request(EngineRequest("a", [*shared, 1, 2, 3], SamplingParams(max_tokens=2)))
+    s.add_request(EngineRequest("b", [*shared, 7, 8, 9, 10, 11], SamplingParams(max_tokens=2)))
     batch, outs = step(s, clock)
-    assert [(x.request_id, x.start_pos, x.num_tokens) for x in batch.seqs] == [
-        ("a", 0, 67), ("b", 64, 5)]
+    assert [(x.request_id, x.start_pos, x.num_tokens) for x in batch.seqs] == [("a", 0, 67), ("b", 64, 5)]
     assert batch.seqs[1].block_table[:16] == batch.seqs[0].block_table[:16]
     assert [o.num_cached_tokens for o in outs] == [0, 64]
     st = s.stats()

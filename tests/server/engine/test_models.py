@@ -8,13 +8,16 @@ from loadgen.errors import ConfigError
 from loadgen.server.engine.models import MODELS, get_model
 
 
-@pytest.mark.parametrize(("name", "total_b", "active_b"), [
-    ("llama-3.1-8b", 8.03, 8.03),
-    ("llama-3.1-70b", 70.6, 70.6),
-    ("qwen2.5-7b", 7.61, 7.61),
-    ("mixtral-8x7b", 46.7, 12.9),
-    ("llama-3.2-1b", 1.24, 1.24),
-])
+@pytest.mark.parametrize(
+    ("name", "total_b", "active_b"),
+    [
+        ("llama-3.1-8b", 8.03, 8.03),
+        ("llama-3.1-70b", 70.6, 70.6),
+        ("qwen2.5-7b", 7.61, 7.61),
+        ("mixtral-8x7b", 46.7, 12.9),
+        ("llama-3.2-1b", 1.24, 1.24),
+    ],
+)
 def test_parameter_counts_match_the_published_totals(name: str, total_b: float, active_b: float) -> None:
     model = get_model(name)
     assert model.num_params / 1e9 == pytest.approx(total_b, rel=0.01)
@@ -41,6 +44,6 @@ def test_one_shape_per_model_under_its_aliases() -> None:
 
 def test_lookup_is_case_insensitive_and_failures_list_valid_names() -> None:
     assert get_model(" Llama-3.1-8B ") is MODELS["llama-3.1-8b"]
-    with pytest.raises(ConfigError, match="valid: .*qwen2.5-7b") as exc:
+    with pytest.raises(ConfigError, match=r"valid: .*qwen2.5-7b") as exc:
         get_model("gpt-5")
     assert exc.value.key == "--model"

@@ -42,12 +42,17 @@ def test_random_workload_never_leaks_blocks(prefix_caching: bool, chunked: bool)
     rng = random.Random(1234)
     clock = ManualClock()
     num_blocks = 48  # 384 tokens of KV with blocks of 8: forces preemption
-    cfg = EngineConfig(block_size=8, num_gpu_blocks=num_blocks,
-                       max_num_batched_tokens=BUDGET if chunked else WHOLE_BUDGET,
-                       max_num_seqs=MAX_SEQS, enable_chunked_prefill=chunked,
-                       enable_prefix_caching=prefix_caching,
-                       max_model_len=4096 if chunked else WHOLE_BUDGET,
-                       max_waiting=40, eos_token_id=EOS)
+    cfg = EngineConfig(
+        block_size=8,
+        num_gpu_blocks=num_blocks,
+        max_num_batched_tokens=BUDGET if chunked else WHOLE_BUDGET,
+        max_num_seqs=MAX_SEQS,
+        enable_chunked_prefill=chunked,
+        enable_prefix_caching=prefix_caching,
+        max_model_len=4096 if chunked else WHOLE_BUDGET,
+        max_waiting=40,
+        eos_token_id=EOS,
+    )
     s = Scheduler(cfg, now=clock)
     prefixes = [[rng.randrange(10, 1000) for _ in range(rng.choice([8, 24, 40]))] for _ in range(5)]
     live: set[str] = set()
@@ -59,11 +64,13 @@ def test_random_workload_never_leaks_blocks(prefix_caching: bool, chunked: bool)
         if added < 1000 and rng.random() < 0.25:
             for _ in range(min(rng.choice([1, 1, 2]), 1000 - added)):
                 n = rng.randint(1, 150)
-                prompt = (rng.choice(prefixes) if rng.random() < 0.5 else []) + \
-                    [rng.randrange(10, 1000) for _ in range(n)]
+                prompt = (rng.choice(prefixes) if rng.random() < 0.5 else []) + [
+                    rng.randrange(10, 1000) for _ in range(n)
+                ]
                 rid = f"r{added}"
-                params = SamplingParams(max_tokens=rng.randint(1, 40),
-                                        ignore_eos=rng.random() < 0.5, min_tokens=rng.choice([0, 3]))
+                params = SamplingParams(
+                    max_tokens=rng.randint(1, 40), ignore_eos=rng.random() < 0.5, min_tokens=rng.choice([0, 3])
+                )
                 added += 1
                 try:
                     s.add_request(EngineRequest(rid, prompt, params))
@@ -83,8 +90,9 @@ def test_random_workload_never_leaks_blocks(prefix_caching: bool, chunked: bool)
         if batch.is_empty:
             assert not s.has_unfinished()
         else:
-            sampled = {x.seq_id: [EOS if rng.random() < 0.03 else rng.randrange(10, 1000)]
-                       for x in batch.seqs if x.sample}
+            sampled = {
+                x.seq_id: [EOS if rng.random() < 0.03 else rng.randrange(10, 1000)] for x in batch.seqs if x.sample
+            }
             if live and rng.random() < 0.05:  # disconnect while the step runs
                 rid = rng.choice(sorted(live))
                 s.abort(rid)

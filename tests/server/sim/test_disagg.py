@@ -3,6 +3,8 @@ KV held until transferred, decode blocks reserved first, one link per rank, xPyD
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from loadgen.errors import PromptTooLong
@@ -23,8 +25,11 @@ def roofline() -> RooflineModel:
 
 
 def config(**kw: object) -> EngineConfig:
-    args: dict = dict(num_gpu_blocks=4096, max_model_len=32768,
-                      eos_token_id=get_model("llama-3.1-8b").eos_token_id)
+    args: dict = {
+        "num_gpu_blocks": 4096,
+        "max_model_len": 32768,
+        "eos_token_id": get_model("llama-3.1-8b").eos_token_id,
+    }
     args.update(kw)
     return EngineConfig(**args)
 
@@ -34,14 +39,20 @@ def colocated(eos_probability: float = 0.0) -> tuple[EngineCore, ManualClock]:
     return EngineCore(config(), SimRunner(roofline(), eos_probability=eos_probability), clock), clock
 
 
-def disaggregated(link: float = 50e9, eos_probability: float = 0.0, decode_blocks: int = 4096,
-                  prefills: int = 1, decodes: int = 1, **limits: object) -> tuple[DisaggCore, ManualClock]:
+def disaggregated(
+    link: float = 50e9,
+    eos_probability: float = 0.0,
+    decode_blocks: int = 4096,
+    prefills: int = 1,
+    decodes: int = 1,
+    **limits: object,
+) -> tuple[DisaggCore, ManualClock]:
     clock = ManualClock()
     model = roofline()
-    pre = [EngineCore(config(**limits), SimRunner(model, eos_probability=eos_probability), clock)
-           for _ in range(prefills)]
-    dec = [EngineCore(config(num_gpu_blocks=decode_blocks, **limits), SimRunner(model), clock)
-           for _ in range(decodes)]
+    pre = [
+        EngineCore(config(**limits), SimRunner(model, eos_probability=eos_probability), clock) for _ in range(prefills)
+    ]
+    dec = [EngineCore(config(num_gpu_blocks=decode_blocks, **limits), SimRunner(model), clock) for _ in range(decodes)]
     return DisaggCore(pre, dec, lambda n, p, d: model.kv_transfer_s(n, link), clock), clock
 
 
@@ -73,8 +84,8 @@ def test_ttft_includes_the_transfer_and_the_decode_sides_first_step() -> None:
     # the prefill pool's step is the colocated prefill; then the link, then one short step
     assert split[0][0] == pytest.approx(base[0][0] + transfer + last_token, abs=1e-12)
     # later tokens: the same decode steps as colocated
-    gaps = [b - a for (a, _), (b, _) in zip(split, split[1:])]
-    base_gaps = [b - a for (a, _), (b, _) in zip(base, base[1:])]
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(split)]
+    base_gaps = [b - a for (a, _), (b, _) in itertools.pairwise(base)]
     assert gaps == pytest.approx(base_gaps, abs=1e-12)
     timings = split[-1][1].timings
     assert timings is not None
@@ -152,8 +163,11 @@ def test_per_rank_links_and_xpyd_from_the_config() -> None:
 
     def transfer(**sim: object) -> tuple[float, DisaggCore]:
         clock = ManualClock()
-        cfg = ServeConfig(tp=2, scheduler=SchedulerLimits(max_model_len=8192),
-                          sim=SimOptions(disaggregate=True, kv_link_gbps=50.0, **sim))  # type: ignore[arg-type]
+        cfg = ServeConfig(
+            tp=2,
+            scheduler=SchedulerLimits(max_model_len=8192),
+            sim=SimOptions(disaggregate=True, kv_link_gbps=50.0, **sim),
+        )  # type: ignore[arg-type]
         engine = sim_engine(cfg, clock=clock)
         core = engine.core
         assert isinstance(core, DisaggCore)

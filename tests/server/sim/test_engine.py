@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -21,8 +22,7 @@ TIMING_KEYS = {"queue_s", "prefill_s", "decode_s", "decode_steps", "preemptions"
 
 def h100_8b(time_scale: float = FAST, **limits: Any) -> SimEngine:
     """Llama-3.1-8B on a simulated H100 with these scheduler limits."""
-    return sim_engine(ServeConfig(scheduler=SchedulerLimits(**limits),
-                                  sim=SimOptions(time_scale=time_scale)))
+    return sim_engine(ServeConfig(scheduler=SchedulerLimits(**limits), sim=SimOptions(time_scale=time_scale)))
 
 
 @pytest.fixture
@@ -51,14 +51,15 @@ async def test_generate_yields_exactly_max_tokens(engine: SimEngine) -> None:
     assert engine.model_name == "llama-3.1-8b" and engine.vocab_size == 128256
     assert engine.max_model_len == 131072
     lengths = [(50 + 97 * i, 1 + 7 * i) for i in range(12)]
-    results = await asyncio.wait_for(asyncio.gather(
-        *(collect(engine, req(f"r{i}", n, m)) for i, (n, m) in enumerate(lengths))), 30)
+    results = await asyncio.wait_for(
+        asyncio.gather(*(collect(engine, req(f"r{i}", n, m)) for i, (n, m) in enumerate(lengths))), 30
+    )
     for (_, max_tokens), outs in zip(lengths, results):
         tokens = [t for o in outs for t in o.token_ids]
         assert len(tokens) == max_tokens and all(len(o.token_ids) == 1 for o in outs)
         assert [o.finish_reason for o in outs] == [None] * (max_tokens - 1) + ["length"]
         assert all(4 <= t < 128256 and t != 128009 for t in tokens)
-        assert outs[-1].timings is not None and TIMING_KEYS <= set(outs[-1].timings)
+        assert outs[-1].timings is not None and set(outs[-1].timings) >= TIMING_KEYS
         assert outs[-1].timings["decode_steps"] == max_tokens - 1
     st = engine.stats()
     assert (st.running, st.waiting, st.kv_usage) == (0, 0, 0.0)
@@ -164,8 +165,11 @@ async def test_stop_ends_open_requests_and_refuses_new_ones() -> None:
 
 
 async def test_disaggregated_engine_end_to_end() -> None:
-    eng = build_engine(ServeConfig(model="llama-3.1-8b", sim=SimOptions(
-        gpu="h100", disaggregate=True, kv_link_gbps=50, time_scale=FAST)))
+    eng = build_engine(
+        ServeConfig(
+            model="llama-3.1-8b", sim=SimOptions(gpu="h100", disaggregate=True, kv_link_gbps=50, time_scale=FAST)
+        )
+    )
     await eng.start()
     outs = await asyncio.wait_for(collect(eng, req("a", 1000, 5)), 10)
     assert len(outs) == 5 and outs[-1].finish_reason == "length"
@@ -175,17 +179,29 @@ async def test_disaggregated_engine_end_to_end() -> None:
 
 
 def test_build_engine_follows_the_config() -> None:
-    limits = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=40000,
-                             max_num_seqs=64, enable_prefix_caching=False)
-    eng = build_engine(ServeConfig(model="qwen2.5-7b", tp=2, seed=3, scheduler=limits, sim=SimOptions(
-        gpu="h200", mfu=0.5, mbu=0.7, overhead_ms=1.0, jitter=0.1)))
+    limits = SchedulerLimits(
+        enable_chunked_prefill=False, max_num_batched_tokens=40000, max_num_seqs=64, enable_prefix_caching=False
+    )
+    eng = build_engine(
+        ServeConfig(
+            model="qwen2.5-7b",
+            tp=2,
+            seed=3,
+            scheduler=limits,
+            sim=SimOptions(gpu="h200", mfu=0.5, mbu=0.7, overhead_ms=1.0, jitter=0.1),
+        )
+    )
     assert isinstance(eng, SimEngine)
     assert eng.model_name == "qwen2.5-7b" and eng.max_model_len == 32768
     core = eng.core
     assert isinstance(core, EngineCore)
     config = core.scheduler.config
-    assert (config.enable_chunked_prefill, config.max_num_batched_tokens, config.max_num_seqs,
-            config.enable_prefix_caching) == (False, 40000, 64, False)
+    assert (
+        config.enable_chunked_prefill,
+        config.max_num_batched_tokens,
+        config.max_num_seqs,
+        config.enable_prefix_caching,
+    ) == (False, 40000, 64, False)
     with pytest.raises(EngineError, match="--tp"):
         sim_engine(ServeConfig(model="llama-3.1-70b"))
 

@@ -11,18 +11,23 @@ from loadgen.server.sim.gpus import BATCH_TIERS, GPUS, GpuSpec, get_gpu
 
 # datasheet maximum board power (TDP), W: A100 SXM4 (40 and 80 GB) 400, H100 SXM5 700,
 # H200 SXM 700, HGX B200 1,000 per GPU, L40S 350, MI300X OAM 750
-BOARD_POWER_W = {"a100-80gb": 400, "a100-40gb": 400, "h100": 700, "h200": 700, "b200": 1000,
-                 "l40s": 350, "mi300x": 750}
+BOARD_POWER_W = {"a100-80gb": 400, "a100-40gb": 400, "h100": 700, "h200": 700, "b200": 1000, "l40s": 350, "mi300x": 750}
 
 
-@pytest.mark.parametrize(("name", "tflops", "fp8", "tb_s", "gb"), [
-    ("a100-80gb", 312, None, 2.039, 80), ("a100-40gb", 312, None, 1.555, 40),
-    ("h100", 989, 1979, 3.35, 80), ("h100-sxm", 989, 1979, 3.35, 80),
-    ("h200", 989, 1979, 4.8, 141), ("b200", 2250, 4500, 8.0, 180), ("l40s", 362, 733, 0.864, 48),
-    ("mi300x", 1307.4, 2614.9, 5.3, 192),
-])
-def test_gpu_datasheet_numbers(name: str, tflops: float, fp8: float | None, tb_s: float,
-                               gb: float) -> None:
+@pytest.mark.parametrize(
+    ("name", "tflops", "fp8", "tb_s", "gb"),
+    [
+        ("a100-80gb", 312, None, 2.039, 80),
+        ("a100-40gb", 312, None, 1.555, 40),
+        ("h100", 989, 1979, 3.35, 80),
+        ("h100-sxm", 989, 1979, 3.35, 80),
+        ("h200", 989, 1979, 4.8, 141),
+        ("b200", 2250, 4500, 8.0, 180),
+        ("l40s", 362, 733, 0.864, 48),
+        ("mi300x", 1307.4, 2614.9, 5.3, 192),
+    ],
+)
+def test_gpu_datasheet_numbers(name: str, tflops: float, fp8: float | None, tb_s: float, gb: float) -> None:
     gpu = get_gpu(name)
     assert gpu.peak_flops == pytest.approx(tflops * 1e12)
     assert gpu.fp8_flops == (None if fp8 is None else pytest.approx(fp8 * 1e12))

@@ -3,6 +3,8 @@ KV sizing."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from loadgen.errors import ConfigError, EngineError
@@ -78,8 +80,7 @@ def test_a_mixed_step_costs_its_decode_attention_on_top_of_the_prefill() -> None
     prefill_attn = 4 * 32 * 4096 * (512 * 513 // 2) / (H100_FLOPS * 0.6 * 512 / 640)
     decode_attn = (32 * 1025 * KV_PER_TOKEN + 32 * 2 * 32 * 2 * 4096) / (H100_BW * 0.8)
     lm_head = (EMBED * 2 + 32 * (4096 * 2 + 128256 * 4)) / (H100_BW * 0.8)
-    expected = (gemm_flops / (H100_FLOPS * eff) + prefill_attn + decode_attn + lm_head
-                + 32 * 30e-6 + 0.5e-3)
+    expected = gemm_flops / (H100_FLOPS * eff) + prefill_attn + decode_attn + lm_head + 32 * 30e-6 + 0.5e-3
     assert mixed.total_s == pytest.approx(expected, rel=1e-3)
     interference = mixed.total_s - prefill.total_s
     assert interference > decode_attn  # at least the KV read the decodes add
@@ -92,7 +93,7 @@ def test_monotonic_in_batch_context_and_prompt() -> None:
     prompts = [model.prefill_time(n) for n in (1, 16, 128, 512, 2048, 8192, 32768)]
     chunks = [model.prefill_time(512, cached) for cached in (0, 512, 4096, 16384)]
     for series in (batches, contexts, prompts, chunks):
-        assert all(a < b for a, b in zip(series, series[1:])), series
+        assert all(a < b for a, b in itertools.pairwise(series)), series
     # per token, big batches and long prompts are cheaper: the efficiency curve rises
     assert model.prefill_time(4096) / 4096 < model.prefill_time(256) / 256
 
@@ -178,8 +179,7 @@ def test_kv_pool_is_memory_times_utilisation_minus_weights() -> None:
     expected = int((80e9 * 0.9 - weights) // (KV_PER_TOKEN * 16))
     assert model.num_kv_blocks(16, 0.9) == expected == 26674
     draft = 1e9, 32768.0  # a draft model's weights per GPU and KV per token
-    assert model.num_kv_blocks(16, 0.9, *draft) == int((80e9 * 0.9 - weights - 1e9)
-                                                       // ((KV_PER_TOKEN + 32768) * 16))
+    assert model.num_kv_blocks(16, 0.9, *draft) == int((80e9 * 0.9 - weights - 1e9) // ((KV_PER_TOKEN + 32768) * 16))
     gpu, big = get_gpu("h100"), get_model("llama-3.1-70b")
     with pytest.raises(EngineError, match="--tp"):
         RooflineModel(gpu, big).num_kv_blocks()
@@ -193,8 +193,7 @@ def test_kv_transfer_time() -> None:
 
 
 def scheduled(seq_id: int, position: int, **params: object) -> ScheduledSeq:
-    return ScheduledSeq(seq_id, f"r{seq_id}", [5], position - 1, [0], True, True,
-                        SamplingParams(**params))  # type: ignore[arg-type]
+    return ScheduledSeq(seq_id, f"r{seq_id}", [5], position - 1, [0], True, True, SamplingParams(**params))  # type: ignore[arg-type]
 
 
 def test_sim_tokens_are_deterministic_in_vocab_and_never_eos_or_stop() -> None:

@@ -20,17 +20,21 @@ from loadgen.server.sim.runner import SimRunner, Speculation
 Step = tuple[list[tuple[int, int, bool]], float]
 
 
-def run(k: int, rate: float, *, users: int = 8, tokens: int = 200,
-        draft: RooflineModel | None = None) -> tuple[dict[str, list[TokenOutput]], list[Step], RooflineModel]:
+def run(
+    k: int, rate: float, *, users: int = 8, tokens: int = 200, draft: RooflineModel | None = None
+) -> tuple[dict[str, list[TokenOutput]], list[Step], RooflineModel]:
     """``users`` requests of ``tokens`` output tokens to completion; outputs per request and
     the steps (their (new, context, sample) shapes and modelled durations)."""
     roofline = RooflineModel(get_gpu("h100"), get_model("llama-3.1-8b"), decode_query_len=1 + k)
     runner = SimRunner(roofline, speculation=Speculation(k, rate, draft) if k else None)
     clock = ManualClock()
     steps: list[Step] = []
-    core = EngineCore(EngineConfig(num_gpu_blocks=4096, max_model_len=8192), runner, clock,
-                      on_step=lambda b, r, s, e: steps.append(
-                          ([(x.num_tokens, x.start_pos, x.is_decode) for x in b.seqs], e - s)))
+    core = EngineCore(
+        EngineConfig(num_gpu_blocks=4096, max_model_len=8192),
+        runner,
+        clock,
+        on_step=lambda b, r, s, e: steps.append(([(x.num_tokens, x.start_pos, x.is_decode) for x in b.seqs], e - s)),
+    )
     for u in range(users):
         core.add_request(EngineRequest(f"r{u}", [7] * (100 + u), SamplingParams(max_tokens=tokens)))
     outputs: dict[str, list[TokenOutput]] = {}

@@ -28,8 +28,14 @@ PROMPT = "the quick brown fox jumps over the lazy dog"  # 9 words: 9 tokens
 
 def make_engine(*, engine_mode: str = "thread", device: str = "auto", **limits: Any) -> TorchEngine:
     scheduler = SchedulerLimits(**{"num_gpu_blocks": 256, "max_model_len": 2048, **limits})
-    return torch_engine(ServeConfig(engine="torch", model="tiny", scheduler=scheduler, torch=TorchOptions(
-        engine_mode=engine_mode, device=device, threads=1)))
+    return torch_engine(
+        ServeConfig(
+            engine="torch",
+            model="tiny",
+            scheduler=scheduler,
+            torch=TorchOptions(engine_mode=engine_mode, device=device, threads=1),
+        )
+    )
 
 
 @pytest.fixture
@@ -40,8 +46,14 @@ async def server() -> AsyncIterator[tuple[TorchEngine, str]]:
 
 
 async def _stream(session: aiohttp.ClientSession, url: str, **body: Any) -> list[Any]:
-    payload = {"model": MODEL, "prompt": PROMPT, "max_tokens": 6, "stream": True,
-               "stream_options": {"include_usage": True}, **body}
+    payload = {
+        "model": MODEL,
+        "prompt": PROMPT,
+        "max_tokens": 6,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **body,
+    }
     async with session.post(url + "/v1/completions", json=payload) as resp:
         assert resp.status == 200
         return await read_sse(resp)
@@ -170,13 +182,14 @@ def _gone(pid: int) -> bool:
 def test_engine_process_exits_when_the_server_is_killed() -> None:
     root = Path(__file__).resolve().parents[3]
     env = dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=root)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVER], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=root
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.startswith("READY"), line + proc.stdout.read()
-        _, pid_text, url = line.split()
+        _, pid_text, _url = line.split()
         engine_pid = int(pid_text)
         assert not _gone(engine_pid)
         os.kill(proc.pid, signal.SIGKILL)
@@ -203,14 +216,20 @@ async def test_startup_failure_is_reported() -> None:
 
 def test_build_engine_follows_the_config() -> None:
     # without chunking the budget must cover max_model_len (vLLM refuses less)
-    limits = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=512,
-                             max_num_seqs=8, enable_prefix_caching=False, max_model_len=512)
-    engine = build_engine(ServeConfig(engine="torch", scheduler=limits,
-                                      torch=TorchOptions(threads=1, engine_mode="thread")))
+    limits = SchedulerLimits(
+        enable_chunked_prefill=False,
+        max_num_batched_tokens=512,
+        max_num_seqs=8,
+        enable_prefix_caching=False,
+        max_model_len=512,
+    )
+    engine = build_engine(
+        ServeConfig(engine="torch", scheduler=limits, torch=TorchOptions(threads=1, engine_mode="thread"))
+    )
     assert isinstance(engine, TorchEngine)
     assert engine.model_name == "tiny" and engine.vocab_size == 8192 and engine.tokenizer is None
     assert engine.config.scheduler == limits  # what the engine process receives
     shape = ServeConfig(engine="torch", model="llama-3.1-8b-shape")
     assert shape.model == "llama-3.1-8b-shape" and shape.shape.name == "llama-3.1-8b"
-    with pytest.raises(ConfigError, match="tiny, small, llama-3.2-1b"):
+    with pytest.raises(ConfigError, match=r"tiny, small, llama-3.2-1b"):
         ServeConfig(engine="torch", model="gpt")

@@ -6,13 +6,13 @@ import pytest
 
 pytest.importorskip("torch", reason="the torch engine needs torch: pip install -e '.[server]'")
 
-from typer.testing import CliRunner  # noqa: E402
+from typer.testing import CliRunner
 
-from loadgen.cli import app  # noqa: E402
-from loadgen.server.config import ServeConfig, TorchOptions  # noqa: E402
-from loadgen.server.torch.cuda_graphs import capture_plan  # noqa: E402
-from loadgen.server.torch.memory import blocks_within  # noqa: E402
-from loadgen.server.torch.worker import build_core, graph_batch_sizes  # noqa: E402
+from loadgen.cli import app
+from loadgen.server.config import ServeConfig, TorchOptions
+from loadgen.server.torch.cuda_graphs import capture_plan
+from loadgen.server.torch.memory import blocks_within
+from loadgen.server.torch.worker import build_core, graph_batch_sizes
 
 
 def test_capture_plan_is_every_bounded_shape() -> None:
@@ -37,9 +37,11 @@ def test_kv_blocks_leave_room_for_the_decode_gather() -> None:
 
 
 def test_cpu_core_captures_nothing_and_says_so() -> None:
-    config = ServeConfig(engine="torch", model="tiny",
-                         torch=TorchOptions(device="cpu", threads=1, kv_cache_gb=0.01,
-                                            cuda_graph_sizes=(1, 2)))
+    config = ServeConfig(
+        engine="torch",
+        model="tiny",
+        torch=TorchOptions(device="cpu", threads=1, kv_cache_gb=0.01, cuda_graph_sizes=(1, 2)),
+    )
     core, info = build_core(config)
     assert (info["cuda_graphs"], info["graph_capture_s"]) == (0, 0.0)
     assert core.scheduler.config.num_gpu_blocks > 0

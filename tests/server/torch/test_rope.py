@@ -43,8 +43,7 @@ def test_llama_presets_carry_their_scaling_and_the_model_applies_it() -> None:
     assert get_model("tiny").rope_scaling is None
     shape = get_model("tiny")  # head_dim 32: its slow dimensions have wavelengths > 8192
     plain = build_model(shape, device="cpu", dtype=torch.float32, seed=3)
-    scaled = build_model(dataclasses.replace(shape, rope_scaling=LLAMA3), device="cpu",
-                         dtype=torch.float32, seed=3)
+    scaled = build_model(dataclasses.replace(shape, rope_scaling=LLAMA3), device="cpu", dtype=torch.float32, seed=3)
     ids = list(range(10, 42))
     a, b = plain.reference_logits(ids), scaled.reference_logits(ids)
     assert torch.equal(a[0], b[0])  # position 0: no rotation at all

