@@ -12,6 +12,9 @@ configuration on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from loadgen.cli.commands import (
     compare,
     demo,
@@ -31,7 +34,8 @@ from loadgen.cli.serve_cmd import serve
 __all__ = ["app", "main"]
 
 # the commands, in the order ``loadgen --help`` lists them
-for command in (run, report, matrix, export, schema, compare, profiles, workloads):
+_FIRST: tuple[Callable[..., Any], ...] = (run, report, matrix, export, schema, compare, profiles, workloads)
+for command in _FIRST:
     app.command()(command)
 app.add_typer(workload_app, name="workload")
 for command in (serve, demo, version):

@@ -5,6 +5,7 @@ The options build one :class:`~loadgen.server.config.ServeConfig`, which checks 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -170,8 +171,75 @@ ReasoningTokensOpt = Annotated[
 RequestLogOpt = Annotated[int, typer.Option(help="Finished requests kept for GET /loadgen/requests (0: none)")]
 
 
+def _serve_config(p: Any) -> ServeConfig:
+    """The options (``ctx.params``, by name) as one :class:`ServeConfig`, which checks itself."""
+    from loadgen.server.config import HttpLimits, Network, SchedulerLimits, ServeConfig, SimOptions, TorchOptions
+    from loadgen.server.faults import FaultConfig
+
+    return ServeConfig(
+        engine=p.engine,
+        model=p.model or "",
+        tp=p.tp,
+        seed=p.seed,
+        replicas=p.replicas,
+        router=p.router,
+        scheduler=SchedulerLimits(
+            enable_chunked_prefill=p.chunked_prefill,
+            max_num_batched_tokens=p.max_num_batched_tokens,
+            max_num_seqs=p.max_num_seqs,
+            enable_prefix_caching=p.prefix_caching,
+            max_model_len=p.max_model_len,
+        ),
+        sim=SimOptions(
+            gpu=p.gpu,
+            mfu=p.mfu,
+            mbu=p.mbu,
+            overhead_ms=p.overhead_ms,
+            jitter=p.jitter,
+            time_scale=p.time_scale,
+            disaggregate=p.disaggregate,
+            kv_link_gbps=p.kv_link_gbps,
+            dtype={"auto": "bf16", "bfloat16": "bf16"}.get(p.dtype, p.dtype),
+            kv_cache_dtype=p.kv_cache_dtype,
+            speculative_tokens=p.speculative_tokens,
+            acceptance_rate=p.acceptance_rate,
+            draft_model=p.draft_model,
+            prefill_replicas=p.prefill_replicas,
+            decode_replicas=p.decode_replicas,
+            prefill_tp=p.prefill_tp,
+            decode_tp=p.decode_tp,
+            prefill_gpu=p.prefill_gpu,
+            decode_gpu=p.decode_gpu,
+        ),
+        torch=TorchOptions(
+            device=p.device,
+            dtype=p.dtype,
+            threads=p.threads,
+            kv_cache_gb=p.kv_cache_gb,
+            cuda_graphs=p.cuda_graphs,
+            cuda_graph_sizes=_int_list(p.cuda_graph_sizes, "--cuda-graph-sizes"),
+        ),
+        faults=FaultConfig(
+            fail_rate=p.fail_rate,
+            stall_ms=p.stall_ms,
+            stall_rate=p.stall_rate,
+            disconnect_rate=p.disconnect_rate,
+            seed=p.seed,
+        ),
+        network=Network(host=p.host, port=p.port),
+        http=HttpLimits(
+            api_key=p.api_key,
+            body_timeout_s=p.body_timeout,
+            max_body_bytes=_mib(p.max_body_mb, "--max-body-mb"),
+            header_timeout_s=p.header_timeout,
+            drain_timeout_s=p.drain_timeout,
+        ),
+    )
+
+
 @friendly
 def serve(
+    ctx: typer.Context,
     engine: EngineOpt = "sim",
     gpu: GpuOpt = "h100",
     model: ModelOpt = None,
@@ -225,64 +293,8 @@ def serve(
     from loadgen.server.api import create_app
     from loadgen.server.app import run_forever
     from loadgen.server.build import build_engine
-    from loadgen.server.config import HttpLimits, Network, SchedulerLimits, ServeConfig, SimOptions, TorchOptions
-    from loadgen.server.faults import FaultConfig
 
-    config = ServeConfig(
-        engine=engine,
-        model=model or "",
-        tp=tp,
-        seed=seed,
-        replicas=replicas,
-        router=router,
-        scheduler=SchedulerLimits(
-            enable_chunked_prefill=chunked_prefill,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            enable_prefix_caching=prefix_caching,
-            max_model_len=max_model_len,
-        ),
-        sim=SimOptions(
-            gpu=gpu,
-            mfu=mfu,
-            mbu=mbu,
-            overhead_ms=overhead_ms,
-            jitter=jitter,
-            time_scale=time_scale,
-            disaggregate=disaggregate,
-            kv_link_gbps=kv_link_gbps,
-            dtype={"auto": "bf16", "bfloat16": "bf16"}.get(dtype, dtype),
-            kv_cache_dtype=kv_cache_dtype,
-            speculative_tokens=speculative_tokens,
-            acceptance_rate=acceptance_rate,
-            draft_model=draft_model,
-            prefill_replicas=prefill_replicas,
-            decode_replicas=decode_replicas,
-            prefill_tp=prefill_tp,
-            decode_tp=decode_tp,
-            prefill_gpu=prefill_gpu,
-            decode_gpu=decode_gpu,
-        ),
-        torch=TorchOptions(
-            device=device,
-            dtype=dtype,
-            threads=threads,
-            kv_cache_gb=kv_cache_gb,
-            cuda_graphs=cuda_graphs,
-            cuda_graph_sizes=_int_list(cuda_graph_sizes, "--cuda-graph-sizes"),
-        ),
-        faults=FaultConfig(
-            fail_rate=fail_rate, stall_ms=stall_ms, stall_rate=stall_rate, disconnect_rate=disconnect_rate, seed=seed
-        ),
-        network=Network(host=host, port=port),
-        http=HttpLimits(
-            api_key=api_key,
-            body_timeout_s=body_timeout,
-            max_body_bytes=_mib(max_body_mb, "--max-body-mb"),
-            header_timeout_s=header_timeout,
-            drain_timeout_s=drain_timeout,
-        ),
-    )
+    config = _serve_config(SimpleNamespace(**ctx.params))
     reasoning = None
     if reasoning_tokens:
         from loadgen.workload.distributions import parse_distribution
