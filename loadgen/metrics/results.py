@@ -41,6 +41,7 @@ __all__ = [
     "Saturation",
     "Schedule",
     "Sessions",
+    "StatInterval",
     "Steady",
     "Throughput",
     "TrialStat",
@@ -51,7 +52,9 @@ __all__ = [
     "unit_label",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added ``intervals`` (a :class:`StatInterval` per statistic) to the level's latency
+distributions, throughput and goodput; a version 1 file reads as before (no intervals)."""
 
 T = TypeVar("T")
 
@@ -160,8 +163,36 @@ class _JSON:
 
 
 @dataclass(frozen=True, slots=True)
+class StatInterval(_JSON):
+    """The ``confidence`` interval ``[low, high]`` of the point value beside it, computed on
+    ``n_eff`` effective values (see :mod:`loadgen.metrics.uncertainty`). ``low``/``high``
+    are ``None`` on a side the data cannot bound, and then ``reason`` says why (e.g.
+    ``"p99.9 needs n_eff >= 3688 for a 95% interval (n_eff = 265)"``)."""
+
+    low: float | None
+    high: float | None
+    n_eff: float
+    confidence: float
+    reason: str | None = field(default=None, metadata=_key("reason", omit_none=True))
+
+    @property
+    def bounded(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    def relative_half_width(self, point: float | None) -> float | None:
+        """The larger distance from ``point`` to a bound, over ``|point|`` (``0.06`` for
+        ``412 ms ±6%``); ``None`` when not bounded or the point is 0 or unknown."""
+        if point is None or not point or self.low is None or self.high is None:
+            return None
+        return max(point - self.low, self.high - point, 0.0) / abs(point)
+
+
+@dataclass(frozen=True, slots=True)
 class Distribution(_JSON):
-    """Count, mean, std, min, percentiles and max of some samples (``None``s when empty)."""
+    """Count, mean, std, min, percentiles and max of some samples (``None``s when empty).
+
+    ``intervals`` (a level's TTFT, ITL, TPOT and E2E only) maps ``"mean"``, ``"p50"`` …
+    ``"p99.9"`` to the interval of that statistic; ``None`` (absent from the JSON) elsewhere."""
 
     count: int = 0
     mean: float | None = None
@@ -173,6 +204,7 @@ class Distribution(_JSON):
     p99: float | None = None
     p99_9: float | None = field(default=None, metadata=_key("p99_9", "p99.9"))
     max: float | None = None
+    intervals: dict[str, StatInterval] | None = field(default=None, metadata=_key("intervals", omit_none=True))
 
     def stat(self, name: str) -> float | None:
         """One statistic by its JSON name: ``"p50"``, ``"p99.9"``, ``"mean"``, ``"max"``…"""
@@ -185,8 +217,8 @@ class Distribution(_JSON):
         return value
 
 
-_DIST_STATS = frozenset(f.name for f in dataclasses.fields(Distribution)) - {"count"}
-_DIST_NAMES = frozenset(f.metadata.get("json", f.name) for f in dataclasses.fields(Distribution))
+_DIST_STATS = frozenset(f.name for f in dataclasses.fields(Distribution)) - {"count", "intervals"}
+_DIST_NAMES = frozenset(f.metadata.get("json", f.name) for f in dataclasses.fields(Distribution)) - {"intervals"}
 
 
 def unit_label(mode: str | None, value: float | None = None) -> str:
@@ -245,13 +277,18 @@ class Throughput(_JSON):
 
     ``output_tokens_per_s_se``: the noise of ``output_tokens_per_s``, the standard error of
     the mean of its rate over ten equal time blocks of the steady window (None with no
-    window)."""
+    window).
+
+    ``intervals``: ``"requests_per_s"`` and ``"output_tokens_per_s"`` with their
+    intervals by batch means over equal time blocks of the level window
+    (:mod:`loadgen.metrics.level_intervals`)."""
 
     requests_per_s: float | None = None
     output_tokens_per_s: float | None = None
     total_tokens_per_s: float | None = None
     steady: Steady = field(default_factory=Steady)
     output_tokens_per_s_se: float | None = None
+    intervals: dict[str, StatInterval] | None = field(default=None, metadata=_key("intervals", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,12 +302,16 @@ class Check(_JSON):
 
 @dataclass(frozen=True, slots=True)
 class Goodput(_JSON):
-    """Requests meeting every per-request SLO per second, their share, and the checks."""
+    """Requests meeting every per-request SLO per second, their share, and the checks.
+
+    ``intervals``: ``"slo_attainment"`` (Wilson's interval on ``n_eff`` of the per-request
+    success series in send order) and ``"requests_per_s"`` (batch means, as throughput's)."""
 
     requests_per_s: float | None = None
     slo_attainment: float | None = None
     slos: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
+    intervals: dict[str, StatInterval] | None = field(default=None, metadata=_key("intervals", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)

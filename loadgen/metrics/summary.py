@@ -33,6 +33,7 @@ import pandas as pd
 from loadgen.errors import ConfigError
 from loadgen.metrics.capacity import windows_of
 from loadgen.metrics.client import LATE_NS, WorkerStats, lag_over_time, late_sends
+from loadgen.metrics.level_intervals import proportion, rate_interval, with_intervals
 from loadgen.metrics.per_request import EventArrays, frame_and_events, frame_and_events_from_columns
 from loadgen.metrics.results import (
     ClassSummary,
@@ -88,8 +89,10 @@ def _throughput(
     ok: npt.NDArray[np.bool_],
     window: tuple[int, int] | None,
     trim: tuple[float, float],
+    confidence: float,
 ) -> tuple[float, Throughput]:
-    """The window's length in seconds and the throughput over it (and its steady part)."""
+    """The window's length in seconds and the throughput over it (and its steady part),
+    with the intervals of the request and output-token rates."""
     prompt = _prompt_tokens(frame)
     out_tok = frame["output_tokens"].to_numpy(dtype=np.float64)
     duration = (window[1] - window[0]) / 1e9 if window else 0.0
@@ -97,13 +100,19 @@ def _throughput(
     out_sum, prompt_sum = float(out_tok[ok].sum()), float(prompt[ok].sum())
     steady = Steady()
     noise = None
+    rps, out_rate = _rate(n_ok, duration), _rate(out_sum, duration)
+    ok_chunks = ev.chunk_mask(ok)
+    intervals = {
+        "requests_per_s": rate_interval(frame["done_ns"].to_numpy()[ok], None, window, rps, confidence),
+        "output_tokens_per_s": rate_interval(ev.ch_t[ok_chunks], ev.ch_n[ok_chunks], window, out_rate, confidence),
+    }
     if window:
         span_ns = window[1] - window[0]
         lo = window[0] + round(span_ns * trim[0])
         hi = window[1] - round(span_ns * trim[1])
         done = frame["done_ns"].to_numpy()
         inside = ok & (done >= lo) & (done <= hi)
-        ch_in = ev.chunk_mask(ok) & (ev.ch_t >= lo) & (ev.ch_t <= hi)  # a chunk's events share its time
+        ch_in = ok_chunks & (ev.ch_t >= lo) & (ev.ch_t <= hi)  # a chunk's events share its time
         span = (hi - lo) / 1e9
         steady_out = float(ev.ch_n[ch_in].sum())
         steady = Steady(
@@ -114,11 +123,12 @@ def _throughput(
         )
         noise = _rate_noise(ev.ch_t[ch_in], ev.ch_n[ch_in], (lo, hi))
     return duration, Throughput(
-        requests_per_s=_rate(n_ok, duration),
-        output_tokens_per_s=_rate(out_sum, duration),
+        requests_per_s=rps,
+        output_tokens_per_s=out_rate,
         total_tokens_per_s=_rate(out_sum + prompt_sum, duration),
         steady=steady,
         output_tokens_per_s_se=noise,
+        intervals={k: v for k, v in intervals.items() if v is not None} or None,
     )
 
 
@@ -315,6 +325,7 @@ def summarize_level(
     clock_uncertainty_ms: float | None = None,
     events: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike] | None = None,
     silent_workers: Mapping[int, float] | None = None,
+    confidence: float = 0.95,
 ) -> LevelSummary:
     """Summarise one level (see the module docstring and ``summary.json``'s contract).
 
@@ -337,10 +348,13 @@ def summarize_level(
     holds the records' events apart, ``(n_events, t_ns, n_tokens)`` as
     :func:`~loadgen.metrics.per_request.frame_and_events_from_columns` takes them (what
     a columnar reader gives; no Python list per event), and the records' own are ignored.
+    ``confidence`` is the level of every interval (:mod:`loadgen.metrics.level_intervals`).
     """
     lo_trim, hi_trim = trim
     if not (lo_trim >= 0.0 and hi_trim >= 0.0 and lo_trim + hi_trim < 1.0):
         raise ConfigError(f"trim fractions {trim!r} must be >= 0 and sum to < 1", key="trim")
+    if not 0.5 < confidence < 1.0:
+        raise ConfigError(f"confidence {confidence!r} must be between 0.5 and 1 (0.95 for 95%)", key="confidence")
     measured = [r for r in records if not r.warmup]
     if events is None:
         frame, ev = frame_and_events(measured)
@@ -350,7 +364,7 @@ def summarize_level(
     retried = sum(1 for r in measured if r.retries)
     window = level_window_ns(frame)
     failed = frame.loc[~ok, "status"].value_counts()
-    duration, throughput = _throughput(frame, ev, ok, window, trim)
+    duration, throughput = _throughput(frame, ev, ok, window, trim, confidence)
 
     attained, attainment = slo_attainment(frame, slos)
     with_gap = ev.gap_mask(ok)
@@ -359,16 +373,29 @@ def summarize_level(
     one_token_chunks = bool((tokens == 1).all())
     # ev.itl_ms(ok), from the gaps at hand; the same samples when every chunk has one token
     itl = gaps if one_token_chunks else np.repeat(gaps / tokens, tokens)
+    itl_t = ev.ch_t[with_gap] if one_token_chunks else np.repeat(ev.ch_t[with_gap], tokens)  # arrival of each
     del with_gap, tokens
     okf = frame[ok]
     samples: dict[str, Any] = {c.removesuffix("_ms"): okf[c].to_numpy() for c in _LATENCY_COLUMNS}
     samples["itl"] = itl
     itl_stats = distribution(itl)
-    latency = {
+    plain = {
         "ttft_ms": distribution(samples["ttft"]),
         "tpot_ms": distribution(samples["tpot"]),
         "itl_ms": itl_stats,
         "e2e_ms": distribution(samples["e2e"]),
+    }
+    sent_ok = okf["sent_ns"].to_numpy()  # per-request series in send order, ITL in arrival order
+    latency = {
+        k: with_intervals(d, itl, itl_t, confidence)
+        if k == "itl_ms"
+        else with_intervals(d, samples[k.removesuffix("_ms")], sent_ok, confidence)
+        for k, d in plain.items()
+    }
+    goodput_rate = _rate(float(attained.sum()), duration)
+    attainment_ivs = {
+        "slo_attainment": proportion(attained[np.argsort(frame["sent_ns"].to_numpy(), kind="stable")], confidence),
+        "requests_per_s": rate_interval(frame["done_ns"].to_numpy()[attained], None, window, goodput_rate, confidence),
     }
     schedule = None
     if scheduled is not None:
@@ -392,14 +419,15 @@ def summarize_level(
         duration_s=duration,
         throughput=throughput,
         goodput=Goodput(
-            requests_per_s=_rate(float(attained.sum()), duration),
+            requests_per_s=goodput_rate,
             slo_attainment=attainment,
             slos=[str(s) for s in slos if s.stat is None],
             checks=level_checks(samples, slos),
+            intervals={k: v for k, v in attainment_ivs.items() if v is not None} or None,
         ),
         ttft_ms=latency["ttft_ms"],
         ttft_queued_ms=distribution(samples["ttft_queued"]),
-        itl_ms=itl_stats,
+        itl_ms=latency["itl_ms"],
         inter_chunk_ms=itl_stats if one_token_chunks else distribution(gaps),
         tpot_ms=latency["tpot_ms"],
         e2e_ms=latency["e2e_ms"],
@@ -413,7 +441,7 @@ def summarize_level(
             output_achieved_mean=distribution(okf["output_tokens"].to_numpy()).mean,
         ),
         events=_events(ev, ok, okf),
-        by_class=_by_class(frame, ev, ok, itl, latency),
+        by_class=_by_class(frame, ev, ok, itl, plain),
         client=_client(
             frame,
             loop_lag_ms,

@@ -25,6 +25,11 @@ def summarize_level(records, **kw):
     return summarize_typed(records, **kw).to_json()
 
 
+def points(dist):
+    """A distribution's statistics without their intervals (what ``describe`` gives)."""
+    return {k: v for k, v in dist.items() if k != "intervals"}
+
+
 def level():
     return [
         rec(
@@ -91,14 +96,21 @@ def test_shape_is_the_public_contract(summary):
         "total_tokens_per_s",
         "steady",
         "output_tokens_per_s_se",
+        "intervals",
     }
+    assert set(summary["throughput"]["intervals"]) == {"requests_per_s", "output_tokens_per_s"}
     assert set(summary["throughput"]["steady"]) == {
         "window_s",
         "requests_per_s",
         "output_tokens_per_s",
         "total_tokens_per_s",
     }
-    assert set(summary["goodput"]) == {"requests_per_s", "slo_attainment", "slos", "checks"}
+    assert set(summary["goodput"]) == {"requests_per_s", "slo_attainment", "slos", "checks", "intervals"}
+    assert set(summary["goodput"]["intervals"]) == {"slo_attainment", "requests_per_s"}
+    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert set(summary[key]["intervals"]) == {"mean", "p50", "p90", "p95", "p99", "p99.9"}
+    for key in ("ttft_queued_ms", "inter_chunk_ms", "e2e_queued_ms", "prompt_tokens", "output_tokens"):
+        assert "intervals" not in summary[key]
     assert set(summary["events"]) == {"tokens_per_event", "coalesced_events", "token_source"}
     assert set(summary["client"]) == {"loop_lag_ms", "send_lateness_ms", "verdict", "reasons"}
     json.dumps(summary, allow_nan=False)
@@ -137,12 +149,12 @@ def test_goodput_and_checks(summary):
 
 
 def test_latencies_come_from_ok_requests_only(summary):
-    assert summary["ttft_ms"] == describe([100, 300, 50])
+    assert points(summary["ttft_ms"]) == describe([100, 300, 50])
     assert summary["ttft_queued_ms"] == describe([100, 310, 50])
-    assert summary["itl_ms"] == describe([20, 20, 20, 90])
+    assert points(summary["itl_ms"]) == describe([20, 20, 20, 90])
     assert summary["inter_chunk_ms"] == describe([20, 40, 90])
-    assert summary["tpot_ms"] == describe([20, 45])
-    assert summary["e2e_ms"] == describe([170, 400, 60, 30])
+    assert points(summary["tpot_ms"]) == describe([20, 45])
+    assert points(summary["e2e_ms"]) == describe([170, 400, 60, 30])
     assert summary["e2e_queued_ms"] == describe([170, 410, 60, 30])
     assert summary["prompt_tokens"] == describe([30, 40, 100, 50])
     assert summary["output_tokens"] == describe([4, 3, 1, 0])
@@ -182,10 +194,10 @@ def test_single_class_repeats_the_level():
     assert s["by_class"] == {
         "chat": {
             "requests": 2,
-            "ttft_ms": s["ttft_ms"],
-            "tpot_ms": s["tpot_ms"],
-            "itl_ms": s["itl_ms"],
-            "e2e_ms": s["e2e_ms"],
+            "ttft_ms": points(s["ttft_ms"]),
+            "tpot_ms": points(s["tpot_ms"]),
+            "itl_ms": points(s["itl_ms"]),
+            "e2e_ms": points(s["e2e_ms"]),
         }
     }
 
@@ -197,7 +209,9 @@ def test_warmup_records_change_nothing():
 
 def test_no_slos_attainment_is_the_ok_fraction():
     good = summarize_level(level(), load=LOAD)["goodput"]
+    att = good.pop("intervals")["slo_attainment"]
     assert good == {"requests_per_s": 4.0, "slo_attainment": pytest.approx(4 / 6), "slos": [], "checks": []}
+    assert 0 <= att["low"] < 4 / 6 < att["high"] <= 1 and att["n_eff"] <= 6
 
 
 def test_client_verdict(summary):
@@ -291,7 +305,7 @@ def test_one_token_chunks_itl_equals_inter_chunk_and_classes_stay_aligned():
         rec(3, [(5, 1), (400, 1)], request_class="rag"),
     ]
     s = summarize_level(records, load=LOAD)
-    assert s["itl_ms"] == s["inter_chunk_ms"] == describe([30, 70, 10, 395])
+    assert points(s["itl_ms"]) == s["inter_chunk_ms"] == describe([30, 70, 10, 395])
     assert s["by_class"]["chat"]["itl_ms"] == describe([30, 70])
     assert s["by_class"]["rag"]["itl_ms"] == describe([10, 395])
     assert s["by_class"]["chat"]["requests"] == 2
