@@ -83,6 +83,7 @@ def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], an
         lost_workers=result.lost_workers or None,
         silent_workers=result.silent_workers or None,
         clock_uncertainty_ms=None if result.clock_uncertainty_ns is None else result.clock_uncertainty_ns / 1e6,
+        confidence=prof.confidence,
     )
 
 

@@ -79,6 +79,7 @@ class Profile:
     max_lateness_s: float = 10.0  # open loop: a request still waiting for the cap this late is dropped
     slos: list[str] = field(default_factory=list)
     attainment_target: float = 0.9
+    confidence: float = 0.95  # of every interval in summary.json
     slo_latency: str = "queued"  # SLOs of rate levels use queue-inclusive TTFT/E2E ("queued"|"sent")
     stop: StopRules = field(default_factory=StopRules)
     knee_throughput_gain: float = 0.05
@@ -145,6 +146,8 @@ class Profile:
                     raise err(param.name, f"{why} (a parameter of {proc.name} arrivals)")
         if _bad_number(self.attainment_target) or not 0 < self.attainment_target <= 1:
             raise err("attainment_target", f"must be in (0, 1], got {self.attainment_target!r}")
+        if _bad_number(self.confidence) or not 0.5 < self.confidence < 1:
+            raise err("confidence", f"must be between 0.5 and 1 (0.95 for 95%), got {self.confidence!r}")
         if self.mode == "rate" and self.kind == "levels":  # sweeps pick their rates from measurements
             n = None if self.requests is None else self.requests + self.warmup_requests
             for value in self.levels:

@@ -15,7 +15,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, unit_label
+from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, StatInterval, unit_label
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "client_line",
     "fmt_latency",
     "fmt_ms",
+    "interval_lines",
     "level_heading",
     "level_line",
     "level_notes",
@@ -32,6 +33,7 @@ __all__ = [
     "schedule_line",
     "show_summary",
     "token_source_line",
+    "with_pm",
 ]
 
 
@@ -48,6 +50,60 @@ _METRICS: tuple[tuple[str, str], ...] = (
     ("Inter-chunk", "inter_chunk_ms"),
 )
 _STATS = ("mean", "p50", "p90", "p99", "p99.9", "max")
+
+
+UNBOUNDED = "—"
+"""Shown instead of a value whose interval the data cannot bound (the reason is printed below)."""
+
+_WITH_INTERVALS = (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms"))
+
+
+def _pct(rel: float) -> str:
+    return f"{100 * rel:.0f}%" if rel >= 0.01 else f"{100 * rel:.1f}%"
+
+
+def with_pm(text: str, value: float | None, iv: StatInterval | None) -> str:
+    """``text`` (the formatted ``value``) with its interval as ``±6%`` (the larger side of
+    the interval, relative to the value); :data:`UNBOUNDED` when it cannot be bounded;
+    ``text`` alone without an interval."""
+    if iv is None or value is None:
+        return text
+    if not iv.bounded:
+        return UNBOUNDED
+    rel = iv.relative_half_width(value)
+    return text if rel is None else f"{text} ±{_pct(rel)}"
+
+
+def _dist_cell(d: Distribution, stat: str, fmt: Any = fmt_latency) -> str:
+    value = d.stat(stat)
+    return with_pm(fmt(value), value, (d.intervals or {}).get(stat))
+
+
+def n_eff_text(level: LevelSummary) -> str:
+    """``"n_eff 180 of 200"``: the effective sample size of the level's TTFT series (the
+    requests in send order; their mean's interval), "" without intervals."""
+    iv = (level.ttft_ms.intervals or {}).get("mean")
+    return "" if iv is None else f"n_eff {iv.n_eff:.0f} of {level.ttft_ms.count}"
+
+
+def interval_lines(level: LevelSummary, stats: Sequence[str] = ("mean", "p50", "p90", "p99", "p99.9")) -> list[str]:
+    """Under a level's numbers: the confidence and ``n_eff``, and which of the ``stats``
+    shown as :data:`UNBOUNDED` have no interval, with one reason ([] without intervals)."""
+    neff = n_eff_text(level)
+    if not neff:
+        return []
+    conf = (level.ttft_ms.intervals or {})["mean"].confidence  # there is one: n_eff_text found it
+    out = [f"±: {100 * conf:g}% intervals (the larger side, relative); {neff} requests (TTFT, send order)"]
+    which, reasons = [], []
+    for name, key in _WITH_INTERVALS:
+        ivs = level.dist(key).intervals or {}
+        bad = [s for s in stats if s in ivs and not ivs[s].bounded]
+        if bad:
+            which.append(f"{name} {', '.join(bad)}")
+            reasons.append(f"{bad[-1]}: {ivs[bad[-1]].reason}" if bad[-1] == "mean" else str(ivs[bad[-1]].reason))
+    if which:
+        out.append(f"{UNBOUNDED} not bounded: {'; '.join(which)} (too few effective values; {reasons[0]})")
+    return out
 
 
 def client_line(level: LevelSummary) -> str:
@@ -80,22 +136,29 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
         tab.add_column(col, justify="right")
     for name, key in _METRICS:
         d: Distribution = getattr(level, key)
-        tab.add_row(name, *(fmt_latency(d.stat(c)) for c in _STATS))
+        tab.add_row(name, *(_dist_cell(d, c) for c in _STATS))
     req, thr, good, client = level.requests, level.throughput, level.goodput, level.client
     lines = Text()
+    tivs, givs = thr.intervals or {}, good.intervals or {}
+    rps = with_pm(_num(thr.requests_per_s, 2), thr.requests_per_s, tivs.get("requests_per_s"))
+    tps = with_pm(_num(thr.output_tokens_per_s), thr.output_tokens_per_s, tivs.get("output_tokens_per_s"))
     lines.append(
         f"requests {req.ok} ok / {req.failed} failed in {_num(level.duration_s, 2)} s"
-        f"   {_num(thr.requests_per_s, 2)} req/s   {_num(thr.output_tokens_per_s)} out tok/s"
-        f"   {_num(thr.total_tokens_per_s)} total tok/s\n"
+        f"   {rps} req/s   {tps} out tok/s   {_num(thr.total_tokens_per_s)} total tok/s\n"
     )
     sends, sch = schedule_line(level), level.schedule
     if sends:
         lines.append(sends + "\n", style="yellow" if sch is not None and (sch.late or sch.dropped) else "")
     if good.slos:
+        att = givs.get("slo_attainment")
+        span = "" if att is None or not att.bounded else f" [{100 * (att.low or 0):.1f}–{100 * (att.high or 0):.1f}%]"
+        gps = with_pm(_num(good.requests_per_s, 2), good.requests_per_s, givs.get("requests_per_s"))
         lines.append(
-            f"SLO {', '.join(good.slos)}: attainment {100 * (good.slo_attainment or 0):.1f}%"
-            f"   goodput {_num(good.requests_per_s, 2)} req/s\n"
+            f"SLO {', '.join(good.slos)}: attainment {100 * (good.slo_attainment or 0):.1f}%{span}"
+            f"   goodput {gps} req/s\n"
         )
+    for line in interval_lines(level, _STATS):
+        lines.append(line + "\n", style="dim")
     for chk in good.checks:
         lines.append(f"check {chk.slo}: {fmt_latency(chk.value_ms)} {'pass' if chk.passed else 'FAIL'}\n")
     if req.by_error:
@@ -113,13 +176,18 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
     return Group(tab, lines)
 
 
-def _latency_column(values: Sequence[float | None]) -> tuple[str, list[str]]:
+def _latency_column(
+    values: Sequence[float | None], intervals: Sequence[StatInterval | None] | None = None
+) -> tuple[str, list[str]]:
     """A column of latencies in one unit: ``("ms", cells)``, or ``("s", cells)`` when one
-    of them is 10 s or more."""
+    of them is 10 s or more; each cell with its interval (:func:`with_pm`) when given."""
     known = [v for v in values if v is not None]
     if known and max(known) >= 10_000:
-        return "s", ["–" if v is None else f"{v / 1000:,.1f}" for v in values]
-    return "ms", [fmt_ms(v) for v in values]
+        unit, cells = "s", ["–" if v is None else f"{v / 1000:,.1f}" for v in values]
+    else:
+        unit, cells = "ms", [fmt_ms(v) for v in values]
+    ivs = intervals or [None] * len(values)
+    return unit, [with_pm(c, v, iv) for c, v, iv in zip(cells, values, ivs)]
 
 
 _LEVEL_LATENCIES = (
@@ -142,11 +210,14 @@ def level_table(levels: Sequence[LevelSummary], title: str = "") -> Table:
         ("out\ntok/s", [_num(lv.throughput.output_tokens_per_s, 0) for lv in levels]),
     ]
     for name, key, stat in _LEVEL_LATENCIES:
-        unit, cells = _latency_column([lv.dist(key).stat(stat) for lv in levels])
+        ivs = [(lv.dist(key).intervals or {}).get(stat) for lv in levels]
+        unit, cells = _latency_column([lv.dist(key).stat(stat) for lv in levels], ivs)
         columns.append((f"{name}\n{unit}", cells))
     att = [lv.goodput.slo_attainment for lv in levels]
     columns.append(("attain\n%", ["–" if a is None else f"{100 * a:.0f}" for a in att]))
     columns.append(("goodput\nreq/s", [_num(lv.goodput.requests_per_s, 2) for lv in levels]))
+    if any(n_eff_text(lv) for lv in levels):
+        columns.append(("\nn_eff", [n_eff_text(lv).removeprefix("n_eff ").split(" ")[0] or "–" for lv in levels]))
     if any(lv.schedule is not None for lv in levels):
         columns.append(
             (
@@ -165,14 +236,17 @@ def level_table(levels: Sequence[LevelSummary], title: str = "") -> Table:
 
 
 def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
-    """Under the level table: why a level was client-bound, and the late sends of rate levels."""
-    out = []
+    """Under the level table: why a level was client-bound, the late sends of rate levels,
+    and why a latency shown is :data:`UNBOUNDED`."""
+    out: list[str] = []
     for lv in levels:
         if lv.client.client_bound:
             out.append(f"{lv.load.label()}: {client_line(lv)}")
         sch = lv.schedule
         if sch is not None and (sch.late or sch.dropped):
             out.append(f"{lv.load.label()}: {schedule_line(lv)}")
+        shown = tuple(dict.fromkeys(s for _, _, s in _LEVEL_LATENCIES))
+        out.extend(f"{lv.load.label()}: {line}" for line in interval_lines(lv, shown)[1:])
     return out
 
 
@@ -181,14 +255,16 @@ def level_line(level: LevelSummary) -> str:
     thr, req, att = level.throughput, level.requests, level.goodput.slo_attainment
     sch = level.schedule
     late = "" if sch is None else f", {sch.late} of {sch.scheduled} sends late, {sch.dropped} dropped"
+    neff = f", {n_eff_text(level)}" if n_eff_text(level) else ""
     if req.retried:  # the stale keep-alive race (docs/client.md): never hidden
         late += f", {req.retried} sent again on a new connection"
     return (
         f"level {level.load.label()}: "
         f"{req.ok} ok / {req.failed} failed, "
         f"{thr.requests_per_s or 0:.2f} req/s, {thr.output_tokens_per_s or 0:.0f} out tok/s, "
-        f"TTFT p50 {fmt_latency(level.ttft_ms.p50)}, ITL p50 {fmt_latency(level.itl_ms.p50)}, "
-        f"attainment {'–' if att is None else f'{100 * att:.0f}%'}{late}"
+        f"TTFT p50 {_dist_cell(level.ttft_ms, 'p50')}, p99 {_dist_cell(level.ttft_ms, 'p99')}, "
+        f"ITL p50 {_dist_cell(level.itl_ms, 'p50')}, "
+        f"attainment {'–' if att is None else f'{100 * att:.0f}%'}{neff}{late}"
         + ("" if not level.client.client_bound else f"; {client_line(level)}")
     )
 

@@ -3,6 +3,7 @@ every table, the client-bound reason, late sends, how the output tokens were cou
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -170,7 +171,8 @@ def test_one_level_table_has_a_unit_in_every_cell() -> None:
     assert len(rows) == 6
     for row in rows:
         cells = [c.strip() for c in row.strip("│").split("│")][1:]
-        assert cells and all(c == "–" or c.endswith((" ms", " s")) for c in cells), row
+        # a latency with its unit, and its interval where it has one ("—": cannot be bounded)
+        assert cells and all(re.fullmatch(r"–|—|[\d.,]+ (ms|s)( ±[\d.]+%)?", c) for c in cells), row
     e2e = next(r for r in rows if r.startswith("│ E2E"))
     assert "20.0 s" in e2e  # seconds-long, in seconds, said so
     assert f"sends: {lv.schedule.late} of 12 late (over 2.00 ms), 2 dropped" in text  # type: ignore[union-attr]
@@ -203,5 +205,6 @@ def test_the_console_gives_the_summarys_client_bound_reason() -> None:
     assert "client-bound: waited for a CPU 8% of the time" in text and "event-loop lag" not in text
     other = _level(4, [TokenSource.EVENTS] * 2)
     assert "4 users: client-bound" not in "\n".join(level_notes([lv, other]))
-    assert level_notes([lv, other]) == ["2 users: client-bound: waited for a CPU 8% of the time"]
+    assert level_notes([lv, other])[0] == "2 users: client-bound: waited for a CPU 8% of the time"
+    assert all(n.startswith(("2 users: — not bounded", "4 users: — not bounded")) for n in level_notes([lv, other])[1:])
     assert level_line(lv).endswith("; client-bound: waited for a CPU 8% of the time")
