@@ -190,6 +190,7 @@ def level_line(level: LevelSummary) -> str:
         f"TTFT p50 {fmt_latency(level.ttft_ms.p50)}, ITL p50 {fmt_latency(level.itl_ms.p50)}, "
         f"attainment {'–' if att is None else f'{100 * att:.0f}%'}{late}"
         + ("" if not level.client.client_bound else f"; {client_line(level)}")
+        + ("" if level.stopped is None else f"; stopped: {level.stopped}")
     )
 
 
