@@ -49,6 +49,7 @@ class LevelContext:
     """
 
     __slots__ = (
+        "_clock",
         "_live",
         "_on_record",
         "_sleepers",
@@ -72,9 +73,11 @@ class LevelContext:
         on_record: Callable[[RequestRecord], None] | None = None,
         shared_credits: Credits | None = None,
         start_ns: int = 0,
+        clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         """``shared_credits``: a cap shared with other processes, used in place of this
-        process's own when the plan caps requests in flight."""
+        process's own when the plan caps requests in flight; ``clock``: the monotonic
+        clock in ns that :meth:`sleep_until` waits on."""
         self.plan = plan
         self.result = result
         self.start_ns = start_ns
@@ -90,6 +93,7 @@ class LevelContext:
         self._live: dict[int, RequestRecord] = {}  # by id(): the requests in flight
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sleepers: set[asyncio.Future[None]] = set()
+        self._clock = clock
 
     @property
     def closed(self) -> bool:
@@ -171,7 +175,7 @@ class LevelContext:
         """Sleep until ``t_ns`` on the monotonic clock (again, if a timer fires early);
         False, at once, when the level is closed before then."""
         loop = asyncio.get_running_loop()
-        while not self.closed and (delay := t_ns - time.perf_counter_ns()) > 0:
+        while not self.closed and (delay := t_ns - self._clock()) > 0:
             fut: asyncio.Future[None] = loop.create_future()
             self._sleepers.add(fut)
             timer = loop.call_later(delay / 1e9, _wake, fut)

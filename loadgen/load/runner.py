@@ -129,7 +129,7 @@ class Runner:
         if plan.start_ns:  # a share of a level: every worker starts at the same instant
             await _sleep_until(plan.start_ns)
         res.start_ns = plan.start_ns or _now()
-        ctx = self._level = LevelContext(plan, res, self.transport, self.on_record, self.credits, res.start_ns)
+        ctx = self._level = LevelContext(plan, res, self.transport, self.on_record, self.credits, res.start_ns, _now)
         ctx.stopped = self._stop
         if self._end_next:
             ctx.end()
