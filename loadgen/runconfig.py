@@ -141,6 +141,8 @@ class RunConfig:
         if self.trace is not None and self.profile.arrival != "trace":
             raise o.error("trace", "a trace replays with the profile of its own times (arrival = 'trace')")
         self.profile.validate(o.profile_keys())
+        if self.profile.precision and self.ray is not None:
+            raise o.error("profile.precision", "not with --ray yet (Ray actors cannot be told to end a level early)")
 
 
 def _check_url(url: object, name: str, o: Origin, example: str = "http://127.0.0.1:8000") -> None:

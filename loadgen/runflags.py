@@ -57,7 +57,12 @@ _PROFILE_FLAGS = {
     "arrival": ("arrival", "--arrival"),
     "burstiness": ("burstiness", "--burstiness"),
     "slo_latency": ("slo_latency", "--slo-latency"),
+    "precision": ("precision", "--precision"),
+    "confidence": ("confidence", "--confidence"),
+    "min_duration_s": ("min_duration", "--min-duration"),
+    "max_duration_s": ("max_duration", "--max-duration"),
 }
+_PRECISION_FLAGS = ("confidence", "min_duration", "max_duration")
 # what --resume takes besides the folder: the URL and headers (never stored) and the gates
 RESUME_FLAGS = ("resume", "url", "header", "api_key_env", "quiet", "fail_on", "max_error_rate", "save_result")
 
@@ -95,6 +100,10 @@ class RunFlags:
     requests: int | None = None
     duration: float | None = None
     warmup: int | None = None
+    precision: list[str] = field(default_factory=list)
+    confidence: float | None = None
+    min_duration: float | None = None
+    max_duration: float | None = None
     trials: int | None = None
     slo: list[str] = field(default_factory=list)
     slo_latency: str | None = None
@@ -124,7 +133,7 @@ class RunFlags:
         """From typer's parsed parameters (a repeatable option not given may be None)."""
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in params.items() if k in names}
-        for k in ("header", "slo", "fail_on", "scrape_url"):
+        for k in ("header", "slo", "fail_on", "scrape_url", "precision"):
             values[k] = list(values.get(k) or [])
         return cls(**values)
 
@@ -212,7 +221,7 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
     api = f.api or "chat"
     keys = {**CLI_KEYS, **({} if level_flag is None else {"profile.levels": level_flag})}
     keys.update(
-        {f"profile.{name}": flag for name, (attr, flag) in _PROFILE_FLAGS.items() if getattr(f, attr) is not None}
+        {f"profile.{name}": flag for name, (attr, flag) in _PROFILE_FLAGS.items() if getattr(f, attr) not in (None, [])}
     )
     label = f.label or wl.name
     return RunConfig(
@@ -335,6 +344,7 @@ def _profile(f: RunFlags, wl: Workload) -> tuple[Profile, str | None]:
         "max_in_flight": f.max_in_flight,
     }
     prof = replace(prof, **{k: v for k, v in changes.items() if v is not None})
+    prof = _precision(prof, f)
     if f.max_in_flight is not None and prof.mode == "concurrency" and prof.kind not in ("sweep-rate", "capacity"):
         raise ConfigError(
             "caps the requests in flight of an open loop (--rate/--request-rate); vllm bench serve's "
@@ -343,6 +353,22 @@ def _profile(f: RunFlags, wl: Workload) -> tuple[Profile, str | None]:
         )
     level_flag = "--levels" if f.levels else "--concurrency" if f.concurrency is not None else "--rate"
     return prof, level_flag if (f.levels or f.concurrency is not None or f.rate is not None) else None
+
+
+def _precision(prof: Profile, f: RunFlags) -> Profile:
+    """--precision and its bounds laid over the profile: a level runs until its targets are met
+    or --max-duration (or --requests, when given), not the default 100 requests."""
+    for name in _PRECISION_FLAGS:
+        if getattr(f, name) is not None and not (f.precision or prof.precision):
+            raise ConfigError("only goes with --precision", key="--" + name.replace("_", "-"))
+    if f.precision:
+        prof = replace(prof, precision=list(f.precision), requests=f.requests)
+    changes: dict[str, Any] = {
+        "confidence": f.confidence,
+        "min_duration_s": f.min_duration,
+        "max_duration_s": f.max_duration,
+    }
+    return replace(prof, **{k: v for k, v in changes.items() if v is not None})
 
 
 def _replay(f: RunFlags) -> Replay | None:
@@ -419,7 +445,7 @@ def _trace_profile(tr: Trace, f: RunFlags) -> Profile:
     if warm < 0 or warm >= len(tr):
         raise ConfigError(f"must be >= 0 and below the trace's {len(tr)} rows, got {warm}", key="--warmup")
     n = min(f.requests if f.requests is not None else len(tr), len(tr) - warm)
-    return Profile(
+    prof = Profile(
         name="trace",
         kind="levels",
         mode="rate",
@@ -431,4 +457,6 @@ def _trace_profile(tr: Trace, f: RunFlags) -> Profile:
         max_in_flight=f.max_in_flight,
         slo_latency=f.slo_latency or "queued",
         source=tr.path,
+        max_duration_s=None,  # with --precision: the trace's rows bound the level unless --max-duration
     )
+    return replace(_precision(prof, f), requests=n)

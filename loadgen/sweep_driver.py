@@ -16,6 +16,7 @@ import numpy as np
 from rich.console import Console
 
 from loadgen.load.executor import LevelExecutor
+from loadgen.load.precision import LevelWatch
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult
 from loadgen.load.sweeps import planned_levels, sweep
@@ -123,6 +124,7 @@ async def sweep_levels(
     stopped: str | None = None
     while plan is not None:
         results = []
+        reasons: list[str] = []
         for t in range(cfg.trials):
             trial = plan if t == 0 else dataclasses.replace(plan, trial=t, seed=plan.seed + t)
             stats.start_level(
@@ -135,11 +137,16 @@ async def sweep_levels(
                 duration_s=plan.duration_s,
                 sends_s=trial.last_send_s(),
             )
-            results.append(await runner.run_level(trial))
+            watch = None if not prof.precision else LevelWatch(prof.precision, prof.confidence, prof.min_duration_s)
+            results.append(await (runner.run_level(trial) if watch is None else runner.run_level(trial, watch)))
+            if watch is not None:
+                reasons.append(watch.reason(_end(results[-1])))
             if runner.interrupted:
                 break
         result = merge_trials(results)
         level = summarize_result(result, cfg.profile, cfg.slos, anchor_ns)
+        if reasons:
+            level = dataclasses.replace(level, stopped=_reasons(reasons))
         if len(results) > 1:
             per_trial = [summarize_result(r, cfg.profile, cfg.slos, anchor_ns) for r in results]
             level = dataclasses.replace(level, trials=trial_summary(per_trial))
@@ -148,6 +155,8 @@ async def sweep_levels(
         after_level()
         if not cfg.live:
             console.print(level_line(level), highlight=False, markup=False, soft_wrap=True)
+        elif level.stopped is not None:
+            console.print(f"level {level.load.label()} stopped: {level.stopped}", highlight=False, markup=False)
         if runner.interrupted:
             return run_summary(levels, prof, None, True)
         failed = level_failures(level, len(levels) - 1, cfg.gates) if cfg.abort_on_fail else []
@@ -159,6 +168,23 @@ async def sweep_levels(
         except StopIteration as stop:
             stopped, plan = stop.value, None
     return run_summary(levels, prof, stopped, False)
+
+
+def _end(result: LevelResult) -> str:
+    """What ended a level that ran until precise without meeting its targets."""
+    plan = result.plan
+    if result.interrupted:
+        return "interrupted"
+    if plan.duration_s is not None and result.end_ns - result.start_ns >= plan.duration_s * 1e9:
+        return "max-duration"
+    return "end of trace" if plan.offsets is not None else "requests"
+
+
+def _reasons(reasons: Sequence[str]) -> str:
+    """One level's reason to stop; its trials' each, when they differ."""
+    if len(set(reasons)) == 1:
+        return reasons[0]
+    return "; ".join(f"trial {t + 1}: {r}" for t, r in enumerate(reasons))
 
 
 def trace_levels(gen: Any, trace: Trace) -> Any:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -54,6 +55,12 @@ class Script:
     log_path: str | None = None  # append {"stream", "prompt_tokens"} per request as a JSON line
     tool_calls: bool = False  # chat: the output streams as one tool call's argument deltas
     reasoning: int = 0  # chat: the first this many output events stream delta.reasoning_content
+    # random stalls (a noisy server): each request, with probability stall_p, waits a further
+    # uniform [0, stall_s) before its first token; every request adds a uniform [0, jitter_s)
+    stall_p: float = 0.0
+    stall_s: float = 0.0
+    jitter_s: float = 0.0
+    seed: int = 0
 
 
 class ScriptedServer:
@@ -65,6 +72,7 @@ class ScriptedServer:
         self.url = ""
         self.in_flight = 0
         self._runner: web.AppRunner | None = None
+        self._rng = random.Random(self.script.seed)
 
     async def __aenter__(self) -> ScriptedServer:
         app = web.Application()
@@ -107,6 +115,9 @@ class ScriptedServer:
             sc = replace(
                 sc, ttft_s=sc.ttft_s + extra * sc.overload_ttft_s, itl_s=sc.itl_s * self.in_flight / sc.capacity
             )
+        if sc.stall_p or sc.jitter_s:
+            stall = sc.stall_s * self._rng.random() if self._rng.random() < sc.stall_p else 0.0
+            sc = replace(sc, ttft_s=sc.ttft_s + stall + sc.jitter_s * self._rng.random())
         if sc.raw_body is not None:
             return web.Response(text=sc.raw_body, content_type="text/html")
         if sc.status != 200:

@@ -176,6 +176,29 @@ Requests = Annotated[
     ),
 ]
 Duration = Annotated[OptFloat, _opt("--duration", panel=_LOAD, help="Seconds per level")]
+Precision = Annotated[
+    list[str] | None,
+    _opt(
+        "--precision",
+        panel=_LOAD,
+        help="Run each level until this statistic is known within ±N% (repeatable): ttft.p99=5%, "
+        "e2e.mean=2%; metrics ttft, ttft_queued, tpot, e2e, e2e_queued, ttfa; stats mean, p50, p99, p99.9…",
+    ),
+]
+Confidence = Annotated[
+    OptFloat, _opt("--confidence", panel=_LOAD, help="With --precision: the intervals' confidence (default 0.95)")
+]
+MinDuration = Annotated[
+    OptFloat, _opt("--min-duration", panel=_LOAD, help="With --precision: seconds a level runs at least (default 0)")
+]
+MaxDuration = Annotated[
+    OptFloat,
+    _opt(
+        "--max-duration",
+        panel=_LOAD,
+        help="With --precision: seconds after which a level stops, precise or not (default 600)",
+    ),
+]
 Warmup = Annotated[OptInt, _opt("--warmup", panel=_LOAD, help="Requests sent first in each level and excluded")]
 Trials = Annotated[
     OptInt,
@@ -352,6 +375,10 @@ def run(
     requests: Requests = None,
     duration: Duration = None,
     warmup: Warmup = None,
+    precision: Precision = None,
+    confidence: Confidence = None,
+    min_duration: MinDuration = None,
+    max_duration: MaxDuration = None,
     trials: Trials = None,
     slo: Slo = None,
     slo_latency: SloLatency = None,

@@ -8,12 +8,16 @@ driver makes each request's record with :meth:`LevelContext.new_record`, sends i
 runner's ``on_record`` and keeps it in the level's result), and runs its concurrent parts
 with :meth:`~LevelContext.spawn` or :meth:`~LevelContext.gather`, so that
 :meth:`~LevelContext.stop` (the runner's ``interrupt()``) cancels every one of them.
+:meth:`~LevelContext.end` ends the level as its duration would (a precision target met):
+no new request goes out, those in flight finish; a driver waits for a send's time with
+:meth:`~LevelContext.sleep_until`, which returns at once when the level ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
@@ -40,15 +44,19 @@ class LevelContext:
     ``plan`` and ``result`` are the level's; ``start_ns`` is when it started (the monotonic
     clock); ``credits`` is the open loop's cap on requests in flight (None: no cap, or a
     closed loop); ``stopped`` turns true when :meth:`stop` is called and stays so;
-    ``in_flight`` and ``sent`` count this level's requests in flight now and sent so far.
+    ``in_flight`` and ``sent`` count this level's requests in flight now and sent so far;
+    ``ended`` turns true when :meth:`end` is called, and ``closed`` is either.
     """
 
     __slots__ = (
+        "_clock",
         "_live",
         "_on_record",
+        "_sleepers",
         "_tasks",
         "_transport",
         "credits",
+        "ended",
         "in_flight",
         "plan",
         "result",
@@ -65,9 +73,11 @@ class LevelContext:
         on_record: Callable[[RequestRecord], None] | None = None,
         shared_credits: Credits | None = None,
         start_ns: int = 0,
+        clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         """``shared_credits``: a cap shared with other processes, used in place of this
-        process's own when the plan caps requests in flight."""
+        process's own when the plan caps requests in flight; ``clock``: the monotonic
+        clock in ns that :meth:`sleep_until` waits on."""
         self.plan = plan
         self.result = result
         self.start_ns = start_ns
@@ -75,12 +85,20 @@ class LevelContext:
         if plan.mode == "rate" and plan.max_in_flight:
             self.credits = shared_credits if shared_credits is not None else LocalCredits(plan.max_in_flight)
         self.stopped = False
+        self.ended = False
         self.in_flight = 0
         self.sent = 0
         self._transport = transport
         self._on_record = on_record
         self._live: dict[int, RequestRecord] = {}  # by id(): the requests in flight
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._sleepers: set[asyncio.Future[None]] = set()
+        self._clock = clock
+
+    @property
+    def closed(self) -> bool:
+        """No new request may go out: the level was stopped or ended."""
+        return self.stopped or self.ended
 
     def new_record(self, spec: RequestSpec, worker: int, warmup: bool) -> RequestRecord:
         """A fresh record of ``spec`` in this level, sent by user (closed loop) or share
@@ -143,7 +161,36 @@ class LevelContext:
         self.stopped = True
         for t in list(self._tasks):
             t.cancel()
+        self.end()
+
+    def end(self) -> None:
+        """End the level as its duration would: no new request goes out, those in flight
+        finish, and every :meth:`sleep_until` returns now."""
+        self.ended = True
+        for fut in list(self._sleepers):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def sleep_until(self, t_ns: int) -> bool:
+        """Sleep until ``t_ns`` on the monotonic clock (again, if a timer fires early);
+        False, at once, when the level is closed before then."""
+        loop = asyncio.get_running_loop()
+        while not self.closed and (delay := t_ns - self._clock()) > 0:
+            fut: asyncio.Future[None] = loop.create_future()
+            self._sleepers.add(fut)
+            timer = loop.call_later(delay / 1e9, _wake, fut)
+            try:
+                await fut
+            finally:
+                timer.cancel()
+                self._sleepers.discard(fut)
+        return not self.closed
 
     def in_flight_records(self) -> list[RequestRecord]:
         """Copies of the requests in flight now, without their events."""
         return [dataclasses.replace(rec, events=[]) for rec in self._live.values()]
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -8,7 +8,9 @@ it never asks which kind it holds. Three kinds satisfy the Protocol:
 - :class:`~loadgen.load.workers.WorkerPool`: worker processes on this machine;
 - :class:`~loadgen.load.ray_pool.RayPool`: Ray actors across a cluster.
 
-Each is entered as an async context manager before its first level (the pools start
+A level that runs until precise hands its :class:`~loadgen.load.precision.LevelWatch` to
+``run_level``; each kind feeds it the level's records as they finish and ends the level
+when it says so. Each is entered as an async context manager before its first level (the pools start
 their workers there; the in-process kind has nothing to start) and reports, through
 :meth:`LevelExecutor.clock_report`, what ``run.json`` should say of its workers' clocks
 (None: every sender shares this machine's monotonic clock).
@@ -19,8 +21,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loadgen.load.plan import LevelPlan, LevelResult
+from loadgen.load.precision import LevelWatch
 from loadgen.load.runner import Runner
 from loadgen.load.share import measure_share
+from loadgen.records import RequestRecord
 
 __all__ = ["InProcess", "LevelExecutor"]
 
@@ -42,8 +46,10 @@ class LevelExecutor(Protocol):
         """Stop sending and end the level: what is in flight ends as ``cancelled``."""
         ...
 
-    async def run_level(self, plan: LevelPlan) -> LevelResult:
-        """Run one level (or one trial of it) and return its result."""
+    async def run_level(self, plan: LevelPlan, watch: LevelWatch | None = None) -> LevelResult:
+        """Run one level (or one trial of it) and return its result; with ``watch``, every
+        finished record goes to it too, and the level ends (as at its duration) when it
+        says the level's precision targets are met."""
         ...
 
     async def __aenter__(self) -> object: ...
@@ -75,8 +81,22 @@ class InProcess:
     def interrupt(self) -> None:
         self.runner.interrupt()
 
-    async def run_level(self, plan: LevelPlan) -> LevelResult:
-        res, stats = await measure_share(self.runner, plan, self.runner.prepare(plan, self.source), 0)
+    async def run_level(self, plan: LevelPlan, watch: LevelWatch | None = None) -> LevelResult:
+        runner = self.runner
+        on_record = runner.on_record
+        if watch is not None:
+
+            def tap(rec: RequestRecord) -> None:
+                if on_record is not None:
+                    on_record(rec)
+                if watch.add((rec,)):
+                    runner.end_level()
+
+            runner.on_record = tap  # the level's context takes it at its start
+        try:
+            res, stats = await measure_share(runner, plan, runner.prepare(plan, self.source), 0)
+        finally:
+            runner.on_record = on_record
         res.worker_stats = [stats]  # this process's own CPU and run-queue wait
         return res
 

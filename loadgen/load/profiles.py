@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -95,7 +95,17 @@ class Profile:
     rel_width: float = 0.1
     # soak / ramp
     window_s: float = 10.0
+    # run until precise (loadgen.load.precision): each level ends when every target is met
+    precision: list[str] = field(default_factory=list)  # "ttft.p99=5%"
+    confidence: float = 0.95
+    min_duration_s: float = 0.0
+    max_duration_s: float | None = 600.0  # None: the request budget bounds the level (a trace's rows)
     source: str = "--flags"
+
+    @property
+    def level_duration_s(self) -> float | None:
+        """How long a level may last: ``max_duration_s`` when it runs until precise."""
+        return self.max_duration_s if self.precision else self.duration_s
 
     def validate(self, keys: Mapping[str, str] | None = None) -> None:
         """Raise for the first field a run cannot use: a :class:`ConfigError` naming the
@@ -121,7 +131,9 @@ class Profile:
             raise err("requests", f"must be >= 1, got {self.requests!r}")
         if self.duration_s is not None and (_bad_number(self.duration_s) or not 0 < self.duration_s < math.inf):
             raise err("duration_s", f"must be a number of seconds > 0, got {self.duration_s!r}")
-        if self.requests is None and self.duration_s is None:
+        if self.precision:
+            _check_precision(self, err)
+        elif self.requests is None and self.duration_s is None:
             raise err("requests", "each level needs requests and/or duration_s")
         if _bad_int(self.warmup_requests) or self.warmup_requests < 0:
             raise err("warmup_requests", f"must be >= 0, got {self.warmup_requests!r}")
@@ -156,6 +168,34 @@ class Profile:
                 except ConfigError as exc:
                     raise err("levels", str(exc).removeprefix("--rate: ")) from None
         check_limits(self, dict(keys))
+
+
+def _check_precision(prof: Profile, err: Callable[[str, str], ConfigError]) -> None:
+    """The run-until-precise fields: targets that parse, a confidence, and a bound."""
+    from loadgen.load.precision import parse_target
+
+    if not isinstance(prof.precision, list) or not all(isinstance(t, str) for t in prof.precision):
+        raise err("precision", 'must be a list of strings like ["ttft.p99=5%"]')
+    for text in prof.precision:
+        try:
+            parse_target(text)
+        except ValueError as exc:
+            raise err("precision", str(exc)) from None
+    if _bad_number(prof.confidence) or not 0.5 <= prof.confidence < 1:
+        raise err("confidence", f"must be in [0.5, 1), e.g. 0.95, got {prof.confidence!r}")
+    if _bad_number(prof.min_duration_s) or not 0 <= prof.min_duration_s < math.inf:
+        raise err("min_duration_s", f"must be a number of seconds >= 0, got {prof.min_duration_s!r}")
+    most = prof.max_duration_s
+    if most is not None and (_bad_number(most) or not 0 < most < math.inf):
+        raise err("max_duration_s", f"must be a number of seconds > 0, got {most!r}")
+    if most is None and prof.requests is None:
+        raise err("max_duration_s", "a level run until precise needs a maximum duration (or requests)")
+    if most is not None and prof.min_duration_s > most:
+        raise err("min_duration_s", f"must not exceed the maximum duration ({most:g} s), got {prof.min_duration_s:g}")
+    if prof.duration_s is not None:
+        raise err("duration_s", "a level run until precise lasts until its targets are met or its maximum duration")
+    if prof.kind in ("soak", "ramp"):
+        raise err("precision", f"a {prof.kind} level runs for its duration; precision targets go with levels")
 
 
 def _bad_number(value: Any) -> bool:
@@ -200,6 +240,8 @@ def _limits(prof: Profile) -> list[tuple[str, float, float, str]]:
         ("rate_low", MAX_RATE, "requests/s"),
         ("rate_high", MAX_RATE, "requests/s"),
         ("window_s", MAX_LEVEL_S, "s"),
+        ("min_duration_s", MAX_LEVEL_S, "s"),
+        ("max_duration_s", MAX_LEVEL_S, "s"),
         ("max_lateness_s", MAX_LEVEL_S, "s"),
     ):
         value = getattr(prof, name)
@@ -222,6 +264,7 @@ def check_limits(prof: Profile, flags: dict[str, str] | None = None) -> None:
             raise ProfileError(msg, source=prof.source, key=name)
 
 
+_OPTIONAL_NUMBERS = ("requests", "duration_s", "max_in_flight", "rate_high", "max_duration_s")
 _TOP = {f.name for f in fields(Profile)} - {"stop", "source", "levels"} | {"stop", "levels", "generate"}
 _STOP = {f.name for f in fields(StopRules)}
 _GEN = {"kind", "start", "stop", "step"}
@@ -284,7 +327,7 @@ def _typed(name: str, value: Any, default: Any, source: str) -> Any:
         if not isinstance(value, bool):
             raise _err(source, name, f"must be true or false, got {value!r}")
         return value
-    if isinstance(default, (int, float)) or name in ("requests", "duration_s", "max_in_flight", "rate_high"):
+    if isinstance(default, (int, float)) or name in _OPTIONAL_NUMBERS:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _err(source, name, f"must be a number, got {value!r}")
         if not 0 <= value < math.inf:  # NaN fails too
@@ -311,6 +354,9 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         elif key == "slos":
             if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
                 raise _err(source, key, 'must be a list of strings like ["ttft=500ms", "tpot=50ms"]')
+        elif key == "precision":
+            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise _err(source, key, 'must be a list of strings like ["ttft.p99=5%"]')
         elif key in ("description", "arrival", "knee_metric"):
             if not isinstance(value, str):
                 raise _err(source, key, "must be a string")
@@ -332,6 +378,8 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         if k in data
     }
     prof = with_budget(prof, **budget)
+    if prof.precision and "requests" not in data:
+        prof.requests = None  # until precise or max_duration_s, not the default 100 requests
     if "stop" in data:
         st = data["stop"]
         if not isinstance(st, dict):
@@ -354,7 +402,9 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         prof.levels = _generate(data["generate"], source)
     if prof.kind == "levels" and not prof.levels:
         raise _err(source, "levels", "a 'levels' profile needs levels = [...] or a [generate] table")
-    if prof.requests is None and prof.duration_s is None:
+    if prof.precision:
+        prof.validate()
+    elif prof.requests is None and prof.duration_s is None:
         raise _err(source, "requests", "each level needs requests and/or duration_s")
     if not 0 < prof.attainment_target <= 1:
         raise _err(source, "attainment_target", "must be in (0, 1]")

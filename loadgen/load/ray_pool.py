@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.errors import ConfigError, TargetError, Terminated
+from loadgen.load.precision import LevelWatch
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.sessions import SessionSource
 from loadgen.load.share import START_LEAD_NS, LevelCollector, ShareDone, WorkerSetup, run_share
@@ -345,9 +346,12 @@ class RayPool:
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
 
-    async def run_level(self, plan: LevelPlan) -> LevelResult:
+    async def run_level(self, plan: LevelPlan, watch: LevelWatch | None = None) -> LevelResult:
         """Run ``plan`` over the live actors: each builds its share, then all start at one
-        instant (each on its own clock). Records arrive through ``on_records``."""
+        instant (each on its own clock). Records arrive through ``on_records``. A level
+        run until precise (``watch``) is not supported here yet (RunConfig refuses it)."""
+        if watch is not None:
+            raise ConfigError("not with --ray yet", key="--precision")
         live = [m for m in self._members if m.alive]
         if not live:
             raise TargetError("every Ray worker has been lost")

@@ -62,6 +62,15 @@ class Runner:
         self._level: LevelContext | None = None  # the level running now
         self._sent_before = 0  # requests sent by the levels before it
         self._stop = False
+        self._end_next = False  # end_level() came before the level's start
+
+    def end_level(self) -> None:
+        """End the current level as its duration would: no new request goes out, those in
+        flight finish (a level not started yet ends as soon as it starts)."""
+        if self._level is not None:
+            self._level.end()
+        else:
+            self._end_next = True
 
     def interrupt(self) -> None:
         """Stop sending and cancel everything in flight (their records say ``cancelled``)."""
@@ -120,8 +129,10 @@ class Runner:
         if plan.start_ns:  # a share of a level: every worker starts at the same instant
             await _sleep_until(plan.start_ns)
         res.start_ns = plan.start_ns or _now()
-        ctx = self._level = LevelContext(plan, res, self.transport, self.on_record, self.credits, res.start_ns)
+        ctx = self._level = LevelContext(plan, res, self.transport, self.on_record, self.credits, res.start_ns, _now)
         ctx.stopped = self._stop
+        if self._end_next:
+            ctx.end()
         try:
             await driver.drive(ctx)
         finally:
@@ -134,6 +145,7 @@ class Runner:
             res.interrupted = self._stop
             self._sent_before += ctx.sent
             self._level = None
+            self._end_next = False
         return res
 
     async def _monitor(self, res: LevelResult, stop: asyncio.Event) -> None:
@@ -162,8 +174,8 @@ async def _closed_loop(ctx: LevelContext, specs: _Specs) -> None:
 
     async def user(u: int) -> None:
         if plan.ramp_s > 0 and u:
-            await _sleep_until(ctx.start_ns + int(plan.ramp_s * 1e9 * u / users))
-        while not ctx.stopped:
+            await ctx.sleep_until(ctx.start_ns + int(plan.ramp_s * 1e9 * u / users))
+        while not ctx.closed:
             now = _now()
             if deadline is not None and now >= deadline:
                 return
@@ -204,13 +216,12 @@ async def _open_loop(ctx: LevelContext, specs: _Specs) -> None:
             cap.release()
 
     for i, due in zip(positions, due_ns.tolist()):
-        if ctx.stopped:
+        if not await ctx.sleep_until(due):
+            if ctx.ended and not ctx.stopped:  # ended early: the schedule asked for the sends before this one
+                res.scheduled = i
             break
-        delay = due - _now()
-        if delay > 0:
-            await asyncio.sleep(delay / 1e9)
         spec = specs.at(i)
-        if ctx.stopped or spec is None:
+        if spec is None:
             break
         ctx.spawn(one(i, spec, due))
     await ctx.wait()

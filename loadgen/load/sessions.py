@@ -22,7 +22,6 @@ true to resend.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
@@ -52,12 +51,6 @@ class SessionSource(Protocol):
     def session(self, level: int, position: int) -> SessionPlan:
         """Open loop: the session of schedule position ``position``."""
         ...
-
-
-async def _sleep_until(t_ns: int) -> None:
-    """Sleep until ``t_ns`` has passed (a timer may fire a little early: sleep again)."""
-    while (delay := t_ns - _now()) > 0:  # noqa: ASYNC110 - a timer to a point in time, not a wait for an event
-        await asyncio.sleep(delay / 1e9)
 
 
 class SessionSpecs:
@@ -101,13 +94,13 @@ class SessionSpecs:
 
         async def user(u: int) -> None:
             if plan.ramp_s > 0 and u:
-                await _sleep_until(ctx.start_ns + int(plan.ramp_s * 1e9 * u / users))
+                await ctx.sleep_until(ctx.start_ns + int(plan.ramp_s * 1e9 * u / users))
             quota = user_quota(u, users, total)
             sent = 0
 
             def next_turn() -> bool | None:  # None: the user is done; else whether it is warm-up
                 nonlocal sent
-                if ctx.stopped or (quota is not None and sent >= quota):
+                if ctx.closed or (quota is not None and sent >= quota):
                     return None
                 if deadline is not None and _now() >= deadline:
                     return None
@@ -127,16 +120,15 @@ class SessionSpecs:
         due_ns = base + np.round(self.offsets[plan.worker :: plan.n_workers] * 1e9).astype(np.int64)
         max_late = int(plan.max_lateness_s * 1e9)
         for i, due in zip(self.positions, due_ns.tolist()):
-            if ctx.stopped:
-                break
-            await _sleep_until(due)
-            if ctx.stopped:
+            if not await ctx.sleep_until(due):
+                if ctx.ended and not ctx.stopped:  # ended early: sessions scheduled before this one
+                    ctx.result.scheduled = i
                 break
             session = self.at(i)
             warm = i < plan.warmup_requests
 
             def next_turn(warm: bool = warm) -> bool | None:
-                return None if ctx.stopped else warm
+                return None if ctx.closed else warm
 
             ctx.spawn(_hold(ctx, session, due, next_turn, plan.worker, ctx.credits, max_late))
         await ctx.wait()
@@ -170,7 +162,8 @@ async def _hold(
             due = last_done + int(session.think_s[t - 2] * 1e9)
             if deadline is not None and due >= deadline:
                 return False
-            await _sleep_until(due)
+            if not await ctx.sleep_until(due):
+                return False
         warm = next_turn()
         if warm is None:
             return False

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from loadgen.load.context import Driver
 from loadgen.load.plan import LevelPlan, LevelResult
+from loadgen.load.precision import LevelWatch
 from loadgen.load.runner import Runner
 from loadgen.load.sessions import SessionSource
 from loadgen.load.source import SpecSource
@@ -92,9 +93,19 @@ class LevelCollector:
     """The coordinator's side of one level: ``on_records`` gets every record once, a
     batch at a time, as it arrives (the run folder, the live display)."""
 
-    def __init__(self, plan: LevelPlan, on_records: Callable[[Sequence[RequestRecord]], None] | None) -> None:
+    def __init__(
+        self,
+        plan: LevelPlan,
+        on_records: Callable[[Sequence[RequestRecord]], None] | None,
+        watch: LevelWatch | None = None,
+        end: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``watch``: the level's precision targets, fed every record; ``end`` is called
+        when it says they are met (the pool ends its workers' level)."""
         self.result = LevelResult(plan, keep="compact")  # read once, by the level's summary
         self.on_records = on_records
+        self.watch = watch
+        self._end = end
         self.lost: list[int] = []
         self.silent: dict[int, float] = {}
         self._stats: dict[int, WorkerStats] = {}
@@ -104,6 +115,8 @@ class LevelCollector:
             self.on_records(records)
         for rec in records:
             self.result.add(rec)
+        if self.watch is not None and self.watch.add(records):
+            self._end()
 
     def done(self, worker: int, end: ShareDone) -> None:
         self._stats[worker] = end.stats

@@ -77,7 +77,7 @@ def _plan(profile: Profile, index: int, mode: str, value: float, seed: int, **kw
         mode=mode,
         value=value,
         requests=kw.get("requests", profile.requests),
-        duration_s=kw.get("duration_s", profile.duration_s),
+        duration_s=kw.get("duration_s", profile.level_duration_s),
         warmup_requests=profile.warmup_requests,
         arrival=profile.arrival,
         burstiness=profile.burstiness,

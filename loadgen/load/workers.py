@@ -16,6 +16,8 @@ need no conversion). A level goes:
    a worker with nothing new to report sends a heartbeat instead, so one that sends
    nothing for :data:`SILENT_S` (stopped, or starved of CPU) is named in the level's
    client health with how long it was silent;
+   (a level run until precise: the coordinator's ``end`` when its targets are met, after
+   which a worker sends nothing new and its in-flight requests finish);
 4. ``done``: the worker's own health (event-loop lag, CPU, run-queue wait).
 
 Ctrl-C reaches every process of the terminal's group, and so does the SIGTERM of
@@ -50,6 +52,7 @@ from typing import Any
 from loadgen.aio import new_event_loop
 from loadgen.errors import TargetError
 from loadgen.load.credits import SharedCredits
+from loadgen.load.precision import LevelWatch
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.share import START_LEAD_NS, LevelCollector, ShareDone, WorkerSetup, run_share
 from loadgen.records import RequestRecord
@@ -163,6 +166,8 @@ async def _serve(
                 plan = prepared = None
             elif msg[0] == "interrupt":
                 runner.interrupt()
+            elif msg[0] == "end" and level is not None and not level.done():
+                runner.end_level()
             elif msg[0] == "close":
                 break
     finally:
@@ -407,6 +412,13 @@ class WorkerPool:
                 with contextlib.suppress(OSError, ValueError):
                     w.cmd.send(("interrupt",))
 
+    def _end_level(self, live: Sequence[_Worker]) -> None:
+        """End the level's shares as at their duration: what is in flight finishes."""
+        for w in live:
+            if w.alive:
+                with contextlib.suppress(OSError, ValueError):
+                    w.cmd.send(("end",))
+
     async def _wait(self, pending: set[int], timeout_s: float | None = None) -> None:
         """Until every worker in ``pending`` has answered (each answer removes it) or died."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -425,16 +437,17 @@ class WorkerPool:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._event.wait(), timeout=0.5 if left is None else min(left, 0.5))
 
-    async def run_level(self, plan: LevelPlan) -> LevelResult:
+    async def run_level(self, plan: LevelPlan, watch: LevelWatch | None = None) -> LevelResult:
         """Run ``plan`` over the live workers: each builds its share, then all start at
         one instant on the shared clock. The records arrive through ``on_records`` (and
-        in the result); ``worker_stats`` holds each worker's health."""
+        in the result, and ``watch``: when it says the level is precise, every worker
+        ends its share as at the level's duration); ``worker_stats`` holds each worker's health."""
         if self._stop:  # stopped before the level (while the workers started): nothing to send
             return LevelCollector(plan, self.on_records).finish(True)
         live = [w for w in self._workers if w.alive]
         if not live:
             raise TargetError("every worker process has died")
-        level = self._level = LevelCollector(plan, self.on_records)
+        level = self._level = LevelCollector(plan, self.on_records, watch, functools.partial(self._end_level, live))
         self._waiting = {w.index for w in live}
         try:
             for k, w in enumerate(live):

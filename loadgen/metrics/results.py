@@ -499,6 +499,8 @@ class LevelSummary(_JSON):
     sessions: Sessions | None = field(default=None, metadata=_key("sessions", omit_none=True))
     by_turn: dict[str, TurnSummary] | None = field(default=None, metadata=_key("by_turn", omit_none=True))
     reasoning: Reasoning | None = field(default=None, metadata=_key("reasoning", omit_none=True))
+    # run until precise: why the level stopped ("precision met: ...", "max-duration: ttft.p99 ±8.1% > 5%")
+    stopped: str | None = field(default=None, metadata=_key("stopped", omit_none=True))
 
     def dist(self, name: str) -> Distribution:
         """A latency or length distribution by field name (``"ttft_ms"``, ``"itl_ms"``…)."""

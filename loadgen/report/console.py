@@ -266,6 +266,7 @@ def level_line(level: LevelSummary) -> str:
         f"ITL p50 {_dist_cell(level.itl_ms, 'p50')}, "
         f"attainment {'–' if att is None else f'{100 * att:.0f}%'}{neff}{late}"
         + ("" if not level.client.client_bound else f"; {client_line(level)}")
+        + ("" if level.stopped is None else f"; stopped: {level.stopped}")
     )
 
 

@@ -1,0 +1,151 @@
+"""Run until precise (``--precision``): targets parsed, errors on one line, and levels that
+stop when precise (a quiet server) or at ``--max-duration`` (a server with random stalls),
+closed and open loop, in process and over worker processes, single requests and sessions.
+
+Every run is bounded in time (``--max-duration``) and requests (``--requests``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loadgen.cli import app
+from loadgen.load.precision import parse_target
+from loadgen.metrics.sequential import Target
+from tests.scripted_server import Script, ScriptedServerProcess
+
+runner = CliRunner()
+# quiet: TTFT uniform in [0.5, 0.7) s, so the client's own noise is small beside it;
+# noisy: 5% of requests stall a further uniform [0, 0.4) s before their first token
+QUIET = Script(ttft_s=0.5, jitter_s=0.2, itl_s=0.001, seed=3)
+NOISY = Script(ttft_s=0.02, itl_s=0.001, stall_p=0.05, stall_s=0.4, seed=1)
+COMMON = ["--api", "completions", "--no-calibrate", "--quiet"]
+SHORT = ["--prompt-tokens", "16", "--output-tokens", "2"]
+
+
+@pytest.fixture(scope="module")
+def quiet() -> Iterator[ScriptedServerProcess]:
+    with ScriptedServerProcess(QUIET) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def noisy() -> Iterator[ScriptedServerProcess]:
+    with ScriptedServerProcess(NOISY) as srv:
+        yield srv
+
+
+def _run(url: str, out: Path, *args: str) -> list[dict[str, object]]:
+    lengths = [] if "--workload" in args else SHORT
+    res = runner.invoke(app, ["run", "--url", url, *COMMON, *lengths, "--out", str(out), *args])
+    assert res.exit_code == 0, res.output
+    levels: list[dict[str, object]] = json.loads((out / "summary.json").read_text())["levels"]
+    return levels
+
+
+def test_targets_parse() -> None:
+    assert parse_target("ttft.p99=5%").target == Target("ttft", 0.99, 0.05)
+    assert parse_target("e2e.mean=2.5%").target == Target("e2e", None, 0.025)
+    assert parse_target("tpot.p99.9=10%").label == "tpot.p99.9"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--precision", "ttft.p99=abc"], "--precision: expected a half-width between 0% and 100% such as 5%"),
+        (["--precision", "latency.p99=5%"], "--precision: unknown metric 'latency'"),
+        (["--precision", "ttft.p99=0%"], "--precision: expected a half-width between 0% and 100%"),
+        (["--precision", "ttft.p100=5%"], "--precision: unknown statistic 'p100'"),
+        (["--precision", "ttft"], "--precision: expected METRIC.STAT=N%"),
+        (["--max-duration", "5"], "--max-duration: only goes with --precision"),
+        (["--precision", "ttft.p99=5%", "--duration", "5"], "--duration: a level run until precise lasts"),
+        (["--precision", "ttft.p99=5%", "--confidence", "1.5"], "--confidence: must be in [0.5, 1)"),
+        (["--precision", "ttft.p99=5%", "--min-duration", "9", "--max-duration", "5"], "--min-duration: must not"),
+        (["--precision", "ttft.p99=5%", "--ray", "auto"], "--precision: not with --ray yet"),
+    ],
+)
+def test_bad_precision_is_one_line(noisy: ScriptedServerProcess, args: list[str], needle: str) -> None:
+    res = runner.invoke(app, ["run", "--url", noisy.url, *args])
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_a_quiet_server_stops_when_precise(quiet: ScriptedServerProcess, tmp_path: Path) -> None:
+    (level,) = _run(
+        quiet.url,
+        tmp_path / "q",
+        "--concurrency",
+        "64",
+        "--precision",
+        "ttft.p50=5%",
+        "--max-duration",
+        "60",
+        "--requests",
+        "5000",
+    )
+    assert str(level["stopped"]).startswith("precision met: ttft.p50 ±"), level["stopped"]
+    assert level["duration_s"] < 60 and level["requests"]["total"] < 5000  # type: ignore[index,operator]
+    run = json.loads((tmp_path / "q" / "run.json").read_text())
+    assert run["profile"]["precision"] == ["ttft.p50=5%"] and run["profile"]["max_duration_s"] == 60
+
+
+def test_a_noisy_server_hits_the_maximum_and_says_what_it_missed(noisy: ScriptedServerProcess, tmp_path: Path) -> None:
+    (level,) = _run(
+        noisy.url,
+        tmp_path / "n",
+        "--concurrency",
+        "16",
+        "--precision",
+        "ttft.p99=5%",
+        "--max-duration",
+        "3",
+        "--requests",
+        "100000",
+    )
+    assert str(level["stopped"]).startswith("max-duration: ttft.p99 "), level["stopped"]
+    assert "> 5%" in str(level["stopped"]) or "not bounded" in str(level["stopped"])
+
+
+def test_open_loop_over_worker_processes_stops_when_precise(quiet: ScriptedServerProcess, tmp_path: Path) -> None:
+    (level,) = _run(
+        quiet.url,
+        tmp_path / "w",
+        "--rate",
+        "100",
+        "--workers",
+        "2",
+        "--precision",
+        "ttft.p50=5%",
+        "--max-duration",
+        "60",
+        "--requests",
+        "5000",
+    )
+    assert str(level["stopped"]).startswith("precision met"), level["stopped"]
+    assert level["requests"]["total"] < 5000  # type: ignore[index,operator]
+    sched = level["schedule"]
+    assert sched["scheduled"] < 5000  # type: ignore[index,operator]  # the sends the level reached, not the plan
+
+
+def test_sessions_stop_when_precise(quiet: ScriptedServerProcess, tmp_path: Path) -> None:
+    (level,) = _run(
+        quiet.url,
+        tmp_path / "s",
+        "--workload",
+        "multiturn",
+        "--concurrency",
+        "64",
+        "--precision",
+        "ttft.p50=10%",
+        "--max-duration",
+        "60",
+        "--requests",
+        "5000",
+    )
+    assert str(level["stopped"]).startswith("precision met"), level["stopped"]
+    assert level["requests"]["total"] < 5000  # type: ignore[index,operator]
