@@ -63,7 +63,7 @@ def test_targets_parse() -> None:
         (["--precision", "ttft"], "--precision: expected METRIC.STAT=N%"),
         (["--max-duration", "5"], "--max-duration: only goes with --precision"),
         (["--precision", "ttft.p99=5%", "--duration", "5"], "--duration: a level run until precise lasts"),
-        (["--precision", "ttft.p99=5%", "--confidence", "1.5"], "--confidence: must be in [0.5, 1)"),
+        (["--precision", "ttft.p99=5%", "--confidence", "1.5"], "--confidence: must be between 0.5 and 1"),
         (["--precision", "ttft.p99=5%", "--min-duration", "9", "--max-duration", "5"], "--min-duration: must not"),
         (["--precision", "ttft.p99=5%", "--ray", "auto"], "--precision: not with --ray yet"),
     ],
