@@ -62,7 +62,7 @@ _PROFILE_FLAGS = {
     "min_duration_s": ("min_duration", "--min-duration"),
     "max_duration_s": ("max_duration", "--max-duration"),
 }
-_PRECISION_FLAGS = ("confidence", "min_duration", "max_duration")
+_PRECISION_FLAGS = ("min_duration", "max_duration")
 # what --resume takes besides the folder: the URL and headers (never stored) and the gates
 RESUME_FLAGS = ("resume", "url", "header", "api_key_env", "quiet", "fail_on", "max_error_rate", "save_result")
 

@@ -186,7 +186,12 @@ Precision = Annotated[
     ),
 ]
 Confidence = Annotated[
-    OptFloat, _opt("--confidence", panel=_LOAD, help="With --precision: the intervals' confidence (default 0.95)")
+    OptFloat,
+    _opt(
+        "--confidence",
+        panel=_LOAD,
+        help="Confidence of every interval in summary.json and of --precision's stopping rule (default 0.95)",
+    ),
 ]
 MinDuration = Annotated[
     OptFloat, _opt("--min-duration", panel=_LOAD, help="With --precision: seconds a level runs at least (default 0)")
