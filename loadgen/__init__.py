@@ -25,8 +25,17 @@ if TYPE_CHECKING:
     from loadgen.api import load_profile, load_workload, read_summary, records_frame, run
     from loadgen.errors import ConfigError, LoadgenError
     from loadgen.load.profiles import Profile
+    from loadgen.metrics.mlperf import early_stopping_min_queries, early_stopping_verdict
     from loadgen.metrics.results import LevelSummary, RunSummary
     from loadgen.metrics.slo import SLO, parse_slo
+    from loadgen.metrics.steady import mser5_truncation, stationarity
+    from loadgen.metrics.uncertainty import (
+        Interval,
+        effective_sample_size,
+        mean_interval,
+        percentile_interval,
+        proportion_interval,
+    )
     from loadgen.records import RequestRecord, RequestSpec
     from loadgen.report.files import read_run_info
     from loadgen.report.readers import read_records
@@ -57,12 +66,22 @@ _EXPORTS = {
     "RunInfo": "loadgen.runinfo",
     "ServeConfig": "loadgen.server.config",
     "ServerProcess": "loadgen.server.process",
+    "percentile_interval": "loadgen.metrics.uncertainty",
+    "mean_interval": "loadgen.metrics.uncertainty",
+    "proportion_interval": "loadgen.metrics.uncertainty",
+    "effective_sample_size": "loadgen.metrics.uncertainty",
+    "Interval": "loadgen.metrics.uncertainty",
+    "mser5_truncation": "loadgen.metrics.steady",
+    "stationarity": "loadgen.metrics.steady",
+    "early_stopping_min_queries": "loadgen.metrics.mlperf",
+    "early_stopping_verdict": "loadgen.metrics.mlperf",
     "LoadgenError": "loadgen.errors",
     "ConfigError": "loadgen.errors",
 }
 __all__ = [
     "SLO",
     "ConfigError",
+    "Interval",
     "LevelSummary",
     "LoadgenError",
     "Profile",
@@ -75,14 +94,22 @@ __all__ = [
     "ServerProcess",
     "Workload",
     "__version__",
+    "early_stopping_min_queries",
+    "early_stopping_verdict",
+    "effective_sample_size",
     "load_profile",
     "load_workload",
+    "mean_interval",
+    "mser5_truncation",
     "parse_slo",
+    "percentile_interval",
+    "proportion_interval",
     "read_records",
     "read_run_info",
     "read_summary",
     "records_frame",
     "run",
+    "stationarity",
     "workload_from_flags",
 ]
 

@@ -14,11 +14,26 @@ import loadgen
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _example() -> str:
+def _examples() -> list[str]:
     text = (ROOT / "docs" / "api.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) == 1
-    return blocks[0]
+    assert len(blocks) == 2
+    return blocks
+
+
+def _example() -> str:
+    return _examples()[0]
+
+
+def test_the_statistics_example_runs_and_says_what_it_cannot_bound(tmp_path: Path) -> None:
+    script = tmp_path / "stats.py"
+    script.write_text(_examples()[1])
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second, third = proc.stdout.splitlines()
+    n_eff = float(first.split("n_eff ")[1].split(" of ")[0])
+    assert first.startswith("p99 ") and n_eff < 5_000 / 5  # strongly correlated: far fewer effective samples
+    assert "bounded=False" in second and third.endswith(" 662")
 
 
 def test_the_documented_example_runs_a_sweep_and_reads_its_records(tmp_path: Path) -> None:
