@@ -22,6 +22,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
+from loadgen.metrics.verdicts import MlperfCheck, SteadyState
+
 __all__ = [
     "SCHEMA_VERSION",
     "Capacity",
@@ -458,6 +460,14 @@ class LevelSummary(_JSON):
     sessions: Sessions | None = field(default=None, metadata=_key("sessions", omit_none=True))
     by_turn: dict[str, TurnSummary] | None = field(default=None, metadata=_key("by_turn", omit_none=True))
     reasoning: Reasoning | None = field(default=None, metadata=_key("reasoning", omit_none=True))
+    steady_state: SteadyState | None = field(default=None, metadata=_key("steady_state", omit_none=True))
+    mlperf: list[MlperfCheck] | None = field(default=None, metadata=_key("mlperf", omit_none=True))
+
+    @property
+    def stationary(self) -> bool:
+        """False when the level's latencies trend (overloaded or still warming up: see
+        :mod:`loadgen.metrics.verdicts`); a level without the test counts as stationary."""
+        return self.steady_state is None or self.steady_state.stationary
 
     def dist(self, name: str) -> Distribution:
         """A latency or length distribution by field name (``"ttft_ms"``, ``"itl_ms"``…)."""

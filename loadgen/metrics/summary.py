@@ -52,6 +52,7 @@ from loadgen.metrics.results import (
 from loadgen.metrics.slo import SLO, level_checks, slo_attainment
 from loadgen.metrics.stats import distribution, distribution_of_counts
 from loadgen.metrics.turns import by_turn, reasoning_of, sessions_of
+from loadgen.metrics.verdicts import auto_cut, level_verdicts
 from loadgen.records import RequestRecord
 
 __all__ = ["level_window_ns", "summarize_level"]
@@ -315,6 +316,8 @@ def summarize_level(
     clock_uncertainty_ms: float | None = None,
     events: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike] | None = None,
     silent_workers: Mapping[int, float] | None = None,
+    auto_warmup: bool = False,
+    mlperf: tuple[float, float] = (0.99, 0.99),
 ) -> LevelSummary:
     """Summarise one level (see the module docstring and ``summary.json``'s contract).
 
@@ -337,15 +340,18 @@ def summarize_level(
     holds the records' events apart, ``(n_events, t_ns, n_tokens)`` as
     :func:`~loadgen.metrics.per_request.frame_and_events_from_columns` takes them (what
     a columnar reader gives; no Python list per event), and the records' own are ignored.
+    ``auto_warmup`` drops MSER-5's warm-up cut from the statistics, and ``mlperf`` is the
+    percentile and confidence of the MLPerf verdicts (:mod:`loadgen.metrics.verdicts`).
     """
     lo_trim, hi_trim = trim
     if not (lo_trim >= 0.0 and hi_trim >= 0.0 and lo_trim + hi_trim < 1.0):
         raise ConfigError(f"trim fractions {trim!r} must be >= 0 and sum to < 1", key="trim")
+    frame, ev = _frame(records, events)
+    cut = None
+    if auto_warmup:
+        records, cut = auto_cut(records, frame, open_loop=scheduled is not None)
+        frame, ev = _frame(records, events) if cut else (frame, ev)
     measured = [r for r in records if not r.warmup]
-    if events is None:
-        frame, ev = frame_and_events(measured)
-    else:
-        frame, ev = frame_and_events_from_columns(records, *events)
     ok = frame["ok"].to_numpy(dtype=bool)
     retried = sum(1 for r in measured if r.retries)
     window = level_window_ns(frame)
@@ -432,7 +438,16 @@ def summarize_level(
         sessions=sessions_of(frame, ok, _turns(records, frame)),
         by_turn=by_turn(frame, ev, ok, itl, _prompt_tokens(frame)),
         reasoning=reasoning_of(okf),
+        **level_verdicts(frame, ok, slos, scheduled is not None, cut, mlperf),
     )
+
+
+def _frame(
+    records: Sequence[RequestRecord], events: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike] | None
+) -> tuple[pd.DataFrame, EventArrays]:
+    if events is None:
+        return frame_and_events([r for r in records if not r.warmup])
+    return frame_and_events_from_columns(records, *events)
 
 
 def _turns(records: Sequence[RequestRecord], frame: pd.DataFrame) -> npt.NDArray[np.int64]:
