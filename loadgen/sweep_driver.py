@@ -83,6 +83,8 @@ def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], an
         lost_workers=result.lost_workers or None,
         silent_workers=result.silent_workers or None,
         clock_uncertainty_ms=None if result.clock_uncertainty_ns is None else result.clock_uncertainty_ns / 1e6,
+        auto_warmup=prof.auto_warmup and plan.warmup_requests == 0,  # --warmup's count overrides the cut
+        mlperf=(prof.mlperf_percentile, prof.mlperf_confidence),
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -47,6 +48,11 @@ class Script:
     # much to the time to first token, and the gaps stretch by the same factor
     capacity: int | None = None
     overload_ttft_s: float = 0.0
+    # a cold start: the k-th request served (k < cold_requests) waits cold_ttft_s * (1 - k / cold_requests)
+    # more for its first token (caches and compiled kernels warming up)
+    cold_requests: int = 0
+    cold_ttft_s: float = 0.0
+    ttft_jitter_s: float = 0.0  # the k-th request served waits up to this much more, uniform, seeded by k
     raw_body: str | None = None  # answer 200 with this body instead of a stream (garbage)
     answer_usage: bool = True  # non-streamed answers carry usage
     tokens_per_word: float = 1.0  # the stand-in tokenizer's prompt tokens per whitespace word
@@ -96,6 +102,7 @@ class ScriptedServer:
     async def _stream(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
         body = await request.json()
+        served = len(self.requests)
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         sc = self.script
@@ -107,6 +114,10 @@ class ScriptedServer:
             sc = replace(
                 sc, ttft_s=sc.ttft_s + extra * sc.overload_ttft_s, itl_s=sc.itl_s * self.in_flight / sc.capacity
             )
+        if served < sc.cold_requests:
+            sc = replace(sc, ttft_s=sc.ttft_s + sc.cold_ttft_s * (1 - served / sc.cold_requests))
+        if sc.ttft_jitter_s:
+            sc = replace(sc, ttft_s=sc.ttft_s + random.Random(served).uniform(0, sc.ttft_jitter_s))
         if sc.raw_body is not None:
             return web.Response(text=sc.raw_body, content_type="text/html")
         if sc.status != 200:

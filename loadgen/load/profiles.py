@@ -84,6 +84,9 @@ class Profile:
     knee_throughput_gain: float = 0.05
     knee_latency_growth: float = 0.20
     knee_metric: str = "ttft_ms.p99"
+    auto_warmup: bool = False  # drop MSER-5's warm-up cut from each level's statistics
+    mlperf_percentile: float = 0.99  # MLPerf early stopping: the percentile of each latency SLO
+    mlperf_confidence: float = 0.99  # ... and the confidence it is shown at
     # sweep-rate
     max_concurrency: int = 256
     rate_levels: int = 6
@@ -145,6 +148,10 @@ class Profile:
                     raise err(param.name, f"{why} (a parameter of {proc.name} arrivals)")
         if _bad_number(self.attainment_target) or not 0 < self.attainment_target <= 1:
             raise err("attainment_target", f"must be in (0, 1], got {self.attainment_target!r}")
+        for name in ("mlperf_percentile", "mlperf_confidence"):
+            value = getattr(self, name)
+            if _bad_number(value) or not 0 < value < 1:
+                raise err(name, f"must be between 0 and 1 (0.99 for p99 or 99%), got {value!r}")
         if self.mode == "rate" and self.kind == "levels":  # sweeps pick their rates from measurements
             n = None if self.requests is None else self.requests + self.warmup_requests
             for value in self.levels:

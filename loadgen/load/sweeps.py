@@ -121,14 +121,18 @@ def _sweep_rate(profile: Profile, seed: int) -> Sweep:
 
 
 def _capacity(profile: Profile, seed: int) -> Sweep:
-    """Bracket a passing and a failing rate, then bisect until narrow or out of budget."""
+    """Bracket a passing and a failing rate, then bisect until narrow or out of budget.
+
+    A level passes when its SLO attainment reaches the target and its latencies show no
+    trend (``LevelSummary.stationary``): an overloaded level's attainment only depends on
+    how long it ran, so it fails whatever its attainment."""
     target = profile.attainment_target
     lo: float | None = None  # highest passing rate
     hi: float | None = None  # lowest failing rate
     probes = 0
 
     def passed(s: Summary) -> bool:
-        return _attainment(s) >= target
+        return s.stationary and _attainment(s) >= target
 
     r = profile.rate_low
     while probes < profile.max_levels and (lo is None or hi is None):

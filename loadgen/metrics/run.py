@@ -4,7 +4,9 @@ The run-wide answers come from the levels of one load mode, in load order: the c
 at the SLO-attainment target (:func:`~loadgen.metrics.capacity.capacity`) and the
 saturation knee (:func:`~loadgen.metrics.capacity.knee`, throughput = output tokens/s,
 latency = the profile's ``knee_metric``). A sweep that mixes modes (``sweep-rate``
-starts with two closed-loop levels) is judged on its rate levels.
+starts with two closed-loop levels) is judged on its rate levels. A non-stationary level
+(its latencies trend: overloaded) fails the capacity with attainment 0, as the capacity
+search fails it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def summarize_run(
     if not pts:
         return RunSummary(levels=list(levels), stopped=stopped, interrupted=interrupted)
     cap = capacity(
-        [(lv.load.value, lv.goodput.slo_attainment) for lv in pts],
+        [(lv.load.value, lv.goodput.slo_attainment if lv.stationary else None) for lv in pts],
         attainment_target,
         mode=mode,
         slos=pts[0].goodput.slos,

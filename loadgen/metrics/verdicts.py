@@ -3,12 +3,15 @@
 - :func:`steady_state_of` — MSER-5 (:func:`~loadgen.metrics.steady.mser5_truncation`) on the
   TTFT and the E2E latency of the ok requests in send order (queue-inclusive for an open
   loop, whose queue is the server's backlog): the warm-up cut is the larger of the two, in
-  requests of the level. A series whose best cut falls in its second half gives none
-  (``warmup_found`` is false): on short noisy series that is MSER's end effect as often as
-  a transient, and the trend test below sees a real one. What follows the cut is tested
-  for a trend (:func:`~loadgen.metrics.steady.stationarity`); a trend in either series makes
-  the level non-stationary: it was overloaded (or still warming up) and its numbers depend
-  on how long it ran.
+  requests of the level, each the best cut within the first half of its series (White's
+  rule). When a series' overall best cut lies in its second half ``warmup_found`` is false:
+  on short or nearly constant series that is MSER's end effect as often as a long
+  transient, and the trend test below sees a real one. What follows the cut is tested
+  for a trend (:func:`~loadgen.metrics.steady.stationarity`, with a drift of at least
+  :data:`MIN_RISE`); a significant *rise* in either series makes the level non-stationary:
+  its queue grew, it was overloaded and its numbers depend on how long it ran. A significant
+  fall (latency settling slower than MSER-5's cut) shows in that series' ``Trend`` but leaves
+  the level stationary: it flatters no number and is no overload.
 - :func:`auto_cut` — the same cut applied: the first requests sent before the cut's send
   time become warm-up records (only when a profile asks: ``auto_warmup = true``).
 - :func:`mlperf_of` — for each per-request latency SLO, MLPerf LoadGen's early-stopping
@@ -40,8 +43,20 @@ from loadgen.records import RequestRecord
 if TYPE_CHECKING:
     from loadgen.metrics.slo import SLO
 
-__all__ = ["MlperfCheck", "SteadyState", "Trend", "auto_cut", "level_verdicts", "mlperf_of", "steady_state_of"]
+__all__ = [
+    "MIN_RISE",
+    "MlperfCheck",
+    "SteadyState",
+    "Trend",
+    "auto_cut",
+    "level_verdicts",
+    "mlperf_of",
+    "steady_state_of",
+]
 
+MIN_RISE = 0.2
+"""The fitted rise across a level (over its mean) that, significant, makes it non-stationary;
+the knee's latency growth between levels defaults to the same 20%."""
 _VACUOUS = frozenset({"tpot_ms", "itl_max_ms"})  # too few tokens: nothing to measure
 
 
@@ -121,8 +136,7 @@ def _cut_time(frame: pd.DataFrame, ok: npt.NDArray[np.bool_], open_loop: bool) -
     for x in _series(frame, ok, open_loop).values():
         tr = mser5_truncation(x)
         found &= tr.steady
-        if tr.steady:  # a best cut in the second half is MSER's end effect on noise as often as a long transient
-            cut = max(cut, tr.cut)
+        cut = max(cut, tr.half_cut)  # a best cut in the second half is MSER's end effect as often as not
     if cut == 0 or cut >= sent.size:
         return None, found
     return int(sent[cut]), found
@@ -145,9 +159,10 @@ def steady_state_of(
     series = _series(frame[keep], ok[keep], open_loop)
     trends = []
     for col, x in series.items():
-        st = stationarity(x)
+        st = stationarity(x, min_drift=MIN_RISE)
         trends.append(Trend(col, st.stationary, _finite(st.drift), _finite(st.t), st.critical, st.batches, st.reason))
-    reasons = [f"{t.metric}: {t.reason}" for t in trends if not t.stationary and t.reason]
+    rising = [t for t in trends if not t.stationary and t.reason and (t.drift is None or t.drift > 0)]
+    reasons = [f"{t.metric}: {t.reason}" for t in rising]
     return SteadyState(
         warmup_cut=n_cut,
         warmup_applied=applied is not None,

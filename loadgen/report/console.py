@@ -17,6 +17,7 @@ from rich.text import Text
 
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, unit_label
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
+from loadgen.report.verdict_lines import mlperf_line, steady_line
 
 __all__ = [
     "LiveStats",
@@ -107,6 +108,9 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
             "connection before answering (docs/client.md)\n",
             style="yellow",
         )
+    for text, style in ((steady_line(level), "bold red" if not level.stationary else "dim"), (mlperf_line(level), "")):
+        if text:
+            lines.append(text + "\n", style=style)
     lines.append(client_line(level), style="bold red" if client.client_bound else "dim")
     for note in client.notes or ():
         lines.append(f"\nnote: {note}", style="yellow")
@@ -165,11 +169,13 @@ def level_table(levels: Sequence[LevelSummary], title: str = "") -> Table:
 
 
 def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
-    """Under the level table: why a level was client-bound, and the late sends of rate levels."""
+    """Under the level table: why a level was client-bound or non-stationary, the late sends
+    of rate levels, and MLPerf's early-stopping verdicts."""
     out = []
     for lv in levels:
         if lv.client.client_bound:
             out.append(f"{lv.load.label()}: {client_line(lv)}")
+        out.extend(f"{lv.load.label()}: {line}" for line in (steady_line(lv), mlperf_line(lv)) if line)
         sch = lv.schedule
         if sch is not None and (sch.late or sch.dropped):
             out.append(f"{lv.load.label()}: {schedule_line(lv)}")
@@ -190,6 +196,8 @@ def level_line(level: LevelSummary) -> str:
         f"TTFT p50 {fmt_latency(level.ttft_ms.p50)}, ITL p50 {fmt_latency(level.itl_ms.p50)}, "
         f"attainment {'–' if att is None else f'{100 * att:.0f}%'}{late}"
         + ("" if not level.client.client_bound else f"; {client_line(level)}")
+        + ("" if level.stationary else f"; {steady_line(level)}")
+        + (f"\n  {mlperf_line(level)}" if level.mlperf else "")
     )
 
 
