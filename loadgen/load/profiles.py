@@ -329,6 +329,8 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
                 raise _err(source, key, "allowed: queued (from the scheduled time), sent")
         else:
             value = _typed(key, value, default, source)
+            if key in ("mlperf_percentile", "mlperf_confidence") and not 0 < value < 1:
+                raise _err(source, key, f"must be between 0 and 1 (0.99 for p99 or 99%), got {value!r}")
         setattr(prof, key, value)
     budget = {
         k: _typed(k, data[k], getattr(defaults, k), source)

@@ -16,6 +16,7 @@ from loadgen.metrics.slo import parse_slo
 from loadgen.metrics.summary import summarize_level
 from loadgen.orchestrate import RunConfig, execute
 from loadgen.report.files import read_records
+from loadgen.report.html import render_run_report
 from loadgen.server.process import ServerProcess
 from loadgen.workload.spec import workload_from_flags
 from tests.scripted_server import Script, ScriptedServerProcess
@@ -96,5 +97,7 @@ def test_an_overloaded_open_loop_is_non_stationary_and_fails_the_capacity_search
     assert cap is not None and cap.status == "ok" and cap.between == [12.0, 54.0]
     text = out.getvalue()
     assert "96 req/s: non-stationary: ttft_queued_ms: batch means rise" in text
+    page = render_run_report(tmp_path / "cap").read_text(encoding="utf-8")
+    assert 'id="steady-verdict"' in page and "level 2 (96 req/s): non-stationary" in page
     queued = np.array([lv.ttft_queued_ms.p50 or 0.0 for lv in (low, high)])
     assert queued[1] > 10 * queued[0]  # the queue the trend test saw

@@ -203,6 +203,7 @@ def test_every_shipped_profile_loads() -> None:
         ("bad_toml", ["bad_toml.toml", "invalid TOML"]),
         ("bad_type", ["bad_type.toml", "requests", "number"]),
         ("bad_trim", ["bad_trim.toml", "trim", "sum to < 1"]),
+        ("bad_mlperf", ["bad_mlperf.toml", "mlperf_percentile", "between 0 and 1", "0.99 for p99"]),
     ],
 )
 def test_bad_profile_files_name_the_key(name: str, needles: list[str]) -> None:
