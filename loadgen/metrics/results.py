@@ -22,6 +22,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
+from loadgen.metrics.uncertainty import Interval
 from loadgen.metrics.verdicts import MlperfCheck, SteadyState
 
 __all__ = [
@@ -462,6 +463,9 @@ class LevelSummary(_JSON):
     reasoning: Reasoning | None = field(default=None, metadata=_key("reasoning", omit_none=True))
     steady_state: SteadyState | None = field(default=None, metadata=_key("steady_state", omit_none=True))
     mlperf: list[MlperfCheck] | None = field(default=None, metadata=_key("mlperf", omit_none=True))
+    attainment_interval: Interval | None = field(
+        default=None, metadata=_key("attainment_interval", omit_none=True)
+    )  # SLO attainment's 95% interval (per-request SLOs only): what the capacity search decides on
 
     @property
     def stationary(self) -> bool:
@@ -505,7 +509,9 @@ class Capacity(_JSON):
 
     ``status``: ``"ok"`` (``value`` interpolated ``between`` a passing and a failing
     level), ``"not_reached"`` (every level passed; ``value`` is the highest) or
-    ``"never_met"`` (no level passed)."""
+    ``"never_met"`` (no level passed). ``interval`` is ``[highest load shown to pass,
+    lowest load shown to fail]`` by the levels' attainment intervals (a non-stationary level
+    fails; ``None`` on a side no level decided), when the levels carry them."""
 
     status: str
     value: float | None
@@ -513,6 +519,7 @@ class Capacity(_JSON):
     target: float
     mode: str | None = None
     slos: list[str] = field(default_factory=list)
+    interval: list[float | None] | None = field(default=None, metadata=_key("interval", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)

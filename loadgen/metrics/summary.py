@@ -438,7 +438,7 @@ def summarize_level(
         sessions=sessions_of(frame, ok, _turns(records, frame)),
         by_turn=by_turn(frame, ev, ok, itl, _prompt_tokens(frame)),
         reasoning=reasoning_of(okf),
-        **level_verdicts(frame, ok, slos, scheduled is not None, cut, mlperf),
+        **level_verdicts(frame, ok, slos, scheduled is not None, cut, mlperf, attained),
     )
 
 

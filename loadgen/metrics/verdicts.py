@@ -38,6 +38,7 @@ import pandas as pd
 
 from loadgen.metrics.mlperf import early_stopping_verdict
 from loadgen.metrics.steady import mser5_truncation, stationarity
+from loadgen.metrics.uncertainty import Interval, proportion_interval
 from loadgen.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -233,13 +234,24 @@ def level_verdicts(
     open_loop: bool,
     cut: int | None,
     mlperf: tuple[float, float],
+    attained: npt.NDArray[np.bool_],
 ) -> dict[str, Any]:
-    """The ``steady_state`` and ``mlperf`` fields of a level summary (``mlperf`` ``None``
-    without a per-request SLO); ``cut`` is what :func:`auto_cut` removed (0 or ``None``: nothing)."""
+    """The ``steady_state``, ``mlperf`` and ``attainment_interval`` fields of a level summary
+    (the last two ``None`` without a per-request SLO); ``cut`` is what :func:`auto_cut`
+    removed (0 or ``None``: nothing) and ``attained`` which requests met every SLO."""
     from loadgen.metrics.slo import METRICS  # slo imports the results, which import this module
 
     bounds = [(str(s), METRICS[s.metric], s.limit_ms) for s in slos if s.per_request]
     return {
         "steady_state": steady_state_of(frame, ok, open_loop=open_loop, applied=cut or None),
         "mlperf": mlperf_of(frame, bounds, *mlperf) if bounds else None,
+        "attainment_interval": attainment_interval(frame, attained) if bounds and len(frame) else None,
     }
+
+
+def attainment_interval(frame: pd.DataFrame, attained: npt.NDArray[np.bool_], confidence: float = 0.95) -> Interval:
+    """SLO attainment with Wilson's interval on the effective sample size of the per-request
+    outcomes (met every per-request SLO or not) in send order; never-sent requests last."""
+    sent = frame["sent_ns"].to_numpy()
+    order = np.argsort(np.where(sent == 0, np.iinfo(np.int64).max, sent), kind="stable")
+    return proportion_interval(attained[order], confidence)

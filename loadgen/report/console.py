@@ -17,7 +17,7 @@ from rich.text import Text
 
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, unit_label
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
-from loadgen.report.verdict_lines import mlperf_line, steady_line
+from loadgen.report.verdict_lines import capacity_interval_line, mlperf_line, steady_line
 
 __all__ = [
     "LiveStats",
@@ -216,6 +216,8 @@ def answer_lines(summary: RunSummary) -> list[str]:
             out.append(f"capacity at {slos}: not reached — every level met {tgt} (at least {cap.value:g} {unit})")
         else:
             out.append(f"capacity at {slos}: never met — even the lowest level missed {tgt} attainment")
+        if cap.interval is not None:
+            out.append(capacity_interval_line(cap))
     sat = summary.saturation
     if sat is not None:
         if sat.found:

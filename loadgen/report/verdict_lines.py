@@ -6,10 +6,10 @@ Reads :class:`~loadgen.metrics.results.LevelSummary` fields only (``steady_state
 
 from __future__ import annotations
 
-from loadgen.metrics.results import LevelSummary
+from loadgen.metrics.results import Capacity, LevelSummary, unit_label
 from loadgen.report.live import fmt_latency
 
-__all__ = ["mlperf_line", "steady_line"]
+__all__ = ["capacity_interval_line", "mlperf_line", "steady_line"]
 
 _METRIC_NAMES = {
     "ttft_ms": "TTFT",
@@ -53,3 +53,14 @@ def mlperf_line(level: LevelSummary) -> str:
         return ""
     conf = level.mlperf[0].confidence if level.mlperf else 0.99
     return f"MLPerf early stopping ({100 * conf:.10g}% confidence): " + "; ".join(parts)
+
+
+def capacity_interval_line(cap: Capacity) -> str:
+    """The capacity as an interval by the levels' attainment intervals ("" without one)."""
+    if cap.interval is None:
+        return ""
+    low, high = cap.interval
+    unit = unit_label(cap.mode)
+    lo = "no level shown to pass" if low is None else f"shown to pass at {low:g} {unit}"
+    hi = "none shown to fail above it" if high is None else f"shown to fail at {high:g} {unit}"
+    return f"capacity interval (95% attainment intervals; non-stationary levels fail): {lo}, {hi}"

@@ -86,7 +86,18 @@ def test_shape_is_the_public_contract(summary):
         "interrupted",
         "steady_state",
         "mlperf",
+        "attainment_interval",
     ]
+    assert set(summary["attainment_interval"]) == {
+        "point",
+        "low",
+        "high",
+        "n",
+        "n_eff",
+        "confidence",
+        "bounded",
+        "reason",
+    }
     assert set(summary["steady_state"]) == {
         "warmup_cut",
         "warmup_applied",
