@@ -85,6 +85,8 @@ def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], an
         silent_workers=result.silent_workers or None,
         clock_uncertainty_ms=None if result.clock_uncertainty_ns is None else result.clock_uncertainty_ns / 1e6,
         confidence=prof.confidence,
+        auto_warmup=prof.auto_warmup and plan.warmup_requests == 0,  # --warmup's count overrides the cut
+        mlperf=(prof.mlperf_percentile, prof.mlperf_confidence),
     )
 
 

@@ -48,6 +48,11 @@ class Script:
     # much to the time to first token, and the gaps stretch by the same factor
     capacity: int | None = None
     overload_ttft_s: float = 0.0
+    # a cold start: the k-th request served (k < cold_requests) waits cold_ttft_s * (1 - k / cold_requests)
+    # more for its first token (caches and compiled kernels warming up)
+    cold_requests: int = 0
+    cold_ttft_s: float = 0.0
+    ttft_jitter_s: float = 0.0  # the k-th request served waits up to this much more, uniform, seeded by k
     raw_body: str | None = None  # answer 200 with this body instead of a stream (garbage)
     answer_usage: bool = True  # non-streamed answers carry usage
     tokens_per_word: float = 1.0  # the stand-in tokenizer's prompt tokens per whitespace word
@@ -104,6 +109,7 @@ class ScriptedServer:
     async def _stream(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
         body = await request.json()
+        served = len(self.requests)
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         sc = self.script
@@ -118,6 +124,10 @@ class ScriptedServer:
         if sc.stall_p or sc.jitter_s:
             stall = sc.stall_s * self._rng.random() if self._rng.random() < sc.stall_p else 0.0
             sc = replace(sc, ttft_s=sc.ttft_s + stall + sc.jitter_s * self._rng.random())
+        if served < sc.cold_requests:
+            sc = replace(sc, ttft_s=sc.ttft_s + sc.cold_ttft_s * (1 - served / sc.cold_requests))
+        if sc.ttft_jitter_s:
+            sc = replace(sc, ttft_s=sc.ttft_s + random.Random(served).uniform(0, sc.ttft_jitter_s))
         if sc.raw_body is not None:
             return web.Response(text=sc.raw_body, content_type="text/html")
         if sc.status != 200:

@@ -115,3 +115,22 @@ def test_client_bound_gate_and_lowest_code_wins() -> None:
     assert [f.level for f in failures] == [0, 1] and exit_code(failures) == 5
     assert exit_code([*failures, dataclasses.replace(failures[0], reason="errors")]) == 3
     assert exit_code([]) == 0
+
+
+def test_non_stationary_gate_names_the_trend() -> None:
+    summary = RunSummary.from_json(json.loads(GOLDEN.read_text()))
+    level = summary.levels[0]
+    assert level.steady_state is not None and level.stationary
+    gates = Gates(parse_fail_on("non-stationary"))
+    assert not level_failures(level, 0, gates)
+    rising = dataclasses.replace(
+        level,
+        steady_state=dataclasses.replace(
+            level.steady_state,
+            stationary=False,
+            reasons=["ttft_ms: batch means rise by 80% across the level (t = 9.0)"],
+        ),
+    )
+    (failure,) = level_failures(rising, 0, gates)
+    assert failure.exit_code == 6 and "rise by 80%" in failure.message
+    assert not [f for f in level_failures(rising, 0, Gates(parse_fail_on("errors,slo"))) if f.exit_code == 6]

@@ -228,8 +228,8 @@ FailOn = Annotated[
         "--fail-on",
         panel=_SLOS,
         help="CI gates: exit non-zero when a level "
-        "fails them: slo, errors, client-bound (comma-separated or repeated; "
-        "exit 3 errors, 4 slo, 5 client-bound)",
+        "fails them: slo, errors, client-bound, non-stationary (comma-separated or repeated; "
+        "exit 3 errors, 4 slo, 5 client-bound, 6 non-stationary)",
     ),
 ]
 MaxErrorRate = Annotated[

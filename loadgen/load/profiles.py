@@ -85,6 +85,9 @@ class Profile:
     knee_throughput_gain: float = 0.05
     knee_latency_growth: float = 0.20
     knee_metric: str = "ttft_ms.p99"
+    auto_warmup: bool = False  # drop MSER-5's warm-up cut from each level's statistics
+    mlperf_percentile: float = 0.99  # MLPerf early stopping: the percentile of each latency SLO
+    mlperf_confidence: float = 0.99  # ... and the confidence it is shown at
     # sweep-rate
     max_concurrency: int = 256
     rate_levels: int = 6
@@ -159,6 +162,10 @@ class Profile:
             raise err("attainment_target", f"must be in (0, 1], got {self.attainment_target!r}")
         if _bad_number(self.confidence) or not 0.5 < self.confidence < 1:
             raise err("confidence", f"must be between 0.5 and 1 (0.95 for 95%), got {self.confidence!r}")
+        for name in ("mlperf_percentile", "mlperf_confidence"):
+            value = getattr(self, name)
+            if _bad_number(value) or not 0 < value < 1:
+                raise err(name, f"must be between 0 and 1 (0.99 for p99 or 99%), got {value!r}")
         if self.mode == "rate" and self.kind == "levels":  # sweeps pick their rates from measurements
             n = None if self.requests is None else self.requests + self.warmup_requests
             for value in self.levels:
@@ -368,6 +375,8 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
                 raise _err(source, key, "allowed: queued (from the scheduled time), sent")
         else:
             value = _typed(key, value, default, source)
+            if key in ("mlperf_percentile", "mlperf_confidence") and not 0 < value < 1:
+                raise _err(source, key, f"must be between 0 and 1 (0.99 for p99 or 99%), got {value!r}")
         setattr(prof, key, value)
     budget = {
         k: _typed(k, data[k], getattr(defaults, k), source)

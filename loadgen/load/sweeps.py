@@ -26,7 +26,7 @@ import numpy as np
 
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan
-from loadgen.metrics.capacity import knee
+from loadgen.metrics.capacity import knee, slo_verdict
 from loadgen.metrics.results import LevelSummary
 
 __all__ = ["Sweep", "planned_levels", "stop_reason", "sweep"]
@@ -121,36 +121,47 @@ def _sweep_rate(profile: Profile, seed: int) -> Sweep:
 
 
 def _capacity(profile: Profile, seed: int) -> Sweep:
-    """Bracket a passing and a failing rate, then bisect until narrow or out of budget."""
+    """Bracket a passing and a failing rate, then bisect until narrow or out of budget.
+
+    A level passes when its SLO attainment's interval lies at or above the target, fails
+    when it lies below or its latencies kept rising (an overloaded level's attainment only
+    depends on how long it ran), and is undecided otherwise
+    (:func:`~loadgen.metrics.capacity.slo_verdict`). An undecided rate is run once more
+    with twice the requests; still undecided, its point attainment decides."""
     target = profile.attainment_target
     lo: float | None = None  # highest passing rate
     hi: float | None = None  # lowest failing rate
     probes = 0
 
-    def passed(s: Summary) -> bool:
-        return _attainment(s) >= target
-
-    r = profile.rate_low
-    while probes < profile.max_levels and (lo is None or hi is None):
-        s = yield _plan(profile, probes, "rate", round(r, 4), seed)
+    def probe(rate: float) -> Generator[LevelPlan, Summary, bool]:
+        nonlocal probes
+        s = yield _plan(profile, probes, "rate", round(rate, 4), seed)
         probes += 1
-        if passed(s):
+        verdict = slo_verdict(s, target)
+        if verdict == "undecided" and probes < profile.max_levels and profile.requests is not None:
+            s = yield _plan(profile, probes, "rate", round(rate, 4), seed, requests=2 * profile.requests)
+            probes += 1
+            verdict = slo_verdict(s, target)
+        return verdict == "pass" or (verdict == "undecided" and _attainment(s) >= target)
+
+    r, first = profile.rate_low, True
+    while probes < profile.max_levels and (lo is None or hi is None):
+        if (yield from probe(r)):
             lo = r if lo is None else max(lo, r)
             if hi is None:
-                r = profile.rate_high if (profile.rate_high and probes == 1 and profile.rate_high > r) else r * 2
+                r = profile.rate_high if (profile.rate_high and first and profile.rate_high > r) else r * 2
         else:
             hi = r if hi is None else min(hi, r)
             if lo is None:
                 r = r / 2
+        first = False
     if lo is None:
         return "capacity search: even the lowest probed rate misses the SLOs"
     if hi is None:
         return "capacity search: out of levels before any rate failed"
     while probes < profile.max_levels and (hi - lo) / lo > profile.rel_width:
         mid = (lo + hi) / 2
-        s = yield _plan(profile, probes, "rate", round(mid, 4), seed)
-        probes += 1
-        if passed(s):
+        if (yield from probe(mid)):
             lo = mid
         else:
             hi = mid

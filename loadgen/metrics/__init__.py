@@ -9,6 +9,8 @@ docs/metrics.md exactly; see each module's docstring.
 - :mod:`~loadgen.metrics.per_request` — one row per request, ITL / inter-chunk samples
 - :mod:`~loadgen.metrics.slo` — ``--slo`` parsing, attainment, level-wide checks
 - :mod:`~loadgen.metrics.summary` — ``summarize_level``: one ``summary.json`` level entry
+- :mod:`~loadgen.metrics.verdicts` — its ``steady_state`` (MSER-5 cut, trend test), ``mlperf``
+  (early stopping per SLO) entries
 - :mod:`~loadgen.metrics.turns` — its multi-turn (``by_turn``, ``sessions``) and ``reasoning`` entries
 - :mod:`~loadgen.metrics.capacity` — capacity, saturation knee, time windows
 - :mod:`~loadgen.metrics.run` — ``summarize_run``: the levels, capacity and knee of a run

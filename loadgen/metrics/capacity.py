@@ -20,11 +20,11 @@ import numpy.typing as npt
 import pandas as pd
 
 from loadgen.metrics.per_request import EventArrays, frame_and_events
-from loadgen.metrics.results import Capacity, Saturation, Window
+from loadgen.metrics.results import Capacity, LevelSummary, Saturation, Window
 from loadgen.metrics.stats import stat_value
 from loadgen.records import RequestRecord
 
-__all__ = ["capacity", "knee", "windows", "windows_of"]
+__all__ = ["capacity", "capacity_interval", "knee", "slo_verdict", "windows", "windows_of"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -71,6 +71,36 @@ def capacity(
         return result("not_reached", pts[i][0])
     (lo, a_lo), (hi, a_hi) = pts[i], pts[i + 1]
     return result("ok", lo + (a_lo - target) / (a_lo - a_hi) * (hi - lo), [lo, hi])
+
+
+def slo_verdict(level: LevelSummary, target: float) -> str:
+    """``"pass"``, ``"fail"`` or ``"undecided"``: whether ``level`` meets the attainment
+    ``target``. A non-stationary level fails. With an attainment interval the level passes
+    when the interval lies at or above the target, fails when it lies below, and is
+    undecided otherwise; without one (a summary written before they existed, or an
+    unbounded interval) its point attainment decides."""
+    if not level.stationary:
+        return "fail"
+    iv = level.attainment_interval
+    if iv is None or iv.low is None or iv.high is None:
+        att = level.goodput.slo_attainment
+        return "pass" if att is not None and att >= target else "fail"
+    if iv.low >= target:
+        return "pass"
+    return "fail" if iv.high < target else "undecided"
+
+
+def capacity_interval(levels: Sequence[LevelSummary], target: float) -> list[float | None] | None:
+    """``[highest load that passed, lowest load above it that failed]`` by :func:`slo_verdict`
+    (undecided levels lie between; ``None`` on a side nothing decided), or ``None`` when no
+    level carries an attainment interval."""
+    if not any(lv.attainment_interval is not None for lv in levels):
+        return None
+    verdicts = sorted((float(lv.load.value), slo_verdict(lv, target)) for lv in levels)
+    passed = [v for v, k in verdicts if k == "pass"]
+    low = max(passed) if passed else None
+    failed = [v for v, k in verdicts if k == "fail" and (low is None or v > low)]
+    return [low, min(failed) if failed else None]
 
 
 def _growth(prev: float, cur: float) -> float | None:

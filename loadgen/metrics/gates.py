@@ -9,6 +9,8 @@ A gate looks at each measured level:
   (``ttft:p90=300ms``) failed. A level without SLOs never fails this gate.
 - ``client-bound``: the client could not keep up (the level's ``client.verdict``), so its
   latencies include the client's own delay.
+- ``non-stationary``: the level's latencies kept rising (``steady_state.stationary`` is
+  false: a growing queue), so its numbers depend on how long it ran.
 
 Exit codes, one per reason (the lowest wins when several fail; every failure is listed):
 :data:`EXIT_CODES`. They sit apart from 1 (every request failed), 2 (bad input), 130
@@ -34,8 +36,8 @@ __all__ = [
     "run_failures",
 ]
 
-GATES = ("errors", "slo", "client-bound")
-EXIT_CODES = {"errors": 3, "slo": 4, "client-bound": 5}
+GATES = ("errors", "slo", "client-bound", "non-stationary")
+EXIT_CODES = {"errors": 3, "slo": 4, "client-bound": 5, "non-stationary": 6}
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,9 @@ def level_failures(level: LevelSummary, index: int, gates: Gates) -> list[GateFa
     if "client-bound" in gates.reasons and level.client.verdict == "client-bound":
         why = "; ".join(level.client.reasons) or "the client did not keep up"
         out.append(GateFailure("client-bound", index, f"{name}: client-bound ({why})"))
+    if "non-stationary" in gates.reasons and level.steady_state is not None and not level.steady_state.stationary:
+        why = "; ".join(level.steady_state.reasons)
+        out.append(GateFailure("non-stationary", index, f"{name}: non-stationary ({why})"))
     return out
 
 

@@ -22,6 +22,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
+from loadgen.metrics.verdicts import MlperfCheck, SteadyState
+
 __all__ = [
     "SCHEMA_VERSION",
     "Capacity",
@@ -501,6 +503,21 @@ class LevelSummary(_JSON):
     reasoning: Reasoning | None = field(default=None, metadata=_key("reasoning", omit_none=True))
     # run until precise: why the level stopped ("precision met: ...", "max-duration: ttft.p99 ±8.1% > 5%")
     stopped: str | None = field(default=None, metadata=_key("stopped", omit_none=True))
+    steady_state: SteadyState | None = field(default=None, metadata=_key("steady_state", omit_none=True))
+    mlperf: list[MlperfCheck] | None = field(default=None, metadata=_key("mlperf", omit_none=True))
+
+    @property
+    def attainment_interval(self) -> StatInterval | None:
+        """SLO attainment's interval (``goodput.intervals["slo_attainment"]``; per-request
+        SLOs only): what the capacity search decides on."""
+        ivs = self.goodput.intervals
+        return None if ivs is None else ivs.get("slo_attainment")
+
+    @property
+    def stationary(self) -> bool:
+        """False when the level's latencies trend (overloaded or still warming up: see
+        :mod:`loadgen.metrics.verdicts`); a level without the test counts as stationary."""
+        return self.steady_state is None or self.steady_state.stationary
 
     def dist(self, name: str) -> Distribution:
         """A latency or length distribution by field name (``"ttft_ms"``, ``"itl_ms"``…)."""
@@ -538,7 +555,9 @@ class Capacity(_JSON):
 
     ``status``: ``"ok"`` (``value`` interpolated ``between`` a passing and a failing
     level), ``"not_reached"`` (every level passed; ``value`` is the highest) or
-    ``"never_met"`` (no level passed)."""
+    ``"never_met"`` (no level passed). ``interval`` is ``[highest load shown to pass,
+    lowest load shown to fail]`` by the levels' attainment intervals (a non-stationary level
+    fails; ``None`` on a side no level decided), when the levels carry them."""
 
     status: str
     value: float | None
@@ -546,6 +565,7 @@ class Capacity(_JSON):
     target: float
     mode: str | None = None
     slos: list[str] = field(default_factory=list)
+    interval: list[float | None] | None = field(default=None, metadata=_key("interval", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)

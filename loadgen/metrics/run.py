@@ -4,14 +4,19 @@ The run-wide answers come from the levels of one load mode, in load order: the c
 at the SLO-attainment target (:func:`~loadgen.metrics.capacity.capacity`) and the
 saturation knee (:func:`~loadgen.metrics.capacity.knee`, throughput = output tokens/s,
 latency = the profile's ``knee_metric``). A sweep that mixes modes (``sweep-rate``
-starts with two closed-loop levels) is judged on its rate levels.
+starts with two closed-loop levels) is judged on its rate levels. A non-stationary level
+(its latencies trend: overloaded) fails the capacity with attainment 0, as the capacity
+search fails it. ``capacity.interval`` brackets the capacity between the highest level
+shown to pass and the lowest shown to fail by their attainment intervals
+(:func:`~loadgen.metrics.capacity.slo_verdict`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
-from loadgen.metrics.capacity import capacity, knee
+from loadgen.metrics.capacity import capacity, capacity_interval, knee
 from loadgen.metrics.results import LevelSummary, RunSummary
 
 __all__ = ["DEFAULT_KNEE_METRIC", "summarize_run"]
@@ -39,11 +44,12 @@ def summarize_run(
     if not pts:
         return RunSummary(levels=list(levels), stopped=stopped, interrupted=interrupted)
     cap = capacity(
-        [(lv.load.value, lv.goodput.slo_attainment) for lv in pts],
+        [(lv.load.value, lv.goodput.slo_attainment if lv.stationary else None) for lv in pts],
         attainment_target,
         mode=mode,
         slos=pts[0].goodput.slos,
     )
+    cap = dataclasses.replace(cap, interval=capacity_interval(pts, attainment_target))
     sat = knee(
         [(lv.load.value, lv.throughput.output_tokens_per_s or 0.0, lv.metric(knee_metric) or 0.0) for lv in pts],
         knee_throughput_gain,

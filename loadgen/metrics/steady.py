@@ -35,11 +35,14 @@ TREND_BATCHES = 10
 @dataclass(frozen=True, slots=True)
 class Truncation:
     """MSER-5's cut: drop the first ``cut`` values; ``steady`` is false when the best cut fell
-    in the second half of the series (no steady state within the run)."""
+    in the second half of the series (no steady state within the run). ``half_cut`` is the
+    best cut within the first half (White's rule: equal to ``cut`` when ``steady``), the one
+    to use when the second-half minimum is MSER's end effect on a nearly constant tail."""
 
     cut: int
     n: int
     steady: bool
+    half_cut: int = 0
 
 
 def _values(values: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -62,7 +65,8 @@ def mser5_truncation(values_in_time_order: npt.ArrayLike) -> Truncation:
     m = np.arange(k, 0, -1, dtype=np.float64)  # batches kept after cutting d = 0..k-1
     mser = (s2 - s1 * s1 / m) / (m * m)
     best = int(np.argmin(mser[: k - 1]))  # keep at least two batches
-    return Truncation(best * BATCH, x.size, best <= k // 2)
+    half = int(np.argmin(mser[: k // 2 + 1]))
+    return Truncation(best * BATCH, x.size, best <= k // 2, half * BATCH)
 
 
 def mser5(values_in_time_order: npt.ArrayLike) -> int:

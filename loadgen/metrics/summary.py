@@ -53,6 +53,7 @@ from loadgen.metrics.results import (
 from loadgen.metrics.slo import SLO, level_checks, slo_attainment
 from loadgen.metrics.stats import distribution, distribution_of_counts
 from loadgen.metrics.turns import by_turn, reasoning_of, sessions_of
+from loadgen.metrics.verdicts import auto_cut, level_verdicts
 from loadgen.records import RequestRecord
 
 __all__ = ["level_window_ns", "summarize_level"]
@@ -326,6 +327,8 @@ def summarize_level(
     events: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike] | None = None,
     silent_workers: Mapping[int, float] | None = None,
     confidence: float = 0.95,
+    auto_warmup: bool = False,
+    mlperf: tuple[float, float] = (0.99, 0.99),
 ) -> LevelSummary:
     """Summarise one level (see the module docstring and ``summary.json``'s contract).
 
@@ -349,17 +352,20 @@ def summarize_level(
     :func:`~loadgen.metrics.per_request.frame_and_events_from_columns` takes them (what
     a columnar reader gives; no Python list per event), and the records' own are ignored.
     ``confidence`` is the level of every interval (:mod:`loadgen.metrics.level_intervals`).
+    ``auto_warmup`` drops MSER-5's warm-up cut from the statistics, and ``mlperf`` is the
+    percentile and confidence of the MLPerf verdicts (:mod:`loadgen.metrics.verdicts`).
     """
     lo_trim, hi_trim = trim
     if not (lo_trim >= 0.0 and hi_trim >= 0.0 and lo_trim + hi_trim < 1.0):
         raise ConfigError(f"trim fractions {trim!r} must be >= 0 and sum to < 1", key="trim")
     if not 0.5 < confidence < 1.0:
         raise ConfigError(f"confidence {confidence!r} must be between 0.5 and 1 (0.95 for 95%)", key="confidence")
+    frame, ev = _frame(records, events)
+    cut = None
+    if auto_warmup:
+        records, cut = auto_cut(records, frame, open_loop=scheduled is not None)
+        frame, ev = _frame(records, events) if cut else (frame, ev)
     measured = [r for r in records if not r.warmup]
-    if events is None:
-        frame, ev = frame_and_events(measured)
-    else:
-        frame, ev = frame_and_events_from_columns(records, *events)
     ok = frame["ok"].to_numpy(dtype=bool)
     retried = sum(1 for r in measured if r.retries)
     window = level_window_ns(frame)
@@ -460,7 +466,16 @@ def summarize_level(
         sessions=sessions_of(frame, ok, _turns(records, frame)),
         by_turn=by_turn(frame, ev, ok, itl, _prompt_tokens(frame)),
         reasoning=reasoning_of(okf),
+        **level_verdicts(frame, ok, slos, scheduled is not None, cut, mlperf, attained),
     )
+
+
+def _frame(
+    records: Sequence[RequestRecord], events: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike] | None
+) -> tuple[pd.DataFrame, EventArrays]:
+    if events is None:
+        return frame_and_events([r for r in records if not r.warmup])
+    return frame_and_events_from_columns(records, *events)
 
 
 def _turns(records: Sequence[RequestRecord], frame: pd.DataFrame) -> npt.NDArray[np.int64]:

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, StatInterval, unit_label
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
+from loadgen.report.verdict_lines import capacity_interval_line, mlperf_line, steady_line
 
 __all__ = [
     "LiveStats",
@@ -170,6 +171,9 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
             "connection before answering (docs/client.md)\n",
             style="yellow",
         )
+    for text, style in ((steady_line(level), "bold red" if not level.stationary else "dim"), (mlperf_line(level), "")):
+        if text:
+            lines.append(text + "\n", style=style)
     lines.append(client_line(level), style="bold red" if client.client_bound else "dim")
     for note in client.notes or ():
         lines.append(f"\nnote: {note}", style="yellow")
@@ -236,12 +240,13 @@ def level_table(levels: Sequence[LevelSummary], title: str = "") -> Table:
 
 
 def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
-    """Under the level table: why a level was client-bound, the late sends of rate levels,
-    and why a latency shown is :data:`UNBOUNDED`."""
+    """Under the level table: why a level was client-bound or non-stationary, the late sends
+    of rate levels, MLPerf's early-stopping verdicts, and why a latency shown is :data:`UNBOUNDED`."""
     out: list[str] = []
     for lv in levels:
         if lv.client.client_bound:
             out.append(f"{lv.load.label()}: {client_line(lv)}")
+        out.extend(f"{lv.load.label()}: {line}" for line in (steady_line(lv), mlperf_line(lv)) if line)
         sch = lv.schedule
         if sch is not None and (sch.late or sch.dropped):
             out.append(f"{lv.load.label()}: {schedule_line(lv)}")
@@ -267,6 +272,8 @@ def level_line(level: LevelSummary) -> str:
         f"attainment {'–' if att is None else f'{100 * att:.0f}%'}{neff}{late}"
         + ("" if not level.client.client_bound else f"; {client_line(level)}")
         + ("" if level.stopped is None else f"; stopped: {level.stopped}")
+        + ("" if level.stationary else f"; {steady_line(level)}")
+        + (f"\n  {mlperf_line(level)}" if level.mlperf else "")
     )
 
 
@@ -285,6 +292,8 @@ def answer_lines(summary: RunSummary) -> list[str]:
             out.append(f"capacity at {slos}: not reached — every level met {tgt} (at least {cap.value:g} {unit})")
         else:
             out.append(f"capacity at {slos}: never met — even the lowest level missed {tgt} attainment")
+        if cap.interval is not None:
+            out.append(capacity_interval_line(cap))
     sat = summary.saturation
     if sat is not None:
         if sat.found:

@@ -24,6 +24,7 @@ from loadgen.report import request_figures as R
 from loadgen.report.console import fmt_ms, session_lines, token_source_line
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
+from loadgen.report.verdict_lines import mlperf_line, steady_line
 from loadgen.runinfo import Calibration, RunInfo
 
 __all__ = ["SECTIONS", "answer_cards", "build_run_page", "client_banner", "level_table_html", "render_run_report"]
@@ -106,6 +107,29 @@ def answer_cards(summary: RunSummary) -> str:
             _card("peak output throughput", f"{fmt(t)} tok/s", f"at {esc(lv.load.label())}", "answer-throughput")
         )
     return f'<div class="cards">{"".join(cards)}</div>'
+
+
+def steady_banner(levels: Sequence[LevelSummary]) -> str:
+    """A warning banner listing the non-stationary levels and their trends ("" when none)."""
+    bad = [(i, lv) for i, lv in enumerate(levels) if not lv.stationary]
+    if not bad:
+        return ""
+    items = "".join(f"<li>level {i + 1} ({esc(lv.load.label())}): {esc(steady_line(lv))}</li>" for i, lv in bad)
+    return (
+        f'<div class="banner warn" id="steady-verdict">⚠ Non-stationary: at {len(bad)} of {len(levels)} levels '
+        "latency kept trending (a growing queue: the server was overloaded), so their numbers depend on how "
+        f"long they ran.<ul>{items}</ul></div>"
+    )
+
+
+def mlperf_notes(levels: Sequence[LevelSummary]) -> str:
+    """MLPerf's early-stopping verdict of each level with per-request SLOs ("" when none)."""
+    items = "".join(
+        f"<li>level {i + 1} ({esc(lv.load.label())}): {esc(mlperf_line(lv))}</li>"
+        for i, lv in enumerate(levels)
+        if lv.mlperf
+    )
+    return f'<div class="banner" id="mlperf-verdict">MLPerf early stopping<ul>{items}</ul></div>' if items else ""
 
 
 def client_banner(levels: Sequence[LevelSummary]) -> str:
@@ -235,7 +259,8 @@ def _headline(data: RunData) -> str:
         notes.append(f'<div class="banner warn">Stopped early: {esc(s.stopped)}</div>')
     if s.interrupted:
         notes.append('<div class="banner warn">Interrupted: the report covers the requests that finished.</div>')
-    return answer_cards(s) + client_banner(data.levels) + "".join(notes) + _meta(data)
+    verdicts = client_banner(data.levels) + steady_banner(data.levels) + mlperf_notes(data.levels)
+    return answer_cards(s) + verdicts + "".join(notes) + _meta(data)
 
 
 def _errors_table(data: RunData) -> str:

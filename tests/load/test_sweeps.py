@@ -6,12 +6,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from loadgen.errors import ProfileError
 from loadgen.load.profiles import Profile, StopRules, list_profiles, load_profile
 from loadgen.load.runner import LevelPlan
 from loadgen.load.sweeps import Sweep, stop_reason, sweep
+from loadgen.metrics.capacity import slo_verdict
 from loadgen.metrics.results import (
     ClientHealth,
     Distribution,
@@ -21,9 +23,12 @@ from loadgen.metrics.results import (
     LevelSummary,
     Load,
     Requests,
+    StatInterval,
     Throughput,
 )
 from loadgen.metrics.run import summarize_run
+from loadgen.metrics.uncertainty import proportion_interval
+from loadgen.metrics.verdicts import SteadyState, Trend
 from loadgen.paths import search_dirs
 
 HERE = Path(__file__).parent
@@ -203,6 +208,7 @@ def test_every_shipped_profile_loads() -> None:
         ("bad_toml", ["bad_toml.toml", "invalid TOML"]),
         ("bad_type", ["bad_type.toml", "requests", "number"]),
         ("bad_trim", ["bad_trim.toml", "trim", "sum to < 1"]),
+        ("bad_mlperf", ["bad_mlperf.toml", "mlperf_percentile", "between 0 and 1", "0.99 for p99"]),
     ],
 )
 def test_bad_profile_files_name_the_key(name: str, needles: list[str]) -> None:
@@ -280,3 +286,38 @@ def test_a_level_budget_is_one_rule_for_profile_files_and_run_flags() -> None:
     assert with_budget(timed) == timed and with_budget(timed, warmup_requests=0).warmup_requests == 0
     plan = next(sweep(timed))
     assert (plan.requests, plan.duration_s, plan.warmup_requests) == (None, 15, 4)
+
+
+def _with_interval(s: LevelSummary, met: int, n: int, seed: int = 0) -> LevelSummary:
+    """``s`` with the attainment interval of ``met`` of ``n`` outcomes in a seeded order."""
+    outcomes = np.random.default_rng(seed).permutation(np.arange(n) < met)
+    iv = proportion_interval(outcomes)
+    stat = StatInterval(iv.low, iv.high, iv.n_eff, iv.confidence)
+    return replace(s, goodput=replace(s.goodput, slo_attainment=iv.point, intervals={"slo_attainment": stat}))
+
+
+def test_capacity_search_decides_on_the_attainment_interval() -> None:
+    """4 req/s: 100 of 100 met (interval above 90%: pass). 8 req/s: 92% met, an interval
+    across 90% (undecided): run again with twice the requests, still undecided, so the
+    point decides (pass). 16 req/s: 50% (fail). 12 req/s: 75% (fail). 10 req/s is a
+    non-stationary level at 100% attainment: it fails."""
+    prof = Profile(kind="capacity", rate_low=4.0, max_levels=6, requests=100)
+    share = {4.0: 1.0, 8.0: 0.92, 16.0: 0.5, 12.0: 0.75, 10.0: 1.0}
+
+    def answer(p: LevelPlan) -> LevelSummary:
+        n = p.requests or 0
+        s = _with_interval(summary(p.value, mode="rate"), round(share[p.value] * n), n, seed=p.index)
+        if p.value == 10.0:
+            trend = Trend("ttft_queued_ms", False, 0.8, 9.0, 3.36, 10, "batch means rise by 80% across the level")
+            steady = SteadyState(0, False, True, False, trend, trend, [f"ttft_queued_ms: {trend.reason}"])
+            s = replace(s, steady_state=steady)
+        return s
+
+    plans, reason = drive(sweep(prof), answer)
+    assert [(p.value, p.requests) for p in plans] == [(4, 100), (8, 100), (8, 200), (16, 100), (12, 100), (10, 100)]
+    assert reason is None
+    levels = [answer(p) for p in plans]
+    assert [slo_verdict(lv, 0.9) for lv in levels] == ["pass", "undecided", "undecided", "fail", "fail", "fail"]
+    cap = summarize_run(levels, mode="rate").capacity
+    assert cap is not None and cap.interval == [4.0, 10.0]  # 8 req/s was never shown to pass
+    assert cap.between == [8.0, 10.0]  # the point attainments: 8 passes (0.92), 10 fails (non-stationary)

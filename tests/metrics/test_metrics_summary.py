@@ -89,7 +89,31 @@ def test_shape_is_the_public_contract(summary):
         "by_class",
         "client",
         "interrupted",
+        "steady_state",
+        "mlperf",
     ]
+    assert set(summary["steady_state"]) == {
+        "warmup_cut",
+        "warmup_applied",
+        "warmup_found",
+        "stationary",
+        "ttft",
+        "e2e",
+        "reasons",
+    }
+    assert set(summary["mlperf"][0]) == {
+        "slo",
+        "metric",
+        "bound_ms",
+        "percentile",
+        "confidence",
+        "passed",
+        "n",
+        "overlatency",
+        "min_queries",
+        "more_needed",
+        "estimate_ms",
+    }
     assert set(summary["throughput"]) == {
         "requests_per_s",
         "output_tokens_per_s",
@@ -334,3 +358,21 @@ def test_clock_uncertainty_is_kept_and_over_1_ms_noted_without_a_client_bound_ve
 def test_lost_workers_make_the_level_partial():
     client = summarize_level(level(), load=LOAD, lost_workers=[1])["client"]
     assert client["lost_workers"] == [1] and any("partial" in r for r in client["reasons"])
+
+
+def test_mlperf_counts_every_measured_request_and_failures_as_over(summary):
+    """ttft=200ms: requests 0 and 2 within, 1 (300 ms) over, 3 (no token), 4 and 5 (failed)
+    over; tpot=30ms: only requests 0 and 1 have a TPOT (20 and 45 ms), the rest are left
+    out (failed ones count, over); the level-wide ``ttft:p50`` has no MLPerf verdict."""
+    from loadgen.metrics.mlperf import early_stopping_min_queries
+
+    ttft, tpot = summary["mlperf"]
+    assert (ttft["slo"], ttft["n"], ttft["overlatency"]) == ("ttft=200ms", 6, 4)
+    assert ttft["min_queries"] == early_stopping_min_queries(0.99, 0.99, 4)
+    assert ttft["passed"] is False and ttft["more_needed"] == ttft["min_queries"] - 6
+    assert (tpot["slo"], tpot["n"], tpot["overlatency"]) == ("tpot=30ms", 4, 3)
+
+
+def test_no_per_request_slo_no_mlperf_verdict():
+    out = summarize_level(level(), load=LOAD, slos=[parse_slo("ttft:p50=150ms")])
+    assert "mlperf" not in out and out["steady_state"]["ttft"]["batches"] == 0

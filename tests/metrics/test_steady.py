@@ -39,3 +39,16 @@ def test_stationarity_passes_white_noise_mostly() -> None:
 def test_stationarity_of_a_short_series_is_not_tested() -> None:
     v = stationarity([1.0, 2.0, 3.0])
     assert v.stationary and v.batches == 0 and v.reason is not None
+
+
+def test_mser5_half_cut_stays_in_the_first_half() -> None:
+    # a cold start, then a noisy stretch and a quiet one: the overall minimum lies late (MSER's
+    # end effect on the quiet tail); the first-half cut still removes the cold start
+    rng = np.random.default_rng(4)
+    x = np.concatenate([np.linspace(150, 15, 20), 11 + rng.uniform(0, 5, 40), 11.4 + rng.normal(0, 0.1, 40)])
+    tr = mser5_truncation(x)
+    assert tr.half_cut <= x.size // 2 and tr.half_cut >= 20
+    # on i.i.d. noise after the cold start the overall minimum can sit in the last batches
+    # (the end effect: two batches left, a small variance by chance); the first-half cut is the cold start
+    tail = mser5_truncation(np.concatenate([np.linspace(150, 15, 20), 11 + rng.uniform(0, 5, 200)]))
+    assert 20 <= tail.half_cut <= 40

@@ -1,0 +1,247 @@
+"""Per-level verdicts on the time-ordered requests: steady state and MLPerf early stopping.
+
+- :func:`steady_state_of` — MSER-5 (:func:`~loadgen.metrics.steady.mser5_truncation`) on the
+  TTFT and the E2E latency of the ok requests in send order (queue-inclusive for an open
+  loop, whose queue is the server's backlog): the warm-up cut is the larger of the two, in
+  requests of the level, each the best cut within the first half of its series (White's
+  rule). When a series' overall best cut lies in its second half ``warmup_found`` is false:
+  on short or nearly constant series that is MSER's end effect as often as a long
+  transient, and the trend test below sees a real one. What follows the cut is tested
+  for a trend (:func:`~loadgen.metrics.steady.stationarity`, with a drift of at least
+  :data:`MIN_RISE`); a significant *rise* in either series makes the level non-stationary:
+  its queue grew, it was overloaded and its numbers depend on how long it ran. A significant
+  fall (latency settling slower than MSER-5's cut) shows in that series' ``Trend`` but leaves
+  the level stationary: it flatters no number and is no overload.
+- :func:`auto_cut` — the same cut applied: the first requests sent before the cut's send
+  time become warm-up records (only when a profile asks: ``auto_warmup = true``).
+- :func:`mlperf_of` — for each per-request latency SLO, MLPerf LoadGen's early-stopping
+  verdict (:func:`~loadgen.metrics.mlperf.early_stopping_verdict`) at the profile's
+  percentile and confidence. Every measured request is a query: a failed one, or one with
+  no first token under a ``ttft`` bound, is over the bound; one with too few tokens to
+  have a ``tpot`` or ``itl`` is left out (it has nothing to measure, as for attainment).
+
+The results are plain frozen dataclasses that :class:`~loadgen.metrics.results.LevelSummary`
+carries as ``steady_state`` and ``mlperf``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from loadgen.metrics.mlperf import early_stopping_verdict
+from loadgen.metrics.steady import mser5_truncation, stationarity
+from loadgen.records import RequestRecord
+
+if TYPE_CHECKING:
+    from loadgen.metrics.slo import SLO
+
+__all__ = [
+    "MIN_RISE",
+    "MlperfCheck",
+    "SteadyState",
+    "Trend",
+    "auto_cut",
+    "level_verdicts",
+    "mlperf_of",
+    "steady_state_of",
+]
+
+MIN_RISE = 0.2
+"""The fitted rise across a level (over its mean) that, significant, makes it non-stationary;
+the knee's latency growth between levels defaults to the same 20%."""
+_VACUOUS = frozenset({"tpot_ms", "itl_max_ms"})  # too few tokens: nothing to measure
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """One series' trend test: ``metric`` (a per-request column, e.g. ``"ttft_queued_ms"``),
+    ``drift`` (fitted change across the level over its mean; 0.2 = rose 20%), the slope's
+    ``t`` against ``critical`` (``None`` for an infinite value: a perfectly straight line, or a
+    zero mean), the ``batches`` used (0: too short to test) and ``reason``."""
+
+    metric: str
+    stationary: bool
+    drift: float | None
+    t: float | None
+    critical: float
+    batches: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyState:
+    """A level's steady state: MSER-5's warm-up cut (``warmup_cut`` requests of the level,
+    in send order; ``warmup_applied`` when the statistics exclude them), whether MSER-5 found
+    a steady state at all (``warmup_found``), the trend tests of TTFT and E2E after the cut,
+    and the overall ``stationary`` verdict with its ``reasons``."""
+
+    warmup_cut: int
+    warmup_applied: bool
+    warmup_found: bool
+    stationary: bool
+    ttft: Trend
+    e2e: Trend
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class MlperfCheck:
+    """MLPerf LoadGen's early-stopping verdict for one per-request SLO: ``passed`` when the
+    level's ``n`` queries reach ``min_queries`` (those needed at ``percentile`` and
+    ``confidence`` with ``overlatency`` queries over ``bound_ms``); ``estimate_ms`` is the
+    early-stopping estimate of the percentile (``None`` when too few queries)."""
+
+    slo: str
+    metric: str
+    bound_ms: float
+    percentile: float
+    confidence: float
+    passed: bool
+    n: int
+    overlatency: int
+    min_queries: int
+    more_needed: int
+    estimate_ms: float | None
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _series(frame: pd.DataFrame, ok: npt.NDArray[np.bool_], open_loop: bool) -> dict[str, npt.NDArray[np.float64]]:
+    """The ok requests' TTFT and E2E in send order (NaN TTFTs left out)."""
+    okf = frame[ok]
+    order = np.argsort(okf["sent_ns"].to_numpy(), kind="stable")
+    out = {}
+    for name in ("ttft", "e2e"):
+        col = f"{name}_queued_ms" if open_loop else f"{name}_ms"
+        x = okf[col].to_numpy(dtype=np.float64)[order]
+        out[col] = x[~np.isnan(x)]
+    return out
+
+
+def _cut_time(frame: pd.DataFrame, ok: npt.NDArray[np.bool_], open_loop: bool) -> tuple[int | None, bool]:
+    """The send time before which MSER-5 cuts (``None``: no cut) and whether it found a steady state."""
+    okf = frame[ok]
+    sent = np.sort(okf["sent_ns"].to_numpy())
+    cut, found = 0, True
+    for x in _series(frame, ok, open_loop).values():
+        tr = mser5_truncation(x)
+        found &= tr.steady
+        cut = max(cut, tr.half_cut)  # a best cut in the second half is MSER's end effect as often as not
+    if cut == 0 or cut >= sent.size:
+        return None, found
+    return int(sent[cut]), found
+
+
+def steady_state_of(
+    frame: pd.DataFrame, ok: npt.NDArray[np.bool_], *, open_loop: bool, applied: int | None = None
+) -> SteadyState:
+    """The level's :class:`SteadyState`. ``applied`` is the number of requests
+    :func:`auto_cut` already removed from ``frame`` (``None``: no cut applied; the cut is
+    found here and the trend tests run on what follows it)."""
+    sent_all = frame["sent_ns"].to_numpy()
+    keep = np.ones(len(frame), dtype=bool)
+    n_cut = applied or 0
+    t_cut, found = _cut_time(frame, ok, open_loop)  # after an applied cut: is what is left steady?
+    if applied is None:
+        if t_cut is not None:
+            keep = (sent_all >= t_cut) | (sent_all == 0)  # never sent: not before the cut
+        n_cut = int((~keep).sum())
+    series = _series(frame[keep], ok[keep], open_loop)
+    trends = []
+    for col, x in series.items():
+        st = stationarity(x, min_drift=MIN_RISE)
+        trends.append(Trend(col, st.stationary, _finite(st.drift), _finite(st.t), st.critical, st.batches, st.reason))
+    rising = [t for t in trends if not t.stationary and t.reason and (t.drift is None or t.drift > 0)]
+    reasons = [f"{t.metric}: {t.reason}" for t in rising]
+    return SteadyState(
+        warmup_cut=n_cut,
+        warmup_applied=applied is not None,
+        warmup_found=found,
+        stationary=not reasons,
+        ttft=trends[0],
+        e2e=trends[1],
+        reasons=reasons,
+    )
+
+
+def auto_cut(
+    records: Sequence[RequestRecord], frame: pd.DataFrame, *, open_loop: bool
+) -> tuple[list[RequestRecord], int]:
+    """``records`` with the measured ones sent before MSER-5's cut marked warm-up (copies;
+    the caller's records are untouched), and how many were marked; nothing is cut when
+    MSER-5 found no steady state. ``frame`` is the per-request frame of the measured records."""
+    t_cut, _ = _cut_time(frame, frame["ok"].to_numpy(dtype=bool), open_loop)
+    if t_cut is None:
+        return list(records), 0
+    out, n = [], 0
+    for r in records:
+        if not r.warmup and 0 < r.sent_ns < t_cut:
+            out.append(dataclasses.replace(r, warmup=True))
+            n += 1
+        else:
+            out.append(r)
+    return out, n
+
+
+def mlperf_of(
+    frame: pd.DataFrame, slos: Sequence[tuple[str, str, float]], percentile: float, confidence: float
+) -> list[MlperfCheck]:
+    """One :class:`MlperfCheck` per ``(slo text, frame column, bound in ms)``."""
+    ok = frame["ok"].to_numpy(dtype=bool)
+    out = []
+    for text, col, bound in slos:
+        x = frame[col].to_numpy(dtype=np.float64).copy()
+        missing = np.isnan(x) & ok
+        x[~ok] = np.inf
+        if col in _VACUOUS:
+            x = x[~missing]
+        else:
+            x[missing] = np.inf
+        es = early_stopping_verdict(x, bound, percentile, confidence)
+        out.append(
+            MlperfCheck(
+                slo=text,
+                metric=col,
+                bound_ms=bound,
+                percentile=percentile,
+                confidence=confidence,
+                passed=es.passed,
+                n=es.n,
+                overlatency=es.overlatency,
+                min_queries=es.min_queries,
+                more_needed=es.more_needed,
+                estimate_ms=es.estimate,
+            )
+        )
+    return out
+
+
+def level_verdicts(
+    frame: pd.DataFrame,
+    ok: npt.NDArray[np.bool_],
+    slos: Sequence[SLO],
+    open_loop: bool,
+    cut: int | None,
+    mlperf: tuple[float, float],
+    attained: npt.NDArray[np.bool_],
+) -> dict[str, Any]:
+    """The ``steady_state`` and ``mlperf`` fields of a level summary (``mlperf`` ``None``
+    without a per-request SLO); ``cut`` is what :func:`auto_cut`
+    removed (0 or ``None``: nothing) and ``attained`` which requests met every SLO."""
+    from loadgen.metrics.slo import METRICS  # slo imports the results, which import this module
+
+    bounds = [(str(s), METRICS[s.metric], s.limit_ms) for s in slos if s.per_request]
+    return {
+        "steady_state": steady_state_of(frame, ok, open_loop=open_loop, applied=cut or None),
+        "mlperf": mlperf_of(frame, bounds, *mlperf) if bounds else None,
+    }

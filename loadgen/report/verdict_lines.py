@@ -1,0 +1,66 @@
+"""The steady-state and MLPerf verdicts of a level, in words (console and HTML share them).
+
+Reads :class:`~loadgen.metrics.results.LevelSummary` fields only (``steady_state``,
+``mlperf``); the numbers come from :mod:`loadgen.metrics.verdicts`.
+"""
+
+from __future__ import annotations
+
+from loadgen.metrics.results import Capacity, LevelSummary, unit_label
+from loadgen.report.live import fmt_latency
+
+__all__ = ["capacity_interval_line", "mlperf_line", "steady_line"]
+
+_METRIC_NAMES = {
+    "ttft_ms": "TTFT",
+    "ttft_queued_ms": "TTFT (queued)",
+    "tpot_ms": "TPOT",
+    "itl_max_ms": "max ITL",
+    "e2e_ms": "E2E",
+    "e2e_queued_ms": "E2E (queued)",
+}
+
+
+def steady_line(level: LevelSummary) -> str:
+    """``"non-stationary: …"`` with the trend(s) found, or the warm-up cut of a steady level
+    (``""`` when there is nothing to say: no cut, no trend)."""
+    ss = level.steady_state
+    if ss is None:
+        return ""
+    if not ss.stationary:
+        return (
+            f"non-stationary: {'; '.join(ss.reasons)} — a growing queue (overloaded): its numbers "
+            "depend on how long it ran, and a capacity search fails it"
+        )
+    if ss.warmup_cut:
+        done = "dropped from its statistics" if ss.warmup_applied else "kept (set auto_warmup = true to drop them)"
+        return f"warm-up: MSER-5 cuts the first {ss.warmup_cut:,} requests, {done}"
+    return ""
+
+
+def mlperf_line(level: LevelSummary) -> str:
+    """One line with MLPerf's early-stopping verdict per per-request SLO (``""`` without any),
+    e.g. ``MLPerf early stopping: TTFT p99 ≤ 500 ms: pass (1,204 ≥ 662 queries needed, 1 over)``."""
+    parts = []
+    for m in level.mlperf or ():
+        name = f"{_METRIC_NAMES.get(m.metric, m.metric)} p{100 * m.percentile:.10g} ≤ {fmt_latency(m.bound_ms)}"
+        if m.passed:
+            verdict = f"pass ({m.n:,} ≥ {m.min_queries:,} queries needed, {m.overlatency:,} over)"
+        else:
+            verdict = f"not shown ({m.n:,} < {m.min_queries:,} queries needed, {m.overlatency:,} over)"
+        parts.append(f"{name}: {verdict}")
+    if not parts:
+        return ""
+    conf = level.mlperf[0].confidence if level.mlperf else 0.99
+    return f"MLPerf early stopping ({100 * conf:.10g}% confidence): " + "; ".join(parts)
+
+
+def capacity_interval_line(cap: Capacity) -> str:
+    """The capacity as an interval by the levels' attainment intervals ("" without one)."""
+    if cap.interval is None:
+        return ""
+    low, high = cap.interval
+    unit = unit_label(cap.mode)
+    lo = "no level shown to pass" if low is None else f"shown to pass at {low:g} {unit}"
+    hi = "none shown to fail above it" if high is None else f"shown to fail at {high:g} {unit}"
+    return f"capacity interval (95% attainment intervals; non-stationary levels fail): {lo}, {hi}"
