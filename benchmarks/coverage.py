@@ -4,11 +4,13 @@ Processes whose true values are known:
 - ``iid``: independent lognormal latencies (σ = 0.5 on the log scale);
 - ``ar1``: an AR(1) on the log scale with φ = 0.9 (stationary N(0, 0.5²), started in it), so
   the true quantiles are ``exp(0.5 · z_q)``;
-- ``sim``: TTFT of the sim engine core in virtual time (H100, Llama-3.1-8B, closed loop of
-  ``--users`` chat users: a full batch, requests queueing), in send order; the true values
-  come from a second, independent long run (``--sim-truth`` requests). Levels are windows
-  of a long run that start every ``--sim-step`` requests (they overlap, so the sim cells
-  rest on fewer independent levels than they count; the table says how many requests).
+- ``sim``: TTFT of the sim engine core in virtual time (H100, Llama-3.1-8B, prefix caching
+  off, a closed loop of ``--users`` chat users with prompts of ~600 tokens and 4–16 output
+  tokens: prefill fills the 8,192-token step budget, so requests queue and neighbours share
+  batches), in send order. Each level is a non-overlapping stretch of one of ``--sim-runs``
+  independent runs (own seeds, warm-up dropped); the truth pools ``--truth-runs`` further
+  independent runs (several times all the requests of a 10,000-request cell's level), and
+  its standard error at p99 is printed from the spread of those runs.
 
 For each process and n in 200, 1,000, 10,000: the share of levels whose interval covers
 the true p50, p99 and SLO attainment (the SLO at the true p90, so attainment is 0.9), for
@@ -16,7 +18,7 @@ the true p50, p99 and SLO attainment (the SLO at the true p90, so attainment is 
 Wilson on n for attainment). "—" where the method could not bound (count given).
 Then the sequential rule: requests until ``ttft.p99 within 5%`` and its coverage there.
 
-    python benchmarks/coverage.py [--reps 500] [--seq-reps 100] [--sim-requests 40000]
+    python benchmarks/coverage.py [--reps 500] [--seq-reps 100] [--sim-runs 25] [--sim-requests 40000]
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ def ar1(rng: np.random.Generator, reps: int, n: int) -> np.ndarray:
     return np.exp(y)
 
 
-def sim_ttft(requests: int, users: int, seed: int) -> np.ndarray:
-    """TTFT in send order from the sim engine core, the first 10% (warm-up) dropped."""
+def sim_ttft(requests: int, users: int, seed: int, warmup: int = 2000) -> np.ndarray:
+    """TTFT in send order from one run of the sim engine core, the first ``warmup`` dropped."""
     import random
 
     from _virtual import drive
@@ -59,20 +61,25 @@ def sim_ttft(requests: int, users: int, seed: int) -> np.ndarray:
     from loadgen.server.sim import sim_engine
 
     rng = random.Random(seed)
-    work = [(max(16, int(rng.gauss(600, 200))), rng.randint(64, 256)) for _ in range(requests)]
+    work = [(max(16, int(rng.gauss(600, 200))), rng.randint(4, 16)) for _ in range(requests + warmup)]
     clock = ManualClock()
-    core = sim_engine(
-        ServeConfig(model="llama-3.1-8b", scheduler=SchedulerLimits(), sim=SimOptions(gpu="h100")), clock=clock
-    ).core
+    config = ServeConfig(
+        model="llama-3.1-8b",
+        scheduler=SchedulerLimits(enable_prefix_caching=False),  # caching is per-token work, not latency here
+        sim=SimOptions(gpu="h100", jitter=0.05),  # step-time noise: no ties among the TTFTs
+        seed=seed,
+    )
+    core = sim_engine(config, clock=clock).core
     run = drive(core, clock, work, [(0.0, u) for u in range(users)], closed=True)
     order = sorted(run.times, key=lambda r: run.index[r])
     ttft = np.array([run.times[r][0][0] - run.sent_at[r] for r in order if run.times[r]])
-    return ttft[len(ttft) // 10 :]
+    return ttft[warmup:]
 
 
-def windows(x: np.ndarray, n: int, step: int, most: int) -> np.ndarray:
-    starts = np.arange(0, x.size - n + 1, step)[:most]
-    return np.stack([x[s : s + n] for s in starts])
+def stretches(runs: list[np.ndarray], n: int, most: int) -> np.ndarray:
+    """Non-overlapping stretches of ``n`` requests, run by run, at most ``most``."""
+    rows = [x[s : s + n] for x in runs for s in range(0, x.size - n + 1, n)]
+    return np.stack(rows[:most])
 
 
 def covered(ivs: list[Interval], truth: float) -> str:
@@ -134,9 +141,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=500)
     ap.add_argument("--seq-reps", type=int, default=100)
     ap.add_argument("--seq-max", type=int, default=60000)
-    ap.add_argument("--sim-requests", type=int, default=40000)
-    ap.add_argument("--sim-truth", type=int, default=40000)
-    ap.add_argument("--sim-step", type=int, default=100)
+    ap.add_argument("--sim-runs", type=int, default=25, help="independent runs for the levels (0: no sim)")
+    ap.add_argument("--sim-requests", type=int, default=40000, help="requests per run, after warm-up")
+    ap.add_argument("--truth-runs", type=int, default=8)
+    ap.add_argument("--truth-requests", type=int, default=40000)
     ap.add_argument("--users", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -150,14 +158,21 @@ def main() -> None:
     truth = {k: math.exp(SIGMA * v) for k, v in z.items()}
     for name, gen in (("iid", iid), ("ar1", ar1)):
         table(name, {n: gen(rng, args.reps, n) for n in SIZES}, truth)
-    if args.sim_requests:
-        ref = sim_ttft(args.sim_truth, args.users, args.seed + 1)
+    if args.sim_runs:
+        t0 = time.perf_counter()
+        truth_runs = [
+            sim_ttft(args.truth_requests, args.users, 1000 * args.seed + 500 + i) for i in range(args.truth_runs)
+        ]
+        ref = np.concatenate(truth_runs)
         strue = {k: float(np.percentile(ref, q)) for k, q in (("p50", 50), ("p90", 90), ("p99", 99))}
-        x = sim_ttft(args.sim_requests, args.users, args.seed + 2)
-        table("sim", {n: windows(x, n, args.sim_step, args.reps) for n in SIZES if n < x.size}, strue)
+        se99 = float(np.std([np.percentile(r, 99) for r in truth_runs], ddof=1)) / math.sqrt(args.truth_runs)
+        runs = [sim_ttft(args.sim_requests, args.users, 1000 * args.seed + 1 + i) for i in range(args.sim_runs)]
+        sim_s = time.perf_counter() - t0
+        table("sim", {n: stretches(runs, n, args.reps) for n in SIZES if n <= args.sim_requests}, strue)
         print(
-            f"sim: {x.size} requests in the levels' run (windows every {args.sim_step}), "
-            f"{ref.size} in the truth run; true TTFT p50 {1e3 * strue['p50']:.1f} ms, p99 {1e3 * strue['p99']:.1f} ms"
+            f"sim: {args.sim_runs} runs of {args.sim_requests} requests for the levels, {args.truth_runs} of "
+            f"{args.truth_requests} ({ref.size} in all) for the truth ({sim_s:.0f} s simulated); true TTFT "
+            f"p50 {1e3 * strue['p50']:.1f} ms, p99 {1e3 * strue['p99']:.2f} ms ± {1e3 * se99:.2f} ms (s.e. over the truth runs)"
         )
     sequential(rng, args.seq_reps, args.seq_max)
     print(f"\nwall {time.perf_counter() - start:.0f} s")
