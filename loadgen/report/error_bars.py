@@ -4,7 +4,9 @@ for the level table.
 Nothing is computed here but the distance from a point to the bounds ``summary.json``
 gives for it: a bar runs from ``low`` to ``high`` (``array = high - point``,
 ``arrayminus = point - low``, so it can be asymmetric). A point whose interval is not
-bounded on both sides gets no bar and the hover note ``cannot bound: <reason>``. A
+bounded on both sides gets no bar and the hover note ``cannot bound: <reason>``: its
+array entries are :data:`NO_BAR`, the string ``"NaN"``, which plotly reads as NaN and draws
+nothing for (it reads ``null`` as 0 and would draw a flat cap at the point). A
 summary without intervals (schema 1) gets neither bars nor notes, so its figures are
 those it had before.
 """
@@ -18,7 +20,10 @@ from loadgen.metrics.results import LevelSummary, StatInterval
 from loadgen.report.console import UNBOUNDED, with_pm
 from loadgen.report.page import esc
 
-__all__ = ["add_error_bars", "error_bar", "interval_note", "pm_cell"]
+__all__ = ["NO_BAR", "add_error_bars", "error_bar", "interval_note", "pm_cell"]
+
+NO_BAR = "NaN"
+"""An error-bar array entry that draws no bar (JSON has no NaN; plotly takes ``+"NaN"``)."""
 
 
 def error_bar(
@@ -29,17 +34,17 @@ def error_bar(
     ``scale`` multiplies points and bounds alike (100 for a share drawn in %)."""
     if all(iv is None for iv in intervals):
         return None
-    plus: list[float | None] = []
-    minus: list[float | None] = []
+    plus: list[float | str] = []
+    minus: list[float | str] = []
     notes: list[str] = []
     for point, iv in zip(points, intervals):
         if iv is None or point is None:
-            plus.append(None)
-            minus.append(None)
+            plus.append(NO_BAR)
+            minus.append(NO_BAR)
             notes.append("")
         elif iv.low is None or iv.high is None:
-            plus.append(None)
-            minus.append(None)
+            plus.append(NO_BAR)
+            minus.append(NO_BAR)
             notes.append(esc(f"cannot bound: {iv.reason or 'too few effective values'}"))
         else:
             plus.append(max(iv.high - point, 0.0) * scale)
