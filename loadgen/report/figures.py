@@ -15,6 +15,7 @@ from typing import Any
 from loadgen.errors import ConfigError
 from loadgen.metrics.results import Capacity, LevelSummary, Saturation
 from loadgen.metrics.slo import parse_slo
+from loadgen.report.error_bars import add_error_bars
 from loadgen.report.page import esc
 from loadgen.report.plotdata import log_ticks, palette
 
@@ -205,12 +206,14 @@ def latency_vs_load(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
     limits = _slo_limits([levels[i] for i in idx])
     for k, ((key, title, colour), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs), start=1):
         for stat, alpha, width, dash, symbol in _PERCENTILE_STYLES:
-            data.append(
+            y = [_stat(levels[i], key, stat) for i in idx]
+            ivs = [(levels[i].dist(key).intervals or {}).get(stat) for i in idx]
+            curve = add_error_bars(
                 {
                     "type": "scatter",
                     "mode": "lines+markers",
                     "x": x,
-                    "y": [_stat(levels[i], key, stat) for i in idx],
+                    "y": y,
                     "xaxis": xr,
                     "yaxis": yr,
                     "name": stat,
@@ -222,8 +225,12 @@ def latency_vs_load(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
                     "fillcolor": _rgba(colour, alpha),
                     "meta": f"{key}.{stat}",
                     "hovertemplate": f"{stat} %{{y:.4g}} ms at %{{x}}<extra>{title}</extra>",
-                }
+                },
+                y,
+                ivs,
+                unit=" ms",
             )
+            data.append(curve)
         if key == "ttft_ms" and mode == "rate":
             data.append(
                 {
@@ -273,17 +280,30 @@ def throughput_vs_load(
 
     def tr(ref: int, y: list[Any], name: str, colour: str, meta: str, dash: str = "solid") -> dict[str, Any]:
         xr, yr = refs[ref]
-        return {
-            "type": "scatter",
-            "mode": "lines+markers",
-            "x": x,
-            "y": y,
-            "xaxis": xr,
-            "yaxis": yr,
-            "name": name,
-            "line": {"color": colour, "dash": dash},
-            "meta": meta,
-        }
+        # the interval of the value at meta ("throughput.requests_per_s"), where the summary has one
+        where, _, what = meta.partition(".")
+        ivs = [
+            ((levels[i].throughput if where == "throughput" else levels[i].goodput).intervals or {}).get(what)
+            for i in idx
+        ]
+        scale = 100.0 if what == "slo_attainment" else 1.0
+        return add_error_bars(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "x": x,
+                "y": y,
+                "xaxis": xr,
+                "yaxis": yr,
+                "name": name,
+                "line": {"color": colour, "dash": dash},
+                "meta": meta,
+            },
+            [levels[i].metric(meta) for i in idx],
+            ivs,
+            scale,
+            "%" if scale == 100.0 else "",
+        )
 
     thr = [levels[i].throughput for i in idx]
     good = [levels[i].goodput for i in idx]

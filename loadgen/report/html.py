@@ -22,6 +22,7 @@ from loadgen.metrics.results import LevelSummary, RunSummary, unit_label
 from loadgen.report import figures as F
 from loadgen.report import request_figures as R
 from loadgen.report.console import fmt_ms, session_lines, token_source_line
+from loadgen.report.error_bars import interval_note, pm_cell
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
 from loadgen.report.verdict_lines import mlperf_line, steady_line
@@ -175,6 +176,10 @@ def level_table_html(levels: Sequence[LevelSummary]) -> str:
     ]
     if has_sched:
         head += ["late/dropped"]
+    has_iv = any(lv.ttft_ms.intervals for lv in levels)
+    if has_iv:  # after "TTFT p99", "out tok/s": their intervals (summaries with intervals only)
+        head.insert(head.index("TTFT p99") + 1, "TTFT p99 ±")
+        head.insert(head.index("out tok/s") + 1, "out tok/s ±")
     rows = []
     for i, lv in enumerate(levels):
         req, thr, good, verdict = lv.requests, lv.throughput, lv.goodput, lv.client.verdict
@@ -197,13 +202,16 @@ def level_table_html(levels: Sequence[LevelSummary]) -> str:
         if has_sched:
             sch = lv.schedule
             cells.append(f"{sch.late}/{sch.dropped}" if sch is not None else "–")
+        if has_iv:
+            cells.insert(7, pm_cell(lv.ttft_ms.p99, (lv.ttft_ms.intervals or {}).get("p99")))
+            cells.insert(5, pm_cell(thr.output_tokens_per_s, (thr.intervals or {}).get("output_tokens_per_s")))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     ths = "".join(f"<th>{esc(h)}</th>" for h in head)
     return (
         f'<div class="scroll"><table id="level-table"><thead><tr>{ths}</tr></thead><tbody>{"".join(rows)}'
         '</tbody></table></div><p class="note">Latencies in ms (TTFT and E2E from the send; the queue-inclusive '
         "values are in summary.json). Throughput over each level's window; goodput = requests meeting every SLO "
-        "per second.</p>"
+        "per second.</p>" + interval_note(levels)
     )
 
 
