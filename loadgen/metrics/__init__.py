@@ -15,7 +15,8 @@ docs/metrics.md exactly; see each module's docstring.
 - :mod:`~loadgen.metrics.capacity` — capacity, saturation knee, time windows
 - :mod:`~loadgen.metrics.run` — ``summarize_run``: the levels, capacity and knee of a run
 - :mod:`~loadgen.metrics.client` — client health: loop lag over time, late sends
-- :mod:`~loadgen.metrics.compare` — bootstrap differences between two runs' levels
+- :mod:`~loadgen.metrics.bootstrap` — bootstrap intervals of a difference (on n_eff, time blocks), verdicts
+- :mod:`~loadgen.metrics.compare` — two runs' levels metric by metric (bootstrap, or Welch over trials)
 """
 
 from loadgen.metrics.capacity import capacity, knee, windows

@@ -1,33 +1,13 @@
-"""Is a difference between two runs real or noise? Bootstrap confidence intervals and verdicts.
+"""Is a difference between two runs real or noise? Every metric of two runs' levels, judged.
 
-Three kinds of statistic, each with its own (exact, vectorised, seeded) bootstrap:
-
-- **Quantiles** of per-request or per-token samples (median, p99 of TTFT, ITL, ...):
-  :func:`quantile_difference`. Resampling ``n`` values with replacement from sorted data
-  ``x`` and taking the ``k``-th smallest gives ``x[floor(n * U)]`` where ``U`` is the
-  ``k``-th smallest of ``n`` uniforms, i.e. ``U ~ Beta(k, n - k + 1)``; the next order
-  statistic is ``U + (1 - U) * Beta(1, n - k)``. So the bootstrap distribution of
-  numpy's (linearly interpolated) percentile is drawn exactly in O(resamples) after one
-  sort, whatever the sample size. Per-token samples (ITL) are treated as independent.
-- **Proportions** (SLO attainment, and goodput = attained / window): resampling ``n``
-  requests of which a fraction ``p`` attained gives ``Binomial(n, p) / n``:
-  :func:`proportion_difference`.
-- **Rates over a window** (output tokens/s, requests/s): the window is cut into equal
-  time blocks; the rate is the mean of the block rates and the blocks are resampled:
-  :func:`rate_difference` with :func:`block_rates`.
-
-The interval is the percentile interval of the resampled differences ``b - a`` (each run
-resampled independently). The verdict says ``better``/``worse`` only when the interval
-excludes zero and the difference is at least ``min_effect`` of the baseline (default 0:
-any; the comparison page uses 2%, below the run-to-run noise of a benchmark, which one
-run's resampling cannot see); the direction depends on whether higher is better. An
-interval that contains zero is "no significant change" only when it also rules out a
-change over :data:`EQUIVALENCE` (10%) of the baseline; a wider one is "inconclusive" (the
-data allow a large change either way), and for a tail statistic (p99, p99.9) the row's
-note adds what the requests themselves show (:func:`tail_evidence`). Pure numpy, no I/O.
-
-:func:`compare_level` applies all three to every metric of two runs' levels (the rows
-of the comparison page); :func:`common_levels` pairs the levels two runs share.
+:func:`compare_level` applies the bootstraps of :mod:`loadgen.metrics.bootstrap` (quantiles
+and attainment on each run's effective sample size in send order, rates on time blocks) to
+every metric of two runs' levels (the rows of the comparison page), or, when both levels
+ran repeated trials, the difference of the trials' means with its Welch interval
+(:func:`trial_rows`); each row's :class:`Difference` names the method. An interval that
+contains 0 is never "better" or "worse". :func:`common_levels` pairs the levels two runs
+share; :func:`tail_evidence` says what the requests show on a tail the bootstrap cannot
+settle. The primitives are re-exported here.
 """
 
 from __future__ import annotations
@@ -41,6 +21,27 @@ import numpy.typing as npt
 import pandas as pd
 
 from loadgen.errors import ConfigError
+from loadgen.metrics.bootstrap import (
+    BETTER,
+    DEFAULT_RESAMPLES,
+    EQUIVALENCE,
+    F64,
+    INCONCLUSIVE,
+    METHOD_BLOCKS,
+    METHOD_IID,
+    METHOD_NEFF,
+    METHOD_WELCH,
+    NO_CHANGE,
+    NOT_AVAILABLE,
+    WORSE,
+    Difference,
+    block_rates,
+    bootstrap_quantile,
+    proportion_difference,
+    quantile_difference,
+    rate_difference,
+    verdict,
+)
 from loadgen.metrics.per_request import EventArrays
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import parse_slo, slo_attainment
@@ -49,8 +50,13 @@ from loadgen.metrics.trials import TRIAL_METRICS, welch_interval
 
 __all__ = [
     "BETTER",
+    "DEFAULT_RESAMPLES",
     "EQUIVALENCE",
     "INCONCLUSIVE",
+    "METHOD_BLOCKS",
+    "METHOD_IID",
+    "METHOD_NEFF",
+    "METHOD_WELCH",
     "METRICS",
     "MIN_EFFECT",
     "NOT_AVAILABLE",
@@ -70,256 +76,6 @@ __all__ = [
     "tail_evidence",
     "verdict",
 ]
-
-BETTER = "better"
-WORSE = "worse"
-NO_CHANGE = "no significant change"
-INCONCLUSIVE = "inconclusive"
-NOT_AVAILABLE = "n/a"
-# an interval containing 0 says "no significant change" only when it also rules out a
-# change larger than this share of the baseline; a wider one is "inconclusive"
-EQUIVALENCE = 0.10
-
-F64 = npt.NDArray[np.float64]
-DEFAULT_RESAMPLES = 2000
-
-
-@dataclass(frozen=True, slots=True)
-class Difference:
-    """Run ``b`` against run ``a`` for one statistic.
-
-    ``diff = b - a``; ``rel = diff / a`` (None when ``a`` is 0 or missing); ``ci`` the
-    confidence interval of ``diff`` at ``confidence``; ``verdict`` one of ``better``,
-    ``worse``, ``no significant change`` or ``n/a`` (a side has no data); ``note``
-    says why a difference was not judged (e.g. too few samples in a tail).
-    """
-
-    a: float | None
-    b: float | None
-    diff: float | None
-    rel: float | None
-    ci: tuple[float, float] | None
-    verdict: str
-    confidence: float = 0.95
-    note: str = ""
-
-
-def verdict(
-    ci: tuple[float, float] | None,
-    higher_is_better: bool,
-    *,
-    rel: float | None = None,
-    min_effect: float = 0.0,
-    base: float | None = None,
-    margin: float = EQUIVALENCE,
-) -> str:
-    """The verdict on an interval ``ci`` of ``b - a``:
-
-    - ``better``/``worse``: the interval excludes 0 and the relative difference ``rel``
-      is at least ``min_effect`` in size (when both are given);
-    - ``no significant change``: the interval excludes 0 but the change is under
-      ``min_effect``, or it contains 0 and stays within ``margin`` of the baseline
-      ``base`` either side (a larger change is ruled out);
-    - ``inconclusive``: the interval contains 0 but reaches beyond ``margin`` of
-      ``base`` (the data allow a large change either way: not evidence of none);
-    - ``n/a`` without an interval.
-
-    Without ``base`` an interval containing 0 is "no significant change"."""
-    if ci is None:
-        return NOT_AVAILABLE
-    lo, hi = ci
-    if lo > 0 or hi < 0:
-        if min_effect > 0 and rel is not None and abs(rel) < min_effect:
-            return NO_CHANGE
-        if lo > 0:
-            return BETTER if higher_is_better else WORSE
-        return WORSE if higher_is_better else BETTER
-    if base is not None and base != 0 and max(-lo, hi) > margin * abs(base):
-        return INCONCLUSIVE
-    return NO_CHANGE
-
-
-def _clean(values: npt.ArrayLike) -> F64:
-    arr = np.asarray(values, dtype=np.float64).ravel()
-    return arr[~np.isnan(arr)]
-
-
-def bootstrap_quantile(sorted_x: F64, q: float, resamples: int, rng: np.random.Generator) -> F64:
-    """``resamples`` draws of ``numpy.percentile(resample, 100 * q)`` where each resample
-    is ``len(sorted_x)`` values drawn with replacement from ``sorted_x`` (sorted, no NaN).
-
-    Exact (see the module docstring), O(``resamples``) whatever the sample size.
-    """
-    n = sorted_x.size
-    if n == 0:
-        raise ValueError("bootstrap_quantile needs at least one value")
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"q must be within [0, 1], got {q!r}")
-    h = (n - 1) * q
-    lo = math.floor(h)
-    frac = h - lo
-    # the (lo+1)-th smallest of n uniforms, then the next one above it
-    u_lo = rng.beta(lo + 1, n - lo, size=resamples)
-    idx_lo = np.minimum((u_lo * n).astype(np.int64), n - 1)
-    y_lo = sorted_x[idx_lo]
-    if frac == 0.0 or lo + 1 >= n:
-        return np.asarray(y_lo, dtype=np.float64)
-    u_hi = u_lo + (1.0 - u_lo) * rng.beta(1, n - lo - 1, size=resamples)
-    idx_hi = np.minimum((u_hi * n).astype(np.int64), n - 1)
-    y_hi = sorted_x[idx_hi]
-    return np.asarray(y_lo + frac * (y_hi - y_lo), dtype=np.float64)
-
-
-def _interval(draws: F64, confidence: float) -> tuple[float, float]:
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    lo, hi = np.percentile(draws, [tail, 100.0 - tail])
-    return float(lo), float(hi)
-
-
-def _result(
-    a: float | None, b: float | None, draws: F64 | None, higher_is_better: bool, confidence: float, min_effect: float
-) -> Difference:
-    if a is None or b is None or draws is None:
-        return Difference(a, b, None, None, None, NOT_AVAILABLE, confidence)
-    diff = b - a
-    rel = diff / a if a != 0 else None
-    ci = _interval(draws, confidence)
-    return Difference(
-        a, b, diff, rel, ci, verdict(ci, higher_is_better, rel=rel, min_effect=min_effect, base=a), confidence
-    )
-
-
-def _check(confidence: float, resamples: int, min_effect: float) -> None:
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be within (0, 1), got {confidence!r}")
-    if resamples < 10:
-        raise ValueError(f"resamples must be >= 10, got {resamples!r}")
-    if not min_effect >= 0.0:
-        raise ValueError(f"min_effect must be >= 0, got {min_effect!r}")
-
-
-def quantile_difference(
-    a: npt.ArrayLike,
-    b: npt.ArrayLike,
-    q: float,
-    *,
-    higher_is_better: bool = False,
-    resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = 0.95,
-    seed: int = 0,
-    min_effect: float = 0.0,
-    min_tail: int = 5,
-) -> Difference:
-    """The ``q``-quantile (0.5: median, 0.99: p99) of samples ``b`` minus that of ``a``.
-
-    Point values are ``numpy.percentile(x, 100 * q)`` (as the summaries report them);
-    NaN samples are dropped; an empty side gives verdict ``n/a``. Latency: lower is
-    better (the default). When a side has fewer than ``min_tail`` samples beyond the
-    quantile (``n * min(q, 1 - q)``; p99 of 100 samples has one), the bootstrap cannot
-    be trusted: the interval is still given but the verdict is "inconclusive" with a
-    ``note``.
-    """
-    _check(confidence, resamples, min_effect)
-    xa, xb = np.sort(_clean(a)), np.sort(_clean(b))
-    if xa.size == 0 or xb.size == 0:
-        va = float(np.percentile(xa, 100 * q)) if xa.size else None
-        vb = float(np.percentile(xb, 100 * q)) if xb.size else None
-        return _result(va, vb, None, higher_is_better, confidence, min_effect)
-    rng = np.random.default_rng(seed)
-    draws = bootstrap_quantile(xb, q, resamples, rng) - bootstrap_quantile(xa, q, resamples, rng)
-    va, vb = float(np.percentile(xa, 100 * q)), float(np.percentile(xb, 100 * q))
-    result = _result(va, vb, draws, higher_is_better, confidence, min_effect)
-    tail = min(xa.size, xb.size) * min(q, 1.0 - q)
-    if tail < min_tail:
-        note = f"too few samples to judge p{100 * q:g} (fewer than {min_tail} beyond it)"
-        return Difference(result.a, result.b, result.diff, result.rel, result.ci, INCONCLUSIVE, confidence, note)
-    return result
-
-
-def proportion_difference(
-    a: tuple[int, float | None],
-    b: tuple[int, float | None],
-    *,
-    scale_a: float = 1.0,
-    scale_b: float = 1.0,
-    higher_is_better: bool = True,
-    resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = 0.95,
-    seed: int = 0,
-    min_effect: float = 0.0,
-) -> Difference:
-    """``(n, p)`` per run: ``n`` requests of which a fraction ``p`` succeeded. The
-    statistic is ``p * scale`` (``scale = 1``: attainment; ``n / window_s``: goodput in
-    requests/s); resampled as ``Binomial(n, p) / n * scale``."""
-    _check(confidence, resamples, min_effect)
-    (na, pa), (nb, pb) = a, b
-    if not na or not nb or pa is None or pb is None:
-        va = None if pa is None or not na else pa * scale_a
-        vb = None if pb is None or not nb else pb * scale_b
-        return _result(va, vb, None, higher_is_better, confidence, min_effect)
-    rng = np.random.default_rng(seed)
-    da = rng.binomial(na, min(max(pa, 0.0), 1.0), size=resamples) / na * scale_a
-    db = rng.binomial(nb, min(max(pb, 0.0), 1.0), size=resamples) / nb * scale_b
-    return _result(
-        pa * scale_a, pb * scale_b, np.asarray(db - da, dtype=np.float64), higher_is_better, confidence, min_effect
-    )
-
-
-def block_rates(
-    times_ns: npt.ArrayLike,
-    window_ns: tuple[int, int],
-    n_blocks: int = 20,
-    weights: npt.ArrayLike | None = None,
-) -> F64:
-    """Rates (per second) in ``n_blocks`` equal time blocks of ``window_ns``: the count
-    (or the sum of ``weights``) of the ``times_ns`` falling in each block over its
-    length. Times outside the window are clipped into the first or last block, so the
-    mean of the rates is the total over the window's length."""
-    start, end = window_ns
-    if n_blocks < 1:
-        raise ValueError(f"n_blocks must be >= 1, got {n_blocks!r}")
-    span = end - start
-    if span <= 0:
-        return np.zeros(0, dtype=np.float64)
-    t = np.asarray(times_ns, dtype=np.int64)
-    ids = np.clip((t - start) * n_blocks // span, 0, n_blocks - 1)
-    w = None if weights is None else np.asarray(weights, dtype=np.float64)
-    sums = np.bincount(ids, weights=w, minlength=n_blocks).astype(np.float64)
-    return np.asarray(sums / (span / 1e9 / n_blocks), dtype=np.float64)
-
-
-def rate_difference(
-    a: Sequence[float] | F64,
-    b: Sequence[float] | F64,
-    *,
-    higher_is_better: bool = True,
-    resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = 0.95,
-    seed: int = 0,
-    min_effect: float = 0.0,
-) -> Difference:
-    """Mean of the block rates of ``b`` minus that of ``a`` (see :func:`block_rates`),
-    the blocks resampled with replacement. Throughput: higher is better (the default)."""
-    _check(confidence, resamples, min_effect)
-    ra, rb = _clean(a), _clean(b)
-    if ra.size == 0 or rb.size == 0:
-        va = float(ra.mean()) if ra.size else None
-        vb = float(rb.mean()) if rb.size else None
-        return _result(va, vb, None, higher_is_better, confidence, min_effect)
-    rng = np.random.default_rng(seed)
-    ma = ra[rng.integers(0, ra.size, size=(resamples, ra.size))].mean(axis=1)
-    mb = rb[rng.integers(0, rb.size, size=(resamples, rb.size))].mean(axis=1)
-    return _result(
-        float(ra.mean()),
-        float(rb.mean()),
-        np.asarray(mb - ma, dtype=np.float64),
-        higher_is_better,
-        confidence,
-        min_effect,
-    )
-
-
-# ---- two runs' levels, metric by metric -------------------------------------------
 
 # (key, label, unit, higher is better, kind)
 METRICS: tuple[tuple[str, str, str, bool, str], ...] = (
@@ -377,6 +133,11 @@ HEADLINE: tuple[str, ...] = (
 )
 
 
+def _clean(values: npt.ArrayLike) -> F64:
+    arr = np.asarray(values, dtype=np.float64).ravel()
+    return arr[~np.isnan(arr)]
+
+
 def tail_evidence(a: npt.ArrayLike, b: npt.ArrayLike, what: str) -> str:
     """Per-request evidence on the tail, for a tail statistic the bootstrap cannot settle:
     how many of one run's requests have a larger ``what`` than every request of the other
@@ -430,9 +191,13 @@ def common_levels(summaries: Sequence[RunSummary]) -> list[tuple[str, float, lis
 
 
 def _samples(lv: LevelSamples, key: str) -> F64:
+    """The ok requests' values in send order (ITL: the per-token samples in arrival order)."""
+    ok = lv.ok_rows
     if key == "itl_ms":
-        return lv.ev.itl_ms(lv.ok_rows)
-    return np.asarray(lv.frame[key].to_numpy(dtype=np.float64)[lv.ok_rows], dtype=np.float64)
+        x, t = lv.ev.itl_ms(ok), lv.ev.like_itl(lv.ev.ch_t, ok)
+    else:
+        x, t = lv.frame[key].to_numpy(dtype=np.float64)[ok], lv.frame["sent_ns"].to_numpy()[ok]
+    return np.asarray(x[np.argsort(t, kind="stable")], dtype=np.float64)
 
 
 def _per_request(lv: LevelSamples, key: str) -> F64:
@@ -474,8 +239,11 @@ def _blocks(lv: LevelSamples, key: str) -> F64:
     return block_rates(lv.frame["done_ns"].to_numpy()[ok], window, N_BLOCKS)
 
 
-def _proportion(level: LevelSummary) -> tuple[int, float | None]:
-    return level.requests.total, level.goodput.slo_attainment
+def _proportion(level: LevelSummary) -> tuple[float, float | None]:
+    """``(n_eff, p)`` of the level's attainment: the summary's ``n_eff`` (of the success
+    series in send order), the request count for a summary without intervals."""
+    iv = (level.goodput.intervals or {}).get("slo_attainment")
+    return (level.requests.total if iv is None else iv.n_eff), level.goodput.slo_attainment
 
 
 _TRIAL_KEYS = {
@@ -500,7 +268,7 @@ def trial_rows(
         note = f"between trials: {a.trials.n} vs {b.trials.n}"
         ci = welch_interval(sa.values, sb.values)
         if sa.mean is None or sb.mean is None or ci is None:
-            d = Difference(sa.mean, sb.mean, None, None, None, NOT_AVAILABLE, confidence, note)
+            d = Difference(sa.mean, sb.mean, None, None, None, NOT_AVAILABLE, confidence, note, METHOD_WELCH)
         else:
             diff = sb.mean - sa.mean
             rel = diff / sa.mean if sa.mean != 0 else None
@@ -513,6 +281,7 @@ def trial_rows(
                 verdict(ci, higher, rel=rel, min_effect=min_effect, base=sa.mean),
                 confidence,
                 note,
+                METHOD_WELCH,
             )
         metric = _TRIAL_KEYS.get(path, path.split(".")[0])
         rows.append(Row(position, metric, label, stat, unit, d))

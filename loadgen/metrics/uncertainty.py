@@ -17,6 +17,7 @@ effective sample size ``n_eff`` it was computed on.
   Statistics*, 3rd ed., §3.2; Hahn & Meeker, *Statistical Intervals*, 1991, §5.2), computed
   on ``n_eff`` of the indicator series ``1{x <= q̂}`` and mapped back to ranks of the whole
   sample. When a rank falls outside the sample the interval is not bounded and says why.
+  :func:`quantile_effective_size` gives that ``n_eff`` alone (the comparison's bootstrap uses it).
 - :func:`proportion_interval` — Wilson's score interval (Wilson 1927, *JASA* 22) on
   ``n_eff`` of the success series (SLO attainment).
 - :func:`mean_interval` — ``mean ± t · s / √n_eff`` with ``n_eff − 1`` degrees of freedom.
@@ -53,6 +54,7 @@ __all__ = [
     "min_bounded_n",
     "percentile_interval",
     "proportion_interval",
+    "quantile_effective_size",
 ]
 
 Array = npt.NDArray[np.float64]
@@ -209,17 +211,26 @@ def percentile_interval(values: npt.ArrayLike, q: float, confidence: float = 0.9
     x = _array(values)
     if x.size == 0:
         return _empty(confidence)
+    return _percentile_from_ranks(x, q, confidence, quantile_effective_size(x, q))
+
+
+def quantile_effective_size(values: npt.ArrayLike, q: float) -> float:
+    """``n_eff`` for the ``q``-quantile of ``values`` (in time order): that of the indicator
+    series ``1{x <= q̂}`` (Vehtari et al. 2021, *Bayesian Analysis* 16(2), for quantiles),
+    and in a tail with fewer than :data:`RARE_EVENTS` values beyond ``q̂`` at most that of
+    the level with that many (a handful of exceedances cannot show their own clustering)."""
+    x = _array(values)
     n = x.size
+    if n == 0:
+        return 0.0
     point = float(np.percentile(x, 100 * q))
     n_eff = effective_sample_size((x <= point).astype(np.float64))
     if min(q, 1 - q) * n < RARE_EVENTS:
-        # too few values beyond the point to see their correlation: also ask the nearest level
-        # with RARE_EVENTS on that side, and keep the smaller n_eff
         near = RARE_EVENTS / n if q < 0.5 else 1 - RARE_EVENTS / n
         if 0.0 < near < 1.0:
             ref = float(np.percentile(x, 100 * near))
             n_eff = min(n_eff, effective_sample_size((x <= ref).astype(np.float64)))
-    return _percentile_from_ranks(x, q, confidence, n_eff)
+    return n_eff
 
 
 def iid_percentile_interval(values: npt.ArrayLike, q: float, confidence: float = 0.95) -> Interval:

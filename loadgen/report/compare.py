@@ -1,5 +1,8 @@
 """The comparison page: two or more runs side by side, with a verdict per metric.
 
+Each verdict cell carries its interval's method (``data-method``) and the verdict section
+names the methods (bootstrap on n_eff / block bootstrap over time, or Welch over trials).
+
 :func:`render_comparison` overlays the runs' curves (one colour per run, legend = the
 run's label), tabulates each metric at each load level the runs share — the first run is
 the baseline, every other run gets its difference, a 95% bootstrap confidence interval
@@ -96,7 +99,7 @@ def fmt_pct(rel: float) -> str:
 def _verdict_cell(d: C.Difference) -> str:
     cls = {C.BETTER: "better", C.WORSE: "worse", C.INCONCLUSIVE: "unsure"}.get(d.verdict, "same")
     note = f'<br><small title="{esc(d.note)}">{esc(d.note)}</small>' if d.note else ""
-    return f'<td class="l {cls}">{esc(d.verdict)}{note}</td>'
+    return f'<td class="l {cls}" data-method="{esc(d.method)}">{esc(d.verdict)}{note}</td>'
 
 
 def _diff_cells(d: C.Difference, unit: str) -> str:
@@ -270,15 +273,18 @@ def render_comparison(
     if min(trials) > 1:
         method = (
             f'<p class="note" id="method">Verdicts use between-trial variation ({" vs ".join(map(str, trials))} '
-            "trials per level): the difference of the trials' means with its 95% Welch t-interval, which sees "
-            "run-to-run noise that resampling one run cannot. "
+            "trials per level): the difference of the trials' means with its 95% Welch t-interval "
+            f"(<b>{esc(C.METHOD_WELCH)}</b>), which sees run-to-run noise that resampling one run cannot. "
         )
     else:
         method = (
             '<p class="note" id="method">Verdicts come from 95% bootstrap confidence intervals of the difference '
-            "(latency percentiles: resampled requests or tokens; throughput: resampled time blocks of the "
-            "level; attainment: resampled requests): the noise inside one run, not between runs "
-            "(--trials N measures that). "
+            f"that see the correlation between neighbouring requests (<b>{esc(C.METHOD_NEFF)}</b> for latency "
+            "percentiles and attainment: each run resampled on its effective sample size n_eff, from its "
+            "requests in send order or tokens in arrival order; "
+            f"<b>{esc(C.METHOD_BLOCKS)}</b> for throughput and goodput: resampled time blocks of the level): "
+            "the noise inside one run, not between runs (--trials N measures that). An interval that contains 0 "
+            "is never better or worse. "
         )
     page.section(
         "summary",

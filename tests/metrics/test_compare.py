@@ -61,7 +61,7 @@ def test_p99_shift_is_covered() -> None:
 
 
 def test_identical_samples_are_no_significant_change() -> None:
-    x = np.random.default_rng(2).lognormal(3.0, 0.5, 3000)
+    x = np.random.default_rng(2).lognormal(3.0, 0.5, 4000)  # n_eff ~ 0.9 n at p99: within 10% either side
     for q in (0.5, 0.99):
         d = C.quantile_difference(x, x.copy(), q, seed=9)
         assert d.diff == 0.0
@@ -182,3 +182,44 @@ def test_tail_evidence_counts_requests_beyond_every_one_of_the_other_run() -> No
     assert chance == pytest.approx(want, rel=0.01)
     assert C.tail_evidence(b, a, "largest ITL").startswith("per request: 41 of the baseline's 67")
     assert C.tail_evidence(a, a + 0.5, "TTFT") == ""  # one or two requests above: a 5% chance or more
+
+
+def _ar1(rng: np.random.Generator, n: int, phi: float = 0.9) -> np.ndarray:
+    """Latencies (ms) in send order whose log is AR(1): neighbours share a queue."""
+    e = rng.normal(0.0, 1.0, n)
+    x = np.empty(n)
+    x[0] = e[0] / math.sqrt(1 - phi**2)
+    for i in range(1, n):
+        x[i] = phi * x[i - 1] + e[i]
+    return 50.0 * np.exp(0.1 * math.sqrt(1 - phi**2) * x)
+
+
+def test_correlated_runs_of_one_process_are_not_called_different() -> None:
+    """Two runs of one AR(1) process (φ = 0.9, τ ≈ 19): the i.i.d. bootstrap calls most pairs
+    different; resampling each run on its n_eff keeps false alarms near 5%, and a real 10%
+    shift is still found every time."""
+    rng = np.random.default_rng(2024)
+    trials = 100
+    iid = neff = found = 0
+    for k in range(trials):
+        a, b = _ar1(rng, 2000), _ar1(rng, 2000)
+        d = C.quantile_difference(a, b, 0.5, seed=k)
+        assert d.method == C.METHOD_NEFF
+        neff += d.verdict in (C.BETTER, C.WORSE)
+        old = C.quantile_difference(a, b, 0.5, seed=k, independent=True)
+        assert old.method == C.METHOD_IID and old.a == d.a and old.b == d.b
+        iid += old.verdict in (C.BETTER, C.WORSE)
+        found += C.quantile_difference(a, b * 1.10, 0.5, seed=k).verdict == C.WORSE
+    assert iid / trials > 0.4  # the old method: a difference in most pairs of identical processes
+    assert neff / trials <= 0.10
+    assert found == trials
+
+
+def test_neff_resample_matches_the_iid_bootstrap_on_independent_values() -> None:
+    x = np.random.default_rng(6).normal(100.0, 10.0, 5000)
+    y = np.random.default_rng(7).normal(100.0, 10.0, 5000)
+    d = C.quantile_difference(x, y, 0.5, seed=1, resamples=50_000)
+    old = C.quantile_difference(x, y, 0.5, seed=1, resamples=50_000, independent=True)
+    assert d.ci is not None and old.ci is not None
+    width, old_width = d.ci[1] - d.ci[0], old.ci[1] - old.ci[0]
+    assert 1.0 <= width / old_width < 1.15  # n_eff ≈ n (taken one standard error low): barely wider

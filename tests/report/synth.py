@@ -37,6 +37,7 @@ class Spec:
     ttft_ms: float = 30.0  # at the first level; grows 40% per level
     itl_ms: float = 10.0
     ttft_shift_ms: float = 0.0  # added to every TTFT (a "slower" configuration)
+    ttft_ar: float = 0.0  # AR(1) coefficient of the TTFT noise in send order (0: independent requests)
     slos: Sequence[str] = ("ttft=100ms",)
     model: str = "synthetic-model"
     label: str = "synthetic"
@@ -60,14 +61,15 @@ def _level_records(spec: Spec, li: int, t0: int, rng: np.random.Generator) -> tu
     gap_ns = int(50 * MS / min(load, 4)) if spec.mode == "concurrency" else int(1e9 / load)
     recs = []
     t_end = t0
+    noise = 0.0  # log of the TTFT factor: AR(1) with the same N(0, 0.15²) marginal, no extra draws
     for k in range(n):
         sched = t0 + k * gap_ns
         late = int(rng.exponential(0.05) * MS) if k % 17 else int(25 * MS)  # a few very late sends
         sent = sched + late
         long_prompt = k % 10 == 3
-        ttft = (
-            spec.ttft_ms * (1.4**li) * rng.lognormal(0, 0.15) + spec.ttft_shift_ms + (60 if long_prompt else 0)
-        ) * MS
+        step = float(np.log(rng.lognormal(0, 0.15)))
+        noise = step if k == 0 else spec.ttft_ar * noise + np.sqrt(1 - spec.ttft_ar**2) * step
+        ttft = (spec.ttft_ms * (1.4**li) * np.exp(noise) + spec.ttft_shift_ms + (60 if long_prompt else 0)) * MS
         target_out = int(rng.integers(8, 33))
         events: list[list[int]] = []
         t = sent + int(ttft)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import ConfigError
+from loadgen.metrics import compare as C
 from loadgen.metrics.compare import BETTER, INCONCLUSIVE, NO_CHANGE, WORSE, by_verdict, common_levels, compare_level
 from loadgen.metrics.results import RunSummary
 from loadgen.report.compare import render_comparison, workload_differences
@@ -184,3 +185,32 @@ def test_differences_are_shown_to_the_values_precision(comparison: Path) -> None
     html = comparison.read_text()
     table = html[html.index('id="comparison-table"') :]
     assert not re.search(r"[+-]0\.0000|\(\+0\.0%\)|\(-0\.0%\)", table)  # no digits below the values' own
+
+
+def test_correlated_runs_of_one_process_show_no_change(tmp_path: Path) -> None:
+    """Two runs of one configuration whose TTFT noise is AR(1) in send order (φ = 0.97):
+    resampling each run on its n_eff finds nothing, the i.i.d. bootstrap on the same
+    requests would have called the TTFT p50 different, and a real 25 ms shift is still worse.
+    On the page the cell is grey, names its method and the section says which was used."""
+    spec = Spec(loads=(4,), per_level=1500, failures=False, client_bound_level=None, ttft_ar=0.97)
+    a = make_run(tmp_path / "a", dataclasses.replace(spec, seed=11, label="a"))
+    b = make_run(tmp_path / "b", dataclasses.replace(spec, seed=14, label="b"))
+    slow = make_run(tmp_path / "slow", dataclasses.replace(spec, seed=14, label="slow", ttft_shift_ms=25.0))
+    la, lb, ls = (load_run(p).level_samples(0) for p in (a, b, slow))
+    rows = {(r.metric, r.stat): r.diff for r in compare_level(la, lb)}
+    d = rows[("ttft_ms", "p50")]
+    assert d.method == C.METHOD_NEFF and d.ci is not None and d.ci[0] < 0 < d.ci[1]
+    assert d.verdict not in (BETTER, WORSE)
+    # the old method on the same requests: a difference that is not there
+    xa, xb = (lv.frame["ttft_ms"].to_numpy()[lv.ok_rows] for lv in (la, lb))
+    old = C.quantile_difference(xa, xb, 0.5, seed=101, independent=True, min_effect=C.MIN_EFFECT)
+    assert old.diff == pytest.approx(d.diff) and old.verdict in (BETTER, WORSE)
+    shifted = {(r.metric, r.stat): r.diff for r in compare_level(la, ls)}[("ttft_ms", "p50")]
+    assert shifted.verdict == WORSE and shifted.ci is not None and shifted.ci[0] < 25.0 < shifted.ci[1]
+    html = render_comparison([a, b], tmp_path / "cmp.html").read_text(encoding="utf-8")
+    cell = re.search(r'<tr data-level="0" data-metric="ttft_ms" data-stat="p50">.*?</tr>', html, re.S)
+    assert cell
+    verdict_td = re.findall(r'<td class="l (\w+)" data-method="([^"]*)">', cell.group(0))
+    assert verdict_td == [("same" if d.verdict == NO_CHANGE else "unsure", C.METHOD_NEFF)]
+    method = re.search(r'<p class="note" id="method">(.*?)</p>', html, re.S)
+    assert method and C.METHOD_NEFF in method.group(1) and C.METHOD_BLOCKS in method.group(1)
