@@ -17,7 +17,6 @@ got -3``. Fields marked ``omit_none`` are left out of the file when ``None``.
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any, TypeVar, Union
 
 from loadgen.errors import ConfigError
 from loadgen.load.profiles import KINDS, MODES, Profile
+from loadgen.metrics.results import encode_json
 from loadgen.metrics.schema import json_schema
 
 __all__ = [
@@ -72,24 +72,6 @@ def _kind(value: Any) -> str:
     return (
         "null" if value is None else repr(value) if isinstance(value, (bool, int, float, str)) else type(value).__name__
     )
-
-
-def _encode(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(value):
-            v = getattr(value, f.name)
-            if v is None and f.metadata.get("omit_none"):
-                continue
-            out[f.name] = _encode(v)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _encode(v) for k, v in value.items()}
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _decode(tp: Any, value: Any, where: str) -> Any:
@@ -176,7 +158,7 @@ class _Record:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN and infinities as ``None``; ``omit_none`` fields left out when ``None``)."""
-        out: dict[str, Any] = _encode(self)
+        out: dict[str, Any] = encode_json(self)
         return out
 
     @classmethod

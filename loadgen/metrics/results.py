@@ -51,6 +51,7 @@ __all__ = [
     "TurnSummary",
     "Window",
     "WorkerHealth",
+    "encode_json",
     "unit_label",
 ]
 
@@ -65,19 +66,22 @@ def _key(name: str, json_key: str | None = None, *, omit_none: bool = False) -> 
     return {"json": json_key or name, "omit_none": omit_none}
 
 
-def _encode(value: Any) -> Any:
+def encode_json(value: Any) -> Any:
+    """A typed value as JSON-ready data: dataclasses by their fields (a field's ``json``
+    metadata names its key; ``omit_none`` leaves a ``None`` out), NaN and infinities as
+    ``None``. Shared by ``summary.json`` and ``run.json`` (:mod:`loadgen.runinfo`)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         for f in dataclasses.fields(value):
             v = getattr(value, f.name)
             if v is None and f.metadata.get("omit_none"):
                 continue
-            out[f.metadata.get("json", f.name)] = _encode(v)
+            out[f.metadata.get("json", f.name)] = encode_json(v)
         return out
     if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
+        return [encode_json(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _encode(v) for k, v in value.items()}
+        return {str(k): encode_json(v) for k, v in value.items()}
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
@@ -155,7 +159,7 @@ class _JSON:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN and infinities as ``None``)."""
-        out: dict[str, Any] = _encode(self)
+        out: dict[str, Any] = encode_json(self)
         return out
 
     @classmethod
