@@ -213,6 +213,8 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
 
         if not f.ray.strip():
             raise ConfigError("give auto or a Ray cluster's address", key="--ray")
+        if f.precision:  # said before Ray is looked for: the refusal holds whether or not it is installed
+            raise ConfigError("not with --ray yet (Ray actors cannot be told to end a level early)", key="--precision")
         import_ray()  # before anything else: one clear line when Ray is missing
     replay = _replay(f)
     trace = None if replay is None else replay.trace
