@@ -150,14 +150,8 @@ class Profile:
                 )
         if self.slo_latency not in ("queued", "sent"):
             raise err("slo_latency", f"choose queued or sent, got {self.slo_latency!r}")
-        if self.arrival != "trace":  # a trace's own times: no process
-            proc = ARRIVALS.get(self.arrival)
-            if proc is None:
-                raise err("arrival", f"unknown arrival process {self.arrival!r}; choose one of: {', '.join(ARRIVALS)}")
-            for param in proc.params:  # what the process declares, each a field of the profile
-                why = param.problem(getattr(self, param.name))
-                if why is not None:
-                    raise err(param.name, f"{why} (a parameter of {proc.name} arrivals)")
+        if self.arrival != "trace" and (problem := arrival_problem(self)) is not None:  # a trace: its own times
+            raise err(*problem)
         if _bad_number(self.attainment_target) or not 0 < self.attainment_target <= 1:
             raise err("attainment_target", f"must be in (0, 1], got {self.attainment_target!r}")
         if _bad_number(self.confidence) or not 0.5 < self.confidence < 1:
@@ -414,21 +408,24 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         raise _err(source, "requests", "each level needs requests and/or duration_s")
     if not 0 < prof.attainment_target <= 1:
         raise _err(source, "attainment_target", "must be in (0, 1]")
-    _check_arrival(prof, source)
+    if (problem := arrival_problem(prof)) is not None:
+        raise _err(source, *problem)
     check_limits(prof)
     return prof
 
 
-def _check_arrival(prof: Profile, source: str) -> None:
-    """``arrival`` names a registered process and each parameter it declares (a field of
-    :class:`Profile` of the same name) is within its declared bound."""
+def arrival_problem(prof: Profile) -> tuple[str, str] | None:
+    """``(key, why)`` when ``arrival`` names no registered process or a parameter it
+    declares (a field of :class:`Profile` of the same name) is outside its bound; else None.
+    The one arrival check of profile files and of :meth:`Profile.validate`."""
     proc = ARRIVALS.get(prof.arrival)
     if proc is None:
-        raise _err(source, "arrival", f"unknown arrival process {prof.arrival!r}; allowed: {', '.join(ARRIVALS)}")
+        return "arrival", f"unknown arrival process {prof.arrival!r}; allowed: {', '.join(ARRIVALS)}"
     for param in proc.params:
         why = param.problem(getattr(prof, param.name))
         if why is not None:
-            raise _err(source, param.name, f"{why} (a parameter of {proc.name} arrivals)")
+            return param.name, f"{why} (a parameter of {proc.name} arrivals)"
+    return None
 
 
 def _dirs_text(dirs: Sequence[Path]) -> str:
