@@ -146,15 +146,14 @@ class RunConfig:
 
 
 def _check_url(url: object, name: str, o: Origin, example: str = "http://127.0.0.1:8000") -> None:
-    ok = isinstance(url, str)
-    if ok:
-        assert isinstance(url, str)
+    ok = False
+    if isinstance(url, str):
         try:
             parts = urlsplit(url.strip())
             parts.port  # noqa: B018 - raises on a port that is not 0-65535
             ok = parts.scheme in ("http", "https") and bool(parts.hostname)
         except ValueError:
-            ok = False
+            pass
     if not ok:
         from loadgen.client.discovery import redact_url
 
