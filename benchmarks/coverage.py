@@ -14,8 +14,9 @@ Processes whose true values are known:
 
 For each process and n in 200, 1,000, 10,000: the share of levels whose interval covers
 the true p50, p99 and SLO attainment (the SLO at the true p90, so attainment is 0.9), for
-``percentile_interval`` / ``proportion_interval`` ("new") and the i.i.d. interval ("iid";
-Wilson on n for attainment). "—" where the method could not bound (count given).
+``percentile_interval`` / ``proportion_interval`` ("new"; for attainment with each request's
+latency-to-limit ratio as its score, as a level's summary passes it) and the i.i.d. interval
+("iid"; Wilson on n for attainment). "—" where the method could not bound (count given).
 Then the sequential rule: requests until ``ttft.p99 within 5%`` and its coverage there.
 
     python benchmarks/coverage.py [--reps 500] [--seq-reps 100] [--sim-runs 25] [--sim-requests 40000]
@@ -110,7 +111,7 @@ def table(name: str, levels: dict[int, np.ndarray], truth: dict[str, float]) -> 
             neff.append(np.median([iv.n_eff for iv in new]))
             cells += [covered(new, truth[key]), covered(old, truth[key])]
         s = truth["p90"] >= X
-        new = [proportion_interval(row) for row in s]
+        new = [proportion_interval(row, scores=x / truth["p90"]) for row, x in zip(s, X, strict=True)]
         neff.append(np.median([iv.n_eff for iv in new]))
         cells += [covered(new, 0.9), covered([wilson_iid(row) for row in s], 0.9)]
         print(f"{name:<5}{n:>7}{len(X):>6}" + "".join(cells) + "   " + " / ".join(f"{v:.0f}" for v in neff))

@@ -5,7 +5,8 @@ Every series is taken **in time order** before its interval is computed:
 - TTFT, TPOT and E2E: the successful requests in the order they were *sent* (``sent_ns``);
 - ITL: the per-token samples in the order their chunk *arrived* (the chunk's time), so that
   tokens of concurrent requests decoded in one batch step are neighbours;
-- SLO attainment: every measured request's "met every per-request SLO" in send order.
+- SLO attainment: every measured request's "met every per-request SLO" in send order, with
+  its score (largest value-to-limit ratio, :func:`~loadgen.metrics.slo.slo_scores`) for ``n_eff``.
 
 Latency statistics (``mean``, ``p50`` … ``p99.9``) use :func:`~loadgen.metrics.uncertainty.
 mean_interval` and :func:`~loadgen.metrics.uncertainty.percentile_interval` on ``n_eff``;
@@ -102,10 +103,13 @@ def with_intervals(dist: Distribution, values: npt.ArrayLike, t_ns: npt.ArrayLik
     return dist if ivs is None else dataclasses.replace(dist, intervals=ivs)
 
 
-def proportion(successes_in_time_order: npt.ArrayLike, confidence: float) -> StatInterval | None:
-    """Wilson's interval on ``n_eff`` of a success series (``None`` when empty)."""
+def proportion(
+    successes_in_time_order: npt.ArrayLike, confidence: float, scores: npt.ArrayLike | None = None
+) -> StatInterval | None:
+    """Wilson's interval on ``n_eff`` of a success series (``None`` when empty); ``scores``
+    as :func:`~loadgen.metrics.uncertainty.proportion_interval` takes them."""
     s = np.asarray(successes_in_time_order, dtype=bool).ravel()
-    return None if s.size == 0 else _stat(proportion_interval(s, confidence))
+    return None if s.size == 0 else _stat(proportion_interval(s, confidence, scores))
 
 
 def rate_interval(

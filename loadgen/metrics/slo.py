@@ -49,6 +49,7 @@ __all__ = [
     "parse_slo",
     "request_meets",
     "slo_attainment",
+    "slo_scores",
 ]
 
 # metric -> column of the per-request frame
@@ -149,6 +150,23 @@ def slo_attainment(frame: pd.DataFrame, slos: Sequence[SLO]) -> tuple[npt.NDArra
         if slo.stat is None:
             mask &= request_meets(frame, slo)
     return mask, (float(mask.mean()) if mask.size else None)
+
+
+def slo_scores(frame: pd.DataFrame, slos: Sequence[SLO]) -> npt.NDArray[np.float64]:
+    """Per request, its largest ``value / limit`` over the per-request SLOs (a request meets
+    them all when its score is at most 1; a vacuous check, such as TPOT of one token, counts
+    0); ``inf`` for a failed request, 0 for the rest when no SLO is per-request. The
+    continuous measure behind :func:`slo_attainment`'s mask, which gives the attainment
+    interval its ``n_eff`` when SLO misses are few (docs/metrics.md, "Uncertainty")."""
+    score = np.zeros(len(frame), dtype=np.float64)
+    for slo in slos:
+        if slo.stat is None:
+            values = frame[METRICS[slo.metric]].to_numpy(dtype=np.float64) / slo.limit_ms
+            if slo.metric not in _VACUOUS:
+                values = np.where(np.isnan(values), np.inf, values)  # as request_meets: no value, no pass
+            score = np.fmax(score, values)  # fmax: a vacuous NaN leaves the score as it is
+    score[~frame["ok"].to_numpy(dtype=bool)] = np.inf
+    return score
 
 
 def level_checks(samples: Mapping[str, Any], slos: Sequence[SLO]) -> list[Check]:

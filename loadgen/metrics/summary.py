@@ -50,7 +50,7 @@ from loadgen.metrics.results import (
     Throughput,
     WorkerHealth,
 )
-from loadgen.metrics.slo import SLO, level_checks, slo_attainment
+from loadgen.metrics.slo import SLO, level_checks, slo_attainment, slo_scores
 from loadgen.metrics.stats import distribution, distribution_of_counts
 from loadgen.metrics.turns import by_turn, reasoning_of, sessions_of
 from loadgen.metrics.verdicts import auto_cut, level_verdicts
@@ -399,8 +399,9 @@ def summarize_level(
         for k, d in plain.items()
     }
     goodput_rate = _rate(float(attained.sum()), duration)
+    by_send = np.argsort(frame["sent_ns"].to_numpy(), kind="stable")
     attainment_ivs = {
-        "slo_attainment": proportion(attained[np.argsort(frame["sent_ns"].to_numpy(), kind="stable")], confidence),
+        "slo_attainment": proportion(attained[by_send], confidence, slo_scores(frame, slos)[by_send]),
         "requests_per_s": rate_interval(frame["done_ns"].to_numpy()[attained], None, window, goodput_rate, confidence),
     }
     schedule = None

@@ -220,13 +220,20 @@ def quantile_effective_size(values: npt.ArrayLike, q: float) -> float:
     and in a tail with fewer than :data:`RARE_EVENTS` values beyond ``q̂`` at most that of
     the level with that many (a handful of exceedances cannot show their own clustering)."""
     x = _array(values)
-    n = x.size
-    if n == 0:
+    if x.size == 0:
         return 0.0
     point = float(np.percentile(x, 100 * q))
-    n_eff = effective_sample_size((x <= point).astype(np.float64))
-    if min(q, 1 - q) * n < RARE_EVENTS:
-        near = RARE_EVENTS / n if q < 0.5 else 1 - RARE_EVENTS / n
+    return _rare_capped(x, x <= point, q)
+
+
+def _rare_capped(x: Array, below: npt.NDArray[np.bool_], share: float) -> float:
+    """``n_eff`` of the indicator ``below`` (``x`` at or under a level, ``share`` of them),
+    capped, when fewer than :data:`RARE_EVENTS` values lie on the rarer side, by that of
+    the indicator at the level of ``x`` with :data:`RARE_EVENTS` values on that side."""
+    n = x.size
+    n_eff = effective_sample_size(below.astype(np.float64))
+    if min(share, 1 - share) * n < RARE_EVENTS:
+        near = RARE_EVENTS / n if share < 0.5 else 1 - RARE_EVENTS / n
         if 0.0 < near < 1.0:
             ref = float(np.percentile(x, 100 * near))
             n_eff = min(n_eff, effective_sample_size((x <= ref).astype(np.float64)))
@@ -242,15 +249,34 @@ def iid_percentile_interval(values: npt.ArrayLike, q: float, confidence: float =
     return _percentile_from_ranks(x, q, confidence, float(x.size))
 
 
-def proportion_interval(successes_in_time_order: npt.ArrayLike, confidence: float = 0.95) -> Interval:
-    """The success fraction with Wilson's score interval on the series' ``n_eff``."""
+def proportion_interval(
+    successes_in_time_order: npt.ArrayLike, confidence: float = 0.95, scores: npt.ArrayLike | None = None
+) -> Interval:
+    """The success fraction with Wilson's score interval on the series' ``n_eff``.
+
+    ``scores`` (optional, same order and length): a continuous value per trial, a success
+    being a low score, such as a request's largest latency-to-limit ratio over its SLOs
+    (failed requests ``inf``). With it, when fewer than :data:`RARE_EVENTS` trials lie on
+    the rarer side (a few SLO misses), ``n_eff`` is at most that of ``1{score <= s_k}`` at
+    the score ``s_k`` with :data:`RARE_EVENTS` trials on that side, as for a tail quantile:
+    a handful of misses cannot show how they cluster (without it, three misses in 200
+    requests look independent, and the interval is too narrow under correlation).
+    """
     _check_confidence(confidence)
     s = _array(np.asarray(successes_in_time_order, dtype=bool))
     n = s.size
     if n == 0:
         return _empty(confidence)
     p = float(s.mean())
-    m = effective_sample_size(s)
+    if scores is None:
+        m = effective_sample_size(s)
+    else:
+        x = np.asarray(scores, dtype=np.float64).ravel()
+        if x.size != n:
+            raise ValueError(f"scores has {x.size} values for {n} trials")
+        finite = x[np.isfinite(x)]
+        top = float(np.nextafter(finite.max(), np.inf)) if finite.size else 1.0
+        m = _rare_capped(np.where(np.isfinite(x), x, top), s.astype(bool), p)  # inf and NaN: past every score
     z = _critical(confidence, m)
     z2m = z * z / m
     centre = (p + z2m / 2) / (1 + z2m)
