@@ -2,10 +2,10 @@
 
 :func:`render_run_report` reads ``summary.json``, ``records.jsonl``, ``run.json`` and
 ``server_metrics.jsonl`` (when scraped) and writes ``report.html`` with these sections
-(each a ``<section id=...>``): ``headline`` (the answer: capacity at the SLO, knee, peak
-goodput; the client verdict), ``levels`` (the level table), ``latency`` (TTFT, ITL,
-TPOT, E2E against load), ``throughput`` (throughput, goodput and SLO attainment against
-load), ``distributions`` (CDFs per level), ``timeline`` (the requests of one level,
+(each a ``<section id=...>``): ``headline`` (the answer: capacity at the SLO and its
+interval, knee, peak goodput; the client verdict), ``levels`` (the level table),
+``latency`` (TTFT, ITL, TPOT, E2E against load), ``throughput`` (throughput, goodput and
+SLO attainment against load, the capacity interval shaded), ``distributions`` (CDFs per level), ``timeline`` (the requests of one level,
 phase by phase), ``itl-time`` (ITL over time, long prompts marked), ``tokens`` (tokens
 per event, coalesced reads, output lengths, how tokens were counted), ``client`` (client
 health), ``failures`` and ``server`` (scraped server metrics). Numbers come from the
