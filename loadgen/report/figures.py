@@ -18,6 +18,7 @@ from loadgen.metrics.slo import parse_slo
 from loadgen.report.error_bars import add_error_bars
 from loadgen.report.page import esc
 from loadgen.report.plotdata import log_ticks, palette
+from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_range
 
 __all__ = [
     "LATENCY_PANELS",
@@ -270,7 +271,8 @@ def throughput_vs_load(
     levels: Sequence[LevelSummary], capacity: Capacity | None, saturation: Saturation | None
 ) -> dict[str, Any] | None:
     """Output tokens/s, requests/s and goodput, and SLO attainment against load, with the
-    attainment target, the capacity (where the attainment crosses it) and the knee."""
+    attainment target, the capacity (where the attainment crosses it), its interval (a
+    shaded band) and the knee."""
     cap_mode = capacity.mode if capacity is not None else None
     mode, idx = plotted_levels(levels, cap_mode if cap_mode in ("rate", "concurrency") else None)
     if not idx:
@@ -341,6 +343,8 @@ def throughput_vs_load(
                 "font": {"size": 10, "color": "#b91c1c"},
             }
         )
+    if capacity is not None and capacity.mode == mode:
+        shapes += _interval_bands(capacity, levels, refs, x)
     marks = []
     if capacity is not None and capacity.status == "ok" and capacity.mode == mode and capacity.value is not None:
         marks.append(("capacity", float(capacity.value), "#b91c1c"))
@@ -376,6 +380,42 @@ def throughput_vs_load(
     layout["yaxis3"]["range"] = [0, 105]
     layout["shapes"] = shapes
     return {"data": data, "layout": base_layout(layout, height=420)}
+
+
+def _interval_bands(
+    capacity: Capacity, levels: Sequence[LevelSummary], refs: Sequence[tuple[str, str]], x: Sequence[float]
+) -> list[dict[str, Any]]:
+    """The capacity interval as a shaded band in each panel, one legend entry for all
+    (clicking it hides them together). An open side reaches the lowest or highest level
+    plotted; no band when the summary has no interval or no level decided either side."""
+    span = capacity_interval_range(capacity)
+    if not span or capacity.interval is None:
+        return []
+    low, high = capacity.interval
+    x0 = float(min(x)) if low is None else float(low)
+    x1 = float(max(x)) if high is None else float(high)
+    if x0 >= x1:  # an end outside the plotted levels (levels of another load mode)
+        return []
+    conf = attainment_confidence(levels)
+    name = "capacity interval" + ("" if conf is None else f" ({100 * conf:g}%)") + f": {esc(span)}"
+    return [
+        {
+            "type": "rect",
+            "xref": xr,
+            "yref": f"{yr} domain",
+            "x0": x0,
+            "x1": x1,
+            "y0": 0,
+            "y1": 1,
+            "fillcolor": _rgba("#b91c1c", 0.12),
+            "line": {"width": 0},
+            "layer": "below",
+            "name": name,
+            "legendgroup": "capacity-interval",
+            "showlegend": k == 0,
+        }
+        for k, (xr, yr) in enumerate(refs)
+    ]
 
 
 def windows_over_time(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:

@@ -2,10 +2,10 @@
 
 :func:`render_run_report` reads ``summary.json``, ``records.jsonl``, ``run.json`` and
 ``server_metrics.jsonl`` (when scraped) and writes ``report.html`` with these sections
-(each a ``<section id=...>``): ``headline`` (the answer: capacity at the SLO, knee, peak
-goodput; the client verdict), ``levels`` (the level table), ``latency`` (TTFT, ITL,
-TPOT, E2E against load), ``throughput`` (throughput, goodput and SLO attainment against
-load), ``distributions`` (CDFs per level), ``timeline`` (the requests of one level,
+(each a ``<section id=...>``): ``headline`` (the answer: capacity at the SLO and its
+interval, knee, peak goodput; the client verdict), ``levels`` (the level table),
+``latency`` (TTFT, ITL, TPOT, E2E against load), ``throughput`` (throughput, goodput and
+SLO attainment against load, the capacity interval shaded), ``distributions`` (CDFs per level), ``timeline`` (the requests of one level,
 phase by phase), ``itl-time`` (ITL over time, long prompts marked), ``tokens`` (tokens
 per event, coalesced reads, output lengths, how tokens were counted), ``client`` (client
 health), ``failures`` and ``server`` (scraped server metrics). Numbers come from the
@@ -25,7 +25,7 @@ from loadgen.report.console import fmt_ms, session_lines, token_source_line
 from loadgen.report.error_bars import interval_note, pm_cell
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
-from loadgen.report.verdict_lines import mlperf_line, steady_line
+from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_range, mlperf_line, steady_line
 from loadgen.runinfo import Calibration, RunInfo
 
 __all__ = ["SECTIONS", "answer_cards", "build_run_page", "client_banner", "level_table_html", "render_run_report"]
@@ -45,9 +45,25 @@ SECTIONS: tuple[str, ...] = (
 )
 
 
-def _card(key: str, value: str, sub: str = "", card_id: str = "") -> str:
+def _card(key: str, value: str, sub: str = "", card_id: str = "", extra: str = "") -> str:
     ident = f' id="{card_id}"' if card_id else ""
-    return f'<div class="card"{ident}><div class="k">{esc(key)}</div><div class="v">{value}</div><div class="s">{sub}</div></div>'
+    return (
+        f'<div class="card"{ident}><div class="k">{esc(key)}</div><div class="v">{value}</div>'
+        f'<div class="s">{sub}</div>{extra}</div>'
+    )
+
+
+def _capacity_interval(summary: RunSummary) -> str:
+    """The capacity card's interval line ("" when the summary has no interval)."""
+    cap = summary.capacity
+    span = None if cap is None else capacity_interval_range(cap)
+    if span is None:
+        return ""
+    conf = attainment_confidence(summary.levels)
+    what = "interval" if conf is None else f"{100 * conf:g}% interval"
+    text = f"{what} {span}" if span else f"{what}: no level decided either side"
+    tip = "loads shown to pass and to fail the attainment target by the levels' attainment intervals"
+    return f'<div class="s" id="capacity-interval" title="{esc(tip)}">{esc(text)}</div>'
 
 
 def _peak(levels: Sequence[LevelSummary], path: str) -> tuple[LevelSummary, float] | None:
@@ -81,7 +97,7 @@ def answer_cards(summary: RunSummary) -> str:
         else:
             value = "never met"
             sub = f"even the lowest level missed {esc(slos)} for {tgt} of requests"
-        cards.append(_card("capacity at the SLO", value, sub, "answer-capacity"))
+        cards.append(_card("capacity at the SLO", value, sub, "answer-capacity", _capacity_interval(summary)))
     sat = summary.saturation
     if sat is not None:
         if sat.found:

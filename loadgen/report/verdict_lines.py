@@ -6,10 +6,13 @@ Reads :class:`~loadgen.metrics.results.LevelSummary` fields only (``steady_state
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from loadgen.metrics.results import Capacity, LevelSummary, unit_label
 from loadgen.report.live import fmt_latency
+from loadgen.report.page import fmt
 
-__all__ = ["capacity_interval_line", "mlperf_line", "steady_line"]
+__all__ = ["attainment_confidence", "capacity_interval_line", "capacity_interval_range", "mlperf_line", "steady_line"]
 
 _METRIC_NAMES = {
     "ttft_ms": "TTFT",
@@ -64,3 +67,30 @@ def capacity_interval_line(cap: Capacity) -> str:
     lo = "no level shown to pass" if low is None else f"shown to pass at {low:g} {unit}"
     hi = "none shown to fail above it" if high is None else f"shown to fail at {high:g} {unit}"
     return f"capacity interval (95% attainment intervals; non-stationary levels fail): {lo}, {hi}"
+
+
+def attainment_confidence(levels: Sequence[LevelSummary]) -> float | None:
+    """The confidence of the levels' SLO-attainment intervals (the first level's that has one;
+    a run's profile sets one for all), ``None`` when no level carries one."""
+    for lv in levels:
+        iv = lv.attainment_interval
+        if iv is not None:
+            return iv.confidence
+    return None
+
+
+def capacity_interval_range(cap: Capacity) -> str | None:
+    """The capacity interval as a range: ``"17.2–19.1 users"``, ``"≥ 17.2 users"`` (no level
+    shown to fail above it), ``"≤ 19.1 users"`` (none shown to pass), ``""`` when no level
+    decided either side; ``None`` when the summary has no interval."""
+    if cap.interval is None:
+        return None
+    low, high = cap.interval
+    unit = unit_label(cap.mode)
+    if low is not None and high is not None:
+        return f"{fmt(low)}–{fmt(high)} {unit}"
+    if low is not None:
+        return f"≥ {fmt(low)} {unit}"
+    if high is not None:
+        return f"≤ {fmt(high)} {unit}"
+    return ""
