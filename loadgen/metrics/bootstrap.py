@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from loadgen.metrics.level_intervals import MAX_SERIES, time_ordered
 from loadgen.metrics.uncertainty import quantile_effective_size
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "Difference",
     "block_rates",
     "bootstrap_quantile",
+    "effective_size",
     "proportion_difference",
     "quantile_difference",
     "rate_difference",
@@ -220,6 +222,19 @@ def _check(confidence: float, resamples: int, min_effect: float) -> None:
         raise ValueError(f"min_effect must be >= 0, got {min_effect!r}")
 
 
+def effective_size(values_in_time_order: F64, q: float) -> float:
+    """``n_eff`` of a run's series (in time order, no NaN) for the ``q``-quantile, at the
+    summaries' bounded cost: beyond :data:`~loadgen.metrics.level_intervals.MAX_SERIES`
+    values (ITL has one per token) it is that of every ``ceil(n / MAX_SERIES)``-th value
+    (:func:`~loadgen.metrics.level_intervals.time_ordered`'s thinning, blind to the values).
+    A thinned series carries less information, so that ``n_eff`` is at most the whole
+    series' (equal when the correlation spans more than the step): the interval is wider,
+    never narrower."""
+    if values_in_time_order.size > MAX_SERIES:  # already in time order: positions are the times
+        values_in_time_order, _ = time_ordered(values_in_time_order, np.arange(values_in_time_order.size))
+    return quantile_effective_size(values_in_time_order, q)
+
+
 def quantile_difference(
     a: npt.ArrayLike,
     b: npt.ArrayLike,
@@ -232,6 +247,7 @@ def quantile_difference(
     min_effect: float = 0.0,
     min_tail: int = 5,
     independent: bool = False,
+    n_eff: tuple[float | None, float | None] = (None, None),
 ) -> Difference:
     """The ``q``-quantile (0.5: median, 0.99: p99) of samples ``b`` minus that of ``a``,
     each run's samples **in time order** (send order; ITL: arrival order).
@@ -239,8 +255,11 @@ def quantile_difference(
     Point values are ``numpy.percentile(x, 100 * q)`` (as the summaries report them);
     NaN samples are dropped; an empty side gives verdict ``n/a``. Latency: lower is
     better (the default). Each run is resampled on its ``n_eff`` for this quantile (see
-    the module docstring); ``independent=True`` resamples all ``n`` values as if they
-    were independent (the i.i.d. bootstrap). When a side has fewer than ``min_tail``
+    the module docstring; :func:`effective_size`); ``independent=True`` resamples all
+    ``n`` values as if they were independent (the i.i.d. bootstrap). ``n_eff`` gives a
+    side's ``n_eff`` for this quantile where it is known already (a level summary's
+    interval carries it), so it is not computed again (then that side's order does not
+    matter). When a side has fewer than ``min_tail``
     samples beyond the quantile (``n * min(q, 1 - q)``; p99 of 100 samples has one), the
     bootstrap cannot be trusted: the interval is still given but the verdict is
     "inconclusive" with a ``note``.
@@ -256,7 +275,10 @@ def quantile_difference(
     if independent:
         ma, mb = xa.size, xb.size
     else:
-        ma, mb = (math.floor(quantile_effective_size(t, q) + 1e-9) for t in (ta, tb))
+        ma, mb = (
+            math.floor((effective_size(t, q) if known is None else min(known, t.size)) + 1e-9)
+            for t, known in zip((ta, tb), n_eff)
+        )
     rng = np.random.default_rng(seed)
     draws = bootstrap_quantile(xb, q, resamples, rng, mb) - bootstrap_quantile(xa, q, resamples, rng, ma)
     va, vb = float(np.percentile(xa, 100 * q)), float(np.percentile(xb, 100 * q))

@@ -190,14 +190,25 @@ def common_levels(summaries: Sequence[RunSummary]) -> list[tuple[str, float, lis
     return [(mode, value, [m[(mode, value)] for m in maps]) for mode, value in sorted(keys)]
 
 
-def _samples(lv: LevelSamples, key: str) -> F64:
-    """The ok requests' values in send order (ITL: the per-token samples in arrival order)."""
+def _samples(lv: LevelSamples, key: str, ordered: bool = True) -> F64:
+    """The ok requests' values in send order (ITL: the per-token samples in arrival order);
+    in record order when not ``ordered`` (the bootstrap sorts them by value)."""
     ok = lv.ok_rows
+    if not ordered:
+        return np.asarray(lv.ev.itl_ms(ok) if key == "itl_ms" else lv.frame[key].to_numpy(dtype=np.float64)[ok])
     if key == "itl_ms":
         x, t = lv.ev.itl_ms(ok), lv.ev.like_itl(lv.ev.ch_t, ok)
     else:
         x, t = lv.frame[key].to_numpy(dtype=np.float64)[ok], lv.frame["sent_ns"].to_numpy()[ok]
     return np.asarray(x[np.argsort(t, kind="stable")], dtype=np.float64)
+
+
+def _summary_n_eff(lv: LevelSamples, key: str, stat: str, values: F64) -> float | None:
+    """The level summary's ``n_eff`` of ``key``'s ``stat`` (its interval's), when the summary's
+    series is these ``values`` (as many non-NaN ones); None otherwise (or without intervals)."""
+    dist = getattr(lv.summary, key)
+    iv = (dist.intervals or {}).get(stat)
+    return iv.n_eff if iv is not None and dist.count == int((~np.isnan(values)).sum()) else None
 
 
 def _per_request(lv: LevelSamples, key: str) -> F64:
@@ -307,10 +318,20 @@ def compare_level(
         if key == "ttft_queued_ms" and not rate_mode:
             continue
         if kind == "quantile":
-            xa, xb = _samples(a, key), _samples(b, key)
+            xa, xb = _samples(a, key, ordered=False), _samples(b, key, ordered=False)
+            known = [(_summary_n_eff(a, key, stat, xa), _summary_n_eff(b, key, stat, xb)) for _, stat in _QUANTILES]
+            if any(None in pair for pair in known):  # n_eff to compute: it needs the values in time order
+                xa, xb = _samples(a, key), _samples(b, key)
             for j, (q, stat) in enumerate(_QUANTILES):
                 d = quantile_difference(
-                    xa, xb, q, higher_is_better=higher, seed=seed + j, resamples=resamples, min_effect=min_effect
+                    xa,
+                    xb,
+                    q,
+                    higher_is_better=higher,
+                    seed=seed + j,
+                    resamples=resamples,
+                    min_effect=min_effect,
+                    n_eff=known[j],
                 )
                 if d.verdict == INCONCLUSIVE and q >= 0.99:  # the tail: what the requests themselves say
                     what = "largest ITL" if key == "itl_ms" else label

@@ -223,3 +223,35 @@ def test_neff_resample_matches_the_iid_bootstrap_on_independent_values() -> None
     assert d.ci is not None and old.ci is not None
     width, old_width = d.ci[1] - d.ci[0], old.ci[1] - old.ci[0]
     assert 1.0 <= width / old_width < 1.15  # n_eff ≈ n (taken one standard error low): barely wider
+
+
+def test_long_series_n_eff_is_that_of_the_summaries_thinned_series() -> None:
+    from loadgen.metrics.bootstrap import effective_size
+    from loadgen.metrics.level_intervals import MAX_SERIES
+    from loadgen.metrics.uncertainty import quantile_effective_size
+
+    rng = np.random.default_rng(3)
+    x = _ar1(rng, 3 * MAX_SERIES + 7)  # like ITL: far more values than the summaries keep
+    step = -(-x.size // MAX_SERIES)
+    for q in (0.5, 0.99):
+        got = effective_size(x, q)
+        assert got == quantile_effective_size(x[::step], q)  # every step-th value, as the summaries thin
+        assert got <= x.size / step
+    short = x[:2000]
+    assert effective_size(short, 0.5) == quantile_effective_size(short, 0.5)  # short series: untouched
+
+
+def test_a_known_n_eff_is_used_and_gives_the_same_interval() -> None:
+    from loadgen.metrics.bootstrap import effective_size
+
+    rng = np.random.default_rng(9)
+    a, b = _ar1(rng, 3000), _ar1(rng, 3000) * 1.05
+    computed = C.quantile_difference(a, b, 0.5, seed=2)
+    known = (effective_size(a, 0.5), effective_size(b, 0.5))
+    # given n_eff, the order of the values no longer matters: shuffled runs give the same result
+    given = C.quantile_difference(rng.permutation(a), rng.permutation(b), 0.5, seed=2, n_eff=known)
+    assert given == computed
+    # a smaller n_eff (more correlation) widens the interval
+    wide = C.quantile_difference(a, b, 0.5, seed=2, n_eff=(known[0] / 4, known[1] / 4))
+    assert computed.ci is not None and wide.ci is not None
+    assert wide.ci[1] - wide.ci[0] > 1.5 * (computed.ci[1] - computed.ci[0])
