@@ -151,8 +151,8 @@ def test_a_run_reports_gpu_power_and_energy_per_token(tmp_path: Path) -> None:
     assert all(70.0 <= ln["power_w"] <= 700.0 for ln in lines)
     html = (out / "report.html").read_text()
     assert 'id="fig-gpu"' in html and 'id="energy"' in html
-    from loadgen.report.request_figures import level_energy
     from loadgen.report.rundata import load_run
+    from loadgen.report.server_figures import level_energy
 
     ((label, watts, joules),) = level_energy(load_run(out))
     assert label == "8 users" and watts is not None and joules is not None

@@ -21,6 +21,8 @@ from typing import Any
 from loadgen.metrics.results import LevelSummary, RunSummary, unit_label
 from loadgen.report import figures as F
 from loadgen.report import request_figures as R
+from loadgen.report import server_figures as S
+from loadgen.report import time_figures as T
 from loadgen.report.console import fmt_ms, session_lines, token_source_line
 from loadgen.report.error_bars import interval_note, pm_cell
 from loadgen.report.page import Page, esc, fmt, write_page
@@ -307,13 +309,13 @@ def _maybe(page: Page, fig_id: str, fig: dict[str, Any] | None, empty: str, heig
 
 def _gpu(page: Page, data: RunData) -> str:
     """GPU telemetry (DCGM names) and each level's energy per output token, when scraped."""
-    fig = R.gpu_telemetry(data)
+    fig = S.gpu_telemetry(data)
     if fig is None:
         return ""
     rows = "".join(
         f"<tr><td>{esc(label)}</td><td>{'—' if w is None else f'{w:,.0f}'}</td>"
         f"<td>{'—' if j is None else f'{j:.3g}'}</td></tr>"
-        for label, w, j in R.level_energy(data)
+        for label, w, j in S.level_energy(data)
     )
     table = (
         (
@@ -389,7 +391,7 @@ def build_run_page(data: RunData) -> Page:
         "(orange), decode — first to last token (blue); failed requests in red. Pick the level in the menu."
         "</p>" + _maybe(page, "fig-timeline", R.timeline(data), "No request was sent.", 560),
     )
-    itl_fig, itl_note = R.itl_over_time(data)
+    itl_fig, itl_note = T.itl_over_time(data)
     page.section(
         "itl-time",
         "ITL over time",
@@ -413,7 +415,7 @@ def build_run_page(data: RunData) -> Page:
         "client",
         "Client health",
         f'<p class="note">Send lateness of each request over time (how late the client sent it).{esc(lag_note)}</p>'
-        + _maybe(page, "fig-lateness", R.lateness_over_time(data), "No request was sent.", 380)
+        + _maybe(page, "fig-lateness", T.lateness_over_time(data), "No request was sent.", 380)
         + _maybe(page, "fig-client", F.client_summary(levels), "No level.", 380),
     )
     n_failed = int((~data.frame["ok"].to_numpy(dtype=bool)).sum())
@@ -422,7 +424,7 @@ def build_run_page(data: RunData) -> Page:
         "Failures",
         (
             f'<p class="note">{n_failed} failed request(s), by kind and completion time.</p>'
-            + _maybe(page, "fig-failures", R.failures_over_time(data), "")
+            + _maybe(page, "fig-failures", T.failures_over_time(data), "")
             + _errors_table(data)
         )
         if n_failed
@@ -434,7 +436,7 @@ def build_run_page(data: RunData) -> Page:
         _maybe(
             page,
             "fig-server",
-            R.server_metrics(data),
+            S.server_metrics(data),
             f"Not scraped ({SERVER_METRICS_FILE} absent): run with --scrape-metrics to poll the server's "
             "Prometheus /metrics.",
             600,

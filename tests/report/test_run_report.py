@@ -282,6 +282,8 @@ def test_a_real_run_folder(tmp_path: Path) -> None:
         "page",
         "figures",
         "request_figures",
+        "time_figures",
+        "server_figures",
         "compare",
         "compare_figures",
         "plotdata",

@@ -1,0 +1,203 @@
+"""Figures of the server's metrics over the run's time (server_metrics.jsonl, scraped):
+running and waiting requests, KV-cache usage, prefix-cache hit rate, generated tokens/s,
+GPU utilisation and power, and each level's energy per output token.
+
+At most 5000 scrapes are drawn, evenly spaced; times are seconds since the run started,
+each level's span a band behind every panel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from loadgen.metrics.energy import energy_j
+from loadgen.metrics.summary import level_window_ns
+from loadgen.report.figures import base_layout, grid
+from loadgen.report.plotdata import rounded, spread
+from loadgen.report.rundata import RunData
+from loadgen.report.time_figures import level_bands
+
+__all__ = ["gpu_telemetry", "level_energy", "server_metrics"]
+
+
+def _series(lines: Sequence[dict[str, Any]], key: str) -> list[float | None]:
+    out: list[float | None] = []
+    for line in lines:
+        v = line.get(key)
+        out.append(float(v) if isinstance(v, (int, float)) else None)
+    return out
+
+
+def _timeline_axes(
+    data: RunData, layout: dict[str, Any], refs: Sequence[tuple[str, str]], percent: Sequence[int] = ()
+) -> None:
+    """Panels over the run's time: seconds on every x axis, y from zero (0-105 for the
+    ``percent`` panels, counted from 1), the levels as bands behind every panel."""
+    for k in range(1, len(refs) + 1):
+        layout["xaxis" if k == 1 else f"xaxis{k}"]["title"] = {"text": "seconds since the run started"}
+        layout["yaxis" if k == 1 else f"yaxis{k}"]["rangemode"] = "tozero"
+    for k in percent:
+        layout["yaxis" if k == 1 else f"yaxis{k}"]["range"] = [0, 105]
+    shapes = []
+    for xr, yr in refs:
+        shapes.extend(level_bands(data, xr, f"{yr} domain"))
+    layout["shapes"] = shapes
+
+
+def level_energy(data: RunData) -> list[tuple[str, float | None, float | None]]:
+    """Per level: its label, mean power (W) and energy per output token (J), over the part
+    of its window that the power samples cover (None when they cover none of it)."""
+    lines = [ln for ln in data.server if isinstance(ln.get("power_w"), (int, float))]
+    if len(lines) < 2:
+        return []
+    t = np.array([ln["t_ns"] for ln in lines], dtype=np.int64)
+    p = np.array([ln["power_w"] for ln in lines], dtype=np.float64)
+    ev = data.ev
+    out = []
+    for i, level in enumerate(data.levels):
+        rows = data.frame[data.level_rows(i)]
+        window = level_window_ns(rows)
+        watts = joules = None
+        if window is not None:
+            lo, hi = max(window[0], int(t.min())), min(window[1], int(t.max()))
+            energy = energy_j(t, p, lo, hi) if hi > lo else None
+            if energy is not None:
+                watts = energy / ((hi - lo) / 1e9)
+                tokens = float(ev.ch_n[(ev.ch_t >= lo) & (ev.ch_t <= hi)].sum())
+                joules = energy / tokens if tokens > 0 else None
+        out.append((level.load.label(), watts, joules))
+    return out
+
+
+def gpu_telemetry(data: RunData) -> dict[str, Any] | None:
+    """GPU utilisation and power over time (DCGM names, scraped), with each level's
+    energy per output token in the title; None when nothing was scraped."""
+    lines = [ln for ln in data.server if "gpu_util" in ln or "power_w" in ln]
+    if not lines:
+        return None
+    pick = spread(len(lines), 5000)
+    lines = [lines[int(i)] for i in pick]
+    t = rounded(data.seconds(np.array([ln["t_ns"] for ln in lines], dtype=np.int64)), 3)
+    util = [None if v is None else round(100 * v, 2) for v in _series(lines, "gpu_util")]
+    layout, refs = grid(1, 2, ["GPU utilisation (%, mean over GPUs)", "Power (W, all GPUs)"])
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": t,
+            "y": util,
+            "name": "GPU utilisation",
+            "line": {"color": "#0072B2"},
+            "xaxis": refs[0][0],
+            "yaxis": refs[0][1],
+            "meta": "gpu.util",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": t,
+            "y": _series(lines, "power_w"),
+            "name": "power",
+            "line": {"color": "#D55E00"},
+            "xaxis": refs[1][0],
+            "yaxis": refs[1][1],
+            "meta": "gpu.power_w",
+        },
+    ]
+    _timeline_axes(data, layout, refs, percent=(1,))
+    return {"data": traces, "layout": base_layout(layout, height=380)}
+
+
+def server_metrics(data: RunData) -> dict[str, Any] | None:
+    """Scraped server metrics over time: running and waiting requests, KV-cache usage,
+    prefix-cache hit rate and generated tokens/s (from the counter, when exposed)."""
+    lines = data.server
+    if not lines:
+        return None
+    pick = spread(len(lines), 5000)
+    lines = [lines[int(i)] for i in pick]
+    t = rounded(data.seconds(np.array([ln["t_ns"] for ln in lines], dtype=np.int64)), 3)
+    layout, refs = grid(
+        2,
+        2,
+        [
+            "Requests running / waiting",
+            "KV-cache usage (%)",
+            "Prefix-cache hit rate (%)",
+            "Generated tokens/s (server counter)",
+        ],
+    )
+
+    def pct(values: list[float | None]) -> list[float | None]:
+        return [None if v is None else round(100 * v, 3) for v in values]
+
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": t,
+            "y": _series(lines, "running"),
+            "name": "running",
+            "line": {"color": "#0072B2"},
+            "xaxis": refs[0][0],
+            "yaxis": refs[0][1],
+            "meta": "server.running",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": t,
+            "y": _series(lines, "waiting"),
+            "name": "waiting",
+            "line": {"color": "#D55E00"},
+            "xaxis": refs[0][0],
+            "yaxis": refs[0][1],
+            "meta": "server.waiting",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": t,
+            "y": pct(_series(lines, "kv_usage")),
+            "name": "KV-cache usage",
+            "line": {"color": "#009E73"},
+            "xaxis": refs[1][0],
+            "yaxis": refs[1][1],
+            "meta": "server.kv_usage",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "x": t,
+            "y": pct(_series(lines, "prefix_hit_rate")),
+            "name": "prefix-cache hit rate",
+            "line": {"color": "#CC79A7"},
+            "marker": {"size": 3},
+            "xaxis": refs[2][0],
+            "yaxis": refs[2][1],
+            "meta": "server.prefix_hit_rate",
+        },
+    ]
+    gen = [(ln["t_ns"], (ln.get("raw") or {}).get("vllm:generation_tokens_total")) for ln in lines]
+    gen = [(tn, v) for tn, v in gen if isinstance(v, (int, float))]
+    if len(gen) >= 2:
+        g = np.array(gen, dtype=np.float64)
+        rate = np.diff(g[:, 1]) / (np.diff(g[:, 0]) / 1e9)
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": rounded(data.seconds(g[1:, 0]), 3),
+                "y": rounded(np.maximum(rate, 0), 1),
+                "name": "generated tokens/s",
+                "line": {"color": "#1f2937"},
+                "xaxis": refs[3][0],
+                "yaxis": refs[3][1],
+                "meta": "server.generation_tokens_per_s",
+            }
+        )
+    _timeline_axes(data, layout, refs, percent=(2, 3))
+    return {"data": traces, "layout": base_layout(layout, height=600)}
