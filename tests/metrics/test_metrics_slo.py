@@ -7,7 +7,7 @@ import pytest
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.per_request import per_request_frame
-from loadgen.metrics.slo import SLO, level_checks, parse_slo, request_meets, slo_attainment
+from loadgen.metrics.slo import SLO, level_checks, parse_slo, request_meets, slo_attainment, slo_scores
 from loadgen.records import ErrorKind
 from tests.metrics.helpers import rec
 
@@ -110,6 +110,23 @@ def test_attainment(frame):
     # level-wide checks do not take part in attainment
     mask2, att2 = slo_attainment(frame, [parse_slo("ttft:p50=1ms")])
     assert att2 == 0.8 and mask2.tolist() == [True, True, True, True, False]
+
+
+@pytest.mark.parametrize(
+    "slos", [["ttft=200ms", "tpot=30ms"], ["ttft=200ms"], ["tpot=30ms", "itl=40ms"], ["e2e=1s"], [], ["ttft:p50=1ms"]]
+)
+def test_scores_order_requests_as_the_attainment_mask(frame, slos):
+    """A request attains exactly when its score (largest value/limit) is at most 1; failed: inf."""
+    parsed = [parse_slo(s) for s in slos]
+    mask, _ = slo_attainment(frame, parsed)
+    score = slo_scores(frame, parsed)
+    assert ((score <= 1.0) == mask).all()
+    assert np.isinf(score[~frame["ok"].to_numpy(dtype=bool)]).all()
+    per_request = [s for s in parsed if s.stat is None]
+    if per_request:  # the score is the worst ratio: tighten every limit by half and it doubles
+        halved = [type(s)(s.metric, s.limit_ms / 2, s.stat) for s in per_request]
+        finite = np.isfinite(score)
+        np.testing.assert_allclose(slo_scores(frame, halved)[finite], 2 * score[finite])
 
 
 def test_attainment_without_slos_is_the_ok_fraction(frame):

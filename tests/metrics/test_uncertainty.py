@@ -133,3 +133,41 @@ def test_mean_interval_and_errors() -> None:
     with pytest.raises(ValueError, match="NaN"):
         percentile_interval([1.0, math.nan], 0.5)
     assert not percentile_interval([], 0.5).bounded
+
+
+def _ar1(n: int, phi: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    e = rng.standard_normal(n) * math.sqrt(1 - phi * phi)
+    y = np.empty(n)
+    y[0] = rng.standard_normal()
+    for t in range(1, n):
+        y[t] = phi * y[t - 1] + e[t]
+    return y
+
+
+def test_few_misses_take_n_eff_from_the_scores_as_a_tail_quantile_does() -> None:
+    """Three misses in 200 correlated requests cannot show how misses cluster: with the
+    scores, n_eff is capped by the indicator with 50 requests on the rarer side."""
+    y = _ar1(200, 0.9, 3)
+    bound = float(np.sort(y)[-4])  # 3 requests above it
+    met = y <= bound
+    plain = proportion_interval(met)
+    scored = proportion_interval(met, scores=y / bound)
+    ref = effective_sample_size((y <= np.percentile(y, 75)).astype(float))
+    assert scored.point == plain.point == 197 / 200
+    assert scored.n_eff == pytest.approx(min(plain.n_eff, ref))
+    assert scored.n_eff < plain.n_eff / 3  # the handful of misses looked nearly independent
+    assert scored.low is not None and plain.low is not None and scored.low < plain.low
+    # many misses: the scores change nothing
+    half = y <= np.median(y)
+    assert proportion_interval(half, scores=y).n_eff == proportion_interval(half).n_eff
+
+
+def test_scores_may_be_infinite_and_must_match_the_trials() -> None:
+    y = _ar1(300, 0.8, 4)
+    scores = np.where(np.arange(300) % 97 == 0, np.inf, y)  # failed requests
+    met = scores <= 1.5
+    iv = proportion_interval(met, scores=scores)
+    assert iv.bounded and 0 < iv.n_eff <= 300 and iv.point == met.mean()
+    with pytest.raises(ValueError, match="299 values for 300 trials"):
+        proportion_interval(met, scores=scores[:-1])
