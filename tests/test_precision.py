@@ -1,6 +1,7 @@
 """Run until precise (``--precision``): targets parsed, errors on one line, and levels that
 stop when precise (a quiet server) or at ``--max-duration`` (a server with random stalls),
-closed and open loop, in process and over worker processes, single requests and sessions.
+closed and open loop, in process and over worker processes, single requests, sessions and
+trace replays (one that runs out before its targets are met says so).
 
 Every run is bounded in time (``--max-duration``) and requests (``--requests``)."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -16,6 +18,8 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.load.precision import parse_target
 from loadgen.metrics.sequential import Target
+from loadgen.records import LEVEL_STRIDE
+from loadgen.report.files import read_records
 from tests.scripted_server import Script, ScriptedServerProcess
 
 runner = CliRunner()
@@ -39,11 +43,11 @@ def noisy() -> Iterator[ScriptedServerProcess]:
         yield srv
 
 
-def _run(url: str, out: Path, *args: str) -> list[dict[str, object]]:
-    lengths = [] if "--workload" in args else SHORT
+def _run(url: str, out: Path, *args: str) -> list[dict[str, Any]]:
+    lengths = [] if "--workload" in args or "--trace" in args else SHORT
     res = runner.invoke(app, ["run", "--url", url, *COMMON, *lengths, "--out", str(out), *args])
     assert res.exit_code == 0, res.output
-    levels: list[dict[str, object]] = json.loads((out / "summary.json").read_text())["levels"]
+    levels: list[dict[str, Any]] = json.loads((out / "summary.json").read_text())["levels"]
     return levels
 
 
@@ -89,7 +93,7 @@ def test_a_quiet_server_stops_when_precise(quiet: ScriptedServerProcess, tmp_pat
         "5000",
     )
     assert str(level["stopped"]).startswith("precision met: ttft.p50 ±"), level["stopped"]
-    assert level["duration_s"] < 60 and level["requests"]["total"] < 5000  # type: ignore[index,operator]
+    assert level["duration_s"] < 60 and level["requests"]["total"] < 5000
     run = json.loads((tmp_path / "q" / "run.json").read_text())
     assert run["profile"]["precision"] == ["ttft.p50=5%"] and run["profile"]["max_duration_s"] == 60
 
@@ -127,9 +131,9 @@ def test_open_loop_over_worker_processes_stops_when_precise(quiet: ScriptedServe
         "5000",
     )
     assert str(level["stopped"]).startswith("precision met"), level["stopped"]
-    assert level["requests"]["total"] < 5000  # type: ignore[index,operator]
+    assert level["requests"]["total"] < 5000
     sched = level["schedule"]
-    assert sched["scheduled"] < 5000  # type: ignore[index,operator]  # the sends the level reached, not the plan
+    assert sched["scheduled"] < 5000  # the sends the level reached, not the plan
 
 
 def test_sessions_stop_when_precise(quiet: ScriptedServerProcess, tmp_path: Path) -> None:
@@ -148,4 +152,76 @@ def test_sessions_stop_when_precise(quiet: ScriptedServerProcess, tmp_path: Path
         "5000",
     )
     assert str(level["stopped"]).startswith("precision met"), level["stopped"]
-    assert level["requests"]["total"] < 5000  # type: ignore[index,operator]
+    assert level["requests"]["total"] < 5000
+
+
+def test_open_loop_sessions_stop_when_precise(quiet: ScriptedServerProcess, tmp_path: Path) -> None:
+    (level,) = _run(
+        quiet.url,
+        tmp_path / "os",
+        "--workload",
+        "multiturn",
+        "--rate",
+        "20",
+        "--precision",
+        "ttft.p50=10%",
+        "--max-duration",
+        "60",
+        "--requests",
+        "5000",
+    )
+    assert str(level["stopped"]).startswith("precision met"), level["stopped"]
+    assert level["requests"]["total"] < 5000
+
+
+def _trace(path: Path, rows: int) -> Path:
+    """A Mooncake trace of ``rows`` short requests 10 ms apart (100 req/s)."""
+    line = '{{"timestamp": {}, "input_length": 16, "output_length": 2}}\n'
+    path.write_text("".join(line.format(10 * i) for i in range(rows)))
+    return path
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_trace_replay_stops_when_precise(quiet: ScriptedServerProcess, tmp_path: Path, workers: str) -> None:
+    trace = _trace(tmp_path / "t.jsonl", 2000)
+    out = tmp_path / "r"
+    (level,) = _run(
+        quiet.url,
+        out,
+        "--trace",
+        str(trace),
+        "--workers",
+        workers,
+        "--precision",
+        "ttft.p50=10%",
+        "--max-duration",
+        "60",
+    )
+    assert str(level["stopped"]).startswith("precision met: ttft.p50 ±"), level["stopped"]
+    n = level["requests"]["total"]
+    assert n < 2000 and level["schedule"]["scheduled"] < 2000
+    # each send is its trace row, at the row's recorded time
+    recs = sorted(read_records(out), key=lambda r: r.index)
+    pos = [r.index % LEVEL_STRIDE for r in recs]
+    assert len(recs) == n and [r.source_row for r in recs] == pos
+    assert [(r.scheduled_ns or 0) - (recs[0].scheduled_ns or 0) for r in recs] == [10_000_000 * p for p in pos]
+    if workers == "1":  # in process: the rows before the end, each once, and the schedule says so
+        assert pos == list(range(n)) and level["schedule"]["scheduled"] == n
+    run = json.loads((out / "run.json").read_text())
+    assert run["profile"]["precision"] == ["ttft.p50=10%"] and run["trace"]["rows"] == 2000
+
+
+@pytest.mark.parametrize(
+    ("target", "stopped"),
+    [
+        ("ttft.p99=1%", "end of trace: ttft.p99 not bounded (needs n_eff >= "),
+        ("ttft.p50=10%", "end of trace: precision met at the end: ttft.p50 ±"),
+    ],
+)
+def test_a_trace_that_ends_first_says_so(
+    quiet: ScriptedServerProcess, tmp_path: Path, target: str, stopped: str
+) -> None:
+    # 150 rows: fewer than the first look (200 requests); the trace's end ends the level
+    (level,) = _run(quiet.url, tmp_path / "e", "--trace", str(_trace(tmp_path / "t.jsonl", 150)), "--precision", target)
+    assert str(level["stopped"]).startswith(stopped), level["stopped"]
+    assert level["requests"]["total"] == level["requests"]["ok"] == 150
