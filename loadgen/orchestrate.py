@@ -463,7 +463,13 @@ class _RunFolder:
             )
         self.writer.write_summary(summary.to_json())
         assert self.info is not None
-        finished = Finished(interrupted=summary.interrupted, levels=len(summary.levels), stopped=summary.stopped)
+        stops = [lv.stopped for lv in summary.levels]
+        finished = Finished(
+            interrupted=summary.interrupted,
+            levels=len(summary.levels),
+            stopped=summary.stopped,
+            level_stops=stops if any(s is not None for s in stops) else None,
+        )
         self._write(dataclasses.replace(self.info, finished=finished))
         return summary
 

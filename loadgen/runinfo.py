@@ -338,11 +338,15 @@ class Resumed(_Record):
 
 @dataclass(frozen=True, slots=True)
 class Finished(_Record):
-    """How the run ended (absent while it runs, or after a crash)."""
+    """How the run ended (absent while it runs, or after a crash); ``level_stops``: why each
+    level stopped, in order, where any level says (the level summaries' ``stopped``)."""
 
     interrupted: bool
     levels: int
     stopped: str | None = None
+    level_stops: list[str | None] | None = field(
+        default=None, metadata=_OMIT
+    )  # each level's ``stopped`` (--precision, a trace's end...)
 
 
 @dataclass(frozen=True, slots=True)

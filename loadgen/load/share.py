@@ -48,9 +48,10 @@ class ShareDone:
     """A worker's end of a level: its own health and its part of the schedule."""
 
     stats: WorkerStats
-    scheduled: int
+    scheduled: int  # the schedule's first position not sent (its length when the level ran out)
     dropped: int
     interrupted: bool
+    own: int = -1  # how many positions before ``scheduled`` were this worker's (-1: not told)
 
 
 def _runqueue_ns() -> int | None:
@@ -65,7 +66,8 @@ def _runqueue_ns() -> int | None:
 async def run_share(runner: Runner, plan: LevelPlan, prepared: Driver, worker: int) -> ShareDone:
     """Run a prepared share of a level and measure the worker's own health meanwhile."""
     res, stats = await measure_share(runner, plan, prepared, worker)
-    return ShareDone(stats, res.scheduled, res.dropped, res.interrupted)
+    own = len(range(plan.worker, res.scheduled, plan.n_workers))  # the positions are dealt out in turn
+    return ShareDone(stats, res.scheduled, res.dropped, res.interrupted, own)
 
 
 async def measure_share(
@@ -109,6 +111,7 @@ class LevelCollector:
         self.lost: list[int] = []
         self.silent: dict[int, float] = {}
         self._stats: dict[int, WorkerStats] = {}
+        self._own: dict[int, int] = {}
 
     def add(self, records: Sequence[RequestRecord]) -> None:
         if self.on_records is not None and records:
@@ -120,6 +123,7 @@ class LevelCollector:
 
     def done(self, worker: int, end: ShareDone) -> None:
         self._stats[worker] = end.stats
+        self._own[worker] = end.own
         self.result.scheduled = max(self.result.scheduled, end.scheduled)
         self.result.dropped += end.dropped
 
@@ -146,6 +150,10 @@ class LevelCollector:
         res.lost_workers = sorted(self.lost)
         res.silent_workers = dict(sorted(self.silent.items()))
         res.worker_stats = [self._stats[w] for w in sorted(self._stats)]
+        if self._own and not self.lost and min(self._own.values()) >= 0:
+            # workers that ended early stop at slightly different positions: the schedule
+            # asked for each one's own sends, not for every position before the last of them
+            res.scheduled = sum(self._own.values())
         for ws in res.worker_stats:
             res.loop_lag_ms.extend(ws.loop_lag_ms)
             res.loop_lag_t_ns.extend(ws.loop_lag_t_ns)
