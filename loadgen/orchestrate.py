@@ -148,6 +148,8 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: Calibration, started: flo
             workers=cfg.workers,
             ray=None if cfg.ray is None else redact_url(cfg.ray),
             trials=cfg.trials,
+            warm_connections=cfg.warm_connections,
+            ramp_up_s=cfg.ramp_up_s,
         ),
         calibration=calib,
         machine=machine_info(),

@@ -119,6 +119,9 @@ class RequestRecord:
     metrics count those as coalesced instead of zero gaps). Reasoning events are among
     them (``reasoning_tokens`` of their tokens); ``first_answer_ns`` is the first event
     with answer output. A multi-turn request carries its ``session``, ``turn`` and ``turns``.
+    ``new_connection`` and ``connect_ms`` say whether it waited for a connection to be
+    opened and for how long (that wait is inside its TTFT); files written before them
+    read as ``None`` (not known).
     """
 
     index: int
@@ -148,6 +151,8 @@ class RequestRecord:
     trial: int = 0  # --trials: the repetition of the level it belongs to, from 0
     source_row: int | None = None  # the dataset entry or trace row it replays (0-based data row; None: synthetic)
     retries: int = 0  # times sent again on a new connection (the stale keep-alive race; loadgen.client.keepalive)
+    new_connection: bool | None = None  # its (last) try opened a connection of its own (None: not known)
+    connect_ms: float | None = None  # how long that connect took (TCP, and TLS if any), in ms (None: reused, unknown)
 
     @property
     def ok(self) -> bool:

@@ -244,6 +244,8 @@ def resume_config(
         ray=conf.ray,
         resume=Resume(run=run, gen=rec.gen, plan=rec.plan, levels=rec.levels[: rec.finished]),
         trials=conf.trials,
+        warm_connections=conf.warm_connections,
+        ramp_up_s=conf.ramp_up_s,
         origin=_resume_origin(folder, url is not None),
     )
     return cfg, rec
@@ -253,7 +255,10 @@ def _resume_origin(folder: Path, url_given: bool) -> Origin:
     """A resumed run's values come from run.json (the URL and headers from the command line)."""
     keys = {
         name: f"config.{name}"
-        for name in ("seed", "transport", "http2", "read_timeout_s", "request_timeout_s", "workers", "ray", "trials")
+        for name in (
+            *("seed", "transport", "http2", "read_timeout_s", "request_timeout_s", "workers", "ray", "trials"),
+            *("warm_connections", "ramp_up_s"),
+        )
     }
     keys.update(api="target.api", model="target.model", url="--url" if url_given else "target.url", headers="--header")
     return Origin(source=str(folder / "run.json"), keys=keys)

@@ -26,6 +26,7 @@ from loadgen.errors import ConfigError
 from loadgen.load.profiles import Profile
 from loadgen.metrics.gates import Gates
 from loadgen.metrics.slo import SLO
+from loadgen.records import MAX_LEVEL_S
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace
 
@@ -92,6 +93,8 @@ class RunConfig:
     resume: Resume | None = None  # continue the run in ``out`` instead of starting one
     tokenizer: Path | None = None  # a tokenizer.json: exact prompt lengths (else calibrated words)
     trace: Trace | None = None  # replay this trace's rows at their recorded times (one open-loop level)
+    warm_connections: bool = True  # open each level's connections before its clock starts
+    ramp_up_s: float = 0.0  # closed loop: users join evenly over this many seconds, left out of the measured window
     origin: Origin = field(default_factory=Origin, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -118,6 +121,13 @@ class RunConfig:
             seconds = getattr(self, name)
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
                 raise o.error(name, f"must be a number of seconds > 0, got {seconds!r}")
+        if not isinstance(self.warm_connections, bool):
+            raise o.error("warm_connections", f"must be true or false, got {self.warm_connections!r}")
+        ramp = self.ramp_up_s
+        if isinstance(ramp, bool) or not isinstance(ramp, (int, float)) or not 0 <= ramp <= MAX_LEVEL_S:
+            raise o.error("ramp_up_s", f"must be a number of seconds in [0, {MAX_LEVEL_S}], got {ramp!r}")
+        if ramp and self.profile.mode != "concurrency":
+            raise o.error("ramp_up_s", "spreads closed-loop users: it needs a concurrency profile (--concurrency)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise o.error("seed", f"must be an integer, got {self.seed!r}")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or not 1 <= self.trials <= MAX_TRIALS:

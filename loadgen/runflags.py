@@ -48,6 +48,8 @@ CLI_KEYS = {
     "trace": "--trace",
     "model": "--model",
     "label": "--label",
+    "warm_connections": "--warm-connections",
+    "ramp_up_s": "--ramp-up",
 }
 _PROFILE_FLAGS = {
     "requests": ("requests", "--requests"),
@@ -127,6 +129,8 @@ class RunFlags:
     calibrate: bool = True
     timeout: float | None = None
     read_timeout: float | None = None
+    warm_connections: bool = True
+    ramp_up: float | None = None
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RunFlags:
@@ -255,6 +259,8 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
         gates=gates(f.fail_on, f.max_error_rate, f.abort_on_fail, prof.attainment_target),
         abort_on_fail=f.abort_on_fail,
         trials=1 if f.trials is None else f.trials,
+        warm_connections=f.warm_connections,
+        ramp_up_s=0.0 if f.ramp_up is None else f.ramp_up,
         origin=Origin(keys=keys),
     )
 

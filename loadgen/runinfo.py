@@ -255,6 +255,8 @@ class ClientConfig(_Record):
     workers: int | str = 1
     ray: str | None = None
     trials: int = 1
+    warm_connections: bool = True
+    ramp_up_s: float = 0.0
 
     def __post_init__(self) -> None:
         w = self.workers

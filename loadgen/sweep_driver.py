@@ -128,7 +128,11 @@ async def sweep_levels(
         results = []
         reasons: list[str] = []
         for t in range(cfg.trials):
-            trial = plan if t == 0 else dataclasses.replace(plan, trial=t, seed=plan.seed + t)
+            trial = dataclasses.replace(
+                plan if t == 0 else dataclasses.replace(plan, trial=t, seed=plan.seed + t),
+                warm_connections=cfg.warm_connections,
+                ramp_up_s=cfg.ramp_up_s,
+            )
             stats.start_level(
                 level_heading(plan.index, planned_levels(prof), t, cfg.trials),
                 plan.load.label(),
@@ -157,6 +161,8 @@ async def sweep_levels(
         after_level()
         if not cfg.live:
             console.print(level_line(level), highlight=False, markup=False, soft_wrap=True)
+        if level.connect is not None and level.connect.new:
+            console.print(connect_line(level), highlight=False, markup=False, soft_wrap=True)
         elif level.stopped is not None:
             console.print(f"level {level.load.label()} stopped: {level.stopped}", highlight=False, markup=False)
         if runner.interrupted:
@@ -170,6 +176,18 @@ async def sweep_levels(
         except StopIteration as stop:
             stopped, plan = stop.value, None
     return run_summary(levels, prof, stopped, False)
+
+
+def connect_line(level: LevelSummary) -> str:
+    """The level's measured requests that waited for a connection to be opened."""
+    c = level.connect
+    assert c is not None
+    ms = c.connect_ms
+    took = f" (connect p50 {ms.p50:.3g} ms, max {ms.max:.3g} ms)" if ms.count else ""
+    return (
+        f"level {level.load.label()}: {c.new} of {c.known} measured requests opened a new connection{took}; "
+        "their TTFT includes the connect"
+    )
 
 
 def _end(result: LevelResult) -> str:

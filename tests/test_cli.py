@@ -145,6 +145,8 @@ def test_bad_workload_file_names_file_and_key(server: ScriptedServerProcess, tmp
         (["--duration", "-1"], "--duration: must be a number of seconds > 0, got -1"),
         (["--read-timeout", "-1"], "--read-timeout: must be a number of seconds > 0, got -1"),
         (["--timeout", "0"], "--timeout: must be a number of seconds > 0, got 0"),
+        (["--ramp-up", "-1"], "--ramp-up: must be a number of seconds in [0, 2592000], got -1"),
+        (["--rate", "5", "--ramp-up", "2"], "--ramp-up: spreads closed-loop users"),
         (["--rate", "5", "--max-in-flight", "0"], "--max-in-flight: must be >= 1"),
         (["--prompt-tokens", "10000000"], "lengths must be at most 1,000,000 tokens"),
         (["--prompt-tokens", "normal:mean=1e308,std=1e308"], "lengths must be at most 1,000,000 tokens"),

@@ -346,6 +346,23 @@ ReadTimeout = Annotated[
     OptFloat, _opt("--read-timeout", panel=_ADVANCED, help="Longest silence within a stream, seconds (default 120)")
 ]
 
+WarmConnections = Annotated[
+    bool,
+    _opt(
+        "--warm-connections/--no-warm-connections",
+        panel=_ADVANCED,
+        help="Open each level's connections before its clock starts (one per user; open loop: rate x latency)",
+    ),
+]
+RampUp = Annotated[
+    OptFloat,
+    _opt(
+        "--ramp-up",
+        panel=_LOAD,
+        help="Closed loop: users start evenly over this many seconds, which are left out of the measurement",
+    ),
+]
+
 
 @friendly
 @sigterm_unwinds
@@ -407,6 +424,8 @@ def run(
     calibrate: Calibrate = True,
     timeout: Timeout = None,
     read_timeout: ReadTimeout = None,
+    warm_connections: WarmConnections = True,
+    ramp_up: RampUp = None,
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.redact import redact_argv

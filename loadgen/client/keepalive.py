@@ -41,10 +41,15 @@ FRESH_AFTER = 2  # stale closes before a server is given a new connection for ev
 @dataclass(slots=True)
 class Attempt:
     """One try of a request: whether its connection came from the pool, and whether
-    any byte of a response came back on it."""
+    any byte of a response came back on it; ``connected`` once it had a connection (new
+    or pooled), ``connecting_ns`` when it began opening one of its own (0: it did not) and
+    ``connect_ns`` how long that took, once open."""
 
     reused: bool = False
     answered: bool = False
+    connected: bool = False
+    connecting_ns: int = 0
+    connect_ns: int | None = None
 
 
 class KeepAlive:

@@ -26,6 +26,7 @@ record has the request's secrets masked (:mod:`loadgen.client.redact`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -64,6 +65,7 @@ __all__ = [
 ]
 
 _now = time.perf_counter_ns
+_log = logging.getLogger(__name__)
 END_GRACE_S = 0.5  # after the answer ended: the longest wait for the stream to end
 _AFTER_END = (TimeoutError, aiohttp.ClientError, httpx.HTTPError, OSError)  # failures that no longer matter
 
@@ -150,10 +152,54 @@ def _httpx_stale(exc: BaseException) -> bool:
 async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
     if isinstance(ctx.trace_request_ctx, Attempt):
         ctx.trace_request_ctx.reused = True
+        ctx.trace_request_ctx.connected = True
+
+
+async def _on_create_start(session: Any, ctx: Any, params: Any) -> None:
+    if isinstance(ctx.trace_request_ctx, Attempt):
+        ctx.trace_request_ctx.connecting_ns = _now()
+
+
+async def _on_create_end(session: Any, ctx: Any, params: Any) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, Attempt):
+        attempt.connected = True
+        if attempt.connecting_ns:
+            attempt.connect_ns = _now() - attempt.connecting_ns
 
 
 _TRACE = aiohttp.TraceConfig()
 _TRACE.on_connection_reuseconn.append(_on_reuse)
+_TRACE.on_connection_create_start.append(_on_create_start)
+_TRACE.on_connection_create_end.append(_on_create_end)
+
+
+def _httpx_trace(attempt: Attempt) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    """httpcore's trace hook for one try: the connect's start and end (TCP, then TLS),
+    and the request's headers going out (it had a connection)."""
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        if event == "connection.connect_tcp.started":
+            attempt.reused = False
+            attempt.connecting_ns = _now()
+        elif event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            if attempt.connecting_ns:
+                attempt.connect_ns = _now() - attempt.connecting_ns
+        elif event.endswith("send_request_headers.started"):
+            attempt.connected = True
+
+    return trace
+
+
+def _note_connection(record: RequestRecord, attempt: Attempt) -> None:
+    """Put ``attempt``'s connection on the record: new (and its connect time) or reused;
+    nothing when the try never got as far as a connection."""
+    if attempt.connecting_ns:
+        record.new_connection = True
+        record.connect_ms = None if attempt.connect_ns is None else attempt.connect_ns / 1e6
+    elif attempt.connected:
+        record.new_connection = False
+        record.connect_ms = None
 
 
 @dataclass(slots=True)
@@ -178,6 +224,7 @@ class _StreamingTransport:
         self.url = config.base_url.rstrip("/") + config.dialect.path
         self.keepalive = KeepAlive()
         self.redact = Redactor(config.headers)
+        self._warm_failed = False  # a failure to warm is logged once per transport
 
     def _state(self, record: RequestRecord, spec: RequestSpec, body: dict[str, Any]) -> StreamState:
         dialect = self.config.dialect
@@ -214,19 +261,48 @@ class _StreamingTransport:
         text = self.redact(body.decode("utf-8", errors="replace"))
         return HTTPStatusError(status, text, None if location is None else self.redact(location))
 
+    async def warm(self, n: int) -> int:
+        """Open up to ``n`` keep-alive connections at once and leave them in the pool, so
+        that the level's first requests do not wait for a connect; the number opened (0:
+        none needed, or it failed). Bounded by the connect timeout; a failure is logged
+        once and is not fatal. Nothing it sends is a request of the level."""
+        n = min(max(n, 0), self.config.max_connections)
+        if n == 0 or self.keepalive.fresh:  # a server that closes every connection keeps none open
+            return 0
+        attempts = [Attempt() for _ in range(n)]
+        try:
+            async with asyncio.timeout(self.config.connect_timeout_s):
+                await asyncio.gather(*(self._warm_one(a) for a in attempts))
+        except (TimeoutError, aiohttp.ClientError, httpx.HTTPError, OSError) as exc:
+            if not self._warm_failed:
+                self._warm_failed = True
+                _log.warning("could not open %d connection(s) ahead of the level: %s", n, type(exc).__name__)
+        return sum(1 for a in attempts if a.connect_ns is not None)
+
+    async def _warm_one(self, attempt: Attempt) -> None:
+        """One cheap request that opens a connection (when none is idle) and returns it to the pool."""
+        return None
+
+    @property
+    def _warm_url(self) -> str:
+        return self.config.base_url.rstrip("/") + "/v1/models"
+
     async def send(self, spec: RequestSpec, record: RequestRecord) -> None:
         body = self.config.dialect.build_body(spec, self.config.options)
         state = self._state(record, spec, body)
+        attempt = Attempt()
         try:
             with _translated():
                 try:
-                    await self._exchange(body, state, Attempt())
+                    await self._exchange(body, state, attempt)
                 except _Stale:
                     # the stale keep-alive race: the server never read it (keepalive's rule)
                     record.retries += 1
                     state = self._state(record, spec, body)
-                    await self._exchange(body, state, Attempt(), fresh=True)
+                    attempt = Attempt()
+                    await self._exchange(body, state, attempt, fresh=True)
         except asyncio.CancelledError:
+            _note_connection(record, attempt)
             state.salvage()
             record.fail(ErrorKind.CANCELLED, "cancelled", _now())
             raise
@@ -234,6 +310,7 @@ class _StreamingTransport:
             state.salvage()
             http_status = exc.status if isinstance(exc, HTTPStatusError) else None
             record.fail(ERROR_KINDS[type(exc)], self.redact(str(exc)), _now(), http_status)
+        _note_connection(record, attempt)
         if not record.done_ns:
             record.done_ns = _now()
 
@@ -290,6 +367,11 @@ class AiohttpTransport(_StreamingTransport):
             else:
                 self._session = session
         return session
+
+    async def _warm_one(self, attempt: Attempt) -> None:
+        session = self._get_session(self.keepalive.fresh)
+        async with session.get(self._warm_url, allow_redirects=False, trace_request_ctx=attempt) as resp:
+            await _aiohttp_error_body(resp)  # read to its end (bounded), so the connection goes back to the pool
 
     async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
         keepalive = self.keepalive
@@ -362,10 +444,7 @@ class HttpxTransport(_StreamingTransport):
         if not fresh:
             record.sent_ns = _now()
         attempt.reused = True  # until the pool says it connected
-
-        async def trace(event: str, info: dict[str, Any]) -> None:
-            if event.startswith("connection.connect_tcp"):
-                attempt.reused = False
+        trace = _httpx_trace(attempt)
 
         async with asyncio.timeout(self.config.request_timeout_s) if hasattr(asyncio, "timeout") else _NoTimeout():
             try:
@@ -392,6 +471,11 @@ class HttpxTransport(_StreamingTransport):
                 if not fresh and not attempt.answered and keepalive.may_resend(attempt, _httpx_stale(exc)):
                     raise _Stale() from exc
                 raise
+
+    async def _warm_one(self, attempt: Attempt) -> None:
+        client = self._get_client(self.keepalive.fresh)
+        async with client.stream("GET", self._warm_url, extensions={"trace": _httpx_trace(attempt)}) as resp:
+            await read_capped(resp.aiter_raw(), resp.headers.get("Content-Encoding"), MAX_ERROR, truncate=True)
 
     async def aclose(self) -> None:
         for client in (self._client, self._fresh_client):

@@ -49,6 +49,25 @@ class LevelPlan:
     start_ns: int = 0  # the level's start on the shared monotonic clock (0: a few ms from now)
     offsets: np.ndarray | None = None  # trace replay: the send offsets (s, ascending) instead of arrival/value
     trial: int = 0  # --trials: which repetition of the level this is (its own requests)
+    ramp_up_s: float = 0.0  # closed loop (--ramp-up): users join evenly over this many seconds, sent then: warm-up
+    warm_connections: bool = False  # open the level's connections before its clock starts
+
+    def user_start_ns(self, start_ns: int, user: int, users: int) -> int:
+        """Closed loop: when user ``user`` of ``users`` sends its first request (a ramp
+        spreads the users evenly over its seconds; without one, all at ``start_ns``)."""
+        ramp = self.ramp_s or self.ramp_up_s
+        return start_ns + int(ramp * 1e9 * user / users) if ramp > 0 else start_ns
+
+    def warm_until_ns(self, start_ns: int) -> int:
+        """Closed loop: requests sent before this are warm-up (``--ramp-up``'s seconds)."""
+        return start_ns + int(self.ramp_up_s * 1e9)
+
+    def deadline_ns(self, start_ns: int) -> int | None:
+        """Closed loop: when no new request goes out (``duration_s`` after the ramp-up; None:
+        the level is bound by requests only)."""
+        if self.duration_s is None:
+            return None
+        return start_ns + int((self.ramp_up_s + self.duration_s) * 1e9)
 
     @property
     def spec_level(self) -> int:

@@ -16,7 +16,9 @@ ahead of the level's start; :meth:`Runner.run_prepared` starts the level and han
 driver a :class:`~loadgen.load.context.LevelContext`, through which it sends. The closed
 and open loops here and the sessions of :mod:`loadgen.load.sessions` are such drivers.
 
-While a level runs, a monitor task measures event-loop lag every 10 ms, and the
+With ``plan.warm_connections`` the runner opens, before the level's clock starts, the
+connections the level will hold (:meth:`Runner.connections_for`), so its first requests
+do not each wait for a TCP connect. While a level runs, a monitor task measures event-loop lag every 10 ms, and the
 garbage collector is frozen and disabled (a collection pause would show up as latency).
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -35,7 +38,7 @@ from loadgen.load.credits import Credits
 from loadgen.load.plan import TRIAL_LEVELS, Keep, LevelPlan, LevelResult, level_schedule
 from loadgen.load.sessions import SessionSource, SessionSpecs
 from loadgen.load.source import KnowsUsers, SpecSource, user_quota
-from loadgen.load.transport import Transport
+from loadgen.load.transport import Transport, Warms
 from loadgen.records import RequestRecord, RequestSpec
 
 __all__ = ["TRIAL_LEVELS", "Keep", "LevelPlan", "LevelResult", "Runner"]
@@ -43,6 +46,7 @@ __all__ = ["TRIAL_LEVELS", "Keep", "LevelPlan", "LevelResult", "Runner"]
 _now = time.perf_counter_ns
 _schedule = level_schedule  # the name tests and benchmarks know
 LAG_INTERVAL_S = 0.010
+OPEN_WARM_LATENCY_S = 2.0  # open loop, before any request finished: the latency the warm-up pool is sized by
 
 
 class Runner:
@@ -63,6 +67,8 @@ class Runner:
         self._sent_before = 0  # requests sent by the levels before it
         self._stop = False
         self._end_next = False  # end_level() came before the level's start
+        self._e2e_ns = 0  # ok requests' latency summed, and their count: the open loop's warm-up size
+        self._e2e_n = 0
 
     def end_level(self) -> None:
         """End the current level as its duration would: no new request goes out, those in
@@ -120,6 +126,8 @@ class Runner:
     async def run_prepared(self, plan: LevelPlan, driver: Driver) -> LevelResult:
         """Run a level whose requests :meth:`prepare` built."""
         res = LevelResult(plan, keep=self.keep)
+        if plan.warm_connections and isinstance(self.transport, Warms) and not self._stop:
+            await self.transport.warm(self.connections_for(plan))
         monitor_stop = asyncio.Event()
         monitor = asyncio.ensure_future(self._monitor(res, monitor_stop))
         gc.collect()
@@ -129,7 +137,7 @@ class Runner:
         if plan.start_ns:  # a share of a level: every worker starts at the same instant
             await _sleep_until(plan.start_ns)
         res.start_ns = plan.start_ns or _now()
-        ctx = self._level = LevelContext(plan, res, self.transport, self.on_record, self.credits, res.start_ns, _now)
+        ctx = self._level = LevelContext(plan, res, self.transport, self._finished, self.credits, res.start_ns, _now)
         ctx.stopped = self._stop
         if self._end_next:
             ctx.end()
@@ -147,6 +155,26 @@ class Runner:
             self._level = None
             self._end_next = False
         return res
+
+    def connections_for(self, plan: LevelPlan) -> int:
+        """The connections this process's share of ``plan`` will hold open: one per user
+        (closed loop), or the rate times the mean latency measured so far (open loop; 2 s
+        before any request finished), at most ``max_in_flight``."""
+        if plan.mode == "concurrency":
+            return len(range(plan.worker, max(int(plan.value), 1), plan.n_workers))
+        rate = float(plan.value)
+        if plan.offsets is not None and len(plan.offsets) > 1:
+            rate = len(plan.offsets) / max(float(plan.offsets[-1] - plan.offsets[0]), 1e-3)
+        latency_s = self._e2e_ns / self._e2e_n / 1e9 if self._e2e_n else OPEN_WARM_LATENCY_S
+        n = math.ceil(rate / plan.n_workers * latency_s)
+        return min(n, plan.max_in_flight) if plan.max_in_flight else n
+
+    def _finished(self, rec: RequestRecord) -> None:
+        if rec.ok and rec.sent_ns and rec.done_ns > rec.sent_ns:
+            self._e2e_ns += rec.done_ns - rec.sent_ns
+            self._e2e_n += 1
+        if self.on_record is not None:
+            self.on_record(rec)
 
     async def _monitor(self, res: LevelResult, stop: asyncio.Event) -> None:
         interval_ns = int(LAG_INTERVAL_S * 1e9)
@@ -170,11 +198,12 @@ async def _sleep_until(t_ns: int) -> None:
 async def _closed_loop(ctx: LevelContext, specs: _Specs) -> None:
     plan = ctx.plan
     users = max(int(plan.value), 1)
-    deadline = None if plan.duration_s is None else ctx.start_ns + int(plan.duration_s * 1e9)
+    deadline = plan.deadline_ns(ctx.start_ns)
+    warm_until = plan.warm_until_ns(ctx.start_ns)
 
     async def user(u: int) -> None:
-        if plan.ramp_s > 0 and u:
-            await ctx.sleep_until(ctx.start_ns + int(plan.ramp_s * 1e9 * u / users))
+        if u:
+            await ctx.sleep_until(plan.user_start_ns(ctx.start_ns, u, users))
         while not ctx.closed:
             now = _now()
             if deadline is not None and now >= deadline:
@@ -183,7 +212,7 @@ async def _closed_loop(ctx: LevelContext, specs: _Specs) -> None:
             if nxt is None:
                 return
             spec, warm = nxt
-            rec = ctx.new_record(spec, u, warm)
+            rec = ctx.new_record(spec, u, warm or now < warm_until)
             rec.scheduled_ns = now
             await ctx.send(spec, rec)
 

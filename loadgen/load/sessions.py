@@ -90,11 +90,12 @@ class SessionSpecs:
         plan = ctx.plan
         users = max(int(plan.value), 1)
         total = None if plan.requests is None else plan.requests + plan.warmup_requests
-        deadline = None if plan.duration_s is None else ctx.start_ns + int(plan.duration_s * 1e9)
+        deadline = plan.deadline_ns(ctx.start_ns)
+        warm_until = plan.warm_until_ns(ctx.start_ns)
 
         async def user(u: int) -> None:
-            if plan.ramp_s > 0 and u:
-                await ctx.sleep_until(ctx.start_ns + int(plan.ramp_s * 1e9 * u / users))
+            if u:
+                await ctx.sleep_until(plan.user_start_ns(ctx.start_ns, u, users))
             quota = user_quota(u, users, total)
             sent = 0
 
@@ -105,7 +106,7 @@ class SessionSpecs:
                 if deadline is not None and _now() >= deadline:
                     return None
                 sent += 1
-                return (sent - 1) * users + u < plan.warmup_requests
+                return (sent - 1) * users + u < plan.warmup_requests or _now() < warm_until
 
             for session in self.users[u]:
                 if not await _hold(ctx, session, _now(), next_turn, u, None, 0, deadline):

@@ -19,7 +19,9 @@ What the summary does not read is dropped: the vendor timings of the final event
 
 from __future__ import annotations
 
+import math
 from array import array
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +66,8 @@ class RecordStore:
         self._status = array("B")
         self._source = array("B")
         self._warmup = array("B")
+        self._new_conn = array("b")  # 1 new, 0 reused, -1 not known
+        self._connect_ms = array("d")  # NaN: None
         self._class = array("H")
         self._class_names: list[str] = []
         self._class_code: dict[str, int] = {}
@@ -84,11 +88,13 @@ class RecordStore:
     @property
     def nbytes(self) -> int:
         """Bytes the columns hold (the side tables aside)."""
-        cols = [
+        cols: list[array[Any]] = [
             *self._ints.values(),
             self._status,
             self._source,
             self._warmup,
+            self._new_conn,
+            self._connect_ms,
             self._class,
             self._n_events,
             self._gap,
@@ -107,6 +113,8 @@ class RecordStore:
         self._status.append(_STATUS_CODE[ErrorKind(rec.status)])
         self._source.append(_SOURCE_CODE[TokenSource(rec.token_source)])
         self._warmup.append(1 if rec.warmup else 0)
+        self._new_conn.append(-1 if rec.new_connection is None else int(rec.new_connection))
+        self._connect_ms.append(math.nan if rec.connect_ms is None else rec.connect_ms)
         code = self._class_code.get(rec.request_class)
         if code is None:
             code = self._class_code[rec.request_class] = len(self._class_names)
@@ -139,9 +147,10 @@ class RecordStore:
         names = self._class_names
         errors = self._errors
         out = []
-        for row, (vals, (http, prompt, completion, session, source_row), status, source, warm, cls) in enumerate(
-            zip(zip(*cols), zip(*opt), self._status, self._source, self._warmup, self._class)
-        ):
+        rows = zip(zip(*cols), zip(*opt), self._status, self._source, self._warmup, self._class)
+        conns = zip(self._new_conn, self._connect_ms)
+        for row, ((vals, optional, status, source, warm, cls), (new, connect)) in enumerate(zip(rows, conns)):
+            http, prompt, completion, session, source_row = optional
             index, level, worker, tp, to, sched, sent, done, credit, turn, turns, answer, reasoning, trial, retries = (
                 vals
             )
@@ -172,6 +181,8 @@ class RecordStore:
                     trial=trial,
                     source_row=source_row,
                     retries=retries,
+                    new_connection=None if new < 0 else bool(new),
+                    connect_ms=None if math.isnan(connect) else connect,
                 )
             )
         return out

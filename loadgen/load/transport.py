@@ -5,11 +5,11 @@ Concrete transports live in :mod:`loadgen.client`; the runner only knows this Pr
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from loadgen.records import RequestRecord, RequestSpec
 
-__all__ = ["Transport"]
+__all__ = ["Transport", "Warms"]
 
 
 class Transport(Protocol):
@@ -24,3 +24,14 @@ class Transport(Protocol):
     async def send(self, spec: RequestSpec, record: RequestRecord) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Warms(Protocol):
+    """A transport that can open connections ahead of a level (the runner warms when
+    the plan asks and the transport can)."""
+
+    async def warm(self, n: int) -> int:
+        """Open up to ``n`` connections and keep them for the requests to come; the number
+        opened. Never raises for a failed connect."""
+        ...

@@ -16,12 +16,10 @@ JSON when ``None`` (``schedule`` of a closed-loop level, ``windows`` outside soa
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union
+from typing import Any
 
+from loadgen.metrics._json import JSONRecord, encode_json, key
 from loadgen.metrics.verdicts import MlperfCheck, SteadyState
 
 __all__ = [
@@ -30,6 +28,7 @@ __all__ = [
     "Check",
     "ClassSummary",
     "ClientHealth",
+    "Connections",
     "Distribution",
     "Events",
     "Goodput",
@@ -59,117 +58,9 @@ SCHEMA_VERSION = 2
 """2 added ``intervals`` (a :class:`StatInterval` per statistic) to the level's latency
 distributions, throughput and goodput; a version 1 file reads as before (no intervals)."""
 
-T = TypeVar("T")
-
-
-def _key(name: str, json_key: str | None = None, *, omit_none: bool = False) -> dict[str, Any]:
-    return {"json": json_key or name, "omit_none": omit_none}
-
-
-def encode_json(value: Any) -> Any:
-    """A typed value as JSON-ready data: dataclasses by their fields (a field's ``json``
-    metadata names its key; ``omit_none`` leaves a ``None`` out), NaN and infinities as
-    ``None``. Shared by ``summary.json`` and ``run.json`` (:mod:`loadgen.runinfo`)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(value):
-            v = getattr(value, f.name)
-            if v is None and f.metadata.get("omit_none"):
-                continue
-            out[f.metadata.get("json", f.name)] = encode_json(v)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [encode_json(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): encode_json(v) for k, v in value.items()}
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def _decode(tp: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        if len(args) == 1:
-            return _decode(args[0], value, where)
-        if all(a in (int, float) for a in args):  # ``int | float``: keep the number as written
-            return value
-        raise TypeError(f"{where}: unsupported union {tp}")
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
-        return [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        _, item = typing.get_args(tp)
-        if not isinstance(value, dict):
-            raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
-        return {str(k): _decode(item, v, f"{where}.{k}") for k, v in value.items()}
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _from_dict(tp, value, where)
-    if tp is float:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ValueError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{where}: expected a string, got {value!r}")
-        return value
-    return value
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _from_dict(cls: type[T], data: Any, where: str) -> T:
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        key = f.metadata.get("json", f.name)
-        if key not in data:
-            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-                continue
-            if f.metadata.get("omit_none"):
-                kwargs[f.name] = None
-                continue
-            raise ValueError(f"{where}: missing {key!r}")
-        kwargs[f.name] = _decode(hints[f.name], data[key], f"{where}.{key}")
-    return cls(**kwargs)
-
-
-class _JSON:
-    """``to_json``/``from_json`` for the dataclasses below."""
-
-    __slots__ = ()
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (NaN and infinities as ``None``)."""
-        out: dict[str, Any] = encode_json(self)
-        return out
-
-    @classmethod
-    def from_json(cls: type[T], data: Any) -> T:
-        """The inverse of :meth:`to_json`; raises ``ValueError`` naming the bad key."""
-        return _from_dict(cls, data, cls.__name__)
-
 
 @dataclass(frozen=True, slots=True)
-class StatInterval(_JSON):
+class StatInterval(JSONRecord):
     """The ``confidence`` interval ``[low, high]`` of the point value beside it, computed on
     ``n_eff`` effective values (see :mod:`loadgen.metrics.uncertainty`). ``low``/``high``
     are ``None`` on a side the data cannot bound, and then ``reason`` says why (e.g.
@@ -179,7 +70,7 @@ class StatInterval(_JSON):
     high: float | None
     n_eff: float
     confidence: float
-    reason: str | None = field(default=None, metadata=_key("reason", omit_none=True))
+    reason: str | None = field(default=None, metadata=key("reason", omit_none=True))
 
     @property
     def bounded(self) -> bool:
@@ -194,7 +85,7 @@ class StatInterval(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class Distribution(_JSON):
+class Distribution(JSONRecord):
     """Count, mean, std, min, percentiles and max of some samples (``None``s when empty).
 
     ``intervals`` (a level's TTFT, ITL, TPOT and E2E only) maps ``"mean"``, ``"p50"`` …
@@ -208,9 +99,9 @@ class Distribution(_JSON):
     p90: float | None = None
     p95: float | None = None
     p99: float | None = None
-    p99_9: float | None = field(default=None, metadata=_key("p99_9", "p99.9"))
+    p99_9: float | None = field(default=None, metadata=key("p99_9", "p99.9"))
     max: float | None = None
-    intervals: dict[str, StatInterval] | None = field(default=None, metadata=_key("intervals", omit_none=True))
+    intervals: dict[str, StatInterval] | None = field(default=None, metadata=key("intervals", omit_none=True))
 
     def stat(self, name: str) -> float | None:
         """One statistic by its JSON name: ``"p50"``, ``"p99.9"``, ``"mean"``, ``"max"``…"""
@@ -235,7 +126,7 @@ def unit_label(mode: str | None, value: float | None = None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Load(_JSON):
+class Load(JSONRecord):
     """The offered load of a level: ``mode`` ``"concurrency"`` (users) or ``"rate"`` (req/s)."""
 
     mode: str
@@ -251,7 +142,7 @@ class Load(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class Requests(_JSON):
+class Requests(JSONRecord):
     """Measured requests (warm-up excluded), the failed ones by error kind, and how many
     were sent again after the server closed their kept-alive connection unanswered
     (``retried``; see :mod:`loadgen.client.keepalive`)."""
@@ -268,7 +159,7 @@ class Requests(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class Steady(_JSON):
+class Steady(JSONRecord):
     """Throughput over the steady-state window (warm-up and drain trimmed by time)."""
 
     window_s: float = 0.0
@@ -278,7 +169,7 @@ class Steady(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class Throughput(_JSON):
+class Throughput(JSONRecord):
     """Successful requests and their tokens over the level's window.
 
     ``output_tokens_per_s_se``: the noise of ``output_tokens_per_s``, the standard error of
@@ -294,20 +185,20 @@ class Throughput(_JSON):
     total_tokens_per_s: float | None = None
     steady: Steady = field(default_factory=Steady)
     output_tokens_per_s_se: float | None = None
-    intervals: dict[str, StatInterval] | None = field(default=None, metadata=_key("intervals", omit_none=True))
+    intervals: dict[str, StatInterval] | None = field(default=None, metadata=key("intervals", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)
-class Check(_JSON):
+class Check(JSONRecord):
     """A level-wide SLO (``ttft:p90=300ms``): the statistic's value and whether it passed."""
 
     slo: str
     value_ms: float | None
-    passed: bool = field(metadata=_key("passed", "pass"))
+    passed: bool = field(metadata=key("passed", "pass"))
 
 
 @dataclass(frozen=True, slots=True)
-class Goodput(_JSON):
+class Goodput(JSONRecord):
     """Requests meeting every per-request SLO per second, their share, and the checks.
 
     ``intervals``: ``"slo_attainment"`` (Wilson's interval on ``n_eff`` of the per-request
@@ -317,11 +208,11 @@ class Goodput(_JSON):
     slo_attainment: float | None = None
     slos: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
-    intervals: dict[str, StatInterval] | None = field(default=None, metadata=_key("intervals", omit_none=True))
+    intervals: dict[str, StatInterval] | None = field(default=None, metadata=key("intervals", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)
-class Lengths(_JSON):
+class Lengths(JSONRecord):
     """Mean prompt and output lengths asked for and received (ok requests)."""
 
     prompt_target_mean: float | None = None
@@ -331,7 +222,7 @@ class Lengths(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class Events(_JSON):
+class Events(JSONRecord):
     """Tokens per SSE event, events coalesced into one read, how tokens were counted."""
 
     tokens_per_event: Distribution = field(default_factory=Distribution)
@@ -340,7 +231,7 @@ class Events(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class ClassSummary(_JSON):
+class ClassSummary(JSONRecord):
     """One request class of a level (``requests`` counts all, the statistics the ok ones)."""
 
     requests: int
@@ -351,7 +242,7 @@ class ClassSummary(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class LagSeries(_JSON):
+class LagSeries(JSONRecord):
     """The worst event-loop lag per one-second bin, seconds from the run's clock anchor."""
 
     t_s: list[float] = field(default_factory=list)
@@ -359,7 +250,7 @@ class LagSeries(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerHealth(_JSON):
+class WorkerHealth(JSONRecord):
     """One worker process of a level: its loop lag and send lateness, the share of a CPU
     it used, how long it waited for one, and its own verdict."""
 
@@ -370,24 +261,24 @@ class WorkerHealth(_JSON):
     runqueue_wait_percent: float | None = None
     verdict: str = "ok"
     reasons: list[str] = field(default_factory=list)
-    loop_lag_over_time: LagSeries | None = field(default=None, metadata=_key("loop_lag_over_time", omit_none=True))
+    loop_lag_over_time: LagSeries | None = field(default=None, metadata=key("loop_lag_over_time", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)
-class ClientHealth(_JSON):
+class ClientHealth(JSONRecord):
     """Did the load generator keep up? ``verdict`` is ``"ok"`` or ``"client-bound"``."""
 
     loop_lag_ms: Distribution
     send_lateness_ms: Distribution
     verdict: str = "ok"
     reasons: list[str] = field(default_factory=list)
-    loop_lag_over_time: LagSeries | None = field(default=None, metadata=_key("loop_lag_over_time", omit_none=True))
-    workers: list[WorkerHealth] | None = field(default=None, metadata=_key("workers", omit_none=True))
-    lost_workers: list[int] | None = field(default=None, metadata=_key("lost_workers", omit_none=True))
+    loop_lag_over_time: LagSeries | None = field(default=None, metadata=key("loop_lag_over_time", omit_none=True))
+    workers: list[WorkerHealth] | None = field(default=None, metadata=key("workers", omit_none=True))
+    lost_workers: list[int] | None = field(default=None, metadata=key("lost_workers", omit_none=True))
     # workers on other machines: the worst uncertainty of their clock offsets (run.json has each)
-    clock_uncertainty_ms: float | None = field(default=None, metadata=_key("clock_uncertainty_ms", omit_none=True))
+    clock_uncertainty_ms: float | None = field(default=None, metadata=key("clock_uncertainty_ms", omit_none=True))
     notes: list[str] | None = field(
-        default=None, metadata=_key("notes", omit_none=True)
+        default=None, metadata=key("notes", omit_none=True)
     )  # not client-bound, but worth knowing
 
     @property
@@ -396,7 +287,7 @@ class ClientHealth(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class Schedule(_JSON):
+class Schedule(JSONRecord):
     """Open loop: requests scheduled, sent late (past ``late_threshold_ms``), dropped; with
     ``--max-in-flight``, how long requests waited for an in-flight credit (that wait is
     the cap's, not the client's, so it is not send lateness)."""
@@ -405,11 +296,11 @@ class Schedule(_JSON):
     late: int
     late_threshold_ms: float
     dropped: int
-    credit_wait_ms: Distribution | None = field(default=None, metadata=_key("credit_wait_ms", omit_none=True))
+    credit_wait_ms: Distribution | None = field(default=None, metadata=key("credit_wait_ms", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)
-class Window(_JSON):
+class Window(JSONRecord):
     """Metrics over one time window of a long level (soak, ramp)."""
 
     t_start_s: float
@@ -425,7 +316,7 @@ class Window(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class TrialStat(_JSON):
+class TrialStat(JSONRecord):
     """One headline metric over repeated trials of a level: each trial's value, their
     mean and the 95% t-interval of the mean (``None`` with fewer than two values)."""
 
@@ -436,7 +327,7 @@ class TrialStat(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class Trials(_JSON):
+class Trials(JSONRecord):
     """``--trials N``: the level ran ``n`` times (seeds ``seed + i``, fresh connections);
     ``metrics`` maps a dotted path (``"ttft_ms.p99"``) to its between-trial statistics."""
 
@@ -445,7 +336,7 @@ class Trials(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class TurnSummary(_JSON):
+class TurnSummary(JSONRecord):
     """One turn index of a multi-turn level (``requests`` counts all, the rest the ok ones)."""
 
     requests: int
@@ -456,7 +347,7 @@ class TurnSummary(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class Sessions(_JSON):
+class Sessions(JSONRecord):
     """Multi-turn sessions of a level: how many had a measured turn, how many ended with
     their last turn ok (``completed``), and ok turns per session."""
 
@@ -466,7 +357,7 @@ class Sessions(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class Reasoning(_JSON):
+class Reasoning(JSONRecord):
     """A level whose answers streamed reasoning: time to the first *answer* token (after
     the reasoning; TTFT counts the first token of any kind) and the split of output tokens."""
 
@@ -477,7 +368,17 @@ class Reasoning(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class LevelSummary(_JSON):
+class Connections(JSONRecord):
+    """Of the measured requests whose connection is known (``known``), those that waited
+    for one to be opened (``new``: the connect is inside their TTFT) and its time."""
+
+    new: int
+    known: int
+    connect_ms: Distribution
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSummary(JSONRecord):
     """One load level (see :mod:`loadgen.metrics.summary` for how each number is made)."""
 
     load: Load
@@ -498,17 +399,18 @@ class LevelSummary(_JSON):
     events: Events
     by_class: dict[str, ClassSummary]
     client: ClientHealth
-    schedule: Schedule | None = field(default=None, metadata=_key("schedule", omit_none=True))
+    schedule: Schedule | None = field(default=None, metadata=key("schedule", omit_none=True))
     interrupted: bool = False
-    windows: list[Window] | None = field(default=None, metadata=_key("windows", omit_none=True))
-    trials: Trials | None = field(default=None, metadata=_key("trials", omit_none=True))
-    sessions: Sessions | None = field(default=None, metadata=_key("sessions", omit_none=True))
-    by_turn: dict[str, TurnSummary] | None = field(default=None, metadata=_key("by_turn", omit_none=True))
-    reasoning: Reasoning | None = field(default=None, metadata=_key("reasoning", omit_none=True))
+    windows: list[Window] | None = field(default=None, metadata=key("windows", omit_none=True))
+    trials: Trials | None = field(default=None, metadata=key("trials", omit_none=True))
+    sessions: Sessions | None = field(default=None, metadata=key("sessions", omit_none=True))
+    by_turn: dict[str, TurnSummary] | None = field(default=None, metadata=key("by_turn", omit_none=True))
+    reasoning: Reasoning | None = field(default=None, metadata=key("reasoning", omit_none=True))
     # run until precise: why the level stopped ("precision met: ...", "max-duration: ttft.p99 ±8.1% > 5%")
-    stopped: str | None = field(default=None, metadata=_key("stopped", omit_none=True))
-    steady_state: SteadyState | None = field(default=None, metadata=_key("steady_state", omit_none=True))
-    mlperf: list[MlperfCheck] | None = field(default=None, metadata=_key("mlperf", omit_none=True))
+    stopped: str | None = field(default=None, metadata=key("stopped", omit_none=True))
+    steady_state: SteadyState | None = field(default=None, metadata=key("steady_state", omit_none=True))
+    mlperf: list[MlperfCheck] | None = field(default=None, metadata=key("mlperf", omit_none=True))
+    connect: Connections | None = field(default=None, metadata=key("connect", omit_none=True))
 
     @property
     def attainment_interval(self) -> StatInterval | None:
@@ -554,7 +456,7 @@ _LEVEL_DISTS = tuple(f.name for f in dataclasses.fields(LevelSummary) if f.type 
 
 
 @dataclass(frozen=True, slots=True)
-class Capacity(_JSON):
+class Capacity(JSONRecord):
     """The highest offered load whose SLO attainment stays >= ``target``.
 
     ``status``: ``"ok"`` (``value`` interpolated ``between`` a passing and a failing
@@ -569,11 +471,11 @@ class Capacity(_JSON):
     target: float
     mode: str | None = None
     slos: list[str] = field(default_factory=list)
-    interval: list[float | None] | None = field(default=None, metadata=_key("interval", omit_none=True))
+    interval: list[float | None] | None = field(default=None, metadata=key("interval", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)
-class Saturation(_JSON):
+class Saturation(JSONRecord):
     """The knee: the first level where throughput stops growing while latency climbs."""
 
     found: bool
@@ -586,7 +488,7 @@ class Saturation(_JSON):
 
 
 @dataclass(frozen=True, slots=True)
-class RunSummary(_JSON):
+class RunSummary(JSONRecord):
     """A whole run: ``summary.json``."""
 
     levels: list[LevelSummary] = field(default_factory=list)

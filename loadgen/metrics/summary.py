@@ -38,6 +38,7 @@ from loadgen.metrics.per_request import EventArrays, frame_and_events, frame_and
 from loadgen.metrics.results import (
     ClassSummary,
     ClientHealth,
+    Connections,
     Distribution,
     Events,
     Goodput,
@@ -467,7 +468,21 @@ def summarize_level(
         sessions=sessions_of(frame, ok, _turns(records, frame)),
         by_turn=by_turn(frame, ev, ok, itl, _prompt_tokens(frame)),
         reasoning=reasoning_of(okf),
+        connect=_connections(measured),
         **level_verdicts(frame, ok, slos, scheduled is not None, cut, mlperf, attained),
+    )
+
+
+def _connections(measured: Sequence[RequestRecord]) -> Connections | None:
+    """The measured requests' connections (None: not known, records of older files)."""
+    known = [r for r in measured if r.new_connection is not None]
+    if not known:
+        return None
+    times = [r.connect_ms for r in known if r.new_connection and r.connect_ms is not None]
+    return Connections(
+        new=sum(1 for r in known if r.new_connection),
+        known=len(known),
+        connect_ms=distribution(np.asarray(times, dtype=np.float64)),
     )
 
 

@@ -1,0 +1,110 @@
+"""Warm connections and --ramp-up, against real servers on loopback: a level's connections
+are opened before its clock starts (none of its measured requests waits for a connect),
+a server that closes every connection shows every request as new, and ramp-up spreads
+the users' first sends and leaves them out of the measurement."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from loadgen.client.dialects import DialectOptions, get_dialect
+from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.load.runner import LevelPlan, Runner
+from loadgen.metrics.summary import summarize_level
+from loadgen.records import RequestRecord, RequestSpec
+from tests.client.closing_server import ClosingServer
+
+TRANSPORTS = ["aiohttp", "httpx"]
+USERS = 8
+
+
+def _transport(url: str, kind: str) -> Any:
+    cfg = TransportConfig(
+        base_url=url,
+        dialect=get_dialect("completions"),
+        options=DialectOptions(model="closing-model"),
+        read_timeout_s=5,
+    )
+    return make_transport(kind, cfg)
+
+
+def _specs() -> Any:
+    return (RequestSpec(index=i, prompt=f"hello {i}", prompt_tokens=2, max_tokens=4) for i in itertools.count())
+
+
+async def _level(mode: str, kind: str, warm: bool, requests: int = 32) -> tuple[list[RequestRecord], ClosingServer]:
+    server = ClosingServer(mode)
+    await server.start()
+    transport = _transport(server.url, kind)
+    plan = LevelPlan(index=0, mode="concurrency", value=USERS, requests=requests, warm_connections=warm)
+    try:
+        res = await Runner(transport).run_level(plan, _specs())
+    finally:
+        await transport.aclose()
+        await server.stop()
+    return sorted(res.records, key=lambda r: r.sent_ns), server
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_warm_connections_leave_no_connect_inside_the_level(kind: str) -> None:
+    records, server = await _level("never", kind, warm=True)
+    assert len(records) == 32 and all(r.ok for r in records)
+    assert [r.new_connection for r in records] == [False] * 32
+    assert all(r.connect_ms is None for r in records)
+    assert server.connections == USERS  # one per user, opened before the start
+    assert server.handled == 32  # the warm-up requests are no records and no completions
+    summary = summarize_level(records, load={"mode": "concurrency", "value": USERS})
+    assert summary.connect is not None and (summary.connect.new, summary.connect.known) == (0, 32)
+    assert summary.to_json()["connect"]["new"] == 0
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_without_warming_the_first_wave_opens_the_connections(kind: str) -> None:
+    records, server = await _level("never", kind, warm=False)
+    assert all(r.ok for r in records)
+    assert [r.new_connection for r in records[:USERS]] == [True] * USERS
+    assert not any(r.new_connection for r in records[USERS:])
+    assert all(r.connect_ms is not None and r.connect_ms > 0 for r in records[:USERS])
+    summary = summarize_level(records, load={"mode": "concurrency", "value": USERS})
+    assert summary.connect is not None and summary.connect.new == USERS
+    assert summary.connect.connect_ms.count == USERS
+    assert server.connections == USERS
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_a_server_that_closes_every_connection_shows_each_request_as_new(kind: str) -> None:
+    records, server = await _level("after", kind, warm=True, requests=24)
+    assert len(records) == 24 and all(r.ok for r in records), [r.error for r in records]
+    assert all(r.new_connection for r in records)  # reopened, and counted
+    summary = summarize_level(records, load={"mode": "concurrency", "value": USERS})
+    assert summary.connect is not None and summary.connect.new == summary.connect.known == 24
+    assert server.handled == 24
+
+
+async def test_ramp_up_spreads_the_first_sends_and_leaves_them_out() -> None:
+    server = ClosingServer("never")
+    await server.start()
+    transport = _transport(server.url, "aiohttp")
+    ramp = 0.4
+    plan = LevelPlan(index=0, mode="concurrency", value=4, duration_s=0.2, ramp_up_s=ramp, warm_connections=True)
+    try:
+        res = await Runner(transport).run_level(plan, _specs())
+    finally:
+        await transport.aclose()
+        await server.stop()
+    first = {}
+    for r in sorted(res.records, key=lambda r: r.sent_ns):
+        first.setdefault(r.worker, r.sent_ns)
+    starts = [first[u] - res.start_ns for u in range(4)]
+    assert starts == sorted(starts)  # user u starts at u * S / users, in order
+    span = (starts[-1] - starts[0]) / 1e9
+    assert 0.5 < span / (ramp * 3 / 4) < 1.5  # the spread is the ramp's, as a ratio
+    end_ns = res.start_ns + int(ramp * 1e9)
+    assert all(r.warmup == (r.sent_ns < end_ns) for r in res.records)
+    measured = [r for r in res.records if not r.warmup]
+    assert measured and len(measured) < len(res.records)
+    summary = summarize_level(res.records, load={"mode": "concurrency", "value": 4})
+    assert summary.requests.total == len(measured)
