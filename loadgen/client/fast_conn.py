@@ -22,7 +22,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import httptools
 
@@ -161,8 +161,7 @@ class Conn(asyncio.Protocol):
     # -- the protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
