@@ -31,7 +31,7 @@ from loadgen.client.fast_conn import Conn, Pool
 from loadgen.client.keepalive import Attempt
 from loadgen.client.stream import StreamState
 from loadgen.client.transport import TransportConfig, _now, _Stale, _StreamingTransport
-from loadgen.errors import ConfigError, Disconnected
+from loadgen.errors import ConfigError, Disconnected, InvalidResponse
 
 __all__ = ["FastTransport"]
 
@@ -103,14 +103,17 @@ class FastTransport(_StreamingTransport):
         keep = False
         async with asyncio.timeout(self.config.request_timeout_s):
             conn, attempt.reused = await pool.acquire(single)
+            started = False
             try:
                 try:
                     if conn.closed:  # went between the pool and now: as if it closed on our write
                         raise Disconnected("connection closed before a response")
                     conn.start(data, state)
+                    started = True
                     await conn.wait(head=True)
                 except Disconnected as exc:
-                    if not fresh and not conn.got_bytes and keepalive.may_resend(attempt, True):
+                    answered = started and conn.got_bytes  # a byte of this request's response
+                    if not fresh and not answered and keepalive.may_resend(attempt, True):
                         raise _Stale() from exc
                     raise
                 keepalive.answered(attempt)
@@ -133,7 +136,7 @@ async def _read(conn: Conn, state: StreamState) -> None:
     """Until the body ended; a close once the answer ended is its end too."""
     try:
         await conn.wait(head=False)
-    except Disconnected:
+    except (Disconnected, InvalidResponse):  # the connection's failures; a bad event is raised by state.end
         if not state.ended:
             raise
 

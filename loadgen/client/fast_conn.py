@@ -316,6 +316,10 @@ class Pool:
             self._waiters.append(waiter)
             try:
                 await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # woken, then cancelled: pass the turn on
+                    self._wake_one()
+                raise
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
