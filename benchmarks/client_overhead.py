@@ -3,14 +3,14 @@
 A local server in its own process streams 64 tokens per request at a fixed 20 ms
 spacing and stamps every event with ``perf_counter_ns()`` right before writing it
 (CLOCK_MONOTONIC is system-wide on Linux, so both processes share the clock). The real
-loadgen client (aiohttp transport, closed loop) runs at 1, 16, 64, 256 and 1024
+loadgen client (``--transport``, aiohttp by default; closed loop) runs at 1, 16, 64, 256 and 1024
 concurrent streams; per level we print events/s, the client's CPU use, and the p50/p99
 of |client-measured gap − server gap| between consecutive events of a request, plus
 the delivery delay (client read time − server write time).
 
 Target (issue 2): p99 gap error ≤ 2 ms up to 100 streams per client core.
 
-    python benchmarks/client_overhead.py [--levels 1,16,64,256,1024] [--seconds 6]
+    python benchmarks/client_overhead.py [--levels 1,16,64,256,1024] [--seconds 6] [--transport fast]
 
 Every level is bounded (requests and time) and stops by itself; traffic stays on loopback.
 """
@@ -71,11 +71,11 @@ def routes(app: web.Application) -> None:
     app.router.add_get("/log", _log)
 
 
-async def _level(url: str, streams: int, seconds: float) -> dict[str, float]:
+async def _level(url: str, streams: int, seconds: float, kind: str = "aiohttp") -> dict[str, float]:
     cfg = TransportConfig(
         url, get_dialect("completions"), DialectOptions(model="m", strict=True), max_connections=streams + 8
     )
-    transport = make_transport("aiohttp", cfg)
+    transport = make_transport(kind, cfg)
     # each request lasts ~1.3 s; enough requests to fill `seconds`, bounded
     n = max(streams, int(streams * seconds / (TOKENS * SPACING_S)))
     specs = iter([RequestSpec(i, f"req-{streams}-{i}", 1, TOKENS) for i in range(n + streams)])
@@ -111,6 +111,7 @@ async def _level(url: str, streams: int, seconds: float) -> dict[str, float]:
         "requests": ok,
         "events_per_s": events / wall,
         "cpu_pct": 100 * cpu / wall,
+        "cpu_us_per_event": 1e6 * cpu / max(events, 1),
         "gap_err_p50": float(np.percentile(ge, 50)),
         "gap_err_p99": float(np.percentile(ge, 99)),
         "delivery_p50": float(np.percentile(dl, 50)),
@@ -123,19 +124,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", default="1,16,64,256,1024")
     ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--transport", default="aiohttp", help="the client transport: aiohttp, httpx or fast")
     args = ap.parse_args()
     raise_fd_limit()
     with server_process(routes) as url:
         use_uvloop()
         print(
-            f"client CPU cores: {os.cpu_count()} (client and server share them); {TOKENS} tokens every {SPACING_S * 1e3:.0f} ms"
+            f"transport {args.transport}; client CPU cores: {os.cpu_count()} (client and server share them); {TOKENS} tokens every {SPACING_S * 1e3:.0f} ms"
         )
-        hdr = f"{'streams':>7} {'requests':>8} {'events/s':>9} {'client CPU%':>11} {'|gap err| p50':>13} {'p99 ms':>7} {'delivery p50':>12} {'p99 ms':>7} {'loop lag p99':>12}"
+        hdr = f"{'streams':>7} {'requests':>8} {'events/s':>9} {'client CPU%':>11} {'µs/event':>8} {'|gap err| p50':>13} {'p99 ms':>7} {'delivery p50':>12} {'p99 ms':>7} {'loop lag p99':>12}"
         print(hdr)
         for s in [int(x) for x in args.levels.split(",")]:
-            r = asyncio.run(_level(url, s, args.seconds))
+            r = asyncio.run(_level(url, s, args.seconds, args.transport))
             print(
-                f"{r['streams']:>7} {r['requests']:>8} {r['events_per_s']:>9.0f} {r['cpu_pct']:>11.0f} "
+                f"{r['streams']:>7} {r['requests']:>8} {r['events_per_s']:>9.0f} {r['cpu_pct']:>11.0f} {r['cpu_us_per_event']:>8.1f} "
                 f"{r['gap_err_p50']:>13.3f} {r['gap_err_p99']:>7.3f} {r['delivery_p50']:>12.3f} {r['delivery_p99']:>7.3f} "
                 f"{r['loop_lag_p99']:>12.2f}",
                 flush=True,

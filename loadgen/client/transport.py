@@ -506,7 +506,17 @@ class _NoTimeout:
         return None
 
 
-TRANSPORTS: dict[str, type[_StreamingTransport]] = {"aiohttp": AiohttpTransport, "httpx": HttpxTransport}
+def _fast(config: TransportConfig) -> _StreamingTransport:
+    from loadgen.client.fast import FastTransport  # here: fast.py subclasses _StreamingTransport
+
+    return FastTransport(config)
+
+
+TRANSPORTS: dict[str, Callable[[TransportConfig], _StreamingTransport]] = {
+    "aiohttp": AiohttpTransport,
+    "httpx": HttpxTransport,
+    "fast": _fast,
+}
 
 
 def make_transport(name: str, config: TransportConfig) -> _StreamingTransport:

@@ -26,7 +26,7 @@ from loadgen.records import ErrorKind, RequestRecord, RequestSpec
 from tests.hostile_server import HostileServer, gzip_bytes
 
 MIB = 1 << 20
-TRANSPORTS = ["aiohttp", "httpx"]
+TRANSPORTS = ["aiohttp", "httpx", "fast"]
 
 
 def _transport(url: str, kind: str) -> Any:

@@ -19,7 +19,7 @@ from loadgen.metrics.summary import summarize_level
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec
 from tests.client.closing_server import ClosingServer
 
-TRANSPORTS = ["aiohttp", "httpx"]
+TRANSPORTS = ["aiohttp", "httpx", "fast"]
 
 
 def _transport(url: str, kind: str, api: str = "completions") -> Any:
@@ -63,9 +63,9 @@ async def test_stale_connections_are_sent_again_once_and_counted(kind: str) -> N
     assert summary.to_json()["requests"]["retried"] == 2
 
 
-# aiohttp only: httpcore reports a status line cut short as "Server disconnected without
+# not httpx: httpcore reports a status line cut short as "Server disconnected without
 # sending a response", like no byte at all (docs/client.md says so)
-@pytest.mark.parametrize("kind", ["aiohttp"])
+@pytest.mark.parametrize("kind", ["aiohttp", "fast"])
 async def test_a_request_the_server_began_to_answer_is_never_sent_twice(kind: str) -> None:
     server = ClosingServer("partial")
     await server.start()

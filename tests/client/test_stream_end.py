@@ -15,7 +15,7 @@ from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec, TokenSource
 from tests.client.holding_server import ENDINGS, HoldingServer
 
-TRANSPORTS = ["aiohttp", "httpx"]
+TRANSPORTS = ["aiohttp", "httpx", "fast"]
 GRACE_S = 0.3
 
 

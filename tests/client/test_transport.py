@@ -30,6 +30,8 @@ from loadgen.records import ErrorKind, RequestRecord, RequestSpec, TokenSource
 from tests.client.redirecting import RedirectingServers
 from tests.scripted_server import Script, ScriptedServer, ScriptedServerProcess
 
+TRANSPORTS = ["aiohttp", "httpx", "fast"]
+
 
 def _transport(url: str, api: str = "completions", kind: str = "aiohttp", **opts: Any) -> Any:
     extra = opts.pop("script", None)
@@ -69,7 +71,7 @@ def _gaps_ms(r: RequestRecord) -> list[float]:
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
-@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("kind", TRANSPORTS)
 @pytest.mark.parametrize("tokens_per_event", [1, 4])
 async def test_timing_matches_script_at_concurrency_1(api: str, kind: str, tokens_per_event: int) -> None:
     script = Script(ttft_s=0.030, itl_s=0.010, tokens_per_event=tokens_per_event)
@@ -138,7 +140,7 @@ async def test_coalesced_events_share_a_timestamp() -> None:
     assert len(ts) == 8 and len(set(ts)) == 2
 
 
-@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("kind", TRANSPORTS)
 @pytest.mark.parametrize(
     "script, expected",
     [
@@ -162,7 +164,7 @@ async def test_failures_become_records(kind: str, script: Script, expected: Erro
         assert all(r.http_status == script.status for r in recs)
 
 
-@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("kind", TRANSPORTS)
 @pytest.mark.parametrize("form", ["event", "object"])
 async def test_an_error_in_the_stream_has_its_own_kind(kind: str, form: str) -> None:
     """An SSE `event: error` or a `{"error": ...}` object after a 200: error_event, not
@@ -176,7 +178,7 @@ async def test_an_error_in_the_stream_has_its_own_kind(kind: str, form: str) -> 
         assert len(r.events) == 3 and r.done_ns >= r.events[-1][0]
 
 
-@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("kind", TRANSPORTS)
 async def test_read_timeout_is_recorded(kind: str) -> None:
     async with ScriptedServer(Script(ttft_s=2.0)) as srv:
         recs = await _run(srv.url, 1, 1, 4, kind=kind, read_timeout_s=0.2)
@@ -184,7 +186,7 @@ async def test_read_timeout_is_recorded(kind: str) -> None:
     assert recs[0].error is not None and recs[0].error.startswith("timed out")
 
 
-@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("kind", TRANSPORTS)
 async def test_connection_refused_is_recorded(kind: str) -> None:
     async with ScriptedServer() as srv:
         url = srv.url
@@ -293,7 +295,7 @@ async def test_request_body_has_vllm_fields_unless_strict() -> None:
     assert strict["stream_options"] == {"include_usage": True}
 
 
-@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("kind", TRANSPORTS)
 async def test_a_redirect_is_not_followed_but_recorded_with_its_location(kind: str) -> None:
     """Following a 302 would send the secret header to another origin as a body-less GET."""
     async with RedirectingServers() as srv:
@@ -309,7 +311,7 @@ async def test_a_redirect_is_not_followed_but_recorded_with_its_location(kind: s
     assert rec.error == f"HTTP 302: redirect to '{srv.target}/v1/completions' not followed"
 
 
-@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("kind", TRANSPORTS)
 async def test_a_close_delimited_stream_cut_mid_event_is_disconnected(kind: str) -> None:
     """No chunked encoding: the body ends when the connection does, here halfway through an event."""
     event = b'data: {"choices": [{"index": 0, "text": "tok", "finish_reason": null}]}\n\n'

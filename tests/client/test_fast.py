@@ -1,0 +1,228 @@
+"""The ``fast`` transport's own connection handling, against real servers on loopback:
+pool reuse and its limit, body framings (Content-Length, chunked, gzip), ``Connection:
+close``, a server that closes mid-stream, and a response that is not HTTP. What every
+transport must do is in the parametrised suites (test_transport, test_keepalive, ...)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from loadgen.client.dialects import DialectOptions, get_dialect
+from loadgen.client.fast import FastTransport
+from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.errors import ConfigError
+from loadgen.records import ErrorKind, RequestRecord, RequestSpec
+
+N_TOKENS = 4
+
+
+def _sse() -> bytes:
+    out = b""
+    for i in range(N_TOKENS):
+        fin = '"length"' if i == N_TOKENS - 1 else "null"
+        out += f'data: {{"choices":[{{"index":0,"text":" w{i}","finish_reason":{fin}}}]}}\n\n'.encode()
+    return out + b"data: [DONE]\n\n"
+
+
+class _Peers:
+    """An aiohttp app that counts the client connections (by peer address) it served."""
+
+    def __init__(self) -> None:
+        self.peers: set[Any] = set()
+        self.active = 0
+        self.most_active = 0
+
+    def seen(self, request: web.Request) -> None:
+        assert request.transport is not None
+        self.peers.add(request.transport.get_extra_info("peername"))
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@asynccontextmanager
+async def _server(handler: Handler) -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_post("/v1/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def _transport(url: str, **kw: Any) -> Any:
+    cfg = TransportConfig(url, get_dialect("completions"), DialectOptions(model="m"), read_timeout_s=5.0, **kw)
+    return make_transport("fast", cfg)
+
+
+async def _send(transport: Any, i: int) -> RequestRecord:
+    rec = RequestRecord(index=i)
+    await transport.send(RequestSpec(index=i, prompt=f"p{i}", prompt_tokens=1, max_tokens=N_TOKENS), rec)
+    return rec
+
+
+async def _sequential(url: str, n: int, **kw: Any) -> tuple[list[RequestRecord], Any]:
+    transport = _transport(url, **kw)
+    try:
+        recs = [await _send(transport, i) for i in range(n)]
+        stats = transport.pool.stats()
+    finally:
+        await transport.aclose()
+    return recs, stats
+
+
+def _all_ok(recs: list[RequestRecord]) -> bool:
+    return all(r.status is ErrorKind.OK and len(r.events) == N_TOKENS and r.retries == 0 for r in recs)
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked", "gzip"])
+async def test_sequential_requests_share_one_kept_alive_connection(framing: str) -> None:
+    peers = _Peers()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        peers.seen(request)
+        await request.read()
+        if framing == "content-length":
+            return web.Response(body=_sse(), content_type="text/event-stream")
+        if framing == "gzip":
+            return web.Response(
+                body=gzip.compress(_sse()), headers={"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+            )
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for line in _sse().split(b"\n\n")[:-1]:
+            await resp.write(line + b"\n\n")
+        await resp.write_eof()
+        return resp
+
+    async with _server(handle) as url:
+        recs, stats = await _sequential(url, 6)
+    assert _all_ok(recs), [(r.status, r.error) for r in recs]
+    assert [t for _, t in recs[0].events] == [1] * N_TOKENS
+    assert len(peers.peers) == 1 and stats == {"open": 1, "idle": 1, "connects": 1}
+
+
+async def test_a_connection_close_answer_is_not_reused() -> None:
+    peers = _Peers()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        peers.seen(request)
+        return web.Response(body=_sse(), content_type="text/event-stream", headers={"Connection": "close"})
+
+    async with _server(handle) as url:
+        recs, stats = await _sequential(url, 3)
+    assert _all_ok(recs)
+    assert len(peers.peers) == 3 and stats == {"open": 0, "idle": 0, "connects": 3}
+
+
+async def test_concurrent_requests_keep_to_max_connections() -> None:
+    peers = _Peers()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        peers.seen(request)
+        peers.active += 1
+        peers.most_active = max(peers.most_active, peers.active)
+        try:
+            await asyncio.sleep(0.02)
+            return web.Response(body=_sse(), content_type="text/event-stream")
+        finally:
+            peers.active -= 1
+
+    async with _server(handle) as url:
+        transport = _transport(url, max_connections=2)
+        try:
+            recs = await asyncio.gather(*(_send(transport, i) for i in range(8)))
+            stats = transport.pool.stats()
+        finally:
+            await transport.aclose()
+    assert _all_ok(list(recs))
+    assert peers.most_active == 2 and len(peers.peers) == 2 and stats["connects"] == 2
+
+
+async def test_a_server_that_closes_mid_stream_is_disconnected_and_keeps_the_events() -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for line in _sse().split(b"\n\n")[:2]:
+            await resp.write(line + b"\n\n")
+        await asyncio.sleep(0.01)
+        assert request.transport is not None
+        request.transport.close()
+        return resp
+
+    async with _server(handle) as url:
+        recs, stats = await _sequential(url, 2)
+    for r in recs:
+        assert r.status is ErrorKind.DISCONNECTED and r.retries == 0, (r.status, r.error)
+        assert (r.error or "").startswith("connection closed mid-stream") and len(r.events) == 2
+    assert stats["connects"] == 2 and stats["open"] == 0
+
+
+@pytest.mark.parametrize("garbage", [b"HELLO THERE\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"])
+async def test_a_response_that_is_not_http_is_an_invalid_response(garbage: bytes) -> None:
+    closed: list[int] = []
+    both = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(garbage)
+        await writer.drain()
+        await reader.read()  # until the client, done with it, closes
+        writer.close()
+        closed.append(1)
+        if len(closed) == 2:
+            both.set()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        recs, stats = await _sequential(f"http://127.0.0.1:{port}", 2)
+        await asyncio.wait_for(both.wait(), 10)  # the client closed both connections
+    finally:
+        server.close()
+        await server.wait_closed()
+    for r in recs:
+        assert r.status is ErrorKind.INVALID_RESPONSE and r.retries == 0, (r.status, r.error)
+        assert (r.error or "").startswith("bad HTTP response: HttpParser")
+    assert stats["connects"] == 2 and stats["idle"] == 0
+
+
+def test_a_header_with_a_line_break_is_refused_without_its_value() -> None:
+    cfg = TransportConfig(
+        "http://127.0.0.1:9", get_dialect("completions"), DialectOptions(), headers={"X-Key": "sk-secret\r\nEvil: 1"}
+    )
+    with pytest.raises(ConfigError) as info:
+        FastTransport(cfg)
+    assert "X-Key" in str(info.value) and "sk-secret" not in str(info.value)
+
+
+def test_on_uvloop_as_loadgen_runs_it() -> None:
+    """loadgen's processes run uvloop (loadgen.aio): the same reuse there."""
+    from loadgen.aio import new_event_loop
+
+    async def main() -> tuple[list[RequestRecord], Any]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return web.Response(body=_sse(), content_type="text/event-stream")
+
+        async with _server(handle) as url:
+            return await _sequential(url, 3)
+
+    loop = new_event_loop()
+    try:
+        recs, stats = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert _all_ok(recs) and stats["connects"] == 1
