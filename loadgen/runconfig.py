@@ -33,10 +33,11 @@ from loadgen.workload.traces import Trace
 if TYPE_CHECKING:
     from loadgen.orchestrate import Resume
 
-__all__ = ["MAX_TRIALS", "MAX_WORKERS", "Origin", "RunConfig"]
+__all__ = ["DEFAULT_TRANSPORT", "MAX_TRIALS", "MAX_WORKERS", "Origin", "RunConfig"]
 
 MAX_TRIALS = 100  # --trials: repeats of one level
 MAX_WORKERS = 1024  # --workers: processes or Ray actors that send
+DEFAULT_TRANSPORT = "fast"  # HTTP/1.1 on httptools (loadgen/client/fast.py); aiohttp and httpx on request
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class RunConfig:
     model: str | None = None  # None: the first of /v1/models
     slos: list[SLO] = field(default_factory=list)
     seed: int = 0
-    transport: str = "aiohttp"
+    transport: str = DEFAULT_TRANSPORT  # "fast"; --http2 needs httpx
     http2: bool = False
     headers: dict[str, str] = field(default_factory=dict)
     strict: bool = False

@@ -21,7 +21,7 @@ from loadgen.errors import ConfigError
 from loadgen.load.profiles import Profile
 from loadgen.metrics.gates import Gates
 from loadgen.paths import search_dirs, shipped
-from loadgen.runconfig import Origin, RunConfig
+from loadgen.runconfig import DEFAULT_TRANSPORT, Origin, RunConfig
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace
 
@@ -239,7 +239,7 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
         model=f.model,
         slos=[parse_slo(s) for s in (f.slo or prof.slos)],
         seed=0 if f.seed is None else f.seed,
-        transport=f.transport or "aiohttp",
+        transport=f.transport or ("httpx" if f.http2 else DEFAULT_TRANSPORT),  # --http2 alone: httpx
         http2=f.http2,
         headers={**url_auth, **headers(f.header, f.api_key_env, api)},
         strict=f.strict,

@@ -157,7 +157,7 @@ def test_the_run_json_keeps_the_explicit_arrival(server: ScriptedServerProcess, 
         (["--workers", "0"], "--workers: must be a whole number in [1, 1024]"),
         (["--trials", "101"], "--trials: must be an integer in [1, 100], got 101"),
         (["--transport", "curl"], "--transport: unknown transport 'curl'"),
-        (["--http2"], "--http2: HTTP/2 needs the httpx transport"),
+        (["--http2", "--transport", "fast"], "--http2: HTTP/2 needs the httpx transport"),
         (["--concurrency", "0"], "--concurrency: must be >= 1"),
         (["--rate", "2", "--arrival", "gamma", "--burstiness", "0"], "--burstiness: must be > 0, got 0"),
         (["--rate", "2", "--arrival", "zipf"], "--arrival: unknown arrival process 'zipf'"),
@@ -172,3 +172,11 @@ def test_a_flag_error_names_the_flag_before_anything_is_sent(tmp_path: Path, arg
     assert res.exit_code == 2, res.output
     assert needle in res.output and "Traceback" not in res.output
     assert not (tmp_path / "x").exists()
+
+
+def test_the_transport_is_fast_unless_http2_or_named(tmp_path: Path) -> None:
+    base = RunFlags(url="http://127.0.0.1:8000", out=str(tmp_path / "o"))
+    assert build_run_config(base, [], live=False).transport == "fast"
+    assert build_run_config(dataclasses.replace(base, http2=True), [], live=False).transport == "httpx"
+    named = build_run_config(dataclasses.replace(base, transport="aiohttp"), [], live=False)
+    assert named.transport == "aiohttp" and not named.http2

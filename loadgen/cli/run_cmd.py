@@ -324,7 +324,10 @@ Config = Annotated[
         "given here win. Header values and API keys are never in run.json: pass them again",
     ),
 ]
-Transport = Annotated[OptStr, _opt("--transport", panel=_ADVANCED, help="aiohttp (default) or httpx")]
+Transport = Annotated[
+    OptStr,
+    _opt("--transport", panel=_ADVANCED, help="fast (default: HTTP/1.1 on httptools), aiohttp, or httpx (HTTP/2)"),
+]
 Http2 = Annotated[bool, _opt("--http2/--no-http2", panel=_ADVANCED, help="HTTP/2 (httpx transport)")]
 Strict = Annotated[
     bool,
