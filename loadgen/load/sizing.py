@@ -12,8 +12,8 @@ needs over what one process holds, and never more than the free cores:
   error at most 2 ms;
 - **free cores**: the CPUs this process may run on (``sched_getaffinity``) minus the
   one-minute load average, rounded; at least 1. The coordinator gets no core of its own:
-  it only writes the workers' batches (256 streams on 2 cores: +39 ms client-added TTFT
-  with 2 workers, +72 ms with 1).
+  it only writes the workers' batches (``benchmarks/scale_out.py``, 256 streams on 2 cores
+  that also run the server: +19 ms mean client-added TTFT with 2 workers, +44 ms with 1).
 
 ``workers = ceil(need / capacity)``, at least 1, at most the free cores: a light load stays
 in one process. Ray clusters keep their own rule (:func:`loadgen.load.workers.auto_workers`).
