@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +17,14 @@ from typer.testing import CliRunner
 
 from loadgen.cli import app
 from loadgen.load.profiles import Profile
-from loadgen.load.sizing import EVENTS_PER_STREAM_S, EVENTS_PER_WORKER_S, free_cores, level_need, size_workers
+from loadgen.load.sizing import (
+    EVENTS_PER_STREAM_S,
+    EVENTS_PER_WORKER_S,
+    busy_cores,
+    free_cores,
+    level_need,
+    size_workers,
+)
 from loadgen.report.files import read_run_info
 from tests.scripted_server import Script, ScriptedServerProcess
 
@@ -58,11 +68,28 @@ def test_open_loop_is_sized_by_rate_times_output_tokens() -> None:
     assert level_need(Profile(kind="sweep-rate", mode="rate", max_concurrency=64), 10.0).basis.startswith("64 streams")
 
 
-def test_free_cores_are_the_allowed_cpus_less_the_load() -> None:
-    assert free_cores(cpus=8, load=0.2) == 8
-    assert free_cores(cpus=8, load=2.6) == 5
-    assert free_cores(cpus=2, load=7.0) == 1  # a busy machine still runs the run
+def test_free_cores_are_the_allowed_cpus_less_the_busy_ones() -> None:
+    assert free_cores(cpus=8, busy=0.2) == 8
+    assert free_cores(cpus=8, busy=2.6) == 5
+    assert free_cores(cpus=2, busy=7.0) == 1  # a busy machine still runs the run
+    assert 0.0 <= busy_cores(0.05) <= (os.cpu_count() or 1) + 0.01
     assert 1 <= free_cores() <= len(os.sched_getaffinity(0))
+
+
+def test_a_busy_core_is_seen_as_busy() -> None:
+    """A process spinning on one core while the CPUs are sampled counts as (at least half)
+    a busy core, whatever else the machine does (a count, no timing threshold)."""
+    spin = subprocess.Popen([sys.executable, "-c", SPIN])
+    try:
+        time.sleep(0.3)  # the interpreter started
+        spinning = busy_cores(0.5)
+    finally:
+        spin.kill()
+        spin.wait(10)
+    assert spinning >= 0.5, spinning
+
+
+SPIN = "import time\nend = time.monotonic() + 10\nwhile time.monotonic() < end:\n    pass\n"
 
 
 @pytest.fixture(scope="module")
