@@ -31,6 +31,7 @@ from loadgen.load.profiles import Profile
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.load.share import WorkerSetup
+from loadgen.load.sizing import free_cores, level_need, size_workers
 from loadgen.load.sweeps import Sweep
 from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.metrics.results import LevelSummary, RunSummary
@@ -76,6 +77,7 @@ __all__ = [
 ]
 
 WRITE_FAILED = 74  # exit code of a run whose folder could not be written (sysexits' EX_IOERR)
+_OUTPUT_TOKENS_UNKNOWN = 256.0  # auto workers: mean output tokens assumed when the workload does not say
 
 
 @dataclass
@@ -126,7 +128,9 @@ def _workload_info(wl: Workload) -> WorkloadInfo:
     )
 
 
-def _run_json(cfg: RunConfig, info: ServerInfo, calib: Calibration, started: float, anchor_ns: int) -> RunInfo:
+def _run_json(
+    cfg: RunConfig, info: ServerInfo, calib: Calibration, started: float, anchor_ns: int, n_workers: int
+) -> RunInfo:
     return RunInfo(
         label=cfg.label,
         command=list(cfg.command),
@@ -146,6 +150,7 @@ def _run_json(cfg: RunConfig, info: ServerInfo, calib: Calibration, started: flo
             request_timeout_s=cfg.request_timeout_s,
             header_names=sorted(cfg.headers),  # names only: values may be secrets
             workers=cfg.workers,
+            workers_started=n_workers,
             ray=None if cfg.ray is None else redact_url(cfg.ray),
             trials=cfg.trials,
             warm_connections=cfg.warm_connections,
@@ -184,15 +189,29 @@ def _transport_config(cfg: RunConfig, info: ServerInfo) -> TransportConfig:
     )
 
 
+def _mean_output_tokens(cfg: RunConfig) -> float:
+    """The run's mean output tokens a request (a trace's, a dataset's cap, or the
+    workload's classes by weight); :data:`_OUTPUT_TOKENS_UNKNOWN` when none says."""
+    if cfg.trace is not None:
+        return float(cfg.trace.output_tokens.mean()) if len(cfg.trace) else _OUTPUT_TOKENS_UNKNOWN
+    classes = cfg.workload.classes
+    if cfg.workload.dataset is not None or not classes:
+        opts = cfg.workload.dataset
+        return float(opts.output_tokens) if opts is not None and opts.output_tokens else _OUTPUT_TOKENS_UNKNOWN
+    total = sum(c.weight for c in classes)
+    return sum(c.weight * c.output_tokens.mean() for c in classes) / total if total > 0 else _OUTPUT_TOKENS_UNKNOWN
+
+
 def _workers(cfg: RunConfig, cluster: RayCluster | None = None) -> tuple[int, str]:
-    """How many workers, and why (``auto``: by the streams the profile keeps open, up to
-    this machine's CPUs or the Ray cluster's)."""
+    """How many workers, and why (``auto``: by the events per second the busiest level
+    needs, up to this machine's free cores, see :mod:`loadgen.load.sizing`; on Ray, by the
+    streams the profile keeps open, up to the cluster's CPUs)."""
     if cfg.workers == "auto":
+        if cluster is None:
+            return size_workers(level_need(cfg.profile, _mean_output_tokens(cfg)), free_cores())
         streams = _max_streams(cfg.profile)
         if not streams:  # open loop without a cap: size by the highest rate x a 1 s request
             streams = int(max(cfg.profile.levels or [1.0]))
-        if cluster is None:
-            return auto_workers(streams)
         return auto_workers(streams, cpus=max(cluster.cpus, 1), cpus_of="the Ray cluster's")
     n = int(cfg.workers)
     return n, f"--workers {n}"
@@ -259,7 +278,7 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
             n_workers = _worker_count(cfg, cluster, console)
             running: list[LevelExecutor] = []  # the levels, once they exist: a full disk interrupts them
             folder = _RunFolder.open(cfg, files, console, running)
-            anchor_ns = folder.start(cfg, info, calib, started, dataset_stats)
+            anchor_ns = folder.start(cfg, info, calib, started, dataset_stats, n_workers)
             stats = LiveStats(lambda: running[0].in_flight if running else 0)
             setup = WorkerSetup(
                 make_transport=functools.partial(make_transport, cfg.transport, tcfg),
@@ -320,7 +339,9 @@ def _worker_count(cfg: RunConfig, cluster: RayCluster | None, console: Console) 
             f"{cluster.nodes} node{'s' if cluster.nodes > 1 else ''} ({why})[/dim]"
         )
     elif n > 1 or cfg.workers == "auto":
-        console.print(f"[dim]workers: {n} process{'es' if n > 1 else ''} ({why})[/dim]")
+        console.print(
+            f"[dim]workers: {n} process{'es' if n > 1 else ''} ({why})[/dim]", highlight=False, soft_wrap=True
+        )
     return n
 
 
@@ -409,7 +430,13 @@ class _RunFolder:
         return cls(files.enter_context(writer))
 
     def start(
-        self, cfg: RunConfig, info: ServerInfo, calib: Calibration, started: float, dataset_stats: dict[str, Any]
+        self,
+        cfg: RunConfig,
+        info: ServerInfo,
+        calib: Calibration,
+        started: float,
+        dataset_stats: dict[str, Any],
+        n_workers: int,
     ) -> int:
         """Write ``run.json`` before anything is sent; the run's clock anchor (a resumed
         run keeps its own)."""
@@ -425,7 +452,7 @@ class _RunFolder:
             )
             anchor_ns = run_info.anchor_ns if run_info.anchor_ns is not None else anchor_ns
         else:
-            run_info = _run_json(cfg, info, calib, started, anchor_ns)
+            run_info = _run_json(cfg, info, calib, started, anchor_ns, n_workers)
         wl_info = run_info.workload
         if dataset_stats and wl_info is not None and wl_info.dataset is not None:
             dataset = dataclasses.replace(wl_info.dataset, **dataset_stats)

@@ -86,7 +86,7 @@ class RunConfig:
     live: bool = True
     scrape_metrics: bool = False  # poll the target's /metrics into server_metrics.jsonl
     scrape_urls: list[str] = field(default_factory=list)  # other Prometheus endpoints read with it (DCGM)
-    workers: int | str = 1  # worker processes that send (the coordinator sends nothing), or "auto"
+    workers: int | str = "auto"  # worker processes that send (the coordinator sends nothing), or "auto"
     ray: str | None = None  # workers are Ray actors of this cluster ("auto" or an address) instead
     gates: Gates = field(default_factory=Gates)  # --fail-on: what makes the run fail (exit code)
     abort_on_fail: bool = False  # stop the sweep at the first level that fails a gate

@@ -252,7 +252,7 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
         live=live,
         scrape_metrics=f.scrape_metrics or bool(f.scrape_url),
         scrape_urls=[u.strip() for u in f.scrape_url],
-        workers=_workers(f.workers or ("auto" if f.ray is not None else "1")),
+        workers=_workers(f.workers or "auto"),
         ray=f.ray,
         tokenizer=None if f.tokenizer is None else resolve_tokenizer(str(shipped(f.tokenizer))),
         trace=trace,

@@ -252,7 +252,8 @@ class ClientConfig(_Record):
     read_timeout_s: float = 120.0
     request_timeout_s: float = 600.0
     header_names: list[str] = field(default_factory=list)
-    workers: int | str = 1
+    workers: int | str = 1  # as asked: a number or "auto"
+    workers_started: int | None = field(default=None, metadata=_OMIT)  # what the run started ("auto" resolved)
     ray: str | None = None
     trials: int = 1
     warm_connections: bool = True
