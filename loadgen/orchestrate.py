@@ -208,7 +208,7 @@ def _workers(cfg: RunConfig, cluster: RayCluster | None = None) -> tuple[int, st
     streams the profile keeps open, up to the cluster's CPUs)."""
     if cfg.workers == "auto":
         if cluster is None:
-            return size_workers(level_need(cfg.profile, _mean_output_tokens(cfg)), free_cores())
+            return size_workers(level_need(cfg.profile, _mean_output_tokens(cfg)), free_cores)
         streams = _max_streams(cfg.profile)
         if not streams:  # open loop without a cap: size by the highest rate x a 1 s request
             streams = int(max(cfg.profile.levels or [1.0]))

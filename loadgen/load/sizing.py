@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadgen.load.profiles import Profile
@@ -115,9 +116,15 @@ def busy_cores(sample_s: float = BUSY_SAMPLE_S) -> float:
     return (1.0 - (idle1 - idle0) / total) * (os.cpu_count() or 1)
 
 
-def size_workers(need: Need, free: int) -> tuple[int, str]:
-    """How many workers hold ``need`` with at most ``free`` cores, and why (one line)."""
+def size_workers(need: Need, free: int | Callable[[], int]) -> tuple[int, str]:
+    """How many workers hold ``need`` with at most ``free`` cores, and why (one line).
+    ``free`` may be a function (:func:`free_cores`): it is asked only when one worker is
+    not enough, so a light run does not wait for the CPU sample."""
     want = max(1, math.ceil(need.events_per_s / EVENTS_PER_WORKER_S))
+    if want == 1:
+        return 1, f"{need.basis} ≈ {need.events_per_s:,.0f} events/s, within one worker's ~{EVENTS_PER_WORKER_S:,.0f}"
+    if callable(free):
+        free = free()
     n = min(want, max(free, 1))
     why = (
         f"{need.basis} ≈ {need.events_per_s:,.0f} events/s at ~{EVENTS_PER_WORKER_S:,.0f} per worker; "
