@@ -1,0 +1,92 @@
+"""Client CPU per streamed event, stage by stage, in one process (no network).
+
+Realistic SSE bytes (one OpenAI chat or completions content-delta event per read, a final
+event with ``finish_reason`` and ``usage``, then ``[DONE]``) go through the same pieces
+the transports use: the SSE decoder alone, the SSE decoder plus JSON decoding plus the
+dialect's ``parse_event``, and the whole :class:`~loadgen.client.stream.StreamState`
+(``feed`` of every read, then ``close``), which is the per-event path minus the socket.
+Each stage prints µs per event (best of ``--repeat`` runs, so noise from other processes
+counts least).
+
+    python benchmarks/event_cost.py [--events 20000] [--repeat 5] [--api chat]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+from loadgen.client.dialects import get_dialect
+from loadgen.client.sse import SSEDecoder
+from loadgen.client.stream import StreamState
+from loadgen.records import RequestRecord
+
+
+def _chunks(api: str, n: int) -> list[bytes]:
+    if api == "chat":
+        ev = b'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}\n\n'
+        last = (
+            b'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"length"}],'
+            + f'"usage":{{"prompt_tokens":10,"completion_tokens":{n},"total_tokens":{n + 10}}}}}\n\n'.encode()
+        )
+    else:
+        ev = b'data: {"id":"x","object":"text_completion","choices":[{"index":0,"text":" tok","finish_reason":null}]}\n\n'
+        last = (
+            b'data: {"id":"x","object":"text_completion","choices":[{"index":0,"text":"","finish_reason":"length"}],'
+            + f'"usage":{{"prompt_tokens":10,"completion_tokens":{n},"total_tokens":{n + 10}}}}}\n\n'.encode()
+        )
+    return [ev] * n + [last, b"data: [DONE]\n\n"]
+
+
+def _best(fn: Callable[[], None], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time_ns()
+        fn()
+        best = min(best, time.process_time_ns() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=20000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--api", default="chat", choices=["chat", "completions"])
+    args = ap.parse_args()
+    dialect = get_dialect(args.api)
+    chunks = _chunks(args.api, args.events)
+    n = len(chunks)
+
+    def sse() -> None:
+        dec = SSEDecoder()
+        for c in chunks:
+            dec.feed(c)
+
+    def sse_parse() -> None:
+        dec = SSEDecoder()
+        parse = dialect.parse_event
+        for c in chunks:
+            for ev in dec.feed(c):
+                if ev.data != "[DONE]":
+                    parse(dialect.decode(ev.data))
+
+    def whole() -> None:
+        rec = RequestRecord(index=0)
+        state = StreamState(rec, dialect, defer=False)
+        t = 0
+        for c in chunks:
+            t += 1000
+            state.feed(c, t)
+        state.close(t)
+        assert len(rec.events) == args.events, len(rec.events)
+
+    stages = [("SSE decode", sse), ("SSE + JSON + dialect parse", sse_parse), ("whole StreamState", whole)]
+    print(f"api {args.api}; {args.events} content events per stream; best of {args.repeat}")
+    print(f"{'stage':<28} {'µs/event':>9}")
+    for name, fn in stages:
+        print(f"{name:<28} {_best(fn, args.repeat) / 1e3 / n:>9.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
