@@ -21,12 +21,16 @@ from tests.fuzz.strategies import DIGITS, budget, dumps
 from tests.fuzz.test_dialects_fuzz import EVENTS
 
 
+def _plain(data: str) -> Any:
+    return json.loads(data)
+
+
 class _JsonChat(Chat):
-    decode = staticmethod(json.loads)
+    decode = staticmethod(_plain)
 
 
 class _JsonCompletions(Completions):
-    decode = staticmethod(json.loads)
+    decode = staticmethod(_plain)
 
 
 PLAIN: dict[str, Dialect] = {"chat": _JsonChat(), "completions": _JsonCompletions()}
