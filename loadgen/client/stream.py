@@ -225,17 +225,19 @@ class StreamState:
             self._backlog = 0
             return
         start = _clock()
+        sse_feed, on_event = self._sse.feed, self._event
         try:
             while pending:
-                chunk, off, t_ns = pending[0]
-                piece = chunk[off : off + SLICE] if off or len(chunk) > SLICE else chunk
-                if off + len(piece) >= len(chunk):
-                    pending.popleft()
+                chunk, off, t_ns = pending.popleft()
+                if off or len(chunk) > SLICE:
+                    piece = chunk[off : off + SLICE]
+                    if off + len(piece) < len(chunk):
+                        pending.appendleft((chunk, off + len(piece), t_ns))
                 else:
-                    pending[0] = (chunk, off + len(piece), t_ns)
+                    piece = chunk
                 self._backlog -= len(piece)
-                for ev in self._sse.feed(piece):
-                    self._event(ev, t_ns)
+                for ev in sse_feed(piece):
+                    on_event(ev, t_ns)
                 if pending and budget_ns is not None and self._loop is not None and _clock() - start > budget_ns:
                     self._scheduled = True
                     self._loop.call_soon(self._parse_pending)
