@@ -9,14 +9,20 @@ Each stage prints µs per event (best of ``--repeat`` runs, so noise from other 
 counts least).
 
     python benchmarks/event_cost.py [--events 20000] [--repeat 5] [--api chat]
+
+Run it with another tree first on ``PYTHONPATH`` (an older commit's ``loadgen``) to
+compare: the header names the tree it measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
 from collections.abc import Callable
 
+import loadgen
 from loadgen.client.dialects import get_dialect
 from loadgen.client.sse import SSEDecoder
 from loadgen.client.stream import StreamState
@@ -66,10 +72,11 @@ def main() -> None:
     def sse_parse() -> None:
         dec = SSEDecoder()
         parse = dialect.parse_event
+        decode = getattr(dialect, "decode", json.loads)  # json.loads in trees from before decode
         for c in chunks:
             for ev in dec.feed(c):
                 if ev.data != "[DONE]":
-                    parse(dialect.decode(ev.data))
+                    parse(decode(ev.data))
 
     def whole() -> None:
         rec = RequestRecord(index=0)
@@ -82,7 +89,8 @@ def main() -> None:
         assert len(rec.events) == args.events, len(rec.events)
 
     stages = [("SSE decode", sse), ("SSE + JSON + dialect parse", sse_parse), ("whole StreamState", whole)]
-    print(f"api {args.api}; {args.events} content events per stream; best of {args.repeat}")
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(loadgen.__file__)))
+    print(f"loadgen from {tree}; api {args.api}; {args.events} content events per stream; best of {args.repeat}")
     print(f"{'stage':<28} {'µs/event':>9}")
     for name, fn in stages:
         print(f"{name:<28} {_best(fn, args.repeat) / 1e3 / n:>9.2f}", flush=True)
