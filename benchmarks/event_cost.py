@@ -8,10 +8,12 @@ dialect's ``parse_event``, and the whole :class:`~loadgen.client.stream.StreamSt
 Each stage prints µs per event (best of ``--repeat`` runs, so noise from other processes
 counts least).
 
-    python benchmarks/event_cost.py [--events 20000] [--repeat 5] [--api chat]
+    python benchmarks/event_cost.py [--events 20000] [--repeat 5] [--api chat] [--before COMMIT]
 
-Run it with another tree first on ``PYTHONPATH`` (an older commit's ``loadgen``) to
-compare: the header names the tree it measured.
+``--before COMMIT`` measures that commit's ``loadgen`` too (``git archive`` into a
+temporary folder, run in a child process) and prints both, side by side. Not included:
+the event loop's ``call_soon`` per read (the stream parses at once here), the socket and
+the HTTP parser; ``client_overhead.py`` measures the whole client.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -59,6 +64,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--api", default="chat", choices=["chat", "completions"])
+    ap.add_argument("--before", metavar="COMMIT", help="also measure COMMIT's loadgen and print both")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     dialect = get_dialect(args.api)
     chunks = _chunks(args.api, args.events)
@@ -89,11 +96,38 @@ def main() -> None:
         assert len(rec.events) == args.events, len(rec.events)
 
     stages = [("SSE decode", sse), ("SSE + JSON + dialect parse", sse_parse), ("whole StreamState", whole)]
+    after = {name: _best(fn, args.repeat) / 1e3 / n for name, fn in stages}
+    if args.json:
+        print(json.dumps(after))
+        return
+    before = _measure_commit(args.before, args) if args.before else None
     tree = os.path.dirname(os.path.dirname(os.path.abspath(loadgen.__file__)))
     print(f"loadgen from {tree}; api {args.api}; {args.events} content events per stream; best of {args.repeat}")
-    print(f"{'stage':<28} {'µs/event':>9}")
-    for name, fn in stages:
-        print(f"{name:<28} {_best(fn, args.repeat) / 1e3 / n:>9.2f}", flush=True)
+    if before is None:
+        print(f"{'stage':<28} {'µs/event':>9}")
+        for name, us in after.items():
+            print(f"{name:<28} {us:>9.2f}")
+        return
+    print(f"{'stage':<28} {'before':>9} {'after':>9} {'after/before':>12}   (µs/event; before: {args.before})")
+    for name, us in after.items():
+        print(f"{name:<28} {before[name]:>9.2f} {us:>9.2f} {us / before[name]:>12.2f}")
+
+
+def _measure_commit(commit: str, args: argparse.Namespace) -> dict[str, float]:
+    """This benchmark run on ``commit``'s loadgen (``git archive`` into a temporary folder)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", commit, "loadgen"], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        cmd = [sys.executable, __file__, "--json", "--events", str(args.events), "--repeat", str(args.repeat)]
+        out = subprocess.run(
+            [*cmd, "--api", args.api],
+            env={**os.environ, "PYTHONPATH": tmp},
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    result: dict[str, float] = json.loads(out)
+    return result
 
 
 if __name__ == "__main__":
