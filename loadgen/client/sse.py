@@ -130,6 +130,15 @@ class SSEDecoder:
         """:meth:`feed` for a chunk without CR (the common case): its lines end at LF only,
         so ``bytes.split`` finds them all at once; the lines are handled in the same order,
         with the same checks, as the general loop does."""
+        n = len(chunk)
+        if (
+            chunk[:6] == b"data: "
+            and chunk.find(b"\n") == n - 2
+            and chunk[-1] == _LF
+            and not self._parts
+            and not self._data
+        ):
+            return self._one_event(chunk)
         events: list[SSEEvent] = []
         lines = chunk.split(b"\n")
         rest = lines.pop()  # after the last LF: the start of a line (b"" when the chunk ends in LF)
@@ -163,6 +172,16 @@ class SSEDecoder:
             self._parts.append(rest)
             self._plen += len(rest)
         return events
+
+    def _one_event(self, chunk: bytes) -> list[SSEEvent]:
+        """The commonest read: ``data: VALUE\\n\\n`` and nothing pending, one event."""
+        self._check(len(chunk) - 2)
+        value = chunk[6:-2].decode("utf-8", errors="replace")
+        if len(value) > self.max_line:
+            raise InvalidResponse(f"an SSE event's data is longer than {mib(self.max_line)} (the client's limit)")
+        ev = SSEEvent(value, self._event or "message", self._last_id, self._retry)
+        self._event = ""
+        return [ev]
 
     def _check(self, size: int) -> None:
         if size > self.max_line:

@@ -36,14 +36,17 @@ class _JsonCompletions(Completions):
 PLAIN: dict[str, Dialect] = {"chat": _JsonChat(), "completions": _JsonCompletions()}
 
 
-def _run(dialect: Dialect, stream: bytes, step: int) -> tuple[Any, ...]:
+def _run(dialect: Dialect, stream: bytes | list[bytes], step: int = 0) -> tuple[Any, ...]:
+    """The record (and answer, and error) of ``stream`` fed in reads of ``step`` bytes (or
+    the reads it lists)."""
     record = RequestRecord(index=0)
     answer: list[str] = []
     state = StreamState(record, dialect, defer=False, answer=answer)
     error = None
+    reads = stream if isinstance(stream, list) else [stream[i : i + step] for i in range(0, len(stream), step)]
     try:
-        for t, i in enumerate(range(0, len(stream), step)):
-            state.feed(stream[i : i + step], 10 + t)
+        for t, read in enumerate(reads):
+            state.feed(read, 10 + t)
         state.close(10_000)
     except TransportError as exc:
         error = (type(exc), str(exc))
@@ -91,6 +94,8 @@ def test_fast_decode_and_lf_split_give_the_plain_paths_record(
     untimed = _untimed(fast)
     assert untimed == _untimed(_run(PLAIN[api], lf.replace(b"\n", crlf), step))  # the general SSE loop
     assert untimed == _untimed(_run(DIALECTS[api], lf, len(lf) + 1))  # one read: the same as many
+    per_frame = frames + ([b"data: [DONE]\n\n"] if done else [])  # one event per read: the commonest read
+    assert untimed == _untimed(_run(DIALECTS[api], per_frame))
 
 
 def _untimed(result: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -118,7 +123,13 @@ def test_lf_lines_decode_as_crlf_and_cr_lines_do(lines: list[str], other: bytes,
         out = [ev for i in range(0, len(stream), step) for ev in dec.feed(stream[i : i + step])]
         return [(e.data, e.event, e.id, e.retry) for e in out + dec.close()]
 
-    assert decode(lf) == decode(lf.replace(b"\n", other))
+    whole = decode(lf)
+    assert whole == decode(lf.replace(b"\n", other))
+    dec = SSEDecoder()  # read by read, cut after each blank line (one ``data: x\n\n`` event per read, often)
+    parts = lf.split(b"\n\n")
+    reads = [p + b"\n\n" for p in parts[:-1]] + [parts[-1]]
+    out = [ev for read in reads for ev in dec.feed(read)] + dec.close()
+    assert [(e.data, e.event, e.id, e.retry) for e in out] == whole
 
 
 def test_orjson_and_json_agree_where_it_matters() -> None:
@@ -133,3 +144,10 @@ def test_orjson_and_json_agree_where_it_matters() -> None:
         assert "Expecting" in str(exc)  # json's own message, as before
     else:
         raise AssertionError("malformed JSON was read")
+
+
+def test_a_field_read_before_a_one_event_read_applies_to_that_event_only() -> None:
+    dec = SSEDecoder()
+    assert dec.feed(b"event: error\nid: 4\n") == []
+    got = dec.feed(b"data: x\n\n") + dec.feed(b"data: y\n\n") + dec.feed(b"data: z\n") + dec.feed(b"\n")
+    assert [(e.data, e.event, e.id) for e in got] == [("x", "error", "4"), ("y", "message", "4"), ("z", "message", "4")]
