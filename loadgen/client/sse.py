@@ -89,6 +89,8 @@ class SSEDecoder:
             self._started = True
             self._parts, self._plen = [], 0
             chunk = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
+        if b"\r" not in chunk:
+            return self._feed_lf(chunk)
         events: list[SSEEvent] = []
         pos = 0
         n = len(chunk)
@@ -123,6 +125,63 @@ class SSEDecoder:
             self._parts.append(chunk[pos:] if pos else chunk)
             self._plen += n - pos
         return events
+
+    def _feed_lf(self, chunk: bytes) -> list[SSEEvent]:
+        """:meth:`feed` for a chunk without CR (the common case): its lines end at LF only,
+        so ``bytes.split`` finds them all at once; the lines are handled in the same order,
+        with the same checks, as the general loop does."""
+        n = len(chunk)
+        if (
+            chunk[:6] == b"data: "
+            and chunk.find(b"\n") == n - 2
+            and chunk[-1] == _LF
+            and not self._parts
+            and not self._data
+        ):
+            return self._one_event(chunk)
+        events: list[SSEEvent] = []
+        lines = chunk.split(b"\n")
+        rest = lines.pop()  # after the last LF: the start of a line (b"" when the chunk ends in LF)
+        limit = self.max_line
+        if lines and self._parts:
+            self._check(self._plen + len(lines[0]))
+            lines[0] = b"".join(self._parts) + lines[0]
+            self._parts, self._plen = [], 0
+        for raw in lines:
+            if not raw:
+                ev = self._dispatch()
+                if ev is not None:
+                    events.append(ev)
+            elif raw[:6] == b"data: ":  # the usual field: decoded after its ASCII name, as _line would
+                if len(raw) > limit:
+                    self._check(len(raw))
+                value = raw[6:].decode("utf-8", errors="replace")
+                if self._data:
+                    self._dlen += len(value) + 1
+                else:
+                    self._dlen += len(value)
+                if self._dlen > limit:
+                    raise InvalidResponse(f"an SSE event's data is longer than {mib(limit)} (the client's limit)")
+                self._data.append(value)
+                self._has_data = True
+            else:
+                self._check(len(raw))
+                self._line(raw)  # a field line never completes an event
+        if rest:
+            self._check(self._plen + len(rest))
+            self._parts.append(rest)
+            self._plen += len(rest)
+        return events
+
+    def _one_event(self, chunk: bytes) -> list[SSEEvent]:
+        """The commonest read: ``data: VALUE\\n\\n`` and nothing pending, one event."""
+        self._check(len(chunk) - 2)
+        value = chunk[6:-2].decode("utf-8", errors="replace")
+        if len(value) > self.max_line:
+            raise InvalidResponse(f"an SSE event's data is longer than {mib(self.max_line)} (the client's limit)")
+        ev = SSEEvent(value, self._event or "message", self._last_id, self._retry)
+        self._event = ""
+        return [ev]
 
     def _check(self, size: int) -> None:
         if size > self.max_line:
@@ -175,11 +234,9 @@ class SSEDecoder:
         if not self._has_data:
             self._event = ""
             return None
+        data = self._data
         ev = SSEEvent(
-            data="\n".join(self._data),
-            event=self._event or "message",
-            id=self._last_id,
-            retry=self._retry,
+            data[0] if len(data) == 1 else "\n".join(data), self._event or "message", self._last_id, self._retry
         )
         self._data = []
         self._dlen = 0

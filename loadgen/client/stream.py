@@ -49,7 +49,6 @@ implausible count stays on the record as the server's claim.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -94,6 +93,7 @@ class StreamState:
         "_bad_usage",
         "_completed",
         "_counts",
+        "_decode",
         "_deltas",
         "_done",
         "_ended",
@@ -107,7 +107,6 @@ class StreamState:
         "_n_bytes",
         "_n_delta_ok",
         "_n_events",
-        "_n_reasoning",
         "_parse",
         "_pending",
         "_prompt",
@@ -134,11 +133,11 @@ class StreamState:
         self.record = record
         self._redact = redact or _identity
         self._backlog = 0  # bytes fed and not parsed yet
-        self._reasoning: list[bool] = []  # per output event: reasoning only
-        self._n_reasoning = 0
+        self._reasoning: list[int] = []  # the output events (their indices) that are reasoning only
         self._answer = answer
         self.dialect = dialect
         self._parse = dialect.parse_event  # looked up once, not per event
+        self._decode = dialect.decode
         self._marker = dialect.done_marker
         self._counts = dialect.usage_counts
         self._sse = SSEDecoder()
@@ -147,8 +146,8 @@ class StreamState:
         self._finish_ends = finish_ends  # a finish_reason ends the answer (one choice asked for)
         self._ended = False
         self.on_end: Callable[[], None] | None = None  # called once, when the answer has ended
-        self._deltas: list[int | None] = []  # usage delta per output event, None when absent
-        self._n_delta_ok = 0  # deltas that are a count >= 1
+        self._deltas: list[int] = []  # usage deltas of the output events that carried a count
+        self._n_delta_ok = 0  # deltas that are a count >= 1 (all n events' when usage counts every event)
         self._last_cum = 0
         self._usage = False  # a usage object was seen
         self._prompt: Any = None  # the last prompt count seen, as the server wrote it
@@ -226,17 +225,19 @@ class StreamState:
             self._backlog = 0
             return
         start = _clock()
+        sse_feed, on_event = self._sse.feed, self._event
         try:
             while pending:
-                chunk, off, t_ns = pending[0]
-                piece = chunk[off : off + SLICE] if off or len(chunk) > SLICE else chunk
-                if off + len(piece) >= len(chunk):
-                    pending.popleft()
+                chunk, off, t_ns = pending.popleft()
+                if off or len(chunk) > SLICE:
+                    piece = chunk[off : off + SLICE]
+                    if off + len(piece) < len(chunk):
+                        pending.appendleft((chunk, off + len(piece), t_ns))
                 else:
-                    pending[0] = (chunk, off + len(piece), t_ns)
+                    piece = chunk
                 self._backlog -= len(piece)
-                for ev in self._sse.feed(piece):
-                    self._event(ev, t_ns)
+                for ev in sse_feed(piece):
+                    on_event(ev, t_ns)
                 if pending and budget_ns is not None and self._loop is not None and _clock() - start > budget_ns:
                     self._scheduled = True
                     self._loop.call_soon(self._parse_pending)
@@ -311,7 +312,7 @@ class StreamState:
         if ev.event == "error":
             raise ErrorEvent(f"error event: {self._clip(data, 300)}")
         try:
-            obj = json.loads(data)
+            obj = self._decode(data)
         except ValueError as exc:
             raise InvalidResponse(f"malformed JSON in SSE event: {self._clip(data, 120)!r}") from exc
         if not isinstance(obj, dict):
@@ -332,7 +333,6 @@ class StreamState:
                 else:
                     self._bad_usage = True
         if info.has_output:
-            delta = None
             if cum is not None:
                 delta = cum - self._last_cum
                 self._last_cum = cum
@@ -340,13 +340,14 @@ class StreamState:
                     self._bad_usage = True
                 elif delta >= 1:
                     self._n_delta_ok += 1
-            self._deltas.append(delta)
+                self._deltas.append(delta)  # used only when every output event has one >= 1
             self._size_total += len(data)
-            self.record.events.append([t_ns, 1])
-            self._reasoning.append(info.reasoning)
-            self._n_reasoning += info.reasoning
-            if not info.reasoning and not self.record.first_answer_ns:
-                self.record.first_answer_ns = t_ns
+            rec = self.record
+            if info.reasoning:
+                self._reasoning.append(len(rec.events))
+            elif not rec.first_answer_ns:
+                rec.first_answer_ns = t_ns
+            rec.events.append([t_ns, 1])
             if self._answer is not None and info.text:
                 self._answer.append(info.text)
         elif cum is not None:
@@ -387,7 +388,7 @@ class StreamState:
             deltas = self._deltas
             for lo in range(0, n, SETTLE_SLICE):
                 for i in range(lo, min(lo + SETTLE_SLICE, n)):
-                    events[i][1] = deltas[i]  # type: ignore[assignment]
+                    events[i][1] = deltas[i]
                 yield
             rec.token_source = TokenSource.USAGE_DELTA
         elif rec.completion_tokens is not None and rec.completion_tokens >= n:
@@ -400,10 +401,10 @@ class StreamState:
             rec.token_source = TokenSource.EVENTS_CORRECTED
         else:
             rec.token_source = TokenSource.EVENTS
-        if self._n_reasoning:
-            reasoning = self._reasoning
+        reasoning = self._reasoning
+        if reasoning:
             tokens = 0
-            for lo in range(0, n, SETTLE_SLICE):
-                tokens += sum(events[i][1] for i in range(lo, min(lo + SETTLE_SLICE, n)) if reasoning[i])
+            for lo in range(0, len(reasoning), SETTLE_SLICE):
+                tokens += sum(events[i][1] for i in reasoning[lo : lo + SETTLE_SLICE])
                 yield
             rec.reasoning_tokens = tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -47,9 +48,9 @@ class Dialect(ABC):
     """One API's wire format: everything loadgen knows about how that API talks.
 
     The transport POSTs :meth:`build_body` to ``base_url + path`` with the run's headers
-    (:meth:`auth_headers` makes the key's), and hands each SSE event's JSON object to
-    :meth:`parse_event`. An event whose data is exactly :attr:`done_marker` ends the stream
-    (anything after it is ignored); an event with a finish reason ends the answer when
+    (:meth:`auth_headers` makes the key's), and hands each SSE event's JSON object (read by
+    :attr:`decode`) to :meth:`parse_event`. An event whose data is exactly :attr:`done_marker`
+    ends the stream (anything after it is ignored); an event with a finish reason ends the answer when
     :meth:`finish_ends` says so for the request's body. Usage objects are read by
     :meth:`usage_counts`; calibration's fallback POSTs :meth:`non_stream_body` and reads
     :meth:`answer_usage` of the one JSON answer.
@@ -88,6 +89,10 @@ class Dialect(ABC):
     @abstractmethod
     def answer_usage(self, answer: Any) -> dict[str, Any] | None:
         """The usage object of a non-streamed answer (any JSON value), if it has one."""
+
+    decode: Any = staticmethod(json.loads)
+    """``decode(data)``: the JSON value of one event's data (``json.loads``; a ``ValueError``
+    means malformed JSON). A dialect may decode faster where the result is the same."""
 
     def finish_ends(self, body: dict[str, Any]) -> bool:
         """Whether a finish reason ends the answer of a request sent with ``body`` (not
