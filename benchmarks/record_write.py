@@ -3,8 +3,10 @@
 Builds N finished records with E streamed events each (a token every ~20 ms, a few
 coalesced reads carrying several tokens, a few failures), then times the writer's path
 per record, as the single-process run drives it: ``RunWriter.append`` for each record,
-then ``flush`` (the level's end). Also times its parts: the JSON line, the events'
-bytes, the two file writes. Best of R repeats, CPU time (``process_time``) and wall
+then ``flush`` (the level's end). Also times its parts (the JSON line, the events as
+arrays, their bytes) and, for comparison, what it costs without batches (one record's
+events encoded alone, two writes per record) and the line of older versions (events
+inline as JSON, the cost to match). Best of R repeats, CPU time (``process_time``) and wall
 time (``perf_counter``), in µs per record. Target: ≤ 10 µs per record.
 
 Run from the repository root (``pip install -e .`` or ``PYTHONPATH=.``):
@@ -25,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.records import ErrorKind, RequestRecord
-from loadgen.report.files import RunWriter
-from loadgen.report.recordio import _line, encode_batch, encode_events
+from loadgen.report.files import FLUSH_RECORDS, RunWriter, record_line
+from loadgen.report.recordio import _event_columns, _line, encode_events
 
 
 def synthetic(n: int, e: int, seed: int = 0) -> list[RequestRecord]:
@@ -93,9 +95,7 @@ def main() -> None:
             with RunWriter(folder) as writer:
                 for rec in recs:
                     writer.append(rec)
-                flush = getattr(writer, "flush", None)
-                if flush is not None:
-                    flush()
+                writer.flush()
             assert writer.count == n, writer.count
 
         rows.append(("whole path (RunWriter.append per record)", *best(whole, args.repeat, n)))
@@ -106,23 +106,36 @@ def main() -> None:
             for rec in recs:
                 _line(rec, 64, 256)
 
-        rows.append(("  JSON line (_line), per record", *best(lines, args.repeat, n)))
+        rows.append(("  JSON line (_line)", *best(lines, args.repeat, n)))
+        batches = [recs[at : at + FLUSH_RECORDS] for at in range(0, n, FLUSH_RECORDS)]
 
+        def columns() -> None:
+            for b in batches:
+                _event_columns(b)
+
+        rows.append((f"  events to arrays, {FLUSH_RECORDS} records at once", *best(columns, args.repeat, n)))
+        cols = [(np.array([r.sent_ns for r in b], dtype=np.int64), *_event_columns(b)) for b in batches]
+
+        def events_batch() -> None:
+            for c in cols:
+                encode_events(*c)
+
+        rows.append((f"  events' bytes, {FLUSH_RECORDS} records at once", *best(events_batch, args.repeat, n)))
         sent = [np.array([r.sent_ns], dtype=np.int64) for r in recs]
-        cols = [np.array(r.events, dtype=np.int64) for r in recs]
-        one = np.array([args.events], dtype=np.int64)
+        one = [np.array(r.events, dtype=np.int64) for r in recs]
+        size = np.array([args.events], dtype=np.int64)
 
         def events_one() -> None:
-            for s, c in zip(sent, cols):
-                encode_events(s, one, c[:, 0].copy(), c[:, 1].copy())
+            for s, c in zip(sent, one):
+                encode_events(s, size, c[:, 0].copy(), c[:, 1].copy())
 
-        rows.append(("  events, encode_events of one record", *best(events_one, args.repeat, n)))
+        rows.append(("  (events' bytes, one record at a time)", *best(events_one, args.repeat, n)))
 
-        def batch_1000() -> None:
-            for at in range(0, n, 1000):
-                encode_batch(recs[at : at + 1000])
+        def inline() -> None:
+            for rec in recs:
+                record_line(rec)
 
-        rows.append(("  encode_batch of 1,000 records, per record", *best(batch_1000, args.repeat, n)))
+        rows.append(("  (older versions' line, events inline)", *best(inline, args.repeat, n)))
 
         line = (folder / "records.jsonl").read_bytes()[: lines_size // n]
         ev = b"\x01" * (events_size // n)
@@ -137,12 +150,12 @@ def main() -> None:
             os.close(a)
             os.close(b)
 
-        rows.append(("  two os.write calls per record", *best(writes, args.repeat, n)))
+        rows.append(("  (two os.write calls per record)", *best(writes, args.repeat, n)))
 
     print(f"{n:,} records x {args.events} events, best of {args.repeat}: µs per record")
-    print(f"{'':46s} {'CPU':>8s} {'wall':>8s}")
+    print(f"{'':48s} {'CPU':>8s} {'wall':>8s}")
     for name, c, w in rows:
-        print(f"{name:46s} {c:8.2f} {w:8.2f}")
+        print(f"{name:48s} {c:8.2f} {w:8.2f}")
     print(f"records.jsonl {lines_size / n:.0f} B/record, events.bin {events_size / n:.0f} B/record")
 
 

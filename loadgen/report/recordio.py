@@ -303,17 +303,22 @@ def _record_of(varint: int, v_end: I64) -> int:
 
 def _line(rec: RequestRecord, n: int, nbytes: int) -> bytes:
     """The record's ``records.jsonl`` line with its events given by reference."""
-    d = {name: getattr(rec, name) for name in _FIELDS}
-    d["events"] = {"n": n, "bytes": nbytes}
+    events = rec.events
+    # orjson writes the dataclass itself, fields in order, faster than a dict of them:
+    # its events swapped for their reference a moment (records are written by one thread)
+    rec.events = {"n": n, "bytes": nbytes}  # type: ignore[assignment]
     try:
-        return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError:  # an integer over 64 bits or a lone surrogate (a server's odd text)
         # json writes both; a lone surrogate can only sit inside a JSON string, where
         # backslashreplace turns it into its JSON escape (\udXXX)
+        d = {name: getattr(rec, name) for name in _FIELDS}
         d["status"] = ErrorKind(rec.status).value
         d["token_source"] = TokenSource(rec.token_source).value
         text = json.dumps(d, separators=(",", ":"), ensure_ascii=False)
         return (text + "\n").encode("utf-8", "backslashreplace")
+    finally:
+        rec.events = events
 
 
 def parse_line(line: bytes) -> tuple[RequestRecord, Any] | None:
@@ -351,18 +356,24 @@ def events_ref(events: Any) -> tuple[int, int] | None:
 def _event_columns(records: Sequence[RequestRecord]) -> tuple[I64, I64, I64]:
     counts = np.fromiter((len(r.events) for r in records), dtype=np.int64, count=len(records))
     pairs = list(chain.from_iterable(r.events for r in records))
-    flat = list(chain.from_iterable(pairs))
-    values: npt.NDArray[Any]
-    try:
-        if {2}.issuperset(map(len, pairs)) and {int}.issuperset(map(type, flat)):  # C speed, no Python loop
-            values = np.array(flat, dtype=np.int64).reshape(-1, 2)
-        else:  # numpy integers, say; never floats, bools or ragged lists
+    values: npt.NDArray[Any] = np.zeros(0)
+    if {2}.issuperset(map(len, pairs)):
+        # C speed, no Python loop: struct takes Python and numpy integers of 64 bits
+        # (bools too, as numpy does), never floats, strings or bigger integers
+        try:
+            packed = struct.pack(f"<{2 * len(pairs)}q", *chain.from_iterable(pairs))
+        except struct.error:
+            pass
+        else:
+            values = np.frombuffer(packed, dtype="<i8").astype(np.int64, copy=False).reshape(-1, 2)
+    if values.shape != (len(pairs), 2):
+        try:  # numpy integers of other kinds, say; never floats, bools alone or ragged lists
             values = np.array(pairs) if pairs else np.zeros((0, 2), dtype=np.int64)
-    except (ValueError, TypeError, OverflowError):
-        values = np.zeros(0)
+        except (ValueError, TypeError, OverflowError):
+            values = np.zeros(0)
     if values.dtype != np.int64 or values.shape != (len(pairs), 2):
         raise ValueError("events must be [t_ns, n_tokens] pairs of int64 integers")
-    return counts, np.ascontiguousarray(values[:, 0]), np.ascontiguousarray(values[:, 1])
+    return counts, values[:, 0], values[:, 1]
 
 
 def encode_batch(records: Sequence[RequestRecord]) -> bytes:
