@@ -137,6 +137,7 @@ RESERVE_FILE = ".loadgen.reserve"  # space set aside while a run writes, given b
 RESERVE_BYTES = 1 << 20  # room for the records in flight, summary.json and run.json after a full disk
 FLUSH_RECORDS = 256  # single records held before they are written as one batch (a few ms of encoding)
 FLUSH_S = 0.5  # ... and the longest the first of them is held (the caller's timer covers an idle run)
+_now = time.monotonic  # the clock of FLUSH_S (a test's virtual clock replaces it)
 _OURS = (LOCK_FILE, RESERVE_FILE)
 
 
@@ -306,7 +307,7 @@ class RunWriter:
         self.lost = 0
         self.error: OSError | None = None
         self._held: list[RequestRecord] = []
-        self._held_since = 0.0  # time.monotonic() when the first held record came
+        self._held_since = 0.0  # _now() when the first held record came
 
     def _cut(self, level: int) -> None:
         """Cut the records files after the records of levels below ``level``."""
@@ -412,9 +413,9 @@ class RunWriter:
         record is not a pair of int64 integers (nothing of that batch is written)."""
         held = self._held
         if not held:
-            self._held_since = time.monotonic()
+            self._held_since = _now()
         held.append(rec)
-        if len(held) >= FLUSH_RECORDS or time.monotonic() - self._held_since >= FLUSH_S:
+        if len(held) >= FLUSH_RECORDS or _now() - self._held_since >= FLUSH_S:
             self.flush()
 
     def flush(self) -> None:
