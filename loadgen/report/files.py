@@ -425,7 +425,7 @@ class RunWriter:
             return
         held, self._held = self._held, []
         try:
-            self._write_batch(encode_batch(held))
+            self._write_batch(encode_batch(held), len(held))
         except ValueError:  # a bad record: the others are written, one at a time
             bad: ValueError | None = None
             for rec in held:
@@ -434,7 +434,7 @@ class RunWriter:
                 except ValueError as exc:
                     bad = bad or exc
                 else:
-                    self._write_batch(blob)
+                    self._write_batch(blob, 1)
             if bad is not None:
                 raise bad from None
 
@@ -447,9 +447,11 @@ class RunWriter:
         self.flush()
         self._write_batch(blob)
 
-    def _write_batch(self, blob: bytes | memoryview) -> None:
+    def _write_batch(self, blob: bytes | memoryview, n: int | None = None) -> None:
+        """Write a batch of ``n`` records (None: count its lines)."""
         lines, events = split_batch(blob)
-        n = bytes(lines).count(b"\n")
+        if n is None:
+            n = bytes(lines).count(b"\n")
         exc = self._try_batch(lines, events)
         if exc is not None:
             self._failed(exc)
