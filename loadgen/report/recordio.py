@@ -42,7 +42,7 @@ import json
 import operator
 import struct
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, starmap
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,7 @@ EVENTS_FILE = "events.bin"
 EVENTS_MAGIC = b"loadgen events v1\n"
 BATCH_MAGIC = b"LGB1"
 _BATCH_HEAD = struct.Struct("<4sQQ")  # magic, bytes of lines, bytes of events
+_PAIR = struct.Struct("<qq")  # an event, as the batch encoder reads it
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -358,24 +359,14 @@ def events_ref(events: Any) -> tuple[int, int] | None:
 def _event_columns(records: Sequence[RequestRecord]) -> tuple[I64, I64, I64]:
     events = list(map(_EVENTS, records))  # map and chain, not generators: no Python frame a record
     counts = np.fromiter(map(len, events), dtype=np.int64, count=len(records))
-    pairs = list(chain.from_iterable(events))
-    values: npt.NDArray[Any] = np.zeros(0)
-    if {2}.issuperset(map(len, pairs)):
-        # C speed, no Python loop: struct takes Python and numpy integers of 64 bits
-        # (bools too, as numpy does), never floats, strings or bigger integers
-        try:
-            packed = struct.pack(f"<{2 * len(pairs)}q", *chain.from_iterable(pairs))
-        except struct.error:
-            pass
-        else:
-            values = np.frombuffer(packed, dtype="<i8").astype(np.int64, copy=False).reshape(-1, 2)
-    if values.shape != (len(pairs), 2):
-        try:  # numpy integers of other kinds, say; never floats, bools alone or ragged lists
-            values = np.array(pairs) if pairs else np.zeros((0, 2), dtype=np.int64)
-        except (ValueError, TypeError, OverflowError):
-            values = np.zeros(0)
-    if values.dtype != np.int64 or values.shape != (len(pairs), 2):
-        raise ValueError("events must be [t_ns, n_tokens] pairs of int64 integers")
+    # one pass at C speed: struct takes each pair as two integers of 64 bits (Python's or
+    # numpy's; bools as numpy takes them), never floats, strings, bigger integers or
+    # pairs of another length
+    try:
+        packed = b"".join(starmap(_PAIR.pack, chain.from_iterable(events)))
+    except (struct.error, TypeError):
+        raise ValueError("events must be [t_ns, n_tokens] pairs of int64 integers") from None
+    values = np.frombuffer(packed, dtype="<i8").astype(np.int64, copy=False).reshape(-1, 2)
     return counts, values[:, 0], values[:, 1]
 
 
