@@ -117,9 +117,25 @@ _CONTINUED = np.array([0] + [sum(0x80 << (8 * j) for j in range(k - 1)) for k in
 _SLICE = 1 << 20  # values encoded at a time (bounds the temporaries)
 
 
+_EXACT = np.uint64(1 << 53)  # below it a float64 holds the value exactly
+
+
+def _lengths(lo: U64) -> I64:
+    """The LEB128 bytes of each value: its bit length (a float's exponent, exact below
+    2**53; the rare bigger values looked up) in 7-bit groups, one at least."""
+    bits = np.frexp(lo.astype(np.float64))[1].astype(np.int64)
+    length = bits + 6
+    length //= 7
+    np.maximum(length, 1, out=length)
+    big = np.flatnonzero(lo >= _EXACT)
+    if big.size:
+        length[big] = np.searchsorted(_LIMITS, lo[big], side="right") + 1
+    return length
+
+
 def _varints(lo: U64, top: Bools) -> tuple[U8, I64]:
     """LEB128 of ``lo + 2**64 * top`` for each value, concatenated, and each one's length."""
-    length = np.searchsorted(_LIMITS, lo, side="right").astype(np.int64) + 1
+    length = _lengths(lo)
     length[top] = 10
     parts = []
     for at in range(0, lo.size, _SLICE):

@@ -148,3 +148,15 @@ def test_the_runs_timer_writes_a_quiet_runs_records(tmp_path: Path) -> None:
 
     assert asyncio.run(main()) == (0, len(records))
     assert list(read_records(tmp_path)) == records
+
+
+def test_varint_lengths_at_every_boundary_and_past_a_floats_precision() -> None:
+    import numpy as np
+
+    from loadgen.report.recordio import _LIMITS, _lengths
+
+    values = [0, 1] + [(1 << k) + d for k in range(1, 64) for d in (-2, -1, 0, 1)] + [(1 << 64) - 1]
+    lo = np.array(values, dtype=np.uint64)
+    want = [max(1, -(-v.bit_length() // 7)) for v in values]
+    assert _lengths(lo).tolist() == want
+    assert (np.searchsorted(_LIMITS, lo, side="right") + 1).tolist() == want
