@@ -37,7 +37,7 @@ from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.records import RequestRecord
 from loadgen.report.console import LiveStats, show_summary
-from loadgen.report.files import RunWriter, check_out_folder, holds_run, lock_run_folder, machine_info
+from loadgen.report.files import FLUSH_S, RunWriter, check_out_folder, holds_run, lock_run_folder, machine_info
 from loadgen.report.recordio import decode_batch, encode_batch
 from loadgen.runconfig import RunConfig
 from loadgen.runinfo import (
@@ -400,6 +400,7 @@ class _RunFolder:
     def __init__(self, writer: RunWriter) -> None:
         self.writer = writer
         self.info: RunInfo | None = None
+        self._flush: asyncio.TimerHandle | None = None  # writes the held records of a run gone quiet
 
     @classmethod
     def open(
@@ -470,8 +471,14 @@ class _RunFolder:
         def on_record(rec: RequestRecord) -> None:
             self.writer.append(rec)
             stats.add(rec)
+            if self._flush is None and self.writer.held:
+                self._flush = asyncio.get_running_loop().call_later(FLUSH_S, self._flush_held)
 
         return on_record
+
+    def _flush_held(self) -> None:
+        self._flush = None
+        self.writer.flush()
 
     def clocks(self, levels: LevelExecutor) -> None:
         """Ray: the workers' clock offsets, estimated again before each level, into run.json."""
@@ -486,6 +493,10 @@ class _RunFolder:
     def finish(self, summary: RunSummary) -> RunSummary:
         """The final summary.json, and run.json's ``finished``: what ``loadgen report`` and
         ``--resume`` go by. After a full disk both are attempted (they may fit)."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        self.writer.flush()
         if self.write_error is not None:
             summary = dataclasses.replace(
                 summary, interrupted=True, stopped=f"the run folder could not be written: {self.write_error}"

@@ -1,10 +1,14 @@
 """The run folder: ``run.json``, ``records.jsonl`` and ``events.bin`` (appended live),
 ``summary.json``.
 
-Each finished record (or batch of records, :func:`~loadgen.report.recordio.encode_batch`)
-is written and flushed at once: its events to ``events.bin``, then its line to
-``records.jsonl`` (the format and why: :mod:`loadgen.report.recordio`), so a crash or
-Ctrl-C keeps every record that finished. Nothing here computes a metric; secrets never
+A batch of records (:func:`~loadgen.report.recordio.encode_batch`) is written at once:
+its events to ``events.bin``, then its lines to ``records.jsonl`` (the format and why:
+:mod:`loadgen.report.recordio`). Single records (:meth:`RunWriter.append`) are held a
+moment and written together — encoding one record's events alone costs ten times more
+than its share of a batch — at most :data:`FLUSH_RECORDS` of them and for at most
+:data:`FLUSH_S`, and always before a summary or ``run.json`` is written and when the
+writer closes, so Ctrl-C (or any exception) keeps every record that finished; only a
+``kill -9`` can lose the last half second. Nothing here computes a metric; secrets never
 reach these files (the caller passes a redacted config).
 
 Lines are written and read with orjson: a record serialises in a few microseconds
@@ -141,6 +145,9 @@ RUN_FILES = ("run.json", "records.jsonl", EVENTS_FILE, "summary.json", "report.h
 LOCK_FILE = ".loadgen.lock"  # held (flock) by the run writing the folder
 RESERVE_FILE = ".loadgen.reserve"  # space set aside while a run writes, given back when the disk is full
 RESERVE_BYTES = 1 << 20  # room for the records in flight, summary.json and run.json after a full disk
+FLUSH_RECORDS = 256  # single records held before they are written as one batch (a few ms of encoding)
+FLUSH_S = 0.5  # ... and the longest the first of them is held (the caller's timer covers an idle run)
+_now = time.monotonic  # the clock of FLUSH_S (a test's virtual clock replaces it)
 _OURS = (LOCK_FILE, RESERVE_FILE)
 
 
@@ -290,7 +297,12 @@ class RunWriter:
     the first failure and ``on_error`` is called with it once; the reserve is then given
     back and the batch tried again, so the records still in flight and the summary find
     room on a full disk. Later batches are still tried; ``lost`` counts the records not
-    written."""
+    written.
+
+    :meth:`append` holds records and writes them as one batch (see the module): when
+    :data:`FLUSH_RECORDS` are held, when the first was held :data:`FLUSH_S` ago, on
+    :meth:`flush` (a caller's timer, for a run gone quiet), before any batch, summary or
+    ``run.json``, and on close. ``count`` and ``lost`` count written records only."""
 
     def __init__(
         self, folder: Path, keep_levels_below: int | None = None, on_error: Callable[[OSError], None] | None = None
@@ -304,6 +316,8 @@ class RunWriter:
         self.count = 0
         self.lost = 0
         self.error: OSError | None = None
+        self._held: list[RequestRecord] = []
+        self._held_since = 0.0  # _now() when the first held record came
 
     def _cut(self, level: int) -> None:
         """Cut the records files after the records of levels below ``level``."""
@@ -371,6 +385,13 @@ class RunWriter:
         self.close()
 
     def close(self) -> None:
+        try:
+            if self._records is not None:
+                self.flush()
+        finally:
+            self._close_files()
+
+    def _close_files(self) -> None:
         for fd in (self._records, self._events):
             if fd is not None:
                 with contextlib.suppress(OSError):
@@ -388,19 +409,59 @@ class RunWriter:
 
     def write_run(self, run: RunInfo | dict[str, Any]) -> None:
         """Write ``run.json`` (a :class:`~loadgen.runinfo.RunInfo` is written as its ``to_json()``)."""
+        self.flush()
         self._write_json("run.json", run.to_json() if isinstance(run, RunInfo) else run)
 
+    @property
+    def held(self) -> int:
+        """Records appended but not written yet."""
+        return len(self._held)
+
     def append(self, rec: RequestRecord) -> None:
-        """Write one finished record (a batch of one)."""
-        self.append_batch(encode_batch([rec]))
+        """Write one finished record: held, then written with the next ones (see the
+        class). Raises ValueError, when the batch is written, if an event of a held
+        record is not a pair of int64 integers (nothing of that batch is written)."""
+        held = self._held
+        if not held:
+            self._held_since = _now()
+        held.append(rec)
+        if len(held) >= FLUSH_RECORDS or _now() - self._held_since >= FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the held records now. Raises ValueError, after writing the others, when
+        a held record's events are not pairs of int64 integers."""
+        if not self._held:
+            return
+        held, self._held = self._held, []
+        try:
+            self._write_batch(encode_batch(held), len(held))
+        except ValueError:  # a bad record: the others are written, one at a time
+            bad: ValueError | None = None
+            for rec in held:
+                try:
+                    blob = encode_batch([rec])
+                except ValueError as exc:
+                    bad = bad or exc
+                else:
+                    self._write_batch(blob, 1)
+            if bad is not None:
+                raise bad from None
 
     def append_batch(self, blob: bytes | memoryview) -> None:
         """Write an :func:`~loadgen.report.recordio.encode_batch` blob as it is: its
         events bytes to ``events.bin``, then its lines to ``records.jsonl`` (a line never
-        refers to bytes that are not on disk). A failed write cuts both files back to the
-        last whole batch (see the class). Raises ValueError when ``blob`` is not a batch."""
+        refers to bytes that are not on disk), after the records held before it. A
+        failed write cuts both files back to the last whole batch (see the class).
+        Raises ValueError when ``blob`` is not a batch."""
+        self.flush()
+        self._write_batch(blob)
+
+    def _write_batch(self, blob: bytes | memoryview, n: int | None = None) -> None:
+        """Write a batch of ``n`` records (None: count its lines)."""
         lines, events = split_batch(blob)
-        n = bytes(lines).count(b"\n")
+        if n is None:
+            n = bytes(lines).count(b"\n")
         exc = self._try_batch(lines, events)
         if exc is not None:
             self._failed(exc)
@@ -428,6 +489,8 @@ class RunWriter:
         return None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        """Write ``summary.json`` (after the held records)."""
+        self.flush()
         self._write_json("summary.json", summary)
 
     def _write_json(self, name: str, obj: Any) -> None:

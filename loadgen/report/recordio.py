@@ -19,7 +19,7 @@ do); a coalesced event 1 byte; a first token within 67 ms of the send 4 bytes.
 ``events.bin`` starts with :data:`EVENTS_MAGIC`.
 
 Why this and not Arrow/Parquet or text: no new dependency (numpy and orjson are here
-already); both files stay append-only, so a killed run keeps every finished record (a
+already); both files stay append-only, so a killed run keeps every record written (a
 Parquet file is only readable once its footer is written); ``records.jsonl`` stays one
 readable JSON line per request; 4 bytes an event instead of ~23 of JSON text (base64
 inside the line would cost 5.4); and the varints decode with numpy over a whole file in
@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import struct
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, starmap
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,7 @@ EVENTS_FILE = "events.bin"
 EVENTS_MAGIC = b"loadgen events v1\n"
 BATCH_MAGIC = b"LGB1"
 _BATCH_HEAD = struct.Struct("<4sQQ")  # magic, bytes of lines, bytes of events
+_PAIR = struct.Struct("<qq")  # an event, as the batch encoder reads it
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -80,6 +82,7 @@ Bools = npt.NDArray[np.bool_]
 _ONE = np.uint64(1)
 _SEVEN_BITS = np.uint64(0x7F)
 _FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
+_EVENTS, _SENT = operator.attrgetter("events"), operator.attrgetter("sent_ns")
 
 
 class EventsCorrupt(ValueError):
@@ -114,9 +117,25 @@ _CONTINUED = np.array([0] + [sum(0x80 << (8 * j) for j in range(k - 1)) for k in
 _SLICE = 1 << 20  # values encoded at a time (bounds the temporaries)
 
 
+_EXACT = np.uint64(1 << 53)  # below it a float64 holds the value exactly
+
+
+def _lengths(lo: U64) -> I64:
+    """The LEB128 bytes of each value: its bit length (a float's exponent, exact below
+    2**53; the rare bigger values looked up) in 7-bit groups, one at least."""
+    bits = np.frexp(lo.astype(np.float64))[1].astype(np.int64)
+    length = bits + 6
+    length //= 7
+    np.maximum(length, 1, out=length)
+    big = np.flatnonzero(lo >= _EXACT)
+    if big.size:
+        length[big] = np.searchsorted(_LIMITS, lo[big], side="right") + 1
+    return length
+
+
 def _varints(lo: U64, top: Bools) -> tuple[U8, I64]:
     """LEB128 of ``lo + 2**64 * top`` for each value, concatenated, and each one's length."""
-    length = np.searchsorted(_LIMITS, lo, side="right").astype(np.int64) + 1
+    length = _lengths(lo)
     length[top] = 10
     parts = []
     for at in range(0, lo.size, _SLICE):
@@ -303,17 +322,22 @@ def _record_of(varint: int, v_end: I64) -> int:
 
 def _line(rec: RequestRecord, n: int, nbytes: int) -> bytes:
     """The record's ``records.jsonl`` line with its events given by reference."""
-    d = {name: getattr(rec, name) for name in _FIELDS}
-    d["events"] = {"n": n, "bytes": nbytes}
+    events = rec.events
+    # orjson writes the dataclass itself, fields in order, faster than a dict of them:
+    # its events swapped for their reference a moment (records are written by one thread)
+    rec.events = {"n": n, "bytes": nbytes}  # type: ignore[assignment]
     try:
-        return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError:  # an integer over 64 bits or a lone surrogate (a server's odd text)
         # json writes both; a lone surrogate can only sit inside a JSON string, where
         # backslashreplace turns it into its JSON escape (\udXXX)
+        d = {name: getattr(rec, name) for name in _FIELDS}
         d["status"] = ErrorKind(rec.status).value
         d["token_source"] = TokenSource(rec.token_source).value
         text = json.dumps(d, separators=(",", ":"), ensure_ascii=False)
         return (text + "\n").encode("utf-8", "backslashreplace")
+    finally:
+        rec.events = events
 
 
 def parse_line(line: bytes) -> tuple[RequestRecord, Any] | None:
@@ -349,20 +373,17 @@ def events_ref(events: Any) -> tuple[int, int] | None:
 
 
 def _event_columns(records: Sequence[RequestRecord]) -> tuple[I64, I64, I64]:
-    counts = np.fromiter((len(r.events) for r in records), dtype=np.int64, count=len(records))
-    pairs = list(chain.from_iterable(r.events for r in records))
-    flat = list(chain.from_iterable(pairs))
-    values: npt.NDArray[Any]
+    events = list(map(_EVENTS, records))  # map and chain, not generators: no Python frame a record
+    counts = np.fromiter(map(len, events), dtype=np.int64, count=len(records))
+    # one pass at C speed: struct takes each pair as two integers of 64 bits (Python's or
+    # numpy's; bools as numpy takes them), never floats, strings, bigger integers or
+    # pairs of another length
     try:
-        if {2}.issuperset(map(len, pairs)) and {int}.issuperset(map(type, flat)):  # C speed, no Python loop
-            values = np.array(flat, dtype=np.int64).reshape(-1, 2)
-        else:  # numpy integers, say; never floats, bools or ragged lists
-            values = np.array(pairs) if pairs else np.zeros((0, 2), dtype=np.int64)
-    except (ValueError, TypeError, OverflowError):
-        values = np.zeros(0)
-    if values.dtype != np.int64 or values.shape != (len(pairs), 2):
-        raise ValueError("events must be [t_ns, n_tokens] pairs of int64 integers")
-    return counts, np.ascontiguousarray(values[:, 0]), np.ascontiguousarray(values[:, 1])
+        packed = b"".join(starmap(_PAIR.pack, chain.from_iterable(events)))
+    except (struct.error, TypeError):
+        raise ValueError("events must be [t_ns, n_tokens] pairs of int64 integers") from None
+    values = np.frombuffer(packed, dtype="<i8").astype(np.int64, copy=False).reshape(-1, 2)
+    return counts, values[:, 0], values[:, 1]
 
 
 def encode_batch(records: Sequence[RequestRecord]) -> bytes:
@@ -380,9 +401,9 @@ def encode_columns(records: Sequence[RequestRecord], n_events: I64, t_ns: I64, n
     t_ns, n_tokens = np.asarray(t_ns, dtype=np.int64), np.asarray(n_tokens, dtype=np.int64)
     if counts.size != len(records) or t_ns.size != counts.sum() or n_tokens.size != t_ns.size:
         raise ValueError(f"{counts.size} counts for {len(records)} records and {t_ns.size} events")
-    sent = np.fromiter((r.sent_ns for r in records), dtype=np.int64, count=len(records))
+    sent = np.fromiter(map(_SENT, records), dtype=np.int64, count=len(records))
     events, nbytes = encode_events(sent, counts, t_ns, n_tokens)
-    lines = b"".join(_line(r, n, b) for r, n, b in zip(records, counts.tolist(), nbytes.tolist()))
+    lines = b"".join(map(_line, records, counts.tolist(), nbytes.tolist()))
     return _BATCH_HEAD.pack(BATCH_MAGIC, len(lines), events.size) + lines + events.tobytes()
 
 
