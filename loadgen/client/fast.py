@@ -53,12 +53,17 @@ def _request_head(url: str, headers: dict[str, str]) -> tuple[str, int, bool, by
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     given = {k.lower() for k in headers}
     lines = [f"POST {target} HTTP/1.1", f"Host: {authority}"]
-    lines += [f"{k}: {v}" for k, v in _DEFAULTS.items() if k not in given]
-    for name, value in headers.items():
+    for (
+        name,
+        value,
+    ) in (
+        headers.items()
+    ):  # the user's first (as aiohttp sends them): a server that echoes the head shows their masks early
         if any(c in name + value for c in "\r\n\0") or not name.strip():
             raise ConfigError(f"header {name[:40]!r} holds a line break or is empty", key="--header")
         if name.lower() not in _OURS:
             lines.append(f"{name}: {value}")
+    lines += [f"{k}: {v}" for k, v in _DEFAULTS.items() if k not in given]
     head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1", errors="strict")
     return host, port, tls, head
 
