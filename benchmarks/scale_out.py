@@ -8,12 +8,16 @@ clock) and sending its arrival and write stamps in the final event (the record's
 rates with ``--workers`` 1, 2 and ``auto`` (processes, or Ray actors with ``--ray auto``:
 a local Ray instance per run, on loopback, whose actors' CPU the client CPU column leaves
 out: they are not this process's children); per run we print the TTFT error (client TTFT
-minus the server's arrival → first write, mean and p99), the p99 per-event gap error,
+minus the server's arrival → first write: mean and p99 of all requests, and the mean of the
+first wave alone, each closed-loop user's first request), the p99 per-event gap error,
 the achieved vs intended request rate (open loop), the client's CPU (coordinator plus
 workers, in cores), the worst worker's run-queue wait (share of the time it was runnable
 but had no CPU: the machine, not loadgen, is then the limit) and loadgen's own verdict.
 
-    python benchmarks/scale_out.py [--streams 64,256,1024] [--rates 1000] [--workers 1,2,auto] [--seconds 8] [--ray auto]
+    python benchmarks/scale_out.py [--streams 64,256,1024] [--rates 1000] [--workers 1,2,auto]
+        [--transports fast,aiohttp] [--seconds 8] [--ray auto]
+
+Each row also gives the client's CPU per streamed event (coordinator plus workers).
 
 Every run is bounded in time and requests and stops by itself; traffic stays on loopback.
 """
@@ -99,7 +103,9 @@ def _cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def one(url: str, mode: str, value: float, workers: str, seconds: float, ray: str | None = None) -> dict[str, object]:
+def one(
+    url: str, mode: str, value: float, workers: str, seconds: float, ray: str | None = None, transport: str = "fast"
+) -> dict[str, object]:
     prof = Profile(mode=mode, levels=[value], requests=None, duration_s=seconds, warmup_requests=0)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = RunConfig(
@@ -114,20 +120,27 @@ def one(url: str, mode: str, value: float, workers: str, seconds: float, ray: st
             workers=workers if workers == "auto" else int(workers),
             read_timeout_s=60.0,
             ray=ray,
+            transport=transport,
         )
         cpu0, t0 = _cpu_s(), time.perf_counter()
         outcome = execute(cfg, Console(file=io.StringIO()))
         wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
         recs = list(read_records(Path(tmp) / "run"))
     level = outcome.summary.levels[0]
-    ttft_err, gap_err = [], []
-    for r in recs:
+    ttft_err, gap_err, first = [], [], []
+    n_events = 0
+    wave = int(value) if mode == "concurrency" else 0  # closed loop: the first request of every user
+    for r in sorted(recs, key=lambda r: r.sent_ns or 0):
         srv = r.server or {}
         w = srv.get("writes_ns")
         if not r.ok or not w or not r.events:
             continue
         ev = np.array([t for t, _ in r.events], dtype=np.int64)
-        ttft_err.append(((ev[0] - r.sent_ns) - (w[0] - srv["arrival_ns"])) / 1e6)
+        err = ((ev[0] - r.sent_ns) - (w[0] - srv["arrival_ns"])) / 1e6
+        if len(first) < wave:
+            first.append(err)
+        ttft_err.append(err)
+        n_events += len(ev)
         if len(ev) == len(w):
             gap_err.append(np.abs(np.diff(ev) - np.diff(np.asarray(w, dtype=np.int64))) / 1e6)
     gaps = np.concatenate(gap_err) if gap_err else np.zeros(1)
@@ -138,7 +151,10 @@ def one(url: str, mode: str, value: float, workers: str, seconds: float, ray: st
         "load": value,
         "workers": n_workers,
         "requests": level.requests.ok,
+        "transport": transport,
         "ttft_mean": float(np.mean(ttft_err)) if ttft_err else float("nan"),
+        "first_wave": float(np.mean(first)) if first else float("nan"),
+        "us_per_event": 1e6 * cpu / n_events if n_events else float("nan"),
         "ttft_p99": float(np.percentile(ttft_err, 99)) if ttft_err else float("nan"),
         "gap_p99": float(np.percentile(gaps, 99)),
         "rate": level.throughput.requests_per_s or 0.0,
@@ -154,6 +170,7 @@ def main() -> None:
     ap.add_argument("--streams", default="64,256,1024")
     ap.add_argument("--rates", default="1000")
     ap.add_argument("--workers", default="1,2,auto")
+    ap.add_argument("--transports", default="fast,aiohttp", help="transports to run each level with")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--ray", default=None, help="workers as Ray actors: auto or a cluster address")
     ap.add_argument("--itl-ms", type=float, default=ARGS["itl_ms"], help="the server's spacing between tokens")
@@ -166,20 +183,22 @@ def main() -> None:
         ("rate", float(r)) for r in args.rates.split(",") if r
     ]
     print(
-        f"{'mode':>11} {'load':>6} {'workers':>7} {'ok':>6} {'TTFT err mean':>13} {'p99 ms':>7} "
-        f"{'gap err p99':>11} {'req/s':>8} {'intended':>8} {'client CPU':>10} {'run-queue':>9}  verdict"
+        f"{'mode':>11} {'load':>6} {'transport':>9} {'workers':>7} {'ok':>6} {'TTFT err mean':>13} {'p99 ms':>7} "
+        f"{'1st wave':>8} {'gap err p99':>11} {'req/s':>8} {'intended':>8} {'client CPU':>10} {'µs/event':>8} "
+        f"{'run-queue':>9}  verdict"
     )
     with server_process(routes) as url:
         for mode, value in runs:
             for w in args.workers.split(","):
-                row = one(url, mode, value, w, args.seconds, args.ray)
-                print(
-                    f"{row['mode']:>11} {row['load']:>6g} {row['workers']:>7} {row['requests']:>6} "
-                    f"{row['ttft_mean']:>+13.1f} {row['ttft_p99']:>+7.1f} {row['gap_p99']:>11.2f} "
-                    f"{row['rate']:>8.1f} {row['intended']:>8.0f} {row['cpu']:>9.0%} {row['runq']:>8.0f}%  "
-                    f"{row['verdict']}",
-                    flush=True,
-                )
+                for transport in args.transports.split(","):
+                    row = one(url, mode, value, w, args.seconds, args.ray, transport)
+                    print(
+                        f"{row['mode']:>11} {row['load']:>6g} {transport:>9} {row['workers']:>7} {row['requests']:>6} "
+                        f"{row['ttft_mean']:>+13.1f} {row['ttft_p99']:>+7.1f} {row['first_wave']:>+8.1f} "
+                        f"{row['gap_p99']:>11.2f} {row['rate']:>8.1f} {row['intended']:>8.0f} {row['cpu']:>9.0%} "
+                        f"{row['us_per_event']:>8.1f} {row['runq']:>8.0f}%  {row['verdict']}",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":
