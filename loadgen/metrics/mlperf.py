@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -59,7 +60,13 @@ def early_stopping_min_queries(percentile: float = 0.99, confidence: float = 0.9
     _check(percentile, confidence)
     if overlatency < 0:
         raise ValueError(f"overlatency must be >= 0, got {overlatency}")
-    t = overlatency
+    return _min_queries(percentile, confidence, overlatency)
+
+
+@lru_cache(maxsize=4096)
+def _min_queries(percentile: float, confidence: float, t: int) -> int:
+    """:func:`early_stopping_min_queries`, checked arguments (kept: each level's verdicts
+    and estimates ask for the same counts again)."""
     # the odds fall as h grows: double an upper bound, then bisect for the first passing h
     lo, hi = 1, max(1, math.ceil(math.log(1 - confidence) / math.log(percentile)))
     while _odds(hi, t, percentile) >= 1 - confidence:
@@ -101,10 +108,20 @@ def early_stopping_estimate(
     n = x.size
     if n < early_stopping_min_queries(percentile, confidence, 1):
         return None
-    t = 1
-    while t + 1 <= n and early_stopping_min_queries(percentile, confidence, t + 1) <= n:
-        t += 1
-    return float(x[n - t])
+    # the largest t with min_queries(t) <= n (and t <= n). min_queries grows strictly with
+    # t (one more overlatency query needs at least as many within the bound), so the count
+    # is found by doubling and bisecting: O(log t) counts, not t of them (each costs O(t))
+    lo, hi = 1, 2  # min_queries(lo) <= n; hi: not yet known to fail
+    while hi <= n and _min_queries(percentile, confidence, hi) <= n:
+        lo, hi = hi, 2 * hi
+    hi = min(hi, n + 1)  # the first t known to fail (t > n fails)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _min_queries(percentile, confidence, mid) <= n:
+            lo = mid
+        else:
+            hi = mid
+    return float(x[n - lo])
 
 
 def early_stopping_verdict(

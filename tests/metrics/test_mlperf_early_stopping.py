@@ -48,3 +48,14 @@ def test_estimate_is_the_t_th_largest() -> None:
     # t = 10 is the largest overlatency count whose minimum (2,010) fits in 2,010 queries
     assert early_stopping_estimate(x) == 2010 - 10 + 1
     assert early_stopping_estimate(x[:600]) is None  # fewer than min_queries(1) = 662
+
+
+@pytest.mark.parametrize(("p", "c"), [(0.99, 0.99), (0.9, 0.99), (0.9, 0.5), (0.999, 0.95)])
+def test_estimate_is_the_largest_t_that_fits_as_a_count_up_finds_it(p: float, c: float) -> None:
+    # the estimate bisects over t; counting t up one at a time (LoadGen's loop) gives the same
+    for n in (64, 65, 458, 459, 661, 662, 663, 1000, 2009, 2010, 2011, 3333):
+        x = np.arange(float(n))
+        t = 0
+        while t + 1 <= n and early_stopping_min_queries(p, c, t + 1) <= n:
+            t += 1
+        assert early_stopping_estimate(x, p, c) == (None if t == 0 else x[n - t])
