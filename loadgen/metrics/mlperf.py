@@ -36,10 +36,23 @@ import numpy.typing as npt
 __all__ = ["EarlyStopping", "early_stopping_estimate", "early_stopping_min_queries", "early_stopping_verdict"]
 
 
+EXACT_TERMS = 256
+"""Up to this many overlatency queries, :func:`_odds` sums its terms one by one with
+``lgamma`` (the counts tests pin exactly); beyond, it sums them vectorised."""
+
+
 def _odds(h: int, t: int, p: float) -> float:
     """``P(Bin(h + t, 1 − p) <= t)``: at most ``t`` overlatency queries among ``h + t``."""
     n = h + t
     log_p, log_q = math.log(p), math.log1p(-p)
+    if t > EXACT_TERMS:  # a level with many requests over the bound: O(t) in numpy, not in Python
+        # log pmf(k) by running sums of log(pmf(k) / pmf(k − 1)): within 1e-7 of the lgamma
+        # terms below, whose own differences of three lgamma values near n lose about as much
+        k = np.arange(1, t + 1, dtype=np.float64)
+        steps = np.log((n - k + 1) / k) + (log_q - log_p)
+        logs = np.concatenate(([0.0], np.cumsum(steps))) + n * log_p
+        top = float(logs.max())
+        return math.exp(top) * float(np.exp(logs - top).sum())
     terms = [
         math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p
         for k in range(t + 1)

@@ -59,3 +59,26 @@ def test_estimate_is_the_largest_t_that_fits_as_a_count_up_finds_it(p: float, c:
         while t + 1 <= n and early_stopping_min_queries(p, c, t + 1) <= n:
             t += 1
         assert early_stopping_estimate(x, p, c) == (None if t == 0 else x[n - t])
+
+
+def test_many_overlatency_queries_sum_vectorised_to_the_term_by_term_odds() -> None:
+    """Beyond EXACT_TERMS the odds are summed in numpy; they agree with the lgamma terms to
+    the precision those carry, and give the same minimum counts."""
+    import math
+
+    from loadgen.metrics import mlperf
+
+    def by_terms(h: int, t: int, p: float) -> float:
+        n = h + t
+        lp, lq = math.log(p), math.log1p(-p)
+        v = [
+            math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lq + (n - k) * lp
+            for k in range(t + 1)
+        ]
+        top = max(v)
+        return math.exp(top) * math.fsum(math.exp(x - top) for x in v)
+
+    for p in (0.9, 0.99):
+        for t in (mlperf.EXACT_TERMS + 1, 1000, 4000):
+            for h in (int(t * p / (1 - p) * f) for f in (0.95, 1.0, 1.05)):
+                assert mlperf._odds(h, t, p) == pytest.approx(by_terms(h, t, p), rel=1e-7)
