@@ -64,8 +64,6 @@ def test_estimate_is_the_largest_t_that_fits_as_a_count_up_finds_it(p: float, c:
 def test_many_overlatency_queries_sum_vectorised_to_the_term_by_term_odds() -> None:
     """Beyond EXACT_TERMS the odds are summed in numpy; they agree with the lgamma terms to
     the precision those carry, and give the same minimum counts."""
-    import math
-
     from loadgen.metrics import mlperf
 
     def by_terms(h: int, t: int, p: float) -> float:
