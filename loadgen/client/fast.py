@@ -126,7 +126,7 @@ class FastTransport(_StreamingTransport):
                     text = await _error_body(conn)
                     keep = True
                     raise self._status_error(conn.status, text, conn.location)
-                await self._read_to_end(state, lambda: _read(conn, state))
+                await self._read_to_end(state, lambda: _read(conn, state), lambda: conn.complete)
                 keep = not single
             finally:
                 pool.release(conn, keep)

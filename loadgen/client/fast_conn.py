@@ -9,7 +9,9 @@ failure, or backpressure (reading is paused while the stream's unparsed backlog 
 :data:`~loadgen.client.stream.MAX_BACKLOG`, resumed once it drained), never per read.
 
 The longest silence between two reads (``read_timeout_s``) is checked by one timer that
-looks at the last stamp when it fires, so a read costs no timer work.
+looks at the last stamp when it fires, so a read costs no timer work; the timer outlives
+the request (it lapses at its next firing when none is in flight), so a keep-alive
+connection's next request usually finds it armed and costs no timer work either.
 
 :class:`Pool` keeps at most ``max_connections`` connections open per event loop, reuses
 the idle ones newest first, and can open one for a single request (closed afterwards).
@@ -99,7 +101,9 @@ class Conn(asyncio.Protocol):
         self._reset(state)
         assert self.transport is not None
         self.transport.write(data)
-        if self.read_timeout_ns > 0:
+        if self.read_timeout_ns > 0 and self._timer is None:
+            # an armed timer is due at most read_timeout after an older stamp: it fires no
+            # later than this request needs, and re-arms from the newest stamp
             self._timer = self._loop.call_later(self.read_timeout_ns / 1e9, self._check_silence)
 
     async def wait(self, head: bool) -> None:
@@ -142,10 +146,8 @@ class Conn(asyncio.Protocol):
             raise self.error
 
     def done(self) -> None:
-        """The request is over (whatever its end): stop the silence timer."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        """The request is over (whatever its end): the silence timer watches nothing now
+        (it lapses when it next fires, unless a new request started meanwhile)."""
         self.state = self.sink = None
 
     @property
@@ -154,6 +156,9 @@ class Conn(asyncio.Protocol):
 
     def close(self) -> None:
         self.done()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.closed = True
         if self.transport is not None:
             self.transport.close()
@@ -190,6 +195,8 @@ class Conn(asyncio.Protocol):
 
     def _check_silence(self) -> None:
         self._timer = None
+        if self.state is None or self.complete:
+            return  # no request in flight: the next start arms a new timer
         left = self.read_timeout_ns - (_now() - self._last)
         if self.paused:  # our own backlog, not the server's silence
             left = self.read_timeout_ns
@@ -268,9 +275,6 @@ class Conn(asyncio.Protocol):
     def on_message_complete(self) -> None:
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()  # llhttp forgets it once the message is over
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         self._wake()
 
 

@@ -232,17 +232,24 @@ class _StreamingTransport:
             record, dialect, answer=spec.answer, redact=self.redact, finish_ends=dialect.finish_ends(body)
         )
 
-    async def _read_to_end(self, state: StreamState, read: Callable[[], Awaitable[None]]) -> None:
+    async def _read_to_end(
+        self, state: StreamState, read: Callable[[], Awaitable[None]], over: Callable[[], bool] | None = None
+    ) -> None:
         """Run ``read`` (the body's reads, fed to ``state``) until the body ends, until
         :attr:`TransportConfig.end_grace_s` after the answer ended, or until a bad event was
-        found; then end ``state`` (which raises that bad event)."""
+        found; then end ``state`` (which raises that bad event). ``over``: whether the body
+        has already ended (``read`` then returns without waiting), so the answer's end
+        needs no grace timer."""
         loop = asyncio.get_running_loop()
         grace = self.config.end_grace_s
         try:
             async with asyncio.timeout(None) as deadline:
 
                 def stop() -> None:  # the answer ended: a grace; a bad event: at once
-                    deadline.reschedule(loop.time() + (0.0 if state.failed else grace))
+                    failed = state.failed
+                    if not failed and over is not None and over():
+                        return  # the body's end came with the answer's: nothing to wait for
+                    deadline.reschedule(loop.time() + (0.0 if failed else grace))
 
                 state.on_end = stop
                 if state.ended or state.failed:

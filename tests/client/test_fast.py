@@ -63,7 +63,8 @@ async def _server(handler: Handler) -> AsyncIterator[str]:
 
 
 def _transport(url: str, **kw: Any) -> Any:
-    cfg = TransportConfig(url, get_dialect("completions"), DialectOptions(model="m"), read_timeout_s=5.0, **kw)
+    kw.setdefault("read_timeout_s", 5.0)
+    cfg = TransportConfig(url, get_dialect("completions"), DialectOptions(model="m"), **kw)
     return make_transport("fast", cfg)
 
 
@@ -169,6 +170,45 @@ async def test_a_server_that_closes_mid_stream_is_disconnected_and_keeps_the_eve
         assert r.status is ErrorKind.DISCONNECTED and r.retries == 0, (r.status, r.error)
         assert (r.error or "").startswith("connection closed mid-stream") and len(r.events) == 2
     assert stats["connects"] == 2 and stats["open"] == 0
+
+
+async def test_the_read_timeout_outlives_a_request_on_a_kept_alive_connection() -> None:
+    """The silence timer is kept across requests on one connection: an idle spell longer
+    than the read timeout between two requests fails neither, and the third request's
+    silent server still trips the read timeout."""
+    peers = _Peers()
+    served = [0]
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        peers.seen(request)
+        served[0] += 1
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        lines = _sse().split(b"\n\n")[:-1]
+        if served[0] == 3:  # one event, then silence (bounded) until the client gives up
+            await resp.write(lines[0] + b"\n\n")
+            await asyncio.sleep(5)
+            return resp
+        for line in lines:
+            await resp.write(line + b"\n\n")
+        await resp.write_eof()
+        return resp
+
+    async with _server(handle) as url:
+        transport = _transport(url, read_timeout_s=0.2)
+        try:
+            first = await _send(transport, 0)
+            await asyncio.sleep(0.5)  # idle past the read timeout: the timer lapses, nothing fails
+            second = await _send(transport, 1)
+            third = await _send(transport, 2)
+            stats = transport.pool.stats()
+        finally:
+            await transport.aclose()
+    assert _all_ok([first, second]), [(r.status, r.error) for r in (first, second)]
+    assert len(peers.peers) == 1 and stats["connects"] == 1
+    assert third.status is ErrorKind.TIMEOUT and "read timeout" in (third.error or ""), (third.status, third.error)
+    assert len(third.events) == 1
 
 
 @pytest.mark.parametrize("garbage", [b"HELLO THERE\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"])
