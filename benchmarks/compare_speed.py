@@ -25,52 +25,15 @@ import statistics
 import time
 
 import numpy as np
+from _records import synthetic_records
 
 from loadgen.metrics import parse_slo, summarize_level
 from loadgen.metrics.compare import BETTER, WORSE, LevelSamples, compare_level, quantile_difference
 from loadgen.metrics.per_request import frame_and_events
-from loadgen.records import ErrorKind, RequestRecord
-
-
-def synthetic(n: int, e: int, seed: int) -> list[RequestRecord]:
-    """``n`` requests of ``e`` output events, sent at 200/s with queue-correlated TTFTs."""
-    rng = np.random.default_rng(seed)
-    base = 10**12
-    sent = base + np.cumsum(rng.exponential(5e6, n)).astype(np.int64)
-    noise = np.empty(n)  # log TTFT factor: AR(1) in send order (neighbours share a queue)
-    steps = rng.normal(0.0, 0.3, n)
-    noise[0] = steps[0]
-    for i in range(1, n):
-        noise[i] = 0.8 * noise[i - 1] + 0.6 * steps[i]
-    ttft = (50e6 * np.exp(noise)).astype(np.int64)
-    gaps = rng.gamma(4.0, 5e6, (n, e)).astype(np.int64)
-    gaps[:, 0] = 0
-    gaps[rng.random((n, e)) < 0.02] = 0  # coalesced reads
-    times = sent[:, None] + ttft[:, None] + np.cumsum(gaps, axis=1)
-    recs = []
-    for i in range(n):
-        t = times[i].tolist()
-        recs.append(
-            RequestRecord(
-                index=i,
-                request_class="chat",
-                target_prompt_tokens=512,
-                target_output_tokens=e,
-                scheduled_ns=int(sent[i]),
-                sent_ns=int(sent[i]) + 50_000,
-                done_ns=t[-1] + 1_000_000,
-                events=[[x, 1] for x in t],
-                prompt_tokens=500,
-                completion_tokens=e,
-                status=ErrorKind.TIMEOUT if i % 97 == 0 else ErrorKind.OK,
-                warmup=i < 16,
-            )
-        )
-    return recs
 
 
 def level(n: int, e: int, seed: int) -> LevelSamples:
-    recs = synthetic(n, e, seed)
+    recs = synthetic_records(n, e, seed, gap_ns=5e6, correlated=True, classes=("chat",))
     slos = [parse_slo("ttft=100ms"), parse_slo("itl=30ms")]
     summary = summarize_level(recs, load={"mode": "rate", "value": 200.0}, slos=slos, trim=(0.1, 0.1))
     frame, ev = frame_and_events(recs)

@@ -17,42 +17,9 @@ import argparse
 import statistics
 import time
 
-import numpy as np
+from _records import synthetic_records
 
 from loadgen.metrics import itl_samples, parse_slo, per_request_frame, summarize_level, windows
-from loadgen.records import ErrorKind, RequestRecord
-
-
-def synthetic(n: int, e: int, seed: int = 0) -> list[RequestRecord]:
-    rng = np.random.default_rng(seed)
-    base = 10**12
-    sent = base + np.cumsum(rng.exponential(1e6, n)).astype(np.int64)
-    ttft = rng.lognormal(np.log(50e6), 0.5, n).astype(np.int64)
-    gaps = rng.gamma(4.0, 5e6, (n, e)).astype(np.int64)
-    gaps[:, 0] = 0
-    gaps[rng.random((n, e)) < 0.02] = 0  # coalesced reads
-    times = sent[:, None] + ttft[:, None] + np.cumsum(gaps, axis=1)
-    classes = ("chat", "rag")
-    recs = []
-    for i in range(n):
-        t = times[i].tolist()
-        recs.append(
-            RequestRecord(
-                index=i,
-                request_class=classes[i % 2],
-                target_prompt_tokens=512,
-                target_output_tokens=e,
-                scheduled_ns=int(sent[i]),
-                sent_ns=int(sent[i]) + 50_000,
-                done_ns=t[-1] + 1_000_000,
-                events=[[x, 1] for x in t],
-                prompt_tokens=500,
-                completion_tokens=e,
-                status=ErrorKind.TIMEOUT if i % 97 == 0 else ErrorKind.OK,
-                warmup=i < 16,
-            )
-        )
-    return recs
 
 
 def main() -> None:
@@ -62,7 +29,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per step; the table shows best and median")
     args = ap.parse_args()
     t = time.perf_counter()
-    recs = synthetic(args.records, args.events)
+    recs = synthetic_records(args.records, args.events)
     build = time.perf_counter() - t
     slos = [parse_slo("ttft=100ms"), parse_slo("itl=60ms"), parse_slo("ttft:p99=200ms")]
     rows = [("build records", build, build, build)]

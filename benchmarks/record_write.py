@@ -25,49 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _records import synthetic_records
 
-from loadgen.records import ErrorKind, RequestRecord
 from loadgen.report import files
 from loadgen.report.files import RunWriter, record_line
 from loadgen.report.recordio import _event_columns, _line, encode_events
 
 FLUSH_RECORDS = getattr(files, "FLUSH_RECORDS", 256)  # (a version before held records: batches of 256 here)
-
-
-def synthetic(n: int, e: int, seed: int = 0) -> list[RequestRecord]:
-    """Finished records as a run produces them (events as lists of two Python ints)."""
-    rng = np.random.default_rng(seed)
-    base = 10**12
-    sent = base + np.cumsum(rng.exponential(1e6, n)).astype(np.int64)
-    ttft = rng.lognormal(np.log(50e6), 0.5, n).astype(np.int64)
-    gaps = rng.gamma(4.0, 5e6, (n, e)).astype(np.int64)
-    gaps[:, 0] = 0
-    gaps[rng.random((n, e)) < 0.02] = 0  # coalesced reads...
-    tokens = np.where(rng.random((n, e)) < 0.05, 2, 1)  # ...and events of two tokens
-    times = sent[:, None] + ttft[:, None] + np.cumsum(gaps, axis=1)
-    recs = []
-    for i in range(n):
-        t, k = times[i].tolist(), tokens[i].tolist()
-        rec = RequestRecord(
-            index=i,
-            level=0,
-            request_class=("chat", "rag")[i % 2],
-            target_prompt_tokens=512,
-            target_output_tokens=e,
-            scheduled_ns=int(sent[i]),
-            sent_ns=int(sent[i]) + 50_000,
-            done_ns=t[-1] + 1_000_000,
-            events=[[a, b] for a, b in zip(t, k)],
-            http_status=200,
-            prompt_tokens=500,
-            completion_tokens=sum(k),
-            first_answer_ns=t[0],
-            new_connection=False,
-        )
-        if i % 97 == 0:
-            rec.fail(ErrorKind.HTTP_ERROR, "HTTP 503: overloaded", t[-1], 503)
-        recs.append(rec)
-    return recs
 
 
 def best(fn: Callable[[], None], repeat: int, n: int) -> tuple[float, float]:
@@ -88,7 +52,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     n = args.records
-    recs = synthetic(n, args.events)
+    recs = synthetic_records(n, args.events, two_tokens=0.05, as_run=True)
     rows: list[tuple[str, float, float]] = []
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -135,20 +135,10 @@ def test_mean_interval_and_errors() -> None:
     assert not percentile_interval([], 0.5).bounded
 
 
-def _ar1(n: int, phi: float, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    e = rng.standard_normal(n) * math.sqrt(1 - phi * phi)
-    y = np.empty(n)
-    y[0] = rng.standard_normal()
-    for t in range(1, n):
-        y[t] = phi * y[t - 1] + e[t]
-    return y
-
-
 def test_few_misses_take_n_eff_from_the_scores_as_a_tail_quantile_does() -> None:
     """Three misses in 200 correlated requests cannot show how misses cluster: with the
     scores, n_eff is capped by the indicator with 50 requests on the rarer side."""
-    y = _ar1(200, 0.9, 3)
+    y = ar1(200, 0.9, 3)
     bound = float(np.sort(y)[-4])  # 3 requests above it
     met = y <= bound
     plain = proportion_interval(met)
@@ -164,7 +154,7 @@ def test_few_misses_take_n_eff_from_the_scores_as_a_tail_quantile_does() -> None
 
 
 def test_scores_may_be_infinite_and_must_match_the_trials() -> None:
-    y = _ar1(300, 0.8, 4)
+    y = ar1(300, 0.8, 4)
     scores = np.where(np.arange(300) % 97 == 0, np.inf, y)  # failed requests
     met = scores <= 1.5
     iv = proportion_interval(met, scores=scores)
