@@ -59,8 +59,10 @@ class LevelPlan:
         return start_ns + int(ramp * 1e9 * user / users) if ramp > 0 else start_ns
 
     def warm_until_ns(self, start_ns: int) -> int:
-        """Closed loop: requests sent before this are warm-up (``--ramp-up``'s seconds)."""
-        return start_ns + int(self.ramp_up_s * 1e9)
+        """Closed loop: requests sent before this are warm-up (``--ramp-up``'s seconds; 0
+        without a ramp-up: a share's first request may leave a hair before ``start_ns``, as
+        the event loop runs a timer up to its clock resolution early, and is measured)."""
+        return start_ns + int(self.ramp_up_s * 1e9) if self.ramp_up_s > 0 else 0
 
     def deadline_ns(self, start_ns: int) -> int | None:
         """Closed loop: when no new request goes out (``duration_s`` after the ramp-up; None:

@@ -108,3 +108,14 @@ async def test_ramp_up_spreads_the_first_sends_and_leaves_them_out() -> None:
     assert measured and len(measured) < len(res.records)
     summary = summarize_level(res.records, load={"mode": "concurrency", "value": 4})
     assert summary.requests.total == len(measured)
+
+
+def test_without_a_ramp_up_nothing_sent_near_the_start_is_warm_up() -> None:
+    """A worker's share starts at a shared instant; the event loop may run that timer up to its
+    clock resolution early, so the first request can leave a hair before ``start_ns``. Only a
+    ramp-up makes requests warm-up by their send time (CI once lost one measured request so)."""
+    start = 10**12
+    plain = LevelPlan(index=0, mode="concurrency", value=4, requests=8)
+    assert plain.warm_until_ns(start) == 0 < start - 1_000_000
+    ramped = LevelPlan(index=0, mode="concurrency", value=4, requests=8, ramp_up_s=2.0)
+    assert ramped.warm_until_ns(start) == start + 2_000_000_000

@@ -11,6 +11,7 @@ ALLOWED = {
     "__future__",
     "collections",
     "dataclasses",
+    "functools",
     "itertools",
     "math",
     "operator",
