@@ -17,7 +17,7 @@ from rich.text import Text
 
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, StatInterval, unit_label
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
-from loadgen.report.verdict_lines import capacity_interval_line, mlperf_line, steady_line
+from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_line, mlperf_line, steady_line
 
 __all__ = [
     "LiveStats",
@@ -293,7 +293,7 @@ def answer_lines(summary: RunSummary) -> list[str]:
         else:
             out.append(f"capacity at {slos}: never met — even the lowest level missed {tgt} attainment")
         if cap.interval is not None:
-            out.append(capacity_interval_line(cap))
+            out.append(capacity_interval_line(cap, attainment_confidence(summary.levels)))
     sat = summary.saturation
     if sat is not None:
         if sat.found:

@@ -58,15 +58,17 @@ def mlperf_line(level: LevelSummary) -> str:
     return f"MLPerf early stopping ({100 * conf:.10g}% confidence): " + "; ".join(parts)
 
 
-def capacity_interval_line(cap: Capacity) -> str:
-    """The capacity as an interval by the levels' attainment intervals ("" without one)."""
+def capacity_interval_line(cap: Capacity, confidence: float | None = None) -> str:
+    """The capacity as an interval by the levels' attainment intervals ("" without one), at
+    their ``confidence`` (:func:`attainment_confidence`; 95% when not known)."""
     if cap.interval is None:
         return ""
     low, high = cap.interval
     unit = unit_label(cap.mode)
     lo = "no level shown to pass" if low is None else f"shown to pass at {low:g} {unit}"
     hi = "none shown to fail above it" if high is None else f"shown to fail at {high:g} {unit}"
-    return f"capacity interval (95% attainment intervals; non-stationary levels fail): {lo}, {hi}"
+    pct = f"{100 * (0.95 if confidence is None else confidence):g}%"
+    return f"capacity interval ({pct} attainment intervals; non-stationary levels fail): {lo}, {hi}"
 
 
 def attainment_confidence(levels: Sequence[LevelSummary]) -> float | None:

@@ -143,3 +143,15 @@ def test_undecided_interval_says_so_without_band(browser: Any, decided: Path, tm
         assert _bands(page.page.evaluate(_SHAPES, "fig-throughput")["shapes"]) == []
     finally:
         page.page.close()
+
+
+def test_the_console_line_names_the_levels_confidence(decided: Path) -> None:
+    from loadgen.metrics import RunSummary
+    from loadgen.report.console import answer_lines
+    from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_line
+
+    summary = RunSummary.from_json(read_summary(decided))
+    assert summary.capacity is not None and summary.capacity.interval is not None
+    assert attainment_confidence(summary.levels) == 0.95
+    assert any(line.startswith("capacity interval (95% attainment intervals;") for line in answer_lines(summary))
+    assert capacity_interval_line(summary.capacity, 0.9).startswith("capacity interval (90% attainment intervals;")
