@@ -155,15 +155,7 @@ class SSEDecoder:
             elif raw[:6] == b"data: ":  # the usual field: decoded after its ASCII name, as _line would
                 if len(raw) > limit:
                     self._check(len(raw))
-                value = raw[6:].decode("utf-8", errors="replace")
-                if self._data:
-                    self._dlen += len(value) + 1
-                else:
-                    self._dlen += len(value)
-                if self._dlen > limit:
-                    raise InvalidResponse(f"an SSE event's data is longer than {mib(limit)} (the client's limit)")
-                self._data.append(value)
-                self._has_data = True
+                self._add_data(raw[6:].decode("utf-8", errors="replace"))
             else:
                 self._check(len(raw))
                 self._line(raw)  # a field line never completes an event
@@ -178,10 +170,21 @@ class SSEDecoder:
         self._check(len(chunk) - 2)
         value = chunk[6:-2].decode("utf-8", errors="replace")
         if len(value) > self.max_line:
-            raise InvalidResponse(f"an SSE event's data is longer than {mib(self.max_line)} (the client's limit)")
+            raise self._data_too_long()
         ev = SSEEvent(value, self._event or "message", self._last_id, self._retry)
         self._event = ""
         return [ev]
+
+    def _add_data(self, value: str) -> None:
+        """A ``data`` field's value: the event's data so far, within the limit once joined by LF."""
+        self._dlen += len(value) + (1 if self._data else 0)  # joined by \n
+        if self._dlen > self.max_line:
+            raise self._data_too_long()
+        self._data.append(value)
+        self._has_data = True
+
+    def _data_too_long(self) -> InvalidResponse:
+        return InvalidResponse(f"an SSE event's data is longer than {mib(self.max_line)} (the client's limit)")
 
     def _check(self, size: int) -> None:
         if size > self.max_line:
@@ -215,11 +218,7 @@ class SSEDecoder:
         else:
             name, value = line, ""
         if name == "data":
-            self._dlen += len(value) + (1 if self._data else 0)  # joined by \n
-            if self._dlen > self.max_line:
-                raise InvalidResponse(f"an SSE event's data is longer than {mib(self.max_line)} (the client's limit)")
-            self._data.append(value)
-            self._has_data = True
+            self._add_data(value)
         elif name == "event":
             self._event = value
         elif name == "id":
