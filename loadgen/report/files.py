@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib.metadata
 import json
 import os
 import platform
@@ -112,17 +111,10 @@ def default_run_dir(root: Path, label: str) -> Path:
     return root / f"{stamp}-{safe_label(label)}"
 
 
-def _version(package: str) -> str:
-    """An installed distribution's version, or ``"not installed"``."""
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def machine_info() -> Machine:
     """This machine and the versions of loadgen and its main libraries (``run.json``'s ``machine``)."""
     import aiohttp
+    import httptools
     import numpy
     import pandas
 
@@ -134,7 +126,7 @@ def machine_info() -> Machine:
         versions={
             "loadgen": __version__,
             "aiohttp": aiohttp.__version__,
-            "httptools": _version("httptools"),
+            "httptools": httptools.__version__,
             "numpy": numpy.__version__,
             "pandas": pandas.__version__,
         },
