@@ -27,11 +27,10 @@ from loadgen.client.discovery import ServerInfo, discover, redact_url
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import ConfigError
 from loadgen.load.executor import InProcess, LevelExecutor
-from loadgen.load.profiles import Profile
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.load.share import WorkerSetup
-from loadgen.load.sizing import free_cores, level_need, size_workers
+from loadgen.load.sizing import free_cores, level_need, max_streams, size_workers
 from loadgen.load.sweeps import Sweep
 from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.metrics.results import LevelSummary, RunSummary
@@ -168,15 +167,9 @@ def _source_type(workload: Workload) -> type[WorkloadSource | SessionSource]:
     return WorkloadSource if workload.sessions is None else SessionSource
 
 
-def _max_streams(prof: Profile) -> int:
-    """The most requests the profile keeps in flight at once (0: unknown, open loop)."""
-    users = [int(v) for v in prof.levels if prof.mode == "concurrency"]
-    return max([*users, prof.max_in_flight or 0, prof.max_concurrency if prof.kind == "sweep-rate" else 0])
-
-
 def _transport_config(cfg: RunConfig, info: ServerInfo) -> TransportConfig:
     """The transport's settings, with room for the run's largest number of requests in flight."""
-    max_conc = _max_streams(cfg.profile)
+    max_conc = max_streams(cfg.profile)
     return TransportConfig(
         base_url=cfg.url,
         dialect=get_dialect(cfg.api),
@@ -209,7 +202,7 @@ def _workers(cfg: RunConfig, cluster: RayCluster | None = None) -> tuple[int, st
     if cfg.workers == "auto":
         if cluster is None:
             return size_workers(level_need(cfg.profile, _mean_output_tokens(cfg)), free_cores)
-        streams = _max_streams(cfg.profile)
+        streams = max_streams(cfg.profile)
         if not streams:  # open loop without a cap: size by the highest rate x a 1 s request
             streams = int(max(cfg.profile.levels or [1.0]))
         return auto_workers(streams, cpus=max(cluster.cpus, 1), cpus_of="the Ray cluster's")

@@ -40,6 +40,7 @@ __all__ = [
     "busy_cores",
     "free_cores",
     "level_need",
+    "max_streams",
     "size_workers",
 ]
 
@@ -58,14 +59,18 @@ class Need:
     basis: str  # e.g. "256 streams × ~50 events/s"
 
 
+def max_streams(prof: Profile) -> int:
+    """The most requests the profile keeps in flight at once (0: unknown, open loop)."""
+    users = [int(v) for v in prof.levels if prof.mode == "concurrency"]
+    return max([*users, prof.max_in_flight or 0, prof.max_concurrency if prof.kind == "sweep-rate" else 0])
+
+
 def level_need(profile: Profile, output_tokens: float) -> Need:
     """What ``profile``'s busiest level needs, its requests streaming ``output_tokens``
     tokens on average (open loop)."""
     cap = profile.max_in_flight
-    if profile.kind == "sweep-rate":  # its first level: closed loop at max_concurrency
-        return _streams(max(profile.max_concurrency, cap or 0))
-    if profile.mode == "concurrency":
-        return _streams(int(max(profile.levels or [1.0])))
+    if profile.kind == "sweep-rate" or profile.mode == "concurrency":  # sweep-rate's first level: closed loop
+        return _streams(max(max_streams(profile), 1))
     rates = list(profile.levels)
     if profile.kind == "capacity":  # the search's ceiling: rate_high, or as far as it may double
         rates.append(profile.rate_high or profile.rate_low * 2 ** (profile.max_levels - 1))
