@@ -96,6 +96,14 @@ class FastTransport(_StreamingTransport):
             )
         return pool
 
+    async def warm(self, n: int) -> int:
+        """As the other transports' (:meth:`_StreamingTransport.warm`), without a request: up
+        to ``n`` connections opened and left idle, less those already idle."""
+        return await super().warm(n - len(self.pool.idle))
+
+    async def _warm_one(self, attempt: Attempt) -> None:
+        await self.pool.open_idle(attempt)
+
     async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
         keepalive = self.keepalive
         single = fresh or keepalive.fresh  # a connection for this request only
@@ -107,7 +115,7 @@ class FastTransport(_StreamingTransport):
             record.sent_ns = _now()
         keep = False
         async with asyncio.timeout(self.config.request_timeout_s):
-            conn, attempt.reused = await pool.acquire(single)
+            conn, attempt.reused = await pool.acquire(single, attempt)
             started = False
             try:
                 try:

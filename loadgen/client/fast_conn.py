@@ -29,6 +29,7 @@ from typing import Any, cast
 import httptools
 
 from loadgen.client.bounded import Inflater
+from loadgen.client.keepalive import Attempt
 from loadgen.client.stream import MAX_BACKLOG, StreamState
 from loadgen.errors import Disconnected, InvalidResponse, TransportError
 
@@ -298,24 +299,21 @@ class Pool:
         self.connects = 0  # connections opened, over the pool's life
         self._waiters: deque[asyncio.Future[None]] = deque()
 
-    async def acquire(self, fresh: bool) -> tuple[Conn, bool]:
-        """A connection and whether it came from the pool (``fresh``: a new one)."""
+    async def acquire(self, fresh: bool, attempt: Attempt) -> tuple[Conn, bool]:
+        """A connection and whether it came from the pool (``fresh``: a new one); ``attempt``
+        learns which, and how long a new one took to open."""
         while True:
             idle = self.idle
             while idle and not fresh:
                 conn = idle.pop()
                 if not conn.closed:
+                    attempt.connected = True
                     return conn, True
                 self.open -= 1
             if self.open >= self.limit and idle:  # room for a new one: the oldest idle goes
                 self._drop(idle.popleft())
             if self.open < self.limit:
-                self.open += 1
-                try:
-                    return await self._connect(), False
-                except BaseException:
-                    self._gone()
-                    raise
+                return await self._open(attempt), False
             waiter = self.loop.create_future()
             self._waiters.append(waiter)
             try:
@@ -327,6 +325,24 @@ class Pool:
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
+
+    async def open_idle(self, attempt: Attempt) -> None:
+        """Open one connection and leave it idle in the pool (a level's warm-up), if there is room."""
+        if self.open < self.limit:
+            self.idle.append(await self._open(attempt))
+            self._wake_one()
+
+    async def _open(self, attempt: Attempt) -> Conn:
+        """A new connection, counted in :attr:`open` (uncounted again if it fails)."""
+        self.open += 1
+        attempt.connecting()
+        try:
+            conn = await self._connect()
+        except BaseException:
+            self._gone()
+            raise
+        attempt.opened()
+        return conn
 
     async def _connect(self) -> Conn:
         tls = self.tls

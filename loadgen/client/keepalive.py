@@ -30,6 +30,7 @@ Docs: ``docs/client.md`` ("Connections the server closes").
 from __future__ import annotations
 
 import errno
+import time
 from dataclasses import dataclass
 
 __all__ = ["FRESH_AFTER", "STALE_ERRNOS", "Attempt", "KeepAlive"]
@@ -50,6 +51,17 @@ class Attempt:
     connected: bool = False
     connecting_ns: int = 0
     connect_ns: int | None = None
+
+    def connecting(self) -> None:
+        """It begins to open a connection of its own."""
+        self.reused = False
+        self.connecting_ns = time.perf_counter_ns()
+
+    def opened(self) -> None:
+        """Its connection is open (after :meth:`connecting`: the connect's duration)."""
+        self.connected = True
+        if self.connecting_ns:
+            self.connect_ns = time.perf_counter_ns() - self.connecting_ns
 
 
 class KeepAlive:

@@ -157,15 +157,12 @@ async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
 
 async def _on_create_start(session: Any, ctx: Any, params: Any) -> None:
     if isinstance(ctx.trace_request_ctx, Attempt):
-        ctx.trace_request_ctx.connecting_ns = _now()
+        ctx.trace_request_ctx.connecting()
 
 
 async def _on_create_end(session: Any, ctx: Any, params: Any) -> None:
-    attempt = ctx.trace_request_ctx
-    if isinstance(attempt, Attempt):
-        attempt.connected = True
-        if attempt.connecting_ns:
-            attempt.connect_ns = _now() - attempt.connecting_ns
+    if isinstance(ctx.trace_request_ctx, Attempt):
+        ctx.trace_request_ctx.opened()
 
 
 _TRACE = aiohttp.TraceConfig()
@@ -180,11 +177,9 @@ def _httpx_trace(attempt: Attempt) -> Callable[[str, dict[str, Any]], Awaitable[
 
     async def trace(event: str, info: dict[str, Any]) -> None:
         if event == "connection.connect_tcp.started":
-            attempt.reused = False
-            attempt.connecting_ns = _now()
+            attempt.connecting()
         elif event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
-            if attempt.connecting_ns:
-                attempt.connect_ns = _now() - attempt.connecting_ns
+            attempt.opened()
         elif event.endswith("send_request_headers.started"):
             attempt.connected = True
 
@@ -280,7 +275,7 @@ class _StreamingTransport:
         try:
             async with asyncio.timeout(self.config.connect_timeout_s):
                 await asyncio.gather(*(self._warm_one(a) for a in attempts))
-        except (TimeoutError, aiohttp.ClientError, httpx.HTTPError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, httpx.HTTPError, OSError, TransportError) as exc:
             if not self._warm_failed:
                 self._warm_failed = True
                 _log.warning("could not open %d connection(s) ahead of the level: %s", n, type(exc).__name__)

@@ -17,7 +17,7 @@ from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec
 from tests.client.closing_server import ClosingServer
 
-TRANSPORTS = ["aiohttp", "httpx"]
+TRANSPORTS = ["aiohttp", "httpx", "fast"]
 USERS = 8
 
 
@@ -78,9 +78,14 @@ async def test_without_warming_the_first_wave_opens_the_connections(kind: str) -
 async def test_a_server_that_closes_every_connection_shows_each_request_as_new(kind: str) -> None:
     records, server = await _level("after", kind, warm=True, requests=24)
     assert len(records) == 24 and all(r.ok for r in records), [r.error for r in records]
-    assert all(r.new_connection for r in records)  # reopened, and counted
+    # fast opens the warm connections without a request, so the server has not closed them
+    # yet: the users' first requests use them; aiohttp's and httpx's warm-up GETs were closed
+    warmed = USERS if kind == "fast" else 0
+    assert not any(r.new_connection for r in records[:warmed])
+    assert all(r.new_connection for r in records[warmed:])  # reopened, and counted
     summary = summarize_level(records, load={"mode": "concurrency", "value": USERS})
-    assert summary.connect is not None and summary.connect.new == summary.connect.known == 24
+    assert summary.connect is not None and summary.connect.known == 24
+    assert summary.connect.new == 24 - warmed
     assert server.handled == 24
 
 
@@ -119,3 +124,23 @@ def test_without_a_ramp_up_nothing_sent_near_the_start_is_warm_up() -> None:
     assert plain.warm_until_ns(start) == 0 < start - 1_000_000
     ramped = LevelPlan(index=0, mode="concurrency", value=4, requests=8, ramp_up_s=2.0)
     assert ramped.warm_until_ns(start) == start + 2_000_000_000
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_a_server_that_cannot_be_reached_fails_the_warm_up_quietly(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Warming is a courtesy: a refused connect opens nothing, is logged once, raises nothing
+    (the level's own requests then meet the error and record it)."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    transport = _transport(f"http://127.0.0.1:{port}", kind)
+    try:
+        assert await transport.warm(4) == 0
+        assert await transport.warm(4) == 0
+    finally:
+        await transport.aclose()
+    assert sum("ahead of the level" in r.getMessage() for r in caplog.records) == 1
