@@ -1,12 +1,15 @@
 """The reference server's OpenAI-compatible HTTP API (aiohttp.web) over an :class:`AsyncEngine`.
 
-Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
-``GET /health``, ``GET /metrics`` (Prometheus text, vLLM names) and
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/responses``
+(OpenAI's Responses API), ``POST /v1/messages`` (Anthropic's Messages API),
+``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text, vLLM names) and
 ``GET /loadgen/requests`` (server timings of the last finished requests, JSON). The
 handlers are :class:`~loadgen.server.handlers.ServerApi`'s; what an answer and a stream
-carry is in :mod:`loadgen.server.generation`.
+carry is in :mod:`loadgen.server.generation` (completions, chat),
+:mod:`loadgen.server.responses_api` and :mod:`loadgen.server.messages_api`.
 
-Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``): 400 for
+Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``; on
+``/v1/messages`` Anthropic's ``{"type": "error", "error": {"type", "message"}}``): 400 for
 invalid bodies, unknown models and prompts over the context length, 401 without the API key
 (when one is set), 408 for a body that does not arrive in time, 413 for a body over the size
 limit (see :mod:`loadgen.server.guard`), 429 when the engine's queue (or ``max_in_flight``)
@@ -27,8 +30,9 @@ from aiohttp import web
 from loadgen.server.config import HttpLimits
 from loadgen.server.engine.interface import AsyncEngine
 from loadgen.server.faults import FaultConfig
-from loadgen.server.guard import check_api_key
+from loadgen.server.guard import MESSAGES_PATH, check_api_key
 from loadgen.server.handlers import CountSampler, ServerApi
+from loadgen.server.messages_api import anthropic_error_body
 from loadgen.server.protocol import RequestRejected, error_body
 from loadgen.server.tokenizer import Tokenizer, WordTokenizer
 
@@ -41,8 +45,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _OPEN_WHILE_DRAINING = ("/metrics", "/loadgen/requests")
 
 
-def _json_error(status: int, message: str, **kw: Any) -> web.Response:
-    return web.json_response(error_body(message, **kw), status=status)
+def _json_error(request: web.Request, status: int, body: dict[str, Any]) -> web.Response:
+    """An error answer in the route's own shape (Anthropic's for ``/v1/messages``)."""
+    if request.path == MESSAGES_PATH:
+        body = anthropic_error_body(status, body["error"]["message"])
+    return web.json_response(body, status=status)
 
 
 def _error_middleware(api: ServerApi) -> Any:
@@ -57,7 +64,7 @@ def _error_middleware(api: ServerApi) -> Any:
             return await handler(request)
         except RequestRejected as exc:
             api.metrics.reject(exc.status)
-            response = web.json_response(exc.body(), status=exc.status)
+            response = _json_error(request, exc.status, exc.body())
             if exc.close:
                 response.force_close()
             if exc.hangup and request.transport is not None:
@@ -72,10 +79,10 @@ def _error_middleware(api: ServerApi) -> Any:
             message = (
                 f"{request.method} {request.path}: {exc.reason}" if exc.status in (404, 405) else exc.text or exc.reason
             )
-            return _json_error(exc.status, message, type=kind, code=str(exc.status))
+            return _json_error(request, exc.status, error_body(message, type=kind, code=str(exc.status)))
         except Exception:
             log.exception("unhandled error in %s %s", request.method, request.path)
-            return _json_error(500, "internal server error", type="server_error")
+            return _json_error(request, 500, error_body("internal server error", type="server_error"))
 
     return errors
 
@@ -129,6 +136,8 @@ def create_app(
     app[API_KEY] = api
     app.router.add_post("/v1/completions", api.completions)
     app.router.add_post("/v1/chat/completions", api.chat_completions)
+    app.router.add_post("/v1/responses", api.responses)
+    app.router.add_post(MESSAGES_PATH, api.messages)
     app.router.add_get("/v1/models", api.models)
     app.router.add_get("/health", api.health)
     app.router.add_get("/metrics", api.prometheus)

@@ -3,7 +3,8 @@
 - **API key** (``loadgen serve --api-key``, as ``vllm serve --api-key``): every ``/v1/*``
   route wants ``Authorization: Bearer KEY``, compared in constant time; other routes
   (``/health``, ``/metrics``, ``/loadgen/requests``) and ``OPTIONS`` stay open, as in vLLM.
-  A missing or wrong key is a 401 that never repeats what was sent.
+  ``/v1/messages`` also takes it as ``x-api-key: KEY``, as Anthropic's API does. A missing or
+  wrong key is a 401 that never repeats what was sent.
 - **Body size**: a body over ``max_body_bytes`` (declared in ``Content-Length`` or found
   while reading a chunked body) is a 413; the connection is not kept alive.
 - **Body timeout**: the whole body must arrive within ``body_timeout_s`` of the handler
@@ -32,7 +33,10 @@ from aiohttp import web
 from loadgen.server.config import HttpLimits
 from loadgen.server.protocol import RequestRejected
 
-__all__ = ["BYTES_PER_TOKEN", "check_api_key", "context_body_limit", "read_json"]
+__all__ = ["BYTES_PER_TOKEN", "MESSAGES_PATH", "check_api_key", "context_body_limit", "read_json"]
+
+MESSAGES_PATH = "/v1/messages"
+"""Anthropic's Messages route: its key may come as ``x-api-key``."""
 
 BYTES_PER_TOKEN = 128
 """Body bytes allowed per token of the context: a token of text is rarely over 16 bytes, 12
@@ -55,7 +59,10 @@ def check_api_key(request: web.Request, api_key: str | None) -> None:
     if api_key is None or not _protected(request):
         return
     sent = request.headers.get("Authorization", "").encode("utf-8", "surrogatepass")
-    if not hmac.compare_digest(sent, f"Bearer {api_key}".encode()):
+    ok = hmac.compare_digest(sent, f"Bearer {api_key}".encode())
+    if request.path == MESSAGES_PATH and "x-api-key" in request.headers:
+        ok |= hmac.compare_digest(request.headers["x-api-key"].encode("utf-8", "surrogatepass"), api_key.encode())
+    if not ok:
         raise RequestRejected(
             "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the key given to --api-key",
             status=401,

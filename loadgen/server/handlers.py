@@ -1,8 +1,10 @@
 """The reference server's request handlers (:class:`ServerApi`, one per app).
 
-A completions or chat request is read and parsed (:mod:`loadgen.server.guard`,
-:mod:`loadgen.server.protocol`), checked against injected faults and ``max_in_flight``,
-handed to the engine and answered whole or streamed (:mod:`loadgen.server.generation`);
+A generation request (completions, chat, Responses or Anthropic Messages: an
+:class:`~loadgen.server.render.Api` each) is read and parsed (:mod:`loadgen.server.guard`,
+the API's parser), checked against injected faults and ``max_in_flight``, handed to the
+engine and answered whole or streamed by one loop, the API's
+:class:`~loadgen.server.render.Renderer` writing its events (:mod:`loadgen.server.generation`);
 engine errors become OpenAI-style rejections (429 ``queue_full``, 400
 ``context_length_exceeded``, 503 ``engine_error``). :meth:`ServerApi.drain` is SIGTERM's
 graceful shutdown.
@@ -26,10 +28,13 @@ from loadgen.errors import EngineError, PromptTooLong, QueueFull
 from loadgen.server.config import HttpLimits
 from loadgen.server.engine.interface import AsyncEngine, EngineRequest, SamplingParams, TokenOutput
 from loadgen.server.faults import FaultConfig, FaultInjector, FaultPlan
-from loadgen.server.generation import DONE, SSE_HEADERS, Generation, sse, stream_chunk
+from loadgen.server.generation import SSE_HEADERS, Generation
 from loadgen.server.guard import read_json
+from loadgen.server.messages_api import MESSAGES
 from loadgen.server.prometheus import RequestTrace, ServerMetrics
-from loadgen.server.protocol import ParsedRequest, RequestRejected, parse_request, usage_body
+from loadgen.server.protocol import RequestRejected
+from loadgen.server.render import CHAT, COMPLETIONS, Api, Renderer
+from loadgen.server.responses_api import RESPONSES
 from loadgen.server.tokenizer import Tokenizer
 
 __all__ = ["CountSampler", "ServerApi"]
@@ -116,21 +121,24 @@ class ServerApi:
         return web.json_response({"object": "list", "data": self.metrics.log.to_json(limit)})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, chat=False)
+        return await self._serve(request, COMPLETIONS)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, chat=True)
+        return await self._serve(request, CHAT)
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, RESPONSES)
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, MESSAGES)
 
     # -- generation ---------------------------------------------------------------------
 
-    async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, api: Api) -> web.StreamResponse:
         arrival_ns = perf_counter_ns()
-        body = await read_json(
-            request, self.http, max_model_len=self.engine.max_model_len, param="messages" if chat else "prompt"
-        )
-        parsed = parse_request(
+        body = await read_json(request, self.http, max_model_len=self.engine.max_model_len, param=api.param)
+        parsed = api.parse(
             body,
-            chat=chat,
             model_name=self.model_name,
             tokenizer=self.tokenizer,
             max_model_len=self.engine.max_model_len,
@@ -148,7 +156,7 @@ class ServerApi:
                 type="rate_limit_error",
                 code="rate_limit_exceeded",
             )
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        rid = f"{api.id_prefix}{uuid.uuid4().hex}"
         params = SamplingParams(
             max_tokens=parsed.max_tokens,
             min_tokens=parsed.min_tokens,
@@ -159,15 +167,16 @@ class ServerApi:
         outputs = self.engine.generate(EngineRequest(rid, parsed.prompt_ids, params))
         trace = RequestTrace(
             id=rid,
-            endpoint="chat" if chat else "completions",
+            endpoint=api.endpoint,
             stream=parsed.stream,
             arrival_ns=arrival_ns,
             prompt_tokens=len(parsed.prompt_ids),
         )
         budget = 0
-        if chat and self.reasoning_tokens is not None:
+        if api.reasons and self.reasoning_tokens is not None:
             budget = max(int(self.reasoning_tokens.sample(self._reasoning_rng, 1)[0]), 0)
         gen = Generation(self.tokenizer, parsed, budget)
+        renderer = api.renderer(self.model_name, trace, parsed)
         task = asyncio.current_task()
         if task is not None:
             self.tasks.add(task)
@@ -186,9 +195,7 @@ class ServerApi:
                     str(exc) or "the waiting queue is full", status=429, type="rate_limit_error", code="queue_full"
                 ) from exc
             except PromptTooLong as exc:
-                raise RequestRejected(
-                    str(exc), param="messages" if chat else "prompt", code="context_length_exceeded"
-                ) from exc
+                raise RequestRejected(str(exc), param=api.param, code="context_length_exceeded") from exc
             except EngineError as exc:
                 raise RequestRejected(str(exc), status=503, type="server_error", code="engine_error") from exc
             except StopAsyncIteration:
@@ -197,9 +204,9 @@ class ServerApi:
                 ) from None
             started = True
             if parsed.stream:
-                return await self._stream(request, parsed, trace, gen, first, outputs, plan)
+                return await self._stream(request, renderer, trace, gen, first, outputs, plan)
             try:
-                return await self._complete(request, trace, gen, first, outputs, plan)
+                return await self._complete(request, renderer, trace, gen, first, outputs, plan)
             except asyncio.CancelledError:
                 self._stop_cancelling()
                 trace.finish_reason = "abort"
@@ -227,7 +234,7 @@ class ServerApi:
     async def _stream(
         self,
         request: web.Request,
-        parsed: ParsedRequest,
+        renderer: Renderer,
         trace: RequestTrace,
         gen: Generation,
         first: TokenOutput,
@@ -236,10 +243,7 @@ class ServerApi:
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers=SSE_HEADERS)
         response.enable_chunked_encoding()
-        prompt_tokens = trace.prompt_tokens
-        chat = parsed.chat
         out = first
-        role_sent = not chat
         last_tokens = 0
         try:
             await response.prepare(request)
@@ -254,20 +258,9 @@ class ServerApi:
                     if plan is not None and plan.stall():
                         self.metrics.faults["stall"] += 1
                         await asyncio.sleep(plan.stall_s)
-                    if not role_sent:
-                        role = stream_chunk(self.model_name, trace, chat, None, None, role=True)
-                        if parsed.continuous_usage:
-                            role["usage"] = usage_body(prompt_tokens, 0)
-                        await response.write(sse(role))
-                        role_sent = True
-                    chunk = stream_chunk(self.model_name, trace, chat, text, finish, reasoning=gen.reasoning)
-                    if parsed.continuous_usage:
-                        chunk["usage"] = usage_body(prompt_tokens, gen.tokens)
-                    if finish is not None:
-                        if gen.stop_reason is not None:
-                            chunk["choices"][0]["stop_reason"] = gen.stop_reason
-                        chunk["loadgen"] = gen.vendor(trace, perf_counter_ns())
-                    data = sse(chunk)
+                    lead, data = renderer.step(gen, text, finish)
+                    if lead:
+                        await response.write(lead)
                     sent_ns = perf_counter_ns()  # the bytes go to the socket in this write
                     await response.write(data)
                     if text or gen.reasoning:
@@ -285,18 +278,15 @@ class ServerApi:
                 if finish is not None:
                     break
                 out = await self._next(outputs)
-            if parsed.include_usage:
-                usage_only = stream_chunk(self.model_name, trace, chat, None, None)
-                usage_only["choices"] = []
-                usage_only["usage"] = usage_body(prompt_tokens, gen.tokens)
-                await response.write(sse(usage_only))
-            await response.write(DONE)
+            tail = renderer.tail(gen)
+            if tail:
+                await response.write(tail)
             trace.done_ns = perf_counter_ns()
             trace.finish_reason = gen.finish_reason or "abort"
             await response.write_eof()
         except asyncio.CancelledError:
-            self._stop_cancelling()  # the drain is over: a last event, then [DONE]
-            await self._end_stream(response, parsed, trace, gen)
+            self._stop_cancelling()  # the drain is over: a last event, then the stream's end
+            await self._end_stream(response, renderer, trace, gen)
         except ConnectionError:  # the client went away: finally (in _serve) aborts the request
             pass
         except Exception:  # too late for an error status: cut the stream, the client sees it
@@ -308,6 +298,7 @@ class ServerApi:
     async def _complete(
         self,
         request: web.Request,
+        renderer: Renderer,
         trace: RequestTrace,
         gen: Generation,
         first: TokenOutput,
@@ -333,24 +324,7 @@ class ServerApi:
             if request.transport is not None:
                 request.transport.close()
             return web.Response()
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": gen.finish_reason}
-        if trace.endpoint == "chat":
-            choice["message"] = {"role": "assistant", "content": text}
-            if reasoning:
-                choice["message"]["reasoning"] = reasoning
-        else:
-            choice["text"] = text
-        if gen.stop_reason is not None:
-            choice["stop_reason"] = gen.stop_reason
-        body = {
-            "id": trace.id,
-            "object": "chat.completion" if trace.endpoint == "chat" else "text_completion",
-            "created": int(time.time()),
-            "model": self.model_name,
-            "choices": [choice],
-            "usage": usage_body(trace.prompt_tokens, gen.tokens),
-            "loadgen": gen.vendor(trace, now),
-        }
+        body = renderer.body(gen, text, reasoning, now)
         trace.finish_reason = gen.finish_reason or "abort"
         trace.done_ns = perf_counter_ns()
         return web.json_response(body)
@@ -363,25 +337,18 @@ class ServerApi:
         task.uncancel()
 
     async def _end_stream(
-        self, response: web.StreamResponse, parsed: ParsedRequest, trace: RequestTrace, gen: Generation
+        self, response: web.StreamResponse, renderer: Renderer, trace: RequestTrace, gen: Generation
     ) -> None:
-        """End a stream the drain cut: ``finish_reason: "abort"``, usage if asked, [DONE]."""
-        if trace.done_ns:  # [DONE] was already sent
+        """End a stream the drain cut: the API's last events (chat: ``finish_reason: "abort"``,
+        usage if asked, [DONE])."""
+        if trace.done_ns:  # the stream's end was already sent
             return
         trace.finish_reason = "abort"
         trace.done_ns = perf_counter_ns()
         try:
             if not response.prepared:
                 return
-            chunk = stream_chunk(self.model_name, trace, parsed.chat, "", "abort")
-            chunk["loadgen"] = gen.vendor(trace, trace.done_ns)
-            await response.write(sse(chunk))
-            if parsed.include_usage:
-                usage_only = stream_chunk(self.model_name, trace, parsed.chat, None, None)
-                usage_only["choices"] = []
-                usage_only["usage"] = usage_body(trace.prompt_tokens, gen.tokens)
-                await response.write(sse(usage_only))
-            await response.write(DONE)
+            await response.write(renderer.abort(gen))
             await response.write_eof()
         except ConnectionError:
             pass

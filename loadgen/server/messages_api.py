@@ -1,0 +1,204 @@
+"""Anthropic's Messages API (``POST /v1/messages``) over the same engines as chat.
+
+Body: ``model`` and ``max_tokens`` (both required, as Anthropic's are), ``messages``
+(roles ``user`` and ``assistant``; ``content`` a string or ``[{"type": "text", "text"}]``
+blocks), ``system`` (a string or text blocks: a system message first),
+``stop_sequences`` (matched on whole words, as chat's ``stop``), ``temperature``,
+``stream``, and vLLM's ``ignore_eos`` and ``min_tokens``. Other fields (``thinking``,
+``metadata``, ``top_k``, ``tools``, ...) are ignored, as vLLM does. The prompt is the chat
+template of those messages, so a request costs what the same chat request costs.
+
+A stream is Anthropic's named events: ``message_start`` (the message with
+``usage.input_tokens`` and ``output_tokens: 1``), per content block
+``content_block_start`` / ``content_block_delta`` / ``content_block_stop`` (a ``thinking``
+block of ``thinking_delta`` first when the server reasons, then a ``text`` block of
+``text_delta``; one delta per engine output), a ``ping`` after the first block starts,
+``message_delta`` (``stop_reason`` ``end_turn``, ``max_tokens`` or ``stop_sequence``,
+``usage.output_tokens``: every generated token, as chat's ``completion_tokens``; plus the
+``loadgen`` timings, as chat's final chunk has) and ``message_stop``. A stream the drain
+or the engine aborted ends with an ``error`` event (``overloaded_error``). Not streamed:
+the message object. Errors have Anthropic's shape, ``{"type": "error", "error": {"type",
+"message"}}`` (:func:`anthropic_error_body`); the API key may come as ``x-api-key``.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+from typing import Any
+
+from loadgen.server.generation import Generation
+from loadgen.server.prometheus import RequestTrace
+from loadgen.server.protocol import ParsedRequest, RequestRejected
+from loadgen.server.render import Api, event, parse_as_chat
+from loadgen.server.tokenizer import Tokenizer
+
+__all__ = ["MESSAGES", "MessagesRenderer", "anthropic_error_body", "parse_messages"]
+
+_PASSED = ("model", "temperature", "stream", "max_tokens", "ignore_eos", "min_tokens")
+_RENAME = {"stop": "stop_sequences"}
+_ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+}
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    """``{"type": "error", "error": {"type", "message"}}``, the type by the HTTP status."""
+    kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for block in content:
+            if not (isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)):
+                raise RequestRejected(
+                    f"{where}: only blocks of type 'text' with a string 'text' are supported", param="messages"
+                )
+            texts.append(block["text"])
+        return " ".join(texts)
+    raise RequestRejected(f"{where} must be a string or a list of text blocks", param="messages")
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+    messages: list[dict[str, str]] = []
+    if body.get("system") is not None:
+        messages.append({"role": "system", "content": _text(body["system"], "system")})
+    given = body.get("messages")
+    if not isinstance(given, list) or not given:
+        raise RequestRejected("messages: a non-empty list of messages is required", param="messages")
+    for i, msg in enumerate(given):
+        if not isinstance(msg, dict):
+            raise RequestRejected(f"messages.{i} must be an object", param="messages")
+        role = msg.get("role")
+        if role not in ("user", "assistant"):
+            raise RequestRejected(f"messages.{i}.role must be 'user' or 'assistant'", param="messages")
+        messages.append({"role": role, "content": _text(msg.get("content"), f"messages.{i}.content")})
+    return messages
+
+
+def parse_messages(body: Any, *, model_name: str, tokenizer: Tokenizer, max_model_len: int) -> ParsedRequest:
+    """Validate a Messages body into chat's :class:`ParsedRequest`; raise :class:`RequestRejected`."""
+    if not isinstance(body, dict):
+        raise RequestRejected("the request body must be a JSON object")
+    for key in ("model", "max_tokens"):
+        if body.get(key) is None:
+            raise RequestRejected(f"{key}: Field required", param=key)
+    chat: dict[str, Any] = {key: body[key] for key in _PASSED if key in body}
+    chat["messages"] = _messages(body)
+    if "stop_sequences" in body:
+        chat["stop"] = body["stop_sequences"]
+    return parse_as_chat(chat, _RENAME, model_name=model_name, tokenizer=tokenizer, max_model_len=max_model_len)
+
+
+def _stop_reason(gen: Generation) -> str:
+    if gen.stop_reason is not None:
+        return "stop_sequence"
+    return "max_tokens" if gen.finish_reason == "length" else "end_turn"
+
+
+class MessagesRenderer:
+    """One message's events: a ``thinking`` block (when the server reasons), then a ``text`` block."""
+
+    def __init__(self, model_name: str, trace: RequestTrace, parsed: ParsedRequest) -> None:
+        self.model_name = model_name
+        self.trace = trace
+        self.started = False
+        self.blocks = 0  # blocks started
+        self.open: str | None = None  # the kind of the block being streamed
+
+    def message(self, content: list[dict[str, Any]], output_tokens: int, stop: str | None) -> dict[str, Any]:
+        return {
+            "id": self.trace.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model_name,
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": self.trace.prompt_tokens, "output_tokens": output_tokens},
+        }
+
+    def _begin(self, kind: str) -> bytes:
+        if self.open == kind:
+            return b""
+        data = self._close()
+        block = (
+            {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else {"type": kind, "text": ""}
+        )
+        data += event(
+            "content_block_start", {"type": "content_block_start", "index": self.blocks, "content_block": block}
+        )
+        if not self.blocks:
+            data += event("ping", {"type": "ping"})
+        self.blocks += 1
+        self.open = kind
+        return data
+
+    def _close(self) -> bytes:
+        if self.open is None:
+            return b""
+        self.open = None
+        return event("content_block_stop", {"type": "content_block_stop", "index": self.blocks - 1})
+
+    def _delta(self, kind: str, text: str) -> bytes:
+        delta = (
+            {"type": "thinking_delta", "thinking": text} if kind == "thinking" else {"type": "text_delta", "text": text}
+        )
+        data = self._begin(kind)
+        return data + event(
+            "content_block_delta", {"type": "content_block_delta", "index": self.blocks - 1, "delta": delta}
+        )
+
+    def _start(self) -> bytes:
+        self.started = True
+        return event("message_start", {"type": "message_start", "message": self.message([], 1, None)})
+
+    @staticmethod
+    def _error() -> bytes:
+        return event("error", anthropic_error_body(503, "the request was aborted (the server is shutting down)"))
+
+    def step(self, gen: Generation, text: str, finish: str | None) -> tuple[bytes, bytes]:
+        lead = b"" if self.started else self._start()
+        data = self._delta("thinking", gen.reasoning) if gen.reasoning else b""
+        if text:
+            data += self._delta("text", text)
+        if finish == "abort":
+            data += self._close() + self._error()
+        elif finish is not None:
+            if not self.blocks or self.open == "thinking":  # a text block even when every token was thinking
+                data += self._begin("text")
+            final = {
+                "type": "message_delta",
+                "delta": {"stop_reason": _stop_reason(gen), "stop_sequence": gen.stop_reason},
+                "usage": {"output_tokens": gen.tokens},
+                "loadgen": gen.vendor(self.trace, perf_counter_ns()),
+            }
+            data += self._close() + event("message_delta", final) + event("message_stop", {"type": "message_stop"})
+        return lead, data
+
+    def tail(self, gen: Generation) -> bytes:
+        return b""
+
+    def abort(self, gen: Generation) -> bytes:
+        return (b"" if self.started else self._start()) + self._close() + self._error()
+
+    def body(self, gen: Generation, text: str, reasoning: str, now_ns: int) -> dict[str, Any]:
+        content: list[dict[str, Any]] = []
+        if reasoning:
+            content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+        content.append({"type": "text", "text": text})
+        message = self.message(content, gen.tokens, _stop_reason(gen))
+        message["stop_sequence"] = gen.stop_reason
+        return {**message, "loadgen": gen.vendor(self.trace, now_ns)}
+
+
+MESSAGES = Api("messages", "msg_", "messages", True, parse_messages, MessagesRenderer)
