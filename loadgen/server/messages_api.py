@@ -4,7 +4,7 @@ Body: ``model`` and ``max_tokens`` (both required, as Anthropic's are), ``messag
 (roles ``user`` and ``assistant``; ``content`` a string or ``[{"type": "text", "text"}]``
 blocks), ``system`` (a string or text blocks: a system message first),
 ``stop_sequences`` (matched on whole words, as chat's ``stop``), ``temperature``,
-``stream``, and vLLM's ``ignore_eos`` and ``min_tokens``. Other fields (``thinking``,
+``stream``, and vLLM's ``seed``, ``ignore_eos`` and ``min_tokens``. Other fields (``thinking``,
 ``metadata``, ``top_k``, ``tools``, ...) are ignored, as vLLM does. The prompt is the chat
 template of those messages, so a request costs what the same chat request costs.
 
@@ -34,7 +34,7 @@ from loadgen.server.tokenizer import Tokenizer
 
 __all__ = ["MESSAGES", "MessagesRenderer", "anthropic_error_body", "parse_messages"]
 
-_PASSED = ("model", "temperature", "stream", "max_tokens", "ignore_eos", "min_tokens")
+_PASSED = ("model", "temperature", "stream", "max_tokens", "seed", "ignore_eos", "min_tokens")
 _RENAME = {"stop": "stop_sequences"}
 _ERROR_TYPES = {
     401: "authentication_error",
