@@ -1,6 +1,7 @@
 """Fuzz the reference server's request bodies: random JSON (and bytes that are not JSON)
-POSTed to a real server on 127.0.0.1. Every answer is a 200 or a 4xx with an OpenAI-style
-error, never a 5xx, and the server stays healthy."""
+POSTed to a real server on 127.0.0.1, on every generation route. Every answer is a 200 or a
+4xx with the API's own error shape (Anthropic's on /v1/messages, OpenAI's elsewhere), never a
+5xx, and the server stays healthy."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ KEYS = st.sampled_from(
         "content",
         "type",
         "text",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "system",
+        "stop_sequences",
+        "input_text",
         "x",
     ]
 )
@@ -63,6 +70,14 @@ MESSAGE = st.one_of(
         },
     ),
     ANY,
+)
+PART = st.fixed_dictionaries({"type": st.sampled_from(["input_text", "output_text", "text"])}, optional={"text": TEXT})
+ITEM = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system", "developer", "tool"])},
+    optional={
+        "type": st.sampled_from(["message", "function_call"]),
+        "content": st.one_of(TEXT, st.lists(PART, max_size=2)),
+    },
 )
 FIELDS = st.fixed_dictionaries(
     {},
@@ -99,30 +114,51 @@ FIELDS = st.fixed_dictionaries(
         "seed": NUMBERS,
         "ignore_eos": st.one_of(st.booleans(), SCALARS),
         "x": ANY,
+        "input": st.one_of(TEXT, st.lists(st.one_of(ITEM, MESSAGE), max_size=3), ANY),
+        "instructions": st.one_of(TEXT, ANY),
+        "max_output_tokens": SMALL,
+        "system": st.one_of(TEXT, st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": TEXT})), ANY),
+        "stop_sequences": st.one_of(st.lists(TEXT, max_size=3), ANY),
+        "previous_response_id": st.one_of(st.none(), TEXT),
     },
 )
 
 
 @st.composite
-def bodies(draw: st.DrawFn, chat: bool) -> dict[str, Any]:
+def bodies(draw: st.DrawFn, path: str) -> dict[str, Any]:
     """A body that would pass (so later checks are reached) with a few fields fuzzed, or any."""
     if draw(st.integers(0, 4)) == 0:
         return draw(FIELDS)
     body: dict[str, Any] = {"model": MODEL, "max_tokens": draw(st.integers(1, 12))}
-    if chat:
-        body["messages"] = [{"role": "user", "content": draw(TEXT.filter(str.strip))}]
+    text = draw(TEXT.filter(str.strip))
+    if path == "/v1/responses":
+        del body["max_tokens"]
+        body["max_output_tokens"] = draw(st.integers(1, 12))
+        body["input"] = draw(
+            st.one_of(st.just(text), st.just([{"role": "user", "content": [{"type": "input_text", "text": text}]}]))
+        )
+    elif path == "/v1/completions":
+        body["prompt"] = draw(st.one_of(st.just(text), st.lists(st.integers(4, 99), min_size=1, max_size=5)))
     else:
-        body["prompt"] = draw(st.one_of(TEXT.filter(str.strip), st.lists(st.integers(4, 99), min_size=1, max_size=5)))
+        body["messages"] = [{"role": "user", "content": text}]
     if draw(st.booleans()):
         body["stream"] = True
-        body["stream_options"] = {"include_usage": draw(st.booleans()), "continuous_usage_stats": draw(st.booleans())}
+        if path.endswith("completions"):
+            options = {"include_usage": draw(st.booleans()), "continuous_usage_stats": draw(st.booleans())}
+            body["stream_options"] = options
     fuzzed = draw(FIELDS)
     for key in draw(st.lists(st.sampled_from(sorted(fuzzed)), max_size=3, unique=True) if fuzzed else st.just([])):
         body[key] = fuzzed[key]
     return body
 
 
-ROUTES = st.sampled_from(["/v1/completions", "/v1/chat/completions"])
+ROUTES = st.sampled_from(["/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages"])
+_LAST = {  # the event that ends a complete stream, per route
+    "/v1/completions": b"data: [DONE]\n\n",
+    "/v1/chat/completions": b"data: [DONE]\n\n",
+    "/v1/responses": b"event: response.completed\n",
+    "/v1/messages": b'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+}
 
 
 @pytest.fixture(scope="module")
@@ -136,16 +172,28 @@ def client() -> Iterator[httpx.Client]:
         assert c.get("/health").status_code == 200  # still healthy after everything
 
 
-def _check(resp: httpx.Response, stream: Any) -> None:
+def _check(resp: httpx.Response, path: str, stream: Any) -> None:
     assert resp.status_code == 200 or 400 <= resp.status_code < 500, (resp.status_code, resp.text[:300])
     if resp.status_code != 200:
-        err = resp.json()["error"]
+        answer = resp.json()
+        if path == "/v1/messages":
+            assert set(answer) == {"type", "error"} and answer["type"] == "error"
+            err = answer["error"]
+            assert set(err) == {"type", "message"} and err["message"]
+            event(f"{resp.status_code} messages {err['type']}")
+            return
+        err = answer["error"]
         assert set(err) == {"message", "type", "param", "code"} and err["message"]
         event(f"{resp.status_code} {err['param'] or err['code'] or ''}")
         return
-    event("200")
+    event(f"200 {path}")
     if stream is True:
-        assert resp.text.endswith("data: [DONE]\n\n")
+        last = resp.content.rfind(b"\n\nevent: ") + 2 if path == "/v1/responses" else -len(_LAST[path])
+        assert resp.content[last:].startswith(_LAST[path]) and resp.content.endswith(b"\n\n")
+    elif path == "/v1/responses":
+        assert resp.json()["object"] == "response" and resp.json()["usage"]["output_tokens"] >= 1
+    elif path == "/v1/messages":
+        assert resp.json()["type"] == "message" and resp.json()["usage"]["output_tokens"] >= 1
     else:
         assert resp.json()["choices"]
 
@@ -153,9 +201,10 @@ def _check(resp: httpx.Response, stream: Any) -> None:
 @budget(120)
 @given(st.data(), ROUTES)
 def test_any_json_body_is_answered_200_or_4xx(client: httpx.Client, data: st.DataObject, path: str) -> None:
-    body = data.draw(bodies(chat="chat" in path))
+    body = data.draw(bodies(path))
     _check(
         client.post(path, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}),
+        path,
         body.get("stream"),
     )
 
@@ -175,4 +224,4 @@ def test_any_bytes_are_answered_200_or_4xx(client: httpx.Client, path: str, raw:
         stream = json.loads(raw).get("stream")
     except (ValueError, RecursionError, AttributeError):
         stream = None
-    _check(client.post(path, content=raw, headers={"Content-Type": "application/json"}), stream)
+    _check(client.post(path, content=raw, headers={"Content-Type": "application/json"}), path, stream)
