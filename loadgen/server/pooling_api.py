@@ -132,7 +132,7 @@ class PoolingApi:
         value = body.get("input")
         if value is None:
             raise RequestRejected("'input' is required", param="input")
-        if isinstance(value, str) or _is_ids(value) and value:
+        if isinstance(value, str) or (_is_ids(value) and value):
             items: list[Any] = [value]
         elif isinstance(value, list) and value:
             items = value
