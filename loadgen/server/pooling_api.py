@@ -53,7 +53,6 @@ __all__ = ["DEFAULT_DIMENSIONS", "MAX_DIMENSIONS", "PoolingApi", "add_pooling_ro
 
 DEFAULT_DIMENSIONS = 256
 MAX_DIMENSIONS = 4096
-_MASK = np.uint64((1 << 64) - 1)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -61,7 +60,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
     x = x + np.uint64(0x9E3779B97F4A7C15)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    out: np.ndarray = x ^ (x >> np.uint64(31))
+    return out
 
 
 def embed(token_ids: Sequence[int], dimensions: int = DEFAULT_DIMENSIONS) -> np.ndarray:
