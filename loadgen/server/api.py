@@ -2,7 +2,9 @@
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/responses``
 (OpenAI's Responses API), ``POST /v1/messages`` (Anthropic's Messages API),
-``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text, vLLM names) and
+``POST /v1/embeddings``, ``POST /v1/rerank`` (and ``/v2/rerank``), ``POST /v1/score`` (prefill-only pooling
+requests: :mod:`loadgen.server.pooling_api`; 501 on engines without pooling), ``GET /v1/models``,
+``GET /health``, ``GET /metrics`` (Prometheus text, vLLM names) and
 ``GET /loadgen/requests`` (server timings of the last finished requests, JSON). The
 handlers are :class:`~loadgen.server.handlers.ServerApi`'s; what an answer and a stream
 carry is in :mod:`loadgen.server.generation` (completions, chat),
@@ -11,7 +13,7 @@ carry is in :mod:`loadgen.server.generation` (completions, chat),
 Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``; on
 ``/v1/messages`` Anthropic's ``{"type": "error", "error": {"type", "message"}}``): 400 for
 invalid bodies, unknown models and prompts over the context length, 401 without the API key
-(when one is set), 408 for a body that does not arrive in time, 413 for a body over the size
+(when one is set), 501 for pooling routes on an engine without pooling, 408 for a body that does not arrive in time, 413 for a body over the size
 limit (see :mod:`loadgen.server.guard`), 429 when the engine's queue (or ``max_in_flight``)
 is full, 404/405 for unknown routes and methods, 500 for injected faults and server bugs,
 503 ``shutting_down`` while SIGTERM drains (:meth:`ServerApi.drain`; ``/metrics`` and
@@ -33,6 +35,7 @@ from loadgen.server.faults import FaultConfig
 from loadgen.server.guard import MESSAGES_PATH, check_api_key
 from loadgen.server.handlers import CountSampler, ServerApi
 from loadgen.server.messages_api import anthropic_error_body
+from loadgen.server.pooling_api import add_pooling_routes
 from loadgen.server.protocol import RequestRejected, error_body
 from loadgen.server.tokenizer import Tokenizer, WordTokenizer
 
@@ -138,6 +141,7 @@ def create_app(
     app.router.add_post("/v1/chat/completions", api.chat_completions)
     app.router.add_post("/v1/responses", api.responses)
     app.router.add_post(MESSAGES_PATH, api.messages)
+    add_pooling_routes(app, api)
     app.router.add_get("/v1/models", api.models)
     app.router.add_get("/health", api.health)
     app.router.add_get("/metrics", api.prometheus)

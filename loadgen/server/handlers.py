@@ -164,7 +164,7 @@ class ServerApi:
             temperature=parsed.temperature,
             seed=parsed.seed,
         )
-        outputs = self.engine.generate(EngineRequest(rid, parsed.prompt_ids, params))
+        outputs = self.engine.generate(EngineRequest(rid, parsed.prompt_ids, params, parsed.encoder_patches))
         trace = RequestTrace(
             id=rid,
             endpoint=api.endpoint,

@@ -11,6 +11,9 @@ allowed, as in vLLM. A prompt is tokenised with a cap when the tokenizer has one
 (``encode_at_most`` / ``apply_chat_template_at_most``, as :class:`WordTokenizer`), and a
 list of token ids is measured before its ids are checked, so a prompt far over the context
 costs work in proportion to ``max_model_len``, not to its own length.
+
+Chat content parts of type ``image_url`` (a ``data:`` URL) add their image tokens after
+the prompt's text (:mod:`loadgen.server.vision`); they count in the context length.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ class ParsedRequest:
     stream: bool = False
     include_usage: bool = False
     continuous_usage: bool = False
+    encoder_patches: int = 0  # the images' vision-encoder patches (their tokens are in prompt_ids)
 
 
 def _check(value: Any, kind: str) -> bool:
@@ -164,17 +168,25 @@ def _parse_prompt(body: dict[str, Any], tok: Tokenizer, max_model_len: int) -> l
     )
 
 
-def _content_text(content: Any, i: int) -> str:
+def _content_text(content: Any, i: int, images: list[Any] | None = None) -> str:
+    """A message's text; its ``image_url`` parts go to ``images`` (:mod:`loadgen.server.vision`)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         texts = []
-        for part in content:
+        for j, part in enumerate(content):
+            if images is not None and isinstance(part, dict) and part.get("type") == "image_url":
+                from loadgen.server.vision import chat_image_part  # vision imports this module
+
+                images.append(chat_image_part(part, f"messages[{i}].content[{j}]"))
+                continue
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
                 raise RequestRejected(
-                    f"messages[{i}].content: only parts of type 'text' with a string 'text' are supported",
+                    f"messages[{i}].content: only parts of type 'text' with a string 'text'"
+                    + (" or 'image_url'" if images is not None else "")
+                    + " are supported",
                     param="messages",
                 )
             texts.append(part["text"])
@@ -182,7 +194,9 @@ def _content_text(content: Any, i: int) -> str:
     raise RequestRejected(f"messages[{i}].content must be a string or a list of text parts", param="messages")
 
 
-def _parse_messages(body: dict[str, Any], tok: Tokenizer, max_model_len: int) -> list[int]:
+def _parse_messages(
+    body: dict[str, Any], tok: Tokenizer, max_model_len: int, images: list[Any] | None = None
+) -> list[int]:
     messages = body.get("messages")
     if messages is None:
         raise RequestRejected("'messages' is required", param="messages")
@@ -195,7 +209,7 @@ def _parse_messages(body: dict[str, Any], tok: Tokenizer, max_model_len: int) ->
         role = msg.get("role")
         if not isinstance(role, str) or not role or any(c.isspace() for c in role):
             raise RequestRejected(f"messages[{i}].role must be a non-empty string without spaces", param="messages")
-        pairs.append((role, _content_text(msg.get("content"), i)))
+        pairs.append((role, _content_text(msg.get("content"), i, images)))
     capped = getattr(tok, "apply_chat_template_at_most", None)
     if capped is None:
         return tok.apply_chat_template(pairs)
@@ -241,9 +255,16 @@ def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenize
     if body.get("logprobs") not in (None, False):
         raise RequestRejected("logprobs are not supported", param="logprobs")
 
+    images: list[Any] = []
     prompt_ids = (
-        _parse_messages(body, tokenizer, max_model_len) if chat else _parse_prompt(body, tokenizer, max_model_len)
+        _parse_messages(body, tokenizer, max_model_len, images)
+        if chat
+        else _parse_prompt(body, tokenizer, max_model_len)
     )
+    if images:
+        from loadgen.server.vision import image_prompt_ids
+
+        prompt_ids = prompt_ids + image_prompt_ids(images, tokenizer.vocab_size)
     if not prompt_ids:
         raise RequestRejected("the prompt is empty (0 tokens)", param="messages" if chat else "prompt")
 
@@ -297,4 +318,5 @@ def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenize
         stream=stream,
         include_usage=include_usage,
         continuous_usage=continuous,
+        encoder_patches=sum(image.patches for image in images),
     )

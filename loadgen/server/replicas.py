@@ -127,6 +127,7 @@ class ReplicatedEngine:
         self.max_model_len = min(e.max_model_len for e in self.engines)
         self.vocab_size = self.engines[0].vocab_size
         self.model_name = self.engines[0].model_name
+        self.supports_pooling = all(getattr(e, "supports_pooling", False) for e in self.engines)
 
     async def start(self) -> None:
         for engine in self.engines:

@@ -225,3 +225,43 @@ def test_any_bytes_are_answered_200_or_4xx(client: httpx.Client, path: str, raw:
     except (ValueError, RecursionError, AttributeError):
         stream = None
     _check(client.post(path, content=raw, headers={"Content-Type": "application/json"}), path, stream)
+
+
+POOLING = st.sampled_from(["/v1/embeddings", "/v1/rerank", "/v1/score"])
+POOL_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": st.one_of(st.just(MODEL), st.text(max_size=5), ANY),
+        "input": st.one_of(
+            TEXT,
+            st.lists(TEXT, max_size=3),
+            st.lists(st.integers(-2, 200_000), max_size=6),
+            st.lists(st.lists(st.integers(0, 100), max_size=3), max_size=2),
+            ANY,
+        ),
+        "encoding_format": st.one_of(st.sampled_from(["float", "base64", "hex"]), ANY),
+        "dimensions": st.one_of(st.integers(-2, 5000), ANY),
+        "query": st.one_of(TEXT, ANY),
+        "documents": st.one_of(st.lists(st.one_of(TEXT, st.fixed_dictionaries({"text": TEXT})), max_size=3), ANY),
+        "top_n": st.one_of(st.integers(-2, 5), ANY),
+        "return_documents": ANY,
+        "text_1": st.one_of(TEXT, st.lists(TEXT, max_size=3), ANY),
+        "text_2": st.one_of(TEXT, st.lists(TEXT, max_size=3), ANY),
+        "x": ANY,
+    },
+)
+
+
+@budget(100)
+@given(POOLING, POOL_FIELDS)
+def test_pooling_bodies_are_answered_200_or_4xx(client: httpx.Client, path: str, body: dict[str, Any]) -> None:
+    resp = client.post(path, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    assert resp.status_code == 200 or 400 <= resp.status_code < 500, (resp.status_code, resp.text[:300])
+    got = resp.json()
+    if resp.status_code != 200:
+        assert set(got["error"]) == {"message", "type", "param", "code"} and got["error"]["message"]
+        event(f"{resp.status_code} {got['error']['param'] or got['error']['code'] or ''}")
+        return
+    event(f"200 {path}")
+    assert got["usage"]["total_tokens"] >= 1
+    assert got.get("data") or got.get("results") is not None

@@ -24,6 +24,9 @@ class ScheduledSeq:
     p % block_size``, attends over the first ``context_len`` positions (causally), and,
     when ``sample`` is true, samples one token from the logits of the last position.
     ``block_table`` is the scheduler's live list: read it during ``execute`` only.
+    ``encoder_patches`` is set on the step that admits a prompt with images (its vision
+    encoder runs then, as vLLM runs a request's encoder inputs in its first prefill step);
+    a pooling sequence (``params.pooling``) samples nothing, even when ``sample`` is true.
     """
 
     seq_id: int
@@ -34,6 +37,7 @@ class ScheduledSeq:
     sample: bool
     is_decode: bool
     params: SamplingParams
+    encoder_patches: int = 0  # vision-encoder patches to run in this step, before the prefill
 
     @property
     def num_tokens(self) -> int:

@@ -22,6 +22,7 @@ class SamplingParams:
     temperature: float = 1.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    pooling: bool = False  # prefill only (embeddings, scores): finish after the prompt, no token
 
 
 @dataclass(slots=True)
@@ -29,13 +30,15 @@ class EngineRequest:
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
+    encoder_patches: int = 0  # vision-encoder input patches, priced before the prefill
 
 
 @dataclass(slots=True)
 class TokenOutput:
     """New tokens of one request from one engine step (usually one token).
 
-    ``finish_reason`` is set on the last output: "length", "stop" or "abort".
+    ``finish_reason`` is set on the last output: "length", "stop" or "abort". A pooling
+    request (``SamplingParams.pooling``) ends with one output of no tokens, "stop".
     ``timings`` (on the last output only) holds server-side per-request timings in
     seconds: queue_s, prefill_s, decode_s, decode_steps, preemptions, ttft_s, e2e_s.
     """

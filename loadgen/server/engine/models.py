@@ -46,6 +46,10 @@ class ModelShape:
     end). ``weights`` is ``"random"`` or the name of a weight source for the torch engine.
     ``rope_scaling``: Llama 3's ``(factor, low_freq_factor, high_freq_factor,
     original_max_position_embeddings)``, or None for plain RoPE.
+    ``vision_encoder_params``: the parameters of the vision encoder (ViT) the sim prices
+    for images in prompts; the default, 675M, is Qwen2-VL-7B's ViT (the Qwen2-VL paper,
+    table 1), for every preset (a text-only model served images is priced as if it had
+    that encoder).
     """
 
     name: str
@@ -68,6 +72,7 @@ class ModelShape:
     weights: str = "random"
     hf_id: str = ""
     rope_scaling: tuple[float, float, float, int] | None = None
+    vision_encoder_params: int = 675_000_000
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:

@@ -36,6 +36,13 @@ When a running request needs a block and none is free, the newest running reques
 yet scheduled in this step is preempted by recompute: its blocks are freed (full blocks
 stay in the prefix cache) and it goes back to the front of the waiting queue, to be
 prefilled again over its prompt and the tokens it already generated.
+
+Pooling requests (``SamplingParams.pooling``: embeddings, rerank, score) are scheduled
+like any prompt, as vLLM V1 schedules them, and finish in the step that computes their
+last prompt token, with no sampled token (``finish_reason="stop"``, no generation tokens
+counted). A prompt with images carries its vision-encoder patches to the step that admits
+it (``ScheduledSeq.encoder_patches``), again after a preemption (the encoder's output is
+not kept).
 """
 
 from __future__ import annotations
@@ -125,7 +132,7 @@ class Scheduler:
             raise EngineError("the prompt is empty")
         if params.max_tokens < 1:
             raise EngineError(f"max_tokens must be >= 1, got {params.max_tokens}")
-        total = len(prompt) + params.max_tokens
+        total = len(prompt) + (0 if params.pooling else params.max_tokens)
         if total > cfg.max_model_len:
             raise PromptTooLong(
                 f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
@@ -150,6 +157,7 @@ class Scheduler:
             num_prompt_tokens=len(prompt),
             arrival_s=self._now(),
             num_external_tokens=min(num_external_tokens, len(prompt) - 1),
+            encoder_patches=request.encoder_patches,
         )
 
     def _register(self, seq: Sequence) -> None:
@@ -267,6 +275,7 @@ class Scheduler:
             self.running.append(seq)
             self._cache_blocks(seq, computed + n)
             self._add_to_batch(batch, seq, n, now, False)
+            batch.seqs[-1].encoder_patches = seq.encoder_patches
             budget -= n
 
         if batch.seqs:
@@ -349,6 +358,9 @@ class Scheduler:
                 self.num_computed_prompt_tokens += len(item.token_ids)
             if not item.sample:
                 continue
+            if seq.params.pooling:
+                outputs.append(self._finish_pooling(seq, now))
+                continue
             new = sampled.get(item.seq_id)
             if not new:
                 raise EngineError(f"the runner returned no token for sequence {item.seq_id}")
@@ -356,6 +368,16 @@ class Scheduler:
             if len(new) > 1 and item.is_decode and seq.status is SeqStatus.RUNNING:
                 self._keep_verified_kv(seq)
         return outputs
+
+    def _finish_pooling(self, seq: Sequence, now: float) -> TokenOutput:
+        """A pooling request's prompt is done: it ends here, with no token."""
+        seq.first_token_s = now
+        self.num_prompt_tokens += seq.num_prompt_tokens
+        self.running.remove(seq)
+        self._finish(seq, "stop")
+        return TokenOutput(
+            seq.request_id, [], finish_reason="stop", num_cached_tokens=seq.num_cached_tokens, timings=seq.timings()
+        )
 
     def _keep_verified_kv(self, seq: Sequence) -> None:
         """Speculative decoding: the verify pass wrote the KV of the accepted draft tokens,

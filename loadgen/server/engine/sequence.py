@@ -46,6 +46,7 @@ class Sequence:
     decode_steps: int = 0
     preemptions: int = 0
     finish_reason: str | None = None
+    encoder_patches: int = 0  # vision-encoder patches, run when the prompt is (re)admitted
 
     @property
     def num_tokens(self) -> int:

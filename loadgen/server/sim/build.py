@@ -137,4 +137,5 @@ def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic, on_step: S
         max_model_len=max_len,
         clock=clock,
         telemetry=GpuTelemetry(pools),
+        supports_pooling=not sim.disaggregated,
     )

@@ -39,8 +39,10 @@ class SimEngine(OutputStreams):
         max_model_len: int,
         clock: Clock = time.monotonic,
         telemetry: GpuTelemetry | None = None,
+        supports_pooling: bool = True,
     ) -> None:
         super().__init__()
+        self.supports_pooling = supports_pooling  # embeddings and scores (not disaggregated)
         self.telemetry = telemetry
         self.core = core
         self.model_name = model_name

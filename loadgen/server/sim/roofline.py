@@ -54,6 +54,14 @@ CPU overhead per step is a few hundred µs). A batch-1 decode with 1k context of
 model then takes ≈ 7.1 ms on an H100 and 13.6 ms on an A100-40GB (published there: about
 75 tokens/s, 13.3 ms).
 
+Vision encoder (images in prompts): before the prefill of a step that admits prompts
+with images, a ViT of ``ModelShape.vision_encoder_params`` parameters (default 675M,
+Qwen2-VL-7B's) runs over their patches: ``2 * params * patches`` FLOPs at the bf16 peak
+times ``mfu`` (or its weights read once, if longer), added to the step. A Qwen2-VL image
+of ``h x w`` pixels (resized to multiples of 28) is ``(h/14) * (w/14)`` patches and a
+quarter as many prompt tokens (2x2 patches merge into one). The ViT's own attention
+(≈ 15 % more FLOPs at 1,296 patches) is left out.
+
 Precision: ``dtype="fp8"`` stores the layers' linear weights in one byte (embedding and
 LM head stay bf16, as in vLLM's FP8 checkpoints) and runs their GEMMs at the GPU's fp8
 peak (a GPU without fp8 tensor cores, the A100, runs them at its bf16 peak: weight-only
@@ -312,6 +320,17 @@ class RooflineModel:
             tuple(kernels),
             m.num_layers * self.layer_latency_s,
         )
+
+    def encoder_time(self, patches: int) -> float:
+        """The vision encoder's work on ``patches`` image patches (module docstring):
+        ``2 * vision_encoder_params * patches`` FLOPs at the bf16 peak times ``mfu``, or
+        its weights read once, whichever is longer (split ``tp`` ways)."""
+        if patches <= 0:
+            return 0.0
+        params = self.model.vision_encoder_params
+        compute = 2.0 * params * patches / self.tp / (self.gpu.peak_flops * self.mfu)
+        memory = params * self.model.bytes_per_param / self.tp / (self.gpu.mem_bandwidth * self.mbu)
+        return max(compute, memory)
 
     def step_time(self, seqs: Iterable[tuple[int, int, bool]]) -> float:
         """``step_cost(seqs).total_s``."""

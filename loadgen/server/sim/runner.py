@@ -16,6 +16,10 @@ kernel groups, their latencies and all-reduces, not the per-step overhead, which
 target step already pays) when a draft model preset is given; n-gram (prompt lookup) drafting, the
 default, runs on the CPU in microseconds and is modelled as free. The scheduler's
 token budget counts one token per decode, not ``K + 1`` (vLLM counts the drafts too).
+
+Pooling sequences (embeddings, scores) sample nothing and pay no LM head; a step that
+admits prompts with images first runs their vision encoder
+(:meth:`~loadgen.server.sim.roofline.RooflineModel.encoder_time` of all their patches).
 """
 
 from __future__ import annotations
@@ -112,12 +116,17 @@ class SimRunner:
         sequence (several for a decode when speculating)."""
         spec = self.speculation
         if spec is None:
-            cost = self.roofline.step_cost((len(s.token_ids), s.start_pos, s.sample) for s in batch.seqs)
+            cost = self.roofline.step_cost(
+                (len(s.token_ids), s.start_pos, s.sample and not s.params.pooling) for s in batch.seqs
+            )
             self.last_cost = cost
             duration = cost.total_s
-            sampled = {s.seq_id: [self._sample(s)] for s in batch.seqs if s.sample}
+            sampled = {s.seq_id: [self._sample(s)] for s in batch.seqs if s.sample and not s.params.pooling}
         else:
-            verify = [(spec.tokens + 1 if s.is_decode else len(s.token_ids), s.start_pos, s.sample) for s in batch.seqs]
+            verify = [
+                (spec.tokens + 1 if s.is_decode else len(s.token_ids), s.start_pos, s.sample and not s.params.pooling)
+                for s in batch.seqs
+            ]
             cost = self.roofline.step_cost(verify)
             self.last_cost = cost
             duration = cost.total_s
@@ -126,8 +135,13 @@ class SimRunner:
                 draft = spec.draft.step_cost(decodes)
                 duration += spec.tokens * (draft.kernel_s + draft.latency_s + draft.comm_s)
             sampled = {
-                s.seq_id: self._speculate(s, spec) if s.is_decode else [self._sample(s)] for s in batch.seqs if s.sample
+                s.seq_id: self._speculate(s, spec) if s.is_decode else [self._sample(s)]
+                for s in batch.seqs
+                if s.sample and not s.params.pooling
             }
+        patches = sum(s.encoder_patches for s in batch.seqs)
+        if patches:
+            duration += self.roofline.encoder_time(patches)
         if self.jitter > 0.0:
             duration *= self._rng.lognormvariate(-(self.jitter**2) / 2, self.jitter)
         return StepResult(sampled, duration)
