@@ -46,6 +46,8 @@ _INTS = (
     "reasoning_tokens",
     "trial",
     "retries",
+    "images",
+    "image_bytes",
 )
 _OPTIONAL = ("http_status", "prompt_tokens", "completion_tokens", "session", "source_row")
 _NONE = -(2**63)  # an optional field's None
@@ -152,8 +154,9 @@ class RecordStore:
         for row, ((vals, optional, status, source, warm, cls), (new, connect)) in enumerate(zip(rows, conns)):
             http, prompt, completion, session, source_row = optional
             index, level, worker, tp, to, sched, sent, done, credit, turn, turns, answer, reasoning, trial, retries = (
-                vals
+                vals[:15]
             )
+            images, image_bytes = vals[15:]
             out.append(
                 RequestRecord(
                     index=index,
@@ -181,6 +184,8 @@ class RecordStore:
                     trial=trial,
                     source_row=source_row,
                     retries=retries,
+                    images=images,
+                    image_bytes=image_bytes,
                     new_connection=None if new < 0 else bool(new),
                     connect_ms=None if math.isnan(connect) else connect,
                 )

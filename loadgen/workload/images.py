@@ -156,9 +156,7 @@ def _read_files(patterns: list[str], base: Path, source: str) -> tuple[ImageData
                 raise WorkloadError(f"{name} is over {MAX_FILE_BYTES >> 20} MiB", source=source, key="images.files")
             mime = _mime(data)
             if mime is None:
-                raise WorkloadError(
-                    f"{name} is not a PNG, JPEG, GIF or WebP image", source=source, key="images.files"
-                )
+                raise WorkloadError(f"{name} is not a PNG, JPEG, GIF or WebP image", source=source, key="images.files")
             total += len(data)
             if total > MAX_FILES_BYTES:
                 raise WorkloadError(
@@ -185,7 +183,9 @@ def parse_images(table: object, source: str, base: Path) -> ImageConfig:
         if k not in table:
             if default is not None:
                 return parse_distribution(default, source=source, key=f"images.{k}")
-            raise err(k, 'missing; it is required (pixels: a whole number or a distribution, e.g. "uniform:min=256,max=1024")')
+            raise err(
+                k, 'missing; it is required (pixels: a whole number or a distribution, e.g. "uniform:min=256,max=1024")'
+            )
         v = table[k]
         if _remote(v):
             raise err(k, "a number or a distribution, not a URL")
