@@ -46,8 +46,6 @@ _INTS = (
     "reasoning_tokens",
     "trial",
     "retries",
-    "images",
-    "image_bytes",
 )
 _OPTIONAL = ("http_status", "prompt_tokens", "completion_tokens", "session", "source_row")
 _NONE = -(2**63)  # an optional field's None
@@ -74,6 +72,7 @@ class RecordStore:
         self._class_names: list[str] = []
         self._class_code: dict[str, int] = {}
         self._errors: dict[int, str] = {}  # row -> error text (failed requests only)
+        self._images: dict[int, tuple[int, int]] = {}  # row -> (images, image_bytes) (requests that sent images)
         self._n_events = array("I")
         self._gap = array("I")  # ns since the previous event of the request (its send for the first)
         self._tokens = array("B")
@@ -124,6 +123,8 @@ class RecordStore:
         self._class.append(code)
         if rec.error is not None:
             self._errors[row] = rec.error
+        if rec.images:
+            self._images[row] = (rec.images, rec.image_bytes)
         events = rec.events
         self._n_events.append(len(events))
         prev = rec.sent_ns
@@ -154,9 +155,9 @@ class RecordStore:
         for row, ((vals, optional, status, source, warm, cls), (new, connect)) in enumerate(zip(rows, conns)):
             http, prompt, completion, session, source_row = optional
             index, level, worker, tp, to, sched, sent, done, credit, turn, turns, answer, reasoning, trial, retries = (
-                vals[:15]
+                vals
             )
-            images, image_bytes = vals[15:]
+            images, image_bytes = self._images.get(row, (0, 0))
             out.append(
                 RequestRecord(
                     index=index,
