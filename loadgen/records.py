@@ -26,6 +26,7 @@ __all__ = [
     "USER_STRIDE",
     "ChatMessage",
     "ErrorKind",
+    "ImageData",
     "Prompt",
     "RequestRecord",
     "RequestSpec",
@@ -71,6 +72,7 @@ class TokenSource(str, enum.Enum):
 
 ChatMessage = dict[str, str]  # {"role": ..., "content": ...}
 Prompt = str | list[ChatMessage]  # completion text, or a list of chat messages
+ImageData = tuple[str, bytes]  # (MIME type such as "image/png", the file's bytes)
 
 
 @dataclass(slots=True)
@@ -93,6 +95,7 @@ class RequestSpec:
     turns: int = 0  # the turns its session was drawn to have
     answer: list[str] | None = None  # when a list, the transport appends the answer text streamed back
     source_row: int | None = None  # the dataset entry or trace row it came from (0-based data row)
+    images: tuple[ImageData, ...] = ()  # sent with the (last) user message as image parts (chat dialects)
 
 
 @dataclass(slots=True)
@@ -153,6 +156,9 @@ class RequestRecord:
     retries: int = 0  # times sent again on a new connection (the stale keep-alive race; loadgen.client.keepalive)
     new_connection: bool | None = None  # its (last) try opened a connection of its own (None: not known)
     connect_ms: float | None = None  # how long that connect took (TCP, and TLS if any), in ms (None: reused, unknown)
+    inputs: int = 0
+    images: int = 0  # images sent with it (a workload's [images] table)
+    image_bytes: int = 0  # their total size in bytes (the files, before base64)
 
     @property
     def ok(self) -> bool:

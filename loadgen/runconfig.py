@@ -149,6 +149,11 @@ class RunConfig:
 
             takes = " or ".join(n for n in dialect_names() if get_dialect(n).tools)
             raise o.error("api", f"workload {self.workload.name!r} sends tools: they need the {takes} API")
+        if self.workload.images is not None and not get_dialect(self.api).images:
+            from loadgen.client.dialects import dialect_names
+
+            takes = " or ".join(n for n in dialect_names() if get_dialect(n).images)
+            raise o.error("api", f"workload {self.workload.name!r} sends images: they need the {takes} API")
         if self.trace is not None and self.profile.arrival != "trace":
             raise o.error("trace", "a trace replays with the profile of its own times (arrival = 'trace')")
         self.profile.validate(o.profile_keys())

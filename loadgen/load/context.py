@@ -116,6 +116,8 @@ class LevelContext:
             turn=spec.turn,
             turns=spec.turns,
             source_row=spec.source_row,
+            images=len(spec.images),
+            image_bytes=sum(len(data) for _, data in spec.images),
         )
 
     async def send(self, spec: RequestSpec, rec: RequestRecord) -> None:

@@ -181,6 +181,7 @@ async def _hold(
             turn=t,
             turns=n,
             answer=[],
+            images=msg.images,  # the turn's own images go with its message (earlier ones are not resent)
         )
         rec = ctx.new_record(spec, worker, warm)
         rec.scheduled_ns = due

@@ -72,6 +72,7 @@ class RecordStore:
         self._class_names: list[str] = []
         self._class_code: dict[str, int] = {}
         self._errors: dict[int, str] = {}  # row -> error text (failed requests only)
+        self._images: dict[int, tuple[int, int]] = {}  # row -> (images, image_bytes) (requests that sent images)
         self._n_events = array("I")
         self._gap = array("I")  # ns since the previous event of the request (its send for the first)
         self._tokens = array("B")
@@ -122,6 +123,8 @@ class RecordStore:
         self._class.append(code)
         if rec.error is not None:
             self._errors[row] = rec.error
+        if rec.images:
+            self._images[row] = (rec.images, rec.image_bytes)
         events = rec.events
         self._n_events.append(len(events))
         prev = rec.sent_ns
@@ -154,6 +157,7 @@ class RecordStore:
             index, level, worker, tp, to, sched, sent, done, credit, turn, turns, answer, reasoning, trial, retries = (
                 vals
             )
+            images, image_bytes = self._images.get(row, (0, 0))
             out.append(
                 RequestRecord(
                     index=index,
@@ -181,6 +185,8 @@ class RecordStore:
                     trial=trial,
                     source_row=source_row,
                     retries=retries,
+                    images=images,
+                    image_bytes=image_bytes,
                     new_connection=None if new < 0 else bool(new),
                     connect_ms=None if math.isnan(connect) else connect,
                 )

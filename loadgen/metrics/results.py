@@ -32,6 +32,7 @@ __all__ = [
     "Distribution",
     "Events",
     "Goodput",
+    "Images",
     "LagSeries",
     "Lengths",
     "LevelSummary",
@@ -368,6 +369,19 @@ class Reasoning(JSONRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class Images(JSONRecord):
+    """A level whose requests sent images (ok requests with images): images and bytes per
+    request, and prompt tokens as the server counted them (``usage``, image tokens
+    included) beside the text tokens loadgen aimed at (the synthesiser's target)."""
+
+    requests: int
+    images_per_request: float
+    bytes_per_request: float
+    prompt_tokens_reported: float | None  # mean usage.prompt_tokens (None: the server reported none)
+    prompt_tokens_text: float  # mean target text tokens
+
+
+@dataclass(frozen=True, slots=True)
 class Connections(JSONRecord):
     """Of the measured requests whose connection is known (``known``), those that waited
     for one to be opened (``new``: the connect is inside their TTFT) and its time."""
@@ -411,6 +425,7 @@ class LevelSummary(JSONRecord):
     steady_state: SteadyState | None = field(default=None, metadata=key("steady_state", omit_none=True))
     mlperf: list[MlperfCheck] | None = field(default=None, metadata=key("mlperf", omit_none=True))
     connect: Connections | None = field(default=None, metadata=key("connect", omit_none=True))
+    images: Images | None = field(default=None, metadata=key("images", omit_none=True))
 
     @property
     def attainment_interval(self) -> StatInterval | None:

@@ -53,7 +53,7 @@ from loadgen.metrics.results import (
 )
 from loadgen.metrics.slo import SLO, level_checks, slo_attainment, slo_scores
 from loadgen.metrics.stats import distribution, distribution_of_counts
-from loadgen.metrics.turns import by_turn, reasoning_of, sessions_of
+from loadgen.metrics.turns import by_turn, images_of, reasoning_of, sessions_of
 from loadgen.metrics.verdicts import auto_cut, level_verdicts
 from loadgen.records import RequestRecord
 
@@ -469,6 +469,7 @@ def summarize_level(
         by_turn=by_turn(frame, ev, ok, itl, _prompt_tokens(frame)),
         reasoning=reasoning_of(okf),
         connect=_connections(measured),
+        images=images_of(measured),
         **level_verdicts(frame, ok, slos, scheduled is not None, cut, mlperf, attained),
     )
 

@@ -8,19 +8,25 @@
 - ``reasoning`` (levels whose answers streamed reasoning): time to the first answer token
   (``ttfa_ms``, from the send) over every ok request, and reasoning and answer tokens
   per ok request; ``requests`` counts the ok requests that streamed any reasoning.
+- ``images`` (levels whose requests sent images): over the ok requests that sent any,
+  images and bytes per request, and the mean prompt tokens the server reported (its
+  ``usage``, image tokens included) beside the mean text tokens loadgen aimed at.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from loadgen.metrics.per_request import EventArrays
-from loadgen.metrics.results import Reasoning, Sessions, TurnSummary
+from loadgen.metrics.results import Images, Reasoning, Sessions, TurnSummary
 from loadgen.metrics.stats import distribution
+from loadgen.records import RequestRecord
 
-__all__ = ["by_turn", "reasoning_of", "sessions_of"]
+__all__ = ["by_turn", "images_of", "reasoning_of", "sessions_of"]
 
 Bools = npt.NDArray[np.bool_]
 
@@ -61,6 +67,21 @@ def sessions_of(frame: pd.DataFrame, ok: Bools, turns: npt.NDArray[np.int64]) ->
         sessions=int(ids.size),
         completed=int(np.unique(session[last]).size),
         turns_per_session=distribution(ok_turns.to_numpy(dtype=np.float64)),
+    )
+
+
+def images_of(measured: Sequence[RequestRecord]) -> Images | None:
+    """The images entry of a level's measured records; None when no ok request sent one."""
+    sent = [r for r in measured if r.ok and r.images > 0]
+    if not sent:
+        return None
+    reported = [r.prompt_tokens for r in sent if r.prompt_tokens is not None]
+    return Images(
+        requests=len(sent),
+        images_per_request=sum(r.images for r in sent) / len(sent),
+        bytes_per_request=sum(r.image_bytes for r in sent) / len(sent),
+        prompt_tokens_reported=sum(reported) / len(reported) if reported else None,
+        prompt_tokens_text=sum(r.target_prompt_tokens for r in sent) / len(sent),
     )
 
 

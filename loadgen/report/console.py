@@ -333,8 +333,9 @@ _with_unit = fmt_latency
 
 
 def session_lines(levels: Sequence[LevelSummary]) -> list[str]:
-    """Per level with sessions or reasoning, one line each: sessions and TTFT p50 by turn
-    (the first turns and the last), reasoning's time to first answer and token split."""
+    """Per level with sessions, reasoning or images, one line each: sessions and TTFT p50 by
+    turn (the first turns and the last), reasoning's time to first answer and token split,
+    images per request and prompt tokens as the server counted them beside the text's."""
     lines = []
     multi = len(levels) > 1
     for lv in levels:
@@ -352,6 +353,14 @@ def session_lines(levels: Sequence[LevelSummary]) -> list[str]:
                 f"{where}reasoning in {r.requests} answers: first answer token p50 "
                 f"{_with_unit(r.time_to_first_answer_ms.p50)} (TTFT p50 {_with_unit(lv.ttft_ms.p50)}); tokens p50 "
                 f"{_num(r.reasoning_tokens.p50, 0)} reasoning, {_num(r.answer_tokens.p50, 0)} answer"
+            )
+        if lv.images is not None:
+            im = lv.images
+            counted = "not reported" if im.prompt_tokens_reported is None else _num(im.prompt_tokens_reported, 0)
+            lines.append(
+                f"{where}images: {_num(im.images_per_request, 2)} a request ({_num(im.bytes_per_request / 1e3, 1)} kB); "
+                f"prompt tokens mean {counted} as the server counted them (images included), "
+                f"{_num(im.prompt_tokens_text, 0)} text tokens sent"
             )
     return lines
 

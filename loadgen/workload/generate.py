@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from loadgen.records import RequestSpec
+from loadgen.workload.images import request_images
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.spec import Workload
 
@@ -66,10 +67,14 @@ def _block(
     else:
         texts = [synth.text(int(n), int(i), g, int(s)) for n, i, g, s in zip(prompt[sl], indices, grp, shared[sl])]
     names = [classes[c].name for c in choice[sl].tolist()]
-    return [
+    specs = [
         RequestSpec(index=i, prompt=t, prompt_tokens=p, max_tokens=m, request_class=c, group=g)
         for i, t, p, m, c, g in zip(indices.tolist(), texts, prompt[sl].tolist(), output[sl].tolist(), names, grp)
     ]
+    if workload.images is not None:  # their own generator per request: the texts and lengths are unchanged
+        for spec in specs:
+            spec.images = request_images(workload.images, seed, spec.index)
+    return specs
 
 
 def _specs_from(

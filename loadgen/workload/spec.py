@@ -38,7 +38,8 @@ instead replay a dataset, with a ``[dataset]`` table (``path``, relative to the 
 optional ``format``, ``min_prompt_tokens``, ``max_prompt_tokens``, ``replacement``,
 ``output_tokens``; see :mod:`loadgen.workload.datasets`), and may say how fast requests
 arrive with ``[arrivals]`` (``rate`` requests/s, optional ``burstiness``, the gamma shape):
-the run's default when no load flag or profile is given.
+the run's default when no load flag or profile is given. An ``[images]`` table
+(:mod:`loadgen.workload.images`) sends images with every request (chat API).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from loadgen.errors import WorkloadError
 from loadgen.inputs import input_problem, open_input
 from loadgen.workload.datasets import FORMATS, DatasetOptions
 from loadgen.workload.distributions import MAX_LENGTH, Distribution, parse_distribution
+from loadgen.workload.images import ImageConfig, parse_images
 from loadgen.workload.joint import JointLengths, Marginal, parse_joint
 
 MAX_TOOLS_BYTES = 16 << 20  # a tools JSON file larger than this is refused (read whole, sent with each request)
@@ -87,6 +89,7 @@ _TOP_KEYS = (
     "tool_choice",
     "dataset",
     "arrivals",
+    "images",
 )
 _SESSION_KEYS = ("turns", "think_time_ms", "system_prompt_tokens", "groups", "zipf")
 _CLASS_KEYS = ("name", "weight", "prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix")
@@ -158,6 +161,7 @@ class Workload:
     tool_choice: Any = None
     dataset: DatasetOptions | None = None
     arrivals: Arrivals | None = None
+    images: ImageConfig | None = None  # images sent with each request
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able description (for ``run.json``)."""
@@ -183,6 +187,7 @@ class Workload:
                 if self.arrivals is not None
                 else {}
             ),
+            **({} if self.images is None else {"images": self.images.describe()}),
         }
 
 
@@ -395,7 +400,7 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
     arrivals = _arrivals(doc, f) if "arrivals" in doc else None
     single = [k for k in ("prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix") if k in doc]
     if "dataset" in doc:
-        other = single + [k for k in ("classes", "sessions") if k in doc]
+        other = single + [k for k in ("classes", "sessions", "images") if k in doc]
         if other:
             raise f.error(
                 other[0], "a [dataset] workload takes its prompts and lengths from the dataset; remove this key"
@@ -441,6 +446,7 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
         tools=tools,
         tool_choice=tool_choice,
         arrivals=arrivals,
+        images=parse_images(doc["images"], f.source, f.path.parent) if "images" in doc else None,
     )
 
 

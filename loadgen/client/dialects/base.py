@@ -63,6 +63,7 @@ class Dialect(ABC):
     description: str  # one line for help texts
     done_marker: str | None = None  # the data of the event that ends the stream, if the API has one
     tools: bool = False  # the body can carry the workload's tool definitions
+    images: bool = False  # the body can carry a request's images (RequestSpec.images)
 
     @abstractmethod
     def build_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:

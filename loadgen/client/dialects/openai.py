@@ -10,7 +10,9 @@ asks for several choices (``n`` > 1). The key goes as ``Authorization: Bearer``.
 Reasoning models stream their thinking in ``delta.reasoning_content`` (DeepSeek, vLLM
 before 0.9) or ``delta.reasoning`` (vLLM since); an event whose only output is reasoning
 is marked ``reasoning``. Tool-call deltas (``delta.tool_calls[].function.arguments``) are
-answer output. ``tools``/``tool_choice`` (chat only) go into the body as given.
+answer output. ``tools``/``tool_choice`` (chat only) go into the body as given. A request's
+images (chat only) make the last user message's content a list: its text part, then one
+``image_url`` part per image, a ``data:`` URL (:mod:`.images`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import orjson
 
 from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
+from loadgen.client.dialects.images import chat_image_parts, with_image_parts
 from loadgen.records import RequestSpec
 
 __all__ = ["Chat", "Completions"]
@@ -62,7 +65,10 @@ def _completions_body(spec: RequestSpec, options: DialectOptions) -> dict[str, A
 def _chat_body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
     body = _common_body(spec, options)
     prompt = spec.prompt
-    body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    messages: list[Any] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    if spec.images:  # the user message's content becomes [text part, image_url parts...]
+        messages = with_image_parts(messages, chat_image_parts(spec.images))
+    body["messages"] = messages
     if options.tools is not None:
         body["tools"] = options.tools
     if options.tool_choice is not None:
@@ -205,6 +211,7 @@ class Chat(_OpenAI):
     path = "/v1/chat/completions"
     description = "OpenAI chat completions (POST /v1/chat/completions, messages, tools)"
     tools = True
+    images = True
 
     build_body = staticmethod(_chat_body)
     parse_event = staticmethod(_chat_event)  # a plain function: no bound method per event
