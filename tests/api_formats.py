@@ -23,7 +23,7 @@ Event = tuple[str, dict[str, Any]]  # (the SSE event name, its data)
 
 
 class _Responses:
-    def __init__(self, n_prompt: int, end: str) -> None:
+    def __init__(self, n_prompt: int, end: str, usage: bool) -> None:
         self.n_prompt, self.end_type, self.kind, self.items = n_prompt, end, "", 0
 
     def start(self) -> list[Event]:
@@ -67,12 +67,13 @@ class _Responses:
 
 
 class _Messages:
-    def __init__(self, n_prompt: int, end: str) -> None:
-        self.n_prompt, self.kind, self.blocks = n_prompt, "", 0
+    def __init__(self, n_prompt: int, end: str, usage: bool) -> None:
+        self.n_prompt, self.kind, self.blocks, self.usage = n_prompt, "", 0, usage
 
     def start(self) -> list[Event]:
-        usage = {"input_tokens": self.n_prompt, "output_tokens": 1}
-        msg = {"id": "msg_x", "type": "message", "role": "assistant", "content": [], "usage": usage}
+        msg: dict[str, Any] = {"id": "msg_x", "type": "message", "role": "assistant", "content": []}
+        if self.usage:
+            msg["usage"] = {"input_tokens": self.n_prompt, "output_tokens": 1}
         return [("message_start", {"type": "message_start", "message": msg}), ("ping", {"type": "ping"})]
 
     def delta(self, text: str, kind: str) -> list[Event]:
@@ -115,11 +116,12 @@ class _Messages:
 class Format:
     """One typed-event API: how its body gives the prompt and output length, its writer and answer."""
 
-    def __init__(self, name: str, writer: Callable[[int, str], Any], max_field: str) -> None:
+    def __init__(self, name: str, writer: Callable[[int, str, bool], Any], max_field: str) -> None:
         self.name, self._writer, self.max_field = name, writer, max_field
 
-    def writer(self, n_prompt: int, end: str = "response.completed") -> Any:
-        return self._writer(n_prompt, end)
+    def writer(self, n_prompt: int, end: str = "response.completed", usage: bool = True) -> Any:
+        """The events of one streamed answer; ``usage=False``: no usage anywhere in them."""
+        return self._writer(n_prompt, end, usage)
 
     def prompt_texts(self, body: dict[str, Any]) -> list[str]:
         """The prompt's texts, one per message (a plain text input is one)."""

@@ -200,7 +200,7 @@ class ScriptedServer:
                 obj["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": cum}
             return obj
 
-        writer = None if typed is None else typed.writer(n_prompt, sc.responses_end)
+        writer = None if typed is None else typed.writer(n_prompt, sc.responses_end, usage_final)
         if writer is not None:
             for name, obj in writer.start():
                 await emit(obj, None, name)
