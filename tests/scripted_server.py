@@ -219,10 +219,10 @@ class ScriptedServer:
                 break
             if sc.error_after is not None and k >= sc.error_after:
                 err = {"error": {"message": "scripted engine failure", "type": "InternalServerError", "code": 500}}
-                name: str | None = "error" if sc.error_form == "event" else None
+                err_name: str | None = "error" if sc.error_form == "event" else None
                 if writer is not None:
-                    name, err = writer.error(sc.error_form)
-                await emit(err, t0 + sc.ttft_s + k * sc.itl_s, name)
+                    err_name, err = writer.error(sc.error_form)
+                await emit(err, t0 + sc.ttft_s + k * sc.itl_s, err_name)
                 break
             n = min(sc.tokens_per_event, n_out - sent)
             sent += n
