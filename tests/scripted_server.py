@@ -8,6 +8,9 @@ request with ``"stream": false`` gets one JSON answer (with ``usage`` unless
 ``answer_usage`` is off), like llama.cpp's server, which streams no usage but always
 reports it in non-streamed answers.
 
+``/v1/responses`` and ``/v1/messages`` stream the OpenAI Responses and Anthropic Messages
+event formats (tests/api_formats.py) on the same schedule, with the same faults.
+
 Prompt tokens are counted by a deterministic stand-in tokenizer: ``round(words *
 tokens_per_word)`` of the text, plus ``template_tokens`` per chat message.
 """
@@ -23,6 +26,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from aiohttp import web
+
+from tests.api_formats import FORMATS
 
 __all__ = ["Script", "ScriptedServer"]
 
@@ -60,6 +65,7 @@ class Script:
     log_path: str | None = None  # append {"stream", "prompt_tokens"} per request as a JSON line
     tool_calls: bool = False  # chat: the output streams as one tool call's argument deltas
     reasoning: int = 0  # chat: the first this many output events stream delta.reasoning_content
+    responses_end: str = "response.completed"  # /v1/responses: the last event's type (or response.incomplete)
     # random stalls (a noisy server): each request, with probability stall_p, waits a further
     # uniform [0, stall_s) before its first token; every request adds a uniform [0, jitter_s)
     stall_p: float = 0.0
@@ -83,6 +89,8 @@ class ScriptedServer:
         app = web.Application()
         app.router.add_post("/v1/completions", self._handle)
         app.router.add_post("/v1/chat/completions", self._handle)
+        for path in FORMATS:
+            app.router.add_post(path, self._handle)
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
@@ -133,22 +141,28 @@ class ScriptedServer:
         if sc.status != 200:
             return web.json_response({"error": {"message": "scripted failure"}}, status=sc.status)
         chat = request.path.endswith("/chat/completions")
+        typed = FORMATS.get(request.path)  # the Responses / Messages formats, else OpenAI's
         if self.prompt_tokens is not None:
             n_prompt = self.prompt_tokens
+        elif typed is not None:
+            texts = typed.prompt_texts(body)
+            n_prompt = sum(_count(t, sc) for t in texts) + (sc.template_tokens * len(texts) if len(texts) > 1 else 0)
         elif chat:  # each message's words + what a chat template would add
             n_prompt = sum(_count(str(m.get("content", "")), sc) + sc.template_tokens for m in body.get("messages", []))
         else:
             n_prompt = _count(str(body.get("prompt", "")), sc)
-        n_out = sc.output_tokens if sc.output_tokens is not None else int(body.get("max_tokens", 16))
+        max_field = "max_tokens" if typed is None else typed.max_field
+        n_out = sc.output_tokens if sc.output_tokens is not None else int(body.get(max_field, 16))
         stream = body.get("stream", True) is not False
         if sc.log_path is not None:
             with open(sc.log_path, "a", encoding="utf-8") as log:  # noqa: ASYNC230 - a test log line
                 log.write(json.dumps({"stream": stream, "prompt_tokens": n_prompt}) + "\n")
         if not stream:  # one answer when the whole output would have been generated
             await asyncio.sleep(max(0.0, t0 + sc.ttft_s + (n_out - 1) * sc.itl_s - time.perf_counter()))
-            return web.json_response(_answer(chat, n_out, n_prompt if sc.answer_usage else None))
+            usage_of = n_prompt if sc.answer_usage else None
+            return web.json_response(_answer(chat, n_out, usage_of) if typed is None else typed.answer(n_out, usage_of))
         opts = body.get("stream_options") or {}
-        usage_final = opts.get("include_usage", False) if sc.include_usage is None else sc.include_usage
+        usage_final = opts.get("include_usage", typed is not None) if sc.include_usage is None else sc.include_usage
         continuous = bool(opts.get("continuous_usage_stats"))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
@@ -186,7 +200,11 @@ class ScriptedServer:
                 obj["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": cum}
             return obj
 
-        if chat and sc.role_event:
+        writer = None if typed is None else typed.writer(n_prompt, sc.responses_end, usage_final)
+        if writer is not None:
+            for name, obj in writer.start():
+                await emit(obj, None, name)
+        elif chat and sc.role_event:
             await emit({"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
         sent = 0
         k = 0
@@ -201,17 +219,31 @@ class ScriptedServer:
                 break
             if sc.error_after is not None and k >= sc.error_after:
                 err = {"error": {"message": "scripted engine failure", "type": "InternalServerError", "code": 500}}
-                await emit(err, t0 + sc.ttft_s + k * sc.itl_s, "error" if sc.error_form == "event" else None)
+                err_name: str | None = "error" if sc.error_form == "event" else None
+                if writer is not None:
+                    err_name, err = writer.error(sc.error_form)
+                await emit(err, t0 + sc.ttft_s + k * sc.itl_s, err_name)
                 break
             n = min(sc.tokens_per_event, n_out - sent)
             sent += n
             finish = "length" if sent >= n_out else None
-            await emit(chunk(" tok" * n, finish, sent), t0 + sc.ttft_s + k * sc.itl_s)
+            at = t0 + sc.ttft_s + k * sc.itl_s
+            if writer is not None:
+                kind = "tool" if sc.tool_calls else "reasoning" if sent <= sc.reasoning else "text"
+                for i, (name, obj) in enumerate(writer.delta(" tok" * n, kind)):
+                    await emit(obj, at if i == 0 else None, name)
+            else:
+                await emit(chunk(" tok" * n, finish, sent), at)
             k += 1
-        if usage_final:
+        if writer is not None:
+            if sc.error_after is None and sc.malformed_after is None:
+                ct = sc.usage_tokens if sc.usage_tokens is not None else sent
+                for name, obj in writer.end(ct, usage_final, min(sc.reasoning, sent)):
+                    await emit(obj, None, name)
+        elif usage_final:
             ct = sc.usage_tokens if sc.usage_tokens is not None else sent
             await emit({"id": "x", "choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": ct}})
-        if sc.done:
+        if sc.done and writer is None:  # the typed APIs have no end marker
             await emit("[DONE]")
         if pending:
             await resp.write(b"".join(pending))

@@ -105,9 +105,11 @@ class AuthServer:
         self._loop.close()
 
     def _allowed(self, request: web.Request) -> bool:
-        ok = (
-            request.headers.get("Authorization") == self.expect_auth and request.headers.get("X-Custom-Token") == HEADER
+        h = request.headers
+        key_ok = h.get("Authorization") == self.expect_auth or (  # Bearer, or Anthropic's header (and no Bearer)
+            h.get("x-api-key") == KEY and h.get("anthropic-version") == "2023-06-01" and "Authorization" not in h
         )
+        ok = key_ok and h.get("X-Custom-Token") == HEADER
         if ok:
             self.accepted += 1
         else:
@@ -152,10 +154,37 @@ class AuthServer:
         await resp.write_eof()
         return resp
 
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        """Anthropic's Messages API, its event format, with the key only as ``x-api-key``."""
+        if not self._allowed(request) or request.headers.get("x-api-key") != KEY:
+            return web.json_response({"type": "error", "error": {"message": "unauthorized"}}, status=401)
+        body = await request.json()
+        n = max(int(body.get("max_tokens") or 4), 1)
+        prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+        if not body.get("stream"):
+            usage = {"input_tokens": prompt, "output_tokens": n}
+            return web.json_response(
+                {"type": "message", "content": [{"type": "text", "text": " w" * n}], "usage": usage}
+            )
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        start = {"type": "message_start", "message": {"usage": {"input_tokens": prompt, "output_tokens": 1}}}
+        events = [start] + [{"type": "content_block_delta", "delta": {"type": "text_delta", "text": " w"}}] * n
+        events += [
+            {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": n}},
+            {"type": "message_stop"},
+        ]
+        for event in events:
+            await asyncio.sleep(0.002)
+            await resp.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+        await resp.write_eof()
+        return resp
+
     async def _serve(self) -> None:
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/messages", self._messages)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -268,6 +297,21 @@ def test_run_with_an_api_key_and_a_header_keeps_them_out_of_everything(target: A
     assert cmp.returncode == 0, cmp.stdout.decode(errors="replace") + cmp.stderr.decode(errors="replace")
     assert cmp_html.exists()
     assert_folder_clean(tmp_path / "cmp")
+
+
+def test_the_messages_api_key_goes_as_x_api_key_and_reaches_no_file(target: AuthServer, tmp_path: Path) -> None:
+    """``--api messages``: the key goes out as ``x-api-key`` (the server refuses it as a Bearer
+    token or without it), and no run file, report or console line holds it."""
+    before = target.counts()
+    out = tmp_path / "messages"
+    args = _run_args(target.url, out, "--api-key-env", KEY_ENV)
+    args[args.index("--api") + 1] = "messages"
+    _check_run(loadgen(*args, env=_env(**{KEY_ENV: KEY})), out, target, before)
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["header_names"] == ["X-Custom-Token", "anthropic-version", "x-api-key"]  # names only
+    rep = loadgen("report", str(out))
+    assert rep.returncode == 0, rep.stderr
+    assert_folder_clean(out)
 
 
 def test_a_password_in_the_url_reaches_the_server_and_nothing_else(target: AuthServer, tmp_path: Path) -> None:

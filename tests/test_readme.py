@@ -42,7 +42,9 @@ def test_readme_has_the_examples() -> None:
 
 
 @pytest.mark.parametrize("cmd", RUNS)
-def test_readme_run_example(cmd: str, server: ScriptedServerProcess, tmp_path: Path) -> None:
+def test_readme_run_example(
+    cmd: str, server: ScriptedServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if "--ray" in cmd:  # a local Ray instance, on loopback (tests/conftest.py)
         pytest.importorskip("ray", reason="--ray needs Ray (pip install 'loadgen[distributed]')")
     if "--tokenizer" in cmd:
@@ -52,6 +54,8 @@ def test_readme_run_example(cmd: str, server: ScriptedServerProcess, tmp_path: P
     if ".parquet" in cmd:
         pytest.importorskip("pyarrow", reason="Parquet needs the optional extra (pip install 'loadgen[datasets]')")
     args = shlex.split(cmd)[1:]
+    if "--api-key-env" in args:  # the example's key variable, set (the scripted server takes any key)
+        monkeypatch.setenv(args[args.index("--api-key-env") + 1], "readme-example-key")
     args = [server.url if a == "http://127.0.0.1:8000" else a for a in args]
     # bound the example: few requests, short levels, our own output folder
     bounded: list[str] = []

@@ -1,6 +1,6 @@
 """The hot path's shortcuts give what the plain path gives: the SSE decoder's split of a
 chunk without CR against the general loop (the same stream with CRLF or CR line ends),
-and the OpenAI dialects' orjson ``decode`` against ``json.loads``, compared on whole
+and the dialects' orjson ``decode`` against ``json.loads``, compared on whole
 records, answers and errors for random event sequences (hostile numbers included)."""
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loadgen.client.dialects import DIALECTS, Dialect
+from loadgen.client.dialects.messages import Messages
 from loadgen.client.dialects.openai import Chat, Completions
+from loadgen.client.dialects.responses import Responses
 from loadgen.client.sse import SSEDecoder
 from loadgen.client.stream import StreamState
 from loadgen.errors import TransportError
 from loadgen.records import RequestRecord
 from tests.fuzz.strategies import DIGITS, budget, dumps
-from tests.fuzz.test_dialects_fuzz import EVENTS
+from tests.fuzz.test_dialects_fuzz import EVENTS, TYPED
 
 
 def _plain(data: str) -> Any:
@@ -33,7 +35,20 @@ class _JsonCompletions(Completions):
     decode = staticmethod(_plain)
 
 
-PLAIN: dict[str, Dialect] = {"chat": _JsonChat(), "completions": _JsonCompletions()}
+class _JsonResponses(Responses):
+    decode = staticmethod(_plain)
+
+
+class _JsonMessages(Messages):
+    decode = staticmethod(_plain)
+
+
+PLAIN: dict[str, Dialect] = {
+    "chat": _JsonChat(),
+    "completions": _JsonCompletions(),
+    "responses": _JsonResponses(),
+    "messages": _JsonMessages(),
+}
 
 
 def _run(dialect: Dialect, stream: bytes | list[bytes], step: int = 0) -> tuple[Any, ...]:
@@ -73,13 +88,18 @@ RAW = st.one_of(
     DIGITS.map(lambda d: '{"choices":[{"text":"x","finish_reason":"stop"}],"loadgen":{"n":' + d + "}}"),
     DIGITS.map(lambda d: '{"error":{"code":' + d + "}}"),
     BIG_INTS.map(lambda n: dumps({"choices": [{"delta": {"content": "a"}, "token_ids": [n]}], "created": n})),
+    # the typed APIs' usage, finish and error events with huge numbers, and a delta with one
+    DIGITS.map(lambda d: '{"type":"response.completed","response":{"usage":{"output_tokens":' + d + "}}}"),
+    DIGITS.map(lambda d: '{"type":"message_delta","delta":{"stop_reason":"x"},"usage":{"output_tokens":' + d + "}}"),
+    DIGITS.map(lambda d: '{"type":"error","error":{"message":' + d + "}}"),
+    BIG_INTS.map(lambda n: dumps({"type": "response.output_text.delta", "delta": "a", "sequence_number": n})),
 )
 
 
 @budget(200)
 @given(
     st.sampled_from(sorted(DIALECTS)),
-    st.lists(st.one_of(EVENTS.map(dumps), RAW), max_size=8),
+    st.lists(st.one_of(EVENTS.map(dumps), TYPED.map(dumps), RAW), max_size=8),
     st.booleans(),
     st.sampled_from([b"\r\n", b"\r"]),
     st.integers(1, 64),

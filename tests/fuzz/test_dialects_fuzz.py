@@ -129,3 +129,110 @@ def test_any_event_sequence_gives_a_record_with_sane_counts(
     for count in (record.prompt_tokens, record.completion_tokens):
         assert count is None or (type(count) is int and count >= 0), count
     assert record.server is None or isinstance(record.server, dict)
+
+
+# The typed-event APIs (responses, messages): events of every type they know, and others,
+# with fields of any shape; the SSE ``event:`` line as the real APIs send it, or another.
+TYPES = st.sampled_from(
+    [
+        "response.output_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+        "response.created",
+        "error",
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+    ]
+)
+TYPED_USAGE = st.one_of(
+    st.fixed_dictionaries({}, optional={"input_tokens": COUNT, "output_tokens": COUNT, "output_tokens_details": ANY}),
+    ANY,
+)
+DELTA = st.one_of(
+    st.text(max_size=6),
+    st.fixed_dictionaries(
+        {"type": st.one_of(st.sampled_from(["text_delta", "thinking_delta", "input_json_delta", "x"]), ANY)},
+        optional={
+            "text": st.one_of(st.text(max_size=6), ANY),
+            "thinking": ANY,
+            "partial_json": ANY,
+            "stop_reason": st.one_of(st.sampled_from(["end_turn", "max_tokens", ""]), ANY),
+        },
+    ),
+    ANY,
+)
+TYPED = st.fixed_dictionaries(
+    {"type": st.one_of(TYPES, ANY)},
+    optional={
+        "delta": DELTA,
+        "usage": TYPED_USAGE,
+        "message": st.one_of(st.fixed_dictionaries({"usage": TYPED_USAGE}), ANY),
+        "response": st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "usage": TYPED_USAGE,
+                    "status": ANY,
+                    "incomplete_details": ANY,
+                    "error": ANY,
+                },
+            ),
+            ANY,
+        ),
+        "error": ANY,
+        "message_text": ANY,
+    },
+)
+TYPED_APIS = st.sampled_from(["messages", "responses"])
+
+
+@budget(150)
+@given(TYPED_APIS, TYPED)
+def test_typed_parse_event_takes_any_event(api: str, obj: dict[str, Any]) -> None:
+    info = DIALECTS[api].parse_event(obj)
+    assert isinstance(info.has_output, bool) and isinstance(info.reasoning, bool) and isinstance(info.text, str)
+    assert info.finish_reason is None or (isinstance(info.finish_reason, str) and info.finish_reason)
+    assert info.error is None or isinstance(info.error, str)
+    assert info.usage is None or isinstance(info.usage, dict)
+
+
+@budget(100)
+@given(
+    TYPED_APIS,
+    st.lists(
+        st.tuples(st.one_of(st.none(), TYPES, st.text(max_size=4)), st.one_of(TYPED, ANY.map(lambda v: [v]))),
+        max_size=8,
+    ),
+)
+def test_any_typed_event_sequence_gives_one_record_with_sane_counts(
+    api: str, events: list[tuple[str | None, Any]]
+) -> None:
+    record = RequestRecord(index=0)
+    state = StreamState(record, DIALECTS[api], defer=False)
+    frames = []
+    for name, obj in events:
+        head = b"" if name is None else f"event: {name}\n".encode(errors="surrogatepass")
+        frames.append(head + b"data: " + dumps(obj).encode() + b"\n\n")
+    stream = b"".join(frames)
+    try:
+        for t, read in enumerate(stream[i : i + 41] for i in range(0, len(stream), 41)):
+            state.feed(read, 10 + t)
+        state.close(1000)
+    except TransportError as exc:
+        assert str(exc).strip()
+    else:  # a record that did not fail has ended: a finish was read
+        assert state.ended
+    for _, n in record.events:
+        assert type(n) is int and n >= 1, record.events
+    for count in (record.prompt_tokens, record.completion_tokens, record.reasoning_tokens):
+        assert count is None or (type(count) is int and count >= 0), count
+    assert record.reasoning_tokens <= sum(n for _, n in record.events)

@@ -15,7 +15,9 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
+from loadgen.client.dialects.messages import Messages
 from loadgen.client.dialects.openai import Chat, Completions
+from loadgen.client.dialects.responses import Responses
 from loadgen.errors import ConfigError
 
 __all__ = [
@@ -68,3 +70,5 @@ def get_dialect(name: str) -> Dialect:
 
 register(Chat())
 register(Completions())
+register(Responses())
+register(Messages())

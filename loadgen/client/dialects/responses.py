@@ -1,0 +1,141 @@
+"""The OpenAI Responses dialect: ``responses`` (``POST /v1/responses``).
+
+The body sends the prompt as ``input`` (a text, or a messages prompt as input items:
+``{"role", "content"}`` each), ``max_output_tokens`` and ``stream: true``; the workload's
+tools go in the Responses shape (``{"type": "function", "name", "parameters"}``, flat).
+``ignore_eos``/``min_tokens`` (vLLM accepts them here too) only without ``strict``. The key
+goes as ``Authorization: Bearer``.
+
+Events name their kind in the data's ``type``: ``response.output_text.delta`` (answer
+text, in ``delta``) and ``response.function_call_arguments.delta`` (a tool call's
+arguments, answer output like chat's tool-call deltas) are answer output;
+``response.reasoning_text.delta`` and ``response.reasoning_summary_text.delta`` are
+reasoning. ``response.completed`` carries ``response.usage`` (``input_tokens``,
+``output_tokens``, reasoning included) and ends the answer, its finish reason the
+response's ``incomplete_details.reason`` or ``status``. ``response.incomplete`` ends it
+the same way: the API sends it when ``max_output_tokens`` cut the answer, which is how a
+benchmark's request of a set length normally ends, so it is a finish with its reason
+(``max_output_tokens``), not a failure. ``response.failed`` and an ``error`` event fail
+the request with their message. There is no end marker: the stream ends after
+``response.completed``. Every other event (``response.created``, ``*.done``, …) is ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
+from loadgen.client.dialects.typed import message_of, typed_decode
+from loadgen.records import RequestSpec
+
+__all__ = ["Responses"]
+
+_TEXT = "response.output_text.delta"
+_ARGS = "response.function_call_arguments.delta"
+_REASONING = frozenset({"response.reasoning_text.delta", "response.reasoning_summary_text.delta"})
+_ENDS = frozenset({"response.completed", "response.incomplete"})
+_DELTAS = frozenset({_TEXT, _ARGS, *_REASONING})
+
+
+def _tool(tool: Any) -> Any:
+    """A chat-shaped tool (``{"type": "function", "function": {...}}``) in the Responses shape."""
+    if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
+        return {"type": "function", **tool["function"]}
+    return tool
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        return {"type": "function", "name": choice["function"].get("name")}
+    return choice
+
+
+def _input(prompt: str | list[dict[str, Any]]) -> Any:
+    if isinstance(prompt, str):
+        return prompt
+    return [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in prompt]
+
+
+def _body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": options.model,
+        "input": _input(spec.prompt),
+        "max_output_tokens": spec.max_tokens,
+        "stream": True,
+    }
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    if options.tools is not None:
+        body["tools"] = [_tool(t) for t in options.tools]
+    if options.tool_choice is not None:
+        body["tool_choice"] = _tool_choice(options.tool_choice)
+    if not options.strict:
+        body["ignore_eos"] = True
+        body["min_tokens"] = spec.max_tokens
+    if options.extra_body:
+        body.update(options.extra_body)
+    return body
+
+
+def _end(obj: dict[str, Any], kind: str) -> EventInfo:
+    response = obj.get("response")
+    if not isinstance(response, dict):
+        return EventInfo(False, None, kind.removeprefix("response."))
+    usage = response.get("usage")
+    details = response.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    if not (reason and isinstance(reason, str)):
+        status = response.get("status")
+        reason = status if status and isinstance(status, str) else kind.removeprefix("response.")
+    return EventInfo(False, usage if isinstance(usage, dict) else None, reason)
+
+
+def _event(obj: dict[str, Any]) -> EventInfo:
+    kind = obj.get("type")
+    if kind == _TEXT:
+        delta = obj.get("delta")
+        return EventInfo(bool(delta), None, None, None, None, False, delta if type(delta) is str else "")
+    if type(kind) is not str:
+        return EventInfo(False, None, None)
+    if kind in _REASONING:
+        return EventInfo(bool(obj.get("delta")), None, None, None, None, True)
+    if kind == _ARGS:
+        return EventInfo(bool(obj.get("delta")), None, None)
+    if kind in _ENDS:
+        return _end(obj, kind)
+    if kind == "response.failed":
+        response = obj.get("response")
+        err = response.get("error") if isinstance(response, dict) else None
+        return EventInfo(False, None, None, message_of(err, "response failed"))
+    if kind == "error":
+        return EventInfo(False, None, None, message_of(obj, "error event"))
+    return EventInfo(False, None, None)
+
+
+class Responses(Dialect):
+    name = "responses"
+    path = "/v1/responses"
+    description = "OpenAI Responses (POST /v1/responses, input text or items, tools)"
+    tools = True
+
+    build_body = staticmethod(_body)
+    parse_event = staticmethod(_event)  # a plain function: no bound method per event
+    decode = staticmethod(typed_decode(_DELTAS))
+
+    def non_stream_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
+        body = _body(spec, options)
+        body["stream"] = False
+        body["max_output_tokens"] = 1
+        if "min_tokens" in body:
+            body["min_tokens"] = 1
+        return body
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def usage_counts(self, usage: dict[str, Any]) -> tuple[Any, Any]:
+        return usage.get("input_tokens"), usage.get("output_tokens")
+
+    def answer_usage(self, answer: Any) -> dict[str, Any] | None:
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        return usage if isinstance(usage, dict) else None
