@@ -43,25 +43,32 @@ _PASSED = ("model", "temperature", "seed", "stream", "ignore_eos", "min_tokens")
 _RENAME = {"messages": "input", "max_tokens": "max_output_tokens"}
 
 
-def _content(content: Any, i: int) -> str:
+def _content(content: Any, i: int) -> str | list[dict[str, Any]]:
+    """An input item's content for chat's parser: its text, or (when it holds images) chat's
+    parts, ``input_image`` restated as ``image_url`` (:mod:`loadgen.server.vision` reads them)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = []
+        parts: list[dict[str, Any]] = []
         for part in content:
+            if isinstance(part, dict) and part.get("type") == "input_image":
+                parts.append({"type": "image_url", "image_url": {"url": part.get("image_url")}})
+                continue
             if not (isinstance(part, dict) and part.get("type") in _PARTS and isinstance(part.get("text"), str)):
                 raise RequestRejected(
-                    f"input[{i}].content: only parts of type 'input_text' or 'output_text' with a string "
-                    "'text' are supported",
+                    f"input[{i}].content: only parts of type 'input_text', 'output_text' or 'input_image' "
+                    "are supported (text parts with a string 'text')",
                     param="input",
                 )
-            texts.append(part["text"])
-        return " ".join(texts)
+            parts.append({"type": "text", "text": part["text"]})
+        if any(p["type"] == "image_url" for p in parts):
+            return parts
+        return " ".join(p["text"] for p in parts)
     raise RequestRejected(f"input[{i}].content must be a string or a list of input_text parts", param="input")
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
-    messages: list[dict[str, str]] = []
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):

@@ -11,7 +11,8 @@ Events name their kind in the data's ``type``: ``content_block_delta`` is output
 ``delta.type`` saying which: ``text_delta`` (answer text), ``input_json_delta`` (a tool
 call's input, answer output like chat's tool-call deltas), ``thinking_delta`` (reasoning).
 ``message_start`` carries ``message.usage.input_tokens``; ``message_delta`` carries the
-cumulative ``usage.output_tokens`` and ``delta.stop_reason``, which ends the answer; an
+cumulative ``usage.output_tokens`` and ``delta.stop_reason``, which ends the answer (a ``loadgen`` object beside them is a server's
+own timings, as on chat's final chunk); an
 ``error`` event fails the request with ``error.message``. ``message_stop``, ``ping`` and
 the content blocks' start and stop events are ignored; there is no end marker.
 """
@@ -96,8 +97,13 @@ def _event(obj: dict[str, Any]) -> EventInfo:
     if kind == "message_delta":
         usage, delta = obj.get("usage"), obj.get("delta")
         reason = delta.get("stop_reason") if type(delta) is dict else None
+        vendor = obj.get("loadgen")  # a server's own timings (the reference server's), beside the usage
         return EventInfo(
-            False, usage if type(usage) is dict else None, reason if reason and type(reason) is str else None
+            False,
+            usage if type(usage) is dict else None,
+            reason if reason and type(reason) is str else None,
+            None,
+            vendor if type(vendor) is dict else None,
         )
     if kind == "message_start":
         message = obj.get("message")

@@ -4,7 +4,8 @@ The body sends the prompt as ``input`` (a text, or a messages prompt as input it
 ``{"role", "content"}`` each), ``max_output_tokens`` and ``stream: true``; the workload's
 tools go in the Responses shape (``{"type": "function", "name", "parameters"}``, flat).
 ``ignore_eos``/``min_tokens`` (vLLM accepts them here too) only without ``strict``. The key
-goes as ``Authorization: Bearer``.
+goes as ``Authorization: Bearer``. A request's images go with its last user message as
+``input_image`` parts (``data:`` URLs), after an ``input_text`` part.
 
 Events name their kind in the data's ``type``: ``response.output_text.delta`` (answer
 text, in ``delta``) and ``response.function_call_arguments.delta`` (a tool call's
@@ -17,7 +18,8 @@ the same way: the API sends it when ``max_output_tokens`` cut the answer, which 
 benchmark's request of a set length normally ends, so it is a finish with its reason
 (``max_output_tokens``), not a failure. ``response.failed`` and an ``error`` event fail
 the request with their message. There is no end marker: the stream ends after
-``response.completed``. Every other event (``response.created``, ``*.done``, …) is ignored.
+``response.completed`` (a ``loadgen`` object beside its ``response`` is a server's own timings,
+as on chat's final chunk). Every other event (``response.created``, ``*.done``, …) is ignored.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
+from loadgen.client.dialects.images import input_image_parts, with_image_parts
 from loadgen.client.dialects.typed import message_of, typed_decode
 from loadgen.records import RequestSpec
 
@@ -50,16 +53,20 @@ def _tool_choice(choice: Any) -> Any:
     return choice
 
 
-def _input(prompt: str | list[dict[str, Any]]) -> Any:
-    if isinstance(prompt, str):
+def _input(prompt: str | list[dict[str, Any]], images: Any = ()) -> Any:
+    if isinstance(prompt, str) and not images:
         return prompt
-    return [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in prompt]
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    items = [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages]
+    if images:  # the last user message's content: its input_text part, then an input_image part each
+        items = with_image_parts(items, input_image_parts(images), text_type="input_text")
+    return items
 
 
 def _body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": options.model,
-        "input": _input(spec.prompt),
+        "input": _input(spec.prompt, spec.images),
         "max_output_tokens": spec.max_tokens,
         "stream": True,
     }
@@ -79,15 +86,17 @@ def _body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
 
 def _end(obj: dict[str, Any], kind: str) -> EventInfo:
     response = obj.get("response")
+    vendor = obj.get("loadgen")  # a server's own timings (the reference server's), beside the response
+    vendor = vendor if type(vendor) is dict else None
     if not isinstance(response, dict):
-        return EventInfo(False, None, kind.removeprefix("response."))
+        return EventInfo(False, None, kind.removeprefix("response."), None, vendor)
     usage = response.get("usage")
     details = response.get("incomplete_details")
     reason = details.get("reason") if isinstance(details, dict) else None
     if not (reason and isinstance(reason, str)):
         status = response.get("status")
         reason = status if status and isinstance(status, str) else kind.removeprefix("response.")
-    return EventInfo(False, usage if isinstance(usage, dict) else None, reason)
+    return EventInfo(False, usage if isinstance(usage, dict) else None, reason, None, vendor)
 
 
 def _event(obj: dict[str, Any]) -> EventInfo:
@@ -117,6 +126,7 @@ class Responses(Dialect):
     path = "/v1/responses"
     description = "OpenAI Responses (POST /v1/responses, input text or items, tools)"
     tools = True
+    images = True
 
     build_body = staticmethod(_body)
     parse_event = staticmethod(_event)  # a plain function: no bound method per event
