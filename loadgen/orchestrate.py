@@ -145,6 +145,7 @@ def _run_json(
             http2=cfg.http2,
             strict=cfg.strict,
             continuous_usage=cfg.continuous_usage,
+            inputs=None if cfg.inputs is None else cfg.inputs.describe(),
             read_timeout_s=cfg.read_timeout_s,
             request_timeout_s=cfg.request_timeout_s,
             header_names=sorted(cfg.headers),  # names only: values may be secrets

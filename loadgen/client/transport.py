@@ -37,6 +37,7 @@ from typing import Any
 import aiohttp
 import httpx
 
+from loadgen.client.answer import AnswerState, BodyState
 from loadgen.client.bounded import ACCEPT_ENCODING, MAX_ERROR, Inflater, read_capped
 from loadgen.client.dialects import Dialect, DialectOptions
 from loadgen.client.keepalive import STALE_ERRNOS, Attempt, KeepAlive
@@ -221,14 +222,17 @@ class _StreamingTransport:
         self.redact = Redactor(config.headers)
         self._warm_failed = False  # a failure to warm is logged once per transport
 
-    def _state(self, record: RequestRecord, spec: RequestSpec, body: dict[str, Any]) -> StreamState:
+    def _state(self, record: RequestRecord, spec: RequestSpec, body: dict[str, Any]) -> BodyState:
         dialect = self.config.dialect
+        if not dialect.streams:
+            record.inputs = dialect.inputs_sent(body)
+            return AnswerState(record, dialect, redact=self.redact)
         return StreamState(
             record, dialect, answer=spec.answer, redact=self.redact, finish_ends=dialect.finish_ends(body)
         )
 
     async def _read_to_end(
-        self, state: StreamState, read: Callable[[], Awaitable[None]], over: Callable[[], bool] | None = None
+        self, state: BodyState, read: Callable[[], Awaitable[None]], over: Callable[[], bool] | None = None
     ) -> None:
         """Run ``read`` (the body's reads, fed to ``state``) until the body ends, until
         :attr:`TransportConfig.end_grace_s` after the answer ended, or until a bad event was
@@ -316,7 +320,7 @@ class _StreamingTransport:
         if not record.done_ns:
             record.done_ns = _now()
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
+    async def _exchange(self, body: dict[str, Any], state: BodyState, attempt: Attempt, fresh: bool = False) -> None:
         """One try. ``fresh``: on a new connection. A first try that fails as the stale
         race raises :class:`_Stale` (with the library's exception as its cause)."""
         raise NotImplementedError
@@ -375,7 +379,7 @@ class AiohttpTransport(_StreamingTransport):
         async with session.get(self._warm_url, allow_redirects=False, trace_request_ctx=attempt) as resp:
             await _aiohttp_error_body(resp)  # read to its end (bounded), so the connection goes back to the pool
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
+    async def _exchange(self, body: dict[str, Any], state: BodyState, attempt: Attempt, fresh: bool = False) -> None:
         keepalive = self.keepalive
         session = self._get_session(fresh or keepalive.fresh)
         record = state.record
@@ -439,7 +443,7 @@ class HttpxTransport(_StreamingTransport):
                 self._client = client
         return client
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
+    async def _exchange(self, body: dict[str, Any], state: BodyState, attempt: Attempt, fresh: bool = False) -> None:
         keepalive = self.keepalive
         client = self._get_client(fresh or keepalive.fresh)
         record = state.record
