@@ -36,6 +36,7 @@ __all__ = [
     "Lengths",
     "LevelSummary",
     "Load",
+    "NonStreamed",
     "Reasoning",
     "Requests",
     "RunSummary",
@@ -378,6 +379,17 @@ class Connections(JSONRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class NonStreamed(JSONRecord):
+    """A level of a non-streamed API (embeddings, rerank, score): no TTFT or ITL, its ok
+    requests' inputs (texts, documents) and input tokens per second over the level's window,
+    and the inputs per request."""
+
+    inputs_per_s: float | None
+    input_tokens_per_s: float | None
+    inputs: Distribution
+
+
+@dataclass(frozen=True, slots=True)
 class LevelSummary(JSONRecord):
     """One load level (see :mod:`loadgen.metrics.summary` for how each number is made)."""
 
@@ -411,6 +423,7 @@ class LevelSummary(JSONRecord):
     steady_state: SteadyState | None = field(default=None, metadata=key("steady_state", omit_none=True))
     mlperf: list[MlperfCheck] | None = field(default=None, metadata=key("mlperf", omit_none=True))
     connect: Connections | None = field(default=None, metadata=key("connect", omit_none=True))
+    non_streamed: NonStreamed | None = field(default=None, metadata=key("non_streamed", omit_none=True))
 
     @property
     def attainment_interval(self) -> StatInterval | None:
