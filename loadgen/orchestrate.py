@@ -563,5 +563,5 @@ def execute(cfg: RunConfig, console: Console) -> RunOutcome:
         if not gens.done():
             gens._log_destroy_pending = False  # type: ignore[attr-defined]
         loop.close()
-    show_summary(outcome.summary, console, cfg.out)
+    show_summary(outcome.summary, console, cfg.out, cfg.api)
     return outcome

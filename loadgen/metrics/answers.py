@@ -21,7 +21,7 @@ from loadgen.metrics.results import LevelSummary, NonStreamed
 from loadgen.metrics.stats import distribution
 from loadgen.records import RequestRecord
 
-__all__ = ["non_streamed"]
+__all__ = ["knee_latency", "knee_throughput", "non_streamed"]
 
 
 def non_streamed(level: LevelSummary, measured: Sequence[RequestRecord], ok: npt.NDArray[np.bool_]) -> LevelSummary:
@@ -52,3 +52,20 @@ def non_streamed(level: LevelSummary, measured: Sequence[RequestRecord], ok: npt
         inputs=distribution(inputs[ok]),
     )
     return dataclasses.replace(level, throughput=throughput, non_streamed=summary)
+
+
+def knee_throughput(level: LevelSummary) -> float:
+    """What the saturation knee reads as throughput: output tokens/s, or for a non-streamed
+    API's level its inputs/s (0 when unknown)."""
+    ns = level.non_streamed
+    value = level.throughput.output_tokens_per_s if ns is None else ns.inputs_per_s
+    return float(value or 0.0)
+
+
+def knee_latency(level: LevelSummary, metric: str) -> float:
+    """The knee's latency ``metric`` (``"ttft_ms.p99"``) of ``level``; a non-streamed API's
+    level, which has no TTFT, ITL or TPOT, reads its E2E at the same statistic (0 when unknown)."""
+    value = level.metric(metric)
+    if value is None and level.non_streamed is not None:
+        value = level.metric("e2e_ms." + metric.rsplit(".", 1)[-1])
+    return float(value or 0.0)
