@@ -141,6 +141,16 @@ class ScriptedServer:
             obj = {"id": "x", "object": "list", "model": "scripted-model", "data": data, "usage": usage}
         if not sc.answer_usage:
             del obj["usage"]
+        if sc.disconnect_after is not None:  # the first this many bytes of the answer, then the connection closes
+            payload = json.dumps(obj).encode()
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            resp.content_length = len(payload)
+            await resp.prepare(request)
+            await resp.write(payload[: sc.disconnect_after])
+            await asyncio.sleep(0.01)
+            assert request.transport is not None
+            request.transport.close()
+            return resp
         return web.json_response(obj)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
