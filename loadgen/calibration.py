@@ -12,12 +12,15 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import numpy as np
+
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.discovery import ServerInfo
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.errors import ConfigError, TargetError
 from loadgen.records import RequestRecord, RequestSpec
 from loadgen.runconfig import RunConfig
+from loadgen.workload.distributions import Distribution
 from loadgen.workload.prompts import PromptSynthesizer
 
 __all__ = ["Probe", "calibrate", "dialect_options", "probe_for"]
@@ -100,7 +103,21 @@ def dialect_options(cfg: RunConfig, info: ServerInfo) -> DialectOptions:
         continuous_usage=cfg.continuous_usage,
         tools=wl.tools,
         tool_choice=wl.tool_choice,
+        inputs=input_counts(cfg.inputs, cfg.seed),
     )
+
+
+INPUT_CYCLE = 4096  # inputs per request drawn once per run and cycled by request index
+
+
+def input_counts(dist: Distribution | None, seed: int) -> tuple[int, ...]:
+    """A run's inputs per request (a non-streamed API's), drawn once from ``dist`` with
+    ``seed``; request ``i`` sends entry ``i % len``, so a level's requests are the same in
+    every level and trial. Empty: one input each."""
+    if dist is None:
+        return ()
+    rng = np.random.default_rng([seed, 0x1B7A])
+    return tuple(int(n) for n in dist.sample(rng, INPUT_CYCLE))
 
 
 def probe_for(cfg: RunConfig, info: ServerInfo) -> Probe:

@@ -145,6 +145,7 @@ def _run_json(
             http2=cfg.http2,
             strict=cfg.strict,
             continuous_usage=cfg.continuous_usage,
+            inputs=None if cfg.inputs is None else cfg.inputs.describe(),
             read_timeout_s=cfg.read_timeout_s,
             request_timeout_s=cfg.request_timeout_s,
             header_names=sorted(cfg.headers),  # names only: values may be secrets
@@ -562,5 +563,5 @@ def execute(cfg: RunConfig, console: Console) -> RunOutcome:
         if not gens.done():
             gens._log_destroy_pending = False  # type: ignore[attr-defined]
         loop.close()
-    show_summary(outcome.summary, console, cfg.out)
+    show_summary(outcome.summary, console, cfg.out, cfg.api)
     return outcome

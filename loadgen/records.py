@@ -156,7 +156,7 @@ class RequestRecord:
     retries: int = 0  # times sent again on a new connection (the stale keep-alive race; loadgen.client.keepalive)
     new_connection: bool | None = None  # its (last) try opened a connection of its own (None: not known)
     connect_ms: float | None = None  # how long that connect took (TCP, and TLS if any), in ms (None: reused, unknown)
-    inputs: int = 0
+    inputs: int = 0  # inputs in the request: embeddings' texts, rerank's documents (0: a generation API)
     images: int = 0  # images sent with it (a workload's [images] table)
     image_bytes: int = 0  # their total size in bytes (the files, before base64)
 

@@ -234,6 +234,7 @@ def resume_config(
         headers=headers,
         strict=conf.strict,
         continuous_usage=conf.continuous_usage,
+        inputs=None if conf.inputs is None else parse_distribution(conf.inputs, source="run.json", key="client.inputs"),
         calibrate=False,
         read_timeout_s=conf.read_timeout_s,
         request_timeout_s=conf.request_timeout_s,

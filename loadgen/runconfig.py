@@ -27,6 +27,7 @@ from loadgen.load.profiles import Profile
 from loadgen.metrics.gates import Gates
 from loadgen.metrics.slo import SLO
 from loadgen.records import MAX_LEVEL_S
+from loadgen.workload.distributions import Distribution
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace
 
@@ -78,6 +79,7 @@ class RunConfig:
     headers: dict[str, str] = field(default_factory=dict)
     strict: bool = False
     continuous_usage: bool = False
+    inputs: Distribution | None = None  # non-streamed APIs: inputs per request (--batch-size, --documents); None: 1
     calibrate: bool = True
     read_timeout_s: float = 120.0
     request_timeout_s: float = 600.0
@@ -154,6 +156,8 @@ class RunConfig:
 
             takes = " or ".join(n for n in dialect_names() if get_dialect(n).images)
             raise o.error("api", f"workload {self.workload.name!r} sends images: they need the {takes} API")
+        if self.inputs is not None and get_dialect(self.api).streams:
+            raise o.error("inputs", f"inputs per request are for the non-streamed APIs, not {self.api}")
         if self.trace is not None and self.profile.arrival != "trace":
             raise o.error("trace", "a trace replays with the profile of its own times (arrival = 'trace')")
         self.profile.validate(o.profile_keys())

@@ -22,6 +22,7 @@ from loadgen.load.profiles import Profile
 from loadgen.metrics.gates import Gates
 from loadgen.paths import search_dirs, shipped
 from loadgen.runconfig import DEFAULT_TRANSPORT, Origin, RunConfig
+from loadgen.workload.distributions import Distribution, parse_distribution
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace
 
@@ -80,6 +81,8 @@ class RunFlags:
     api_key_env: str | None = None
     workload: str | None = None
     prompt_tokens: str | None = None
+    batch_size: str | None = None
+    documents: str | None = None
     output_tokens: str | None = None
     dataset: str | None = None
     dataset_format: str | None = None
@@ -244,6 +247,7 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
         headers={**url_auth, **headers(f.header, f.api_key_env, api)},
         strict=f.strict,
         continuous_usage=f.continuous_usage,
+        inputs=_inputs(f, api),
         calibrate=f.calibrate,
         read_timeout_s=120.0 if f.read_timeout is None else f.read_timeout,
         request_timeout_s=600.0 if f.timeout is None else f.timeout,
@@ -468,3 +472,16 @@ def _trace_profile(tr: Trace, f: RunFlags) -> Profile:
         max_duration_s=None,  # with --precision: the trace's rows bound the level unless --max-duration
     )
     return replace(_precision(prof, f), requests=n)
+
+
+def _inputs(f: RunFlags, api: str) -> Distribution | None:
+    """--batch-size (embeddings) or --documents (rerank, score): inputs per request."""
+    if f.batch_size is not None and f.documents is not None:
+        raise ConfigError("give --batch-size (embeddings) or --documents (rerank, score), not both")
+    flag, text = ("--batch-size", f.batch_size) if f.batch_size is not None else ("--documents", f.documents)
+    if text is None:
+        return None
+    want = "embeddings" if flag == "--batch-size" else "rerank or score"
+    if api not in want.split(" or "):
+        raise ConfigError(f"{flag} is for --api {want}, not {api}", key=flag)
+    return parse_distribution(text, source="command line", key=flag)

@@ -249,6 +249,7 @@ class ClientConfig(_Record):
     http2: bool = False
     strict: bool = False
     continuous_usage: bool = False
+    inputs: str | None = field(default=None, metadata=_OMIT)  # non-streamed APIs: inputs per request (a distribution)
     read_timeout_s: float = 120.0
     request_timeout_s: float = 600.0
     header_names: list[str] = field(default_factory=list)

@@ -72,6 +72,10 @@ class Script:
     stall_s: float = 0.0
     jitter_s: float = 0.0
     seed: int = 0
+    # /v1/embeddings, /v1/rerank, /v1/score: one JSON answer after ttft_s, with this many results
+    # more (or fewer) than the inputs sent, and its dimension of embedding
+    results_delta: int = 0
+    dimensions: int = 8
 
 
 class ScriptedServer:
@@ -92,6 +96,8 @@ class ScriptedServer:
         for path in FORMATS:
             app.router.add_post(path, self._handle)
         app.router.add_get("/v1/models", self._models)
+        for path in ("/v1/embeddings", "/v1/rerank", "/v1/score"):
+            app.router.add_post(path, self._pooling)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -106,6 +112,54 @@ class ScriptedServer:
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "scripted-model", "object": "model"}]})
+
+    async def _pooling(self, request: web.Request) -> web.StreamResponse:
+        """An embeddings, rerank or score answer after ``ttft_s`` (one JSON object)."""
+        body = await request.json()
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        sc = self.script
+        if isinstance(body.get("script"), dict):
+            known = {f.name for f in fields(Script)}
+            sc = replace(sc, **{k: v for k, v in body["script"].items() if k in known})
+        await asyncio.sleep(sc.ttft_s)
+        if sc.status != 200:
+            return web.json_response({"error": {"message": "scripted failure"}}, status=sc.status)
+        if sc.raw_body is not None:
+            return web.Response(body=sc.raw_body.encode(), content_type="application/json")
+        path = request.path
+        if path == "/v1/embeddings":
+            given = body.get("input")
+            texts = given if isinstance(given, list) else [given]
+        elif path == "/v1/rerank":
+            texts = [body.get("query", ""), *body.get("documents", [])]
+        else:
+            texts = [body.get("text_1", ""), *body.get("text_2", [])]
+        n_prompt = sum(_count(str(t), sc) for t in texts)
+        n = max(0, len(texts) - (path != "/v1/embeddings") + sc.results_delta)
+        usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt}
+        if path == "/v1/embeddings":
+            data = [{"object": "embedding", "index": i, "embedding": [0.5] * sc.dimensions} for i in range(n)]
+            obj: dict[str, Any] = {"object": "list", "data": data, "model": "scripted-model", "usage": usage}
+        elif path == "/v1/rerank":
+            results = [{"index": i, "relevance_score": 1.0 / (i + 1)} for i in range(n)]
+            obj = {"id": "x", "model": "scripted-model", "results": results, "usage": {"total_tokens": n_prompt}}
+        else:
+            data = [{"index": i, "object": "score", "score": 0.5} for i in range(n)]
+            obj = {"id": "x", "object": "list", "model": "scripted-model", "data": data, "usage": usage}
+        if not sc.answer_usage:
+            del obj["usage"]
+        if sc.disconnect_after is not None:  # the first this many bytes of the answer, then the connection closes
+            payload = json.dumps(obj).encode()
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            resp.content_length = len(payload)
+            await resp.prepare(request)
+            await resp.write(payload[: sc.disconnect_after])
+            await asyncio.sleep(0.01)
+            assert request.transport is not None
+            request.transport.close()
+            return resp
+        return web.json_response(obj)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.in_flight += 1

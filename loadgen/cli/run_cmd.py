@@ -71,6 +71,13 @@ WorkloadOpt = Annotated[
 PromptTokens = Annotated[
     OptStr, _opt("--prompt-tokens", panel=_WORKLOAD, help="Prompt length: 256 or e.g. normal:mean=512,std=128,min=16")
 ]
+BatchSize = Annotated[
+    OptStr,
+    _opt("--batch-size", panel=_WORKLOAD, help="--api embeddings: inputs per request, 8 or e.g. uniform:min=1,max=32"),
+]
+Documents = Annotated[
+    OptStr, _opt("--documents", panel=_WORKLOAD, help="--api rerank/score: documents per request, 16 or a distribution")
+]
 OutputTokens = Annotated[
     OptStr, _opt("--output-tokens", panel=_WORKLOAD, help="Output length: 64 or e.g. lognormal:median=200,sigma=0.5")
 ]
@@ -378,6 +385,8 @@ def run(
     api_key_env: ApiKeyEnv = None,
     workload: WorkloadOpt = None,
     prompt_tokens: PromptTokens = None,
+    batch_size: BatchSize = None,
+    documents: Documents = None,
     output_tokens: OutputTokens = None,
     dataset: Dataset = None,
     dataset_format: DatasetFormat = None,

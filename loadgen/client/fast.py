@@ -26,10 +26,10 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from loadgen.client.answer import BodyState
 from loadgen.client.bounded import ACCEPT_ENCODING, MAX_ERROR, Inflater
 from loadgen.client.fast_conn import Conn, Pool
 from loadgen.client.keepalive import Attempt
-from loadgen.client.stream import StreamState
 from loadgen.client.transport import TransportConfig, _now, _Stale, _StreamingTransport
 from loadgen.errors import ConfigError, Disconnected, InvalidResponse
 
@@ -76,7 +76,7 @@ class FastTransport(_StreamingTransport):
         if config.http2:
             raise ConfigError("the fast transport speaks HTTP/1.1 only; --http2 needs --transport httpx")
         try:
-            self._host, self._port, tls, self._head = _request_head(self.url, config.headers)
+            self._host, self._port, tls, self._head = _request_head(self.url, self.config.headers)
         except UnicodeEncodeError:
             raise ConfigError("a header holds characters outside Latin-1", key="--header") from None
         self._tls: ssl.SSLContext | None = ssl.create_default_context() if tls else None
@@ -104,7 +104,7 @@ class FastTransport(_StreamingTransport):
     async def _warm_one(self, attempt: Attempt) -> None:
         await self.pool.open_idle(attempt)
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
+    async def _exchange(self, body: dict[str, Any], state: BodyState, attempt: Attempt, fresh: bool = False) -> None:
         keepalive = self.keepalive
         single = fresh or keepalive.fresh  # a connection for this request only
         record = state.record
@@ -145,7 +145,7 @@ class FastTransport(_StreamingTransport):
             self._pool = None
 
 
-async def _read(conn: Conn, state: StreamState) -> None:
+async def _read(conn: Conn, state: BodyState) -> None:
     """Until the body ended; a close once the answer ended is its end too."""
     try:
         await conn.wait(head=False)

@@ -28,9 +28,10 @@ from typing import Any, cast
 
 import httptools
 
+from loadgen.client.answer import BodyState
 from loadgen.client.bounded import Inflater
 from loadgen.client.keepalive import Attempt
-from loadgen.client.stream import MAX_BACKLOG, StreamState
+from loadgen.client.stream import MAX_BACKLOG
 from loadgen.errors import Disconnected, InvalidResponse, TransportError
 
 __all__ = ["Conn", "Pool"]
@@ -78,9 +79,9 @@ class Conn(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._reset(None)
 
-    def _reset(self, state: StreamState | None) -> None:
+    def _reset(self, state: BodyState | None) -> None:
         self.state = state
-        self.sink: StreamState | None = None  # where 200 body pieces go (None: the error buffer)
+        self.sink: BodyState | None = None  # where 200 body pieces go (None: the error buffer)
         self.inflater: Inflater | None = None
         self.body: list[bytes] = []
         self.status = 0
@@ -97,7 +98,7 @@ class Conn(asyncio.Protocol):
 
     # -- the request side -------------------------------------------------------------
 
-    def start(self, data: bytes, state: StreamState) -> None:
+    def start(self, data: bytes, state: BodyState) -> None:
         """Send one request whose 200 body goes to ``state``."""
         self._reset(state)
         assert self.transport is not None

@@ -26,6 +26,7 @@ record has the request's secrets masked (:mod:`loadgen.client.redact`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import time
@@ -37,6 +38,7 @@ from typing import Any
 import aiohttp
 import httpx
 
+from loadgen.client.answer import AnswerState, BodyState
 from loadgen.client.bounded import ACCEPT_ENCODING, MAX_ERROR, Inflater, read_capped
 from loadgen.client.dialects import Dialect, DialectOptions
 from loadgen.client.keepalive import STALE_ERRNOS, Attempt, KeepAlive
@@ -215,20 +217,27 @@ class _StreamingTransport:
     """The shared request/record logic; subclasses do the HTTP exchange."""
 
     def __init__(self, config: TransportConfig) -> None:
+        self.redact = Redactor(config.headers)  # the run's headers, which may hold secrets
+        if config.dialect.headers:  # the API's own constant headers (not secrets); the run's --header wins
+            given = {name.lower() for name in config.headers}
+            extra = {k: v for k, v in config.dialect.headers.items() if k.lower() not in given}
+            config = dataclasses.replace(config, headers={**extra, **config.headers})
         self.config = config
         self.url = config.base_url.rstrip("/") + config.dialect.path
         self.keepalive = KeepAlive()
-        self.redact = Redactor(config.headers)
         self._warm_failed = False  # a failure to warm is logged once per transport
 
-    def _state(self, record: RequestRecord, spec: RequestSpec, body: dict[str, Any]) -> StreamState:
+    def _state(self, record: RequestRecord, spec: RequestSpec, body: dict[str, Any]) -> BodyState:
         dialect = self.config.dialect
+        if not dialect.streams:
+            record.inputs = dialect.inputs_sent(body)
+            return AnswerState(record, dialect, redact=self.redact)
         return StreamState(
             record, dialect, answer=spec.answer, redact=self.redact, finish_ends=dialect.finish_ends(body)
         )
 
     async def _read_to_end(
-        self, state: StreamState, read: Callable[[], Awaitable[None]], over: Callable[[], bool] | None = None
+        self, state: BodyState, read: Callable[[], Awaitable[None]], over: Callable[[], bool] | None = None
     ) -> None:
         """Run ``read`` (the body's reads, fed to ``state``) until the body ends, until
         :attr:`TransportConfig.end_grace_s` after the answer ended, or until a bad event was
@@ -316,7 +325,7 @@ class _StreamingTransport:
         if not record.done_ns:
             record.done_ns = _now()
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
+    async def _exchange(self, body: dict[str, Any], state: BodyState, attempt: Attempt, fresh: bool = False) -> None:
         """One try. ``fresh``: on a new connection. A first try that fails as the stale
         race raises :class:`_Stale` (with the library's exception as its cause)."""
         raise NotImplementedError
@@ -375,7 +384,7 @@ class AiohttpTransport(_StreamingTransport):
         async with session.get(self._warm_url, allow_redirects=False, trace_request_ctx=attempt) as resp:
             await _aiohttp_error_body(resp)  # read to its end (bounded), so the connection goes back to the pool
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
+    async def _exchange(self, body: dict[str, Any], state: BodyState, attempt: Attempt, fresh: bool = False) -> None:
         keepalive = self.keepalive
         session = self._get_session(fresh or keepalive.fresh)
         record = state.record
@@ -439,7 +448,7 @@ class HttpxTransport(_StreamingTransport):
                 self._client = client
         return client
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Attempt, fresh: bool = False) -> None:
+    async def _exchange(self, body: dict[str, Any], state: BodyState, attempt: Attempt, fresh: bool = False) -> None:
         keepalive = self.keepalive
         client = self._get_client(fresh or keepalive.fresh)
         record = state.record

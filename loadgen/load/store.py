@@ -46,6 +46,7 @@ _INTS = (
     "reasoning_tokens",
     "trial",
     "retries",
+    "inputs",
 )
 _OPTIONAL = ("http_status", "prompt_tokens", "completion_tokens", "session", "source_row")
 _NONE = -(2**63)  # an optional field's None
@@ -154,9 +155,24 @@ class RecordStore:
         conns = zip(self._new_conn, self._connect_ms)
         for row, ((vals, optional, status, source, warm, cls), (new, connect)) in enumerate(zip(rows, conns)):
             http, prompt, completion, session, source_row = optional
-            index, level, worker, tp, to, sched, sent, done, credit, turn, turns, answer, reasoning, trial, retries = (
-                vals
-            )
+            (
+                index,
+                level,
+                worker,
+                tp,
+                to,
+                sched,
+                sent,
+                done,
+                credit,
+                turn,
+                turns,
+                answer,
+                reasoning,
+                trial,
+                retries,
+                inputs,
+            ) = vals
             images, image_bytes = self._images.get(row, (0, 0))
             out.append(
                 RequestRecord(
@@ -189,6 +205,7 @@ class RecordStore:
                     image_bytes=image_bytes,
                     new_connection=None if new < 0 else bool(new),
                     connect_ms=None if math.isnan(connect) else connect,
+                    inputs=inputs,
                 )
             )
         return out

@@ -26,6 +26,7 @@ import numpy as np
 
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan
+from loadgen.metrics.answers import knee_latency, knee_throughput
 from loadgen.metrics.capacity import knee, slo_verdict
 from loadgen.metrics.results import LevelSummary
 
@@ -41,7 +42,7 @@ def _attainment(s: Summary) -> float:
 
 
 def _throughput(s: Summary) -> float:
-    return float(s.throughput.output_tokens_per_s or 0.0)
+    return knee_throughput(s)
 
 
 def stop_reason(history: list[Summary], profile: Profile) -> str | None:
@@ -57,7 +58,7 @@ def stop_reason(history: list[Summary], profile: Profile) -> str | None:
             return f"SLO attainment below {rules.min_attainment:.0%} for two levels ({a:.0%}, {b:.0%})"
     if rules.on_saturation and len(history) >= 2:
         k = knee(
-            [(float(s.load.value), _throughput(s), s.metric(profile.knee_metric) or 0.0) for s in history],
+            [(float(s.load.value), _throughput(s), knee_latency(s, profile.knee_metric)) for s in history],
             profile.knee_throughput_gain,
             profile.knee_latency_growth,
             noise=[s.throughput.output_tokens_per_s_se for s in history],

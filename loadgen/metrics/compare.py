@@ -90,6 +90,7 @@ METRICS: tuple[tuple[str, str, str, bool, str], ...] = (
     ("slo_attainment", "SLO attainment", "%", True, "proportion"),
 )
 _QUANTILES = ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9"))
+_STREAMED_ONLY = frozenset({"ttft_ms", "ttft_queued_ms", "itl_ms", "tpot_ms", "output_tokens_per_s"})
 N_BLOCKS = 20
 MIN_EFFECT = 0.02
 
@@ -313,9 +314,12 @@ def compare_level(
         return trial_rows(a.summary, b.summary, position, min_effect=min_effect)
     rows: list[Row] = []
     rate_mode = a.summary.load.mode == "rate"
+    answered = a.summary.non_streamed is not None or b.summary.non_streamed is not None
     for m, (key, label, unit, higher, kind) in enumerate(METRICS):
         seed = 7919 * position + 101 * m
         if key == "ttft_queued_ms" and not rate_mode:
+            continue
+        if answered and key in _STREAMED_ONLY:  # one JSON answer: no first token, no tokens out
             continue
         if kind == "quantile":
             xa, xb = _samples(a, key, ordered=False), _samples(b, key, ordered=False)

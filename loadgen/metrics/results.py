@@ -37,6 +37,7 @@ __all__ = [
     "Lengths",
     "LevelSummary",
     "Load",
+    "NonStreamed",
     "Reasoning",
     "Requests",
     "RunSummary",
@@ -392,6 +393,17 @@ class Connections(JSONRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class NonStreamed(JSONRecord):
+    """A level of a non-streamed API (embeddings, rerank, score): no TTFT or ITL, its ok
+    requests' inputs (texts, documents) and input tokens per second over the level's window,
+    and the inputs per request."""
+
+    inputs_per_s: float | None
+    input_tokens_per_s: float | None
+    inputs: Distribution
+
+
+@dataclass(frozen=True, slots=True)
 class LevelSummary(JSONRecord):
     """One load level (see :mod:`loadgen.metrics.summary` for how each number is made)."""
 
@@ -426,6 +438,7 @@ class LevelSummary(JSONRecord):
     mlperf: list[MlperfCheck] | None = field(default=None, metadata=key("mlperf", omit_none=True))
     connect: Connections | None = field(default=None, metadata=key("connect", omit_none=True))
     images: Images | None = field(default=None, metadata=key("images", omit_none=True))
+    non_streamed: NonStreamed | None = field(default=None, metadata=key("non_streamed", omit_none=True))
 
     @property
     def attainment_interval(self) -> StatInterval | None:

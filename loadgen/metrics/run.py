@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from loadgen.metrics.answers import knee_latency, knee_throughput
 from loadgen.metrics.capacity import capacity, capacity_interval, knee
 from loadgen.metrics.results import LevelSummary, RunSummary
 
@@ -51,7 +52,7 @@ def summarize_run(
     )
     cap = dataclasses.replace(cap, interval=capacity_interval(pts, attainment_target))
     sat = knee(
-        [(lv.load.value, lv.throughput.output_tokens_per_s or 0.0, lv.metric(knee_metric) or 0.0) for lv in pts],
+        [(lv.load.value, knee_throughput(lv), knee_latency(lv, knee_metric)) for lv in pts],
         knee_throughput_gain,
         knee_latency_growth,
         noise=[lv.throughput.output_tokens_per_s_se for lv in pts],

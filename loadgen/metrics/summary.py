@@ -19,6 +19,7 @@ carries one token, ``itl_ms`` and ``inter_chunk_ms`` are the same samples. Open-
 levels (``scheduled`` given) carry a ``schedule``: late sends count measured requests
 only, like ``requests.total``. Multi-turn and reasoning levels add ``by_turn``,
 ``sessions`` and ``reasoning`` (:mod:`loadgen.metrics.turns`); other levels leave them out.
+Levels of a non-streamed API add ``non_streamed`` (:mod:`loadgen.metrics.answers`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from loadgen.errors import ConfigError
+from loadgen.metrics.answers import non_streamed
 from loadgen.metrics.capacity import windows_of
 from loadgen.metrics.client import LATE_NS, WorkerStats, lag_over_time, late_sends
 from loadgen.metrics.level_intervals import proportion, rate_interval, with_intervals
@@ -415,7 +417,7 @@ def summarize_level(
             dropped=dropped,
             credit_wait_ms=distribution(waits) if (~np.isnan(waits)).any() else None,
         )
-    return LevelSummary(
+    level = LevelSummary(
         load=_load(load),
         requests=Requests(
             total=len(frame),
@@ -472,6 +474,7 @@ def summarize_level(
         images=images_of(measured),
         **level_verdicts(frame, ok, slos, scheduled is not None, cut, mlperf, attained),
     )
+    return non_streamed(level, measured, ok)  # embeddings, rerank: inputs/s instead of tokens
 
 
 def _connections(measured: Sequence[RequestRecord]) -> Connections | None:

@@ -13,6 +13,11 @@ from loadgen.report.rundata import RunData
 __all__ = ["cdf_overlay", "latency_overlay", "shared_mode", "throughput_overlay"]
 
 
+def _answered(runs: Sequence[RunData]) -> bool:
+    """Every run is a non-streamed API's (embeddings, rerank): E2E only, inputs/s for tokens/s."""
+    return all(lv.non_streamed is not None for run in runs for lv in run.levels)
+
+
 def shared_mode(runs: Sequence[RunData]) -> str:
     """The load mode the overlays use: the first run's main mode."""
     return plotted_levels(runs[0].levels)[0]
@@ -25,7 +30,9 @@ def _axis(k: int, kind: str) -> str:
 def latency_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[str, Any] | None:
     """TTFT, ITL, TPOT and E2E p50 (solid) and p99 (dashed) against load, per run."""
     mode = shared_mode(runs)
-    layout, refs = grid(2, 2, [title for _, title, _ in LATENCY_PANELS])
+    answered = _answered(runs)
+    panels = LATENCY_PANELS[3:] if answered else LATENCY_PANELS
+    layout, refs = grid(1, 1, [panels[0][1]]) if answered else grid(2, 2, [title for _, title, _ in panels])
     colours = palette(len(runs))
     data: list[dict[str, Any]] = []
     all_x: set[float] = set()
@@ -33,7 +40,7 @@ def latency_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[str,
         _, idx = plotted_levels(run.levels, mode)
         x = [run.levels[i].load.value for i in idx]
         all_x.update(x)
-        for k, ((key, _title, _), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs)):
+        for k, ((key, _title, _), (xr, yr)) in enumerate(zip(panels, refs)):
             for stat, dash, symbol in (("p50", "solid", "circle"), ("p99", "dot", "diamond")):
                 data.append(
                     {
@@ -54,17 +61,19 @@ def latency_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[str,
                 )
     if not all_x:
         return None
-    for k in range(1, 5):
+    for k in range(1, len(panels) + 1):
         layout[_axis(k, "xaxis")].update(load_axis(mode, sorted(all_x)))
         layout[_axis(k, "yaxis")].update({"title": {"text": "ms"}, "rangemode": "tozero"})
-    return {"data": data, "layout": base_layout(layout, height=640)}
+    return {"data": data, "layout": base_layout(layout, height=420 if answered else 640)}
 
 
 def throughput_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[str, Any] | None:
     """Output tokens/s, goodput and SLO attainment against load per run, each run's
     capacity as a dotted line of its colour."""
     mode = shared_mode(runs)
-    layout, refs = grid(1, 3, ["Output tokens/s", "Goodput (req/s meeting the SLOs)", "SLO attainment (%)"], hgap=0.08)
+    answered = _answered(runs)
+    first = "Inputs/s" if answered else "Output tokens/s"
+    layout, refs = grid(1, 3, [first, "Goodput (req/s meeting the SLOs)", "SLO attainment (%)"], hgap=0.08)
     colours = palette(len(runs))
     data: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
@@ -76,7 +85,9 @@ def throughput_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[s
         all_x.update(x)
         att = [v.goodput.slo_attainment for v in lv]
         series = (
-            [v.throughput.output_tokens_per_s for v in lv],
+            [v.non_streamed and v.non_streamed.inputs_per_s for v in lv]
+            if answered
+            else [v.throughput.output_tokens_per_s for v in lv],
             [v.goodput.requests_per_s for v in lv],
             [None if a is None else 100 * a for a in att],
         )
@@ -122,13 +133,20 @@ def throughput_overlay(runs: Sequence[RunData], labels: Sequence[str]) -> dict[s
 
 
 def cdf_overlay(runs: Sequence[RunData], labels: Sequence[str], level_idx: Sequence[int]) -> dict[str, Any] | None:
-    """CDFs of TTFT, ITL and TPOT at one shared level (``level_idx[r]`` in run ``r``)."""
-    layout, refs = grid(1, 3, ["TTFT (ms)", "ITL (ms)", "TPOT (ms)"], hgap=0.06)
+    """CDFs of TTFT, ITL and TPOT at one shared level (``level_idx[r]`` in run ``r``); of E2E
+    when every run is a non-streamed API's."""
+    answered = _answered(runs)
+    titles = ["E2E latency (ms)"] if answered else ["TTFT (ms)", "ITL (ms)", "TPOT (ms)"]
+    layout, refs = grid(1, len(titles), titles, hgap=0.06)
     colours = palette(len(runs))
     data: list[dict[str, Any]] = []
     for r, (run, label, i) in enumerate(zip(runs, labels, level_idx)):
         rows = run.level_rows(i) & run.frame["ok"].to_numpy(dtype=bool)
-        samples = (run.frame["ttft_ms"].to_numpy()[rows], run.ev.itl_ms(rows), run.frame["tpot_ms"].to_numpy()[rows])
+        samples = (
+            (run.frame["e2e_ms"].to_numpy()[rows],)
+            if answered
+            else (run.frame["ttft_ms"].to_numpy()[rows], run.ev.itl_ms(rows), run.frame["tpot_ms"].to_numpy()[rows])
+        )
         for k, (values, (xr, yr)) in enumerate(zip(samples, refs)):
             x, y = ecdf_points(values)
             if x.size == 0:

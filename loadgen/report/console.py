@@ -51,6 +51,24 @@ _METRICS: tuple[tuple[str, str], ...] = (
     ("Inter-chunk", "inter_chunk_ms"),
 )
 _STATS = ("mean", "p50", "p90", "p99", "p99.9", "max")
+_DOCUMENTS = frozenset({"rerank", "score"})  # APIs whose inputs are documents
+
+
+def inputs_noun(api: str) -> str:
+    """What a non-streamed API's inputs are called: ``documents`` (rerank, score) or ``inputs``."""
+    return "documents" if api in _DOCUMENTS else "inputs"
+
+
+def answers_line(level: LevelSummary, api: str = "") -> str:
+    """A non-streamed API's level: requests, inputs and input tokens per second ("" for others)."""
+    ns = level.non_streamed
+    if ns is None:
+        return ""
+    noun = inputs_noun(api)
+    return (
+        f"{_num(ns.inputs_per_s)} {noun}/s   {_num(ns.input_tokens_per_s)} input tok/s   "
+        f"{_num(ns.inputs.mean)} {noun}/request"
+    )
 
 
 UNBOUNDED = "—"
@@ -129,13 +147,17 @@ def schedule_line(level: LevelSummary) -> str:
     return line
 
 
-def metrics_table(level: LevelSummary, title: str = "") -> Group:
-    """One level in detail: latency percentiles, throughput, goodput, failures, client."""
+def metrics_table(level: LevelSummary, title: str = "", api: str = "") -> Group:
+    """One level in detail: latency percentiles, throughput, goodput, failures, client
+    (a non-streamed API's level: E2E only, and its inputs per second, named as ``api``'s)."""
     tab = Table(title=title or None, title_justify="left", header_style="bold")
     tab.add_column("latency")
     for col in _STATS:
         tab.add_column(col, justify="right")
+    answered = level.non_streamed is not None
     for name, key in _METRICS:
+        if answered and key != "e2e_ms":
+            continue
         d: Distribution = getattr(level, key)
         tab.add_row(name, *(_dist_cell(d, c) for c in _STATS))
     req, thr, good, client = level.requests, level.throughput, level.goodput, level.client
@@ -143,10 +165,12 @@ def metrics_table(level: LevelSummary, title: str = "") -> Group:
     tivs, givs = thr.intervals or {}, good.intervals or {}
     rps = with_pm(_num(thr.requests_per_s, 2), thr.requests_per_s, tivs.get("requests_per_s"))
     tps = with_pm(_num(thr.output_tokens_per_s), thr.output_tokens_per_s, tivs.get("output_tokens_per_s"))
+    rates = answers_line(level, api) if answered else f"{tps} out tok/s   {_num(thr.total_tokens_per_s)} total tok/s"
     lines.append(
-        f"requests {req.ok} ok / {req.failed} failed in {_num(level.duration_s, 2)} s"
-        f"   {rps} req/s   {tps} out tok/s   {_num(thr.total_tokens_per_s)} total tok/s\n"
+        f"requests {req.ok} ok / {req.failed} failed in {_num(level.duration_s, 2)} s   {rps} req/s   {rates}\n"
     )
+    if answered:
+        lines.append("one JSON answer per request (not streamed): no TTFT, ITL or TPOT\n", style="dim")
     sends, sch = schedule_line(level), level.schedule
     if sends:
         lines.append(sends + "\n", style="yellow" if sch is not None and (sch.late or sch.dropped) else "")
@@ -203,17 +227,27 @@ _LEVEL_LATENCIES = (
 )
 
 
-def level_table(levels: Sequence[LevelSummary], title: str = "") -> Table:
+_ANSWER_LATENCIES = (("E2E p50", "e2e_ms", "p50"), ("E2E p90", "e2e_ms", "p90"), ("E2E p99", "e2e_ms", "p99"))
+
+
+def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "") -> Table:
     """One row per load level (the rising-load view); every header names its unit (under
-    the name), and a latency column is in seconds only when one of its cells is 10 s or more."""
+    the name), and a latency column is in seconds only when one of its cells is 10 s or more.
+    Levels of a non-streamed API show E2E and their inputs (named as ``api``'s) per second."""
     tab = Table(title=title or None, title_justify="left", header_style="bold")
     columns: list[tuple[str, list[Any]]] = [
         ("load", [lv.load.label() for lv in levels]),
         ("requests\nok/failed", [f"{lv.requests.ok}/{lv.requests.failed}" for lv in levels]),
         ("\nreq/s", [_num(lv.throughput.requests_per_s, 2) for lv in levels]),
-        ("out\ntok/s", [_num(lv.throughput.output_tokens_per_s, 0) for lv in levels]),
     ]
-    for name, key, stat in _LEVEL_LATENCIES:
+    answered = any(lv.non_streamed is not None for lv in levels)
+    if answered:
+        ns = [lv.non_streamed for lv in levels]
+        columns.append((f"{inputs_noun(api)}\n/s", [_num(None if n is None else n.inputs_per_s) for n in ns]))
+        columns.append(("input\ntok/s", [_num(None if n is None else n.input_tokens_per_s, 0) for n in ns]))
+    else:
+        columns.append(("out\ntok/s", [_num(lv.throughput.output_tokens_per_s, 0) for lv in levels]))
+    for name, key, stat in _ANSWER_LATENCIES if answered else _LEVEL_LATENCIES:
         ivs = [(lv.dist(key).intervals or {}).get(stat) for lv in levels]
         unit, cells = _latency_column([lv.dist(key).stat(stat) for lv in levels], ivs)
         columns.append((f"{name}\n{unit}", cells))
@@ -261,14 +295,23 @@ def level_line(level: LevelSummary) -> str:
     sch = level.schedule
     late = "" if sch is None else f", {sch.late} of {sch.scheduled} sends late, {sch.dropped} dropped"
     neff = f", {n_eff_text(level)}" if n_eff_text(level) else ""
+    ns = level.non_streamed
+    if ns is not None:  # not streamed: no tokens out, no TTFT or ITL
+        middle = (
+            f"{thr.requests_per_s or 0:.2f} req/s, {ns.inputs_per_s or 0:.1f} inputs/s, "
+            f"E2E p50 {_dist_cell(level.e2e_ms, 'p50')}, p99 {_dist_cell(level.e2e_ms, 'p99')}, "
+        )
+    else:
+        middle = (
+            f"{thr.requests_per_s or 0:.2f} req/s, {thr.output_tokens_per_s or 0:.0f} out tok/s, "
+            f"TTFT p50 {_dist_cell(level.ttft_ms, 'p50')}, p99 {_dist_cell(level.ttft_ms, 'p99')}, "
+            f"ITL p50 {_dist_cell(level.itl_ms, 'p50')}, "
+        )
     if req.retried:  # the stale keep-alive race (docs/client.md): never hidden
         late += f", {req.retried} sent again on a new connection"
     return (
         f"level {level.load.label()}: "
-        f"{req.ok} ok / {req.failed} failed, "
-        f"{thr.requests_per_s or 0:.2f} req/s, {thr.output_tokens_per_s or 0:.0f} out tok/s, "
-        f"TTFT p50 {_dist_cell(level.ttft_ms, 'p50')}, p99 {_dist_cell(level.ttft_ms, 'p99')}, "
-        f"ITL p50 {_dist_cell(level.itl_ms, 'p50')}, "
+        f"{req.ok} ok / {req.failed} failed, {middle}"
         f"attainment {'–' if att is None else f'{100 * att:.0f}%'}{neff}{late}"
         + ("" if not level.client.client_bound else f"; {client_line(level)}")
         + ("" if level.stopped is None else f"; stopped: {level.stopped}")
@@ -365,21 +408,21 @@ def session_lines(levels: Sequence[LevelSummary]) -> list[str]:
     return lines
 
 
-def show_summary(summary: RunSummary, console: Console, folder: Path) -> None:
+def show_summary(summary: RunSummary, console: Console, folder: Path, api: str = "") -> None:
     """The end-of-run view: one level's table or the level table with the answers."""
     levels = summary.levels
     if len(levels) == 1:
         lv = levels[0]
-        console.print(metrics_table(lv, title=f"Results — {lv.load.label()}"))
+        console.print(metrics_table(lv, title=f"Results — {lv.load.label()}", api=api))
     elif levels:
-        console.print(level_table(levels, title="Results per load level"))
+        console.print(level_table(levels, title="Results per load level", api=api))
         for line in level_notes(levels):
             console.print(line, style="yellow", highlight=False, markup=False, soft_wrap=True)
         for line in answer_lines(summary):
             console.print(line)
     for line in session_lines(levels):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    tokens = token_source_line(levels)
+    tokens = "" if all(lv.non_streamed is not None for lv in levels) else token_source_line(levels)
     if tokens:
         console.print(tokens, style="dim", highlight=False, markup=False, soft_wrap=True)
     if summary.stopped:

@@ -196,16 +196,19 @@ _PERCENTILE_STYLES = (
 
 def latency_vs_load(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
     """TTFT, ITL, TPOT and E2E against load: p50, p90 and p99 with shaded bands, the
-    queue-inclusive TTFT p50 for rate levels, and each SLO limit as a dashed line."""
+    queue-inclusive TTFT p50 for rate levels, and each SLO limit as a dashed line. Levels of
+    a non-streamed API (no TTFT, ITL or TPOT) get the E2E panel only."""
     mode, idx = plotted_levels(levels)
     if not idx:
         return None
     x = [levels[i].load.value for i in idx]
-    layout, refs = grid(2, 2, [title for _, title, _ in LATENCY_PANELS])
+    answered = all(levels[i].non_streamed is not None for i in idx)
+    panels = LATENCY_PANELS[3:] if answered else LATENCY_PANELS
+    layout, refs = grid(1, 1, [panels[0][1]]) if answered else grid(2, 2, [title for _, title, _ in panels])
     data: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
     limits = _slo_limits([levels[i] for i in idx])
-    for k, ((key, title, colour), (xr, yr)) in enumerate(zip(LATENCY_PANELS, refs), start=1):
+    for k, ((key, title, colour), (xr, yr)) in enumerate(zip(panels, refs), start=1):
         for stat, alpha, width, dash, symbol in _PERCENTILE_STYLES:
             y = [_stat(levels[i], key, stat) for i in idx]
             ivs = [(levels[i].dist(key).intervals or {}).get(stat) for i in idx]
@@ -264,7 +267,7 @@ def latency_vs_load(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
         layout[_axis_name("xaxis", k)].update(load_axis(mode, x))
         layout[_axis_name("yaxis", k)].update({"title": {"text": "ms"}, "rangemode": "tozero"})
     layout["shapes"] = shapes
-    return {"data": data, "layout": base_layout(layout, height=640)}
+    return {"data": data, "layout": base_layout(layout, height=420 if answered else 640)}
 
 
 def throughput_vs_load(
@@ -278,14 +281,18 @@ def throughput_vs_load(
     if not idx:
         return None
     x = [levels[i].load.value for i in idx]
-    layout, refs = grid(1, 3, ["Output tokens/s", "Requests/s and goodput", "SLO attainment (%)"], hgap=0.08)
+    answered = all(levels[i].non_streamed is not None for i in idx)  # embeddings, rerank: inputs, no output tokens
+    first = "Inputs/s and input tokens/s (right)" if answered else "Output tokens/s"
+    layout, refs = grid(1, 3, [first, "Requests/s and goodput", "SLO attainment (%)"], hgap=0.08)
 
     def tr(ref: int, y: list[Any], name: str, colour: str, meta: str, dash: str = "solid") -> dict[str, Any]:
         xr, yr = refs[ref]
         # the interval of the value at meta ("throughput.requests_per_s"), where the summary has one
         where, _, what = meta.partition(".")
         ivs = [
-            ((levels[i].throughput if where == "throughput" else levels[i].goodput).intervals or {}).get(what)
+            None
+            if where not in ("throughput", "goodput")
+            else ((levels[i].throughput if where == "throughput" else levels[i].goodput).intervals or {}).get(what)
             for i in idx
         ]
         scale = 100.0 if what == "slo_attainment" else 1.0
@@ -310,16 +317,22 @@ def throughput_vs_load(
     thr = [levels[i].throughput for i in idx]
     good = [levels[i].goodput for i in idx]
     att = [g.slo_attainment for g in good]
-    data = [
-        tr(0, [t.output_tokens_per_s for t in thr], "output tokens/s", "#0072B2", "throughput.output_tokens_per_s"),
-        tr(
-            0,
-            [t.steady.output_tokens_per_s for t in thr],
-            "output tokens/s (steady window)",
-            "#56B4E9",
-            "throughput.steady.output_tokens_per_s",
-            "dot",
-        ),
+    data = (
+        _answer_rates(levels, idx, tr)
+        if answered
+        else [
+            tr(0, [t.output_tokens_per_s for t in thr], "output tokens/s", "#0072B2", "throughput.output_tokens_per_s"),
+            tr(
+                0,
+                [t.steady.output_tokens_per_s for t in thr],
+                "output tokens/s (steady window)",
+                "#56B4E9",
+                "throughput.steady.output_tokens_per_s",
+                "dot",
+            ),
+        ]
+    )
+    data += [
         tr(1, [t.requests_per_s for t in thr], "requests/s (ok)", "#009E73", "throughput.requests_per_s"),
         tr(
             1, [g.requests_per_s for g in good], "goodput (req/s meeting the SLOs)", "#E69F00", "goodput.requests_per_s"
@@ -378,8 +391,26 @@ def throughput_vs_load(
         layout[_axis_name("xaxis", k)].update(load_axis(mode, x))
         layout[_axis_name("yaxis", k)].update({"rangemode": "tozero"})
     layout["yaxis3"]["range"] = [0, 105]
+    if answered:  # input tokens/s on a second axis over the first panel
+        layout["yaxis4"] = {"overlaying": "y", "side": "right", "rangemode": "tozero", "showgrid": False}
     layout["shapes"] = shapes
     return {"data": data, "layout": base_layout(layout, height=420)}
+
+
+def _answer_rates(levels: Sequence[LevelSummary], idx: Sequence[int], tr: Any) -> list[dict[str, Any]]:
+    """A non-streamed API's first throughput panel: inputs/s, and input tokens/s on a right axis."""
+    ns = [levels[i].non_streamed for i in idx]
+    inputs = tr(0, [n and n.inputs_per_s for n in ns], "inputs/s", "#0072B2", "non_streamed.inputs_per_s")
+    tokens = tr(
+        0,
+        [n and n.input_tokens_per_s for n in ns],
+        "input tokens/s",
+        "#56B4E9",
+        "non_streamed.input_tokens_per_s",
+        "dot",
+    )
+    tokens["yaxis"] = "y4"
+    return [inputs, tokens]
 
 
 def _interval_bands(

@@ -23,6 +23,7 @@ from loadgen.report import figures as F
 from loadgen.report import request_figures as R
 from loadgen.report import server_figures as S
 from loadgen.report import time_figures as T
+from loadgen.report.answer_html import answered, answers_table_html
 from loadgen.report.console import fmt_ms, session_lines, token_source_line
 from loadgen.report.error_bars import interval_note, pm_cell
 from loadgen.report.page import Page, esc, fmt, write_page
@@ -265,7 +266,7 @@ def _meta(data: RunData) -> str:
         ("profile", data.run and " — ".join(x for x in (run.profile.name, run.profile.description) if x)),
         ("SLOs", ", ".join(run.slos) or "none"),
         ("prompt lengths", _calibration(run.calibration)),
-        ("output tokens", token_source_line(data.levels, prefix="")),
+        ("output tokens", "" if answered(data.levels) else token_source_line(data.levels, prefix="")),
         ("started", run.started_at),
         ("label", run.label),
         ("command", " ".join(run.command)),
@@ -363,7 +364,9 @@ def build_run_page(data: RunData) -> Page:
     )
     page.section("headline", "Answer", _headline(data))
     turns = "".join(f'<p class="note session-line">{esc(line)}</p>' for line in session_lines(levels))
-    page.section("levels", "Levels", level_table_html(levels) + turns)
+    pooled = answered(levels)  # a non-streamed API: no tokens streamed, no TTFT or ITL
+    table = answers_table_html(levels, target.api if target else "") if pooled else level_table_html(levels)
+    page.section("levels", "Levels", table + turns)
     _mode, idx = F.plotted_levels(levels)
     other = len(levels) - len(idx)
     skipped = f" {other} level(s) of another load mode are in the table only." if other else ""
@@ -387,10 +390,18 @@ def build_run_page(data: RunData) -> Page:
     page.section(
         "timeline",
         "Request timeline",
-        '<p class="note">Each request is a bar: waiting to be sent (grey), prefill — sent to first token '
-        "(orange), decode — first to last token (blue); failed requests in red. Pick the level in the menu."
-        "</p>" + _maybe(page, "fig-timeline", R.timeline(data), "No request was sent.", 560),
+        (
+            '<p class="note">Each request is a bar: waiting to be sent (grey), sent to its answer (orange); '
+            "failed requests in red. Pick the level in the menu.</p>"
+            if pooled
+            else '<p class="note">Each request is a bar: waiting to be sent (grey), prefill — sent to first token '
+            "(orange), decode — first to last token (blue); failed requests in red. Pick the level in the menu."
+            "</p>"
+        )
+        + _maybe(page, "fig-timeline", R.timeline(data), "No request was sent.", 560),
     )
+    if pooled:  # the sections about tokens and inter-token gaps have nothing to show
+        return _rest(page, data)
     itl_fig, itl_note = T.itl_over_time(data)
     page.section(
         "itl-time",
@@ -406,6 +417,12 @@ def build_run_page(data: RunData) -> Page:
         + _token_source(levels)
         + _maybe(page, "fig-tokens", R.tokens_and_lengths(data), "No level."),
     )
+    return _rest(page, data)
+
+
+def _rest(page: Page, data: RunData) -> Page:
+    """The report's sections after the tokens': client health, failures, server metrics."""
+    levels = data.levels
     lag_note = (
         ""
         if any(lv.client.loop_lag_over_time for lv in levels)

@@ -45,10 +45,14 @@ def _names(data: RunData) -> list[str]:
 
 
 def cdfs(data: RunData) -> dict[str, Any] | None:
-    """Per level, the empirical CDFs of TTFT, ITL and TPOT (log-x), successful requests."""
+    """Per level, the empirical CDFs of TTFT, ITL and TPOT (log-x), successful requests; of
+    E2E for a non-streamed API's levels (they have no TTFT, ITL or TPOT)."""
     if not data.levels or data.frame.empty:
         return None
-    layout, refs = grid(1, 3, ["TTFT (ms)", "ITL (ms)", "TPOT (ms)"], hgap=0.06)
+    answered = all(lv.non_streamed is not None for lv in data.levels)
+    keys = ("e2e_ms",) if answered else ("ttft_ms", "itl_ms", "tpot_ms")
+    titles = ["E2E latency (ms)"] if answered else ["TTFT (ms)", "ITL (ms)", "TPOT (ms)"]
+    layout, refs = grid(1, len(keys), titles, hgap=0.06)
     ok = data.frame["ok"].to_numpy(dtype=bool)
     traces: list[dict[str, Any]] = []
     colours = palette(len(data.levels))
@@ -57,11 +61,15 @@ def cdfs(data: RunData) -> dict[str, Any] | None:
         if not rows.any():
             continue
         samples = (
-            data.frame["ttft_ms"].to_numpy()[rows],
-            data.ev.itl_ms(rows),
-            data.frame["tpot_ms"].to_numpy()[rows],
+            (data.frame["e2e_ms"].to_numpy()[rows],)
+            if answered
+            else (
+                data.frame["ttft_ms"].to_numpy()[rows],
+                data.ev.itl_ms(rows),
+                data.frame["tpot_ms"].to_numpy()[rows],
+            )
         )
-        for k, (values, (xr, yr), key) in enumerate(zip(samples, refs, ("ttft_ms", "itl_ms", "tpot_ms"))):
+        for k, (values, (xr, yr), key) in enumerate(zip(samples, refs, keys)):
             x, y = ecdf_points(values)
             if x.size == 0:
                 continue
@@ -119,6 +127,9 @@ def timeline(data: RunData, max_requests: int = TIMELINE_MAX) -> dict[str, Any] 
         return None
     max_requests = min(max_requests, max(500, TIMELINE_TOTAL // len(data.levels)))
     chosen = default_timeline_level(data)
+    legend = list(_PHASES)
+    if all(lv.non_streamed is not None for lv in data.levels):  # one answer, no first token
+        legend[1] = ("answer: sent → its last byte", legend[1][1])
     names = _names(data)
     traces: list[dict[str, Any]] = []
     owners: list[int] = []
@@ -156,7 +167,7 @@ def timeline(data: RunData, max_requests: int = TIMELINE_MAX) -> dict[str, Any] 
             (np.where(ok, first, np.nan), np.where(ok, last, np.nan)),
             (np.where(ok, np.nan, sent), np.where(ok, np.nan, done)),
         )
-        for (label, colour), (a, b) in zip(_PHASES, phases):
+        for (label, colour), (a, b) in zip(legend, phases):
             x, y = _segments(a, b, ypos)
             traces.append(
                 {

@@ -189,7 +189,7 @@ def test_bodies_and_key_headers() -> None:
     assert body["max_tokens"] == 7 and body["stream"] is True and body["top_k"] == 5 and "ignore_eos" not in body
     assert msgs.non_stream_body(spec, DialectOptions(model="m"))["max_tokens"] == 1
     assert resp.auth_headers("k1") == {"Authorization": "Bearer k1"}
-    assert msgs.auth_headers("k1") == {"x-api-key": "k1", "anthropic-version": "2023-06-01"}
+    assert msgs.auth_headers("k1") == {"x-api-key": "k1"} and dict(msgs.headers) == {"anthropic-version": "2023-06-01"}
     assert resp.answer_usage({"usage": {"input_tokens": 3}}) == {"input_tokens": 3} and msgs.answer_usage([1]) is None
     assert msgs.usage_counts({"input_tokens": 3, "output_tokens": 9}) == (3, 9)
 
@@ -205,6 +205,19 @@ async def test_the_key_goes_in_the_apis_own_header(api: str, scripted: ScriptedS
         assert "authorization" not in sent
     else:
         assert sent["authorization"] == "Bearer sk-typed-1" and "x-api-key" not in sent
+
+
+@pytest.mark.parametrize("transport", ["fast", "aiohttp", "httpx"])
+async def test_messages_sends_its_version_header_without_a_key_and_a_header_flag_wins(
+    transport: str, scripted: ScriptedServer
+) -> None:
+    recs = await _run(scripted.url, "messages", 1, 4, transport)
+    assert recs[0].ok
+    sent = {k.lower(): v for k, v in scripted.headers[-1].items()}
+    assert sent["anthropic-version"] == "2023-06-01" and "x-api-key" not in sent
+    recs = await _run(scripted.url, "messages", 1, 4, transport, headers={"Anthropic-Version": "2099-01-01"})
+    sent = {k.lower(): v for k, v in scripted.headers[-1].items()}
+    assert recs[0].ok and sent["anthropic-version"] == "2099-01-01"
 
 
 @pytest.mark.parametrize("api", APIS)

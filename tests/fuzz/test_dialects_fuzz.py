@@ -4,11 +4,13 @@ transport errors escapes, and every count on the record is a non-negative int.""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from loadgen.client.answer import AnswerState
 from loadgen.client.dialects import DIALECTS, EventInfo
 from loadgen.client.stream import StreamState
 from loadgen.errors import TransportError
@@ -236,3 +238,51 @@ def test_any_typed_event_sequence_gives_one_record_with_sane_counts(
     for count in (record.prompt_tokens, record.completion_tokens, record.reasoning_tokens):
         assert count is None or (type(count) is int and count >= 0), count
     assert record.reasoning_tokens <= sum(n for _, n in record.events)
+
+
+ANSWER_KEYS = st.sampled_from(["data", "results", "usage", "prompt_tokens", "total_tokens", "error", "index", "x"])
+ANSWER_ANY = json_values(ANSWER_KEYS, max_leaves=10, allow_nan=True)
+ANSWERS = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "data": st.one_of(st.lists(ANSWER_ANY, max_size=4), ANSWER_ANY),
+            "results": st.one_of(st.lists(ANSWER_ANY, max_size=4), ANSWER_ANY),
+            "usage": st.one_of(
+                st.fixed_dictionaries({}, optional={"prompt_tokens": COUNT, "total_tokens": COUNT}), ANSWER_ANY
+            ),
+            "error": st.one_of(st.none(), ANSWER_ANY),
+            "loadgen": ANSWER_ANY,
+        },
+    ),
+    ANSWER_ANY,
+)
+NON_STREAMED = sorted(name for name, d in DIALECTS.items() if not d.streams)
+
+
+@budget(150)
+@given(
+    st.sampled_from(NON_STREAMED),
+    st.one_of(ANSWERS.map(lambda o: dumps(o).encode()), st.binary(max_size=64)),
+    st.integers(1, 4),
+    st.integers(1, 50),
+)
+def test_any_answer_body_gives_one_record(api: str, body: bytes, inputs: int, step: int) -> None:
+    """Any bytes as a non-streamed answer: the record is ok with a sane count and as many
+    results as inputs, or the state raises one of the project's transport errors."""
+    record = RequestRecord(index=0, sent_ns=5, inputs=inputs)
+    state = AnswerState(record, DIALECTS[api])
+    try:
+        for t, i in enumerate(range(0, len(body), step)):
+            state.feed(body[i : i + step], 10 + t)
+        state.close(1000)
+    except TransportError as exc:
+        assert str(exc).strip()
+    else:
+        obj = json.loads(body)
+        results = obj.get(DIALECTS[api].results_key)
+        assert isinstance(results, list) and len(results) == inputs
+    assert record.prompt_tokens is None or (type(record.prompt_tokens) is int and record.prompt_tokens >= 0)
+    assert record.done_ns >= 10 or not body
+    assert record.events == []
+    assert record.server is None or isinstance(record.server, dict)

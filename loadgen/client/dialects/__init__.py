@@ -4,7 +4,8 @@ A dialect (:class:`Dialect`, in :mod:`.base`) builds the streamed and the non-st
 request bodies, makes the key's headers, parses one event, says what ends a stream, and
 reads usage. The command line, matrix files and :class:`~loadgen.orchestrate.RunConfig`
 name one by its ``name`` (``--api``); :func:`dialect_names` lists what :func:`get_dialect`
-accepts. Built in: :mod:`.openai` (``chat``, ``completions``). Adding an API is one module:
+accepts. Built in: :mod:`.openai` (``chat``, ``completions``), and the
+non-streamed :mod:`.embeddings` (``embeddings``) and :mod:`.rerank` (``rerank``, ``score``). Adding an API is one module:
 subclass :class:`Dialect` and :func:`register` an instance (docs/client.md, "Adding an API").
 """
 
@@ -14,14 +15,17 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TypeVar
 
-from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
+from loadgen.client.dialects.base import AnswerInfo, Dialect, DialectOptions, EventInfo
+from loadgen.client.dialects.embeddings import Embeddings
 from loadgen.client.dialects.messages import Messages
 from loadgen.client.dialects.openai import Chat, Completions
+from loadgen.client.dialects.rerank import Rerank, Score
 from loadgen.client.dialects.responses import Responses
 from loadgen.errors import ConfigError
 
 __all__ = [
     "DIALECTS",
+    "AnswerInfo",
     "Dialect",
     "DialectOptions",
     "EventInfo",
@@ -72,3 +76,6 @@ register(Chat())
 register(Completions())
 register(Responses())
 register(Messages())
+register(Embeddings())
+register(Rerank())
+register(Score())

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from loadgen.records import RequestSpec
 
-__all__ = ["Dialect", "DialectOptions", "EventInfo"]
+__all__ = ["AnswerInfo", "Dialect", "DialectOptions", "EventInfo"]
 
 
 @dataclass(slots=True)
@@ -24,6 +26,12 @@ class DialectOptions:
     extra_body: dict[str, Any] | None = None
     tools: list[Any] | None = None  # the workload's tool definitions (dialects with ``tools``)
     tool_choice: Any = None  # "auto", "required", "none" or {"type": "function", ...}
+    inputs: tuple[int, ...] = ()  # non-streamed APIs: inputs per request, cycled by request index (empty: 1)
+
+    def inputs_for(self, index: int) -> int:
+        """How many inputs (embeddings' texts, rerank's documents) request ``index`` sends."""
+        cycle = self.inputs
+        return cycle[index % len(cycle)] if cycle else 1
 
 
 @dataclass(slots=True)
@@ -42,6 +50,18 @@ class EventInfo:
     vendor: dict[str, Any] | None = None
     reasoning: bool = False  # the event's output is reasoning only (no answer text or tool call)
     text: str = ""  # the answer text it carries
+
+
+@dataclass(slots=True)
+class AnswerInfo:
+    """What one non-streamed answer says (:meth:`Dialect.parse_answer`): the usage's prompt
+    count as the server wrote it (checked by the caller), how many results it holds
+    (embeddings, scores; None: no list), a server-reported error, vendor timings."""
+
+    prompt_tokens: Any
+    results: int | None
+    error: str | None = None
+    vendor: dict[str, Any] | None = None
 
 
 class Dialect(ABC):
@@ -63,7 +83,10 @@ class Dialect(ABC):
     description: str  # one line for help texts
     done_marker: str | None = None  # the data of the event that ends the stream, if the API has one
     tools: bool = False  # the body can carry the workload's tool definitions
+    headers: Mapping[str, str] = MappingProxyType({})  # sent with every request: the API's own, never secrets
     images: bool = False  # the body can carry a request's images (RequestSpec.images)
+    streams: bool = True  # False: one JSON answer (parse_answer), no events, no TTFT or ITL
+    results_key: str = ""  # non-streamed: the answer's list of results, for messages ("data", "results")
 
     @abstractmethod
     def build_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
@@ -94,6 +117,14 @@ class Dialect(ABC):
     decode: Any = staticmethod(json.loads)
     """``decode(data)``: the JSON value of one event's data (``json.loads``; a ``ValueError``
     means malformed JSON). A dialect may decode faster where the result is the same."""
+
+    def parse_answer(self, obj: dict[str, Any]) -> AnswerInfo:
+        """What a non-streamed answer's JSON object says (dialects whose ``streams`` is False)."""
+        raise NotImplementedError(f"{self.name} streams: it has no non-streamed answer")
+
+    def inputs_sent(self, body: dict[str, Any]) -> int:
+        """Inputs in a request sent with ``body`` (0 for generation APIs)."""
+        return 0
 
     def finish_ends(self, body: dict[str, Any]) -> bool:
         """Whether a finish reason ends the answer of a request sent with ``body`` (not

@@ -5,7 +5,8 @@ system messages joined as ``system``, ``max_tokens`` and ``stream: true``; the w
 tools in Anthropic's shape (``name``, ``description``, ``input_schema``) and ``tool_choice``
 as ``auto``/``any``/``none``/``tool``. ``ignore_eos``/``min_tokens`` (vLLM-style servers)
 only without ``strict``: Anthropic's own API refuses fields it does not know. The key goes
-as ``x-api-key``, with ``anthropic-version: 2023-06-01``.
+as ``x-api-key``; every request carries ``anthropic-version: 2023-06-01`` (a ``--header`` of
+that name wins).
 
 Events name their kind in the data's ``type``: ``content_block_delta`` is output, its
 ``delta.type`` saying which: ``text_delta`` (answer text), ``input_json_delta`` (a tool
@@ -19,6 +20,7 @@ the content blocks' start and stop events are ignored; there is no end marker.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
@@ -118,6 +120,7 @@ class Messages(Dialect):
     name = "messages"
     path = "/v1/messages"
     description = "Anthropic Messages (POST /v1/messages, system and messages, x-api-key)"
+    headers = MappingProxyType({"anthropic-version": ANTHROPIC_VERSION})  # with or without a key
     tools = True
 
     build_body = staticmethod(_body)
@@ -133,7 +136,7 @@ class Messages(Dialect):
         return body
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
-        return {"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION}
+        return {"x-api-key": api_key}
 
     def usage_counts(self, usage: dict[str, Any]) -> tuple[Any, Any]:
         return usage.get("input_tokens"), usage.get("output_tokens")

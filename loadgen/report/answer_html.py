@@ -1,0 +1,59 @@
+"""The run report's pieces for a non-streamed API (embeddings, rerank, score).
+
+Such levels have no TTFT, ITL or TPOT and no output tokens (:mod:`loadgen.metrics.answers`):
+their level table shows E2E percentiles, requests, inputs (documents for rerank and score)
+and input tokens per second instead, and the report leaves out the sections about tokens
+and inter-token gaps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loadgen.metrics.results import LevelSummary
+from loadgen.report.console import fmt_ms, inputs_noun
+from loadgen.report.error_bars import pm_cell
+from loadgen.report.page import esc, fmt
+
+__all__ = ["answered", "answers_table_html"]
+
+
+def answered(levels: Sequence[LevelSummary]) -> bool:
+    """Whether every level is a non-streamed API's (and there is one)."""
+    return bool(levels) and all(lv.non_streamed is not None for lv in levels)
+
+
+def answers_table_html(levels: Sequence[LevelSummary], api: str = "") -> str:
+    """One row per level of a non-streamed API: E2E, req/s, inputs/s, input tok/s, goodput."""
+    noun = inputs_noun(api)
+    head = ["#", "load", "ok/fail", "req/s", "req/s ±", f"{noun}/s", "input tok/s", f"{noun}/request"]
+    head += ["E2E p50", "E2E p90", "E2E p99", "E2E p99 ±", "attain", "goodput", "client"]
+    rows = []
+    for i, lv in enumerate(levels):
+        req, thr, good, ns, verdict = lv.requests, lv.throughput, lv.goodput, lv.non_streamed, lv.client.verdict
+        e2e = lv.e2e_ms
+        cells = [
+            str(i + 1),
+            esc(lv.load.label()),
+            f"{req.ok}/{req.failed}",
+            fmt(thr.requests_per_s),
+            pm_cell(thr.requests_per_s, (thr.intervals or {}).get("requests_per_s")),
+            fmt(ns and ns.inputs_per_s),
+            fmt(ns and ns.input_tokens_per_s),
+            fmt(ns and ns.inputs.mean),
+            fmt_ms(e2e.p50),
+            fmt_ms(e2e.p90),
+            fmt_ms(e2e.p99),
+            pm_cell(e2e.p99, (e2e.intervals or {}).get("p99")),
+            "–" if good.slo_attainment is None else f"{100 * good.slo_attainment:.0f}%",
+            fmt(good.requests_per_s),
+            f'<span class="{"bad" if verdict != "ok" else "good"}">{esc(verdict)}</span>',
+        ]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    ths = "".join(f"<th>{esc(h)}</th>" for h in head)
+    return (
+        f'<div class="scroll"><table id="level-table"><thead><tr>{ths}</tr></thead><tbody>{"".join(rows)}'
+        '</tbody></table></div><p class="note">One JSON answer per request (not streamed): no TTFT, ITL or TPOT. '
+        f"E2E in ms from the send to the answer's last byte; {esc(noun)} and input tokens (the server's usage) "
+        "per second over each level's window; goodput = requests meeting every SLO per second.</p>"
+    )
