@@ -125,6 +125,7 @@ def probe_for(cfg: RunConfig, info: ServerInfo) -> Probe:
     dialect, options = get_dialect(cfg.api), dialect_options(cfg, info)
 
     async def probe(spec: RequestSpec) -> ProbeResult:
-        return await probe_prompt_tokens(cfg.url, dialect, options, spec, cfg.headers, cfg.read_timeout_s)
+        headers = dialect.request_headers(cfg.headers)
+        return await probe_prompt_tokens(cfg.url, dialect, options, spec, headers, cfg.read_timeout_s)
 
     return probe

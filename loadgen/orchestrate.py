@@ -256,7 +256,7 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
         counter = TokenizerCounter(cfg.tokenizer)
         counter.count("loadgen")  # a bad file: one line now, not mid-run
     data = load_dataset(cfg.workload.dataset) if cfg.workload.dataset is not None else None
-    info = await discover(cfg.url, cfg.headers, cfg.model)
+    info = await discover(cfg.url, get_dialect(cfg.api).request_headers(cfg.headers), cfg.model)
     tcfg = _transport_config(cfg, info)
     transport = make_transport(cfg.transport, tcfg)
     synth = PromptSynthesizer(seed=cfg.seed, counter=counter)
@@ -375,7 +375,10 @@ async def _drive(
             from loadgen.client.scrape import MetricsScraper
 
             scraper = MetricsScraper(
-                cfg.url, cfg.out / "server_metrics.jsonl", headers=cfg.headers, extra_urls=cfg.scrape_urls
+                cfg.url,
+                cfg.out / "server_metrics.jsonl",
+                headers=get_dialect(cfg.api).request_headers(cfg.headers),
+                extra_urls=cfg.scrape_urls,
             )
             await stack.enter_async_context(scraper)
         if cfg.live:

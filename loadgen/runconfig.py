@@ -16,7 +16,7 @@ which checks the new one again.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -149,12 +149,12 @@ class RunConfig:
         if self.workload.tools is not None and not get_dialect(self.api).tools:
             from loadgen.client.dialects import dialect_names
 
-            takes = " or ".join(n for n in dialect_names() if get_dialect(n).tools)
+            takes = _either(n for n in dialect_names() if get_dialect(n).tools)
             raise o.error("api", f"workload {self.workload.name!r} sends tools: they need the {takes} API")
         if self.workload.images is not None and not get_dialect(self.api).images:
             from loadgen.client.dialects import dialect_names
 
-            takes = " or ".join(n for n in dialect_names() if get_dialect(n).images)
+            takes = _either(n for n in dialect_names() if get_dialect(n).images)
             raise o.error("api", f"workload {self.workload.name!r} sends images: they need the {takes} API")
         if self.inputs is not None and get_dialect(self.api).streams:
             raise o.error("inputs", f"inputs per request are for the non-streamed APIs, not {self.api}")
@@ -163,6 +163,12 @@ class RunConfig:
         self.profile.validate(o.profile_keys())
         if self.profile.precision and self.ray is not None:
             raise o.error("profile.precision", "not with --ray yet (Ray actors cannot be told to end a level early)")
+
+
+def _either(names: Iterable[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    names = list(names)
+    return " or ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def _check_url(url: object, name: str, o: Origin, example: str = "http://127.0.0.1:8000") -> None:

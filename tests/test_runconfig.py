@@ -86,7 +86,7 @@ def test_replace_checks_again_and_origin_names_the_file_key(tmp_path: Path) -> N
 
 def test_tools_need_the_chat_api_before_anything_is_sent(tmp_path: Path) -> None:
     wl = dataclasses.replace(workload_from_flags("16", "4"), tools=[{"type": "function"}])
-    with pytest.raises(ConfigError, match="sends tools: they need the chat API"):
+    with pytest.raises(ConfigError, match="sends tools: they need the chat, responses or messages API"):
         _config(tmp_path, workload=wl, api="completions")
 
 

@@ -219,9 +219,7 @@ class _StreamingTransport:
     def __init__(self, config: TransportConfig) -> None:
         self.redact = Redactor(config.headers)  # the run's headers, which may hold secrets
         if config.dialect.headers:  # the API's own constant headers (not secrets); the run's --header wins
-            given = {name.lower() for name in config.headers}
-            extra = {k: v for k, v in config.dialect.headers.items() if k.lower() not in given}
-            config = dataclasses.replace(config, headers={**extra, **config.headers})
+            config = dataclasses.replace(config, headers=config.dialect.request_headers(config.headers))
         self.config = config
         self.url = config.base_url.rstrip("/") + config.dialect.path
         self.keepalive = KeepAlive()

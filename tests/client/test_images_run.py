@@ -174,7 +174,7 @@ def test_local_files_are_sent_as_they_are(vision: VisionServer, tmp_path: Path) 
 def test_images_need_the_chat_api_and_local_files(vision: VisionServer, tmp_path: Path) -> None:
     wl = _workload(tmp_path, "width = 8\nheight = 8\n")
     res = _run(vision.url, wl, tmp_path / "a", "--api", "completions")
-    assert res.exit_code == 2 and "sends images: they need the chat API" in res.output
+    assert res.exit_code == 2 and "sends images: they need the chat or responses API" in res.output
     assert len(res.output.strip().splitlines()) == 1, res.output
     res = _run(vision.url, _workload(tmp_path, 'files = ["https://example.com/cat.png"]\n'), tmp_path / "b")
     assert res.exit_code == 2 and "is a URL; loadgen fetches nothing" in res.output

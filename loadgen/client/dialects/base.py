@@ -126,6 +126,12 @@ class Dialect(ABC):
         """Inputs in a request sent with ``body`` (0 for generation APIs)."""
         return 0
 
+    def request_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """``headers`` (the run's) with this API's constant :attr:`headers` added, those of
+        a name the run sets (any case) left out: what every request to the server carries."""
+        given = {name.lower() for name in headers}
+        return {**{k: v for k, v in self.headers.items() if k.lower() not in given}, **headers}
+
     def finish_ends(self, body: dict[str, Any]) -> bool:
         """Whether a finish reason ends the answer of a request sent with ``body`` (not
         when several answers were asked for: then only :attr:`done_marker` does)."""
