@@ -97,7 +97,7 @@ def test_a_parquet_image_column_and_image_root(vision: VisionServer, tmp_path: P
 @pytest.mark.parametrize(
     ("image", "needle"),
     [
-        ("gone.png", "row"),
+        ("gone.png", "no such image file"),
         ("https://example.com/cat.png", "is a URL; loadgen fetches nothing"),
     ],
 )
@@ -108,7 +108,7 @@ def test_a_bad_reference_is_one_line_naming_the_row(
     rows = [{"prompt": "first", "image": "ok.png"}, {"prompt": "second", "image": image}]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = _dataset_run(vision.url, tmp_path / "out", "--dataset", str(tmp_path / "d.jsonl"))
-    assert res.exit_code == 2 and "line 2" in res.output and needle.replace("row", "image") in res.output
+    assert res.exit_code == 2 and "line 2" in res.output and needle in res.output
     assert len(res.output.strip().splitlines()) == 1, res.output
     assert vision.bodies == []
 
