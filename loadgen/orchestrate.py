@@ -22,10 +22,10 @@ from rich.markup import escape
 
 from loadgen.aio import new_event_loop
 from loadgen.calibration import calibrate, dialect_options, probe_for
-from loadgen.client.dialects import get_dialect
+from loadgen.client.dialects import dialect_names, get_dialect
 from loadgen.client.discovery import ServerInfo, discover, redact_url
 from loadgen.client.transport import TransportConfig, make_transport
-from loadgen.errors import ConfigError
+from loadgen.errors import ConfigError, WorkloadError
 from loadgen.load.executor import InProcess, LevelExecutor
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
 from loadgen.load.runner import LevelPlan, Runner
@@ -46,6 +46,7 @@ from loadgen.runinfo import (
     ClockAnchor,
     DatasetInfo,
     Finished,
+    ImagesInfo,
     Resumed,
     RunInfo,
     SessionsInfo,
@@ -124,6 +125,7 @@ def _workload_info(wl: Workload) -> WorkloadInfo:
         sessions=sessions,
         tools=None if wl.tools is None else len(wl.tools),
         dataset=dataset,
+        images=None if wl.images is None else ImagesInfo.from_json(wl.images.describe()),
     )
 
 
@@ -211,6 +213,20 @@ def _workers(cfg: RunConfig, cluster: RayCluster | None = None) -> tuple[int, st
     return n, f"--workers {n}"
 
 
+def _check_dataset_images(cfg: RunConfig, data: Dataset) -> None:
+    """A dataset with its own images: refused beside ``[images]`` and with an API that sends none."""
+    if cfg.workload.images is not None:
+        raise WorkloadError(
+            f"{data.with_images:,} of its entries name images: a workload's [images] table is for a dataset "
+            "without its own; remove one of them",
+            source=data.path,
+        )
+    if not get_dialect(cfg.api).images:
+        names = [n for n in dialect_names() if get_dialect(n).images]
+        takes = " or ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " or " + names[-1]
+        raise ConfigError(f"the dataset's entries send images: they need the {takes} API", key="--api")
+
+
 def _source_factory(
     cfg: RunConfig, synth: PromptSynthesizer, data: Dataset | None, console: Console, stats: dict[str, Any]
 ) -> Callable[[], Any]:
@@ -234,9 +250,12 @@ def _source_factory(
             skipped_without_prompt=data.skipped,
             lengths="exact" if measured.exact else "calibrated",
         )
+        if data.with_images:
+            stats.update(entries_with_images=data.with_images)
         if cfg.ray is not None:  # actors on other nodes cannot read the file: the kept prompts travel with them
             measured = measured.held()
-        return functools.partial(DatasetSource, measured, cfg.seed, opts.replacement)
+        images = cfg.workload.images
+        return functools.partial(DatasetSource, measured, cfg.seed, opts.replacement, images=images)
     return functools.partial(_source_type(cfg.workload), cfg.workload, cfg.seed, synth)
 
 
@@ -256,6 +275,8 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
         counter = TokenizerCounter(cfg.tokenizer)
         counter.count("loadgen")  # a bad file: one line now, not mid-run
     data = load_dataset(cfg.workload.dataset) if cfg.workload.dataset is not None else None
+    if data is not None and data.with_images:
+        _check_dataset_images(cfg, data)
     info = await discover(cfg.url, get_dialect(cfg.api).request_headers(cfg.headers), cfg.model)
     tcfg = _transport_config(cfg, info)
     transport = make_transport(cfg.transport, tcfg)

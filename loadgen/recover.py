@@ -40,9 +40,11 @@ from loadgen.records import RequestRecord
 from loadgen.report.files import read_run_info, write_json
 from loadgen.report.readers import read_records
 from loadgen.runconfig import Origin, RunConfig
-from loadgen.runinfo import RunInfo
+from loadgen.runinfo import DatasetInfo, ImagesInfo, RunInfo
 from loadgen.sweep_driver import run_summary, summarize_result
+from loadgen.workload.datasets import DatasetOptions
 from loadgen.workload.distributions import Distribution, parse_distribution
+from loadgen.workload.images import ImageConfig, files_digest, parse_images
 from loadgen.workload.spec import RequestClass, Workload
 
 __all__ = ["Recovered", "needs_rebuild", "rebuild_summary", "recover", "resume_config", "workload_of"]
@@ -197,7 +199,41 @@ def workload_of(run: RunInfo) -> Workload:
         )
         for i, c in enumerate(wl.classes)
     ]
-    return Workload(name=wl.name, description=wl.description, classes=classes, source=wl.source or "run.json")
+    return Workload(
+        name=wl.name,
+        description=wl.description,
+        classes=classes,
+        source=wl.source or "run.json",
+        dataset=None if wl.dataset is None else _dataset_of(wl.dataset),
+        images=None if wl.images is None else _images_of(wl.images),
+    )
+
+
+def _dataset_of(d: DatasetInfo) -> DatasetOptions:
+    return DatasetOptions(
+        path=d.path,
+        format=d.format,
+        min_prompt_tokens=d.min_prompt_tokens,
+        max_prompt_tokens=d.max_prompt_tokens,
+        replacement=d.replacement,
+        output_tokens=d.output_tokens,
+        image_root=d.image_root,
+    )
+
+
+def _images_of(info: ImagesInfo) -> ImageConfig:
+    """The ``[images]`` table again: the same distributions, or the same files (their globs
+    are absolute; refused when the files' bytes are not the ones the run sent)."""
+    keys = ("count", "width", "height", "format", "files")
+    table = {k: getattr(info, k) for k in keys if getattr(info, k) is not None}
+    cfg = parse_images(table, "run.json", Path.cwd())
+    if info.sha256 is not None and files_digest(cfg.files) != info.sha256:
+        raise ConfigError(
+            "the image files are not the ones the run sent (their bytes changed)",
+            source="run.json",
+            key="workload.images.files",
+        )
+    return cfg
 
 
 def resume_config(

@@ -37,6 +37,7 @@ __all__ = [
     "ClockEstimate",
     "DatasetInfo",
     "Finished",
+    "ImagesInfo",
     "Machine",
     "Resumed",
     "RunInfo",
@@ -221,10 +222,27 @@ class DatasetInfo(_Record):
     max_prompt_tokens: int | None = None
     replacement: bool = False
     output_tokens: int | None = None
+    image_root: str | None = field(default=None, metadata=_OMIT)  # the folder image references are relative to
     entries: int | None = field(default=None, metadata=_OMIT)
     file_entries: int | None = field(default=None, metadata=_OMIT)
     skipped_without_prompt: int | None = field(default=None, metadata=_OMIT)
+    entries_with_images: int | None = field(default=None, metadata=_OMIT)  # entries that name their own images
     lengths: str | None = field(default=None, metadata=_OMIT)  # "exact" (a tokenizer) or "calibrated"
+
+
+@dataclass(frozen=True, slots=True)
+class ImagesInfo(_Record):
+    """A workload's ``[images]`` table: ``count`` a request, and either synthesised
+    ``width`` x ``height`` images of ``format`` or ``files`` (the globs, absolute; ``matched``
+    files whose bytes hash to ``sha256``). Distributions as text that parses back."""
+
+    count: str
+    width: str | None = field(default=None, metadata=_OMIT)
+    height: str | None = field(default=None, metadata=_OMIT)
+    format: str | None = field(default=None, metadata=_OMIT)
+    files: list[str] | None = field(default=None, metadata=_OMIT)
+    matched: int | None = field(default=None, metadata=_OMIT)
+    sha256: str | None = field(default=None, metadata=_OMIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +256,7 @@ class WorkloadInfo(_Record):
     sessions: SessionsInfo | None = field(default=None, metadata=_OMIT)
     tools: int | None = field(default=None, metadata=_OMIT)
     dataset: DatasetInfo | None = field(default=None, metadata=_OMIT)
+    images: ImagesInfo | None = field(default=None, metadata=_OMIT)
 
 
 @dataclass(frozen=True, slots=True)

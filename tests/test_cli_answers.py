@@ -74,6 +74,9 @@ def test_a_non_streamed_run(
     assert parse_distribution(run["config"]["inputs"]).describe() == parse_distribution(dist).describe()
     html = (out / "report.html").read_text()
     assert f"{noun}/s" in html and "ITL over time" not in html
+    assert f'"{noun}/s"' in html  # the throughput figure's legend names the API's inputs
+    if noun == "documents":
+        assert '"inputs/s"' not in html and "Inputs/s" not in html
 
 
 @pytest.mark.parametrize(

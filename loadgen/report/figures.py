@@ -271,18 +271,22 @@ def latency_vs_load(levels: Sequence[LevelSummary]) -> dict[str, Any] | None:
 
 
 def throughput_vs_load(
-    levels: Sequence[LevelSummary], capacity: Capacity | None, saturation: Saturation | None
+    levels: Sequence[LevelSummary],
+    capacity: Capacity | None,
+    saturation: Saturation | None,
+    noun: str = "inputs",
 ) -> dict[str, Any] | None:
     """Output tokens/s, requests/s and goodput, and SLO attainment against load, with the
     attainment target, the capacity (where the attainment crosses it), its interval (a
-    shaded band) and the knee."""
+    shaded band) and the knee. ``noun``: what a non-streamed API's inputs are called
+    (``documents`` for rerank and score)."""
     cap_mode = capacity.mode if capacity is not None else None
     mode, idx = plotted_levels(levels, cap_mode if cap_mode in ("rate", "concurrency") else None)
     if not idx:
         return None
     x = [levels[i].load.value for i in idx]
     answered = all(levels[i].non_streamed is not None for i in idx)  # embeddings, rerank: inputs, no output tokens
-    first = "Inputs/s and input tokens/s (right)" if answered else "Output tokens/s"
+    first = f"{noun.capitalize()}/s and input tokens/s (right)" if answered else "Output tokens/s"
     layout, refs = grid(1, 3, [first, "Requests/s and goodput", "SLO attainment (%)"], hgap=0.08)
 
     def tr(ref: int, y: list[Any], name: str, colour: str, meta: str, dash: str = "solid") -> dict[str, Any]:
@@ -318,7 +322,7 @@ def throughput_vs_load(
     good = [levels[i].goodput for i in idx]
     att = [g.slo_attainment for g in good]
     data = (
-        _answer_rates(levels, idx, tr)
+        _answer_rates(levels, idx, tr, noun)
         if answered
         else [
             tr(0, [t.output_tokens_per_s for t in thr], "output tokens/s", "#0072B2", "throughput.output_tokens_per_s"),
@@ -397,10 +401,10 @@ def throughput_vs_load(
     return {"data": data, "layout": base_layout(layout, height=420)}
 
 
-def _answer_rates(levels: Sequence[LevelSummary], idx: Sequence[int], tr: Any) -> list[dict[str, Any]]:
-    """A non-streamed API's first throughput panel: inputs/s, and input tokens/s on a right axis."""
+def _answer_rates(levels: Sequence[LevelSummary], idx: Sequence[int], tr: Any, noun: str) -> list[dict[str, Any]]:
+    """A non-streamed API's first throughput panel: inputs/s (``noun``/s), and input tokens/s on a right axis."""
     ns = [levels[i].non_streamed for i in idx]
-    inputs = tr(0, [n and n.inputs_per_s for n in ns], "inputs/s", "#0072B2", "non_streamed.inputs_per_s")
+    inputs = tr(0, [n and n.inputs_per_s for n in ns], f"{noun}/s", "#0072B2", "non_streamed.inputs_per_s")
     tokens = tr(
         0,
         [n and n.input_tokens_per_s for n in ns],

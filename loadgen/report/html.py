@@ -24,7 +24,7 @@ from loadgen.report import request_figures as R
 from loadgen.report import server_figures as S
 from loadgen.report import time_figures as T
 from loadgen.report.answer_html import answered, answers_table_html
-from loadgen.report.console import fmt_ms, session_lines, token_source_line
+from loadgen.report.console import fmt_ms, inputs_noun, session_lines, token_source_line
 from loadgen.report.error_bars import interval_note, pm_cell
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
@@ -376,7 +376,9 @@ def build_run_page(data: RunData) -> Page:
         f'<p class="note">p50 solid (circles), p90 dashed (squares), p99 dotted (diamonds), with shaded bands, per level; SLO limits dashed red.{esc(skipped)}</p>'
         + _maybe(page, "fig-latency", F.latency_vs_load(levels), "No level to plot.", 640),
     )
-    thr = _maybe(page, "fig-throughput", F.throughput_vs_load(levels, s.capacity, s.saturation), "No level to plot.")
+    noun = inputs_noun(target.api if target else "")
+    fig = F.throughput_vs_load(levels, s.capacity, s.saturation, noun)
+    thr = _maybe(page, "fig-throughput", fig, "No level to plot.")
     win = F.windows_over_time(levels)
     if win is not None:
         thr += '<p class="note">Over time, per window of the level:</p>' + page.figure("fig-windows", win, 600)

@@ -44,7 +44,6 @@ import csv
 import dataclasses
 import functools
 import importlib
-import math
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -55,7 +54,9 @@ import numpy as np
 
 from loadgen.errors import WorkloadError
 from loadgen.inputs import input_problem, open_input
-from loadgen.records import LEVEL_STRIDE, USER_STRIDE, ChatMessage, Prompt, RequestSpec
+from loadgen.records import LEVEL_STRIDE, USER_STRIDE, Prompt, RequestSpec
+from loadgen.workload.dataset_formats import ENTRY, Entry, csv_entry, entry_error, kind_of, prompt_entry
+from loadgen.workload.dataset_images import COLUMNS, ImageRef, ImageResolver, with_images
 from loadgen.workload.dataset_index import (
     EntryView,
     FileEntries,
@@ -67,6 +68,7 @@ from loadgen.workload.dataset_index import (
     stamp,
 )
 from loadgen.workload.distributions import MAX_LENGTH
+from loadgen.workload.images import ImageConfig, request_images
 from loadgen.workload.prompts import PromptSynthesizer, TokenCounter
 
 __all__ = [
@@ -83,8 +85,6 @@ __all__ = [
 
 FORMATS = ("auto", "sharegpt", "chat", "prompts", "csv", "parquet")
 DEFAULT_OUTPUT_TOKENS = 128
-_HUMAN = ("human", "user")
-_GPT = ("gpt", "assistant", "chatgpt", "bard", "model")
 _BLOCK = 1024
 _COUNT_BATCH = 1024  # entries counted per tokenizer call
 
@@ -99,6 +99,7 @@ class DatasetOptions:
     max_prompt_tokens: int | None = None
     replacement: bool = False
     output_tokens: int | None = None  # overrides every entry's recorded answer
+    image_root: str | None = None  # the folder an entry's image files are relative to (default: the dataset's)
 
     def __post_init__(self) -> None:
         for flag, v in (
@@ -117,10 +118,8 @@ class DatasetOptions:
             "max_prompt_tokens": self.max_prompt_tokens,
             "replacement": self.replacement,
             "output_tokens": self.output_tokens,
+            "image_root": self.image_root,
         }
-
-
-Entry = tuple[Prompt, str | None, int | None]  # prompt, recorded answer, recorded output_tokens
 
 
 @dataclass(slots=True)
@@ -138,6 +137,7 @@ class Dataset:
     messages: np.ndarray  # int64, messages sent (a plain prompt: 1)
     answer_words: np.ndarray  # int64, the recorded answer's words (-1: no answer)
     skipped: int = 0  # entries without a prompt (ShareGPT without a human turn)
+    with_images: int = 0  # entries that name images
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -161,14 +161,15 @@ class _Builder:
         self.outputs: list[int | None] = []
         self.counts = array("q")  # words, messages, answer words: three per entry
         self.spans = array("q")
-        self.held: list[Entry] = []
-        self.skipped = 0
+        self.held: list[Any] = []
+        self.skipped = self.with_images = 0
 
-    def add(self, row: int, entry: Entry | None, span: tuple[int, int] | None = None) -> None:
+    def add(self, row: int, entry: Any, span: tuple[int, int] | None = None) -> None:
         if entry is None:
             self.skipped += 1
             return
-        prompt, answer, output = entry
+        prompt, answer, output, images = entry
+        self.with_images += bool(images)
         self.rows.append(row)
         self.outputs.append(output)
         self.counts.extend(
@@ -186,142 +187,22 @@ class _Builder:
     def build(self, path: str, fmt: str, store: Store) -> Dataset:
         c = np.frombuffer(self.counts, dtype=np.int64).reshape(-1, 3) if self.counts else np.zeros((0, 3), np.int64)
         return Dataset(
-            path, fmt, store, self.rows, self.outputs, c[:, 0].copy(), c[:, 1].copy(), c[:, 2].copy(), self.skipped
-        )
-
-
-def _err(path: str, where: str, field_: str | None, message: str) -> WorkloadError:
-    return WorkloadError(message, source=f"{path}: {where}", key=field_)
-
-
-def _type(v: Any) -> str:
-    return {
-        str: "a string",
-        int: "a number",
-        float: "a number",
-        list: "an array",
-        dict: "an object",
-        bool: "a boolean",
-        type(None): "null",
-    }.get(type(v), type(v).__name__)
-
-
-def _text(v: Any, path: str, where: str, fld: str) -> str:
-    """A message's content: a string, or OpenAI content parts whose text parts are joined."""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, (list, tuple, np.ndarray)):
-        parts = []
-        for i, part in enumerate(v):
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-            elif not (isinstance(part, dict) and part.get("type") not in (None, "text")):
-                raise _err(
-                    path,
-                    where,
-                    f"{fld}[{i}]",
-                    f'expected a text part {{"type": "text", "text": ...}}, got {_type(part)}',
-                )
-        return "\n".join(parts)
-    raise _err(path, where, fld, f"expected a string, got {_type(v)}")
-
-
-def _output(v: Any, path: str, where: str) -> int | None:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    if isinstance(v, str):
-        try:
-            v = int(v.strip())
-        except ValueError:
-            raise _err(path, where, "output_tokens", f"expected a whole number >= 1, got {v!r}") from None
-    if (
-        isinstance(v, (bool, np.bool_))
-        or not isinstance(v, (int, np.integer, float))
-        or not math.isfinite(v)
-        or int(v) != v
-        or v < 1
-    ):
-        raise _err(path, where, "output_tokens", f"expected a whole number >= 1, got {v!r}")
-    if v > MAX_LENGTH:
-        raise _err(path, where, "output_tokens", f"at most {MAX_LENGTH:,} tokens, got {v:,}")
-    return int(v)
-
-
-def _sharegpt(path: str, obj: Any, where: str) -> Entry | None:
-    if not isinstance(obj, dict) or "conversations" not in obj:
-        raise _err(
             path,
-            where,
-            "conversations",
-            f"missing (a ShareGPT entry is an object with conversations), got {_type(obj)}",
+            fmt,
+            store,
+            self.rows,
+            self.outputs,
+            c[:, 0].copy(),
+            c[:, 1].copy(),
+            c[:, 2].copy(),
+            self.skipped,
+            self.with_images,
         )
-    conv = obj["conversations"]
-    if not isinstance(conv, (list, tuple, np.ndarray)):
-        raise _err(path, where, "conversations", f"expected an array of turns, got {_type(conv)}")
-    turns = list(conv)
-    for i, t in enumerate(turns):
-        if not isinstance(t, dict) or not isinstance(t.get("from"), str):
-            raise _err(path, where, f"conversations[{i}].from", "missing or not a string")
-        if "value" not in t:
-            raise _err(path, where, f"conversations[{i}].value", "missing")
-    first = next((i for i, t in enumerate(turns) if t["from"].lower() in _HUMAN), None)
-    if first is None:
-        return None
-    prompt = _text(turns[first]["value"], path, where, f"conversations[{first}].value")
-    answer = None
-    if first + 1 < len(turns) and turns[first + 1]["from"].lower() in _GPT:
-        answer = _text(turns[first + 1]["value"], path, where, f"conversations[{first + 1}].value")
-    return prompt, answer, None
 
 
-def _chat(path: str, obj: Any, where: str) -> Entry | None:
-    msgs = obj.get("messages") if isinstance(obj, dict) else None
-    if not isinstance(msgs, (list, tuple, np.ndarray)) or len(msgs) == 0:
-        raise _err(path, where, "messages", f"expected a non-empty array of messages, got {_type(msgs)}")
-    out: list[ChatMessage] = []
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise _err(path, where, f"messages[{i}].role", "missing or not a string")
-        if "content" not in m:
-            raise _err(path, where, f"messages[{i}].content", "missing")
-        out.append({"role": m["role"], "content": _text(m["content"], path, where, f"messages[{i}].content")})
-    last = max((i for i, m in enumerate(out) if m["role"] == "user"), default=None)
-    if last is None:
-        raise _err(path, where, "messages", "has no message with role 'user'")
-    answer = out[last + 1]["content"] if last + 1 < len(out) and out[last + 1]["role"] == "assistant" else None
-    return out[: last + 1], answer, None
-
-
-def _prompt(path: str, obj: Any, where: str) -> Entry | None:
-    if not isinstance(obj, dict) or "prompt" not in obj:
-        raise _err(path, where, "prompt", "missing (each entry needs a prompt)")
-    p = obj["prompt"]
-    if not isinstance(p, str) or not p.strip():
-        raise _err(path, where, "prompt", f"expected a non-empty string, got {_type(p)}")
-    return p, None, _output(obj.get("output_tokens"), path, where)
-
-
-_ENTRY = {"sharegpt": _sharegpt, "chat": _chat, "prompts": _prompt}
-
-
-def _kind_of(obj: Any) -> str | None:
-    if isinstance(obj, dict):
-        for key, kind in (("conversations", "sharegpt"), ("messages", "chat"), ("prompt", "prompts")):
-            if key in obj:
-                return kind
-    return None
-
-
-def _csv_entry(path: str, rec: Any, where: str) -> Entry:
-    p = rec.get("prompt")
-    if not p or not p.strip():
-        raise _err(path, where, "prompt", "empty")
-    return p, None, _output(rec.get("output_tokens") or None, path, where)
-
-
-def _read_file(path: Path, src: str, reader: str, kind: str | None, b: _Builder) -> Dataset:
+def _read_file(path: Path, src: str, reader: str, kind: str | None, b: _Builder, base: str) -> Dataset:
     """A JSON array, JSONL or CSV file (``reader``) streamed entry by entry; ``kind``: the
-    entries' format (None: told by the first entry)."""
+    entries' format (None: told by the first entry); image files relative to ``base``."""
     with open_input(path) as fh:
         file_stamp = stamp(fh)
         header: list[str] = []
@@ -329,25 +210,30 @@ def _read_file(path: Path, src: str, reader: str, kind: str | None, b: _Builder)
         if reader == "csv":
             header, spans = csv_spans(fh, src)
             if "prompt" not in header:
-                raise _err(src, "line 1", "prompt", f"no such column; columns: {', '.join(header) or '(none)'}")
-            kind, parse = "csv", functools.partial(_csv_entry, src)
+                raise entry_error(src, "line 1", "prompt", f"no such column; columns: {', '.join(header) or '(none)'}")
+            kind, parse = "csv", functools.partial(with_images, csv_entry, base, src)
         else:
             spans = json_array_spans(fh, src) if reader == "json" else jsonl_spans(fh, src)
         for row, (offset, length, where, obj) in enumerate(spans):
             if parse is None:
-                kind = kind or _kind_of(obj) or ("sharegpt" if reader == "json" else None)
+                kind = kind or kind_of(obj) or ("sharegpt" if reader == "json" else None)
                 if kind is None:
-                    raise _err(
+                    raise entry_error(
                         src,
                         where,
                         None,
                         "cannot tell the format: expected an object with conversations, messages or prompt",
                     )
-                parse = functools.partial(_ENTRY[kind], src)
+                parse = functools.partial(with_images, ENTRY[kind], base, src)
             b.add(row, parse(obj, where), (offset, length))
     spans_ = np.frombuffer(b.spans, dtype=np.int64).reshape(-1, 2) if b.spans else np.zeros((0, 2), np.int64)
     store = FileEntries(
-        src, "csv" if header else "json", spans_, header, file_stamp, parse or functools.partial(_prompt, src)
+        src,
+        "csv" if header else "json",
+        spans_,
+        header,
+        file_stamp,
+        parse or functools.partial(with_images, prompt_entry, base, src),
     )
     return b.build(src, kind or "sharegpt", store)
 
@@ -359,7 +245,7 @@ def _arrow(path: Path) -> Any:
         return pa.ipc.open_stream(src).read_all().to_pandas()
 
 
-def _read_parquet(path: Path, src: str, b: _Builder) -> Dataset:
+def _read_parquet(path: Path, src: str, b: _Builder, base: str) -> Dataset:
     try:
         importlib.import_module("pyarrow")
     except ImportError:
@@ -387,13 +273,13 @@ def _read_parquet(path: Path, src: str, b: _Builder) -> Dataset:
         raise WorkloadError(
             f"no conversations, messages or prompt column; columns: {', '.join(map(str, frame.columns))}", source=src
         )
-    cols = [c for c in ("conversations", "messages", "prompt", "output_tokens") if c in frame.columns]
+    cols = [c for c in ("conversations", "messages", "prompt", "output_tokens", *COLUMNS) if c in frame.columns]
     for row, values in enumerate(zip(*(frame[c].tolist() for c in cols))):
         obj = dict(zip(cols, values))
         for c in ("conversations", "messages"):
             if isinstance(obj.get(c), np.ndarray):
                 obj[c] = list(obj[c])
-        b.add(row, _ENTRY[kind](src, obj, f"row {row}"))
+        b.add(row, with_images(ENTRY[kind], base, src, obj, f"row {row}"))
     return b.build(src, "parquet", HeldEntries(b.held))
 
 
@@ -421,15 +307,16 @@ def load_dataset(opts: DatasetOptions) -> Dataset:
                 source=src,
             )
     b = _Builder()
+    base = opts.image_root or str(path if path.is_dir() else path.parent)
     try:
         if fmt == "parquet":
-            ds = _read_parquet(path, src, b)
+            ds = _read_parquet(path, src, b, base)
         elif fmt == "csv":
-            ds = _read_file(path, src, "csv", None, b)
+            ds = _read_file(path, src, "csv", None, b, base)
         elif fmt == "json" or (fmt == "sharegpt" and path.suffix.lower() == ".json"):
-            ds = _read_file(path, src, "json", None if fmt == "json" else fmt, b)
+            ds = _read_file(path, src, "json", None if fmt == "json" else fmt, b, base)
         else:
-            ds = _read_file(path, src, "jsonl", None if fmt == "jsonl" else fmt, b)
+            ds = _read_file(path, src, "jsonl", None if fmt == "jsonl" else fmt, b, base)
     except OSError as exc:
         raise WorkloadError(f"cannot read: {exc.strerror or exc}", source=src) from None
     except UnicodeDecodeError as exc:
@@ -454,13 +341,16 @@ class MeasuredDataset:
     rows: np.ndarray  # int64, each entry's row in the file
     exact: bool  # counted with a tokenizer (else estimated from the calibration)
     total: int  # entries before filtering
+    images: Sequence[tuple[ImageRef, ...]] = ()  # each entry's image references (empty: none has images)
 
     def __len__(self) -> int:
         return len(self.prompts)
 
     def held(self) -> MeasuredDataset:
-        """The same with its prompts in memory (for workers that cannot read the file: Ray)."""
-        return dataclasses.replace(self, prompts=list(self.prompts))
+        """The same with its prompts and images in memory (for workers that cannot read the files: Ray)."""
+        read = ImageResolver(str(getattr(getattr(self.prompts, "store", None), "path", "dataset")))
+        images = [read(refs, int(row)) for refs, row in zip(self.images, self.rows)]
+        return dataclasses.replace(self, prompts=list(self.prompts), images=images)
 
 
 def _words(text: str) -> int:
@@ -527,14 +417,24 @@ def measure(ds: Dataset, opts: DatasetOptions, synth: PromptSynthesizer) -> Meas
         rows=np.asarray(ds.rows, dtype=np.int64)[idx],
         exact=counter is not None,
         total=len(prompt),
+        images=EntryView(ds.store, 3, idx) if ds.with_images else (),
     )
 
 
 class DatasetSource:
-    """The runner's ``SpecSource`` over a measured dataset (see the module docstring)."""
+    """The runner's ``SpecSource`` over a measured dataset (see the module docstring); each
+    request sends its entry's images, or (a dataset without any) those of ``images``."""
 
-    def __init__(self, data: MeasuredDataset, seed: int, replacement: bool = False, name: str = "dataset") -> None:
-        self.data, self.seed, self.replacement, self.name = data, int(seed), replacement, name
+    def __init__(
+        self,
+        data: MeasuredDataset,
+        seed: int,
+        replacement: bool = False,
+        name: str = "dataset",
+        images: ImageConfig | None = None,
+    ) -> None:
+        self.data, self.seed, self.replacement, self.name, self.synthetic = data, int(seed), replacement, name, images
+        self._read = ImageResolver(str(getattr(getattr(data.prompts, "store", None), "path", name)))
         self._users: dict[int, int] = {}
         self._cache: dict[tuple[int, int], np.ndarray] = {}
 
@@ -562,7 +462,7 @@ class DatasetSource:
     def _specs(self, level: int, numbers: np.ndarray, indices: np.ndarray) -> list[RequestSpec]:
         d = self.data
         entries = self._entries(level, numbers).tolist()
-        return [
+        specs = [
             RequestSpec(
                 index=i,
                 prompt=d.prompts[e],
@@ -573,6 +473,13 @@ class DatasetSource:
             )
             for i, e in zip(indices.tolist(), entries)
         ]
+        if len(d.images):
+            for spec, e in zip(specs, entries):
+                spec.images = self._read(d.images[e], int(d.rows[e]))
+        elif self.synthetic is not None:
+            for spec in specs:
+                spec.images = request_images(self.synthetic, self.seed, spec.index)
+        return specs
 
     def user(self, level: int, user: int, quota: int | None) -> Iterator[RequestSpec]:
         users = self._users.get(level)

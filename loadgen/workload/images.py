@@ -28,6 +28,7 @@ An ``http(s)://`` reference is refused: loadgen fetches nothing.
 from __future__ import annotations
 
 import glob
+import hashlib
 import struct
 import zlib
 from dataclasses import dataclass
@@ -41,7 +42,18 @@ from loadgen.inputs import open_input
 from loadgen.records import ImageData
 from loadgen.workload.distributions import Distribution, parse_distribution
 
-__all__ = ["FORMATS", "MAX_COUNT", "MAX_SIDE", "ImageConfig", "parse_images", "png", "request_images"]
+__all__ = [
+    "FORMATS",
+    "MAX_COUNT",
+    "MAX_SIDE",
+    "ImageConfig",
+    "files_digest",
+    "mime_of",
+    "parse_images",
+    "png",
+    "read_image",
+    "request_images",
+]
 
 FORMATS = ("png",)
 MAX_COUNT = 64  # images in one request
@@ -71,12 +83,18 @@ class ImageConfig:
     height: Distribution | None = None
     format: str = "png"
     files: tuple[ImageData, ...] = ()
-    patterns: tuple[str, ...] = ()  # the globs as written (for describe)
+    patterns: tuple[str, ...] = ()  # the globs, made absolute (for describe and a resumed run)
 
     def describe(self) -> dict[str, Any]:
-        """Plain JSON-able description (for ``run.json``)."""
+        """Plain JSON-able description (for ``run.json``; :func:`parse_images` of it without
+        ``matched`` and ``sha256`` reads the same images again)."""
         if self.files:
-            return {"count": self.count.describe(), "files": list(self.patterns), "matched": len(self.files)}
+            return {
+                "count": self.count.describe(),
+                "files": list(self.patterns),
+                "matched": len(self.files),
+                "sha256": files_digest(self.files),
+            }
         assert self.width is not None and self.height is not None
         return {
             "count": self.count.describe(),
@@ -84,6 +102,15 @@ class ImageConfig:
             "height": self.height.describe(),
             "format": self.format,
         }
+
+
+def files_digest(files: tuple[ImageData, ...]) -> str:
+    """SHA-256 of the image files' bytes in order (a resumed run checks it has the same ones)."""
+    h = hashlib.sha256()
+    for _, data in files:
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
@@ -123,7 +150,8 @@ def request_images(cfg: ImageConfig, seed: int, index: int) -> tuple[ImageData, 
     return tuple(("image/png", png(w, h, rng)) for w, h in zip(widths, heights))
 
 
-def _mime(data: bytes) -> str | None:
+def mime_of(data: bytes) -> str | None:
+    """An image's MIME type told by its first bytes (PNG, JPEG, GIF, WebP); None: none of them."""
     for magic, mime in _MAGIC:
         if data.startswith(magic):
             return mime
@@ -136,6 +164,22 @@ def _remote(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower().startswith(("http://", "https://"))
 
 
+def read_image(path: Path, source: str, key: str | None = None) -> ImageData:
+    """One local image file (PNG, JPEG, GIF or WebP, at most :data:`MAX_FILE_BYTES`): its
+    MIME type and bytes; a one-line :class:`~loadgen.errors.WorkloadError` otherwise."""
+    try:
+        with open_input(path) as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise WorkloadError(f"cannot read {path}: {exc.strerror or exc}", source=source, key=key) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise WorkloadError(f"{path} is over {MAX_FILE_BYTES >> 20} MiB", source=source, key=key)
+    mime = mime_of(data)
+    if mime is None:
+        raise WorkloadError(f"{path} is not a PNG, JPEG, GIF or WebP image", source=source, key=key)
+    return mime, data
+
+
 def _read_files(patterns: list[str], base: Path, source: str) -> tuple[ImageData, ...]:
     out: list[ImageData] = []
     total = 0
@@ -145,24 +189,13 @@ def _read_files(patterns: list[str], base: Path, source: str) -> tuple[ImageData
         if not matches:
             raise WorkloadError(f"{pattern!r} matches no file (relative to {base})", source=source, key="images.files")
         for name in matches:
-            try:
-                with open_input(Path(name)) as fh:
-                    data = fh.read(MAX_FILE_BYTES + 1)
-            except OSError as exc:
-                raise WorkloadError(
-                    f"cannot read {name}: {exc.strerror or exc}", source=source, key="images.files"
-                ) from exc
-            if len(data) > MAX_FILE_BYTES:
-                raise WorkloadError(f"{name} is over {MAX_FILE_BYTES >> 20} MiB", source=source, key="images.files")
-            mime = _mime(data)
-            if mime is None:
-                raise WorkloadError(f"{name} is not a PNG, JPEG, GIF or WebP image", source=source, key="images.files")
-            total += len(data)
+            image = read_image(Path(name), source, "images.files")
+            total += len(image[1])
             if total > MAX_FILES_BYTES:
                 raise WorkloadError(
                     f"the image files are over {MAX_FILES_BYTES >> 20} MiB together", source=source, key="images.files"
                 )
-            out.append((mime, data))
+            out.append(image)
     return tuple(out)
 
 
@@ -214,5 +247,6 @@ def parse_images(table: object, source: str, base: Path) -> ImageConfig:
         for k in ("width", "height", "format"):
             if k in table:
                 raise err(k, "give either files or width/height/format (a synthesised image), not both")
-        return ImageConfig(count=count, files=_read_files(files, base, source), patterns=tuple(files))
+        absolute = tuple(f if Path(f).is_absolute() else str(base / f) for f in files)
+        return ImageConfig(count=count, files=_read_files(files, base, source), patterns=absolute)
     return ImageConfig(count=count, width=dist("width", MAX_SIDE), height=dist("height", MAX_SIDE), format="png")

@@ -36,10 +36,12 @@ A class may give a ``[joint_tokens]`` table (:mod:`loadgen.workload.joint`) inst
 ``prompt_tokens`` and ``output_tokens``: the two lengths drawn together. A workload may
 instead replay a dataset, with a ``[dataset]`` table (``path``, relative to the file;
 optional ``format``, ``min_prompt_tokens``, ``max_prompt_tokens``, ``replacement``,
-``output_tokens``; see :mod:`loadgen.workload.datasets`), and may say how fast requests
+``output_tokens``, ``image_root``; see :mod:`loadgen.workload.datasets`), and may say how fast requests
 arrive with ``[arrivals]`` (``rate`` requests/s, optional ``burstiness``, the gamma shape):
 the run's default when no load flag or profile is given. An ``[images]`` table
-(:mod:`loadgen.workload.images`) sends images with every request (chat API).
+(:mod:`loadgen.workload.images`) sends images with every request (chat API); beside a
+``[dataset]`` it is for a dataset without images of its own (one with an image column is
+refused when the run loads it: the entries' own images are the point of replaying it).
 """
 
 from __future__ import annotations
@@ -93,7 +95,15 @@ _TOP_KEYS = (
 )
 _SESSION_KEYS = ("turns", "think_time_ms", "system_prompt_tokens", "groups", "zipf")
 _CLASS_KEYS = ("name", "weight", "prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix")
-_DATASET_KEYS = ("path", "format", "min_prompt_tokens", "max_prompt_tokens", "replacement", "output_tokens")
+_DATASET_KEYS = (
+    "path",
+    "format",
+    "min_prompt_tokens",
+    "max_prompt_tokens",
+    "replacement",
+    "output_tokens",
+    "image_root",
+)
 _ARRIVAL_KEYS = ("rate", "burstiness")
 _PREFIX_KEYS = ("groups", "tokens")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -370,8 +380,15 @@ def _dataset(doc: dict[str, Any], f: _File) -> DatasetOptions:
     repl = t.get("replacement", False)
     if not isinstance(repl, bool):
         raise f.error("dataset.replacement", f"expected true or false, got {_type_name(repl)} {repl!r}")
+    root = Path(f.string(t, "image_root", "dataset.image_root")) if "image_root" in t else None
+    if root is not None and not root.is_absolute():
+        root = f.path.parent / root
     return DatasetOptions(
-        path=str(path if path.is_absolute() else f.path.parent / path), format=fmt, replacement=repl, **ints
+        path=str(path if path.is_absolute() else f.path.parent / path),
+        format=fmt,
+        replacement=repl,
+        image_root=None if root is None else str(root),
+        **ints,
     )
 
 
@@ -400,7 +417,7 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
     arrivals = _arrivals(doc, f) if "arrivals" in doc else None
     single = [k for k in ("prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix") if k in doc]
     if "dataset" in doc:
-        other = single + [k for k in ("classes", "sessions", "images") if k in doc]
+        other = single + [k for k in ("classes", "sessions") if k in doc]
         if other:
             raise f.error(
                 other[0], "a [dataset] workload takes its prompts and lengths from the dataset; remove this key"
@@ -415,6 +432,7 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
             arrivals=arrivals,
             tools=tools,
             tool_choice=tool_choice,
+            images=parse_images(doc["images"], f.source, f.path.parent) if "images" in doc else None,
         )
     if "classes" in doc:
         if single:

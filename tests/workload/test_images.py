@@ -148,13 +148,16 @@ def test_malformed_images_tables_are_one_line_errors(tmp_path: Path, body: str, 
     assert key in msg and needle in msg and "\n" not in msg, msg
 
 
-def test_images_not_a_table_and_not_with_a_dataset(tmp_path: Path) -> None:
+def test_images_a_table_also_beside_a_dataset(tmp_path: Path) -> None:
     p = tmp_path / "x.toml"
     p.write_text("prompt_tokens = 16\noutput_tokens = 4\nimages = 3\n")
     with pytest.raises(WorkloadError, match=r"images.*expected a table"):
         load_workload(str(p), [])
     p.write_text('[dataset]\npath = "d.jsonl"\n[images]\nwidth = 8\nheight = 8\n')
-    with pytest.raises(WorkloadError, match=r"images.*remove this key"):
+    wl = load_workload(str(p), [])  # for a dataset without images of its own (checked when it is loaded)
+    assert wl.dataset is not None and wl.images is not None and wl.images.width is not None
+    p.write_text('[dataset]\npath = "d.jsonl"\n[images]\nwidth = "oops"\n')
+    with pytest.raises(WorkloadError, match=r"images.width"):
         load_workload(str(p), [])
 
 

@@ -133,6 +133,30 @@ def fitted() -> None:
     (HERE / "burstgpt-fit.toml").write_text(fit.to_toml())
 
 
+def vision() -> None:
+    """A ShareGPT-4V-style dataset: three entries naming small PNGs under images/ (a few
+    hundred bytes each, written by loadgen's own PNG writer)."""
+    from loadgen.workload.images import png
+
+    rng = np.random.default_rng(25)
+    (HERE / "images").mkdir(exist_ok=True)
+    entries = []
+    for i, (w, h) in enumerate([(12, 8), (10, 10), (8, 14)]):
+        name = f"images/shape{i}.png"
+        (HERE / name).write_bytes(png(w, h, rng))
+        entries.append(
+            {
+                "id": f"vision-{i}",
+                "image": name,
+                "conversations": [
+                    {"from": "human", "value": "<image>\n" + text(rng, 12) + "?"},
+                    {"from": "gpt", "value": text(rng, 20) + "."},
+                ],
+            }
+        )
+    (HERE / "sharegpt4v.json").write_text(json.dumps(entries, indent=1) + "\n")
+
+
 if __name__ == "__main__":
     import os
     import sys
@@ -143,6 +167,7 @@ if __name__ == "__main__":
     traces()
     tokenizer()
     fitted()
+    vision()
     print(
         "wrote",
         ", ".join(
