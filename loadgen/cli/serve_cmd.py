@@ -168,6 +168,16 @@ ReasoningTokensOpt = Annotated[
         help="Chat answers reason first: this many tokens (a length distribution, e.g. 64 or uniform:min=32,max=256) stream as delta.reasoning before the content"
     ),
 ]
+ToolCallShareOpt = Annotated[
+    float,
+    typer.Option(
+        help="Share of requests with tools and tool_choice auto answered with a tool call (seeded per request)"
+    ),
+]
+MaxToolResultsOpt = Annotated[
+    int,
+    typer.Option(help="With tool_choice auto, a history holding this many tool results gets a text answer"),
+]
 RequestLogOpt = Annotated[int, typer.Option(help="Finished requests kept for GET /loadgen/requests (0: none)")]
 
 
@@ -287,6 +297,8 @@ def serve(
     header_timeout: HeaderTimeoutOpt = 10.0,
     drain_timeout: DrainTimeoutOpt = 30.0,
     reasoning_tokens: ReasoningTokensOpt = "",
+    tool_call_share: ToolCallShareOpt = 0.7,
+    max_tool_results: MaxToolResultsOpt = 8,
     request_log: RequestLogOpt = 10000,
 ) -> None:
     """Run the reference OpenAI-compatible server (simulated GPU or a real torch model)."""
@@ -302,9 +314,18 @@ def serve(
         reasoning = parse_distribution(reasoning_tokens, source="command line", key="--reasoning-tokens")
     if request_log < 0:
         raise ConfigError(f"must be >= 0, got {request_log}", key="--request-log")
+    from loadgen.server.tools import ToolPolicy
+
+    tools = ToolPolicy(share=tool_call_share, max_results=max_tool_results)
     eng = build_engine(config)
     application = create_app(
-        eng, faults=config.faults, http=config.http, reasoning_tokens=reasoning, seed=seed, history=request_log
+        eng,
+        faults=config.faults,
+        http=config.http,
+        reasoning_tokens=reasoning,
+        seed=seed,
+        history=request_log,
+        tools=tools,
     )
     print(f"loadgen serve: {config.limits.describe()}", flush=True)
 

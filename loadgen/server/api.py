@@ -38,6 +38,7 @@ from loadgen.server.messages_api import anthropic_error_body
 from loadgen.server.pooling_api import add_pooling_routes
 from loadgen.server.protocol import RequestRejected, error_body
 from loadgen.server.tokenizer import Tokenizer, WordTokenizer
+from loadgen.server.tools import ToolPolicy
 
 __all__ = ["API_KEY", "create_app"]
 
@@ -105,6 +106,7 @@ def create_app(
     http: HttpLimits | None = None,
     reasoning_tokens: CountSampler | None = None,
     seed: int = 0,
+    tools: ToolPolicy | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` under the name ``model_name``.
 
@@ -115,7 +117,9 @@ def create_app(
     e.g. a real model's), else a :class:`WordTokenizer` of the engine's vocabulary.
     With ``manage_engine`` the app starts the engine on startup and stops it on cleanup.
     ``http``: the API key, body timeout and body size limit (:mod:`loadgen.server.guard`).
-    ``reasoning_tokens`` (drawn with ``seed``) makes chat answers reason first (module doc).
+    ``reasoning_tokens`` (drawn with ``seed``) makes chat answers reason first (module doc);
+    ``tools``: how often a request with ``tools`` and ``tool_choice: "auto"`` gets a tool call
+    (:mod:`loadgen.server.tools`).
     """
     http = http or HttpLimits()
     name = model_name or engine.model_name
@@ -134,6 +138,7 @@ def create_app(
         http=http,
         reasoning_tokens=reasoning_tokens,
         seed=seed,
+        tools=tools,
     )
     app = web.Application(middlewares=[_error_middleware(api)], client_max_size=http.max_body_bytes)
     app[API_KEY] = api

@@ -36,6 +36,7 @@ from loadgen.server.protocol import RequestRejected
 from loadgen.server.render import CHAT, COMPLETIONS, Api, Renderer
 from loadgen.server.responses_api import RESPONSES
 from loadgen.server.tokenizer import Tokenizer
+from loadgen.server.tools import ToolPolicy, choose_tool
 
 __all__ = ["CountSampler", "ServerApi"]
 
@@ -69,7 +70,10 @@ class ServerApi:
         http: HttpLimits,
         reasoning_tokens: CountSampler | None = None,
         seed: int = 0,
+        tools: ToolPolicy | None = None,
     ) -> None:
+        self.seed = seed
+        self.tools = tools or ToolPolicy()
         self.reasoning_tokens = reasoning_tokens
         self._reasoning_rng = np.random.default_rng([seed, 0x7EA5])
         self.engine = engine
@@ -143,6 +147,7 @@ class ServerApi:
             tokenizer=self.tokenizer,
             max_model_len=self.engine.max_model_len,
         )
+        parsed.call = choose_tool(parsed, self.tools, self.seed)
         plan = self.faults.plan(parsed.max_tokens) if self.faults is not None else None
         if plan is not None and plan.fail:
             self.metrics.faults["fail"] += 1

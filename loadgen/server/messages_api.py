@@ -1,11 +1,14 @@
 """Anthropic's Messages API (``POST /v1/messages``) over the same engines as chat.
 
 Body: ``model`` and ``max_tokens`` (both required, as Anthropic's are), ``messages``
-(roles ``user`` and ``assistant``; ``content`` a string or ``[{"type": "text", "text"}]``
-blocks), ``system`` (a string or text blocks: a system message first),
+(roles ``user`` and ``assistant``; ``content`` a string or blocks: ``text``, and from an
+earlier answer resent ``thinking``, ``tool_use`` and ``tool_result``, their text counted as
+the prompt's), ``system`` (a string or text blocks: a system message first),
 ``stop_sequences`` (matched on whole words, as chat's ``stop``), ``temperature``,
-``stream``, and vLLM's ``seed``, ``ignore_eos`` and ``min_tokens``. Other fields (``thinking``,
-``metadata``, ``top_k``, ``tools``, ...) are ignored, as vLLM does. The prompt is the chat
+``stream``, ``tools`` (``[{"name", "input_schema"}]``) and ``tool_choice`` (``{"type":
+"auto" | "any" | "tool" | "none", "name"}``), and vLLM's ``seed``, ``ignore_eos`` and
+``min_tokens``. Other fields (``thinking``, ``metadata``, ``top_k``, ...) are ignored, as
+vLLM does. The prompt is the chat
 template of those messages, so a request costs what the same chat request costs.
 
 A stream is Anthropic's named events: ``message_start`` (the message with
@@ -13,7 +16,7 @@ A stream is Anthropic's named events: ``message_start`` (the message with
 ``content_block_start`` / ``content_block_delta`` / ``content_block_stop`` (a ``thinking``
 block of ``thinking_delta`` first when the server reasons, then a ``text`` block of
 ``text_delta``; one delta per engine output), a ``ping`` after the first block starts,
-``message_delta`` (``stop_reason`` ``end_turn``, ``max_tokens`` or ``stop_sequence``,
+``message_delta`` (``stop_reason`` ``end_turn``, ``max_tokens``, ``stop_sequence`` or ``tool_use``,
 ``usage.output_tokens``: every generated token, as chat's ``completion_tokens``; plus the
 ``loadgen`` timings, as chat's final chunk has) and ``message_stop``. A stream the drain
 or the engine aborted ends with an ``error`` event (``overloaded_error``). Not streamed:
@@ -23,6 +26,7 @@ the message object. Errors have Anthropic's shape, ``{"type": "error", "error": 
 
 from __future__ import annotations
 
+import json
 from time import perf_counter_ns
 from typing import Any
 
@@ -31,6 +35,7 @@ from loadgen.server.prometheus import RequestTrace
 from loadgen.server.protocol import ParsedRequest, RequestRejected
 from loadgen.server.render import Api, event, parse_as_chat
 from loadgen.server.tokenizer import Tokenizer
+from loadgen.server.tools import ToolCall
 
 __all__ = ["MESSAGES", "MessagesRenderer", "anthropic_error_body", "parse_messages"]
 
@@ -61,15 +66,72 @@ def _text(content: Any, where: str) -> str:
         for block in content:
             if not (isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)):
                 raise RequestRejected(
-                    f"{where}: only blocks of type 'text' with a string 'text' are supported", param="messages"
+                    f"{where}: only blocks of type 'text' (a string 'text'), 'thinking', 'tool_use' "
+                    "(string 'id' and 'name') or 'tool_result' (a string 'tool_use_id') are supported",
+                    param="messages",
                 )
             texts.append(block["text"])
         return " ".join(texts)
     raise RequestRejected(f"{where} must be a string or a list of text blocks", param="messages")
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
-    messages: list[dict[str, str]] = []
+def _blocks(role: str, content: Any, where: str) -> list[dict[str, Any]]:
+    """One message as chat messages: its text (``thinking`` too), its ``tool_use`` blocks as
+    ``tool_calls``, each ``tool_result`` block a ``tool`` message."""
+    if not isinstance(content, list):
+        return [{"role": role, "content": _text(content, where)}]
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    for j, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, dict) else None
+        at = f"{where}.{j}"
+        if kind == "thinking" and isinstance(block.get("thinking"), str):
+            texts.append(block["thinking"])
+        elif kind == "tool_use" and isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
+            arguments = json.dumps(block.get("input", {}), separators=(", ", ": "))
+            calls.append(
+                {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}}
+            )
+        elif kind == "tool_result" and isinstance(block.get("tool_use_id"), str):
+            result = block.get("content", "")
+            results.append({"role": "tool", "content": _text(result, f"{at}.content") if result else ""})
+        else:
+            texts.append(_text([block], where))
+    messages = list(results)
+    if texts or calls or not results:
+        messages.append({"role": role, "content": " ".join(texts), **({"tool_calls": calls} if calls else {})})
+    return messages
+
+
+def _tools(body: dict[str, Any]) -> dict[str, Any]:
+    """``tools`` and ``tool_choice`` restated in chat's shape."""
+    chat: dict[str, Any] = {}
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise RequestRejected("tools: a list of tools is required", param="tools")
+        chat["tools"] = [
+            {"type": "function", "function": {"name": tool.get("name"), "parameters": tool.get("input_schema")}}
+            if isinstance(tool, dict)
+            else tool
+            for tool in tools
+        ]
+    choice = body.get("tool_choice")
+    if choice is not None:
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind not in ("auto", "any", "tool", "none"):
+            raise RequestRejected(
+                "tool_choice: {'type': 'auto' | 'any' | 'tool' | 'none'} is required", param="tool_choice"
+            )
+        name = choice.get("name") if isinstance(choice, dict) else None
+        named = {"type": "function", "function": {"name": name}}
+        chat["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}.get(kind, named)
+    return chat
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
     if body.get("system") is not None:
         messages.append({"role": "system", "content": _text(body["system"], "system")})
     given = body.get("messages")
@@ -81,7 +143,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
         role = msg.get("role")
         if role not in ("user", "assistant"):
             raise RequestRejected(f"messages.{i}.role must be 'user' or 'assistant'", param="messages")
-        messages.append({"role": role, "content": _text(msg.get("content"), f"messages.{i}.content")})
+        messages += _blocks(role, msg.get("content"), f"messages.{i}.content")
     return messages
 
 
@@ -96,10 +158,13 @@ def parse_messages(body: Any, *, model_name: str, tokenizer: Tokenizer, max_mode
     chat["messages"] = _messages(body)
     if "stop_sequences" in body:
         chat["stop"] = body["stop_sequences"]
+    chat.update(_tools(body))
     return parse_as_chat(chat, _RENAME, model_name=model_name, tokenizer=tokenizer, max_model_len=max_model_len)
 
 
-def _stop_reason(gen: Generation) -> str:
+def _stop_reason(gen: Generation, tool: bool = False) -> str:
+    if tool:
+        return "tool_use"
     if gen.stop_reason is not None:
         return "stop_sequence"
     return "max_tokens" if gen.finish_reason == "length" else "end_turn"
@@ -114,6 +179,7 @@ class MessagesRenderer:
         self.started = False
         self.blocks = 0  # blocks started
         self.open: str | None = None  # the kind of the block being streamed
+        self.tool = ToolCall(parsed.call, "toolu_") if parsed.call is not None else None
 
     def message(self, content: list[dict[str, Any]], output_tokens: int, stop: str | None) -> dict[str, Any]:
         return {
@@ -131,9 +197,11 @@ class MessagesRenderer:
         if self.open == kind:
             return b""
         data = self._close()
-        block = (
+        block: dict[str, Any] = (
             {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else {"type": kind, "text": ""}
         )
+        if kind == "tool_use" and self.tool is not None:
+            block = {"type": "tool_use", "id": self.tool.call_id, "name": self.tool.name, "input": {}}
         data += event(
             "content_block_start", {"type": "content_block_start", "index": self.blocks, "content_block": block}
         )
@@ -149,10 +217,12 @@ class MessagesRenderer:
         self.open = None
         return event("content_block_stop", {"type": "content_block_stop", "index": self.blocks - 1})
 
-    def _delta(self, kind: str, text: str) -> bytes:
+    def _delta(self, kind: str, text: str, final: bool = False) -> bytes:
         delta = (
             {"type": "thinking_delta", "thinking": text} if kind == "thinking" else {"type": "text_delta", "text": text}
         )
+        if kind == "tool_use" and self.tool is not None:
+            delta = {"type": "input_json_delta", "partial_json": self.tool.piece(text, final)}
         data = self._begin(kind)
         return data + event(
             "content_block_delta", {"type": "content_block_delta", "index": self.blocks - 1, "delta": delta}
@@ -169,16 +239,19 @@ class MessagesRenderer:
     def step(self, gen: Generation, text: str, finish: str | None) -> tuple[bytes, bytes]:
         lead = b"" if self.started else self._start()
         data = self._delta("thinking", gen.reasoning) if gen.reasoning else b""
+        answer = "text" if self.tool is None else "tool_use"
         if text:
-            data += self._delta("text", text)
+            data += self._delta(answer, text, finish is not None and finish != "abort")
         if finish == "abort":
             data += self._close() + self._error()
         elif finish is not None:
-            if not self.blocks or self.open == "thinking":  # a text block even when every token was thinking
+            if self.tool is not None and not (self.open == "tool_use" and self.tool.closed):
+                data += self._delta("tool_use", "", True)  # the arguments' close (every token was thinking)
+            elif not self.blocks or self.open == "thinking":  # a text block even when every token was thinking
                 data += self._begin("text")
             final = {
                 "type": "message_delta",
-                "delta": {"stop_reason": _stop_reason(gen), "stop_sequence": gen.stop_reason},
+                "delta": {"stop_reason": _stop_reason(gen, self.tool is not None), "stop_sequence": gen.stop_reason},
                 "usage": {"output_tokens": gen.tokens},
                 "loadgen": gen.vendor(self.trace, perf_counter_ns()),
             }
@@ -195,8 +268,12 @@ class MessagesRenderer:
         content: list[dict[str, Any]] = []
         if reasoning:
             content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
-        content.append({"type": "text", "text": text})
-        message = self.message(content, gen.tokens, _stop_reason(gen))
+        if self.tool is not None:
+            arguments = json.loads(self.tool.whole(text))
+            content.append({"type": "tool_use", "id": self.tool.call_id, "name": self.tool.name, "input": arguments})
+        else:
+            content.append({"type": "text", "text": text})
+        message = self.message(content, gen.tokens, _stop_reason(gen, self.tool is not None))
         message["stop_sequence"] = gen.stop_reason
         return {**message, "loadgen": gen.vendor(self.trace, now_ns)}
 

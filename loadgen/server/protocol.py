@@ -14,10 +14,19 @@ costs work in proportion to ``max_model_len``, not to its own length.
 
 Chat content parts of type ``image_url`` (a ``data:`` URL) add their image tokens after
 the prompt's text (:mod:`loadgen.server.vision`); they count in the context length.
+
+Tools: ``tools`` (``[{"type": "function", "function": {"name", "parameters"}}]``) are
+rendered into the prompt as a first ``tools`` message (their JSON text), as a model's chat
+template renders them; ``tool_choice`` is ``"none"``, ``"auto"`` (the default),
+``"required"`` or ``{"type": "function", "function": {"name"}}``. A history's tool turns
+count as prompt text: an assistant message's ``tool_calls`` (each function's name and
+arguments) and ``tool`` messages' content. Whether an answer calls a tool is decided by
+the server (:mod:`loadgen.server.tools`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -101,6 +110,11 @@ class ParsedRequest:
     include_usage: bool = False
     continuous_usage: bool = False
     encoder_patches: int = 0  # the images' vision-encoder patches (their tokens are in prompt_ids)
+    tools: tuple[tuple[str, str], ...] = ()  # each function tool's (name, argument key)
+    tool_choice: str = "auto"  # "none", "auto" or "required" (a named function: required)
+    tool_name: str | None = None  # the function tool_choice names
+    tool_results: int = 0  # tool results in the history (chat ``tool`` messages)
+    call: tuple[str, str] | None = None  # the tool this answer calls, (name, key): the server decides
 
 
 def _check(value: Any, kind: str) -> bool:
@@ -209,7 +223,13 @@ def _parse_messages(
         role = msg.get("role")
         if not isinstance(role, str) or not role or any(c.isspace() for c in role):
             raise RequestRejected(f"messages[{i}].role must be a non-empty string without spaces", param="messages")
-        pairs.append((role, _content_text(msg.get("content"), i, images)))
+        text = _content_text(msg.get("content"), i, images)
+        if msg.get("tool_calls") is not None:
+            text = " ".join([text, *_tool_calls_text(msg["tool_calls"], i)]).strip()
+        pairs.append((role, text))
+    tools = body.get("tools")
+    if tools:
+        pairs.insert(0, ("tools", json.dumps(tools, separators=(", ", ": "))))
     capped = getattr(tok, "apply_chat_template_at_most", None)
     if capped is None:
         return tok.apply_chat_template(pairs)
@@ -217,6 +237,87 @@ def _parse_messages(
     if ids is None:
         raise _over_context(max_model_len, chat=True)
     return ids
+
+
+def _tool_calls_text(calls: Any, i: int) -> list[str]:
+    """An assistant message's ``tool_calls`` as prompt text: each function's name and arguments."""
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(calls, list):
+        raise RequestRejected(f"{where} must be a list", param="messages")
+    texts = []
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not (
+            isinstance(function, dict)
+            and isinstance(function.get("name"), str)
+            and isinstance(function.get("arguments", ""), str)
+        ):
+            raise RequestRejected(
+                f"{where}[{j}] must be an object with a 'function' of a string 'name' and string 'arguments'",
+                param="messages",
+            )
+        texts += [function["name"], function.get("arguments", "")]
+    return texts
+
+
+def _argument_key(function: dict[str, Any]) -> str:
+    """The parameter the server's arguments fill: the function's first string property, else ``query``."""
+    params = function.get("parameters")
+    props = params.get("properties") if isinstance(params, dict) else None
+    if isinstance(props, dict):
+        for key, spec in props.items():
+            if isinstance(spec, dict) and spec.get("type") == "string":
+                return str(key)
+    return "query"
+
+
+def _parse_tools(body: dict[str, Any]) -> tuple[tuple[tuple[str, str], ...], str, str | None]:
+    """``(tools as (name, argument key), tool_choice, the named function)``."""
+    raw = body.get("tools")
+    tools: list[tuple[str, str]] = []
+    if raw is not None:
+        if not isinstance(raw, list):
+            raise RequestRejected("'tools' must be a list of tools", param="tools")
+        for j, tool in enumerate(raw):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if not (
+                isinstance(tool, dict)
+                and tool.get("type", "function") == "function"
+                and isinstance(function, dict)
+                and isinstance(function.get("name"), str)
+                and function["name"]
+            ):
+                raise RequestRejected(
+                    f"tools[{j}] must be {{'type': 'function', 'function': {{'name': a non-empty string, ...}}}}",
+                    param="tools",
+                )
+            tools.append((function["name"], _argument_key(function)))
+    choice = body.get("tool_choice")
+    name: str | None = None
+    if choice is None:
+        choice = "auto"
+    elif isinstance(choice, dict):
+        function = choice.get("function")
+        if not (isinstance(function, dict) and isinstance(function.get("name"), str)):
+            raise RequestRejected(
+                "'tool_choice' must be 'none', 'auto', 'required' or "
+                "{'type': 'function', 'function': {'name': a string}}",
+                param="tool_choice",
+            )
+        name = function["name"]
+        if name not in {n for n, _ in tools}:
+            raise RequestRejected(
+                f"'tool_choice' names the function {name!r:.60}, not one of 'tools'", param="tool_choice"
+            )
+        choice = "required"
+    elif choice not in ("none", "auto", "required"):
+        raise RequestRejected(
+            f"'tool_choice' must be 'none', 'auto', 'required' or a named function, got {choice!r:.60}",
+            param="tool_choice",
+        )
+    if choice == "required" and not tools:
+        raise RequestRejected("'tool_choice' 'required' needs 'tools'", param="tool_choice")
+    return tuple(tools), choice, name
 
 
 def _parse_stop(body: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
@@ -255,6 +356,7 @@ def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenize
     if body.get("logprobs") not in (None, False):
         raise RequestRejected("logprobs are not supported", param="logprobs")
 
+    tools, tool_choice, tool_name = _parse_tools(body) if chat else ((), "auto", None)
     images: list[Any] = []
     prompt_ids = (
         _parse_messages(body, tokenizer, max_model_len, images)
@@ -319,4 +421,8 @@ def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenize
         include_usage=include_usage,
         continuous_usage=continuous,
         encoder_patches=sum(image.patches for image in images),
+        tools=tools,
+        tool_choice=tool_choice,
+        tool_name=tool_name,
+        tool_results=sum(isinstance(m, dict) and m.get("role") == "tool" for m in body["messages"]) if chat else 0,
     )

@@ -21,6 +21,7 @@ from loadgen.server.generation import DONE, Generation, sse, stream_chunk
 from loadgen.server.prometheus import RequestTrace
 from loadgen.server.protocol import ParsedRequest, RequestRejected, parse_request, usage_body
 from loadgen.server.tokenizer import Tokenizer
+from loadgen.server.tools import ToolCall
 
 __all__ = ["CHAT", "COMPLETIONS", "Api", "ChatRenderer", "Renderer", "event", "parse_as_chat"]
 
@@ -67,7 +68,7 @@ class Api:
 class ChatRenderer:
     """OpenAI ``/v1/chat/completions`` and ``/v1/completions`` (see :mod:`loadgen.server.generation`)."""
 
-    __slots__ = ("chat", "model_name", "parsed", "role_sent", "trace")
+    __slots__ = ("chat", "model_name", "parsed", "role_sent", "tool", "trace")
 
     def __init__(self, model_name: str, trace: RequestTrace, parsed: ParsedRequest) -> None:
         self.model_name = model_name
@@ -75,6 +76,27 @@ class ChatRenderer:
         self.parsed = parsed
         self.chat = parsed.chat
         self.role_sent = not parsed.chat
+        self.tool = ToolCall(parsed.call) if parsed.call is not None else None
+
+    def _tool_chunk(self, gen: Generation, text: str, finish: str | None) -> dict[str, Any]:
+        """A tool call's chunk: reasoning, the next argument piece (the first with the call's id
+        and name), ``finish_reason: "tool_calls"`` once the answer ends."""
+        assert self.tool is not None
+        first = not self.tool.opened
+        chunk = stream_chunk(self.model_name, self.trace, True, None, None, reasoning=gen.reasoning)
+        choice = chunk["choices"][0]
+        if finish == "abort":
+            choice["finish_reason"] = finish
+        elif finish is not None or text:
+            call: dict[str, Any] = {"index": 0}
+            if first:
+                call.update(id=self.tool.call_id, type="function")
+            function = {"name": self.tool.name} if first else {}
+            function["arguments"] = self.tool.piece(text, finish is not None)
+            call["function"] = function
+            choice["delta"]["tool_calls"] = [call]
+            choice["finish_reason"] = "tool_calls" if finish is not None else None
+        return chunk
 
     def step(self, gen: Generation, text: str, finish: str | None) -> tuple[bytes, bytes]:
         lead = b""
@@ -85,7 +107,10 @@ class ChatRenderer:
                 role["usage"] = usage_body(prompt_tokens, 0)
             lead = sse(role)
             self.role_sent = True
-        chunk = stream_chunk(self.model_name, self.trace, self.chat, text, finish, reasoning=gen.reasoning)
+        if self.tool is not None:
+            chunk = self._tool_chunk(gen, text, finish)
+        else:
+            chunk = stream_chunk(self.model_name, self.trace, self.chat, text, finish, reasoning=gen.reasoning)
         if self.parsed.continuous_usage:
             chunk["usage"] = usage_body(prompt_tokens, gen.tokens)
         if finish is not None:
@@ -112,7 +137,14 @@ class ChatRenderer:
 
     def body(self, gen: Generation, text: str, reasoning: str, now_ns: int) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": gen.finish_reason}
-        if self.chat:
+        if self.tool is not None:
+            function = {"name": self.tool.name, "arguments": self.tool.whole(text)}
+            call = {"id": self.tool.call_id, "type": "function", "function": function}
+            choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+            choice["finish_reason"] = "tool_calls"
+            if reasoning:
+                choice["message"]["reasoning"] = reasoning
+        elif self.chat:
             choice["message"] = {"role": "assistant", "content": text}
             if reasoning:
                 choice["message"]["reasoning"] = reasoning
@@ -152,8 +184,9 @@ def parse_as_chat(
             chat_body, chat=True, model_name=model_name, tokenizer=tokenizer, max_model_len=max_model_len
         )
     except RequestRejected as exc:
-        if exc.param in rename:
-            exc.param = rename[exc.param]
+        field = (exc.param or "").split("[")[0]  # vision's params name the part: messages[0].content[0]
+        if field in rename:
+            exc.param = rename[field]
         raise
 
 

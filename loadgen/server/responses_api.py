@@ -2,10 +2,13 @@
 
 Body: ``input`` (a string, or a list of message items ``{role, content}`` with ``content``
 a string or ``[{"type": "input_text" | "output_text", "text"}]``; roles ``user``,
-``assistant``, ``system``, ``developer``), ``instructions`` (a system message first),
-``max_output_tokens``, ``model``, ``temperature``, ``seed``, ``stream``, and vLLM's
-``ignore_eos`` and ``min_tokens``. Other fields (``tools``, ``reasoning``, ``store``,
-``text``, ...) are ignored, as vLLM does; ``previous_response_id`` is refused (nothing is
+``assistant``, ``system``, ``developer``; and, from an earlier answer resent, ``reasoning``,
+``function_call`` and ``function_call_output`` items, their text counted as the prompt's),
+``instructions`` (a system message first), ``max_output_tokens``, ``model``,
+``temperature``, ``seed``, ``stream``, ``tools`` (``[{"type": "function", "name",
+"parameters"}]``) and ``tool_choice`` (``"none"``, ``"auto"``, ``"required"`` or
+``{"type": "function", "name"}``), and vLLM's ``ignore_eos`` and ``min_tokens``. Other
+fields (``reasoning``, ``store``, ``text``, ...) are ignored, as vLLM does; ``previous_response_id`` is refused (nothing is
 stored). The prompt is the chat template of those messages, so a request costs what the
 same chat request costs.
 
@@ -14,7 +17,10 @@ N, ...}``): ``response.created``, ``response.in_progress``, then per output item
 ``response.output_item.added``, ``response.content_part.added``, one delta per engine
 output (``response.reasoning_text.delta`` in a ``reasoning`` item first when the server
 reasons, then ``response.output_text.delta`` in the ``message`` item), the item's
-``*.done`` events, and last ``response.completed`` with the response's ``usage``
+``*.done`` events (a tool call, :mod:`loadgen.server.tools`: a ``function_call`` item in
+place of the message, ``response.output_item.added`` with ``arguments: ""``, one
+``response.function_call_arguments.delta`` per engine output,
+``response.function_call_arguments.done``, ``response.output_item.done``), and last ``response.completed`` with the response's ``usage``
 (``input_tokens``, ``output_tokens`` with ``output_tokens_details.reasoning_tokens``,
 ``total_tokens``) and the ``loadgen`` timings (as chat's final chunk has). As in vLLM, a
 response cut by ``max_output_tokens`` completes with ``status: "incomplete"`` and
@@ -34,6 +40,7 @@ from loadgen.server.prometheus import RequestTrace
 from loadgen.server.protocol import ParsedRequest, RequestRejected
 from loadgen.server.render import Api, event, parse_as_chat
 from loadgen.server.tokenizer import Tokenizer
+from loadgen.server.tools import ToolCall
 
 __all__ = ["RESPONSES", "ResponsesRenderer", "parse_responses"]
 
@@ -41,6 +48,59 @@ _ROLES = ("user", "assistant", "system", "developer")
 _PARTS = ("input_text", "output_text")
 _PASSED = ("model", "temperature", "seed", "stream", "ignore_eos", "min_tokens")
 _RENAME = {"messages": "input", "max_tokens": "max_output_tokens"}
+
+
+def _str(item: dict[str, Any], key: str, i: int) -> str:
+    value = item.get(key)
+    if not isinstance(value, str):
+        raise RequestRejected(f"input[{i}].{key} must be a string", param="input")
+    return value
+
+
+def _history_item(item: dict[str, Any], i: int) -> dict[str, Any] | None:
+    """A resent ``function_call``, ``function_call_output`` or ``reasoning`` item as a chat message."""
+    kind = item.get("type")
+    if kind == "function_call":
+        function = {"name": _str(item, "name", i), "arguments": _str(item, "arguments", i)}
+        call = {"id": _str(item, "call_id", i), "type": "function", "function": function}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+    if kind == "function_call_output":
+        _str(item, "call_id", i)
+        output = item.get("output")
+        return {"role": "tool", "content": output if isinstance(output, str) else _content(output, i)}
+    if kind == "reasoning":
+        texts = []
+        for key in ("summary", "content"):
+            parts = item.get(key) or []
+            if not isinstance(parts, list):
+                raise RequestRejected(f"input[{i}].{key} must be a list", param="input")
+            for part in parts:
+                if not (isinstance(part, dict) and isinstance(part.get("text"), str)):
+                    raise RequestRejected(f"input[{i}].{key}: parts need a string 'text'", param="input")
+                texts.append(part["text"])
+        return {"role": "assistant", "content": " ".join(texts)}
+    return None
+
+
+def _tools(body: dict[str, Any]) -> dict[str, Any]:
+    """``tools`` and ``tool_choice`` restated in chat's shape (function tools only)."""
+    chat: dict[str, Any] = {}
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise RequestRejected("'tools' must be a list of tools", param="tools")
+        chat["tools"] = [
+            {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+            if isinstance(tool, dict) and tool.get("type") == "function"
+            else tool
+            for tool in tools
+        ]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        choice = {"type": "function", "function": {"name": choice.get("name")}}
+    if choice is not None:
+        chat["tool_choice"] = choice
+    return chat
 
 
 def _content(content: Any, i: int) -> str | list[dict[str, Any]]:
@@ -85,7 +145,15 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(item, dict):
             raise RequestRejected(f"input[{i}] must be an object", param="input")
         if item.get("type", "message") != "message":
-            raise RequestRejected(f"input[{i}]: only items of type 'message' are supported", param="input")
+            restated = _history_item(item, i)
+            if restated is None:
+                raise RequestRejected(
+                    f"input[{i}]: only items of type 'message', 'reasoning', 'function_call' or "
+                    "'function_call_output' are supported",
+                    param="input",
+                )
+            messages.append(restated)
+            continue
         role = item.get("role")
         if role not in _ROLES:
             raise RequestRejected(f"input[{i}].role must be one of {', '.join(_ROLES)}", param="input")
@@ -104,6 +172,7 @@ def parse_responses(body: Any, *, model_name: str, tokenizer: Tokenizer, max_mod
     chat: dict[str, Any] = {key: body[key] for key in _PASSED if key in body}
     chat["messages"] = _messages(body)
     chat["max_tokens"] = body.get("max_output_tokens")
+    chat.update(_tools(body))
     return parse_as_chat(chat, _RENAME, model_name=model_name, tokenizer=tokenizer, max_model_len=max_model_len)
 
 
@@ -120,6 +189,37 @@ class ResponsesRenderer:
         self.items: list[dict[str, Any]] = []  # finished output items
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.text: list[str] = []
+        self.tool = ToolCall(parsed.call) if parsed.call is not None else None
+        self.call: dict[str, Any] | None = None  # the function_call item being streamed
+
+    def _call_delta(self, text: str, final: bool) -> bytes:
+        """The next argument piece of the tool call (its item added first)."""
+        assert self.tool is not None
+        data = b""
+        if self.call is None:
+            data = self._close() if self.open is not None else b""
+            self.call = {
+                "id": f"fc_{uuid.uuid4().hex}",
+                "type": "function_call",
+                "status": "in_progress",
+                "arguments": "",
+                "call_id": self.tool.call_id,
+                "name": self.tool.name,
+            }
+            data += self._event("response.output_item.added", output_index=len(self.items), item=dict(self.call))
+        where = {"item_id": self.call["id"], "output_index": len(self.items)}
+        return data + self._event("response.function_call_arguments.delta", **where, delta=self.tool.piece(text, final))
+
+    def _call_done(self, status: str) -> bytes:
+        assert self.tool is not None and self.call is not None
+        where = {"item_id": self.call["id"], "output_index": len(self.items)}
+        arguments = self.tool.text
+        data = self._event("response.function_call_arguments.done", **where, name=self.tool.name, arguments=arguments)
+        item = {**self.call, "status": status, "arguments": arguments}
+        data += self._event("response.output_item.done", output_index=where["output_index"], item=item)
+        self.items.append(item)
+        self.call = None
+        return data
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = event(kind, {"type": kind, "sequence_number": self.seq, **fields})
@@ -182,6 +282,8 @@ class ResponsesRenderer:
     def response(self, gen: Generation, now_ns: int | None = None) -> dict[str, Any]:
         """The response object as it stands (usage once finished)."""
         finish = gen.finish_reason if now_ns is not None else None
+        if self.tool is not None and finish == "length":  # the call is complete (loadgen.server.tools)
+            finish = "tool_calls"
         status = {None: "in_progress", "length": "incomplete", "abort": "failed"}.get(finish, "completed")
         reasoning = min(gen.tokens, gen.reasoning_budget)
         usage = None
@@ -216,7 +318,12 @@ class ResponsesRenderer:
 
     def _end(self, gen: Generation, now_ns: int) -> bytes:
         failed = gen.finish_reason == "abort"
-        if not failed:
+        if self.tool is not None and not failed:
+            data = b"" if self.tool.closed else self._call_delta("", True)
+            data += self._call_done("completed")
+        elif self.tool is not None and self.call is not None:
+            data = self._call_done("incomplete")
+        elif not failed:
             data = self._begin("message")  # a message item even when every token was reasoning
             data += self._close("incomplete" if gen.finish_reason == "length" else "completed")
         else:
@@ -227,7 +334,9 @@ class ResponsesRenderer:
     def step(self, gen: Generation, text: str, finish: str | None) -> tuple[bytes, bytes]:
         lead = b"" if self.started else self._start(gen)
         data = self._delta("reasoning", gen.reasoning) if gen.reasoning else b""
-        if text:
+        if text and self.tool is not None:
+            data += self._call_delta(text, finish is not None and finish != "abort")
+        elif text:
             data += self._delta("message", text)
         if finish is not None:
             data += self._end(gen, perf_counter_ns())
@@ -244,8 +353,12 @@ class ResponsesRenderer:
     def body(self, gen: Generation, text: str, reasoning: str, now_ns: int) -> dict[str, Any]:
         if reasoning:
             self._delta("reasoning", reasoning)
-        self._delta("message", text)
-        self._close("incomplete" if gen.finish_reason == "length" else "completed")
+        if self.tool is not None:
+            self._call_delta(text, True)
+            self._call_done("completed")
+        else:
+            self._delta("message", text)
+            self._close("incomplete" if gen.finish_reason == "length" else "completed")
         return {**self.response(gen, now_ns), "loadgen": gen.vendor(self.trace, now_ns)}
 
 

@@ -49,6 +49,12 @@ KEYS = st.sampled_from(
         "system",
         "stop_sequences",
         "input_text",
+        "tools",
+        "tool_choice",
+        "tool_calls",
+        "function",
+        "name",
+        "arguments",
         "x",
     ]
 )
@@ -202,6 +208,121 @@ def _check(resp: httpx.Response, path: str, stream: Any) -> None:
 @given(st.data(), ROUTES)
 def test_any_json_body_is_answered_200_or_4xx(client: httpx.Client, data: st.DataObject, path: str) -> None:
     body = data.draw(bodies(path))
+    _check(
+        client.post(path, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}),
+        path,
+        body.get("stream"),
+    )
+
+
+NAME = st.one_of(st.sampled_from(["search", "open", ""]), ANY)
+CHAT_TOOL = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(["function", "x"]),
+            "function": st.one_of(
+                st.fixed_dictionaries({"name": NAME}, optional={"parameters": ANY}),
+                ANY,
+            ),
+        }
+    ),
+    ANY,
+)
+FLAT_TOOL = st.one_of(
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["function", "web_search"]), "name": NAME},
+        optional={"parameters": ANY, "input_schema": ANY},
+    ),
+    ANY,
+)
+CHOICE = st.one_of(
+    st.sampled_from(["none", "auto", "required", "any", "x"]),
+    st.fixed_dictionaries({"type": st.sampled_from(["function", "tool", "any", "auto", "none"]), "name": NAME}),
+    st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries({"name": NAME})}),
+    ANY,
+)
+CALL = st.one_of(
+    st.fixed_dictionaries(
+        {"id": TEXT, "type": st.just("function"), "function": st.fixed_dictionaries({"name": NAME, "arguments": TEXT})}
+    ),
+    ANY,
+)
+HISTORY = {
+    "/v1/chat/completions": st.lists(
+        st.one_of(
+            st.fixed_dictionaries(
+                {"role": st.just("assistant"), "content": st.none(), "tool_calls": st.lists(CALL, max_size=2)}
+            ),
+            st.fixed_dictionaries({"role": st.just("tool"), "tool_call_id": TEXT, "content": st.one_of(TEXT, ANY)}),
+            MESSAGE,
+        ),
+        max_size=3,
+    ),
+    "/v1/responses": st.lists(
+        st.one_of(
+            st.fixed_dictionaries(
+                {"type": st.just("function_call"), "call_id": st.one_of(TEXT, ANY), "name": NAME},
+                optional={"arguments": st.one_of(TEXT, ANY)},
+            ),
+            st.fixed_dictionaries(
+                {"type": st.just("function_call_output"), "call_id": st.one_of(TEXT, ANY)},
+                optional={"output": st.one_of(TEXT, st.lists(PART, max_size=2), ANY)},
+            ),
+            st.fixed_dictionaries(
+                {"type": st.just("reasoning")}, optional={"summary": ANY, "content": st.lists(PART, max_size=2)}
+            ),
+            ITEM,
+        ),
+        max_size=3,
+    ),
+    "/v1/messages": st.lists(
+        st.fixed_dictionaries(
+            {
+                "role": st.sampled_from(["user", "assistant"]),
+                "content": st.lists(
+                    st.one_of(
+                        st.fixed_dictionaries(
+                            {"type": st.just("tool_use"), "id": st.one_of(TEXT, ANY), "name": NAME},
+                            optional={"input": ANY},
+                        ),
+                        st.fixed_dictionaries(
+                            {"type": st.just("tool_result"), "tool_use_id": st.one_of(TEXT, ANY)},
+                            optional={"content": st.one_of(TEXT, st.lists(PART, max_size=2), ANY)},
+                        ),
+                        st.fixed_dictionaries({"type": st.just("thinking"), "thinking": st.one_of(TEXT, ANY)}),
+                        PART,
+                    ),
+                    max_size=3,
+                ),
+            }
+        ),
+        max_size=3,
+    ),
+}
+
+
+@st.composite
+def tool_bodies(draw: st.DrawFn, path: str) -> dict[str, Any]:
+    """A passing body with tools, a tool_choice and a tool history, some of them fuzzed."""
+    body = draw(bodies(path))
+    tools = CHAT_TOOL if path == "/v1/chat/completions" else FLAT_TOOL
+    body["tools"] = draw(st.one_of(st.lists(tools, max_size=3), ANY))
+    if draw(st.booleans()):
+        body["tool_choice"] = draw(CHOICE)
+    history = draw(HISTORY[path])
+    key = "input" if path == "/v1/responses" else "messages"
+    if isinstance(body.get(key), list):
+        body[key] = history + body[key]
+    return body
+
+
+TOOL_ROUTES = st.sampled_from(["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+
+
+@budget(120)
+@given(st.data(), TOOL_ROUTES)
+def test_bodies_with_tools_are_answered_200_or_4xx(client: httpx.Client, data: st.DataObject, path: str) -> None:
+    body = data.draw(tool_bodies(path))
     _check(
         client.post(path, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}),
         path,
