@@ -127,7 +127,10 @@ def rate_interval(
     t = np.asarray(t_ns, dtype=np.int64)
     w = None if weights is None else np.asarray(weights, dtype=np.float64)
     span = window[1] - window[0]
-    ids = np.clip((t - window[0]) * RATE_BATCHES // span, 0, RATE_BATCHES - 1)
+    ids = t - window[0]  # a new array: the steps below work in place
+    ids *= RATE_BATCHES
+    ids //= span
+    np.clip(ids, 0, RATE_BATCHES - 1, out=ids)
     rates = np.bincount(ids, weights=w, minlength=RATE_BATCHES) / (span / 1e9 / RATE_BATCHES)
     mean = float(rates.mean())
     if mean <= 0:

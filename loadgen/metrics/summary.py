@@ -106,9 +106,11 @@ def _throughput(
     noise = None
     rps, out_rate = _rate(n_ok, duration), _rate(out_sum, duration)
     ok_chunks = ev.chunk_mask(ok)
+    ok_t, ok_n = (ev.ch_t, ev.ch_n) if ok_chunks.all() else (ev.ch_t[ok_chunks], ev.ch_n[ok_chunks])
+    del ok_chunks
     intervals = {
         "requests_per_s": rate_interval(frame["done_ns"].to_numpy()[ok], None, window, rps, confidence),
-        "output_tokens_per_s": rate_interval(ev.ch_t[ok_chunks], ev.ch_n[ok_chunks], window, out_rate, confidence),
+        "output_tokens_per_s": rate_interval(ok_t, ok_n, window, out_rate, confidence),
     }
     if window:
         span_ns = window[1] - window[0]
@@ -116,16 +118,18 @@ def _throughput(
         hi = window[1] - round(span_ns * trim[1])
         done = frame["done_ns"].to_numpy()
         inside = ok & (done >= lo) & (done <= hi)
-        ch_in = ok_chunks & (ev.ch_t >= lo) & (ev.ch_t <= hi)  # a chunk's events share its time
+        ch_in = ok_t >= lo  # of the ok chunks (a chunk's events share its time)
+        ch_in &= ok_t <= hi
+        in_t, in_n = ok_t[ch_in], ok_n[ch_in]
         span = (hi - lo) / 1e9
-        steady_out = float(ev.ch_n[ch_in].sum())
+        steady_out = float(in_n.sum())
         steady = Steady(
             window_s=span,
             requests_per_s=_rate(float(inside.sum()), span),
             output_tokens_per_s=_rate(steady_out, span),
             total_tokens_per_s=_rate(steady_out + float(prompt[inside].sum()), span),
         )
-        noise = _rate_noise(ev.ch_t[ch_in], ev.ch_n[ch_in], (lo, hi))
+        noise = _rate_noise(in_t, in_n, (lo, hi))
     return duration, Throughput(
         requests_per_s=rps,
         output_tokens_per_s=out_rate,
@@ -149,7 +153,10 @@ def _rate_noise(
     span = window[1] - window[0]
     if span <= 0:
         return None
-    ids = np.minimum((t_ns - window[0]) * NOISE_BLOCKS // span, NOISE_BLOCKS - 1)
+    ids = t_ns - window[0]  # a new array: the steps below work in place
+    ids *= NOISE_BLOCKS
+    ids //= span
+    np.minimum(ids, NOISE_BLOCKS - 1, out=ids)
     sums = np.bincount(ids, weights=tokens.astype(np.float64), minlength=NOISE_BLOCKS)
     rates = sums / (span / 1e9 / NOISE_BLOCKS)
     return float(rates.std(ddof=1) / np.sqrt(NOISE_BLOCKS))

@@ -71,3 +71,16 @@ def test_describe_counts_edge_cases():
     assert describe_counts([5.0, 9.0], [0, 0])["count"] == 0
     assert describe_counts([4.0], [1]) == describe([4.0])
     assert describe_counts([1, 2, 3, 4], [1, 1, 1, 1])["p90"] == pytest.approx(3.7)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_percentiles_equal_numpy_on_small_sizes_ties_and_integers(seed):
+    # describe sorts instead of partitioning: every size from 1, ties and integer
+    # valued samples give numpy.percentile's floats exactly
+    rng = np.random.default_rng(seed)
+    for n in (*range(1, 40), 999, 1000, 1001, 10_007):
+        for x in (rng.gamma(2.0, 3.0, n), rng.integers(0, 4, n).astype(np.float64), rng.lognormal(0, 3, n)):
+            d = describe(x)
+            want = np.percentile(x, PERCENTILES)
+            assert [d[f"p{p:g}"] for p in PERCENTILES] == want.tolist()
+            assert d["min"] == x.min() and d["max"] == x.max()

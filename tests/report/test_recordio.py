@@ -310,3 +310,27 @@ def test_a_line_in_any_key_order_reads_as_in_the_writers_order() -> None:
         assert parsed[0] == dataclasses.replace(rec, events=[]) and parsed[1] == line["events"]
         assert parsed[0].status is ErrorKind.TIMEOUT and parsed[0].token_source is TokenSource.USAGE_DELTA
     assert parse_line(orjson.dumps({**line, "status": "no-such-kind"})) is None
+
+
+def test_an_older_writers_line_reads_by_position_with_the_newer_fields_at_their_defaults(tmp_path: Path) -> None:
+    """A line of an older writer (the fields up to some point, in order) reads as the
+    record with the fields it lacks at their defaults, in a folder too."""
+    rec = RequestRecord(index=3, level=1, sent_ns=10, done_ns=20, events=[[15, 1], [18, 2]], prompt_tokens=7)
+    line = orjson.loads(record_line(rec))
+    names = list(line)
+    for cut in (names.index("events") + 1, names.index("connect_ms") + 1, len(names) - 1):
+        old = {k: line[k] for k in names[:cut]}
+        parsed = parse_line(orjson.dumps(old))
+        assert parsed is not None
+        want = RequestRecord(**{k: getattr(rec, k) for k in names[:cut] if k != "events"})
+        assert parsed[0] == want and parsed[1] == line["events"]
+    with RunWriter(tmp_path) as w:
+        w.append(rec)
+    text = (tmp_path / "records.jsonl").read_bytes()
+    older = orjson.loads(text)
+    older.pop("image_bytes")
+    older.pop("images")
+    (tmp_path / "records.jsonl").write_bytes(b"  " + orjson.dumps(older) + b" \r\n\n")
+    found = read_records_pieces(tmp_path)
+    assert found.records == [dataclasses.replace(rec, events=[])]
+    assert [c.tolist() for c in found.columns()] == [[2], [15, 18], [1, 2]]
