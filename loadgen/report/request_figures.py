@@ -219,6 +219,31 @@ def timeline(data: RunData, max_requests: int = TIMELINE_MAX) -> dict[str, Any] 
     return {"data": traces, "layout": base_layout(layout, height=560)}
 
 
+_EVENT_BLOCK = 1 << 22  # events sorted into size classes at a time
+
+
+def _event_sizes(data: RunData, ok: np.ndarray, bounds: np.ndarray, n_cats: int) -> np.ndarray:
+    """Per level (rows) and size class (columns, ``searchsorted(bounds, tokens)``): how
+    many events of the level's successful requests carry that many tokens. One pass over
+    the events, a block of records at a time (temporaries of a few MB)."""
+    ev, n_levels = data.ev, len(data.levels)
+    level = data.frame["level"].to_numpy()
+    mine = ok & (level >= 0) & (level < n_levels)
+    key = np.where(mine, level, n_levels).astype(np.int64) * n_cats  # n_levels: no level's
+    top = int(bounds[-1]) + 1
+    cat_of = np.searchsorted(bounds, np.arange(top + 1), side="left")  # tokens 0..top -> class
+    ends = np.cumsum(ev.ev_count)
+    out = np.zeros((n_levels + 1) * n_cats, dtype=np.int64)
+    lo = 0
+    while lo < key.size:
+        hi = max(int(np.searchsorted(ends, ends[lo] + _EVENT_BLOCK, side="right")), lo + 1)
+        e0, e1 = int(ends[lo] - ev.ev_count[lo]), int(ends[hi - 1])
+        cls = cat_of[np.clip(ev.ev_n[e0:e1], 0, top)]
+        out += np.bincount(np.repeat(key[lo:hi], ev.ev_count[lo:hi]) + cls, minlength=out.size)
+        lo = hi
+    return out.reshape(n_levels + 1, n_cats)[:n_levels]
+
+
 def tokens_and_lengths(data: RunData) -> dict[str, Any] | None:
     """Tokens per SSE event (share of events by size) and coalesced reads per level,
     and output length achieved against requested (one point per request, sampled)."""
@@ -241,17 +266,16 @@ def tokens_and_lengths(data: RunData) -> dict[str, Any] | None:
     cats = ["1", "2", "3", "4", "5–8", "9–16", ">16"]
     bounds = np.array([1, 2, 3, 4, 8, 16])
     traces: list[dict[str, Any]] = []
+    sizes = _event_sizes(data, ok, bounds, len(cats))
     for i, name in enumerate(names):
-        rows = data.level_rows(i) & ok
-        n = data.ev.ev_n[data.ev.event_mask(rows)]
-        if n.size == 0:
+        counts = sizes[i]
+        if counts.sum() == 0:
             continue
-        counts = np.bincount(np.searchsorted(bounds, n, side="left"), minlength=len(cats))
         traces.append(
             {
                 "type": "bar",
                 "x": cats,
-                "y": rounded(counts / n.size, 4),
+                "y": rounded(counts / counts.sum(), 4),
                 "name": name,
                 "legendgroup": f"l{i}",
                 "marker": {"color": colours[i]},

@@ -83,9 +83,12 @@ def read_server_metrics(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _errors(records: list[RequestRecord]) -> dict[str, Counter[str]]:
+def _errors(records: list[RequestRecord], ok: np.ndarray) -> dict[str, Counter[str]]:
+    """Failure messages per status of ``records`` (``ok``: the frame's column, so only the
+    failed ones are visited)."""
     out: dict[str, Counter[str]] = {}
-    for r in records:
+    for i in np.flatnonzero(~ok).tolist():
+        r = records[i]
         if r.warmup or r.ok:
             continue
         status = getattr(r.status, "value", str(r.status))
@@ -127,7 +130,7 @@ def load_run(folder: Path) -> RunData:
         summary=summary,
         frame=frame,
         ev=ev,
-        errors=_errors(found.records),
+        errors=_errors(found.records, frame["ok"].to_numpy(dtype=bool)),
         server=read_server_metrics(folder / SERVER_METRICS_FILE),
         anchor_ns=anchor,
     )

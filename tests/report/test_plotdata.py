@@ -42,3 +42,22 @@ def test_weighted_items_in_groups_equal_repeated_samples(monkeypatch: pytest.Mon
     got_kept, _ = quantiles_by_bin(ids, n_bins, lambda at: values[at], (50, 99), counts=counts)
     np.testing.assert_array_equal(got_kept[50], want_kept[50])
     assert np.isnan(want[50]).sum() < n_bins // 2  # bins with samples are compared, not only NaNs
+
+
+@pytest.mark.parametrize("group", [1, 300, 1 << 21])
+def test_unweighted_items_with_nan_and_ties_equal_numpy(monkeypatch: pytest.MonkeyPatch, group: int) -> None:
+    rng = np.random.default_rng(5)
+    n = 3000
+    t = np.sort(rng.uniform(0, 50, n))
+    values = np.round(rng.lognormal(0, 1, n), 1)  # many ties
+    edges = bin_edges(float(t.min()), float(t.max()), max_bins=25)
+    n_bins = edges.size - 1
+    ids = bin_ids(t, edges)
+    values[ids == 3] = np.where(rng.random(int((ids == 3).sum())) < 0.5, np.nan, values[ids == 3])
+    want, want_top = naive(ids, values, n_bins)
+    monkeypatch.setattr(plotdata, "_GROUP", group)
+    got, top = quantiles_by_bin(ids, n_bins, lambda at: values[at], (50, 99))
+    for q in (50, 99):
+        np.testing.assert_array_equal(got[q], want[q])
+    np.testing.assert_array_equal(top, want_top)
+    assert np.isnan(want[50][3]) and np.isfinite(want[50]).sum() > n_bins // 2
