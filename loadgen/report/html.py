@@ -28,6 +28,7 @@ from loadgen.report.console import fmt_ms, session_lines, token_source_line
 from loadgen.report.error_bars import interval_note, pm_cell
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
+from loadgen.report.task_figures import task_section
 from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_range, mlperf_line, steady_line
 from loadgen.runinfo import Calibration, RunInfo
 
@@ -400,6 +401,7 @@ def build_run_page(data: RunData) -> Page:
         )
         + _maybe(page, "fig-timeline", R.timeline(data), "No request was sent.", 560),
     )
+    task_section(page, data)  # agentic levels: the task timeline, TTFT by step
     if pooled:  # the sections about tokens and inter-token gaps have nothing to show
         return _rest(page, data)
     itl_fig, itl_note = T.itl_over_time(data)
