@@ -12,7 +12,7 @@ from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import parse_slo
 from loadgen.metrics.summary import summarize_level
 from loadgen.metrics.tasks import covered_ns
-from loadgen.report.files import RunWriter, read_records
+from loadgen.report.files import RunWriter, read_records, read_records_columnar
 from tests.metrics.helpers import agent_level, call, rec
 
 LOAD = {"mode": "concurrency", "value": 4}
@@ -94,6 +94,19 @@ def test_tasks_survive_the_run_folder_and_summary_json(tmp_path: Path) -> None:
     slos = [parse_slo("task=150ms")]
     level = summarize_level(back, load=LOAD, slos=slos)
     assert level.tasks == summarize_level(records, load=LOAD, slos=slos).tasks
+    cols = read_records_columnar(tmp_path)  # the records' events apart, as a columnar reader gives them
+    columnar = summarize_level(cols.records, load=LOAD, slos=slos, events=(cols.n_events, cols.t_ns, cols.n_tokens))
+    assert columnar.tasks == level.tasks
     run = summarize_run([level], mode="concurrency")
     again = RunSummary.from_json(run.to_json())
     assert again.levels[0].tasks == level.tasks
+
+
+def test_a_task_slo_beside_request_slos_leaves_them_as_they_were() -> None:
+    records = agent_level()
+    plain = summarize_level(records, load=LOAD, slos=[parse_slo("ttft=7ms")])
+    both = summarize_level(records, load=LOAD, slos=[parse_slo("ttft=7ms"), parse_slo("task=150ms")])
+    assert both.goodput.slos == ["ttft=7ms"]
+    assert both.goodput == plain.goodput and both.mlperf == plain.mlperf
+    assert both.goodput.slo_attainment == pytest.approx(6 / 14)  # the six step-1 calls (TTFT 5 ms)
+    assert both.tasks is not None and both.tasks.slos == ["task=150ms"]
