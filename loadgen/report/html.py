@@ -6,7 +6,8 @@
 interval, knee, peak goodput; the client verdict), ``levels`` (the level table),
 ``latency`` (TTFT, ITL, TPOT, E2E against load), ``throughput`` (throughput, goodput and
 SLO attainment against load, the capacity interval shaded), ``distributions`` (CDFs per level), ``timeline`` (the requests of one level,
-phase by phase), ``itl-time`` (ITL over time, long prompts marked), ``tokens`` (tokens
+phase by phase), ``tasks`` (agentic levels: the task timeline, TTFT by step and by context;
+:mod:`loadgen.report.task_figures`), ``itl-time`` (ITL over time, long prompts marked), ``tokens`` (tokens
 per event, coalesced reads, output lengths, how tokens were counted), ``client`` (client
 health), ``failures`` and ``server`` (scraped server metrics). Numbers come from the
 summary; nothing here computes a reported metric.
