@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -52,134 +53,141 @@ from loadgen.metrics.slo import SLO, TASK_METRICS
 from loadgen.metrics.stats import distribution, stat_value
 from loadgen.records import ErrorKind, RequestRecord
 
-__all__ = ["CONTEXT_BUCKETS", "STEP_CAP", "covered_ns", "task_shares", "tasks_of", "with_tasks"]
+__all__ = ["CONTEXT_BUCKETS", "STEP_CAP", "tasks_of", "union_ns", "with_tasks"]
 
 STEP_CAP = 10  # steps past this one share the bucket "11+"
 CONTEXT_BUCKETS: tuple[tuple[str, int], ...] = (("<2k", 2048), ("2k-8k", 8192), ("8k-32k", 32768), (">=32k", 1 << 62))
 MISSING = "missing_steps"
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+_STEP_NAMES = [*map(str, range(1, STEP_CAP + 1)), f"{STEP_CAP + 1}+"]
 
 
-def covered_ns(spans: Sequence[tuple[int, int]]) -> int:
-    """The length of the union of ``[start, end]`` spans (empty ones ignored)."""
-    total, reach = 0, None
-    for lo, hi in sorted(s for s in spans if s[1] > s[0]):
-        if reach is None or lo > reach:
-            total, reach = total + hi - lo, hi
-        elif hi > reach:
-            total, reach = total + hi - reach, hi
-    return total
-
-
-def task_shares(calls: Sequence[RequestRecord]) -> tuple[int, int, int, int]:
-    """``(completion, llm, tools, waiting)`` in ns of one task's calls (see the module docstring)."""
-    start = min(r.sent_ns for r in calls)
-    end = max(r.done_ns for r in calls)
-    llm = [(r.sent_ns, r.done_ns) for r in calls]
-    tools = [(r.done_ns, min(end, r.done_ns + round(r.tool_ms * 1e6))) for r in calls if r.tool_ms > 0]
-    in_llm = covered_ns(llm)
-    in_tools = covered_ns(llm + tools) - in_llm
-    return end - start, in_llm, in_tools, end - start - in_llm - in_tools
-
-
-def _outcome(calls: Sequence[RequestRecord], last_send: int) -> str:
-    """``"completed"``, ``"incomplete"`` or an error kind (failed)."""
-    failed = sorted(
-        (r.step, r.branch, r.status.value) for r in calls if not r.ok and r.status is not ErrorKind.CANCELLED
-    )
-    if failed:
-        return str(failed[0][2])
-    top = max(r.step for r in calls)
-    cancelled = any(r.status is ErrorKind.CANCELLED for r in calls)
-    if top >= max(r.steps for r in calls) and not cancelled:
-        return "completed"
-    due = max(r.done_ns + round(r.tool_ms * 1e6) for r in calls if r.step == top)
-    return "incomplete" if cancelled or due >= last_send else MISSING
-
-
-def _bucket_of_step(step: int) -> str:
-    return str(step) if step <= STEP_CAP else f"{STEP_CAP + 1}+"
-
-
-def _bucket_of_context(tokens: int) -> str:
-    return next(name for name, below in CONTEXT_BUCKETS if tokens < below)
+def union_ns(group: I64, lo: I64, hi: I64, n_groups: int) -> I64:
+    """Per group ``0..n_groups-1``, the length of the union of its ``[lo, hi]`` spans (empty
+    ones ignored): sorted by start, each span adds what reaches past the furthest end of
+    the spans before it in its group."""
+    keep = hi > lo
+    group, lo, hi = group[keep], lo[keep], hi[keep]
+    order = np.lexsort((lo, group))
+    group, lo, hi = group[order], lo[order], hi[order]
+    reach = pd.Series(hi).groupby(group).cummax().to_numpy(dtype=np.int64)
+    first = np.ones(group.size, dtype=bool)
+    first[1:] = group[1:] != group[:-1]
+    before = np.where(first, lo, np.roll(reach, 1))
+    added = np.maximum(hi - np.maximum(lo, before), 0)
+    out = np.zeros(n_groups, dtype=np.int64)
+    np.add.at(out, group, added)
+    return out
 
 
 def _table(
-    labels: list[str | None],
-    frame: pd.DataFrame,
-    ev: EventArrays,
-    ok: npt.NDArray[np.bool_],
-    itl: F64,
-    order: list[str],
+    codes: npt.NDArray[np.int32], names: list[str], frame: pd.DataFrame, ev: EventArrays, ok: Bools, itl: F64
 ) -> dict[str, TaskStep]:
-    names = [n for n in order if n in set(labels)]
-    code = {n: i for i, n in enumerate(names)}
-    codes = np.fromiter((-1 if x is None else code[x] for x in labels), dtype=np.int32, count=len(labels))
+    """Per code (-1: not an agent call), the calls and the ok ones' TTFT and ITL, named by ``names``."""
     itl_codes = ev.like_itl(np.repeat(codes, ev.n_chunks), ok)
     ttft = frame["ttft_ms"].to_numpy(dtype=np.float64)
     return {
-        n: TaskStep(
+        names[c]: TaskStep(
             calls=int((codes == c).sum()),
             ttft_ms=distribution(ttft[(codes == c) & ok]),
             itl_ms=distribution(itl[itl_codes == c]),
         )
-        for c, n in enumerate(names)
+        for c in np.unique(codes[codes >= 0]).tolist()
     }
+
+
+def _ints(measured: Sequence[RequestRecord], name: str) -> I64:
+    get = attrgetter(name)
+    return np.fromiter(map(get, measured), dtype=np.int64, count=len(measured))
 
 
 def tasks_of(
     measured: Sequence[RequestRecord],
     frame: pd.DataFrame,
     ev: EventArrays,
-    ok: npt.NDArray[np.bool_],
+    ok: Bools,
     itl: F64,
     slos: Sequence[SLO] = (),
     confidence: float = 0.95,
 ) -> Tasks | None:
     """The ``tasks`` entry of a level; None without agent calls. ``measured`` are the level's
     non-warm-up records in ``frame``'s row order, ``itl`` its ITL samples (``ev.itl_ms(ok)``)."""
-    by_task: dict[int, list[RequestRecord]] = {}
-    for r in measured:
-        if r.task is not None:
-            by_task.setdefault(r.task, []).append(r)
-    if not by_task:
+    ids = np.fromiter((-1 if t is None else t for t in map(attrgetter("task"), measured)), np.int64, len(measured))
+    agent = ids >= 0
+    if not agent.any():
         return None
-    sent = [r.sent_ns for r in measured if r.sent_ns]
-    done = [r.done_ns for r in measured if r.done_ns]
-    last_send = max(sent, default=0)
-    seconds = (max(done) - min(sent)) / 1e9 if sent and done else 0.0
-    outcomes = {t: _outcome(calls, last_send) for t, calls in sorted(by_task.items())}
-    completed = [t for t, o in outcomes.items() if o == "completed"]
-    failed = [o for o in outcomes.values() if o not in ("completed", "incomplete")]
-    shares = np.array([task_shares(by_task[t]) for t in completed], dtype=np.float64).reshape(-1, 4)
-    ms = shares[:, 0] / 1e6
+    sent_all, done_all = frame["sent_ns"].to_numpy(dtype=np.int64), frame["done_ns"].to_numpy(dtype=np.int64)
+    sent_on, done_on = sent_all[sent_all != 0], done_all[done_all != 0]
+    last_send = int(sent_on.max()) if sent_on.size else 0
+    seconds = (int(done_on.max()) - int(sent_on.min())) / 1e9 if sent_on.size and done_on.size else 0.0
+    rows = np.flatnonzero(agent)
+    task_ids, g = np.unique(ids[rows], return_inverse=True)
+    n = task_ids.size
+    step, steps = _ints(measured, "step")[rows], _ints(measured, "steps")[rows]
+    branch = _ints(measured, "branch")[rows]
+    tool = np.fromiter(map(attrgetter("tool_ms"), measured), np.float64, len(measured))[rows]
+    sent, done, call_ok = sent_all[rows], done_all[rows], ok[rows]
+    status = frame["status"].to_numpy()[rows]
+    cancelled = status == ErrorKind.CANCELLED.value
+    broke = ~call_ok & ~cancelled
+    by = pd.DataFrame({"g": g, "sent": sent, "done": done, "step": step, "steps": steps, "c": cancelled, "f": broke})
+    per = by.groupby("g").agg(
+        start=("sent", "min"),
+        end=("done", "max"),
+        top=("step", "max"),
+        steps=("steps", "max"),
+        c=("c", "any"),
+        f=("f", "any"),
+    )
+    start, end = per["start"].to_numpy(np.int64), per["end"].to_numpy(np.int64)
+    top, any_cancel, any_fail = per["top"].to_numpy(np.int64), per["c"].to_numpy(bool), per["f"].to_numpy(bool)
+    due_at = done + np.round(tool * 1e6).astype(np.int64)
+    last_step = step == top[g]
+    due = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(due, g[last_step], due_at[last_step])
+    completed = ~any_fail & ~any_cancel & (top >= per["steps"].to_numpy(np.int64))
+    incomplete = ~any_fail & ~completed & (any_cancel | (due >= last_send))
+    failed = ~completed & ~incomplete
+    kinds = np.full(n, MISSING, dtype=object)
+    f_rows = np.flatnonzero(broke)[np.lexsort((branch[broke], step[broke], g[broke]))]
+    first_g, first_at = np.unique(g[f_rows], return_index=True)
+    kinds[first_g] = status[f_rows[first_at]]
+    in_llm = union_ns(g, sent, done, n)
+    tool_end = np.minimum(due_at, end[g])
+    both = union_ns(np.concatenate([g, g]), np.concatenate([sent, done]), np.concatenate([done, tool_end]), n)
+    span = (end - start)[completed]
+    ms = span / 1e6
+    frac = (
+        np.column_stack([in_llm, both - in_llm, end - start - both])[completed]
+        / np.where(span > 0, span, np.nan)[:, None]
+    )
+    mean = [float(np.nanmean(frac[:, i])) if np.isfinite(frac[:, i]).any() else None for i in range(3)]
     limits = [s for s in slos if s.metric in TASK_METRICS]
     meets = np.ones(ms.size, dtype=bool)
+    checks = []
     for s in limits:
         if s.stat is None:
             meets &= ms <= s.limit_ms
-    judged = len(completed) + len(failed)
-    starts = np.array([min(r.sent_ns for r in by_task[t]) for t in completed], dtype=np.int64)
-    frac = shares[:, 1:] / np.where(shares[:, :1] > 0, shares[:, :1], np.nan)
-    mean = [float(np.nanmean(frac[:, i])) if np.isfinite(frac[:, i]).any() else None for i in range(3)]
-    checks = []
-    for s in limits:
-        if s.stat is not None:
+        else:
             value = stat_value(ms, s.stat)
             checks.append(Check(slo=str(s), value_ms=value, passed=value is not None and value <= s.limit_ms))
-    agent = [r.task is not None for r in measured]
-    steps = [_bucket_of_step(r.step) if a else None for r, a in zip(measured, agent, strict=True)]
-    contexts = [_bucket_of_context(r.target_prompt_tokens) if a else None for r, a in zip(measured, agent, strict=True)]
-    step_order = [_bucket_of_step(i) for i in range(1, STEP_CAP + 2)]
+    judged = int(completed.sum() + failed.sum())
+    failed_kinds = pd.Series(kinds[failed], dtype=object).value_counts()
+    step_codes = np.full(len(measured), -1, dtype=np.int32)
+    step_codes[rows] = np.minimum(step, STEP_CAP + 1) - 1
+    context_codes = np.full(len(measured), -1, dtype=np.int32)
+    bounds = np.array([below for _, below in CONTEXT_BUCKETS[:-1]], dtype=np.int64)
+    context_codes[rows] = np.searchsorted(bounds, frame["target_prompt_tokens"].to_numpy(np.int64)[rows], side="right")
     return Tasks(
-        tasks=len(by_task),
-        completed=len(completed),
-        failed=len(failed),
-        incomplete=sum(1 for o in outcomes.values() if o == "incomplete"),
-        completion_ms=with_intervals(distribution(ms), ms, starts, confidence),
-        tasks_per_s=len(completed) / seconds if seconds > 0 else None,
+        tasks=n,
+        completed=int(completed.sum()),
+        failed=int(failed.sum()),
+        incomplete=int(incomplete.sum()),
+        completion_ms=with_intervals(distribution(ms), ms, start[completed], confidence),
+        tasks_per_s=float(completed.sum()) / seconds if seconds > 0 else None,
         slo_attainment=float(meets.sum()) / judged if judged else None,
         goodput_tasks_per_s=float(meets.sum()) / seconds if seconds > 0 else None,
         llm_share=mean[0],
@@ -187,9 +195,9 @@ def tasks_of(
         wait_share=mean[2],
         slos=[str(s) for s in limits if s.stat is None],
         checks=checks,
-        failed_by_error={k: failed.count(k) for k in sorted(set(failed))},
-        by_step=_table(steps, frame, ev, ok, itl, step_order),
-        by_context=_table(contexts, frame, ev, ok, itl, [n for n, _ in CONTEXT_BUCKETS]),
+        failed_by_error={str(k): int(v) for k, v in sorted(failed_kinds.items())},
+        by_step=_table(step_codes, _STEP_NAMES, frame, ev, ok, itl),
+        by_context=_table(context_codes, [name for name, _ in CONTEXT_BUCKETS], frame, ev, ok, itl),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from loadgen.errors import ConfigError
@@ -11,16 +12,18 @@ from loadgen.metrics.results import RunSummary
 from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import parse_slo
 from loadgen.metrics.summary import summarize_level
-from loadgen.metrics.tasks import covered_ns
+from loadgen.metrics.tasks import union_ns
 from loadgen.report.files import RunWriter, read_records, read_records_columnar
 from tests.metrics.helpers import agent_level, call, rec
 
 LOAD = {"mode": "concurrency", "value": 4}
 
 
-def test_union_of_spans() -> None:
-    assert covered_ns([(0, 10), (5, 20), (30, 40), (40, 45), (7, 8), (50, 50)]) == 35
-    assert covered_ns([]) == 0
+def test_union_of_spans_per_group() -> None:
+    spans = [(1, 30, 40), (0, 5, 20), (1, 40, 45), (0, 0, 10), (0, 7, 8), (0, 50, 50), (2, 9, 3), (0, 30, 31)]
+    g, lo, hi = (np.array(c, dtype=np.int64) for c in zip(*spans, strict=True))
+    assert union_ns(g, lo, hi, 4).tolist() == [21, 15, 0, 0]  # group 0: [0, 20] and [30, 31]
+    assert union_ns(g[:0], lo[:0], hi[:0], 2).tolist() == [0, 0]
 
 
 def test_task_outcomes_completion_times_and_rates() -> None:
