@@ -19,7 +19,8 @@ from loadgen.report.html import render_run_report
 from loadgen.report.task_figures import TIMELINE_TASKS
 from tests.metrics.helpers import agent_level, fanned_tasks
 from tests.report.conftest import figures
-from tests.report.test_browser import ALL_DRAWN, Opened, browser, pytestmark  # noqa: F401 - the browser fixture
+from tests.report.test_browser import Opened, browser  # noqa: F401 - the browser fixture
+from tests.report.test_browser import pytestmark as needs_chromium
 
 N_FANNED = 60  # more tasks than the timeline shows
 
@@ -64,6 +65,8 @@ def test_timeline_and_ttft_by_step_figures(agent_run: Path) -> None:
     assert ttft["ttft-step.1.step.p50"]["y"] == [5.0, 10.0, 15.0]
 
 
+@needs_chromium[0]
+@needs_chromium[1]
 def test_timeline_in_chromium(browser: Any, agent_run: Path, tmp_path: Path) -> None:  # noqa: F811
     opened = Opened(browser, render_run_report(agent_run))
     try:
