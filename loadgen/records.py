@@ -159,6 +159,11 @@ class RequestRecord:
     inputs: int = 0  # inputs in the request: embeddings' texts, rerank's documents (0: a generation API)
     images: int = 0  # images sent with it (a workload's [images] table)
     image_bytes: int = 0  # their total size in bytes (the files, before base64)
+    task: int | None = None  # agentic workloads: the task's id within its level (None: not an agent's call)
+    step: int = 0  # its step within the task, from 1 (a fan-out's branches share the step number)
+    branch: int = 0  # its fan-out branch within the step, from 0
+    steps: int = 0  # the steps its task was drawn to have
+    tool_ms: float = 0.0  # the tool that ran after this call (the next step waited for it), in ms; 0: none
 
     @property
     def ok(self) -> bool:

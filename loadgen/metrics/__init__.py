@@ -12,6 +12,7 @@ docs/metrics.md exactly; see each module's docstring.
 - :mod:`~loadgen.metrics.verdicts` — its ``steady_state`` (MSER-5 cut, trend test), ``mlperf``
   (early stopping per SLO) entries
 - :mod:`~loadgen.metrics.turns` — its multi-turn (``by_turn``, ``sessions``) and ``reasoning`` entries
+- :mod:`~loadgen.metrics.tasks` — its agentic ``tasks`` entry (completion, task SLOs, time shares, by step)
 - :mod:`~loadgen.metrics.capacity` — capacity, saturation knee, time windows
 - :mod:`~loadgen.metrics.run` — ``summarize_run``: the levels, capacity and knee of a run
 - :mod:`~loadgen.metrics.client` — client health: loop lag over time, late sends

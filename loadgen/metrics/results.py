@@ -46,6 +46,8 @@ __all__ = [
     "Sessions",
     "StatInterval",
     "Steady",
+    "TaskStep",
+    "Tasks",
     "Throughput",
     "TrialStat",
     "Trials",
@@ -404,6 +406,41 @@ class NonStreamed(JSONRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class TaskStep(JSONRecord):
+    """The agent calls of one step index or context bucket (``calls`` counts all, the rest the ok ones)."""
+
+    calls: int
+    ttft_ms: Distribution
+    itl_ms: Distribution
+
+
+@dataclass(frozen=True, slots=True)
+class Tasks(JSONRecord):
+    """An agentic level's tasks (see :mod:`loadgen.metrics.tasks` for the rules): how many
+    completed, failed (``failed_by_error``: the failing step's error kinds) or were cut by
+    the level's end (``incomplete``), completed tasks' completion times and rate, task SLO
+    attainment and goodput, the mean shares of a completed task's time spent in LLM calls,
+    in tools and waiting, and TTFT/ITL by step index and by context length."""
+
+    tasks: int
+    completed: int
+    failed: int
+    incomplete: int
+    completion_ms: Distribution
+    tasks_per_s: float | None
+    slo_attainment: float | None
+    goodput_tasks_per_s: float | None
+    llm_share: float | None
+    tool_share: float | None
+    wait_share: float | None
+    slos: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    failed_by_error: dict[str, int] = field(default_factory=dict)
+    by_step: dict[str, TaskStep] = field(default_factory=dict)
+    by_context: dict[str, TaskStep] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class LevelSummary(JSONRecord):
     """One load level (see :mod:`loadgen.metrics.summary` for how each number is made)."""
 
@@ -439,6 +476,7 @@ class LevelSummary(JSONRecord):
     connect: Connections | None = field(default=None, metadata=key("connect", omit_none=True))
     images: Images | None = field(default=None, metadata=key("images", omit_none=True))
     non_streamed: NonStreamed | None = field(default=None, metadata=key("non_streamed", omit_none=True))
+    tasks: Tasks | None = field(default=None, metadata=key("tasks", omit_none=True))
 
     @property
     def attainment_interval(self) -> StatInterval | None:

@@ -9,6 +9,11 @@ Metrics:
   measured from ``scheduled_ns`` (include any delay before the client sent the request).
 - ``tpot``: the request's time per output token.
 - ``itl``: per-token inter-token latency.
+- ``task`` (agentic workloads): a task's completion time, first send to the end of its
+  last step. A per-task limit (``task=60s``): a completed task meets it when it finished
+  within the limit; a failed task misses it. Its attainment and goodput are the level's
+  ``tasks`` entry's (:mod:`loadgen.metrics.tasks`), not the requests'; ``task:p90=60s``
+  is a check over the completed tasks.
 
 Without a stat the SLO is a **per-request limit**: a request meets it when its own value
 is within the limit (``<=``) — for ``itl`` its largest per-token ITL, i.e. every gap must
@@ -43,6 +48,7 @@ __all__ = [
     "METRICS",
     "SLO",
     "STATS",
+    "TASK_METRICS",
     "UNITS",
     "level_checks",
     "level_slos",
@@ -61,6 +67,7 @@ METRICS: dict[str, str] = {
     "e2e": "e2e_ms",
     "e2e_queued": "e2e_queued_ms",
 }
+TASK_METRICS: tuple[str, ...] = ("task",)  # judged per task, not per request
 STATS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "p99.9", "mean", "max")
 UNITS: dict[str, float] = {"ms": 1.0, "s": 1000.0, "us": 0.001}
 
@@ -69,7 +76,7 @@ _VACUOUS = frozenset({"tpot", "itl"})
 _NUMBER = re.compile(r"^((?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*([a-z]*)$")
 _HELP = (
     "expected METRIC[:STAT]=LIMIT with METRIC one of "
-    + ", ".join(METRICS)
+    + ", ".join((*METRICS, *TASK_METRICS))
     + "; STAT one of "
     + ", ".join(STATS)
     + "; LIMIT a positive number with unit ms, s or us (bare number = ms)"
@@ -88,7 +95,8 @@ class SLO:
 
     @property
     def per_request(self) -> bool:
-        return self.stat is None
+        """A limit each request must meet (task SLOs are judged per task)."""
+        return self.stat is None and self.metric not in TASK_METRICS
 
     def __str__(self) -> str:
         """Canonical text, in ms: ``ttft=500ms``, ``ttft:p90=300ms``."""
@@ -112,7 +120,7 @@ def parse_slo(text: str) -> SLO:
     if not eq:
         raise bad("missing '='")
     metric, colon, stat = (p.strip() for p in lhs.partition(":"))
-    if metric not in METRICS:
+    if metric not in METRICS and metric not in TASK_METRICS:
         raise bad(f"unknown metric {metric!r}")
     if colon and stat not in STATS:
         raise bad(f"unknown statistic {stat!r}")
@@ -131,8 +139,9 @@ def parse_slo(text: str) -> SLO:
 def request_meets(frame: pd.DataFrame, slo: SLO) -> npt.NDArray[np.bool_]:
     """Boolean mask over ``frame`` rows (a per-request frame): which requests meet the
     per-request ``slo``. Failed requests never do."""
-    if slo.stat is not None:
-        raise ValueError(f"{slo} is a level-wide check, not a per-request limit")
+    if not slo.per_request:
+        kind = "a level-wide check" if slo.stat is not None else "judged per task"
+        raise ValueError(f"{slo} is {kind}, not a per-request limit")
     values = frame[METRICS[slo.metric]].to_numpy(dtype=np.float64)
     with np.errstate(invalid="ignore"):
         meets = values <= slo.limit_ms
@@ -147,7 +156,7 @@ def slo_attainment(frame: pd.DataFrame, slos: Sequence[SLO]) -> tuple[npt.NDArra
     SLO, the successful ones. ``attainment`` is ``None`` for an empty frame."""
     mask = frame["ok"].to_numpy(dtype=bool).copy()
     for slo in slos:
-        if slo.stat is None:
+        if slo.per_request:
             mask &= request_meets(frame, slo)
     return mask, (float(mask.mean()) if mask.size else None)
 
@@ -160,7 +169,7 @@ def slo_scores(frame: pd.DataFrame, slos: Sequence[SLO]) -> npt.NDArray[np.float
     interval its ``n_eff`` when SLO misses are few (docs/metrics.md, "Uncertainty")."""
     score = np.zeros(len(frame), dtype=np.float64)
     for slo in slos:
-        if slo.stat is None:
+        if slo.per_request:
             values = frame[METRICS[slo.metric]].to_numpy(dtype=np.float64) / slo.limit_ms
             if slo.metric not in _VACUOUS:
                 values = np.where(np.isnan(values), np.inf, values)  # as request_meets: no value, no pass
@@ -177,7 +186,7 @@ def level_checks(samples: Mapping[str, Any], slos: Sequence[SLO]) -> list[Check]
     """
     out: list[Check] = []
     for slo in slos:
-        if slo.stat is None:
+        if slo.stat is None or slo.metric in TASK_METRICS:
             continue
         value = stat_value(samples.get(slo.metric, ()), slo.stat)
         out.append(Check(slo=str(slo), value_ms=value, passed=value is not None and value <= slo.limit_ms))

@@ -55,6 +55,7 @@ from loadgen.metrics.results import (
 )
 from loadgen.metrics.slo import SLO, level_checks, slo_attainment, slo_scores
 from loadgen.metrics.stats import distribution, distribution_of_counts
+from loadgen.metrics.tasks import with_tasks
 from loadgen.metrics.turns import by_turn, images_of, reasoning_of, sessions_of
 from loadgen.metrics.verdicts import auto_cut, level_verdicts
 from loadgen.records import RequestRecord
@@ -481,6 +482,7 @@ def summarize_level(
         images=images_of(measured),
         **level_verdicts(frame, ok, slos, scheduled is not None, cut, mlperf, attained),
     )
+    level = with_tasks(level, measured, frame, ev, ok, itl, slos, confidence)  # agentic levels: tasks
     return non_streamed(level, measured, ok)  # embeddings, rerank: inputs/s instead of tokens
 
 

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, StatInterval, unit_label
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
+from loadgen.report.task_lines import task_lines
 from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_line, mlperf_line, steady_line
 
 __all__ = [
@@ -405,6 +406,7 @@ def session_lines(levels: Sequence[LevelSummary]) -> list[str]:
                 f"prompt tokens mean {counted} as the server counted them (images included), "
                 f"{_num(im.prompt_tokens_text, 0)} text tokens sent"
             )
+        lines.extend(task_lines(lv, where))  # agentic levels
     return lines
 
 

@@ -6,7 +6,8 @@
 interval, knee, peak goodput; the client verdict), ``levels`` (the level table),
 ``latency`` (TTFT, ITL, TPOT, E2E against load), ``throughput`` (throughput, goodput and
 SLO attainment against load, the capacity interval shaded), ``distributions`` (CDFs per level), ``timeline`` (the requests of one level,
-phase by phase), ``itl-time`` (ITL over time, long prompts marked), ``tokens`` (tokens
+phase by phase), ``tasks`` (agentic levels: the task timeline, TTFT by step and by context;
+:mod:`loadgen.report.task_figures`), ``itl-time`` (ITL over time, long prompts marked), ``tokens`` (tokens
 per event, coalesced reads, output lengths, how tokens were counted), ``client`` (client
 health), ``failures`` and ``server`` (scraped server metrics). Numbers come from the
 summary; nothing here computes a reported metric.
@@ -28,6 +29,7 @@ from loadgen.report.console import fmt_ms, inputs_noun, session_lines, token_sou
 from loadgen.report.error_bars import interval_note, pm_cell
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
+from loadgen.report.task_figures import task_section
 from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_range, mlperf_line, steady_line
 from loadgen.runinfo import Calibration, RunInfo
 
@@ -402,6 +404,7 @@ def build_run_page(data: RunData) -> Page:
         )
         + _maybe(page, "fig-timeline", R.timeline(data), "No request was sent.", 560),
     )
+    task_section(page, data)  # agentic levels: the task timeline, TTFT by step
     if pooled:  # the sections about tokens and inter-token gaps have nothing to show
         return _rest(page, data)
     itl_fig, itl_note = T.itl_over_time(data)

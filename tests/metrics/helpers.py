@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
@@ -47,3 +48,64 @@ def rec(
         warmup=warmup,
         token_source=token_source,
     )
+
+
+def call(
+    task: int,
+    step: int,
+    steps: int,
+    sent: float,
+    done: float,
+    *,
+    branch: int = 0,
+    tool: float = 0.0,
+    status: ErrorKind = ErrorKind.OK,
+) -> RequestRecord:
+    """An agent call: its first token 5 ms per step after the send, its last at ``done``
+    (none when it failed); its target prompt 1000 * step**2 tokens."""
+    first = sent + 5 * step
+    events = [] if status is not ErrorKind.OK else [(first, 1)] + ([(done, 1)] if done > first else [])
+    r = rec(task * 100 + step * 10 + branch, events, sent=sent, done=done, status=status, target_prompt=1000 * step**2)
+    return dataclasses.replace(r, task=task, step=step, branch=branch, steps=steps, tool_ms=tool)
+
+
+def agent_level() -> list[RequestRecord]:
+    return [
+        # task 0, completed: a fan-out at step 2 whose branch-0 tool overlaps branch 1's call
+        call(0, 1, 3, 0, 30, tool=20),  # LLM [0, 30], tool [30, 50]
+        call(0, 2, 3, 50, 70, tool=40),  # LLM [50, 70], tool [70, 110]: [70, 100] is branch 1's LLM time
+        call(0, 2, 3, 50, 100, branch=1),  # LLM [50, 100]
+        call(0, 3, 3, 120, 140),  # waited [110, 120]
+        # task 1, completed in 200 ms: LLM 40 + 145, tool 10, waiting 5
+        call(1, 1, 2, 0, 40, tool=10),
+        call(1, 2, 2, 55, 200),
+        # task 2 failed at step 2
+        call(2, 1, 3, 10, 50),
+        call(2, 2, 3, 60, 65, status=ErrorKind.HTTP_ERROR),
+        # task 3 cut by the level's end: its step 3 was due at 450 ms, after the last send (320 ms)
+        call(3, 1, 4, 150, 300),
+        call(3, 2, 4, 320, 400, tool=50),
+        # task 4 stopped after step 1 although the level went on sending: failed
+        call(4, 1, 3, 0, 20),
+        # task 5 cut by the level's end: its call in flight cancelled
+        call(5, 1, 2, 100, 150),
+        call(5, 2, 2, 200, 250, status=ErrorKind.CANCELLED),
+        # not an agent's call
+        rec(999, [(10, 1), (50, 1)], sent=0, target_prompt=50_000),
+    ]
+
+
+def fanned_tasks(n: int, level: int = 0, start: float = 1000.0) -> list[RequestRecord]:
+    """``n`` completed three-step tasks 10 ms apart, a two-branch fan-out at step 2 and a
+    30 ms tool after step 1 and after branch 0 of step 2 (four calls, two tools each)."""
+    out = []
+    for k in range(n):
+        s = start + 10 * k
+        for r in (
+            call(k, 1, 3, s, s + 40, tool=30),
+            call(k, 2, 3, s + 70, s + 120, tool=30),
+            call(k, 2, 3, s + 70, s + 150, branch=1),
+            call(k, 3, 3, s + 160, s + 200),
+        ):
+            out.append(dataclasses.replace(r, level=level, index=level * 10**6 + r.index))
+    return out
