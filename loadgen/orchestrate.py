@@ -59,9 +59,9 @@ from loadgen.sweep_driver import run_summary, summarize_result, sweep_levels
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
 from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.sessions import SessionSource
-from loadgen.workload.tasks import AgentSource
 from loadgen.workload.source import WorkloadSource
 from loadgen.workload.spec import Workload
+from loadgen.workload.tasks import AgentSource
 from loadgen.workload.traces import TraceSource
 
 __all__ = [

@@ -164,13 +164,17 @@ async def _run(
     n = len(task.steps)
     for s, branches in enumerate(task.steps, 1):
         warms = []
-        for _ in branches:  # every branch of the step is budgeted before any is sent
+        for _ in branches:  # the branches the budget allows (a user's last ones may be cut)
             warm = next_call()
             if warm is None:
-                return False
+                break
             warms.append(warm)
+        if not warms:
+            return False
         call = _Call(ctx, source, task, history, context, s, n, worker, cap, max_late)
         results = await asyncio.gather(*(call.run(b, k, due, w) for k, (b, w) in enumerate(zip(branches, warms))))
+        if len(warms) < len(branches):
+            return False
         if any(r is None for r in results):
             return True  # the task failed (or a call was dropped): no later step
         done = [r for r in results if r is not None]
@@ -266,7 +270,8 @@ class _Call:
             }
         ]
         turn += [
-            {"role": "tool", "tool_call_id": i, "content": output if j == 0 else ""} for j, (i, _, _) in enumerate(calls)
+            {"role": "tool", "tool_call_id": i, "content": output if j == 0 else ""}
+            for j, (i, _, _) in enumerate(calls)
         ]
         end = rec.done_ns + int(b.tool_s * 1e9)
         if not await ctx.sleep_until(end) and ctx.stopped:

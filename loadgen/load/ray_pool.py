@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.errors import ConfigError, TargetError, Terminated
+from loadgen.load.agent import TaskSource
 from loadgen.load.precision import LevelWatch
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
-from loadgen.load.agent import TaskSource
 from loadgen.load.sessions import SessionSource
 from loadgen.load.share import START_LEAD_NS, LevelCollector, ShareDone, WorkerSetup, run_share
 from loadgen.load.source import SpecSource

@@ -33,10 +33,10 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from loadgen.load.agent import AgentTasks, TaskSource
 from loadgen.load.context import Driver, LevelContext
 from loadgen.load.credits import Credits
 from loadgen.load.plan import TRIAL_LEVELS, Keep, LevelPlan, LevelResult, level_schedule
-from loadgen.load.agent import AgentTasks, TaskSource
 from loadgen.load.sessions import SessionSource, SessionSpecs
 from loadgen.load.source import KnowsUsers, SpecSource, user_quota
 from loadgen.load.transport import Transport, Warms

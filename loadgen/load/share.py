@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from loadgen.load.agent import TaskSource
 from loadgen.load.context import Driver
 from loadgen.load.plan import LevelPlan, LevelResult
 from loadgen.load.precision import LevelWatch
 from loadgen.load.runner import Runner
-from loadgen.load.agent import TaskSource
 from loadgen.load.sessions import SessionSource
 from loadgen.load.source import SpecSource
 from loadgen.load.transport import Transport

@@ -111,9 +111,11 @@ def parse_agent(t: Any, r: _Reader, has_tools: bool) -> AgentConfig:
     def optional(k: str) -> Distribution | None:
         return r.dist(t, k, f"agent.{k}") if t.get(k, 0) != 0 else None
 
-    system = r.positive_int(t, "system_prompt_tokens", "agent.system_prompt_tokens") if t.get(
-        "system_prompt_tokens", 0
-    ) else 0
+    system = (
+        r.positive_int(t, "system_prompt_tokens", "agent.system_prompt_tokens")
+        if t.get("system_prompt_tokens", 0)
+        else 0
+    )
     tools = optional("tools_tokens")
     if tools is not None and has_tools:
         raise r.error("agent.tools_tokens", "the workload gives its own tools; remove tools_tokens or tools")

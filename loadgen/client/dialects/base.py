@@ -125,6 +125,7 @@ class Dialect(ABC):
     def collect_calls(self, obj: dict[str, Any], calls: list[list[Any]]) -> None:
         """Append the tool calls one event's JSON object streams to ``calls`` (agents'
         requests only; :mod:`loadgen.client.dialects.toolcalls`). Default: none."""
+        del obj, calls
 
     def inputs_sent(self, body: dict[str, Any]) -> int:
         """Inputs in a request sent with ``body`` (0 for generation APIs)."""
