@@ -158,7 +158,8 @@ class RequestRecord:
     stamped when its bytes were read (events from one read share a timestamp; the
     metrics count those as coalesced instead of zero gaps). Reasoning events are among
     them (``reasoning_tokens`` of their tokens); ``first_answer_ns`` is the first event
-    with answer output. A multi-turn request carries its ``session``, ``turn`` and ``turns``.
+    with answer output. A multi-turn request carries its ``session``, ``turn`` and ``turns``;
+    an agent's call its ``task``, ``step``, ``branch``, ``steps`` and ``tool_ms``.
     ``new_connection`` and ``connect_ms`` say whether it waited for a connection to be
     opened and for how long (that wait is inside its TTFT); files written before them
     read as ``None`` (not known).
