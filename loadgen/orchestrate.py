@@ -62,6 +62,7 @@ from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.sessions import SessionSource
 from loadgen.workload.source import WorkloadSource
 from loadgen.workload.spec import Workload
+from loadgen.workload.tasks import AgentSource
 from loadgen.workload.traces import TraceSource
 
 __all__ = [
@@ -165,8 +166,11 @@ def _run_json(
     )
 
 
-def _source_type(workload: Workload) -> type[WorkloadSource | SessionSource]:
-    """Multi-turn sessions when the workload has a ``[sessions]`` table, else single requests."""
+def _source_type(workload: Workload) -> type[WorkloadSource | SessionSource | AgentSource]:
+    """Agents' tasks with an ``[agent]`` table, multi-turn sessions with a ``[sessions]``
+    table, else single requests."""
+    if workload.agent is not None:
+        return AgentSource
     return WorkloadSource if workload.sessions is None else SessionSource
 
 

@@ -31,6 +31,8 @@ __all__ = [
     "RequestRecord",
     "RequestSpec",
     "SessionPlan",
+    "TaskBranch",
+    "TaskPlan",
     "TokenSource",
     "record_and_events",
     "record_from_json",
@@ -96,6 +98,12 @@ class RequestSpec:
     answer: list[str] | None = None  # when a list, the transport appends the answer text streamed back
     source_row: int | None = None  # the dataset entry or trace row it came from (0-based data row)
     images: tuple[ImageData, ...] = ()  # sent with the (last) user message as image parts (chat dialects)
+    task: int | None = None  # agentic workloads: the task's id within its level
+    step: int = 0  # its step within the task, from 1 (a fan-out's branches share the step number)
+    branch: int = 0  # its fan-out branch within the step, from 0
+    steps: int = 0  # the steps its task was drawn to have
+    tools: list[Any] | None = None  # tool definitions of this request (None: the run's, DialectOptions.tools)
+    calls: list[list[Any]] | None = None  # when a list, the transport appends the tool calls streamed back
 
 
 @dataclass(slots=True)
@@ -114,6 +122,35 @@ class SessionPlan:
 
 
 @dataclass(slots=True)
+class TaskBranch:
+    """One LLM call of an agent's step: its request (``spec``: the branch's own message as
+    its ``prompt``, its lengths and class; the first step's is the task; a step that does
+    not fan out adds no message: ``prompt`` empty), the tool it calls (``tool``, a name) and
+    the tool's result: ``tool_s`` of latency and a text of ``output_tokens`` tokens (made
+    when needed from ``output_key``). The last step runs no tool (``tool_s`` 0)."""
+
+    spec: RequestSpec
+    tool: str
+    tool_s: float = 0.0
+    output_tokens: int = 0
+    output_key: int = 0
+
+
+@dataclass(slots=True)
+class TaskPlan:
+    """One agentic task to run (:mod:`loadgen.workload.agent`): ``steps[s]`` holds the
+    branches of step ``s + 1`` (one, or a fan-out's). ``system`` and ``tools`` are its
+    group's system prompt and tool definitions (``context_tokens`` long together)."""
+
+    task: int
+    steps: list[list[TaskBranch]]
+    system: str | None = None
+    tools: list[Any] | None = None
+    context_tokens: int = 0
+    group: int | None = None
+
+
+@dataclass(slots=True)
 class RequestRecord:
     """What happened to one request. Appended to ``records.jsonl`` when it finishes.
 
@@ -121,7 +158,8 @@ class RequestRecord:
     stamped when its bytes were read (events from one read share a timestamp; the
     metrics count those as coalesced instead of zero gaps). Reasoning events are among
     them (``reasoning_tokens`` of their tokens); ``first_answer_ns`` is the first event
-    with answer output. A multi-turn request carries its ``session``, ``turn`` and ``turns``.
+    with answer output. A multi-turn request carries its ``session``, ``turn`` and ``turns``;
+    an agent's call its ``task``, ``step``, ``branch``, ``steps`` and ``tool_ms``.
     ``new_connection`` and ``connect_ms`` say whether it waited for a connection to be
     opened and for how long (that wait is inside its TTFT); files written before them
     read as ``None`` (not known).

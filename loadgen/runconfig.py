@@ -146,11 +146,12 @@ class RunConfig:
             _check_url(url, "scrape_urls", o, example="http://127.0.0.1:9400/metrics")
         _check_headers(self.headers, o)
         _check_gates(self.gates, o)
-        if self.workload.tools is not None and not get_dialect(self.api).tools:
+        if (self.workload.tools is not None or self.workload.agent is not None) and not get_dialect(self.api).tools:
             from loadgen.client.dialects import dialect_names
 
             takes = _either(n for n in dialect_names() if get_dialect(n).tools)
-            raise o.error("api", f"workload {self.workload.name!r} sends tools: they need the {takes} API")
+            what = "is an agent's (tool calls)" if self.workload.agent is not None else "sends tools"
+            raise o.error("api", f"workload {self.workload.name!r} {what}: they need the {takes} API")
         if self.workload.images is not None and not get_dialect(self.api).images:
             from loadgen.client.dialects import dialect_names
 

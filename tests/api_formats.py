@@ -35,8 +35,11 @@ class _Responses:
         out: list[Event] = []
         if kind != self.kind:
             self.kind, self.items = kind, self.items + 1
-            item = {"function_call": "function_call", "reasoning": "reasoning"}.get(kind, "message")
-            added = {"type": "response.output_item.added", "output_index": self.items - 1, "item": {"type": item}}
+            item = {"tool": "function_call", "reasoning": "reasoning"}.get(kind, "message")
+            head: dict[str, Any] = {"type": item}
+            if item == "function_call":
+                head.update(call_id="call_r0", name="lookup", arguments="")
+            added = {"type": "response.output_item.added", "output_index": self.items - 1, "item": head}
             out.append(("response.output_item.added", added))
         name = {
             "text": "response.output_text.delta",

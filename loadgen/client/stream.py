@@ -27,7 +27,9 @@ Reasoning: events whose output is reasoning only (see :mod:`loadgen.client.diale
 count as output like any other (TTFT and ITL cover them); their tokens, once counted,
 are ``record.reasoning_tokens``, and the first event with answer output (text or a tool
 call) is ``record.first_answer_ns``. With an ``answer`` list, the answer text streamed
-back is appended to it (multi-turn sessions resend it; nothing else keeps text).
+back is appended to it (multi-turn sessions resend it; nothing else keeps text). With a
+``calls`` list (agentic workloads), the dialect's :meth:`~loadgen.client.dialects.base.Dialect.collect_calls`
+appends the tool calls streamed back, ``[key, id, name, arguments]`` each.
 
 End of a stream: the answer has ended at its first ``finish_reason`` (unless the request
 asked for several choices: ``finish_ends`` False) or at ``[DONE]`` (the dialect's marker);
@@ -91,6 +93,7 @@ class StreamState:
         "_answer",
         "_backlog",
         "_bad_usage",
+        "_calls",
         "_completed",
         "_counts",
         "_decode",
@@ -129,8 +132,10 @@ class StreamState:
         answer: list[str] | None = None,
         redact: Callable[[str], str] | None = None,
         finish_ends: bool = True,
+        calls: list[list[Any]] | None = None,
     ) -> None:
         self.record = record
+        self._calls = calls  # agents: the tool calls streamed back, collected by the dialect
         self._redact = redact or _identity
         self._backlog = 0  # bytes fed and not parsed yet
         self._reasoning: list[int] = []  # the output events (their indices) that are reasoning only
@@ -318,6 +323,8 @@ class StreamState:
         if not isinstance(obj, dict):
             raise InvalidResponse(f"SSE event is not a JSON object: {self._clip(data, 120)!r}")
         info = self._parse(obj)
+        if self._calls is not None:  # only an agent's request asks for its tool calls
+            self.dialect.collect_calls(obj, self._calls)
         if info.error is not None:
             raise ErrorEvent(f"error in stream: {self._clip(info.error, 300)}")
         cum = None

@@ -231,7 +231,12 @@ class _StreamingTransport:
             record.inputs = dialect.inputs_sent(body)
             return AnswerState(record, dialect, redact=self.redact)
         return StreamState(
-            record, dialect, answer=spec.answer, redact=self.redact, finish_ends=dialect.finish_ends(body)
+            record,
+            dialect,
+            answer=spec.answer,
+            redact=self.redact,
+            finish_ends=dialect.finish_ends(body),
+            calls=spec.calls,
         )
 
     async def _read_to_end(

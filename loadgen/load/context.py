@@ -118,6 +118,10 @@ class LevelContext:
             source_row=spec.source_row,
             images=len(spec.images),
             image_bytes=sum(len(data) for _, data in spec.images),
+            task=spec.task,
+            step=spec.step,
+            branch=spec.branch,
+            steps=spec.steps,
         )
 
     async def send(self, spec: RequestSpec, rec: RequestRecord) -> None:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.errors import ConfigError, TargetError, Terminated
+from loadgen.load.agent import TaskSource
 from loadgen.load.precision import LevelWatch
 from loadgen.load.runner import LevelPlan, LevelResult, Runner
 from loadgen.load.sessions import SessionSource
@@ -120,7 +121,7 @@ class _Actor:
         self._setup, self._worker = setup, worker
         self._pending: list[RequestRecord] = []
         self._runner: Runner | None = None
-        self._source: SpecSource | SessionSource | None = None
+        self._source: SpecSource | SessionSource | TaskSource | None = None
         self._prepared: tuple[LevelPlan, Any] | None = None
         self._level: asyncio.Future[ShareDone] | None = None
 

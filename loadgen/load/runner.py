@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from loadgen.load.agent import AgentTasks, TaskSource
 from loadgen.load.context import Driver, LevelContext
 from loadgen.load.credits import Credits
 from loadgen.load.plan import TRIAL_LEVELS, Keep, LevelPlan, LevelResult, level_schedule
@@ -104,14 +105,14 @@ class Runner:
         return [] if self._level is None else self._level.in_flight_records()
 
     async def run_level(
-        self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource
+        self, plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource | TaskSource
     ) -> LevelResult:
         """Run this process's share of ``plan``: requests from a source (prepared before
         the start), or from one iterator shared by all users."""
         return await self.run_prepared(plan, self.prepare(plan, specs))
 
     @staticmethod
-    def prepare(plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource) -> Driver:
+    def prepare(plan: LevelPlan, specs: Iterator[RequestSpec] | SpecSource | SessionSource | TaskSource) -> Driver:
         """Build the level's requests ahead of its start (a source's prompts are made here).
 
         The one place that tells the kinds of request source apart: the sources live in
@@ -119,6 +120,8 @@ class Runner:
         here; from then on the driver alone decides how the level is sent."""
         if isinstance(specs, Iterator):
             return _Shared(specs, plan)
+        if isinstance(specs, TaskSource):
+            return AgentTasks(specs, plan)
         if isinstance(specs, SessionSource):
             return SessionSpecs(specs, plan)
         return _Positional(specs, plan)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from loadgen.load.agent import TaskSource
 from loadgen.load.context import Driver
 from loadgen.load.plan import LevelPlan, LevelResult
 from loadgen.load.precision import LevelWatch
@@ -37,7 +38,7 @@ class WorkerSetup:
     ``functools.partial`` of them): the transport, the request source, the record codec."""
 
     make_transport: Callable[[], Transport]
-    make_source: Callable[[], SpecSource | SessionSource]
+    make_source: Callable[[], SpecSource | SessionSource | TaskSource]
     encode: Callable[[Sequence[RequestRecord]], bytes]
     decode: Callable[[bytes], list[RequestRecord]]
     flush_s: float = 0.5

@@ -74,6 +74,7 @@ class RecordStore:
         self._class_code: dict[str, int] = {}
         self._errors: dict[int, str] = {}  # row -> error text (failed requests only)
         self._images: dict[int, tuple[int, int]] = {}  # row -> (images, image_bytes) (requests that sent images)
+        self._agent: dict[int, tuple[int, int, int, int, float]] = {}  # row -> task, step, branch, steps, tool_ms
         self._n_events = array("I")
         self._gap = array("I")  # ns since the previous event of the request (its send for the first)
         self._tokens = array("B")
@@ -126,6 +127,8 @@ class RecordStore:
             self._errors[row] = rec.error
         if rec.images:
             self._images[row] = (rec.images, rec.image_bytes)
+        if rec.task is not None:
+            self._agent[row] = (rec.task, rec.step, rec.branch, rec.steps, rec.tool_ms)
         events = rec.events
         self._n_events.append(len(events))
         prev = rec.sent_ns
@@ -174,6 +177,8 @@ class RecordStore:
                 inputs,
             ) = vals
             images, image_bytes = self._images.get(row, (0, 0))
+            agent = self._agent.get(row)
+            task, step, branch, steps, tool_ms = (None, 0, 0, 0, 0.0) if agent is None else agent
             out.append(
                 RequestRecord(
                     index=index,
@@ -206,6 +211,11 @@ class RecordStore:
                     new_connection=None if new < 0 else bool(new),
                     connect_ms=None if math.isnan(connect) else connect,
                     inputs=inputs,
+                    task=task,
+                    step=step,
+                    branch=branch,
+                    steps=steps,
+                    tool_ms=tool_ms,
                 )
             )
         return out

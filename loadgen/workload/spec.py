@@ -41,7 +41,9 @@ arrive with ``[arrivals]`` (``rate`` requests/s, optional ``burstiness``, the ga
 the run's default when no load flag or profile is given. An ``[images]`` table
 (:mod:`loadgen.workload.images`) sends images with every request (chat API); beside a
 ``[dataset]`` it is for a dataset without images of its own (one with an image column is
-refused when the run loads it: the entries' own images are the point of replaying it).
+refused when the run loads it: the entries' own images are the point of replaying it). An
+``[agent]`` table (:mod:`loadgen.workload.agent`) makes the requests agents' tasks: chains
+of LLM calls with tool calls and results between them, some steps fanning out.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from typing import Any
 
 from loadgen.errors import WorkloadError
 from loadgen.inputs import input_problem, open_input
+from loadgen.workload.agent import AgentConfig, parse_agent
 from loadgen.workload.datasets import FORMATS, DatasetOptions
 from loadgen.workload.distributions import MAX_LENGTH, Distribution, parse_distribution
 from loadgen.workload.images import ImageConfig, parse_images
@@ -92,6 +95,7 @@ _TOP_KEYS = (
     "dataset",
     "arrivals",
     "images",
+    "agent",
 )
 _SESSION_KEYS = ("turns", "think_time_ms", "system_prompt_tokens", "groups", "zipf")
 _CLASS_KEYS = ("name", "weight", "prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix")
@@ -172,6 +176,7 @@ class Workload:
     dataset: DatasetOptions | None = None
     arrivals: Arrivals | None = None
     images: ImageConfig | None = None  # images sent with each request
+    agent: AgentConfig | None = None  # agentic tasks (loadgen.workload.agent)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able description (for ``run.json``)."""
@@ -198,6 +203,7 @@ class Workload:
                 else {}
             ),
             **({} if self.images is None else {"images": self.images.describe()}),
+            **({} if self.agent is None else {"agent": self.agent.to_dict()}),
         }
 
 
@@ -417,7 +423,7 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
     arrivals = _arrivals(doc, f) if "arrivals" in doc else None
     single = [k for k in ("prompt_tokens", "output_tokens", "joint_tokens", "shared_prefix") if k in doc]
     if "dataset" in doc:
-        other = single + [k for k in ("classes", "sessions") if k in doc]
+        other = single + [k for k in ("classes", "sessions", "agent") if k in doc]
         if other:
             raise f.error(
                 other[0], "a [dataset] workload takes its prompts and lengths from the dataset; remove this key"
@@ -455,9 +461,12 @@ def _parse(doc: dict[str, Any], f: _File) -> Workload:
     else:
         classes = [f.request_class(doc, "", "default")]
     tools, tool_choice = f.tools(doc)
+    if "agent" in doc and "sessions" in doc:
+        raise f.error("agent", "give either [agent] (tasks of tool calls) or [sessions] (conversations), not both")
     return Workload(
         name=name,
         description=description,
+        agent=parse_agent(doc["agent"], f, tools is not None) if "agent" in doc else None,
         classes=classes,
         source=f.source,
         sessions=f.sessions(doc),

@@ -29,6 +29,7 @@ def records(draw: st.DrawFn) -> list[RequestRecord]:
             t += draw(st.sampled_from([0, 1, 7_000_000, BIG_GAP, -5]))  # ties, long gaps, out of order
             events.append([t, draw(st.sampled_from([0, 1, 2, 254, 255, 300, 2**40]))])
         failed = draw(st.booleans())
+        agent = draw(st.booleans())  # an agent's call: its task fields go in the side table
         out.append(
             RequestRecord(
                 index=i,
@@ -50,6 +51,11 @@ def records(draw: st.DrawFn) -> list[RequestRecord]:
                 warmup=draw(st.booleans()),
                 server={"ttft_s": 0.1},
                 credit_ns=draw(st.sampled_from([0, sent])),
+                task=draw(st.integers(0, 2**40)) if agent else None,
+                step=draw(st.integers(1, 20)) if agent else 0,
+                branch=draw(st.integers(0, 3)) if agent else 0,
+                steps=draw(st.integers(1, 20)) if agent else 0,
+                tool_ms=draw(st.sampled_from([0.0, 0.25, 312.5])) if agent else 0.0,
             )
         )
     return out

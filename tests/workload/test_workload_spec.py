@@ -20,10 +20,10 @@ from loadgen.workload.spec import (
 )
 
 REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
-SHIPPED = ["chat", "code", "demo", "mixed", "multiturn", "prefix", "rag", "summarize", "vision"]
+SHIPPED = ["agent", "chat", "code", "demo", "mixed", "multiturn", "prefix", "rag", "summarize", "vision"]
 TOP_KEYS = (
     "allowed keys: name, description, prompt_tokens, output_tokens, joint_tokens, shared_prefix, classes, "
-    "sessions, tools, tool_choice, dataset, arrivals, images"
+    "sessions, tools, tool_choice, dataset, arrivals, images, agent"
 )
 
 
@@ -162,14 +162,14 @@ def test_unknown_name_lists_available() -> None:
         load_workload("chatt", [REPO_WORKLOADS])
     msg = str(info.value)
     assert msg.startswith(
-        "workload: unknown workload 'chatt'; available: chat, code, demo, mixed, multiturn, prefix, rag, summarize"
+        "workload: unknown workload 'chatt'; available: agent, chat, code, demo, mixed, multiturn, prefix, rag, summarize"
     )
     assert str(REPO_WORKLOADS) in msg
 
 
 def test_missing_toml_path(tmp_path: Path) -> None:
     missing = tmp_path / "nope.toml"
-    with pytest.raises(WorkloadError, match=r"nope\.toml: no such workload file; named workloads: chat, code"):
+    with pytest.raises(WorkloadError, match=r"nope\.toml: no such workload file; named workloads: agent, chat, code"):
         load_workload(str(missing), [REPO_WORKLOADS])
 
 

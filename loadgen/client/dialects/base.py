@@ -122,6 +122,11 @@ class Dialect(ABC):
         """What a non-streamed answer's JSON object says (dialects whose ``streams`` is False)."""
         raise NotImplementedError(f"{self.name} streams: it has no non-streamed answer")
 
+    def collect_calls(self, obj: dict[str, Any], calls: list[list[Any]]) -> None:
+        """Append the tool calls one event's JSON object streams to ``calls`` (agents'
+        requests only; :mod:`loadgen.client.dialects.toolcalls`). Default: none."""
+        del obj, calls
+
     def inputs_sent(self, body: dict[str, Any]) -> int:
         """Inputs in a request sent with ``body`` (0 for generation APIs)."""
         return 0

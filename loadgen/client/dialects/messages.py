@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
+from loadgen.client.dialects.toolcalls import messages_calls, messages_history
 from loadgen.client.dialects.typed import message_of, typed_decode
 from loadgen.records import RequestSpec
 
@@ -62,15 +63,12 @@ def _body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
         system = [str(m.get("content", "")) for m in prompt if m.get("role") == "system"]
         if system:
             body["system"] = "\n".join(system)
-        body["messages"] = [
-            {"role": m.get("role", "user"), "content": m.get("content", "")}
-            for m in prompt
-            if m.get("role") != "system"
-        ]
+        body["messages"] = messages_history(prompt)
     if options.temperature is not None:
         body["temperature"] = options.temperature
-    if options.tools is not None:
-        body["tools"] = [_tool(t) for t in options.tools]
+    tools = options.tools if spec.tools is None else spec.tools
+    if tools is not None:
+        body["tools"] = [_tool(t) for t in tools]
     if options.tool_choice is not None:
         body["tool_choice"] = _tool_choice(options.tool_choice)
     if not options.strict:
@@ -125,6 +123,7 @@ class Messages(Dialect):
 
     build_body = staticmethod(_body)
     parse_event = staticmethod(_event)  # a plain function: no bound method per event
+    collect_calls = staticmethod(messages_calls)
     decode = staticmethod(typed_decode([_DELTA]))
 
     def non_stream_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:

@@ -10,7 +10,9 @@ asks for several choices (``n`` > 1). The key goes as ``Authorization: Bearer``.
 Reasoning models stream their thinking in ``delta.reasoning_content`` (DeepSeek, vLLM
 before 0.9) or ``delta.reasoning`` (vLLM since); an event whose only output is reasoning
 is marked ``reasoning``. Tool-call deltas (``delta.tool_calls[].function.arguments``) are
-answer output. ``tools``/``tool_choice`` (chat only) go into the body as given. A request's
+answer output. ``tools``/``tool_choice`` (chat only) go into the body as given (a request's
+own ``tools`` instead of the run's: an agentic workload's group; its history may hold
+assistant tool calls and ``tool`` messages, :mod:`.toolcalls`). A request's
 images (chat only) make the last user message's content a list: its text part, then one
 ``image_url`` part per image, a ``data:`` URL (:mod:`.images`).
 """
@@ -25,6 +27,7 @@ import orjson
 
 from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
 from loadgen.client.dialects.images import chat_image_parts, with_image_parts
+from loadgen.client.dialects.toolcalls import chat_calls
 from loadgen.records import RequestSpec
 
 __all__ = ["Chat", "Completions"]
@@ -69,8 +72,9 @@ def _chat_body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
     if spec.images:  # the user message's content becomes [text part, image_url parts...]
         messages = with_image_parts(messages, chat_image_parts(spec.images))
     body["messages"] = messages
-    if options.tools is not None:
-        body["tools"] = options.tools
+    tools = options.tools if spec.tools is None else spec.tools
+    if tools is not None:
+        body["tools"] = tools
     if options.tool_choice is not None:
         body["tool_choice"] = options.tool_choice
     return body
@@ -215,3 +219,4 @@ class Chat(_OpenAI):
 
     build_body = staticmethod(_chat_body)
     parse_event = staticmethod(_chat_event)  # a plain function: no bound method per event
+    collect_calls = staticmethod(chat_calls)

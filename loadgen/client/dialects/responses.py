@@ -28,6 +28,7 @@ from typing import Any
 
 from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
 from loadgen.client.dialects.images import input_image_parts, with_image_parts
+from loadgen.client.dialects.toolcalls import responses_calls, responses_items
 from loadgen.client.dialects.typed import message_of, typed_decode
 from loadgen.records import RequestSpec
 
@@ -57,7 +58,12 @@ def _input(prompt: str | list[dict[str, Any]], images: Any = ()) -> Any:
     if isinstance(prompt, str) and not images:
         return prompt
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    items = [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages]
+    items: list[dict[str, Any]] = []
+    for m in messages:
+        if "tool_calls" in m or m.get("role") == "tool":  # an agent's history (chat-shaped): Responses items
+            items += responses_items(m)
+        else:
+            items.append({"role": m.get("role", "user"), "content": m.get("content", "")})
     if images:  # the last user message's content: its input_text part, then an input_image part each
         items = with_image_parts(items, input_image_parts(images), text_type="input_text")
     return items
@@ -72,8 +78,9 @@ def _body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
     }
     if options.temperature is not None:
         body["temperature"] = options.temperature
-    if options.tools is not None:
-        body["tools"] = [_tool(t) for t in options.tools]
+    tools = options.tools if spec.tools is None else spec.tools
+    if tools is not None:
+        body["tools"] = [_tool(t) for t in tools]
     if options.tool_choice is not None:
         body["tool_choice"] = _tool_choice(options.tool_choice)
     if not options.strict:
@@ -130,6 +137,7 @@ class Responses(Dialect):
 
     build_body = staticmethod(_body)
     parse_event = staticmethod(_event)  # a plain function: no bound method per event
+    collect_calls = staticmethod(responses_calls)
     decode = staticmethod(typed_decode(_DELTAS))
 
     def non_stream_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:

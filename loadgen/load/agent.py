@@ -1,0 +1,279 @@
+"""Agentic tasks on the runner: chains of LLM calls with tool calls and results between them.
+
+A task (:class:`~loadgen.records.TaskPlan`) is held by one asyncio task from its first
+step to its last, so it stays on the worker process that starts it:
+
+- closed loop: each user runs one task at a time and starts the next when it ends; the
+  level's request budget, warm-up and ``--duration`` count calls, as sessions count turns
+  (a user stops mid-task when its share is used up);
+- open loop: *tasks* arrive on the level's schedule (the rate is of tasks, and
+  ``requests``/``warmup_requests`` count tasks); with a cap on requests in flight every
+  call waits for a credit, and a call dropped there ends its task.
+
+Step ``s`` sends the context so far: the system prompt, the task's message, then per
+earlier step every branch's sub-task message (fan-out steps), the assistant turn the
+server streamed (its text and tool calls) and the tool results. The history is kept in
+chat's shape (``tool_calls`` on the assistant message, ``{"role": "tool", "tool_call_id",
+"content"}`` results), which each dialect renders in its own; a streamed tool call's id,
+name and arguments are used as they came, an answer of plain text gets a synthetic call
+(id ``call_<task>_<step>_<branch>``, the plan's tool, arguments ``{}``). A call's first
+result is the plan's tool output (``tool_output_tokens``); further calls of the same
+answer get an empty result. After a call the tool runs for its drawn latency
+(``record.tool_ms``) before the next step; the last step runs no tool.
+
+A failed call fails its task: no later step is sent (a fan-out's siblings in flight
+finish). A task ended early — by a failure, a dropped call, the budget or the level's
+end — has no record of its last step (``step == steps``); one that failed has a record
+that is not ``ok``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any, Protocol, cast, runtime_checkable
+
+import numpy as np
+
+from loadgen.load.context import LevelContext
+from loadgen.load.credits import Credits
+from loadgen.load.plan import LevelPlan, level_schedule
+from loadgen.load.sessions import _NextTurn
+from loadgen.load.source import user_quota
+from loadgen.records import ChatMessage, RequestSpec, TaskBranch, TaskPlan
+
+__all__ = ["AgentTasks", "TaskSource"]
+
+_now = time.perf_counter_ns
+_PREPARE = 256  # open loop: tasks built before the level starts (the rest as they arrive)
+
+
+@runtime_checkable
+class TaskSource(Protocol):
+    """Where tasks come from (:class:`loadgen.workload.tasks.AgentSource`)."""
+
+    def user_tasks(self, level: int, user: int) -> Iterator[TaskPlan]:
+        """Closed loop: user ``user``'s tasks in order."""
+        ...
+
+    def task(self, level: int, position: int) -> TaskPlan:
+        """Open loop: the task of schedule position ``position``."""
+        ...
+
+    def tool_output(self, tokens: int, key: int) -> str:
+        """A tool's result text of ``tokens`` tokens (the same for the same ``key``)."""
+        ...
+
+
+class AgentTasks:
+    """A level's tasks, prepared before it starts; :meth:`drive` runs them (a
+    :class:`~loadgen.load.context.Driver`)."""
+
+    def __init__(self, source: TaskSource, plan: LevelPlan) -> None:
+        self.source = source
+        self.plan = plan
+        self.users: dict[int, Iterator[TaskPlan]] = {}
+        self.tasks: dict[int, TaskPlan] = {}
+        self.offsets = np.zeros(0)
+        if plan.mode == "concurrency":
+            for u in range(plan.worker, max(int(plan.value), 1), plan.n_workers):
+                self.users[u] = source.user_tasks(plan.spec_level, u)
+        else:
+            self.offsets = level_schedule(plan)
+            self.positions = range(plan.worker, len(self.offsets), plan.n_workers)
+            for p in self.positions[:_PREPARE]:
+                self.tasks[p] = source.task(plan.spec_level, p)
+
+    def at(self, position: int) -> TaskPlan:
+        got = self.tasks.pop(position, None)
+        return got if got is not None else self.source.task(self.plan.spec_level, position)
+
+    async def drive(self, ctx: LevelContext) -> None:
+        """Run the level's tasks: one per user at a time (closed loop), or as they arrive
+        on the level's schedule (open loop)."""
+        if ctx.plan.mode == "concurrency":
+            await self._closed(ctx)
+        else:
+            await self._open(ctx)
+
+    async def _closed(self, ctx: LevelContext) -> None:
+        plan = ctx.plan
+        users = max(int(plan.value), 1)
+        total = None if plan.requests is None else plan.requests + plan.warmup_requests
+        deadline = plan.deadline_ns(ctx.start_ns)
+        warm_until = plan.warm_until_ns(ctx.start_ns)
+
+        async def user(u: int) -> None:
+            if u:
+                await ctx.sleep_until(plan.user_start_ns(ctx.start_ns, u, users))
+            quota = user_quota(u, users, total)
+            sent = 0
+
+            def next_call() -> bool | None:  # None: the user is done; else whether it is warm-up
+                nonlocal sent
+                if ctx.closed or (quota is not None and sent >= quota):
+                    return None
+                if deadline is not None and _now() >= deadline:
+                    return None
+                sent += 1
+                return (sent - 1) * users + u < plan.warmup_requests or _now() < warm_until
+
+            for task in self.users[u]:
+                if not await _run(ctx, self.source, task, _now(), next_call, u, None, 0) or ctx.closed:
+                    return
+
+        await ctx.gather([user(u) for u in self.users])
+
+    async def _open(self, ctx: LevelContext) -> None:
+        plan = ctx.plan
+        ctx.result.scheduled = len(self.offsets)  # tasks
+        base = plan.start_ns or ctx.start_ns + 5_000_000
+        due_ns = base + np.round(self.offsets[plan.worker :: plan.n_workers] * 1e9).astype(np.int64)
+        max_late = int(plan.max_lateness_s * 1e9)
+        for i, due in zip(self.positions, due_ns.tolist()):
+            if not await ctx.sleep_until(due):
+                if ctx.ended and not ctx.stopped:
+                    ctx.result.scheduled = i
+                break
+            warm = i < plan.warmup_requests
+
+            def next_call(warm: bool = warm) -> bool | None:
+                return None if ctx.closed else warm
+
+            ctx.spawn(_run(ctx, self.source, self.at(i), due, next_call, plan.worker, ctx.credits, max_late))
+        await ctx.wait()
+
+
+async def _run(
+    ctx: LevelContext,
+    source: TaskSource,
+    task: TaskPlan,
+    due: int,
+    next_call: _NextTurn,
+    worker: int,
+    cap: Credits | None,
+    max_late: int,
+) -> bool:
+    """Run one task's steps from ``due`` on; False when the user should stop (the budget
+    or the level is spent)."""
+    history: list[dict[str, Any]] = []
+    if task.system is not None:
+        history.append({"role": "system", "content": task.system})
+    context = task.context_tokens  # tokens of the context so far
+    n = len(task.steps)
+    for s, branches in enumerate(task.steps, 1):
+        warms = []
+        for _ in branches:  # the branches the budget allows (a user's last ones may be cut)
+            warm = next_call()
+            if warm is None:
+                break
+            warms.append(warm)
+        if not warms:
+            return False
+        call = _Call(ctx, source, task, history, context, s, n, worker, cap, max_late)
+        results = await asyncio.gather(*(call.run(b, k, due, w) for k, (b, w) in enumerate(zip(branches, warms))))
+        if len(warms) < len(branches):
+            return False
+        if any(r is None for r in results):
+            return True  # the task failed (or a call was dropped): no later step
+        done = [r for r in results if r is not None]
+        for r in done:
+            history.extend(r[0])
+        context = max(r[1] for r in done) + sum(r[2] for r in done)
+        due = max(r[3] for r in done)
+    return True
+
+
+class _Call:
+    """The calls of one step: each branch's request on the step's context, then its tool."""
+
+    def __init__(
+        self,
+        ctx: LevelContext,
+        source: TaskSource,
+        task: TaskPlan,
+        history: list[dict[str, Any]],
+        context: int,
+        step: int,
+        steps: int,
+        worker: int,
+        cap: Credits | None,
+        max_late: int,
+    ) -> None:
+        self.ctx, self.source, self.task, self.history = ctx, source, task, history
+        self.context, self.step, self.steps, self.worker = context, step, steps, worker
+        self.cap, self.max_late = cap, max_late
+
+    async def run(
+        self, b: TaskBranch, k: int, due: int, warm: bool
+    ) -> tuple[list[dict[str, Any]], int, int, int] | None:
+        """Send branch ``k`` and run its tool: the history it adds, the context it saw (in
+        tokens), the tokens it adds and when its tool finished; None when it failed."""
+        ctx, msg = self.ctx, b.spec
+        own: list[dict[str, Any]] = []
+        if msg.prompt:
+            content = msg.prompt if isinstance(msg.prompt, str) else "\n".join(m.get("content", "") for m in msg.prompt)
+            own.append({"role": "user", "content": content})
+        spec = RequestSpec(
+            index=msg.index,
+            prompt=cast(list[ChatMessage], self.history + own),
+            prompt_tokens=self.context + msg.prompt_tokens,
+            max_tokens=msg.max_tokens,
+            request_class=msg.request_class,
+            group=self.task.group,
+            answer=[],
+            images=msg.images,
+            task=self.task.task,
+            step=self.step,
+            branch=k,
+            steps=self.steps,
+            tools=self.task.tools,
+            calls=[],
+        )
+        rec = ctx.new_record(spec, self.worker, warm)
+        rec.scheduled_ns = due
+        rec.tool_ms = b.tool_s * 1e3
+        cap = self.cap
+        if cap is not None:
+            if not await cap.acquire(max(due + self.max_late - _now(), 0) / 1e9):
+                ctx.result.dropped += 1
+                return None
+            rec.credit_ns = _now()
+            try:
+                await ctx.send(spec, rec)
+            finally:
+                cap.release()
+        else:
+            await ctx.send(spec, rec)
+        if not rec.ok:
+            return None
+        prompt = rec.prompt_tokens if rec.prompt_tokens is not None else spec.prompt_tokens
+        added = rec.completion_tokens if rec.completion_tokens is not None else rec.output_tokens
+        if self.step == self.steps:
+            return own, prompt, added, rec.done_ns
+        assert spec.answer is not None and spec.calls is not None
+        calls = [
+            (c[1] if c[1] else f"call_{self.task.task}_{self.step}_{k}_{j}", c[2] or b.tool, c[3])
+            for j, c in enumerate(spec.calls)
+        ] or [(f"call_{self.task.task}_{self.step}_{k}", b.tool, "{}")]
+        text = "".join(spec.answer)
+        output = self.source.tool_output(b.output_tokens, b.output_key)
+        turn: list[dict[str, Any]] = [
+            {
+                "role": "assistant",
+                "content": text or None,
+                "tool_calls": [
+                    {"id": i, "type": "function", "function": {"name": name, "arguments": args}}
+                    for i, name, args in calls
+                ],
+            }
+        ]
+        turn += [
+            {"role": "tool", "tool_call_id": i, "content": output if j == 0 else ""}
+            for j, (i, _, _) in enumerate(calls)
+        ]
+        end = rec.done_ns + int(b.tool_s * 1e9)
+        if not await ctx.sleep_until(end) and ctx.stopped:
+            return None
+        return own + turn, prompt, added + b.output_tokens, max(end, _now())
