@@ -417,8 +417,8 @@ class TaskStep(JSONRecord):
 @dataclass(frozen=True, slots=True)
 class Tasks(JSONRecord):
     """An agentic level's tasks (see :mod:`loadgen.metrics.tasks` for the rules): how many
-    completed, failed (``failed_by_error``: the failing step's error kinds) or were cut by
-    the level's end (``incomplete``), completed tasks' completion times and rate, task SLO
+    completed, failed (``failed_by_error``: the failing step's error kinds) or were cut short
+    by the load loop (``incomplete``: a budget, the level's end), completed tasks' completion times and rate, task SLO
     attainment and goodput, the mean shares of a completed task's time spent in LLM calls,
     in tools and waiting, and TTFT/ITL by step index and by context length."""
 

@@ -8,14 +8,13 @@ which the next step waited for. The runner sends no later step after a failed on
 Each task is exactly one of:
 
 - **completed**: every record ok and its highest step reached ``steps``;
-- **incomplete** — cut by the level's end: no record failed except as ``cancelled`` (the
-  level's end cancels calls in flight), its highest step is short of ``steps``, and either
-  a call was cancelled or its next step was due (the last step's latest ``done`` plus its
-  ``tool_ms``) at or after the level's last send, when the level sent nothing more;
-- **failed**: the rest — a record failed (any kind but ``cancelled``), or the task stopped
-  short of ``steps`` while the level was still sending. ``failed_by_error`` counts the
-  error kind of each failed task's first failing call (its lowest step), or
-  ``"missing_steps"`` when none failed.
+- **incomplete** — cut short, not failed: every call ok (or ``cancelled``: the level's end
+  cancels calls in flight) and its highest step short of ``steps``. The runner ends a task
+  early only when a call fails, so such a task was cut by the loop, not the server: a closed
+  loop's budget, the level's end, or a step dropped at ``--max-in-flight``;
+- **failed**: a call failed (any kind but ``cancelled``): the runner sent no later step.
+  ``failed_by_error`` counts the error kind of each failed task's first failing call (its
+  lowest step).
 
 Incomplete tasks count neither as failed nor as completed. A completed task's
 **completion time** is its first ``sent_ns`` to its latest ``done_ns`` (the end of the
@@ -57,7 +56,6 @@ __all__ = ["CONTEXT_BUCKETS", "STEP_CAP", "tasks_of", "union_ns", "with_tasks"]
 
 STEP_CAP = 10  # steps past this one share the bucket "11+"
 CONTEXT_BUCKETS: tuple[tuple[str, int], ...] = (("<2k", 2048), ("2k-8k", 8192), ("8k-32k", 32768), (">=32k", 1 << 62))
-MISSING = "missing_steps"
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -121,7 +119,6 @@ def tasks_of(
         return None
     sent_all, done_all = frame["sent_ns"].to_numpy(dtype=np.int64), frame["done_ns"].to_numpy(dtype=np.int64)
     sent_on, done_on = sent_all[sent_all != 0], done_all[done_all != 0]
-    last_send = int(sent_on.max()) if sent_on.size else 0
     seconds = (int(done_on.max()) - int(sent_on.min())) / 1e9 if sent_on.size and done_on.size else 0.0
     rows = np.flatnonzero(agent)
     task_ids, g = np.unique(ids[rows], return_inverse=True)
@@ -145,13 +142,10 @@ def tasks_of(
     start, end = per["start"].to_numpy(np.int64), per["end"].to_numpy(np.int64)
     top, any_cancel, any_fail = per["top"].to_numpy(np.int64), per["c"].to_numpy(bool), per["f"].to_numpy(bool)
     due_at = done + np.round(tool * 1e6).astype(np.int64)
-    last_step = step == top[g]
-    due = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(due, g[last_step], due_at[last_step])
     completed = ~any_fail & ~any_cancel & (top >= per["steps"].to_numpy(np.int64))
-    incomplete = ~any_fail & ~completed & (any_cancel | (due >= last_send))
-    failed = ~completed & ~incomplete
-    kinds = np.full(n, MISSING, dtype=object)
+    incomplete = ~any_fail & ~completed
+    failed = any_fail
+    kinds = np.full(n, "", dtype=object)  # a failed task's first failing call's error kind
     f_rows = np.flatnonzero(broke)[np.lexsort((branch[broke], step[broke], g[broke]))]
     first_g, first_at = np.unique(g[f_rows], return_index=True)
     kinds[first_g] = status[f_rows[first_at]]

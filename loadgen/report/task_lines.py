@@ -31,7 +31,7 @@ def task_lines(level: LevelSummary, where: str = "") -> list[str]:
     head = (
         f"{where}tasks {t.tasks}: {t.completed} completed, {t.failed} failed"
         + (f" ({failed})" if failed else "")
-        + f", {t.incomplete} cut by the level's end; completion p50 {fmt_latency(t.completion_ms.p50)} "
+        + f", {t.incomplete} cut short by the load loop; completion p50 {fmt_latency(t.completion_ms.p50)} "
         f"p99 {fmt_latency(t.completion_ms.p99)}; "
         + ("–" if t.tasks_per_s is None else f"{t.tasks_per_s:.3g}")
         + " tasks/s"

@@ -82,10 +82,11 @@ def agent_level() -> list[RequestRecord]:
         # task 2 failed at step 2
         call(2, 1, 3, 10, 50),
         call(2, 2, 3, 60, 65, status=ErrorKind.HTTP_ERROR),
-        # task 3 cut by the level's end: its step 3 was due at 450 ms, after the last send (320 ms)
+        # task 3 cut by the level's end after its step 2
         call(3, 1, 4, 150, 300),
         call(3, 2, 4, 320, 400, tool=50),
-        # task 4 stopped after step 1 although the level went on sending: failed
+        # task 4 stopped after step 1 with every call ok: cut by the loop (a closed loop's
+        # budget, or a step dropped at --max-in-flight), incomplete, not failed
         call(4, 1, 3, 0, 20),
         # task 5 cut by the level's end: its call in flight cancelled
         call(5, 1, 2, 100, 150),
