@@ -97,9 +97,10 @@ class Dialect(ABC):
         """The same request asked for as one non-streamed answer of one output token
         (calibration's fallback when a stream carries no prompt usage)."""
 
-    @abstractmethod
     def auth_headers(self, api_key: str) -> dict[str, str]:
-        """The headers that send ``api_key`` (never written anywhere)."""
+        """The headers that send ``api_key`` (never written anywhere): ``Authorization:
+        Bearer KEY``, as OpenAI-style APIs take it, unless a dialect says otherwise."""
+        return {"Authorization": f"Bearer {api_key}"}
 
     @abstractmethod
     def parse_event(self, obj: dict[str, Any]) -> EventInfo:
@@ -110,9 +111,11 @@ class Dialect(ABC):
         """``(prompt_tokens, completion_tokens)`` as the usage object holds them, None when
         absent; completion tokens are cumulative over the answer. The caller checks them."""
 
-    @abstractmethod
     def answer_usage(self, answer: Any) -> dict[str, Any] | None:
-        """The usage object of a non-streamed answer (any JSON value), if it has one."""
+        """The usage object of a non-streamed answer (any JSON value), if it has one: its
+        ``usage`` field when that is an object, unless a dialect says otherwise."""
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        return usage if isinstance(usage, dict) else None
 
     decode: Any = staticmethod(json.loads)
     """``decode(data)``: the JSON value of one event's data (``json.loads``; a ``ValueError``

@@ -25,7 +25,7 @@ from typing import Any
 
 from loadgen.client.dialects.base import Dialect, DialectOptions, EventInfo
 from loadgen.client.dialects.toolcalls import messages_calls, messages_history
-from loadgen.client.dialects.typed import message_of, typed_decode
+from loadgen.client.dialects.typed import add_options, message_of, typed_decode
 from loadgen.records import RequestSpec
 
 __all__ = ["ANTHROPIC_VERSION", "Messages"]
@@ -64,19 +64,7 @@ def _body(spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
         if system:
             body["system"] = "\n".join(system)
         body["messages"] = messages_history(prompt)
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    tools = options.tools if spec.tools is None else spec.tools
-    if tools is not None:
-        body["tools"] = [_tool(t) for t in tools]
-    if options.tool_choice is not None:
-        body["tool_choice"] = _tool_choice(options.tool_choice)
-    if not options.strict:
-        body["ignore_eos"] = True
-        body["min_tokens"] = spec.max_tokens
-    if options.extra_body:
-        body.update(options.extra_body)
-    return body
+    return add_options(body, spec, options, _tool, _tool_choice)
 
 
 def _event(obj: dict[str, Any]) -> EventInfo:
@@ -139,7 +127,3 @@ class Messages(Dialect):
 
     def usage_counts(self, usage: dict[str, Any]) -> tuple[Any, Any]:
         return usage.get("input_tokens"), usage.get("output_tokens")
-
-    def answer_usage(self, answer: Any) -> dict[str, Any] | None:
-        usage = answer.get("usage") if isinstance(answer, dict) else None
-        return usage if isinstance(usage, dict) else None

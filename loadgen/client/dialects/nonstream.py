@@ -53,19 +53,12 @@ class NonStreamed(Dialect):
     def non_stream_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
         return self.build_body(spec, options)  # the request is not streamed anyway
 
-    def auth_headers(self, api_key: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {api_key}"}
-
     def parse_event(self, obj: dict[str, Any]) -> EventInfo:
         return EventInfo(False, None, None, error_text(obj.get("error")))  # never streamed: nothing is output
 
     def usage_counts(self, usage: dict[str, Any]) -> tuple[Any, Any]:
         prompt = usage.get("prompt_tokens")
         return (usage.get("total_tokens") if prompt is None else prompt), None
-
-    def answer_usage(self, answer: Any) -> dict[str, Any] | None:
-        usage = answer.get("usage") if isinstance(answer, dict) else None
-        return usage if isinstance(usage, dict) else None
 
     def _prompt_count(self, obj: dict[str, Any]) -> Any:
         usage = self.answer_usage(obj)

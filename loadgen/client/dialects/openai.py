@@ -186,15 +186,8 @@ class _OpenAI(Dialect):
             body["min_tokens"] = 1
         return body
 
-    def auth_headers(self, api_key: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {api_key}"}
-
     def usage_counts(self, usage: dict[str, Any]) -> tuple[Any, Any]:
         return usage.get("prompt_tokens"), usage.get("completion_tokens")
-
-    def answer_usage(self, answer: Any) -> dict[str, Any] | None:
-        usage = answer.get("usage") if isinstance(answer, dict) else None
-        return usage if isinstance(usage, dict) else None
 
     def finish_ends(self, body: dict[str, Any]) -> bool:
         choices = body.get("n")

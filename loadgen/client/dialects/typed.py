@@ -6,7 +6,8 @@ the finish or an error. :func:`typed_decode` reads an event like ``json.loads``,
 first, and ``json`` again for a rare event that holds a run of 19 digits (orjson reads an
 integer past 64 bits as a float, and a usage count or an error there must read as ``json``
 reads it); a delta's value is used only for its truth and its being a string, which orjson
-reads the same. :func:`message_of` is the text of an error object.
+reads the same. :func:`message_of` is the text of an error object; :func:`add_options` puts
+the run's options into a body, each API's tool shapes given.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from typing import Any
 
 import orjson
 
-__all__ = ["message_of", "typed_decode"]
+from loadgen.client.dialects.base import DialectOptions
+from loadgen.records import RequestSpec
+
+__all__ = ["add_options", "message_of", "typed_decode"]
 
 _orjson_loads = orjson.loads
 _OrjsonError = orjson.JSONDecodeError
@@ -53,3 +57,29 @@ def message_of(err: Any, fallback: str) -> str:
                 return str(value)
         return fallback
     return fallback if err is None or err == "" else str(err)
+
+
+def add_options(
+    body: dict[str, Any],
+    spec: RequestSpec,
+    options: DialectOptions,
+    tool: Callable[[Any], Any],
+    tool_choice: Callable[[Any], Any],
+) -> dict[str, Any]:
+    """``body`` with the run's options as both typed APIs take them: ``temperature``; the
+    tools (the request's own, else the run's) and ``tool_choice``, in the API's shape by
+    ``tool`` and ``tool_choice``; vLLM's ``ignore_eos``/``min_tokens`` unless ``strict``;
+    then ``extra_body`` over all of it."""
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    tools = options.tools if spec.tools is None else spec.tools
+    if tools is not None:
+        body["tools"] = [tool(t) for t in tools]
+    if options.tool_choice is not None:
+        body["tool_choice"] = tool_choice(options.tool_choice)
+    if not options.strict:
+        body["ignore_eos"] = True
+        body["min_tokens"] = spec.max_tokens
+    if options.extra_body:
+        body.update(options.extra_body)
+    return body
