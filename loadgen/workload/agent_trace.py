@@ -123,8 +123,9 @@ class AgentTrace:
         """Open loop: each task's start (s) from the first task's; None when a task has no ``t_s``."""
         if not self.tasks or any(t.start_s is None for t in self.tasks):
             return None
-        starts: np.ndarray = np.asarray([t.start_s for t in self.tasks], dtype=np.float64)
-        return starts - starts[0]
+        starts = np.asarray([t.start_s or 0.0 for t in self.tasks], dtype=np.float64)
+        offsets: np.ndarray = starts - starts[0]
+        return offsets
 
 
 def _tool_name(tool: Any) -> str:
