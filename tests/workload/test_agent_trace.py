@@ -103,7 +103,7 @@ def test_malformed_lines_get_one_line_errors_naming_the_line(lines: list[bytes],
     assert str(exc.value).startswith(where) and "\n" not in str(exc.value)
 
 
-def test_aiperf_session_rows_become_chained_steps() -> None:
+def test_aiperf_session_rows_become_chained_steps(tmp_path: Path) -> None:
     rows = _lines(
         {"session_id": "s1", "timestamp": 1000, "input_length": 500, "output_length": 40, "hash_ids": [1]},
         {"session_id": "s2", "timestamp": 1500, "input_length": 200, "output_length": 20},
@@ -119,6 +119,10 @@ def test_aiperf_session_rows_become_chained_steps() -> None:
     assert [c.tool_tokens for c in s1] == [840 - 500 - 40, 1000 - 840 - 30, 0]  # the prompt's growth: tool results
     assert [c.tool_latency_ms for c in s1] == [250.0, 90.5, 0.0]  # the delay before the next turn: the tool's run
     assert [c.parents for c in s1] == [(), (1,), (2,)]
+    path = tmp_path / "aiperf.jsonl"
+    path.write_bytes(b"".join(rows))
+    fit = fit_workload(str(path), "sessions", kind="agent")  # the format told by its first line
+    assert isinstance(fit, AgentFit) and fit.steps.tolist() == [3, 1] and fit.fan_widths.size == 0
     with pytest.raises(WorkloadError, match=r"^a\.jsonl: line 1: messages: .*tokenizer"):
         parse_aiperf_sessions(_lines({"session_id": "s", "messages": [], "output_length": 3}), "a.jsonl")
     with pytest.raises(WorkloadError, match=r"^a\.jsonl: line 2: input_length: missing"):
