@@ -1,19 +1,25 @@
 """A recorded agent trace replayed through the real runner and transport against the
 scripted server on loopback: every recorded call is sent once, in its step's order, after
 its parents and their tools; the tools' results are the recorded lengths; open loop
-starts each task at its recorded time, closed loop users take the tasks in order."""
+starts each task at its recorded time (exactly, in virtual time), closed loop users take the tasks in order."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+import pytest
 
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.load import agent as agent_module
+from loadgen.load import runner as runner_module
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import RequestRecord, RequestSpec
 from loadgen.workload.agent_trace import AgentTraceSource, load_agent_trace
 from loadgen.workload.prompts import PromptSynthesizer
 from tests.scripted_server import Script, ScriptedServer
+from tests.virtual_time import VirtualClock, run_virtual
 
 SAMPLE = Path(__file__).resolve().parents[2] / "workloads" / "samples" / "agent_trace.jsonl"
 
@@ -96,3 +102,45 @@ async def test_closed_loop_users_take_the_recorded_tasks_in_order() -> None:
         assert sum(end[q] <= start[p] for q in range(p)) >= p - 1
     for p in range(n):  # never more than two tasks at once
         assert sum(start[q] <= start[p] < end[q] for q in range(n) if q != p) <= 1
+
+
+class _Timed:
+    """A transport on the virtual clock: each call answers after 50 ms + 1 ms per output token."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.calls: dict[tuple[int, int, int], RequestRecord] = {}
+
+    async def send(self, spec: RequestSpec, record: RequestRecord) -> None:
+        record.sent_ns = self.clock.ns()
+        await asyncio.sleep(0.05 + spec.max_tokens / 1e3)
+        record.events.append([self.clock.ns(), spec.max_tokens])
+        record.done_ns = self.clock.ns()
+        assert spec.task is not None
+        self.calls[(spec.task, spec.step, spec.branch)] = record
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_recorded_starts_and_tool_latencies_in_virtual_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each task's first call goes at its recorded start; each later step exactly when the
+    slowest branch of the step before it has answered and run its recorded tool."""
+    clock = VirtualClock()
+    monkeypatch.setattr(runner_module, "_now", clock.ns)
+    monkeypatch.setattr(agent_module, "_now", clock.ns)
+    trace = load_agent_trace(str(SAMPLE))
+    source = AgentTraceSource(trace, 3, PromptSynthesizer(seed=3))
+    fake = _Timed(clock)
+    assert trace.offsets is not None
+    res = run_virtual(Runner(fake).run_level(LevelPlan(0, "rate", 1.0, offsets=trace.offsets), source), clock)
+    assert len(fake.calls) == sum(t.calls for t in trace.tasks) == 20
+    base = fake.calls[(0, 1, 0)].sent_ns
+    assert base >= res.start_ns
+    for p, task in enumerate(trace.tasks):
+        assert abs(fake.calls[(p, 1, 0)].sent_ns - base - round(trace.offsets[p] * 1e9)) <= 2
+        for s in range(2, len(task.steps) + 1):
+            prev = task.steps[s - 2]
+            ready = max(fake.calls[(p, s - 1, k)].done_ns + round(c.tool_latency_ms * 1e6) for k, c in enumerate(prev))
+            for k in range(len(task.steps[s - 1])):
+                assert abs(fake.calls[(p, s, k)].sent_ns - ready) <= 2  # not before, and not later
