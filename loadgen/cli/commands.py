@@ -141,19 +141,21 @@ def workloads() -> None:
 def workload_fit(
     path: str = typer.Argument(
         ...,
-        help="A dataset (ShareGPT, chat/prompt JSONL, CSV, Parquet) or a trace (Mooncake JSONL, Azure or BurstGPT CSV)",
+        help="A dataset (ShareGPT, chat/prompt JSONL, CSV, Parquet), a trace (Mooncake JSONL, Azure or BurstGPT "
+        "CSV) or an agent trace (loadgen's agent-trace JSONL, AIPerf session rows with --kind agent)",
     ),
     out: Path = typer.Option(..., "--out", "-o", help="The workload file to write, e.g. workloads/mine.toml"),
     name: str | None = typer.Option(None, help="The workload's name (default: the output file's name)"),
     bins: int = typer.Option(32, help="Histogram bins per length (quantile-spaced)"),
-    kind: str = typer.Option("auto", help="auto, dataset or trace"),
+    kind: str = typer.Option("auto", help="auto, dataset, trace or agent"),
     tokenizer: str | None = typer.Option(
         None,
         help="A tokenizer.json or a Hugging Face model id in the local cache: exact dataset lengths (default: words)",
     ),
 ) -> None:
     """Write a workload with the joint (prompt, output) length histogram of real traffic
-    (and, for a trace, its arrival rate and burstiness)."""
+    (and, for a trace, its arrival rate and burstiness; for an agent trace, its [agent] table)."""
+    from loadgen.workload.agent_fit import AgentFit
     from loadgen.workload.fit import fit_workload
     from loadgen.workload.hf_cache import resolve_tokenizer
     from loadgen.workload.prompts import TokenizerCounter
@@ -167,6 +169,13 @@ def workload_fit(
         out.write_text(fit.to_toml(), encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(out)) from None
+    if isinstance(fit, AgentFit):
+        starts = f", {fit.rate:.3g} tasks/s, burstiness {fit.burstiness or 1.0:.3g}" if fit.rate is not None else ""
+        console().print(
+            f"{out}: {len(fit.trace.tasks):,} tasks, {fit.rows:,} calls, {float(fit.steps.mean()):.3g} steps a task, "
+            f"fan-out probability {fit.fan_probability:.2f}{starts}"
+        )
+        return
     arrivals = f", {fit.rate:.3g} req/s, burstiness {fit.burstiness:.3g}" if fit.rate is not None else ""
     console().print(
         f"{out}: {fit.rows:,} requests, {len(fit.joint.cells)} histogram cells, log-length "

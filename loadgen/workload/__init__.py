@@ -5,6 +5,7 @@
 - :mod:`.prompts` — prompt text of a target token length, calibration, exact counts.
 - :mod:`.generate` — :func:`generate_specs` / :func:`spec_stream`.
 - :mod:`.sessions` — multi-turn sessions of a workload with a ``[sessions]`` table.
+- :mod:`.agent_trace` — recorded agent traces replayed as tasks; :mod:`.agent_fit` fits ``[agent]`` from one.
 
 Pure: numpy and the stdlib only; no network, no CLI.
 """

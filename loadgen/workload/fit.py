@@ -5,6 +5,8 @@ and writes a workload whose class draws (prompt, output) pairs from their joint 
 histogram (:mod:`loadgen.workload.joint`), so the correlation between the two lengths
 survives. For a trace it adds ``[arrivals]``: the mean rate over the trace's span and the
 burstiness, the gamma shape ``1 / CV²`` of the inter-arrival gaps (1 is Poisson, < 1 burstier).
+A recorded agent trace (``kind = "agent"``, or auto for a loadgen agent trace) fits an
+agentic workload instead (:mod:`loadgen.workload.agent_fit`).
 
 Dataset lengths are exact with a tokenizer, else one token per word (the words a
 calibrated run would send for the same count); traces carry their own token counts.
@@ -19,6 +21,8 @@ import numpy as np
 
 from loadgen.errors import ConfigError
 from loadgen.inputs import open_input
+from loadgen.workload.agent_fit import AgentFit, fit_agent_trace
+from loadgen.workload.agent_trace import is_agent_trace
 from loadgen.workload.datasets import DatasetOptions, load_dataset, measure
 from loadgen.workload.joint import JointLengths, fit_joint
 from loadgen.workload.prompts import PromptSynthesizer, TokenCounter
@@ -105,13 +109,15 @@ def is_trace(path: Path) -> bool:
 
 def fit_workload(
     path: str, name: str, *, bins: int = 32, counter: TokenCounter | None = None, kind: str = "auto"
-) -> Fit:
-    """Fit ``path`` (a dataset or a trace; ``kind`` auto, dataset or trace)."""
+) -> Fit | AgentFit:
+    """Fit ``path`` (a dataset, a trace or an agent trace; ``kind`` auto, dataset, trace or agent)."""
     if not 2 <= bins <= 256:
         raise ConfigError(f"must be between 2 and 256, got {bins}", key="--bins")
-    if kind not in ("auto", "dataset", "trace"):
-        raise ConfigError(f"choose auto, dataset or trace, got {kind!r}", key="--kind")
+    if kind not in ("auto", "dataset", "trace", "agent"):
+        raise ConfigError(f"choose auto, dataset, trace or agent, got {kind!r}", key="--kind")
     p = Path(path)
+    if kind == "agent" or (kind == "auto" and is_agent_trace(p) == "loadgen"):
+        return fit_agent_trace(path, name, bins=bins)
     if kind == "trace" or (kind == "auto" and is_trace(p)):
         tr = load_trace(TraceOptions(path))
         prompt, output = tr.input_tokens, tr.output_tokens
