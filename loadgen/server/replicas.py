@@ -27,6 +27,7 @@ data-parallel engines.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
@@ -164,18 +165,8 @@ class ReplicatedEngine:
         return [e.stats() for e in self.engines]
 
     def stats(self) -> EngineStats:
-        """The replicas' counters and gauges summed (KV usage: their mean)."""
+        """The replicas' counters and gauges summed, every field (KV usage: their mean)."""
         parts = self.replica_stats()
-        total = EngineStats()
-        for s in parts:
-            total.running += s.running
-            total.waiting += s.waiting
-            total.prefix_cache_queries += s.prefix_cache_queries
-            total.prefix_cache_hits += s.prefix_cache_hits
-            total.preemptions += s.preemptions
-            total.prompt_tokens += s.prompt_tokens
-            total.generation_tokens += s.generation_tokens
-            total.steps += s.steps
-            total.busy_s += s.busy_s
+        total = EngineStats(**{f.name: sum(getattr(s, f.name) for s in parts) for f in dataclasses.fields(EngineStats)})
         total.kv_usage = sum(s.kv_usage for s in parts) / len(parts)
         return total

@@ -132,3 +132,18 @@ def test_bad_replica_settings_name_the_flag(kwargs: dict[str, Any], flag: str) -
     with pytest.raises(ConfigError) as info:
         ServeConfig(**kwargs)
     assert flag in str(info.value)
+
+
+def test_summed_stats_add_up_every_counter_of_the_replicas() -> None:
+    """``ReplicatedEngine.stats()`` sums every counter (it once left out the preempted
+    requests' prefix-cache counters, so code reading the sum saw 0 for them)."""
+    engine = replicated(3, "round-robin")
+    for i, replica in enumerate(engine.engines):
+        kv = replica.core.scheduler.kv  # type: ignore[attr-defined]
+        kv.prefix_cache_preempted_queries, kv.prefix_cache_preempted_hits = 100 * (i + 1), 10 * (i + 1)
+        kv.prefix_cache_queries, kv.prefix_cache_hits = 1000 * (i + 1), 500 * (i + 1)
+    parts, total = engine.replica_stats(), engine.stats()
+    assert (total.prefix_cache_preempted_queries, total.prefix_cache_preempted_hits) == (600, 60)
+    for name in ("prefix_cache_queries", "prefix_cache_hits", "preemptions", "prompt_tokens", "steps", "running"):
+        assert getattr(total, name) == sum(getattr(p, name) for p in parts), name
+    assert total.kv_usage == sum(p.kv_usage for p in parts) / 3
