@@ -34,19 +34,15 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol, cast, runtime_checkable
 
-import numpy as np
-
 from loadgen.load.context import LevelContext
+from loadgen.load.conversations import Conversations, NextCall, send_capped
 from loadgen.load.credits import Credits
-from loadgen.load.plan import LevelPlan, level_schedule
-from loadgen.load.sessions import _NextTurn
-from loadgen.load.source import user_quota
+from loadgen.load.plan import LevelPlan
 from loadgen.records import ChatMessage, RequestSpec, TaskBranch, TaskPlan
 
 __all__ = ["AgentTasks", "TaskSource"]
 
 _now = time.perf_counter_ns
-_PREPARE = 256  # open loop: tasks built before the level starts (the rest as they arrive)
 
 
 @runtime_checkable
@@ -66,123 +62,59 @@ class TaskSource(Protocol):
         ...
 
 
-class AgentTasks:
+class AgentTasks(Conversations[TaskPlan]):
     """A level's tasks, prepared before it starts; :meth:`drive` runs them (a
     :class:`~loadgen.load.context.Driver`)."""
 
     def __init__(self, source: TaskSource, plan: LevelPlan) -> None:
         self.source = source
-        self.plan = plan
-        self.users: dict[int, Iterator[TaskPlan]] = {}
-        self.tasks: dict[int, TaskPlan] = {}
-        self.offsets = np.zeros(0)
-        if plan.mode == "concurrency":
-            for u in range(plan.worker, max(int(plan.value), 1), plan.n_workers):
-                self.users[u] = source.user_tasks(plan.spec_level, u)
-        else:
-            self.offsets = level_schedule(plan)
-            self.positions = range(plan.worker, len(self.offsets), plan.n_workers)
-            for p in self.positions[:_PREPARE]:
-                self.tasks[p] = source.task(plan.spec_level, p)
+        super().__init__(plan)
 
-    def at(self, position: int) -> TaskPlan:
-        got = self.tasks.pop(position, None)
-        return got if got is not None else self.source.task(self.plan.spec_level, position)
+    def _user(self, user: int) -> Iterator[TaskPlan]:
+        return self.source.user_tasks(self.plan.spec_level, user)
 
-    async def drive(self, ctx: LevelContext) -> None:
-        """Run the level's tasks: one per user at a time (closed loop), or as they arrive
-        on the level's schedule (open loop)."""
-        if ctx.plan.mode == "concurrency":
-            await self._closed(ctx)
-        else:
-            await self._open(ctx)
+    def _item(self, position: int) -> TaskPlan:
+        return self.source.task(self.plan.spec_level, position)
 
-    async def _closed(self, ctx: LevelContext) -> None:
-        plan = ctx.plan
-        users = max(int(plan.value), 1)
-        total = None if plan.requests is None else plan.requests + plan.warmup_requests
-        deadline = plan.deadline_ns(ctx.start_ns)
-        warm_until = plan.warm_until_ns(ctx.start_ns)
-
-        async def user(u: int) -> None:
-            if u:
-                await ctx.sleep_until(plan.user_start_ns(ctx.start_ns, u, users))
-            quota = user_quota(u, users, total)
-            sent = 0
-
-            def next_call() -> bool | None:  # None: the user is done; else whether it is warm-up
-                nonlocal sent
-                if ctx.closed or (quota is not None and sent >= quota):
-                    return None
-                if deadline is not None and _now() >= deadline:
-                    return None
-                sent += 1
-                return (sent - 1) * users + u < plan.warmup_requests or _now() < warm_until
-
-            for task in self.users[u]:
-                if not await _run(ctx, self.source, task, _now(), next_call, u, None, 0) or ctx.closed:
-                    return
-
-        await ctx.gather([user(u) for u in self.users])
-
-    async def _open(self, ctx: LevelContext) -> None:
-        plan = ctx.plan
-        ctx.result.scheduled = len(self.offsets)  # tasks
-        base = plan.start_ns or ctx.start_ns + 5_000_000
-        due_ns = base + np.round(self.offsets[plan.worker :: plan.n_workers] * 1e9).astype(np.int64)
-        max_late = int(plan.max_lateness_s * 1e9)
-        for i, due in zip(self.positions, due_ns.tolist()):
-            if not await ctx.sleep_until(due):
-                if ctx.ended and not ctx.stopped:
-                    ctx.result.scheduled = i
-                break
-            warm = i < plan.warmup_requests
-
-            def next_call(warm: bool = warm) -> bool | None:
-                return None if ctx.closed else warm
-
-            ctx.spawn(_run(ctx, self.source, self.at(i), due, next_call, plan.worker, ctx.credits, max_late))
-        await ctx.wait()
-
-
-async def _run(
-    ctx: LevelContext,
-    source: TaskSource,
-    task: TaskPlan,
-    due: int,
-    next_call: _NextTurn,
-    worker: int,
-    cap: Credits | None,
-    max_late: int,
-) -> bool:
-    """Run one task's steps from ``due`` on; False when the user should stop (the budget
-    or the level is spent)."""
-    history: list[dict[str, Any]] = []
-    if task.system is not None:
-        history.append({"role": "system", "content": task.system})
-    context = task.context_tokens  # tokens of the context so far
-    n = len(task.steps)
-    for s, branches in enumerate(task.steps, 1):
-        warms = []
-        for _ in branches:  # the branches the budget allows (a user's last ones may be cut)
-            warm = next_call()
-            if warm is None:
-                break
-            warms.append(warm)
-        if not warms:
-            return False
-        call = _Call(ctx, source, task, history, context, s, n, worker, cap, max_late)
-        results = await asyncio.gather(*(call.run(b, k, due, w) for k, (b, w) in enumerate(zip(branches, warms))))
-        if len(warms) < len(branches):
-            return False
-        if any(r is None for r in results):
-            return True  # the task failed (or a call was dropped): no later step
-        done = [r for r in results if r is not None]
-        for r in done:
-            history.extend(r[0])
-        context = max(r[1] for r in done) + sum(r[2] for r in done)
-        due = max(r[3] for r in done)
-    return True
+    async def _hold(
+        self,
+        ctx: LevelContext,
+        task: TaskPlan,
+        due: int,
+        next_call: NextCall,
+        worker: int,
+        cap: Credits | None,
+        max_late: int,
+        deadline: int | None,
+    ) -> bool:
+        """Run one task's steps from ``due`` on; False when the user should stop (the budget
+        or the level is spent)."""
+        history: list[dict[str, Any]] = []
+        if task.system is not None:
+            history.append({"role": "system", "content": task.system})
+        context = task.context_tokens  # tokens of the context so far
+        n = len(task.steps)
+        for s, branches in enumerate(task.steps, 1):
+            warms = []
+            for _ in branches:  # the branches the budget allows (a user's last ones may be cut)
+                warm = next_call()
+                if warm is None:
+                    break
+                warms.append(warm)
+            if not warms:
+                return False
+            call = _Call(ctx, self.source, task, history, context, s, n, worker, cap, max_late)
+            results = await asyncio.gather(*(call.run(b, k, due, w) for k, (b, w) in enumerate(zip(branches, warms))))
+            if len(warms) < len(branches):
+                return False
+            if any(r is None for r in results):
+                return True  # the task failed (or a call was dropped): no later step
+            done = [r for r in results if r is not None]
+            for r in done:
+                history.extend(r[0])
+            context = max(r[1] for r in done) + sum(r[2] for r in done)
+            due = max(r[3] for r in done)
+        return True
 
 
 class _Call:
@@ -234,19 +166,7 @@ class _Call:
         rec = ctx.new_record(spec, self.worker, warm)
         rec.scheduled_ns = due
         rec.tool_ms = b.tool_s * 1e3
-        cap = self.cap
-        if cap is not None:
-            if not await cap.acquire(max(due + self.max_late - _now(), 0) / 1e9):
-                ctx.result.dropped += 1
-                return None
-            rec.credit_ns = _now()
-            try:
-                await ctx.send(spec, rec)
-            finally:
-                cap.release()
-        else:
-            await ctx.send(spec, rec)
-        if not rec.ok:
+        if not await send_capped(ctx, spec, rec, self.cap, due, self.max_late) or not rec.ok:
             return None
         prompt = rec.prompt_tokens if rec.prompt_tokens is not None else spec.prompt_tokens
         added = rec.completion_tokens if rec.completion_tokens is not None else rec.output_tokens
