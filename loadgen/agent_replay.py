@@ -84,7 +84,7 @@ def agent_trace_profile(trace: AgentTrace, f: RunFlags) -> Profile:
             raise ConfigError("an agent trace replays as one level; remove it", key=flag)
     n = len(trace.tasks)
     if f.concurrency is not None:
-        for flag, given in (("--requests", f.requests), ("--warmup", f.warmup), ("--speed", f.speed)):
+        for flag, given in (("--requests", f.requests), ("--warmup", f.warmup or None), ("--speed", f.speed)):
             if given is not None:
                 raise ConfigError("a closed-loop agent-trace replay runs every recorded task once; remove it", key=flag)
         users = f.concurrency
