@@ -57,6 +57,7 @@ from loadgen.runinfo import (
 )
 from loadgen.signals import raise_on_sigterm, stop_signals
 from loadgen.sweep_driver import run_summary, summarize_result, sweep_levels
+from loadgen.workload.agent_trace import AgentTraceSource
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
 from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.sessions import SessionSource
@@ -162,8 +163,21 @@ def _run_json(
         calibration=calib,
         machine=machine_info(),
         tokenizer=None if cfg.tokenizer is None else str(cfg.tokenizer),
-        trace=None if cfg.trace is None else TraceInfo.from_json(cfg.trace.describe()),
+        trace=_trace_info(cfg),
     )
+
+
+def _trace_info(cfg: RunConfig) -> TraceInfo | None:
+    """run.json's ``trace``: the replayed trace or agent trace, if any."""
+    if cfg.trace is not None:
+        return TraceInfo.from_json(cfg.trace.describe())
+    if cfg.agent_trace is not None:
+        info = cfg.agent_trace.describe()
+        offsets = cfg.agent_trace.offsets
+        if cfg.profile.mode == "rate" and offsets is not None and len(offsets) > 1 and offsets[-1] > 0:
+            info["mean_rate"] = (len(offsets) - 1) / float(offsets[-1])  # tasks per second
+        return TraceInfo.from_json(info)
+    return None
 
 
 def _source_type(workload: Workload) -> type[WorkloadSource | SessionSource | AgentSource]:
@@ -194,6 +208,8 @@ def _mean_output_tokens(cfg: RunConfig) -> float:
     workload's classes by weight); :data:`_OUTPUT_TOKENS_UNKNOWN` when none says."""
     if cfg.trace is not None:
         return float(cfg.trace.output_tokens.mean()) if len(cfg.trace) else _OUTPUT_TOKENS_UNKNOWN
+    if cfg.agent_trace is not None:
+        return float(cfg.agent_trace.output_tokens().mean())
     classes = cfg.workload.classes
     if cfg.workload.dataset is not None or not classes:
         opts = cfg.workload.dataset
@@ -238,6 +254,11 @@ def _source_factory(
     into ``stats``) or the workload."""
     if cfg.trace is not None:
         return functools.partial(TraceSource, cfg.trace, cfg.seed, synth)
+    if cfg.agent_trace is not None:  # closed loop: each user its own share of the tasks, on any worker
+        users = int(cfg.profile.levels[0]) if cfg.profile.mode == "concurrency" else None
+        return functools.partial(
+            AgentTraceSource, cfg.agent_trace, cfg.seed, synth, tools=cfg.workload.tools, users=users
+        )
     opts = cfg.workload.dataset
     if opts is not None and data is not None:
         measured = measure(data, opts, synth)

@@ -27,6 +27,7 @@ from loadgen.load.profiles import Profile
 from loadgen.metrics.gates import Gates
 from loadgen.metrics.slo import SLO
 from loadgen.records import MAX_LEVEL_S
+from loadgen.workload.agent_trace import AgentTrace
 from loadgen.workload.distributions import Distribution
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace
@@ -96,6 +97,7 @@ class RunConfig:
     resume: Resume | None = None  # continue the run in ``out`` instead of starting one
     tokenizer: Path | None = None  # a tokenizer.json: exact prompt lengths (else calibrated words)
     trace: Trace | None = None  # replay this trace's rows at their recorded times (one open-loop level)
+    agent_trace: AgentTrace | None = None  # replay this agent trace's tasks (open loop at their starts, or closed)
     warm_connections: bool = True  # open each level's connections before its clock starts
     ramp_up_s: float = 0.0  # closed loop: users join evenly over this many seconds, left out of the measured window
     origin: Origin = field(default_factory=Origin, compare=False, repr=False)
@@ -161,9 +163,29 @@ class RunConfig:
             raise o.error("inputs", f"inputs per request are for the non-streamed APIs, not {self.api}")
         if self.trace is not None and self.profile.arrival != "trace":
             raise o.error("trace", "a trace replays with the profile of its own times (arrival = 'trace')")
+        if self.agent_trace is not None:
+            _check_agent_trace(self.agent_trace, self, o)
         self.profile.validate(o.profile_keys())
         if self.profile.precision and self.ray is not None:
             raise o.error("profile.precision", "not with --ray yet (Ray actors cannot be told to end a level early)")
+
+
+def _check_agent_trace(trace: AgentTrace, cfg: RunConfig, o: Origin) -> None:
+    """An agent-trace replay: one level, open loop at the tasks' starts or closed, and an API with tools."""
+    from loadgen.client.dialects import dialect_names, get_dialect
+
+    if cfg.trace is not None:
+        raise o.error("agent_trace", "replay a request trace or an agent trace, not both")
+    if not get_dialect(cfg.api).tools:
+        takes = _either(n for n in dialect_names() if get_dialect(n).tools)
+        raise o.error("api", f"an agent trace's calls are tool calls: they need the {takes} API")
+    prof = cfg.profile
+    if prof.kind != "levels" or len(prof.levels) != 1:
+        raise o.error("profile", "an agent trace replays as one level")
+    if prof.mode == "rate" and (prof.arrival != "trace" or trace.offsets is None):
+        raise o.error(
+            "profile", "an open-loop agent-trace replay runs at the tasks' recorded starts (arrival = 'trace')"
+        )
 
 
 def _either(names: Iterable[str]) -> str:

@@ -22,6 +22,7 @@ from loadgen.load.profiles import Profile
 from loadgen.metrics.gates import Gates
 from loadgen.paths import search_dirs, shipped
 from loadgen.runconfig import DEFAULT_TRANSPORT, Origin, RunConfig
+from loadgen.workload.agent_trace import AgentTrace
 from loadgen.workload.distributions import Distribution, parse_distribution
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace
@@ -151,6 +152,7 @@ class Replay:
 
     workload: Workload
     trace: Trace | None = None
+    agent_trace: AgentTrace | None = None
 
 
 def headers(header: list[str], api_key_env: str | None, api: str) -> dict[str, str]:
@@ -225,8 +227,13 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
         import_ray()  # before anything else: one clear line when Ray is missing
     replay = _replay(f)
     trace = None if replay is None else replay.trace
+    agent_trace = None if replay is None else replay.agent_trace
     wl = replay.workload if replay is not None else _workload(f)
-    prof, level_flag = (_trace_profile(trace, f), "--trace") if trace is not None else _profile(f, wl)
+    level_flag: str | None
+    if agent_trace is not None:
+        prof, level_flag = _agent_profile(agent_trace, f), "--concurrency" if f.concurrency else "--trace"
+    else:
+        prof, level_flag = (_trace_profile(trace, f), "--trace") if trace is not None else _profile(f, wl)
     api = f.api or "chat"
     keys = {**CLI_KEYS, **({} if level_flag is None else {"profile.levels": level_flag})}
     keys.update(
@@ -260,6 +267,7 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
         ray=f.ray,
         tokenizer=None if f.tokenizer is None else resolve_tokenizer(str(shipped(f.tokenizer))),
         trace=trace,
+        agent_trace=agent_trace,
         gates=gates(f.fail_on, f.max_error_rate, f.abort_on_fail, prof.attainment_target),
         abort_on_fail=f.abort_on_fail,
         trials=1 if f.trials is None else f.trials,
@@ -385,6 +393,7 @@ def _precision(prof: Profile, f: RunFlags) -> Profile:
 
 def _replay(f: RunFlags) -> Replay | None:
     """The workload (and trace) of --dataset / --trace, or None without either."""
+    from loadgen.agent_replay import agent_format, agent_replay
     from loadgen.workload.datasets import DatasetOptions
     from loadgen.workload.traces import TraceOptions, load_trace, parse_window
 
@@ -415,6 +424,9 @@ def _replay(f: RunFlags) -> Replay | None:
     ]
     if len(sources) > 1:
         raise ConfigError(f"give one of --dataset, --trace, --workload or --prompt-tokens, not {' and '.join(sources)}")
+    if trace is not None and (fmt := agent_format(trace, f.trace_format)) is not None:
+        wl, agent = agent_replay(f, trace, fmt)
+        return Replay(wl, agent_trace=agent)
     if trace is not None:
         if f.output_tokens:
             raise ConfigError("a trace gives each request's output length; remove it", key="--output-tokens")
@@ -446,6 +458,14 @@ def _replay(f: RunFlags) -> Replay | None:
     )
     wl = Workload(name=Path(dataset).stem, description=f"dataset {dataset}", classes=[], source=dataset, dataset=opts)
     return Replay(wl)
+
+
+def _agent_profile(tr: AgentTrace, f: RunFlags) -> Profile:
+    """An agent trace's one level (:func:`loadgen.agent_replay.agent_trace_profile`), with --precision."""
+    from loadgen.agent_replay import agent_trace_profile
+
+    prof = agent_trace_profile(tr, f)
+    return replace(_precision(prof, f), requests=prof.requests)
 
 
 def _trace_profile(tr: Trace, f: RunFlags) -> Profile:

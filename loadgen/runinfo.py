@@ -339,7 +339,9 @@ class WorkerClock(_Record):
 
 @dataclass(frozen=True, slots=True)
 class TraceInfo(_Record):
-    """A trace replay: the file, the rows kept of it and the spans and rate replayed."""
+    """A trace replay: the file, the rows kept of it and the spans and rate replayed. An
+    agent trace (``format`` agent or aiperf) also names its ``tasks`` (its rows are its
+    calls; spans are of the tasks' starts, None in a closed loop without them) and ``speed``."""
 
     path: str
     format: str
@@ -348,6 +350,8 @@ class TraceInfo(_Record):
     recorded_span_s: float | None = None
     replay_span_s: float | None = None
     mean_rate: float | None = None
+    tasks: int | None = field(default=None, metadata=_OMIT)
+    speed: float | None = field(default=None, metadata=_OMIT)
 
 
 @dataclass(frozen=True, slots=True)

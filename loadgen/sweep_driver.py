@@ -29,7 +29,6 @@ from loadgen.metrics.trials import trial_summary
 from loadgen.report.console import LiveStats, level_heading, level_line
 from loadgen.report.files import RunWriter
 from loadgen.runconfig import RunConfig
-from loadgen.workload.traces import Trace
 
 __all__ = ["merge_trials", "run_summary", "summarize_result", "sweep_levels"]
 
@@ -121,7 +120,8 @@ async def sweep_levels(
     if cfg.resume is not None:  # the finished levels' summaries are in the sweep already
         gen, plan, levels = cfg.resume.gen, cfg.resume.plan, list(cfg.resume.levels)
     else:
-        gen = sweep(prof, cfg.seed) if cfg.trace is None else trace_levels(sweep(prof, cfg.seed), cfg.trace)
+        offsets = replay_offsets(cfg)
+        gen = sweep(prof, cfg.seed) if offsets is None else trace_levels(sweep(prof, cfg.seed), offsets)
         plan = next(gen)
     stopped: str | None = None
     while plan is not None:
@@ -207,11 +207,21 @@ def _reasons(reasons: Sequence[str]) -> str:
     return "; ".join(f"trial {t + 1}: {r}" for t, r in enumerate(reasons))
 
 
-def trace_levels(gen: Any, trace: Trace) -> Any:
-    """The sweep's levels with the trace's recorded send times."""
+def replay_offsets(cfg: RunConfig) -> np.ndarray | None:
+    """An open-loop replay's recorded send offsets (a trace's rows, an agent trace's task
+    starts); None for any other run (a closed-loop agent-trace replay too)."""
+    if cfg.trace is not None:
+        return cfg.trace.offsets
+    if cfg.agent_trace is not None and cfg.profile.mode == "rate":
+        return cfg.agent_trace.offsets
+    return None
+
+
+def trace_levels(gen: Any, offsets: np.ndarray) -> Any:
+    """The sweep's levels with a trace's recorded send times."""
     plan = next(gen)
     while True:
-        summary = yield dataclasses.replace(plan, offsets=trace.offsets)
+        summary = yield dataclasses.replace(plan, offsets=offsets)
         try:
             plan = gen.send(summary)
         except StopIteration as stop:

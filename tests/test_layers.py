@@ -33,6 +33,7 @@ WIRING = {
     "sweep_driver",
     "runconfig",
     "runflags",
+    "agent_replay",
     "recover",
     "demo",
     "matrix",

@@ -125,11 +125,17 @@ TraceOpt = Annotated[
         "--trace",
         panel=_WORKLOAD,
         help="Replay a trace at its recorded times: Mooncake "
-        ".jsonl, Azure or BurstGPT .csv (--rate R rescales it to R req/s)",
+        ".jsonl, Azure or BurstGPT .csv (--rate R rescales it to R req/s), or an agent trace's tasks "
+        "(loadgen agent-trace or AIPerf session .jsonl; --concurrency N: N users replay them closed loop)",
     ),
 ]
 TraceFormat = Annotated[
-    OptStr, _opt("--trace-format", panel=_WORKLOAD, help="With --trace: auto (default), mooncake, azure or burstgpt")
+    OptStr,
+    _opt(
+        "--trace-format",
+        panel=_WORKLOAD,
+        help="With --trace: auto (default), mooncake, azure, burstgpt, agent or aiperf-sessions",
+    ),
 ]
 Speed = Annotated[
     OptFloat, _opt("--speed", panel=_WORKLOAD, help="With --trace: time compression (default 1; 2 = twice as fast)")

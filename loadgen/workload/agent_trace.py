@@ -117,15 +117,42 @@ class AgentTrace:
 
     source: str
     tasks: list[TraceTask]
+    format: str = "loadgen"
+    speed: float = 1.0  # replay: the recorded starts divided by this (2 = twice as fast)
 
     @property
     def offsets(self) -> np.ndarray | None:
-        """Open loop: each task's start (s) from the first task's; None when a task has no ``t_s``."""
+        """Open loop: each task's start (s) from the first task's, divided by :attr:`speed`;
+        None when a task has no ``t_s``."""
         if not self.tasks or any(t.start_s is None for t in self.tasks):
             return None
         starts = np.asarray([t.start_s or 0.0 for t in self.tasks], dtype=np.float64)
-        offsets: np.ndarray = starts - starts[0]
+        offsets: np.ndarray = (starts - starts[0]) / self.speed
         return offsets
+
+    @property
+    def calls(self) -> int:
+        """The recorded LLM calls of every task."""
+        return sum(t.calls for t in self.tasks)
+
+    def output_tokens(self) -> np.ndarray:
+        """Every recorded call's ``output_tokens``."""
+        return np.asarray([c.output_tokens for t in self.tasks for b in t.steps for c in b], dtype=np.float64)
+
+    def describe(self) -> dict[str, Any]:
+        """run.json's ``trace`` entry of a replay of this trace."""
+        offsets = self.offsets
+        starts = [t.start_s for t in self.tasks if t.start_s is not None]
+        return {
+            "path": self.source,
+            "format": "agent" if self.format == "loadgen" else "aiperf-sessions",
+            "rows": self.calls,
+            "file_rows": self.calls,
+            "recorded_span_s": max(starts) - min(starts) if offsets is not None else None,
+            "replay_span_s": float(offsets[-1]) if offsets is not None else None,
+            "tasks": len(self.tasks),
+            "speed": self.speed,
+        }
 
 
 def _tool_name(tool: Any) -> str:
@@ -317,23 +344,28 @@ def load_agent_trace(path: str, fmt: str = "auto") -> AgentTrace:
         fmt = is_agent_trace(p) or "loadgen"
     try:
         with open_input(p) as fh:
-            return (parse_aiperf_sessions if fmt == "aiperf" else parse_agent_trace)(fh, path)
+            trace = (parse_aiperf_sessions if fmt == "aiperf" else parse_agent_trace)(fh, path)
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", source=path) from None
+    trace.format = fmt
+    return trace
 
 
 @dataclass(slots=True)
 class AgentTraceSource:
     """The runner's task source for a recorded trace. Open loop: the task at schedule
     position ``p`` is the trace's ``p``-th task (its start from :attr:`AgentTrace.offsets`).
-    Closed loop: users take the recorded tasks in order, the next one not yet started when
-    a user is free (within one worker process). A task's calls take the request indices
-    ``level * LEVEL_STRIDE + position * MAX_CALLS`` on."""
+    Closed loop: users take the recorded tasks in order — with ``users`` set (a replay of
+    ``users`` users, however many worker processes hold them), user ``u`` takes the tasks
+    ``u, u + users, ...``, so every task is replayed once; without it, a free user takes the
+    next task not yet started (within one process). A task's calls take the request
+    indices ``level * LEVEL_STRIDE + position * MAX_CALLS`` on."""
 
     trace: AgentTrace
     seed: int
     synth: PromptSynthesizer
     tools: list[Any] | None = None  # every call's tool definitions (None: one generic tool)
+    users: int | None = None
     _next: dict[int, int] = field(default_factory=dict)
 
     def task(self, level: int, position: int) -> TaskPlan:
@@ -365,7 +397,11 @@ class AgentTraceSource:
         return TaskPlan(task=position, steps=steps, tools=tools)
 
     def user_tasks(self, level: int, user: int) -> Iterator[TaskPlan]:
-        """Closed loop: the next recorded task not yet started, each time a user asks."""
+        """Closed loop: user ``user``'s share of the recorded tasks (see the class docstring)."""
+        if self.users is not None:
+            for p in range(user, len(self.trace.tasks), self.users):
+                yield self.task(level, p)
+            return
         while (p := self._next.get(level, 0)) < len(self.trace.tasks):
             self._next[level] = p + 1
             yield self.task(level, p)

@@ -1,0 +1,113 @@
+"""``loadgen run --trace`` of the shipped agent trace against the scripted tool-calling
+server on loopback (in its own process): every recorded call is sent once — open loop,
+closed loop, one worker or two — the summary has the tasks and run.json the trace. Bad
+agent traces and flags that do not go with one are refused in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from loadgen.runinfo import run_schema
+from loadgen.workload.agent_trace import load_agent_trace
+from tests.scripted_server import Script, ScriptedServerProcess
+
+SAMPLE = Path(__file__).resolve().parents[1] / "workloads" / "samples" / "agent_trace.jsonl"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ScriptedServerProcess]:
+    log = tmp_path / "server.jsonl"
+    with ScriptedServerProcess(Script(tool_calls=True, ttft_s=0.005, itl_s=0.001, log_path=str(log))) as srv:
+        yield srv
+
+
+def loadgen(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", "run", *args], capture_output=True, text=True, timeout=180
+    )
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [[], ["--workers", "2", "--speed", "4"], ["--concurrency", "2"], ["--concurrency", "3", "--workers", "2"]],
+    ids=["open", "open-2-workers", "closed", "closed-2-workers"],
+)
+def test_every_recorded_call_is_sent_once(server: ScriptedServerProcess, tmp_path: Path, flags: list[str]) -> None:
+    out = tmp_path / "run"
+    res = loadgen("--url", server.url, "--trace", str(SAMPLE), "--out", str(out), "--no-calibrate", "--quiet", *flags)
+    assert res.returncode == 0, res.stdout + res.stderr
+    trace = load_agent_trace(str(SAMPLE))
+    want = {
+        (p, s, b): c.output_tokens
+        for p, t in enumerate(trace.tasks)
+        for s, calls in enumerate(t.steps, 1)
+        for b, c in enumerate(calls)
+    }
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    got = [(r["task"], r["step"], r["branch"]) for r in records]
+    assert len(got) == len(want) == trace.calls == 20 and set(got) == set(want)  # each call once, none twice
+    assert all(r["status"] == "ok" and r["target_output_tokens"] == want[k] for r, k in zip(records, got))
+    server_log = (tmp_path / "server.jsonl").read_text().splitlines()
+    assert len(server_log) == 20  # the server saw each call once (no calibration requests)
+    tasks = json.loads((out / "summary.json").read_text())["levels"][0]["tasks"]
+    assert tasks["tasks"] == tasks["completed"] == 5 and tasks["failed"] == 0
+    run = json.loads((out / "run.json").read_text())
+    assert not list(jsonschema.Draft202012Validator(run_schema()).iter_errors(run))
+    speed = 4.0 if "--speed" in flags else 1.0
+    assert run["trace"]["format"] == "agent" and run["trace"]["tasks"] == 5 and run["trace"]["rows"] == 20
+    assert run["trace"]["speed"] == speed
+    workers = 2 if "--workers" in flags else 1
+    assert run["config"]["workers_started"] == workers
+    if "--concurrency" in flags:
+        assert run["profile"]["mode"] == "concurrency" and run["profile"]["levels"] == [float(flags[1])]
+    else:  # the tasks started at their recorded starts over the speed: the replay spans 1.6 s / speed
+        assert run["profile"]["mode"] == "rate" and run["trace"]["replay_span_s"] == pytest.approx(1.6 / speed)
+        first = {}
+        for r in records:
+            if r["step"] == 1:
+                first[r["task"]] = r["scheduled_ns"]
+        starts = [(first[p] - first[0]) / 1e9 for p in range(5)]
+        assert starts == pytest.approx([(t.start_s or 0.0) / speed for t in trace.tasks], abs=1e-6)
+    if not flags:  # a trace replay is not resumed: one line
+        again = loadgen("--resume", str(out), "--url", server.url)
+        assert again.returncode == 2 and "cannot be resumed" in again.stderr + again.stdout
+        assert "Traceback" not in again.stderr
+
+
+def write(tmp_path: Path, name: str, lines: list[dict[str, object]]) -> str:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return str(path)
+
+
+def test_bad_agent_traces_and_flags_get_one_line(tmp_path: Path) -> None:
+    url = "http://127.0.0.1:9"  # nothing is sent: every case is refused before discovery
+    gap = write(
+        tmp_path,
+        "gap.jsonl",
+        [{"task": "a", "step": 1, "output_tokens": 5, "t_s": 0}, {"task": "a", "step": 3, "output_tokens": 5}],
+    )
+    cases = [
+        (["--trace", gap], "has no step 2"),
+        (["--trace", str(SAMPLE), "--rate", "5"], "give --speed"),
+        (["--trace", str(SAMPLE), "--window", "0:1"], "--window"),
+        (["--trace", str(SAMPLE), "--concurrency", "2", "--requests", "3"], "every recorded task once"),
+        (["--trace", str(SAMPLE), "--trace-format", "agnet"], "aiperf-sessions"),
+        (["--trace", str(SAMPLE), "--api", "completions"], "tool calls"),
+    ]
+    no_start = write(tmp_path, "no_start.jsonl", [{"task": "a", "step": 1, "output_tokens": 5}])
+    cases.append((["--trace", no_start], "--concurrency N"))
+    bad_field = write(tmp_path, "bad.jsonl", [{"task": "a", "step": 1, "output_tokens": 0}])
+    cases.append((["--trace", bad_field, "--trace-format", "agent"], "output_tokens"))
+    for args, needle in cases:
+        res = loadgen("--url", url, "--out", str(tmp_path / "r"), "--quiet", *args)
+        text = (res.stdout + res.stderr).strip()
+        assert res.returncode == 2, (args, text)
+        assert needle in text and "Traceback" not in text and len(text.splitlines()) == 1, (args, text)
