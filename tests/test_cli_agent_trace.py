@@ -50,10 +50,17 @@ def test_every_recorded_call_is_sent_once(server: ScriptedServerProcess, tmp_pat
         for s, calls in enumerate(t.steps, 1)
         for b, c in enumerate(calls)
     }
+    line_of = {
+        (p, s, b): c.line - 1
+        for p, t in enumerate(trace.tasks)
+        for s, calls in enumerate(t.steps, 1)
+        for b, c in enumerate(calls)
+    }
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     got = [(r["task"], r["step"], r["branch"]) for r in records]
     assert len(got) == len(want) == trace.calls == 20 and set(got) == set(want)  # each call once, none twice
     assert all(r["status"] == "ok" and r["target_output_tokens"] == want[k] for r, k in zip(records, got))
+    assert all(r["source_row"] == line_of[k] for r, k in zip(records, got))  # each record names its trace line
     server_log = (tmp_path / "server.jsonl").read_text().splitlines()
     assert len(server_log) == 20  # the server saw each call once (no calibration requests)
     tasks = json.loads((out / "summary.json").read_text())["levels"][0]["tasks"]

@@ -156,6 +156,7 @@ class _Call:
             group=self.task.group,
             answer=[],
             images=msg.images,
+            source_row=msg.source_row,  # a replayed trace: the call's line
             task=self.task.task,
             step=self.step,
             branch=k,
