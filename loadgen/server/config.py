@@ -26,8 +26,8 @@ from loadgen.server.engine.models import MODELS, ModelShape
 from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.faults import FaultConfig
 from loadgen.server.replicas import ROUTERS
-from loadgen.server.sim.gpus import GPUS, GpuSpec
 from loadgen.server.sim.disagg import PD_ROUTERS
+from loadgen.server.sim.gpus import GPUS, GpuSpec
 from loadgen.server.sim.roofline import DTYPES as SIM_DTYPES
 from loadgen.server.sim.roofline import KV_CACHE_DTYPES
 from loadgen.server.torch.loader import DTYPES, model_names

@@ -299,3 +299,20 @@ def test_rejections_cover_the_decode_pool() -> None:
     with pytest.raises(PromptTooLong, match="context length"):
         dis.add_request(req("b", 32768, 1))
     assert not dis.has_unfinished()
+
+
+def test_the_start_up_line_names_the_links_unit_both_ways_and_the_router() -> None:
+    from loadgen.cli.serve_cmd import _describe
+    from loadgen.errors import ConfigError
+    from loadgen.server.config import ServeConfig, SimOptions
+    from loadgen.server.sim.build import sim_engine
+
+    cfg = ServeConfig(sim=SimOptions(disaggregate=True))
+    assert cfg.sim.kv_link_gbps == 400.0 and cfg.sim.kv_link_bytes_per_s == 50e9  # a 400 Gbps NIC
+    line = _describe(cfg, sim_engine(cfg, clock=ManualClock()))
+    assert "KV links 400 Gbit/s = 50 GB/s per rank, round-robin routing" in line
+    cfg = ServeConfig(sim=SimOptions(decode_replicas=2, kv_link_gbps=100, pd_router="least-loaded"))
+    assert "100 Gbit/s = 12.5 GB/s per rank, least-loaded routing" in _describe(cfg, sim_engine(cfg))
+    with pytest.raises(ConfigError, match="P/D router") as err:
+        ServeConfig(sim=SimOptions(disaggregate=True, pd_router="random"))
+    assert err.value.key == "--pd-router"
