@@ -32,7 +32,7 @@ CONFIGS: dict[str, tuple[SchedulerLimits, dict[str, Any]]] = {
     "no chunked prefill": (SchedulerLimits(enable_chunked_prefill=False), {}),
     "chunked, budget 2048": (SchedulerLimits(max_num_batched_tokens=2048), {}),
     "chunked, budget 512": (SchedulerLimits(max_num_batched_tokens=512), {}),
-    "disaggregated, 50 GB/s": (SchedulerLimits(), {"disaggregate": True, "kv_link_gbps": 50.0}),
+    "disaggregated, 400 Gbit/s": (SchedulerLimits(), {"disaggregate": True, "kv_link_gbps": 400.0}),
 }
 
 

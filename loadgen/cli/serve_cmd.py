@@ -36,7 +36,8 @@ def _describe(config: ServeConfig, eng: Any) -> str:
             where = (
                 f"{sim.prefill_replicas} prefill x {sim.prefill_tp or tp}x {sim.prefill_gpu or gpu} + "
                 f"{sim.decode_replicas} decode x {sim.decode_tp or tp}x {sim.decode_gpu or gpu}, KV links "
-                f"{sim.kv_link_gbps:g} GB/s per rank"
+                f"{sim.kv_link_gbps:g} Gbit/s = {sim.kv_link_bytes_per_s / 1e9:g} GB/s per rank, "
+                f"{sim.pd_router} routing"
             ) + ("" if replicas == 1 else f"; {replicas} replicas")
         extras = [
             f"{what} fp8" for what, dt in (("weights", sim.dtype), ("KV cache", sim.kv_cache_dtype)) if dt == "fp8"
@@ -105,7 +106,13 @@ OverheadMsOpt = Annotated[float, typer.Option(help="Fixed cost per engine step, 
 JitterOpt = Annotated[float, typer.Option(help="Seeded multiplicative noise on step times (0.05 = ±5%)")]
 DisaggregateOpt = Annotated[bool, typer.Option(help="Separate prefill and decode GPU pools")]
 KvLinkGbpsOpt = Annotated[
-    float, typer.Option(help="KV transfer bandwidth between pools, GB/s per tensor-parallel rank")
+    float,
+    typer.Option(
+        help="KV link between pools per tensor-parallel rank, Gbit/s as NICs are sold (400 Gbps RoCE = 50 GB/s)"
+    ),
+]
+PdRouterOpt = Annotated[
+    str, typer.Option(help="Disaggregated: round-robin (as vLLM's toy proxy) or least-loaded, both sides")
 ]
 PrefillReplicasOpt = Annotated[
     int, typer.Option(help="Disaggregated: prefill engines (xPyD; above 1 implies --disaggregate)")
@@ -209,6 +216,7 @@ def _serve_config(p: Any) -> ServeConfig:
             time_scale=p.time_scale,
             disaggregate=p.disaggregate,
             kv_link_gbps=p.kv_link_gbps,
+            pd_router=p.pd_router,
             dtype={"auto": "bf16", "bfloat16": "bf16"}.get(p.dtype, p.dtype),
             kv_cache_dtype=p.kv_cache_dtype,
             speculative_tokens=p.speculative_tokens,
@@ -268,7 +276,8 @@ def serve(
     overhead_ms: OverheadMsOpt = 0.5,
     jitter: JitterOpt = 0.0,
     disaggregate: DisaggregateOpt = False,
-    kv_link_gbps: KvLinkGbpsOpt = 50.0,
+    kv_link_gbps: KvLinkGbpsOpt = 400.0,
+    pd_router: PdRouterOpt = "round-robin",
     prefill_replicas: PrefillReplicasOpt = 1,
     decode_replicas: DecodeReplicasOpt = 1,
     prefill_tp: PrefillTpOpt = None,

@@ -26,6 +26,7 @@ from loadgen.server.engine.models import MODELS, ModelShape
 from loadgen.server.engine.scheduler import EngineConfig
 from loadgen.server.faults import FaultConfig
 from loadgen.server.replicas import ROUTERS
+from loadgen.server.sim.disagg import PD_ROUTERS
 from loadgen.server.sim.gpus import GPUS, GpuSpec
 from loadgen.server.sim.roofline import DTYPES as SIM_DTYPES
 from loadgen.server.sim.roofline import KV_CACHE_DTYPES
@@ -35,6 +36,7 @@ __all__ = [
     "DEFAULT_MODELS",
     "ENGINES",
     "ENGINE_MODES",
+    "PD_ROUTERS",
     "HttpLimits",
     "Network",
     "SchedulerLimits",
@@ -189,8 +191,10 @@ class SimOptions:
     ``jitter``: sigma of a seeded mean-one log-normal factor on step times;
     ``eos_probability`` per token; ``min_token_id``: lower ids are never generated (the
     word tokenizer's special tokens); ``time_scale``: real seconds per modelled second;
-    ``kv_link_gbps``: GB/s of each tensor-parallel rank's link between the prefill and
-    decode pools when ``disaggregate``; ``prefill_replicas``/``decode_replicas`` engines
+    ``kv_link_gbps``: gigabits per second of each tensor-parallel rank's link between the
+    prefill and decode pools when ``disaggregate``, as NICs are sold (400: a 400 Gbps
+    RoCE NIC, 50 GB/s); ``pd_router``: how the proxy picks a request's prefill and decode
+    engines (:data:`PD_ROUTERS`); ``prefill_replicas``/``decode_replicas`` engines
     in each pool (xPyD; either above 1 implies ``disaggregate``), each of
     ``prefill_tp``/``decode_tp`` GPUs of type ``prefill_gpu``/``decode_gpu`` (None: the
     engine's ``tp`` and ``gpu``).
@@ -211,7 +215,8 @@ class SimOptions:
     min_token_id: int = 4
     time_scale: float = 1.0
     disaggregate: bool = False
-    kv_link_gbps: float = 50.0
+    kv_link_gbps: float = 400.0
+    pd_router: str = "round-robin"
     dtype: str = "bf16"
     kv_cache_dtype: str = "auto"
     speculative_tokens: int = 0
@@ -225,6 +230,11 @@ class SimOptions:
     decode_gpu: str | None = None
 
     @property
+    def kv_link_bytes_per_s(self) -> float:
+        """Each rank's KV link in bytes per second (``kv_link_gbps`` is in Gbit/s)."""
+        return self.kv_link_gbps * 1e9 / 8
+
+    @property
     def disaggregated(self) -> bool:
         """Whether prefill and decode run in separate pools."""
         return self.disaggregate or self.prefill_replicas > 1 or self.decode_replicas > 1
@@ -235,6 +245,10 @@ class SimOptions:
         for gpu in (self.prefill_gpu, self.decode_gpu):
             if gpu is not None:
                 GPUS.lookup(gpu)
+        if self.pd_router not in PD_ROUTERS:
+            raise ConfigError(
+                f"unknown P/D router {self.pd_router!r}; valid: {', '.join(PD_ROUTERS)}", key="--pd-router"
+            )
         _integer(self.prefill_replicas, "--prefill-replicas", 1, 64)
         _integer(self.decode_replicas, "--decode-replicas", 1, 64)
         for key, tp in (("--prefill-tp", self.prefill_tp), ("--decode-tp", self.decode_tp)):

@@ -143,8 +143,9 @@ class EngineCore:
         self._last_input = max(self._last_input, t)
         self._stalled = False
 
-    def reserve(self, request: EngineRequest, *, at: float, num_external_tokens: int) -> bool:
-        """Reserve blocks at ``at`` for a request whose KV is coming (a decode pool's)."""
+    def reserve(self, request: EngineRequest, *, at: float, num_external_tokens: int) -> int | None:
+        """Reserve blocks at ``at`` for a request whose KV is coming (a decode pool's):
+        the prompt tokens its own prefix cache holds, or None (no room)."""
         self._t = at
         return self.scheduler.reserve(request, num_external_tokens=num_external_tokens)
 

@@ -27,8 +27,8 @@ Policy of :meth:`Scheduler.schedule`, with a budget of ``max_num_batched_tokens`
 Disaggregation (:mod:`loadgen.server.sim.disagg`) uses three more calls, as vLLM's KV
 connectors do: a prefill pool's request added with ``hold_kv`` keeps its blocks after it
 finishes, until :meth:`Scheduler.release` (its KV is being read by the decode side); a
-decode pool's :meth:`Scheduler.reserve` allocates a request's blocks before its KV
-arrives (it then counts as waiting, takes no step, and is refused while the blocks or
+decode pool's :meth:`Scheduler.reserve` matches its own prefix cache and allocates a
+request's blocks before the rest of its KV arrives (it then counts as waiting, takes no step, and is refused while the blocks or
 ``max_num_seqs`` are not there), and :meth:`Scheduler.kv_received` queues it to compute
 its last prompt token (the one that yields the first output token).
 
@@ -165,18 +165,24 @@ class Scheduler:
         self._by_seq[seq.seq_id] = seq
 
     # ------------------------------------------------------------------ KV transfer
-    def reserve(self, request: EngineRequest, *, num_external_tokens: int) -> bool:
+    def reserve(self, request: EngineRequest, *, num_external_tokens: int) -> int | None:
         """Allocate the blocks of a request whose first ``num_external_tokens`` tokens'
-        KV is about to arrive; False (nothing changed) when blocks or ``max_num_seqs``
-        are short. Raises like :meth:`add_request` for a request that can never fit."""
+        KV is about to arrive, after matching this engine's own prefix cache (as vLLM's
+        scheduler asks its KV connector only for the tokens past the local hit). Returns
+        the prompt tokens found cached here (only the rest must be transferred), or None
+        (nothing changed) when blocks or ``max_num_seqs`` are short. Raises like
+        :meth:`add_request` for a request that can never fit."""
         seq = self._new_seq(request, num_external_tokens)
         if len(self.running) + len(self._receiving) >= self.config.max_num_seqs:
-            return False
-        if not self.kv.allocate(seq.seq_id, seq.num_external_tokens):
-            return False
+            return None
+        prefix = self._lookup_prefix(seq)
+        if prefix.num_tokens > seq.num_external_tokens:
+            prefix = CachedPrefix(block_size=self.config.block_size)
+        if not self.kv.allocate(seq.seq_id, seq.num_external_tokens, prefix):
+            return None
         self._register(seq)
         self._receiving[seq.request_id] = seq
-        return True
+        return prefix.num_tokens
 
     def kv_received(self, request_id: str) -> None:
         """The reserved request's KV is in place: queue it (its blocks kept)."""

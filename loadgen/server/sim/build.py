@@ -115,13 +115,20 @@ def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic, on_step: S
     if sim.disaggregated:
         pre = [make_core(sim.prefill_gpu, sim.prefill_tp, decode=False) for _ in range(sim.prefill_replicas)]
         dec = [make_core(sim.decode_gpu, sim.decode_tp, decode=True) for _ in range(sim.decode_replicas)]
-        link = sim.kv_link_gbps * 1e9
+        link = sim.kv_link_bytes_per_s
 
         def transfer_s(num_tokens: int, p: int, d: int) -> float:
             links = min(pre[p][1].tp, dec[d][1].tp)  # one link per tensor-parallel rank
             return num_tokens * pre[p][1].kv_bytes_per_token / (link * links)
 
-        core = DisaggCore([c for c, _ in pre], [c for c, _ in dec], transfer_s, clock, time_scale=sim.time_scale)
+        core = DisaggCore(
+            [c for c, _ in pre],
+            [c for c, _ in dec],
+            transfer_s,
+            clock,
+            time_scale=sim.time_scale,
+            router=sim.pd_router,
+        )
         engines = core.cores
     else:
         single, _ = make_core(None, None, decode=False)

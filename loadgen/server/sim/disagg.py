@@ -3,16 +3,26 @@
 The flow follows vLLM's P/D proxy and KV connectors (xPyD: ``P`` prefill engines and
 ``D`` decode engines, each its own scheduler, KV cache and GPUs):
 
-1. A request is prefilled by a prefill engine (round-robin over the ``P``) with
-   ``max_tokens = 1``; the proxy discards that token. Its KV blocks are **held** after it
-   finishes, until the decode side has read them.
-2. A decode engine (the one with the fewest requests running or reserved) **reserves**
-   blocks for the prompt before the transfer starts; while no decode engine has the
-   blocks (or a free sequence slot) the request waits, its prefill blocks still held.
-3. The prompt's KV crosses the link: each tensor-parallel rank has its own link, so a
-   transfer takes ``prompt tokens * KV bytes per token / (link bandwidth * links)`` with
-   ``links = min(prefill TP, decode TP)``; a prefill engine's links carry one transfer at
-   a time (in order).
+1. The proxy picks a prefill engine and a decode engine for the request (``router``,
+   :data:`PD_ROUTERS`): ``round-robin`` on both sides, as vLLM's toy proxy
+   (``toy_proxy_server.py``) does, the decode engine chosen on arrival; or
+   ``least-loaded``: the prefill engine with the fewest requests, and, once prefilled,
+   the decode engine with the fewest requests running or reserved that has room.
+   The prefill engine runs it with ``max_tokens = 1``; the proxy discards that token.
+   Its KV blocks are **held** after it finishes, until the decode side has read them.
+2. The decode engine first matches its **own prefix cache** and **reserves** blocks for
+   the rest of the prompt before the transfer starts, as vLLM's scheduler asks the NIXL
+   connector (``nixl_connector.py``, ``get_num_new_matched_tokens``) only for the tokens
+   past its local hit. While the decode engine has no blocks (or sequence slot) free the
+   request waits, its prefill blocks still held (round-robin: in that engine's FIFO;
+   least-loaded: in one FIFO for all). Blocks still arriving are not yet in the decode
+   engine's cache (vLLM caches them once the KV has landed).
+3. Only the tokens the decode side lacks cross the link: each tensor-parallel rank has
+   its own link, so alone a transfer takes ``tokens * KV bytes per token / (link
+   bandwidth * links)`` with ``links = min(prefill TP, decode TP)``. The transfers out
+   of one prefill engine share its links fairly (processor sharing,
+   :class:`~loadgen.server.sim.kv_link.SharedLink`): ``n`` at once each get ``1/n`` of
+   the bandwidth.
 4. The decode engine computes the prompt's last token (the KV of all the others arrived)
    and streams every output token from its first: **TTFT is the decode side's first
    token**, so the transfer and the decode queue are inside it, not in the first ITL gap.
@@ -25,8 +35,6 @@ the prefill's end to the KV's arrival (waiting for blocks and the link included)
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -35,17 +43,21 @@ from dataclasses import dataclass, replace
 from loadgen.errors import PromptTooLong
 from loadgen.server.engine.core import Clock, EngineCore, poll_due
 from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
+from loadgen.server.sim.kv_link import SharedLink
 
-__all__ = ["DisaggCore"]
+__all__ = ["PD_ROUTERS", "DisaggCore"]
+
+PD_ROUTERS = ("round-robin", "least-loaded")
 
 
 @dataclass(slots=True)
 class _Pending:
     request: EngineRequest
     arrival_s: float
-    ticket: int
     prefill: int  # index of its prefill engine
+    target: int  # round-robin: the decode engine chosen on arrival (least-loaded: -1)
     decode: int = -1  # index of its decode engine, once reserved
+    transfer_tokens: int = 0  # prompt tokens whose KV crosses the link
     prefill_done_s: float = math.nan
     reserved_s: float = math.nan
     kv_arrived_s: float = math.nan
@@ -57,8 +69,10 @@ class DisaggCore:
     :class:`EngineCore` lists (see the module docstring).
 
     ``kv_transfer_s(num_tokens, prefill_index, decode_index)`` gives the modelled
-    transfer time of a prompt's KV between two engines; it is multiplied by
-    ``time_scale`` like step times.
+    time of a transfer of ``num_tokens`` tokens' KV between two engines alone on the
+    link; it is multiplied by ``time_scale`` like step times. ``router``: one of
+    :data:`PD_ROUTERS`. ``num_transfers``, ``transferred_tokens`` and
+    ``transfer_seconds`` (prefill end to KV arrival, summed) count finished transfers.
     """
 
     def __init__(
@@ -70,7 +84,10 @@ class DisaggCore:
         *,
         time_scale: float = 1.0,
         max_events_per_poll: int = 128,
+        router: str = "round-robin",
     ) -> None:
+        if router not in PD_ROUTERS:
+            raise ValueError(f"unknown P/D router {router!r}; valid: {', '.join(PD_ROUTERS)}")
         self.prefills = [prefill] if isinstance(prefill, EngineCore) else list(prefill)
         self.decodes = [decode] if isinstance(decode, EngineCore) else list(decode)
         self.kv_transfer_s = kv_transfer_s
@@ -79,11 +96,12 @@ class DisaggCore:
         self.max_events_per_poll = max_events_per_poll
         self._pending: dict[str, _Pending] = {}
         self._to_reserve: deque[str] = deque()  # prefilled, waiting for decode blocks (FIFO)
-        self._transfers: list[tuple[float, int, str]] = []  # (done at, ticket, request id)
-        self._tickets = itertools.count()
+        self.router = router
+        self._links = [SharedLink() for _ in self.prefills]  # each prefill engine's links
         self._next_prefill = 0
-        self._link_free_at = [-math.inf] * len(self.prefills)
+        self._next_decode = 0
         self.num_transfers = 0
+        self.transferred_tokens = 0
         self.transfer_seconds = 0.0
 
     @property
@@ -118,13 +136,20 @@ class DisaggCore:
                 f"prompt + max_tokens = {total} tokens exceeds the decode "
                 f"pool's KV cache ({dec.config.num_gpu_blocks * dec.config.block_size} tokens)"
             )
-        index = self._next_prefill
+        target = -1
+        if self.router == "round-robin":
+            index = self._next_prefill
+            target = self._next_decode
+        else:
+            index = min(range(len(self.prefills)), key=lambda p: self._prefill_load(p))
         params = replace(request.params, max_tokens=1, min_tokens=0)
         self.prefills[index].add_request(
             EngineRequest(request.request_id, request.prompt_token_ids, params), at=now, hold_kv=True
         )
-        self._next_prefill = (index + 1) % len(self.prefills)
-        self._pending[request.request_id] = _Pending(request, now, next(self._tickets), index)
+        if target >= 0:  # advance the round-robin pointers only once the request is accepted
+            self._next_prefill = (index + 1) % len(self.prefills)
+            self._next_decode = (target + 1) % len(self.decodes)
+        self._pending[request.request_id] = _Pending(request, now, index, target)
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is (either side, the link) and free its blocks."""
@@ -133,6 +158,7 @@ class DisaggCore:
             return False
         if request_id in self._to_reserve:
             self._to_reserve.remove(request_id)
+        self._links[record.prefill].cancel(request_id, self.clock())  # its share goes to the others
         self.prefills[record.prefill].abort(request_id)  # queued, running or holding its KV
         if record.decode >= 0:
             self.decodes[record.decode].abort(request_id)  # reserved or running
@@ -146,8 +172,7 @@ class DisaggCore:
     def next_event_time(self) -> float | None:
         """The earliest of the engines' next events and the next transfer's end."""
         times = [t for t in (c.next_event_time() for c in self.cores) if t is not None]
-        if self._transfers:
-            times.append(self._transfers[0][0])
+        times += [t for t in (link.next_done() for link in self._links) if t is not None]
         return min(times) if times else None
 
     def poll(self, now: float | None = None) -> list[TokenOutput]:
@@ -157,9 +182,10 @@ class DisaggCore:
     def process_event(self) -> list[TokenOutput]:
         """The earliest event: a transfer that ends, else a decode step, else a prefill step."""
         t = self.next_event_time()
-        if self._transfers and self._transfers[0][0] == t:
-            self._finish_transfer()
-            return []
+        for p, link in enumerate(self._links):
+            if t is not None and link.next_done() == t:
+                self._finish_transfers(p, t)
+                return []
         for core in self.decodes:
             if core.next_event_time() == t:
                 return self._from_decode(core.process_event(), core.last_step_end)
@@ -183,42 +209,56 @@ class DisaggCore:
         return []  # the proxy discards the prefill engine's token
 
     def _reserve(self, t: float) -> None:
-        """Reserve decode blocks for prefilled requests, in order, and start their transfers."""
-        while self._to_reserve:
-            rid = self._to_reserve[0]
+        """Reserve decode blocks for prefilled requests, in order, and start their transfers.
+
+        Round-robin: each request waits for its own decode engine, behind the requests
+        before it for that engine; least-loaded: the first request that no engine has
+        room for holds back the rest."""
+        blocked: set[int] = set()  # round-robin: decode engines out of room in this pass
+        for rid in list(self._to_reserve):
             record = self._pending[rid]
             req = record.request
-            order = sorted(range(len(self.decodes)), key=lambda d: self._load(d))
-            for d in order:
-                core = self.decodes[d]
-                if core.reserve(req, at=max(t, record.prefill_done_s), num_external_tokens=len(req.prompt_token_ids)):
-                    break
+            at = max(t, record.prefill_done_s)
+            if record.target >= 0:
+                order = [] if record.target in blocked else [record.target]
             else:
-                return  # no decode engine has room: wait for one to free blocks (FIFO)
-            self._to_reserve.popleft()
+                order = sorted(range(len(self.decodes)), key=lambda d: self._load(d))
+            local: int | None = None
+            for d in order:
+                local = self.decodes[d].reserve(req, at=at, num_external_tokens=len(req.prompt_token_ids))
+                if local is not None:
+                    break
+            if local is None:
+                if record.target < 0:
+                    return  # no decode engine has room: wait for one to free blocks (FIFO)
+                blocked.add(record.target)
+                continue
+            self._to_reserve.remove(rid)
             record.decode = d
-            record.reserved_s = max(t, record.prefill_done_s)
+            record.reserved_s = at
+            record.transfer_tokens = len(req.prompt_token_ids) - local
             p = record.prefill
-            start = max(record.reserved_s, self._link_free_at[p])
-            seconds = self.kv_transfer_s(len(req.prompt_token_ids), p, d) * self.time_scale
-            done = start + seconds
-            self._link_free_at[p] = done
-            heapq.heappush(self._transfers, (done, record.ticket, rid))
+            work = self.kv_transfer_s(record.transfer_tokens, p, d) * self.time_scale
+            self._links[p].start(rid, work, at)
 
     def _load(self, d: int) -> int:
         sched = self.decodes[d].scheduler
         return len(sched.running) + len(sched.waiting) + sched.num_receiving
 
-    def _finish_transfer(self) -> None:
-        done, ticket, rid = heapq.heappop(self._transfers)
-        record = self._pending.get(rid)
-        if record is None or record.ticket != ticket:
-            return  # aborted in flight
-        self.num_transfers += 1
-        record.kv_arrived_s = done
-        self.transfer_seconds += done - record.prefill_done_s
-        self.prefills[record.prefill].release(rid, at=done)  # the KV was read: free it
-        self.decodes[record.decode].kv_received(rid, at=done)
+    def _prefill_load(self, p: int) -> int:
+        return sum(1 for r in self._pending.values() if r.prefill == p and r.decode < 0)
+
+    def _finish_transfers(self, p: int, done: float) -> None:
+        for rid in self._links[p].pop_done(done):
+            record = self._pending.get(rid)
+            if record is None:
+                continue  # aborted in flight
+            self.num_transfers += 1
+            self.transferred_tokens += record.transfer_tokens
+            record.kv_arrived_s = done
+            self.transfer_seconds += done - record.prefill_done_s
+            self.prefills[record.prefill].release(rid, at=done)  # the KV was read: free it
+            self.decodes[record.decode].kv_received(rid, at=done)
 
     def _from_decode(self, outs: list[TokenOutput], t: float) -> list[TokenOutput]:
         for out in outs:

@@ -117,16 +117,57 @@ def test_the_prefill_pool_holds_the_kv_until_it_is_transferred() -> None:
     assert dis.num_transfers == 1
 
 
-def test_the_link_carries_one_transfer_at_a_time() -> None:
+def test_transfers_share_the_link_equally() -> None:
     dis, clock = disaggregated(link=50e9)
     dis.add_request(req("a", 800, 2))
-    dis.add_request(req("b", 800, 2))  # both prefilled in the same step
+    dis.add_request(req("b", 800, 2))  # both prefilled in the same step: on the link together
     out = {o.request_id: o for _, o in run(dis, clock) if o.finish_reason}
     one = 800 * KV_PER_TOKEN / 50e9
     assert out["a"].timings is not None and out["b"].timings is not None
-    assert out["a"].timings["kv_transfer_s"] == pytest.approx(one)
+    assert out["a"].timings["kv_transfer_s"] == pytest.approx(2 * one)  # half the bandwidth each
     assert out["b"].timings["kv_transfer_s"] == pytest.approx(2 * one)
-    assert dis.num_transfers == 2
+    assert dis.num_transfers == 2 and dis.transferred_tokens == 1600
+
+
+def test_a_transfer_started_later_finishes_as_processor_sharing_predicts() -> None:
+    dis, clock = disaggregated(link=5e9)  # slow: a's 800 tokens take 21 ms
+    dis.add_request(req("a", 800, 2))
+    prefill_a = roofline().prefill_time(800)
+    t = 0.0
+    while t < prefill_a:  # run up to a's prefill end: its transfer starts then
+        nxt = dis.next_event_time()
+        assert nxt is not None
+        t = nxt
+        clock.advance_to(t)
+        dis.poll()
+    assert t == pytest.approx(prefill_a)
+    dis.add_request(req("b", 160, 2), at=t)  # b's prefill ends while a's KV is on the link
+    out = {o.request_id: o for _, o in run(dis, clock) if o.finish_reason}
+    work_a, work_b = 800 * KV_PER_TOKEN / 5e9, 160 * KV_PER_TOKEN / 5e9
+    prefill_b = roofline().prefill_time(160)
+    assert prefill_b + work_b < work_a  # a is alone, then shares until b is done
+    ta, tb = out["a"].timings, out["b"].timings
+    assert ta is not None and tb is not None
+    assert tb["kv_transfer_s"] == pytest.approx(2 * work_b)  # half speed all along
+    assert ta["kv_transfer_s"] == pytest.approx(work_a + work_b)  # the link never idles
+
+
+def test_the_decode_sides_own_prefix_cache_cuts_the_transfer() -> None:
+    dis, clock = disaggregated(link=5e9, enable_prefix_caching=True)
+    shared = [11] * 960  # 60 blocks
+    dis.add_request(EngineRequest("a", [*shared, *[1] * 40], SamplingParams(max_tokens=2)))
+    first = {o.request_id: o for _, o in run(dis, clock) if o.finish_reason}
+    assert dis.transferred_tokens == 1000
+    start = clock()
+    dis.add_request(EngineRequest("b", [*shared, *[2] * 40], SamplingParams(max_tokens=2)), at=start)
+    got = run(dis, clock)
+    second = {o.request_id: o for _, o in got if o.finish_reason}
+    assert dis.transferred_tokens == 1000 + 40  # the decode engine held the 960 shared tokens
+    ta, tb = first["a"].timings, second["b"].timings
+    assert ta is not None and tb is not None
+    assert ta["kv_transfer_s"] == pytest.approx(1000 * KV_PER_TOKEN / 5e9)
+    assert tb["kv_transfer_s"] == pytest.approx(40 * KV_PER_TOKEN / 5e9)
+    assert tb["ttft_s"] < ta["ttft_s"] - 0.9 * 960 * KV_PER_TOKEN / 5e9  # the saved transfer shows in TTFT
 
 
 def test_a_transfer_waits_for_decode_blocks() -> None:
@@ -166,7 +207,7 @@ def test_per_rank_links_and_xpyd_from_the_config() -> None:
         cfg = ServeConfig(
             tp=2,
             scheduler=SchedulerLimits(max_model_len=8192),
-            sim=SimOptions(disaggregate=True, kv_link_gbps=50.0, **sim),
+            sim=SimOptions(disaggregate=True, kv_link_gbps=400.0, **sim),  # 400 Gbit/s = 50 GB/s
         )  # type: ignore[arg-type]
         engine = sim_engine(cfg, clock=clock)
         core = engine.core
@@ -199,7 +240,29 @@ def test_prefills_spread_over_engines_and_their_links_run_in_parallel() -> None:
     assert out["a"].timings["kv_transfer_s"] == pytest.approx(one)
     assert out["b"].timings["kv_transfer_s"] == pytest.approx(one)  # its own prefill engine's link
     assert [c.stats().steps for c in dis.prefills] == [1, 1]
-    assert all(c.stats().generation_tokens == 2 for c in dis.decodes)  # least loaded: one each
+    assert all(c.stats().generation_tokens == 2 for c in dis.decodes)  # round-robin: one each
+
+
+@pytest.mark.parametrize(("router", "c_on"), [("round-robin", 0), ("least-loaded", 1)])
+def test_decode_routing_round_robin_by_default_least_loaded_as_an_option(router: str, c_on: int) -> None:
+    clock = ManualClock()
+    model = roofline()
+    pre = [EngineCore(config(), SimRunner(model), clock)]
+    dec = [EngineCore(config(), SimRunner(model), clock) for _ in range(2)]
+    dis = DisaggCore(pre, dec, lambda n, p, d: model.kv_transfer_s(n, 50e9), clock, router=router)
+    dis.add_request(req("a", 100, 200))  # long: still decoding on engine 0 when c arrives
+    dis.add_request(req("b", 100, 1))  # engine 1, done at once
+    while dec[1].stats().generation_tokens < 1 or dis.decodes[1].has_unfinished():
+        t = dis.next_event_time()
+        assert t is not None
+        clock.advance_to(t)
+        dis.poll()
+    dis.add_request(req("c", 100, 3), at=clock())
+    run(dis, clock)
+    tokens = [c.stats().generation_tokens for c in dec]
+    assert tokens[c_on] == (200 if c_on == 0 else 1) + 3  # round-robin: engine 0 again; least-loaded: the idle one
+    with pytest.raises(ValueError, match="P/D router"):
+        DisaggCore(pre, dec, lambda n, p, d: 0.0, clock, router="random")
 
 
 def test_abort_while_the_kv_is_in_flight_or_decoding_frees_everything() -> None:
@@ -236,3 +299,20 @@ def test_rejections_cover_the_decode_pool() -> None:
     with pytest.raises(PromptTooLong, match="context length"):
         dis.add_request(req("b", 32768, 1))
     assert not dis.has_unfinished()
+
+
+def test_the_start_up_line_names_the_links_unit_both_ways_and_the_router() -> None:
+    from loadgen.cli.serve_cmd import _describe
+    from loadgen.errors import ConfigError
+    from loadgen.server.config import ServeConfig, SimOptions
+    from loadgen.server.sim.build import sim_engine
+
+    cfg = ServeConfig(sim=SimOptions(disaggregate=True))
+    assert cfg.sim.kv_link_gbps == 400.0 and cfg.sim.kv_link_bytes_per_s == 50e9  # a 400 Gbps NIC
+    line = _describe(cfg, sim_engine(cfg, clock=ManualClock()))
+    assert "KV links 400 Gbit/s = 50 GB/s per rank, round-robin routing" in line
+    cfg = ServeConfig(sim=SimOptions(decode_replicas=2, kv_link_gbps=100, pd_router="least-loaded"))
+    assert "100 Gbit/s = 12.5 GB/s per rank, least-loaded routing" in _describe(cfg, sim_engine(cfg))
+    with pytest.raises(ConfigError, match="P/D router") as err:
+        ServeConfig(sim=SimOptions(disaggregate=True, pd_router="random"))
+    assert err.value.key == "--pd-router"

@@ -167,7 +167,7 @@ async def test_stop_ends_open_requests_and_refuses_new_ones() -> None:
 async def test_disaggregated_engine_end_to_end() -> None:
     eng = build_engine(
         ServeConfig(
-            model="llama-3.1-8b", sim=SimOptions(gpu="h100", disaggregate=True, kv_link_gbps=50, time_scale=FAST)
+            model="llama-3.1-8b", sim=SimOptions(gpu="h100", disaggregate=True, kv_link_gbps=400, time_scale=FAST)
         )
     )
     await eng.start()
