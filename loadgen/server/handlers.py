@@ -138,17 +138,10 @@ class ServerApi:
 
     # -- generation ---------------------------------------------------------------------
 
-    async def _serve(self, request: web.Request, api: Api) -> web.StreamResponse:
-        arrival_ns = perf_counter_ns()
-        body = await read_json(request, self.http, max_model_len=self.engine.max_model_len, param=api.param)
-        parsed = api.parse(
-            body,
-            model_name=self.model_name,
-            tokenizer=self.tokenizer,
-            max_model_len=self.engine.max_model_len,
-        )
-        parsed.call = choose_tool(parsed, self.tools, self.seed)
-        plan = self.faults.plan(parsed.max_tokens) if self.faults is not None else None
+    def admit(self, max_tokens: int) -> FaultPlan | None:
+        """A request's faults drawn (``max_tokens``: the tokens it may stream); raises the
+        injected failure's 500, or 429 beyond ``max_in_flight`` open requests."""
+        plan = self.faults.plan(max_tokens) if self.faults is not None else None
         if plan is not None and plan.fail:
             self.metrics.faults["fail"] += 1
             raise RequestRejected(
@@ -161,6 +154,19 @@ class ServerApi:
                 type="rate_limit_error",
                 code="rate_limit_exceeded",
             )
+        return plan
+
+    async def _serve(self, request: web.Request, api: Api) -> web.StreamResponse:
+        arrival_ns = perf_counter_ns()
+        body = await read_json(request, self.http, max_model_len=self.engine.max_model_len, param=api.param)
+        parsed = api.parse(
+            body,
+            model_name=self.model_name,
+            tokenizer=self.tokenizer,
+            max_model_len=self.engine.max_model_len,
+        )
+        parsed.call = choose_tool(parsed, self.tools, self.seed)
+        plan = self.admit(parsed.max_tokens)
         rid = f"{api.id_prefix}{uuid.uuid4().hex}"
         params = SamplingParams(
             max_tokens=parsed.max_tokens,

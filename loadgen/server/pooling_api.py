@@ -186,18 +186,7 @@ class PoolingApi:
                 type="invalid_request_error",
                 code="not_supported",
             )
-        if api.faults is not None and api.faults.plan(1).fail:
-            api.metrics.faults["fail"] += 1
-            raise RequestRejected(
-                "injected failure (fault injection)", status=500, type="server_error", code="injected_fault"
-            )
-        if api.max_in_flight is not None and api.in_flight >= api.max_in_flight:
-            raise RequestRejected(
-                f"too many requests in flight (max {api.max_in_flight})",
-                status=429,
-                type="rate_limit_error",
-                code="rate_limit_exceeded",
-            )
+        api.admit(1)  # an injected failure, or 429 beyond max_in_flight, as for generation
         return body
 
     @staticmethod
