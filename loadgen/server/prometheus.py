@@ -26,7 +26,7 @@ detokenized and written:
 :class:`RequestLog` keeps the server timings of the last N finished requests, served as
 JSON at ``GET /loadgen/requests`` so end-to-end tests can compare a client's measurements
 with the server's (``ttft_s``/``itl_s`` there are the HTTP writes; ``first_output_ns``,
-``final_ns`` and ``outputs`` the engine outputs the histograms use).
+``last_output_ns``, ``final_ns`` and ``outputs`` the engine outputs the histograms use).
 """
 
 from __future__ import annotations
@@ -243,6 +243,7 @@ class _Logged:
     n_events: int
     itl: array[float]
     first_output_ns: int | None
+    last_output_ns: int | None
     n_outputs: int
 
 
@@ -259,11 +260,11 @@ class RequestLog:
         number are kept) and its per-token ITL."""
         first = trace.events[0][0] if trace.events else None
         n = len(trace.events)
-        first_output = trace.outputs[0] if trace.outputs else None
+        first_output, last_output = (trace.outputs[0], trace.outputs[-1]) if trace.outputs else (None, None)
         n_outputs = len(trace.outputs)
         trace.events = []
         trace.outputs = []
-        self._items.append(_Logged(trace, first, n, itl, first_output, n_outputs))
+        self._items.append(_Logged(trace, first, n, itl, first_output, last_output, n_outputs))
 
     def __len__(self) -> int:
         return len(self._items)
@@ -289,6 +290,7 @@ class RequestLog:
                 "itl_s": e.itl.tolist(),
                 "events": e.n_events,
                 "first_output_ns": e.first_output_ns,
+                "last_output_ns": e.last_output_ns,
                 "final_ns": t.final_ns or None,
                 "outputs": e.n_outputs,
                 "engine": t.engine,
