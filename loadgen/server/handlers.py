@@ -213,6 +213,7 @@ class ServerApi:
                 raise RequestRejected(
                     "the engine finished the request without output", status=500, type="server_error"
                 ) from None
+            trace.output_arrived(first, perf_counter_ns())
             started = True
             if parsed.stream:
                 return await self._stream(request, renderer, trace, gen, first, outputs, plan)
@@ -236,11 +237,15 @@ class ServerApi:
                 self.metrics.record(trace)
 
     @staticmethod
-    async def _next(outputs: AsyncIterator[TokenOutput]) -> TokenOutput:
+    async def _next(outputs: AsyncIterator[TokenOutput], trace: RequestTrace) -> TokenOutput:
+        """The engine's next output, its arrival noted in ``trace`` (where vLLM's frontend
+        timestamps an engine-core output: before detokenizing and writing it)."""
         try:
-            return await outputs.__anext__()
+            out = await outputs.__anext__()
         except StopAsyncIteration:  # the engine ended without a finish reason
             return TokenOutput(request_id="", token_ids=[], finish_reason="abort")
+        trace.output_arrived(out, perf_counter_ns())
+        return out
 
     async def _stream(
         self,
@@ -288,7 +293,7 @@ class ServerApi:
                         return response
                 if finish is not None:
                     break
-                out = await self._next(outputs)
+                out = await self._next(outputs, trace)
             tail = renderer.tail(gen)
             if tail:
                 await response.write(tail)
@@ -322,7 +327,7 @@ class ServerApi:
             parts.append(gen.feed(out))
             if gen.finish_reason is not None:
                 break
-            out = await self._next(outputs)
+            out = await self._next(outputs, trace)
         text = "".join(parts)
         reasoning = "".join(gen.reasoning_all)
         now = perf_counter_ns()

@@ -247,6 +247,8 @@ class PoolingApi:
         trace.finish_reason = "stop"
         trace.done_ns = perf_counter_ns()
         trace.events.append((trace.done_ns, 0))
+        trace.outputs.append(trace.done_ns)
+        trace.final_ns = trace.done_ns
         api.metrics.record(trace)
         return rid
 

@@ -1,23 +1,32 @@
-"""Server metrics in the Prometheus text format (0.0.4), written by hand, with vLLM names.
+"""Server metrics in the Prometheus text format (0.0.4), written by hand, with vLLM V1's
+names, labels, bucket boundaries and sample semantics (vLLM >= 0.11,
+``vllm/v1/metrics/loggers.py`` ``PrometheusStatLogger``, ``vllm/v1/metrics/stats.py``
+``IterationStats``, ``vllm/v1/spec_decode/metrics.py`` ``SpecDecodingProm``).
 
-Gauges and counters of the engine (running/waiting requests, KV-cache usage, prefix-cache
-queries and hits, preemptions, prompt/generation tokens; vLLM counts the prefix-cache
-lookups of preempted requests apart and does not export them, ``loadgen:`` names do) are read from
-:meth:`AsyncEngine.stats` at scrape time. Per-request histograms are observed by the API
-when a request ends:
+Every sample carries ``model_name`` and ``engine`` (``"0"`` with one engine; ``"i"`` per
+replica with ``--replicas``), as vLLM labels each of its engine cores. Gauges and counters
+of the engine (running/waiting requests, KV-cache usage, prefix-cache queries and hits,
+preemptions, prompt/generation tokens, speculative drafts and accepted tokens; vLLM counts
+the prefix-cache lookups of preempted requests apart and does not export them, ``loadgen:``
+names do) are read from :meth:`AsyncEngine.stats` at scrape time. Per-request histograms
+are observed when a request ends, from the times the API received the engine's outputs —
+where vLLM's frontend stamps an engine-core output (``IterationStats``), before the text is
+detokenized and written:
 
-- ``vllm:time_to_first_token_seconds``: from the request's arrival at the API (the
-  handler's start) to the first output token handed to the HTTP response: the moment its
-  event is written to the socket for streams, the moment the body is complete otherwise.
+- ``vllm:time_to_first_token_seconds``: arrival at the API to the first engine output.
 - ``vllm:inter_token_latency_seconds`` (and the older ``vllm:time_per_output_token_seconds``,
-  same samples): each gap between consecutive output events, divided evenly over that
-  event's tokens, one sample per token.
-- ``vllm:e2e_request_latency_seconds``: arrival to the last byte of the answer.
-- ``vllm:request_{queue,prefill,decode}_time_seconds``: the engine's own timings.
+  same samples): one sample per engine output after the first, the whole gap since the
+  previous output (an output of several tokens, as speculative decoding makes, is one
+  sample).
+- ``vllm:request_time_per_output_token_seconds``: per request, first to last output over
+  ``output_tokens - 1`` (0 for one token), as vLLM's ``mean_time_per_output_token``.
+- ``vllm:e2e_request_latency_seconds``: arrival to the output that finished the request.
+- ``vllm:request_{queue,inference,prefill,decode}_time_seconds``: the engine's own timings.
 
 :class:`RequestLog` keeps the server timings of the last N finished requests, served as
 JSON at ``GET /loadgen/requests`` so end-to-end tests can compare a client's measurements
-with the server's.
+with the server's (``ttft_s``/``itl_s`` there are the HTTP writes; ``first_output_ns``,
+``last_output_ns``, ``final_ns`` and ``outputs`` the engine outputs the histograms use).
 """
 
 from __future__ import annotations
@@ -30,10 +39,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.server.engine.interface import EngineStats
+from loadgen.server.engine.interface import EngineStats, TokenOutput
 
 __all__ = [
     "FINISH_REASONS",
+    "HISTOGRAMS",
     "ITL_BUCKETS",
     "LATENCY_BUCKETS",
     "TTFT_BUCKETS",
@@ -44,81 +54,61 @@ __all__ = [
     "format_value",
 ]
 
+# vLLM V1's boundaries (vllm/v1/metrics/loggers.py, v0.11): TTFT from 1 ms, the per-token
+# series from 10 ms, the request-phase series (``request_latency_buckets``) from 0.3 s
 TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
 ITL_BUCKETS = (
-    0.001,
-    0.0025,
-    0.005,
-    0.0075,
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+)  # fmt: skip
 LATENCY_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+# (attribute, name, help, bounds) of the per-request histograms, in vLLM's order
+HISTOGRAMS = (
+    ("ttft", "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS),
+    ("itl", "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS),
+    (
+        "tpot",
+        "vllm:time_per_output_token_seconds",
+        "Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.",
+        ITL_BUCKETS,
+    ),
+    (
+        "request_tpot",
+        "vllm:request_time_per_output_token_seconds",
+        "Histogram of time_per_output_token_seconds per request.",
+        ITL_BUCKETS,
+    ),
+    ("e2e", "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS),
+    (
+        "queue",
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        LATENCY_BUCKETS,
+    ),
+    (
+        "inference",
+        "vllm:request_inference_time_seconds",
+        "Histogram of time spent in RUNNING phase for request.",
+        LATENCY_BUCKETS,
+    ),
+    (
+        "prefill",
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        LATENCY_BUCKETS,
+    ),
+    (
+        "decode",
+        "vllm:request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        LATENCY_BUCKETS,
+    ),
 )
 FINISH_REASONS = ("stop", "length", "abort")
 # the simulated GPUs' telemetry under the DCGM exporter's names: (name, help, field, scale)
@@ -167,7 +157,12 @@ class Histogram:
         self.count += 1
 
     def render(self, labels: Sequence[tuple[str, str]]) -> list[str]:
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
+        """Its ``# HELP``/``# TYPE`` lines and samples."""
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram", *self.samples(labels)]
+
+    def samples(self, labels: Sequence[tuple[str, str]]) -> list[str]:
+        """Its bucket, sum and count samples, labelled ``labels``."""
+        lines: list[str] = []
         cumulative = 0
         for bound, n in zip((*self.bounds, math.inf), self._counts):
             cumulative += n
@@ -185,7 +180,8 @@ class RequestTrace:
 
     ``events`` holds ``(t_ns, n_tokens)`` per output-carrying event (``perf_counter_ns``
     right before its bytes are written), ``n_tokens`` being the engine tokens since the
-    previous one.
+    previous one. ``outputs`` holds the ``perf_counter_ns`` at which each engine output with
+    tokens reached the API, ``final_ns`` the one that carried the finish reason.
     """
 
     id: str
@@ -199,6 +195,26 @@ class RequestTrace:
     done_ns: int = 0
     events: list[tuple[int, int]] = field(default_factory=list)
     engine: dict[str, float] | None = None
+    outputs: list[int] = field(default_factory=list)
+    final_ns: int = 0
+
+    def output_arrived(self, out: TokenOutput, now_ns: int) -> None:
+        """Note an engine output's arrival (vLLM's frontend stamps each one so)."""
+        if out.token_ids:
+            self.outputs.append(now_ns)
+        if out.finish_reason is not None:
+            self.final_ns = now_ns
+
+    def output_gaps_s(self) -> list[float]:
+        """vLLM's inter-token latencies: one per output after the first, the whole gap."""
+        return [(t1 - t0) / 1e9 for t0, t1 in zip(self.outputs, self.outputs[1:])]
+
+    @property
+    def request_tpot_s(self) -> float:
+        """First to last output over ``output_tokens - 1`` (0 for fewer than two tokens)."""
+        if self.output_tokens < 2 or not self.outputs:
+            return 0.0
+        return (self.outputs[-1] - self.outputs[0]) / 1e9 / (self.output_tokens - 1)
 
     @property
     def ttft_s(self) -> float | None:
@@ -222,10 +238,13 @@ class _Logged:
     """What the log keeps of a finished request: its trace less the per-event list (a
     Python tuple per event would make the log's 10,000 entries tens of MB)."""
 
-    trace: RequestTrace  # its ``events`` emptied
+    trace: RequestTrace  # its ``events`` and ``outputs`` emptied
     first_token_ns: int | None
     n_events: int
     itl: array[float]
+    first_output_ns: int | None
+    last_output_ns: int | None
+    n_outputs: int
 
 
 class RequestLog:
@@ -241,8 +260,11 @@ class RequestLog:
         number are kept) and its per-token ITL."""
         first = trace.events[0][0] if trace.events else None
         n = len(trace.events)
+        first_output, last_output = (trace.outputs[0], trace.outputs[-1]) if trace.outputs else (None, None)
+        n_outputs = len(trace.outputs)
         trace.events = []
-        self._items.append(_Logged(trace, first, n, itl))
+        trace.outputs = []
+        self._items.append(_Logged(trace, first, n, itl, first_output, last_output, n_outputs))
 
     def __len__(self) -> int:
         return len(self._items)
@@ -267,6 +289,10 @@ class RequestLog:
                 "e2e_s": t.e2e_s,
                 "itl_s": e.itl.tolist(),
                 "events": e.n_events,
+                "first_output_ns": e.first_output_ns,
+                "last_output_ns": e.last_output_ns,
+                "final_ns": t.final_ns or None,
+                "outputs": e.n_outputs,
                 "engine": t.engine,
             }
             for e in items
@@ -274,73 +300,61 @@ class RequestLog:
         ]
 
 
+class _EngineSeries:
+    """The per-request histograms and finish counts of one engine (replica)."""
+
+    __slots__ = ("finished", "hist")
+
+    def __init__(self) -> None:
+        self.hist = {attr: Histogram(name, help_text, bounds) for attr, name, help_text, bounds in HISTOGRAMS}
+        self.finished = dict.fromkeys(FINISH_REASONS, 0)
+
+    def record(self, trace: RequestTrace) -> None:
+        hist = self.hist
+        if trace.outputs:
+            hist["ttft"].observe((trace.outputs[0] - trace.arrival_ns) / 1e9)
+        for gap in trace.output_gaps_s():
+            hist["itl"].observe(gap)
+            hist["tpot"].observe(gap)
+        end_ns = trace.final_ns or trace.done_ns
+        hist["e2e"].observe((end_ns - trace.arrival_ns) / 1e9)
+        timings = trace.engine or {}
+        if timings:
+            hist["request_tpot"].observe(trace.request_tpot_s)
+        for key, name in (("queue", "queue_s"), ("prefill", "prefill_s"), ("decode", "decode_s")):
+            seconds = timings.get(name)
+            if seconds is not None:
+                hist[key].observe(seconds)
+        if "prefill_s" in timings and "decode_s" in timings:
+            hist["inference"].observe(timings["prefill_s"] + timings["decode_s"])
+        self.finished[trace.finish_reason] = self.finished.get(trace.finish_reason, 0) + 1
+
+
 class ServerMetrics:
     """All metrics of one served model; :meth:`render` produces the ``/metrics`` body."""
 
-    __slots__ = (
-        "decode",
-        "e2e",
-        "faults",
-        "finished",
-        "itl",
-        "log",
-        "model_name",
-        "prefill",
-        "queue",
-        "rejected",
-        "tpot",
-        "ttft",
-    )
+    __slots__ = ("engines", "faults", "log", "model_name", "rejected")
 
     def __init__(self, model_name: str, *, history: int = 10_000) -> None:
         self.model_name = model_name
-        self.ttft = Histogram(
-            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
-        )
-        self.itl = Histogram(
-            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS
-        )
-        self.tpot = Histogram(
-            "vllm:time_per_output_token_seconds",
-            "Histogram of time per output token in seconds (deprecated name of vllm:inter_token_latency_seconds).",
-            ITL_BUCKETS,
-        )
-        self.e2e = Histogram(
-            "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", LATENCY_BUCKETS
-        )
-        self.queue = Histogram(
-            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", LATENCY_BUCKETS
-        )
-        self.prefill = Histogram(
-            "vllm:request_prefill_time_seconds",
-            "Histogram of time spent in PREFILL phase for request.",
-            LATENCY_BUCKETS,
-        )
-        self.decode = Histogram(
-            "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", LATENCY_BUCKETS
-        )
-        self.finished = dict.fromkeys(FINISH_REASONS, 0)
+        self.engines: dict[int, _EngineSeries] = {0: _EngineSeries()}
         self.rejected: dict[str, int] = {}
         self.faults = dict.fromkeys(("fail", "stall", "disconnect"), 0)
         self.log = RequestLog(history)
 
+    def histogram(self, attr: str, engine: int = 0) -> Histogram:
+        """One engine's histogram by its attribute name in :data:`HISTOGRAMS` (``"ttft"``...)."""
+        return self.engines[engine].hist[attr]
+
     def record(self, trace: RequestTrace) -> None:
-        """Observe a finished request (any finish reason) and append it to the log."""
-        itl = trace.itl_s()
-        ttft = trace.ttft_s
-        if ttft is not None:
-            self.ttft.observe(ttft)
-        for value in itl:
-            self.itl.observe(value)
-            self.tpot.observe(value)
-        self.e2e.observe(trace.e2e_s)
-        timings = trace.engine or {}
-        for hist, key in ((self.queue, "queue_s"), (self.prefill, "prefill_s"), (self.decode, "decode_s")):
-            seconds = timings.get(key)
-            if seconds is not None:
-                hist.observe(seconds)
-        self.finished[trace.finish_reason] = self.finished.get(trace.finish_reason, 0) + 1
-        self.log.append(trace, itl)
+        """Observe a finished request (any finish reason) and append it to the log; a request
+        a replica served (its timings name the ``engine``) goes to that replica's series."""
+        index = int((trace.engine or {}).get("engine", 0))
+        series = self.engines.get(index)
+        if series is None:
+            series = self.engines[index] = _EngineSeries()
+        series.record(trace)
+        self.log.append(trace, trace.itl_s())
 
     def reject(self, status: int) -> None:
         """Count a request answered with an error status before it reached the engine."""
@@ -348,113 +362,43 @@ class ServerMetrics:
         self.rejected[key] = self.rejected.get(key, 0) + 1
 
     def render(self, stats: EngineStats, replicas: Sequence[EngineStats] = (), gpus: Sequence[Any] = ()) -> str:
-        """The ``/metrics`` body. With more than one replica the engine's gauges and
-        counters are written once per replica, labelled ``engine="i"`` (as vLLM labels its
-        data-parallel engines); a scraper sums or averages them."""
-        model = (("model_name", self.model_name),)
-        lab = _labels(model)
+        """The ``/metrics`` body. The engine's gauges and counters are written once per
+        engine, labelled ``engine="i"`` (``"0"`` alone with one engine), as vLLM labels its
+        engine cores; a scraper sums or averages them."""
+        parts = list(replicas) if len(replicas) > 1 else [stats]
+        engines = [(("model_name", self.model_name), ("engine", str(i))) for i in range(len(parts))]
+        for index in self.engines:
+            while index >= len(engines):
+                engines.append((("model_name", self.model_name), ("engine", str(len(engines)))))
         lines: list[str] = []
-        per_engine = list(replicas) if len(replicas) > 1 else []
 
-        def sample(name: str, kind: str, help_text: str, value: float, field: str | None = None) -> None:
+        def sample(name: str, kind: str, help_text: str, attr: str) -> None:
             lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"))
-            if field is None or not per_engine:
-                lines.append(f"{name}{lab} {format_value(value)}")
-                return
-            for i, part in enumerate(per_engine):
-                labels = _labels((*model, ("engine", str(i))))
-                lines.append(f"{name}{labels} {format_value(getattr(part, field))}")
+            for labels, part in zip(engines, parts):
+                lines.append(f"{name}{_labels(labels)} {format_value(getattr(part, attr))}")
 
-        sample(
-            "vllm:num_requests_running",
-            "gauge",
-            "Number of requests in model execution batches.",
-            stats.running,
-            "running",
-        )
-        sample(
-            "vllm:num_requests_waiting",
-            "gauge",
-            "Number of requests waiting to be processed.",
-            stats.waiting,
-            "waiting",
-        )
-        sample(
-            "vllm:gpu_cache_usage_perc",
-            "gauge",
-            "GPU KV-cache usage. 1 means 100 percent usage.",
-            stats.kv_usage,
-            "kv_usage",
-        )
-        sample(
-            "vllm:kv_cache_usage_perc",
-            "gauge",
-            "KV-cache usage. 1 means 100 percent usage.",
-            stats.kv_usage,
-            "kv_usage",
-        )
-        sample(
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            stats.prefix_cache_queries,
-            "prefix_cache_queries",
-        )
-        sample(
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            "Prefix cache hits, in terms of number of cached tokens.",
-            stats.prefix_cache_hits,
-            "prefix_cache_hits",
-        )
-        sample(
-            "loadgen:prefix_cache_preempted_queries_total",
-            "counter",
-            "Prefix cache queries of requests preempted before (not in vllm:prefix_cache_queries_total), in tokens.",
-            stats.prefix_cache_preempted_queries,
-            "prefix_cache_preempted_queries",
-        )
-        sample(
-            "loadgen:prefix_cache_preempted_hits_total",
-            "counter",
-            "Prefix cache hits of requests preempted before (not in vllm:prefix_cache_hits_total), in tokens.",
-            stats.prefix_cache_preempted_hits,
-            "prefix_cache_preempted_hits",
-        )
-        sample(
-            "vllm:num_preemptions_total",
-            "counter",
-            "Cumulative number of preemptions from the engine.",
-            stats.preemptions,
-            "preemptions",
-        )
-        sample(
-            "vllm:prompt_tokens_total",
-            "counter",
-            "Number of prefill tokens processed.",
-            stats.prompt_tokens,
-            "prompt_tokens",
-        )
-        sample(
-            "vllm:generation_tokens_total",
-            "counter",
-            "Number of generation tokens processed.",
-            stats.generation_tokens,
-            "generation_tokens",
-        )
-        sample("loadgen:engine_steps_total", "counter", "Engine steps executed.", stats.steps, "steps")
+        for name, kind, help_text, attr in _ENGINE_SERIES:
+            sample(name, kind, help_text, attr)
+        if stats.spec_drafts or stats.spec_draft_tokens or stats.spec_accepted_per_position:
+            for name, help_text, attr in _SPEC_SERIES:
+                sample(name, "counter", help_text, attr)
+            name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+            lines.extend((f"# HELP {name} Accepted tokens per draft position.", f"# TYPE {name} counter"))
+            for labels, part in zip(engines, parts):
+                for pos, n in enumerate(part.spec_accepted_per_position):
+                    lines.append(f"{name}{_labels((*labels, ('position', str(pos))))} {format_value(n)}")
 
         def labelled(name: str, help_text: str, key: str, counts: dict[str, int]) -> None:
             lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} counter"))
             for k, v in counts.items():
-                lines.append(f"{name}{_labels((*model, (key, k)))} {format_value(v)}")
+                lines.append(f"{name}{_labels((*engines[0], (key, k)))} {format_value(v)}")
 
-        labelled(
-            "vllm:request_success_total",
-            "Count of finished requests by finish reason.",
-            "finished_reason",
-            self.finished,
-        )
+        name = "vllm:request_success_total"
+        lines.extend((f"# HELP {name} Count of successfully processed requests.", f"# TYPE {name} counter"))
+        for index, series in sorted(self.engines.items()):
+            for reason, n in series.finished.items():
+                lab = _labels((*engines[index], ("finished_reason", reason)))
+                lines.append(f"{name}{lab} {format_value(n)}")
         labelled(
             "loadgen:requests_rejected_total",
             "Requests answered with an error status before reaching the engine.",
@@ -462,13 +406,58 @@ class ServerMetrics:
             self.rejected,
         )
         labelled("loadgen:faults_injected_total", "Faults injected, by kind.", "kind", self.faults)
-        for hist in (self.ttft, self.itl, self.tpot, self.e2e, self.queue, self.prefill, self.decode):
-            lines.extend(hist.render(model))
+        for attr, name, help_text, _ in HISTOGRAMS:
+            lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} histogram"))
+            for index, series in sorted(self.engines.items()):
+                lines.extend(series.hist[attr].samples(engines[index]))
         for name, help_text, attr, scale in _DCGM:
             if not gpus:
                 break
             lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} gauge"))
             for i, g in enumerate(gpus):
-                labels = _labels((("gpu", str(i)), ("modelName", "loadgen sim")))
-                lines.append(f"{name}{labels} {format_value(round(getattr(g, attr) * scale, 3))}")
+                lab = _labels((("gpu", str(i)), ("modelName", "loadgen sim")))
+                lines.append(f"{name}{lab} {format_value(round(getattr(g, attr) * scale, 3))}")
         return "\n".join(lines) + "\n"
+
+
+# the engine's gauges and counters: (name, type, help, EngineStats field)
+_ENGINE_SERIES = (
+    ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", "running"),
+    ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", "waiting"),
+    ("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.", "kv_usage"),
+    ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", "kv_usage"),
+    (
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        "prefix_cache_queries",
+    ),
+    (
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        "prefix_cache_hits",
+    ),
+    (
+        "loadgen:prefix_cache_preempted_queries_total",
+        "counter",
+        "Prefix cache queries of requests preempted before (not in vllm:prefix_cache_queries_total), in tokens.",
+        "prefix_cache_preempted_queries",
+    ),
+    (
+        "loadgen:prefix_cache_preempted_hits_total",
+        "counter",
+        "Prefix cache hits of requests preempted before (not in vllm:prefix_cache_hits_total), in tokens.",
+        "prefix_cache_preempted_hits",
+    ),
+    ("vllm:num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.", "preemptions"),
+    ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", "prompt_tokens"),
+    ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", "generation_tokens"),
+    ("loadgen:engine_steps_total", "counter", "Engine steps executed.", "steps"),
+)
+# vLLM's SpecDecodingProm counters (exported when the engine speculates)
+_SPEC_SERIES = (
+    ("vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", "spec_drafts"),
+    ("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", "spec_draft_tokens"),
+    ("vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", "spec_accepted_tokens"),
+)

@@ -117,6 +117,14 @@ class Router:
         return n
 
 
+def _total(values: list[Any]) -> Any:
+    """The sum of one field over the replicas; tuples (per-position counters) element-wise."""
+    if values and isinstance(values[0], tuple):
+        width = max(len(v) for v in values)
+        return tuple(sum(v[i] for v in values if i < len(v)) for i in range(width))
+    return sum(values)
+
+
 class ReplicatedEngine:
     """N engines behind one :class:`AsyncEngine` interface, one :class:`Router` choosing."""
 
@@ -144,6 +152,8 @@ class ReplicatedEngine:
         self.router.outstanding[index] += 1
         try:
             async for out in outputs:
+                if out.finish_reason is not None and out.timings is not None:
+                    out.timings["engine"] = float(index)  # /metrics labels its histograms engine="i"
                 yield out
         finally:
             self.router.outstanding[index] -= 1
@@ -167,6 +177,8 @@ class ReplicatedEngine:
     def stats(self) -> EngineStats:
         """The replicas' counters and gauges summed, every field (KV usage: their mean)."""
         parts = self.replica_stats()
-        total = EngineStats(**{f.name: sum(getattr(s, f.name) for s in parts) for f in dataclasses.fields(EngineStats)})
+        total = EngineStats(
+            **{f.name: _total([getattr(s, f.name) for s in parts]) for f in dataclasses.fields(EngineStats)}
+        )
         total.kv_usage = sum(s.kv_usage for s in parts) / len(parts)
         return total

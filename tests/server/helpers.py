@@ -70,7 +70,8 @@ def parse_prometheus(text: str) -> tuple[Samples, dict[str, str]]:
 
 
 def sample(samples: Samples, name: str, **labels: str) -> float:
-    return samples[(name, frozenset({"model_name": MODEL, **labels}.items()))]
+    """One sample by name and labels (``model_name`` and ``engine="0"`` unless given)."""
+    return samples[(name, frozenset({"model_name": MODEL, "engine": "0", **labels}.items()))]
 
 
 async def scrape(session: aiohttp.ClientSession, url: str) -> Samples:

@@ -313,9 +313,9 @@ async def test_metrics_histograms_count_served_requests(
     ):
         assert sample(after, name + "_count") == n
         assert sample(after, name + "_bucket", le="+Inf") == n
-    # per-token ITL only for the streamed requests (the others have one event)
-    streamed = n // 2
-    assert sample(after, "vllm:inter_token_latency_seconds_count") == streamed * (max_tokens - 1)
+    # vLLM's ITL: one sample per engine output after the first, streamed or not
+    assert sample(after, "vllm:inter_token_latency_seconds_count") == n * (max_tokens - 1)
+    assert sample(after, "vllm:request_time_per_output_token_seconds_count") == n
     assert sample(after, "vllm:request_success_total", finished_reason="length") == n
     gen = "vllm:generation_tokens_total"
     assert sample(after, gen) - sample(before, gen) == n * max_tokens

@@ -53,7 +53,15 @@ async def test_round_robin_spreads_requests_and_metrics_are_per_replica() -> Non
     assert per_engine(samples, "vllm:prompt_tokens_total", 3) == [40.0, 40.0, 40.0]
     assert per_engine(samples, "vllm:generation_tokens_total", 3) == [8.0, 8.0, 8.0]
     assert sum(per_engine(samples, "vllm:num_requests_running", 3)) == 0
-    assert sample(samples, "vllm:request_success_total", finished_reason="length") == 6
+    # each request's histograms and finish count under the replica that served it
+    assert [
+        sample(samples, "vllm:request_success_total", engine=str(i), finished_reason="length") for i in range(3)
+    ] == [
+        2.0,
+        2.0,
+        2.0,
+    ]
+    assert per_engine(samples, "vllm:e2e_request_latency_seconds_count", 3) == [2.0, 2.0, 2.0]
 
 
 async def test_least_loaded_avoids_the_busy_replica() -> None:

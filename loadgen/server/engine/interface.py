@@ -60,10 +60,14 @@ class EngineStats:
     prefix_cache_preempted_queries: int = 0  # the same, for requests preempted before
     prefix_cache_preempted_hits: int = 0
     preemptions: int = 0
+    spec_drafts: int = 0  # speculative decoding: drafts proposed (a request's draft in one step)
     prompt_tokens: int = 0  # processed prompt tokens (counter)
     generation_tokens: int = 0  # generated tokens (counter)
     steps: int = 0
     busy_s: float = 0.0  # clock seconds spent running steps (counter)
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_accepted_per_position: tuple[int, ...] = ()
 
 
 class AsyncEngine(Protocol):
