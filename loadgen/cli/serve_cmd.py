@@ -85,7 +85,7 @@ ChunkedPrefillOpt = Annotated[bool, typer.Option("--chunked-prefill/--no-chunked
 MaxNumBatchedTokensOpt = Annotated[
     int | None,
     typer.Option(
-        help="Token budget per engine step (default as vllm serve: 8192 on H100/H200/B200/MI300X, 2048 on A100/L40S; max_model_len without chunked prefill)"
+        help="Token budget per engine step (default as vllm serve: 16384 on B200/MI300X, 8192 on H100/H200, 2048 on A100/L40S; at least max_model_len without chunked prefill)"
     ),
 ]
 MaxNumSeqsOpt = Annotated[

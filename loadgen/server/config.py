@@ -51,17 +51,26 @@ ENGINE_MODES = ("process", "thread")  # where the torch engine runs: TorchOption
 DEFAULT_MODELS = {"sim": "llama-3.1-8b", "torch": "tiny"}
 
 
+GIB = 1 << 30
+
+
 def batch_defaults(gpu: GpuSpec | None) -> tuple[int, int]:
     """``(max_num_batched_tokens, max_num_seqs)`` that ``vllm serve`` (the OpenAI API
-    server) picks when neither is given: 8,192 and 1,024 on a GPU of the ``"high"``
-    :attr:`~loadgen.server.sim.gpus.GpuSpec.batch_tier` (at least 70 GiB and not an A100:
-    H100, H200, B200, MI300X), else 2,048 and 256 (A100, L40S, or no GPU known: the torch
-    engine's device is only found in its own process).
+    server usage context) picks when neither is given, by the GPU's memory class:
 
-    From ``EngineArgs.get_batch_defaults`` in vLLM's ``vllm/engine/arg_utils.py`` (v0.9 to
-    v0.27; v0.28 adds a tier of 16,384 tokens for GPUs of at least 160 GiB, not modelled).
+    - at least 160 GiB (B200, MI300X): 16,384 and 1,024;
+    - at least 70 GiB and not an A100 (H100, H200): 8,192 and 1,024;
+    - anything else (A100 of either size, L40S, or no GPU known — the torch engine's
+      device is only found in its own process): 2,048 and 256.
+
+    vLLM v0.28.0, ``vllm/engine/arg_utils.py``, ``EngineArgs.get_batch_defaults``
+    (v0.28.0 added the 160 GiB class; up to v0.27 the two lower ones were all). The
+    ``LLM`` class's defaults (16,384 / 8,192 tokens) are not modelled: this is a server.
+    Memory is the datasheet's, in bytes, as ``get_device_total_memory`` reports it.
     """
-    if gpu is not None and gpu.batch_tier == "high":
+    if gpu is not None and gpu.memory_bytes >= 160 * GIB:
+        return 16384, 1024
+    if gpu is not None and gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name.lower():
         return 8192, 1024
     return 2048, 256
 
@@ -90,9 +99,11 @@ class SchedulerLimits:
     """The scheduler's and the KV cache's settings (vLLM's names), for both engines.
 
     ``max_num_batched_tokens`` / ``max_num_seqs`` None: ``vllm serve``'s defaults for the
-    GPU (:func:`batch_defaults`); without chunked prefill the token budget defaults to
-    ``max_model_len`` instead, and a smaller one is refused, as vLLM does (a whole prompt
-    must fit one step). ``max_num_seqs`` defaults to at most the token budget.
+    GPU (:func:`batch_defaults`); without chunked prefill the token budget defaults to the
+    larger of that default and ``max_model_len`` (a whole prompt must fit one step; a
+    smaller budget given explicitly is refused, as vLLM does), and an unset budget never
+    exceeds ``max_num_seqs * max_model_len``. ``max_num_seqs`` unset is at most the token
+    budget. (vLLM's ``_set_default_max_num_seqs_and_batched_tokens_args``.)
     ``max_model_len`` None: the model's (the API caps it at the KV cache's size).
     ``num_gpu_blocks`` None: sized from device memory (``gpu_memory_utilization`` of it,
     less the weights; the torch engine on a CPU takes 1 GiB unless ``--kv-cache-gb``).
@@ -129,18 +140,19 @@ class SchedulerLimits:
         below ``max_model_len`` without chunked prefill."""
         tokens, seqs = batch_defaults(gpu)
         max_len = self.max_model_len or model_max_len
+        seq_limit = self.max_num_seqs or seqs
         budget = self.max_num_batched_tokens
-        if not self.enable_chunked_prefill:
-            if budget is None:
-                budget = max_len
-            elif budget < max_len:
-                raise ConfigError(
-                    f"{budget} is smaller than max_model_len ({max_len}): without chunked "
-                    f"prefill a whole prompt must fit one step; raise it, leave it unset, "
-                    f"or keep chunked prefill",
-                    key="--max-num-batched-tokens",
-                )
-        budget = budget or tokens
+        if budget is None:
+            # vLLM: unchunked, at least max_model_len; never above what the sequences hold
+            budget = tokens if self.enable_chunked_prefill else max(max_len, tokens)
+            budget = min(seq_limit * max_len, budget)
+        elif not self.enable_chunked_prefill and budget < max_len:
+            raise ConfigError(
+                f"{budget} is smaller than max_model_len ({max_len}): without chunked "
+                f"prefill a whole prompt must fit one step; raise it, leave it unset, "
+                f"or keep chunked prefill",
+                key="--max-num-batched-tokens",
+            )
         return replace(self, max_num_batched_tokens=budget, max_num_seqs=self.max_num_seqs or min(seqs, budget))
 
     @property

@@ -60,10 +60,11 @@ def test_sim_flags_are_checked_naming_the_flag(kwargs: dict[str, Any], key: str)
     [
         ("h100", 8192, 1024),
         ("h200", 8192, 1024),
-        ("b200", 8192, 1024),
-        ("mi300x", 8192, 1024),
+        ("b200", 16384, 1024),  # 180 GB = 168 GiB: vLLM v0.28's >= 160 GiB class
+        ("mi300x", 16384, 1024),  # 192 GB = 179 GiB
         ("a100", 2048, 256),  # 80 GB, but vLLM excludes the A100 by name
-        ("l40s", 2048, 256),  # 48 GB
+        ("a100-40gb", 2048, 256),
+        ("l40s", 2048, 256),  # 48 GB = 45 GiB
     ],
 )
 def test_unset_limits_take_vllm_serves_defaults_for_the_gpu(gpu: str, tokens: int, seqs: int) -> None:
@@ -93,6 +94,26 @@ def test_without_chunking_the_budget_is_max_model_len_and_a_smaller_one_is_refus
     assert "\n" not in str(exc.value)
     big = SchedulerLimits(enable_chunked_prefill=False, max_num_batched_tokens=9000, max_model_len=8192)
     assert ServeConfig(scheduler=big).limits.token_budget == 9000
+
+
+@pytest.mark.parametrize(
+    ("gpu", "chunked", "max_model_len", "max_num_seqs", "budget"),
+    [
+        ("h100", False, 1024, None, 8192),  # unchunked: max(max_model_len, default), not 1024
+        ("a100", False, 1024, None, 2048),
+        ("b200", False, 4096, None, 16384),
+        ("h100", False, 32768, None, 32768),
+        ("h100", True, 1024, 2, 2048),  # capped at max_num_seqs * max_model_len
+        ("a100", True, 512, 2, 1024),
+        ("h100", False, 1024, 4, 4096),
+        ("h100", True, 1024, None, 8192),
+    ],
+)
+def test_unset_budget_follows_vllms_rule(
+    gpu: str, chunked: bool, max_model_len: int, max_num_seqs: int | None, budget: int
+) -> None:
+    limits = SchedulerLimits(enable_chunked_prefill=chunked, max_model_len=max_model_len, max_num_seqs=max_num_seqs)
+    assert ServeConfig(sim=SimOptions(gpu=gpu), scheduler=limits).limits.token_budget == budget
 
 
 @pytest.mark.parametrize(

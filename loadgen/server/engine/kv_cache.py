@@ -11,10 +11,13 @@ allocated for the tokens a step computes, so a sequence admitted later in the sa
 already hits them. A later sequence whose prompt starts with the same blocks reuses them
 (reference counts > 1). Every block whose reference count is zero, cached or not, sits in
 one LRU free queue: blocks are taken from its head, and a taken block that was cached
-loses its hash then (it is evicted). A finished sequence's blocks are appended at the
-tail in reverse order, so its last blocks (the least likely to be shared) are evicted
-before its first ones. Never-cached blocks get no priority: a hit rate here is what vLLM
-would see under the same pressure. Only full blocks are ever cached.
+loses its hash then (it is evicted). A finished sequence's blocks are freed in reverse
+order (its last blocks, the least likely to be shared, first): with prefix caching on,
+those never hashed (a partial last block, a prefill that never completed a block) go to
+the *head* of the queue, so they are reused before any cached block, and hashed ones are
+appended at the tail; with caching off every block is appended. This is current vLLM's
+``BlockPool.free_blocks`` (``vllm/v1/core/block_pool.py``: ``prepend_n`` of the blocks
+without a hash, ``append_n`` of the others). Only full blocks are ever cached.
 
 Hashes use Python's ``hash`` of ``(int, tuple[int, ...])``, which is deterministic across
 processes (ints are never salted); a 64-bit collision is accepted as negligible.
@@ -211,12 +214,20 @@ class KVCacheManager:
         self._num_hashed.pop(seq_id, None)
         if table is None:
             return
-        # tail first: the end of a sequence is the least likely to be shared, so it is
-        # placed to be evicted first
-        for block in reversed(table) if self.enable_prefix_caching else table:
+        # tail first (the end of a sequence is the least likely to be shared); with prefix
+        # caching on, blocks that were never hashed go to the head of the queue, in that
+        # order, and hashed ones to the tail (vLLM's BlockPool.free_blocks)
+        unhashed: list[int] = []
+        for block in reversed(table):
             self._ref[block] -= 1
             if self._ref[block] == 0:
-                self._free[block] = None
+                if self.enable_prefix_caching and self._hash[block] is None:
+                    unhashed.append(block)
+                else:
+                    self._free[block] = None
+        for block in reversed(unhashed):
+            self._free[block] = None
+            self._free.move_to_end(block, last=False)
 
     # ------------------------------------------------------------------ checks
     def check_consistency(self) -> None:

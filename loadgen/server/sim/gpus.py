@@ -7,10 +7,10 @@ bidirectional total) used for tensor-parallel all-reduces. ``fp8_flops`` is None
 GPU without FP8 tensor cores (the A100): FP8 weights are then computed at the BF16 peak.
 ``board_power_w`` is the datasheet's maximum board power (TDP), which the simulated
 telemetry's power model reaches at full use (:mod:`loadgen.server.sim.telemetry`).
-``batch_tier`` is which of ``vllm serve``'s default batch limits the GPU gets
-(:func:`loadgen.server.config.batch_defaults`): ``"high"`` for a GPU of at least 70 GiB
-that is not an A100, else ``"low"``, as vLLM decides from the device it finds. Every
-field is required: a preset cannot leave one to a default.
+``batch_tier`` says whether the GPU is at least 70 GiB and not an A100 (``"high"``) or not
+(``"low"``); ``vllm serve``'s default batch limits are chosen from ``memory_bytes`` and the
+name directly (:func:`loadgen.server.config.batch_defaults`, which adds vLLM's 160 GiB
+class). Every field is required: a preset cannot leave one to a default.
 
 :data:`GPUS` is filled by the :func:`gpu_preset` decorator (aliases allowed); a failed
 lookup raises :class:`~loadgen.errors.ConfigError` listing the valid names. The model

@@ -80,17 +80,18 @@ def test_only_computed_blocks_are_cached() -> None:
     assert kv.num_cached_blocks == 3
 
 
-def test_one_lru_queue_evicts_cached_and_uncached_blocks_alike_tail_first() -> None:
-    # Worked by hand (vLLM V1's block pool: one free queue, taken from the head, a
-    # finished sequence's blocks appended at the tail in reverse order):
+def test_a_freed_unhashed_block_goes_to_the_head_and_is_reused_before_cached_ones() -> None:
+    # Worked by hand (current vLLM's BlockPool.free_blocks: a finished sequence's blocks
+    # in reverse order, those never hashed prepended at the head, hashed ones appended):
     #   start                       queue [0 1 2 3 4 5]
     #   seq 1: 12 tokens -> 0 1 2, all three full and cached (a0 a1 a2)
-    #   seq 2:  6 tokens -> 3 4; block 3 full and cached (b0), block 4 partial, never cached
+    #   seq 2:  6 tokens -> 3 4; block 3 full and cached (b0), block 4 partial, never hashed
     #                               queue [5]
     #   free seq 1 (2, 1, 0)        queue [5 2 1 0]
-    #   free seq 2 (4, 3)           queue [5 2 1 0 4 3]
-    # The old policy (never-cached blocks first) would hand out 5 and 4 before any cached
-    # block; here a cached block (2, the tail of seq 1) goes before the uncached 4.
+    #   free seq 2 (4 -> head, 3)   queue [4 5 2 1 0 3]
+    # vLLM <= 0.27 appended block 4 at the tail too ([5 2 1 0 4 3]), so the next two
+    # blocks were 5 and 2 and a2 was evicted; now 4 and 5 come first and every cached
+    # block survives.
     kv = KVCacheManager(num_blocks=6, block_size=4, enable_prefix_caching=True)
     a, b = hashes_of(list(range(12))), hashes_of(list(range(100, 106)))
     assert kv.allocate(1, 12) and kv.allocate(2, 6)
@@ -99,19 +100,39 @@ def test_one_lru_queue_evicts_cached_and_uncached_blocks_alike_tail_first() -> N
     assert kv.block_table(1) == [0, 1, 2] and kv.block_table(2) == [3, 4]
     kv.free(1)
     kv.free(2)
-    assert kv.free_queue() == [5, 2, 1, 0, 4, 3]
+    assert kv.free_queue() == [4, 5, 2, 1, 0, 3]
     assert kv.num_free_blocks == 6 and kv.num_cached_blocks == 4
-    # seq 3, two new blocks: 5 (never used), then 2, which evicts a2
-    assert kv.allocate(3, 8) and kv.block_table(3) == [5, 2]
-    assert kv.find_cached_prefix(a).block_ids == [0, 1]
-    assert kv.free_queue() == [1, 0, 4, 3]
-    # seq 4 hits a0 a1: they leave the queue; its third block is the head, 4
-    hit = kv.find_cached_prefix(a)
-    assert kv.allocate(4, 12, hit) and kv.block_table(4) == [0, 1, 4]
-    assert kv.free_queue() == [3] and kv.find_cached_prefix(b).block_ids == [3]
+    # seq 3, two new blocks: the unhashed 4, then 5 (never used); no cached block evicted
+    assert kv.allocate(3, 8) and kv.block_table(3) == [4, 5]
+    assert kv.find_cached_prefix(a).block_ids == [0, 1, 2] and kv.num_cached_blocks == 4
+    assert kv.free_queue() == [2, 1, 0, 3]
+    # seq 4 hits a0 a1: they leave the queue; its third block is the head, 2 (evicts a2)
+    hit = kv.find_cached_prefix(a[:2])
+    assert kv.allocate(4, 12, hit) and kv.block_table(4) == [0, 1, 2]
+    assert kv.free_queue() == [3] and kv.find_cached_prefix(a).block_ids == [0, 1]
     # the last free block is b0's: taking it evicts b0
     assert kv.allocate(5, 4) and kv.block_table(5) == [3]
     assert kv.find_cached_prefix(b).num_tokens == 0 and kv.num_free_blocks == 0
+    kv.check_consistency()
+
+
+def test_several_unhashed_blocks_keep_their_reverse_order_at_the_head() -> None:
+    # seq 1 holds 3 blocks, none hashed (caching on, nothing registered): freed in reverse
+    # order, all at the head, ahead of the never-used blocks 3 and 4
+    kv = KVCacheManager(num_blocks=5, block_size=4, enable_prefix_caching=True)
+    assert kv.allocate(1, 12) and kv.block_table(1) == [0, 1, 2]
+    kv.free(1)
+    assert kv.free_queue() == [2, 1, 0, 3, 4]
+    assert kv.allocate(2, 4) and kv.block_table(2) == [2]
+    kv.check_consistency()
+
+
+def test_without_prefix_caching_freed_blocks_are_appended_in_reverse_order() -> None:
+    kv = KVCacheManager(num_blocks=5, block_size=4, enable_prefix_caching=False)
+    assert kv.allocate(1, 12) and kv.block_table(1) == [0, 1, 2]
+    kv.free(1)
+    assert kv.free_queue() == [3, 4, 2, 1, 0]
+    assert kv.allocate(2, 8) and kv.block_table(2) == [3, 4]
     kv.check_consistency()
 
 
