@@ -27,14 +27,13 @@ data-parallel engines.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from loadgen.errors import ConfigError
-from loadgen.server.engine.interface import AsyncEngine, EngineRequest, EngineStats, TokenOutput
+from loadgen.server.engine.interface import AsyncEngine, EngineRequest, EngineStats, TokenOutput, sum_stats
 
 __all__ = ["BALANCE_ABS", "BALANCE_REL", "MATCH_THRESHOLD", "ROUTERS", "ReplicatedEngine", "Router", "block_hashes"]
 
@@ -167,6 +166,4 @@ class ReplicatedEngine:
     def stats(self) -> EngineStats:
         """The replicas' counters and gauges summed, every field (KV usage: their mean)."""
         parts = self.replica_stats()
-        total = EngineStats(**{f.name: sum(getattr(s, f.name) for s in parts) for f in dataclasses.fields(EngineStats)})
-        total.kv_usage = sum(s.kv_usage for s in parts) / len(parts)
-        return total
+        return sum_stats(parts)
