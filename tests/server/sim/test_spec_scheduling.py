@@ -20,9 +20,8 @@ from loadgen.server.sim.runner import SimRunner, Speculation
 
 
 def scheduler(**kw: int) -> Scheduler:
-    cfg = dict(num_gpu_blocks=1024, max_num_batched_tokens=100, num_speculative_tokens=4, max_model_len=4096)
-    cfg.update(kw)
-    return Scheduler(EngineConfig(**cfg), now=lambda: 0.0)  # type: ignore[arg-type]
+    cfg = {"num_gpu_blocks": 1024, "max_num_batched_tokens": 100, "num_speculative_tokens": 4, "max_model_len": 4096}
+    return Scheduler(EngineConfig(**(cfg | kw)), now=lambda: 0.0)  # type: ignore[arg-type]
 
 
 def decoding(s: Scheduler, n: int, prompt: int = 10, drafts: int = 4, max_tokens: int = 50) -> None:
