@@ -89,10 +89,10 @@ def test_scrape_metrics_records_the_servers_view(tmp_path: Path) -> None:
 
 
 def test_per_token_itl_under_speculative_decoding(tmp_path: Path) -> None:
-    """A verify step streams 1 + accepted tokens in one event. Counted per token (per-event
+    """A verify step (K drafts every step) streams 1 + accepted tokens in one event. Counted per token (per-event
     usage deltas), ITL is the step time shared by the event's tokens and agrees with TPOT;
     one sample per event (what vLLM's benchmark calls ITL) would overstate it ~2.5x."""
-    args = ["--engine", "sim", "--speculative-tokens", "3", "--acceptance-rate", "0.7"]
+    args = ["--engine", "sim", "--speculative-tokens", "3", "--acceptance-rate", "0.7", "--spec-method", "draft"]
     with ServerProcess(args) as url:
         cfg = RunConfig(
             url=url,

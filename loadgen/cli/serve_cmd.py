@@ -46,6 +46,7 @@ def _describe(config: ServeConfig, eng: Any) -> str:
             extras.append(
                 f"speculative decoding: {sim.speculative_tokens} draft tokens per step "
                 f"({sim.draft_model or 'n-gram'}), acceptance {sim.acceptance_rate:g}"
+                + (f", n-gram match rate {sim.ngram_match_rate:g}" if sim.proposer == "ngram" else ", fixed length")
             )
         where += "".join(f", {x}" for x in extras)
     mode = "chunked prefill" if config.scheduler.enable_chunked_prefill else "no chunked prefill"
@@ -146,6 +147,15 @@ AcceptanceRateOpt = Annotated[float, typer.Option(help="sim: probability each dr
 DraftModelOpt = Annotated[
     str, typer.Option(help="sim: model preset that drafts (its cost is modelled); default: n-gram, free")
 ]
+SpecMethodOpt = Annotated[
+    str,
+    typer.Option(
+        help="sim: draft proposer, draft (K every step) or ngram (0..K); default ngram, draft with --draft-model"
+    ),
+]
+NgramMatchRateOpt = Annotated[
+    float, typer.Option(help="sim, ngram proposer: probability the draft grows by each further token (0..K)")
+]
 KvCacheGbOpt = Annotated[float | None, typer.Option(help="torch: KV-cache pool size in GB (default: from free memory)")]
 CudaGraphsOpt = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="torch on CUDA: graphs for decode")]
 CudaGraphSizesOpt = Annotated[
@@ -222,6 +232,8 @@ def _serve_config(p: Any) -> ServeConfig:
             speculative_tokens=p.speculative_tokens,
             acceptance_rate=p.acceptance_rate,
             draft_model=p.draft_model,
+            spec_method=p.spec_method,
+            ngram_match_rate=p.ngram_match_rate,
             prefill_replicas=p.prefill_replicas,
             decode_replicas=p.decode_replicas,
             prefill_tp=p.prefill_tp,
@@ -297,6 +309,8 @@ def serve(
     speculative_tokens: SpeculativeTokensOpt = 0,
     acceptance_rate: AcceptanceRateOpt = 0.7,
     draft_model: DraftModelOpt = "",
+    spec_method: SpecMethodOpt = "",
+    ngram_match_rate: NgramMatchRateOpt = 0.5,
     kv_cache_gb: KvCacheGbOpt = None,
     cuda_graphs: CudaGraphsOpt = True,
     cuda_graph_sizes: CudaGraphSizesOpt = "",

@@ -213,8 +213,10 @@ class SimOptions:
     ``dtype``/``kv_cache_dtype``: bf16 or fp8 weights, auto (bf16) or fp8 KV cache;
     ``speculative_tokens`` K drafts per decode step, each accepted with probability
     ``acceptance_rate`` until the first rejection; ``draft_model``: a model preset that
-    drafts them (its K steps are priced), or ``""`` for n-gram drafting (free) — see
-    :mod:`loadgen.server.sim.runner`.
+    drafts them (its K steps are priced), or ``""`` for none (drafting free);
+    ``spec_method``: the proposer, ``draft`` (K drafts every step) or ``ngram`` (0..K,
+    each further draft token with probability ``ngram_match_rate``); ``""``: ``draft``
+    with a draft model, else ``ngram`` — see :mod:`loadgen.server.sim.runner`.
     """
 
     gpu: str = "h100"
@@ -234,6 +236,8 @@ class SimOptions:
     speculative_tokens: int = 0
     acceptance_rate: float = 0.7
     draft_model: str = ""
+    spec_method: str = ""
+    ngram_match_rate: float = 0.5
     prefill_replicas: int = 1
     decode_replicas: int = 1
     prefill_tp: int | None = None
@@ -245,6 +249,12 @@ class SimOptions:
     def kv_link_bytes_per_s(self) -> float:
         """Each rank's KV link in bytes per second (``kv_link_gbps`` is in Gbit/s)."""
         return self.kv_link_gbps * 1e9 / 8
+
+    @property
+    def proposer(self) -> str:
+        """The speculative proposer: ``spec_method``, else ``draft`` with a draft model
+        and ``ngram`` without."""
+        return self.spec_method or ("draft" if self.draft_model else "ngram")
 
     @property
     def disaggregated(self) -> bool:
@@ -286,6 +296,13 @@ class SimOptions:
                 raise ConfigError(f"unknown dtype {dtype!r}; valid: {', '.join(valid)}", key=flag)
         _integer(self.speculative_tokens, "--speculative-tokens", 0, 16)
         _number(self.acceptance_rate, "--acceptance-rate", 0.0, 1.0)
+        _number(self.ngram_match_rate, "--ngram-match-rate", 0.0, 1.0)
+        if self.spec_method not in ("", "draft", "ngram"):
+            raise ConfigError(
+                f"unknown speculative method {self.spec_method!r}; valid: draft, ngram", key="--spec-method"
+            )
+        if self.spec_method == "ngram" and self.draft_model:
+            raise ConfigError("--spec-method ngram drafts without a model; drop --draft-model", key="--spec-method")
         if self.draft_model:
             if self.draft_model.strip().lower() not in MODELS:
                 raise ConfigError(

@@ -27,14 +27,13 @@ data-parallel engines.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from loadgen.errors import ConfigError
-from loadgen.server.engine.interface import AsyncEngine, EngineRequest, EngineStats, TokenOutput
+from loadgen.server.engine.interface import AsyncEngine, EngineRequest, EngineStats, TokenOutput, sum_stats
 
 __all__ = ["BALANCE_ABS", "BALANCE_REL", "MATCH_THRESHOLD", "ROUTERS", "ReplicatedEngine", "Router", "block_hashes"]
 
@@ -117,14 +116,6 @@ class Router:
         return n
 
 
-def _total(values: list[Any]) -> Any:
-    """The sum of one field over the replicas; tuples (per-position counters) element-wise."""
-    if values and isinstance(values[0], tuple):
-        width = max(len(v) for v in values)
-        return tuple(sum(v[i] for v in values if i < len(v)) for i in range(width))
-    return sum(values)
-
-
 class ReplicatedEngine:
     """N engines behind one :class:`AsyncEngine` interface, one :class:`Router` choosing."""
 
@@ -177,8 +168,4 @@ class ReplicatedEngine:
     def stats(self) -> EngineStats:
         """The replicas' counters and gauges summed, every field (KV usage: their mean)."""
         parts = self.replica_stats()
-        total = EngineStats(
-            **{f.name: _total([getattr(s, f.name) for s in parts]) for f in dataclasses.fields(EngineStats)}
-        )
-        total.kv_usage = sum(s.kv_usage for s in parts) / len(parts)
-        return total
+        return sum_stats(parts)

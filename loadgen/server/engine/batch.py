@@ -27,6 +27,9 @@ class ScheduledSeq:
     ``encoder_patches`` is set on the step that admits a prompt with images (its vision
     encoder runs then, as vLLM runs a request's encoder inputs in its first prefill step);
     a pooling sequence (``params.pooling``) samples nothing, even when ``sample`` is true.
+    ``num_draft_tokens`` (speculative decoding, a decode only): that many draft tokens are
+    verified after the fed token, at the next positions, their KV slots already allocated;
+    the step then samples at each of the ``1 + num_draft_tokens`` positions.
     """
 
     seq_id: int
@@ -38,6 +41,7 @@ class ScheduledSeq:
     is_decode: bool
     params: SamplingParams
     encoder_patches: int = 0  # vision-encoder patches to run in this step, before the prefill
+    num_draft_tokens: int = 0  # speculative drafts verified with the fed token
 
     @property
     def num_tokens(self) -> int:
@@ -71,11 +75,12 @@ class ScheduledBatch:
 
     @property
     def num_tokens(self) -> int:
-        return sum(len(s.token_ids) for s in self.seqs)
+        """Tokens the step computes (drafts included): what it took from the budget."""
+        return sum(len(s.token_ids) + s.num_draft_tokens for s in self.seqs)
 
     @property
     def num_decode_tokens(self) -> int:
-        return sum(len(s.token_ids) for s in self.seqs if s.is_decode)
+        return sum(len(s.token_ids) + s.num_draft_tokens for s in self.seqs if s.is_decode)
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -211,7 +211,7 @@ class EngineCore:
         batch, result = self._inflight
         self._inflight = None
         self._t = self.last_step_end = self._busy_until
-        return self.scheduler.update(batch, result.sampled)
+        return self.scheduler.update(batch, result.sampled, result.drafts)
 
     def _start_step(self, start: float) -> None:
         self._t = start

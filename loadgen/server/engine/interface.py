@@ -7,11 +7,12 @@ implement :class:`AsyncEngine`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["AsyncEngine", "EngineRequest", "EngineStats", "SamplingParams", "TokenOutput"]
+__all__ = ["AsyncEngine", "EngineRequest", "EngineStats", "SamplingParams", "TokenOutput", "sum_stats"]
 
 
 @dataclass(slots=True)
@@ -60,14 +61,32 @@ class EngineStats:
     prefix_cache_preempted_queries: int = 0  # the same, for requests preempted before
     prefix_cache_preempted_hits: int = 0
     preemptions: int = 0
-    spec_drafts: int = 0  # speculative decoding: drafts proposed (a request's draft in one step)
     prompt_tokens: int = 0  # processed prompt tokens (counter)
     generation_tokens: int = 0  # generated tokens (counter)
     steps: int = 0
     busy_s: float = 0.0  # clock seconds spent running steps (counter)
+    # speculative decoding (counters, as vLLM's SpecDecodingStats): verify passes of a
+    # request with drafts, draft tokens verified, drafts accepted, and accepted per draft
+    # position (index i: steps whose draft i was accepted; K entries, empty when off)
+    spec_drafts: int = 0
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     spec_accepted_per_position: tuple[int, ...] = ()
+
+
+def sum_stats(parts: list[EngineStats]) -> EngineStats:
+    """Every field of ``parts`` summed (per-position counters element by element; KV
+    usage: their mean)."""
+    total = EngineStats()
+    for f in dataclasses.fields(EngineStats):
+        values = [getattr(s, f.name) for s in parts]
+        if f.name == "spec_accepted_per_position":
+            width = max((len(v) for v in values), default=0)
+            setattr(total, f.name, tuple(sum(v[i] for v in values if i < len(v)) for i in range(width)))
+        else:
+            setattr(total, f.name, sum(values))
+    total.kv_usage = total.kv_usage / len(parts) if parts else 0.0
+    return total
 
 
 class AsyncEngine(Protocol):

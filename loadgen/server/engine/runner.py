@@ -38,10 +38,13 @@ __all__ = ["ModelRunner", "StepResult", "request_seed"]
 class StepResult:
     """``sampled[seq_id]`` holds the new token(s) of every sequence whose ``sample`` is
     true (usually one token). ``duration_s`` is the modelled step time, or 0.0 when the
-    time has already elapsed in :meth:`ModelRunner.execute`."""
+    time has already elapsed in :meth:`ModelRunner.execute`. ``drafts[seq_id]``: the
+    draft tokens a speculative proposer made for the sequence's next step (how many; the
+    scheduler schedules at most ``EngineConfig.num_speculative_tokens`` of them)."""
 
     sampled: dict[int, list[int]] = field(default_factory=dict)
     duration_s: float = 0.0
+    drafts: dict[int, int] = field(default_factory=dict)
 
 
 class ModelRunner(Protocol):

@@ -6,7 +6,8 @@ timestamp requests, so tests drive it in virtual time.
 
 Policy of :meth:`Scheduler.schedule`, with a budget of ``max_num_batched_tokens``:
 
-1. **Decodes first**: every running request whose prompt is done gets one token. (vLLM
+1. **Decodes first**: every running request whose prompt is done gets one token, plus
+   its draft tokens when speculating (below). (vLLM
    V1 walks its running queue in admission order instead, so a request admitted after a
    prompt still being chunked gets no token in a step whose budget that chunk took; here
    it does. Requests admitted before it are treated alike.)
@@ -23,6 +24,19 @@ Policy of :meth:`Scheduler.schedule`, with a budget of ``max_num_batched_tokens`
    prompt fits an empty step; here a request longer than the budget is rejected as too
    long. Decodes stay in a step with long prefills, so a decoding request's inter-token
    gap is the whole step, long prefills included: the stall chunked prefill removes.
+
+Speculative decoding (``num_speculative_tokens`` K > 0), as vLLM V1's scheduler does it
+(``vllm/v1/core/sched/scheduler.py``: ``num_tokens_with_spec``, ``allocate_slots``,
+``update_from_output``): a step's runner proposes up to K drafts per sampling sequence
+(``StepResult.drafts``); in the next step a decode counts ``1 + drafts`` tokens against
+the budget (and ``long_prefill_token_threshold``, and the context length), trimmed to
+what remains of the budget; the slots of all of them are allocated before the step,
+preempting newer requests as any allocation does. After the step, the rejected drafts
+are rolled back: ``num_computed_tokens`` drops by their number, so the next step writes
+over their slots (as in vLLM, the request keeps the blocks; they are reused, not
+returned to the free queue). Full blocks are cached only over verified tokens. Counters
+(``EngineStats.spec_*``) follow vLLM's ``SpecDecodingStats``: drafts verified, accepted,
+accepted per draft position.
 
 Disaggregation (:mod:`loadgen.server.sim.disagg`) uses three more calls, as vLLM's KV
 connectors do: a prefill pool's request added with ``hold_kv`` keeps its blocks after it
@@ -81,6 +95,7 @@ class EngineConfig:
     max_model_len: int = 131072
     max_waiting: int = 10_000
     eos_token_id: int | None = None
+    num_speculative_tokens: int = 0  # K: the most drafts a decode verifies per step
 
 
 class Scheduler:
@@ -105,6 +120,8 @@ class Scheduler:
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
         self.num_computed_prompt_tokens = 0  # prefill work done (excludes cache hits)
+        self.num_spec_drafts = self.num_spec_draft_tokens = self.num_spec_accepted_tokens = 0
+        self.spec_accepted_per_position = [0] * config.num_speculative_tokens
 
     # ------------------------------------------------------------------ requests
     def add_request(self, request: EngineRequest, *, num_external_tokens: int = 0, hold_kv: bool = False) -> None:
@@ -248,12 +265,14 @@ class Scheduler:
                 if seq.status is not SeqStatus.RUNNING:  # preempted in this step
                     continue
                 remaining = len(seq.token_ids) - seq.num_computed_tokens
-                n = 1 if decode_pass else min(remaining, budget, limit) if chunked else remaining
+                n = self._decode_tokens(seq, budget, limit) if decode_pass else min(remaining, budget, limit)
+                if not decode_pass and not chunked:
+                    n = remaining
                 if n > budget:
                     continue
                 if not self._allocate_running(seq, n, scheduled, batch):
                     continue
-                self._cache_blocks(seq, seq.num_computed_tokens + n)
+                self._cache_blocks(seq, min(seq.num_computed_tokens + n, seq.num_tokens))
                 self._add_to_batch(batch, seq, n, now, decode_pass)
                 scheduled.add(seq.seq_id)
                 budget -= n
@@ -290,6 +309,14 @@ class Scheduler:
             self._last_batch_step = batch.step
         return batch
 
+    def _decode_tokens(self, seq: Sequence, budget: int, limit: int) -> int:
+        """A decode's tokens this step: the fed token and its drafts, trimmed to the budget,
+        the threshold, the context length and the KV cache (vLLM's ``num_tokens_with_spec
+        - num_computed_tokens``, capped)."""
+        cfg = self.config
+        room = min(cfg.max_model_len - seq.num_tokens, cfg.num_gpu_blocks * cfg.block_size - seq.num_tokens)
+        return max(1, min(1 + seq.num_spec_tokens, budget, limit, 1 + max(0, room)))
+
     def _lookup_prefix(self, seq: Sequence) -> CachedPrefix:
         if not self.config.enable_prefix_caching:
             return CachedPrefix(block_size=self.config.block_size)
@@ -322,6 +349,7 @@ class Scheduler:
         seq.status = SeqStatus.WAITING
         seq.num_computed_tokens = 0
         seq.num_external_tokens = 0
+        seq.num_spec_tokens = 0
         seq.preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
@@ -331,24 +359,30 @@ class Scheduler:
         if seq.first_scheduled_s is None:
             seq.first_scheduled_s = now
         tokens = seq.token_ids
+        fed = min(n, len(tokens) - start)  # a decode's other tokens are drafts
         batch.seqs.append(
             ScheduledSeq(
                 seq.seq_id,
                 seq.request_id,
-                tokens[start : start + n],
+                tokens[start : start + fed],
                 start,
                 self.kv.block_table(seq.seq_id),
-                start + n == len(tokens),
+                start + fed == len(tokens),
                 is_decode,
                 seq.params,
+                num_draft_tokens=n - fed,
             )
         )
 
     # ------------------------------------------------------------------ results
-    def update(self, batch: ScheduledBatch, sampled: dict[int, list[int]]) -> list[TokenOutput]:
+    def update(
+        self, batch: ScheduledBatch, sampled: dict[int, list[int]], drafts: dict[int, int] | None = None
+    ) -> list[TokenOutput]:
         """Apply a step's results; return the new tokens (and finishes) per request.
 
         Sequences aborted while the step ran are skipped. Tokens after a stop are dropped.
+        A decode with drafts gets ``1 + accepted`` tokens; its rejected drafts are rolled
+        back. ``drafts``: the proposer's draft counts for each sequence's next step.
         """
         if batch.step != self._last_batch_step:
             raise EngineError(f"update() got step {batch.step}, expected {self._last_batch_step}")
@@ -359,7 +393,7 @@ class Scheduler:
             seq = self._by_seq.get(item.seq_id)
             if seq is None or seq.status is not SeqStatus.RUNNING:
                 continue
-            seq.num_computed_tokens = item.start_pos + len(item.token_ids)
+            seq.num_computed_tokens = item.start_pos + len(item.token_ids) + item.num_draft_tokens
             if not item.is_decode:
                 self.num_computed_prompt_tokens += len(item.token_ids)
             if not item.sample:
@@ -370,10 +404,25 @@ class Scheduler:
             new = sampled.get(item.seq_id)
             if not new:
                 raise EngineError(f"the runner returned no token for sequence {item.seq_id}")
+            if item.num_draft_tokens:
+                self._verified(seq, item.num_draft_tokens, len(new) - 1)
             outputs.append(self._append_tokens(seq, new, now))
-            if len(new) > 1 and item.is_decode and seq.status is SeqStatus.RUNNING:
-                self._keep_verified_kv(seq)
+            if self.config.num_speculative_tokens and seq.status is SeqStatus.RUNNING:
+                proposed = (drafts or {}).get(item.seq_id, 0)
+                seq.num_spec_tokens = max(0, min(proposed, self.config.num_speculative_tokens))
         return outputs
+
+    def _verified(self, seq: Sequence, num_drafts: int, accepted: int) -> None:
+        """Count a verify pass and roll back its rejected drafts (their slots are written
+        over by the next step)."""
+        if not 0 <= accepted <= num_drafts:
+            raise EngineError(f"sequence {seq.seq_id}: {accepted} drafts accepted of {num_drafts}")
+        seq.num_computed_tokens -= num_drafts - accepted
+        self.num_spec_drafts += 1
+        self.num_spec_draft_tokens += num_drafts
+        self.num_spec_accepted_tokens += accepted
+        for i in range(accepted):
+            self.spec_accepted_per_position[i] += 1
 
     def _finish_pooling(self, seq: Sequence, now: float) -> TokenOutput:
         """A pooling request's prompt is done: it ends here, with no token."""
@@ -384,13 +433,6 @@ class Scheduler:
         return TokenOutput(
             seq.request_id, [], finish_reason="stop", num_cached_tokens=seq.num_cached_tokens, timings=seq.timings()
         )
-
-    def _keep_verified_kv(self, seq: Sequence) -> None:
-        """Speculative decoding: the verify pass wrote the KV of the accepted draft tokens,
-        so only the newest token is left to feed, if blocks can hold them (else the rest
-        is recomputed in the next step, as a short prefill)."""
-        if self.kv.allocate(seq.seq_id, seq.num_tokens - 1):
-            seq.num_computed_tokens = seq.num_tokens - 1
 
     def _append_tokens(self, seq: Sequence, new: Iterable[int], now: float) -> TokenOutput:
         if seq.first_token_s is None:
@@ -457,4 +499,8 @@ class Scheduler:
             prompt_tokens=self.num_prompt_tokens,
             generation_tokens=self.num_generation_tokens,
             steps=self._step,
+            spec_drafts=self.num_spec_drafts,
+            spec_draft_tokens=self.num_spec_draft_tokens,
+            spec_accepted_tokens=self.num_spec_accepted_tokens,
+            spec_accepted_per_position=tuple(self.spec_accepted_per_position),
         )

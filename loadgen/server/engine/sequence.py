@@ -47,6 +47,7 @@ class Sequence:
     preemptions: int = 0
     finish_reason: str | None = None
     encoder_patches: int = 0  # vision-encoder patches, run when the prompt is (re)admitted
+    num_spec_tokens: int = 0  # drafts proposed for the next decode step (speculative decoding)
 
     @property
     def num_tokens(self) -> int:

@@ -58,7 +58,7 @@ def _speculation(config: ServeConfig, gpu: str | None = None, tp: int | None = N
     if not sim.speculative_tokens:
         return None
     draft = _roofline(config, gpu, tp, MODELS[sim.draft_model.strip().lower()]) if sim.draft_model else None
-    return Speculation(sim.speculative_tokens, sim.acceptance_rate, draft)
+    return Speculation(sim.speculative_tokens, sim.acceptance_rate, draft, sim.proposer, sim.ngram_match_rate)
 
 
 def _num_blocks(roofline: RooflineModel, spec: Speculation | None, block_size: int, utilization: float) -> int:
@@ -91,6 +91,7 @@ def sim_engine(config: ServeConfig, *, clock: Clock = time.monotonic, on_step: S
             roofline, speculation, limits.block_size, limits.gpu_memory_utilization
         )
         cfg = limits.engine_config(shape, num_gpu_blocks=blocks, eos_token_id=shape.eos_token_id)
+        cfg = dataclasses.replace(cfg, num_speculative_tokens=sim.speculative_tokens)
         if decode:
             cfg = dataclasses.replace(cfg, max_waiting=10**9)
         runner = SimRunner(

@@ -39,10 +39,11 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from loadgen.errors import PromptTooLong
 from loadgen.server.engine.core import Clock, EngineCore, poll_due
-from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput
+from loadgen.server.engine.interface import EngineRequest, EngineStats, TokenOutput, sum_stats
 from loadgen.server.sim.kv_link import SharedLink
 
 __all__ = ["PD_ROUTERS", "DisaggCore"]
@@ -303,4 +304,12 @@ class DisaggCore:
             generation_tokens=sum(s.generation_tokens for s in dec),
             steps=sum(s.steps for s in pre + dec),
             busy_s=sum(s.busy_s for s in pre + dec),
+            **_spec_counters(pre + dec),
         )
+
+
+def _spec_counters(parts: list[EngineStats]) -> dict[str, Any]:
+    """The speculative-decoding counters of ``parts`` summed (the decode side verifies)."""
+    total = sum_stats(parts)
+    names = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "spec_accepted_per_position")
+    return {name: getattr(total, name) for name in names}

@@ -18,8 +18,9 @@ Groups (all layers together; every figure per GPU, weights and heads split ``tp`
   read once and their new KV written.
 - ``attention_decode``: the other sequences (one new token; ``1 + K`` when verifying
   ``K`` speculated tokens): bytes: each sequence's KV read, the new KV written.
-- ``lm_head``: ``2 * hidden * vocab`` FLOPs per sampled token; its weights and the fp32
-  logits.
+- ``lm_head``: ``2 * hidden * vocab`` FLOPs per sampled row; its weights and the fp32
+  logits. A sequence samples one row, a speculative verify ``K + 1`` (every draft
+  position and the bonus one).
 - all-reduce (tp > 1): two per layer (after attention and after the MLP) of
   ``tokens * hidden * 2`` bytes, ring ``2 (tp - 1) / tp`` of it per GPU over the GPU's
   one-way link, plus a fixed latency each.
@@ -230,15 +231,17 @@ class RooflineModel:
         compute = flops / (peak * self.gemm_efficiency(rows)) if flops else 0.0
         return KernelCost(name, flops, nbytes, compute, nbytes / (self.gpu.mem_bandwidth * self.mbu))
 
-    def step_cost(self, seqs: Iterable[tuple[int, int, bool]]) -> StepCost:
-        """Cost of a step given ``(new_tokens, cached_context, samples)`` per sequence."""
+    def step_cost(self, seqs: Iterable[tuple[int, int, int]]) -> StepCost:
+        """Cost of a step given ``(new_tokens, cached_context, samples)`` per sequence;
+        ``samples``: the LM-head rows it computes (a bool: one or none; ``K + 1`` for a
+        speculative verify)."""
         m, tp = self.model, self.tp
         tokens = sampled = 0
         pre_tokens = pre_pairs = pre_context = 0
         dec_pairs = dec_context = dec_tokens = 0
         for new, cached, samples in seqs:
             tokens += new
-            sampled += bool(samples)
+            sampled += int(samples)
             pairs = new * cached + new * (new + 1) // 2
             if new > self.decode_query_len:
                 pre_tokens += new
@@ -332,7 +335,7 @@ class RooflineModel:
         memory = params * self.model.bytes_per_param / self.tp / (self.gpu.mem_bandwidth * self.mbu)
         return max(compute, memory)
 
-    def step_time(self, seqs: Iterable[tuple[int, int, bool]]) -> float:
+    def step_time(self, seqs: Iterable[tuple[int, int, int]]) -> float:
         """``step_cost(seqs).total_s``."""
         return self.step_cost(seqs).total_s
 

@@ -4,18 +4,29 @@ Tokens are a pure function of (request seed, position), so a request preempted a
 recomputed, or moved from a prefill pool to a decode pool, gets the same tokens.
 
 Speculative decoding (:class:`Speculation`, ``--speculative-tokens K --acceptance-rate
-A``): every decode step verifies ``K`` draft tokens per sequence, so the target model
-runs ``K + 1`` query tokens per sequence (priced as such: decode attention over
-``K + 1`` queries, GEMMs of ``K + 1`` rows each). Accepted tokens follow the standard
-geometric model: each draft is accepted with probability ``A`` until the first
-rejection, and the target adds one token of its own (the correction or bonus token), so
-a step yields ``1 + a`` tokens, ``a`` in ``0..K``, expected ``(1 - A^(K+1)) / (1 - A)``.
-The draws are a pure function of (request seed, position), like the tokens. Drafting
-costs, per step, ``K`` decode steps of a draft model over the decoding sequences (its
-kernel groups, their latencies and all-reduces, not the per-step overhead, which the
-target step already pays) when a draft model preset is given; n-gram (prompt lookup) drafting, the
-default, runs on the CPU in microseconds and is modelled as free. The scheduler's
-token budget counts one token per decode, not ``K + 1`` (vLLM counts the drafts too).
+A``): after each step the proposer drafts tokens for every sequence that sampled
+(``StepResult.drafts``), and the scheduler schedules them in the next step (trimmed to
+its token budget; :mod:`loadgen.server.engine.scheduler`). Two proposers:
+
+- ``draft`` (a draft model, or EAGLE/MTP heads): always ``K`` drafts. With a draft model
+  preset, drafting costs ``K`` decode steps of it over the sequences it drafts for (its
+  kernel groups, their latencies and all-reduces, not the per-step overhead, which the
+  target step already pays), added to the step that proposes; without one it is free.
+- ``ngram`` (prompt lookup, the default without a draft model): a draft exists only
+  where the context's last n-gram occurred before, and is as long as the continuation
+  found, so its length varies. Modelled as a truncated geometric draw: the draft is
+  ``L`` tokens, ``L`` the number of consecutive successes (each with probability
+  ``match_rate``, ``--ngram-match-rate``) up to ``K``: ``P(L = l) = M^l (1 - M)`` for
+  ``l < K``, ``M^K`` for ``l = K``; ``L = 0`` means no draft (a plain decode). It runs on
+  the CPU in microseconds and is free.
+
+A decode with ``d`` drafts runs ``1 + d`` query tokens (decode attention over them, GEMMs
+of ``1 + d`` rows each) and computes ``1 + d`` rows of the LM head (every position is
+verified). Accepted drafts follow the standard geometric model: each is accepted with
+probability ``A`` until the first rejection, and the target adds one token of its own
+(the correction or bonus token), so a step yields ``1 + a`` tokens, ``a`` in ``0..d``;
+with ``d = K``, expected ``(1 - A^(K+1)) / (1 - A)``. The draws (acceptance and draft
+lengths) are a pure function of (request seed, position), like the tokens.
 
 Pooling sequences (embeddings, scores) sample nothing and pay no LM head; a step that
 admits prompts with images first runs their vision encoder
@@ -33,21 +44,27 @@ from loadgen.server.engine.batch import ScheduledBatch, ScheduledSeq
 from loadgen.server.engine.runner import StepResult, request_seed
 from loadgen.server.sim.roofline import RooflineModel, StepCost
 
-__all__ = ["SimRunner", "Speculation", "sim_token"]
+__all__ = ["PROPOSERS", "SimRunner", "Speculation", "sim_token"]
 
 _MASK = (1 << 64) - 1
 _EOS_SALT = 0xD1B54A32D192ED03
 _ACCEPT_SALT = 0x8CB92BA72F3D8DD7
+_MATCH_SALT = 0x5851F42D4C957F2D
+PROPOSERS = ("draft", "ngram")
 
 
 @dataclass(frozen=True, slots=True)
 class Speculation:
-    """Speculative decoding (module docstring): ``tokens`` drafts per decode step, each
-    accepted with ``acceptance_rate``; ``draft`` prices the draft model (None: n-gram)."""
+    """Speculative decoding (module docstring): at most ``tokens`` (K) drafts per decode
+    step, each accepted with ``acceptance_rate``; ``draft`` prices the draft model (None:
+    drafting is free); ``proposer``: ``draft`` (always K) or ``ngram`` (0..K, each further
+    token with probability ``match_rate``)."""
 
     tokens: int
     acceptance_rate: float
     draft: RooflineModel | None = None
+    proposer: str = "draft"
+    match_rate: float = 0.5
 
     @property
     def expected_tokens_per_step(self) -> float:
@@ -121,36 +138,54 @@ class SimRunner:
             )
             self.last_cost = cost
             duration = cost.total_s
-            sampled = {s.seq_id: [self._sample(s)] for s in batch.seqs if s.sample and not s.params.pooling}
+            sampled = {s.seq_id: [self._sample(s)] for s in batch.seqs if self._samples(s)}
+            drafts: dict[int, int] = {}
         else:
             verify = [
-                (spec.tokens + 1 if s.is_decode else len(s.token_ids), s.start_pos, s.sample and not s.params.pooling)
+                (s.num_tokens + s.num_draft_tokens, s.start_pos, (1 + s.num_draft_tokens) * self._samples(s))
                 for s in batch.seqs
             ]
             cost = self.roofline.step_cost(verify)
             self.last_cost = cost
             duration = cost.total_s
-            decodes = [(1, s.start_pos, True) for s in batch.seqs if s.is_decode]
-            if spec.draft is not None and decodes:
-                draft = spec.draft.step_cost(decodes)
-                duration += spec.tokens * (draft.kernel_s + draft.latency_s + draft.comm_s)
-            sampled = {
-                s.seq_id: self._speculate(s, spec) if s.is_decode else [self._sample(s)]
-                for s in batch.seqs
-                if s.sample and not s.params.pooling
+            sampled = {s.seq_id: self._speculate(s, spec) for s in batch.seqs if self._samples(s)}
+            drafts = {
+                s.seq_id: self._propose(spec, s, len(sampled[s.seq_id])) for s in batch.seqs if s.seq_id in sampled
             }
+            drafting = [(1, s.context_len, True) for s in batch.seqs if drafts.get(s.seq_id)]
+            if spec.draft is not None and drafting:
+                draft = spec.draft.step_cost(drafting)
+                duration += max(drafts.values()) * (draft.kernel_s + draft.latency_s + draft.comm_s)
         patches = sum(s.encoder_patches for s in batch.seqs)
         if patches:
             duration += self.roofline.encoder_time(patches)
         if self.jitter > 0.0:
             duration *= self._rng.lognormvariate(-(self.jitter**2) / 2, self.jitter)
-        return StepResult(sampled, duration)
+        return StepResult(sampled, duration, drafts)
+
+    @staticmethod
+    def _samples(seq: ScheduledSeq) -> bool:
+        return seq.sample and not seq.params.pooling
+
+    def _propose(self, spec: Speculation, seq: ScheduledSeq, new_tokens: int) -> int:
+        """Drafts for the sequence's next step, whose context then ends ``new_tokens``
+        after this step's fed tokens (module docstring)."""
+        if spec.proposer != "ngram":
+            return spec.tokens
+        seed, position = request_seed(seq), seq.context_len + new_tokens
+        length = 0
+        while length < spec.tokens:
+            draw = _mix64(((seed * 0x100000001B3 + position + length) ^ _MATCH_SALT) & _MASK)
+            if draw / 2.0**64 >= spec.match_rate:
+                break
+            length += 1
+        return length
 
     def _speculate(self, seq: ScheduledSeq, spec: Speculation) -> list[int]:
         """The tokens a verify step yields: the accepted drafts and the target's own."""
         seed, position = request_seed(seq), seq.context_len
         accepted = 0
-        while accepted < spec.tokens:
+        while accepted < seq.num_draft_tokens:
             draw = _mix64(((seed * 0x100000001B3 + position + accepted) ^ _ACCEPT_SALT) & _MASK)
             if draw / 2.0**64 >= spec.acceptance_rate:
                 break

@@ -17,7 +17,7 @@ from loadgen.server.sim.gpus import get_gpu
 from loadgen.server.sim.roofline import RooflineModel
 from loadgen.server.sim.runner import SimRunner, Speculation
 
-Step = tuple[list[tuple[int, int, bool]], float]
+Step = tuple[list[tuple[int, int, bool, int, bool]], float]  # (fed, start, decode, drafts, sample)
 
 
 def run(
@@ -30,10 +30,12 @@ def run(
     clock = ManualClock()
     steps: list[Step] = []
     core = EngineCore(
-        EngineConfig(num_gpu_blocks=4096, max_model_len=8192),
+        EngineConfig(num_gpu_blocks=4096, max_model_len=8192, num_speculative_tokens=k),
         runner,
         clock,
-        on_step=lambda b, r, s, e: steps.append(([(x.num_tokens, x.start_pos, x.is_decode) for x in b.seqs], e - s)),
+        on_step=lambda b, r, s, e: steps.append(
+            ([(x.num_tokens, x.start_pos, x.is_decode, x.num_draft_tokens, x.sample) for x in b.seqs], e - s)
+        ),
     )
     for u in range(users):
         core.add_request(EngineRequest(f"r{u}", [7] * (100 + u), SamplingParams(max_tokens=tokens)))
@@ -67,15 +69,16 @@ def test_accepted_tokens_follow_the_geometric_model_and_the_text_is_unchanged() 
     assert len(spec_steps) < 0.5 * len(plain_steps)
 
 
-def test_a_verify_step_costs_k_plus_1_query_tokens_per_sequence() -> None:
+def test_a_verify_step_costs_k_plus_1_query_tokens_and_lm_head_rows_per_sequence() -> None:
     k = 4
     _, steps, roofline = run(k, 0.6)
-    decode_steps = [(shape, d) for shape, d in steps if shape and all(dec for _, _, dec in shape)]
+    decode_steps = [(shape, d) for shape, d in steps if shape and all(x[2] for x in shape)]
     assert len(decode_steps) > 20
     for shape, duration in decode_steps:
-        priced = [(k + 1, start, True) for _, start, _ in shape]
+        assert all(drafts == k for _, _, _, drafts, _ in shape)  # the fixed-K proposer
+        priced = [(k + 1, start, k + 1) for _, start, *_ in shape]
         assert duration == pytest.approx(roofline.step_time(priced))
-        assert duration > roofline.step_time([(1, start, True) for _, start, _ in shape])
+        assert duration > roofline.step_time([(k + 1, start, 1) for _, start, *_ in shape])
 
 
 def test_a_draft_model_adds_k_of_its_decode_steps() -> None:
@@ -85,8 +88,9 @@ def test_a_draft_model_adds_k_of_its_decode_steps() -> None:
     _, draft_steps, _ = run(3, 0.7, users=4, tokens=60, draft=draft)
     assert [s for s, _ in ngram_steps] == [s for s, _ in draft_steps]  # same draws, same steps
     for (shape, free), (_, paid) in zip(ngram_steps, draft_steps):
-        decodes = [(1, start, True) for _, start, dec in shape if dec]
-        extra = draft.step_cost(decodes) if decodes else None
+        # it drafts after every step that samples, for the next one
+        drafting = [(1, start + fed, True) for fed, start, _, _, sample in shape if sample]
+        extra = draft.step_cost(drafting) if drafting else None
         expected = free + (3 * (extra.kernel_s + extra.latency_s + extra.comm_s) if extra else 0.0)
         assert paid == pytest.approx(expected)
 
@@ -107,3 +111,5 @@ def test_the_server_config_builds_speculation_and_sizes_the_draft_in_memory() ->
     runner = drafted.core.runner  # type: ignore[attr-defined]
     assert runner.speculation.tokens == 3 and runner.speculation.draft.model.name == "llama-3.2-1b"
     assert runner.roofline.decode_query_len == 4
+    assert runner.speculation.proposer == "draft" and ngram.core.runner.speculation.proposer == "ngram"  # type: ignore[attr-defined]
+    assert drafted.core.scheduler.config.num_speculative_tokens == 3  # type: ignore[attr-defined]
