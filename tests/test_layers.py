@@ -29,6 +29,7 @@ WIRING = {
     "cli",
     "api",
     "orchestrate",
+    "run_json",
     "calibration",
     "sweep_driver",
     "runconfig",
