@@ -68,6 +68,7 @@ def test_the_sample_sends_each_entrys_own_image(vision: VisionServer, tmp_path: 
 
 
 def test_a_parquet_image_column_and_image_root(vision: VisionServer, tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (loadgen[datasets])")
     pics = [png(6 + i, 4, np.random.default_rng(i)) for i in range(3)]
     (tmp_path / "pics").mkdir()
     (tmp_path / "pics" / "two.png").write_bytes(pics[2])

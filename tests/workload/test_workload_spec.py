@@ -105,7 +105,7 @@ def test_default_search_dirs_find_the_shipped_files() -> None:
 def test_readme_examples_load(tmp_path: Path) -> None:
     readme = (REPO_WORKLOADS / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```toml\n(.*?)```", readme, flags=re.S)
-    assert len(blocks) == 6
+    assert len(blocks) == 7
     single = load_workload(str(write(tmp_path, blocks[0], "single.toml")), [])
     assert single.classes[0].name == "default" and single.classes[0].shared_prefix_groups == 4
     assert single.classes[0].output_tokens == LogNormal(200.0, 0.8, 1, 2048)
@@ -115,11 +115,13 @@ def test_readme_examples_load(tmp_path: Path) -> None:
     base = "prompt_tokens = 100\noutput_tokens = 100\n"
     sessions = load_workload(str(write(tmp_path, base + blocks[2], "sessions.toml")), []).sessions
     assert sessions is not None and (sessions.groups, sessions.system_prompt_tokens) == (8, 512)
-    tools = load_workload(str(write(tmp_path, base + blocks[3], "tools.toml")), [])
+    agent = load_workload(str(write(tmp_path, base + blocks[3], "agent.toml")), []).agent
+    assert agent is not None
+    tools = load_workload(str(write(tmp_path, base + blocks[4], "tools.toml")), [])
     assert tools.tool_choice == "auto" and tools.tools and tools.tools[0]["function"]["name"] == "get_weather"
-    images = load_workload(str(write(tmp_path, base + blocks[4], "images.toml")), []).images
+    images = load_workload(str(write(tmp_path, base + blocks[5], "images.toml")), []).images
     assert images is not None and images.describe()["height"] == "512"
-    joint = load_workload(str(write(tmp_path, blocks[5], "joint.toml")), []).classes[0].joint
+    joint = load_workload(str(write(tmp_path, blocks[6], "joint.toml")), []).classes[0].joint
     assert joint is not None and joint.cells == ((0, 0, 40.0), (1, 1, 25.0), (3, 2, 5.0))
 
 
