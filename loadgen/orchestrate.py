@@ -47,7 +47,7 @@ from loadgen.runinfo import (
     RunInfo,
     WorkerClock,
 )
-from loadgen.signals import raise_on_sigterm, stop_signals
+from loadgen.signals import cancel_on_stop, raise_on_sigterm, stop_signals
 from loadgen.sweep_driver import run_summary, summarize_result, sweep_levels
 from loadgen.workload.agent_trace import AgentTraceSource
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
@@ -219,13 +219,16 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
     data = load_dataset(cfg.workload.dataset) if cfg.workload.dataset is not None else None
     if data is not None and data.with_images:
         _check_dataset_images(cfg, data)
-    info = await discover(cfg.url, get_dialect(cfg.api).request_headers(cfg.headers), cfg.model)
+    loop = asyncio.get_running_loop()
+    with cancel_on_stop(loop):  # no levels yet: a signal ends the start as Ctrl-C would
+        info = await discover(cfg.url, get_dialect(cfg.api).request_headers(cfg.headers), cfg.model)
     tcfg = _transport_config(cfg, info)
     transport = make_transport(cfg.transport, tcfg)
     synth = PromptSynthesizer(seed=cfg.seed, counter=counter)
     started = time.time()
     try:
-        calib = await _calibration(cfg, transport, synth, info, console)
+        with cancel_on_stop(loop):
+            calib = await _calibration(cfg, transport, synth, info, console)
         dataset_stats: dict[str, Any] = {}
         make_source = _source_factory(cfg, synth, data, console, dataset_stats)
         with contextlib.ExitStack() as files:
@@ -253,7 +256,7 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
                 lambda: InProcess(Runner(transport, folder.on_record(stats), keep="compact"), make_source()),
             )
             running.append(levels)
-            stop = files.enter_context(stop_signals(asyncio.get_running_loop(), levels.interrupt))
+            stop = files.enter_context(stop_signals(loop, levels.interrupt))
             summary = await _drive(cfg, levels, folder, stats, console, anchor_ns)
             summary = folder.finish(summary)
     finally:

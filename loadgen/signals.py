@@ -20,7 +20,15 @@ from dataclasses import dataclass
 
 from loadgen.errors import Terminated
 
-__all__ = ["STOP_SIGNALS", "Stop", "exit_code", "ignore_stop_signals", "raise_on_sigterm", "stop_signals"]
+__all__ = [
+    "STOP_SIGNALS",
+    "Stop",
+    "cancel_on_stop",
+    "exit_code",
+    "ignore_stop_signals",
+    "raise_on_sigterm",
+    "stop_signals",
+]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -54,6 +62,29 @@ class Stop:
 
 
 @contextlib.contextmanager
+def _on_loop(loop: asyncio.AbstractEventLoop, handler: Callable[[int], None]) -> Iterator[None]:
+    """``handler(signum)`` runs from ``loop`` for SIGINT and SIGTERM while the block runs;
+    afterwards both signals do again what they did before (Ctrl-C raises, SIGTERM as set)."""
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    installed = []
+    for sig in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, handler, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
+            pass
+    try:
+        yield
+    finally:
+        for sig in installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+            if before[sig] is not None:
+                with contextlib.suppress(ValueError, TypeError):
+                    signal.signal(sig, before[sig])  # the loop's removal left its own default
+
+
+@contextlib.contextmanager
 def stop_signals(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None]) -> Iterator[Stop]:
     """SIGINT or SIGTERM on ``loop`` calls ``interrupt`` (a run: stop the level, keep every
     record, write the summary); ``Stop.signum`` is the first signal received.
@@ -63,7 +94,6 @@ def stop_signals(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None])
     supervisor adds nothing; SIGKILL is what ends a run that will not stop.
     """
     stop = Stop()
-    before = signal.getsignal(signal.SIGTERM)
 
     def handler(signum: int) -> None:
         if stop.signum is None:
@@ -72,20 +102,39 @@ def stop_signals(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None])
         if signum == signal.SIGINT:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal.SIGINT)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    installed = []
-    for sig in STOP_SIGNALS:
-        try:
-            loop.add_signal_handler(sig, handler, sig)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
-            pass
-    try:
+    with _on_loop(loop, handler):
         yield stop
-    finally:
-        for sig in installed:
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(sig)
-        if signal.SIGTERM in installed and before is not None:
-            with contextlib.suppress(ValueError):
-                signal.signal(signal.SIGTERM, before)  # the loop's removal left SIG_DFL
+
+
+@contextlib.contextmanager
+def cancel_on_stop(loop: asyncio.AbstractEventLoop) -> Iterator[Stop]:
+    """The start of a run (discovery, calibration), before it has levels to stop: SIGINT or
+    SIGTERM cancels the task that entered the block, and the block then raises
+    ``KeyboardInterrupt`` (SIGINT) or :class:`~loadgen.errors.Terminated` (SIGTERM).
+
+    The signal is taken by the loop, between callbacks. Python's own handler raises wherever
+    the main thread stands, and that can be inside a transport's ``data_received``: the
+    interrupt then came out as that connection's read error ("cannot reach …: ReadError",
+    exit 2) instead of "interrupted" and 130.
+    """
+    task = asyncio.current_task(loop)
+    stop = Stop()
+
+    def handler(signum: int) -> None:
+        if stop.signum is None:
+            stop.signum = signum
+            if task is not None:
+                task.cancel()
+
+    try:
+        with _on_loop(loop, handler):
+            yield stop
+    except asyncio.CancelledError:
+        if stop.signum is None:
+            raise
+    if stop.signum is not None:  # cancelled by the signal, or the block ended all the same
+        if task is not None:
+            task.uncancel()
+        raise KeyboardInterrupt() if stop.signum == signal.SIGINT else Terminated(stop.signum)

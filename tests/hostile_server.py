@@ -3,8 +3,8 @@
 Every answer closes its connection. ``models`` says what ``GET /v1/models`` gets and
 ``streams`` (a list, used in turn, the last one repeated) what each ``POST`` gets:
 
-- models: ``"ok"`` a one-model list; ``"trickle"`` a valid list sent one byte every
-  ``trickle_s``; ``"bomb"`` a gzip list that inflates to ``size`` bytes (one long string).
+- models: ``"ok"`` a one-model list; ``"trickle"`` a valid list (and ``pad`` blanks) sent one byte
+  every ``trickle_s``; ``"bomb"`` a gzip list that inflates to ``size`` bytes (one long string).
 - streams: ``"ok"`` four tokens and ``[DONE]``; ``"longline"`` a gzip stream whose first
   event is one valid ``data:`` line of ``size`` bytes; ``"flood"`` ``size`` bytes of tiny events
   in one gzip body; ``"error_bomb"`` HTTP 500 with a gzip body inflating to ``size``
@@ -61,12 +61,18 @@ def _tokens(n: int = 4) -> bytes:
 
 class HostileServer:
     def __init__(
-        self, models: str = "ok", streams: list[str] | None = None, size: int = 256 * _MIB, trickle_s: float = 3.0
+        self,
+        models: str = "ok",
+        streams: list[str] | None = None,
+        size: int = 256 * _MIB,
+        trickle_s: float = 3.0,
+        pad: int = 0,
     ) -> None:
         self.models = models
         self.streams = streams or ["ok"]
         self.size = size
         self.trickle_s = trickle_s
+        self.pad = pad  # trailing blanks after the trickled list: as many more bytes to send
         self.handled = 0
         self.model_requests = 0
         self.port = 0
@@ -143,6 +149,7 @@ class HostileServer:
             gz = _bomb(b'{"object": "list", "data": [{"id": "hostile"}], "pad": "', self.size, b'"}')
             writer.write(self._head("200 OK", "application/json", len(gz), "Content-Encoding: gzip\r\n") + gz)
         elif self.models == "trickle":
+            body += b" " * self.pad
             writer.write(self._head("200 OK", "application/json", len(body)))
             for i in range(len(body)):
                 writer.write(body[i : i + 1])
