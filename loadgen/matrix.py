@@ -77,7 +77,7 @@ from loadgen.metrics.results import RunSummary
 from loadgen.metrics.slo import parse_slo
 from loadgen.orchestrate import execute
 from loadgen.paths import search_dirs
-from loadgen.runconfig import Origin, RunConfig
+from loadgen.runconfig import DashboardAt, Origin, RunConfig
 from loadgen.workload.spec import Workload, load_workload, workload_from_flags
 
 __all__ = ["MATRIX_FILE", "MatrixSpec", "ServerConfig", "load_matrix", "run_matrix"]
@@ -317,7 +317,9 @@ _ORIGIN_KEYS = {
 }
 
 
-def run_config(spec: MatrixSpec, url: str, headers: dict[str, str], out: Path, label: str) -> RunConfig:
+def run_config(
+    spec: MatrixSpec, url: str, headers: dict[str, str], out: Path, label: str, dashboard: DashboardAt | None = None
+) -> RunConfig:
     """One configuration's run: the matrix's ``[run]`` table against ``url``; an error names
     the file and its key (``m.toml: run.trials: ...``)."""
     base, url_auth = split_credentials(normalize_url(url))  # a fixed URL's password: a header
@@ -336,6 +338,7 @@ def run_config(spec: MatrixSpec, url: str, headers: dict[str, str], out: Path, l
         live=False,
         scrape_metrics=True,
         trials=spec.trials,
+        dashboard=dashboard,
         origin=Origin(source=spec.source, keys=_ORIGIN_KEYS),
     )
 
@@ -436,10 +439,19 @@ def _headers(spec: MatrixSpec) -> dict[str, str]:
 
 
 def run_matrix(
-    spec: MatrixSpec, out: Path, console: Console, *, run_one: Callable[[RunConfig, Console], Any] = execute
+    spec: MatrixSpec,
+    out: Path,
+    console: Console,
+    *,
+    run_one: Callable[[RunConfig, Console], Any] = execute,
+    dashboard: DashboardAt | None = None,
 ) -> dict[str, Any]:
-    """Run every configuration of ``spec`` into ``out``; write and return ``matrix.json``."""
+    """Run every configuration of ``spec`` into ``out``; write and return ``matrix.json``.
+    With ``dashboard``, each configuration's run serves its live page at one address in
+    turn (a port 0 is chosen once), so one open page follows the whole matrix."""
     out = Path(out)
+    if dashboard is not None and dashboard.port == 0:
+        dashboard = replace(dashboard, port=_free_port())
     secrets = _headers(spec)  # before anything starts: a missing variable is one line
     if out.exists() and any(out.iterdir()) and not (out / MATRIX_FILE).exists():
         raise ConfigError(f"{out} exists and is not a matrix folder; give an empty or new folder", key="--out")
@@ -480,7 +492,7 @@ def run_matrix(
                     entry.update(status="failed_to_start", error=why)
                     continue
             assert url is not None
-            run_cfg = run_config(spec, url, secrets, folder / "run", cfg.name)
+            run_cfg = run_config(spec, url, secrets, folder / "run", cfg.name, dashboard)
             try:
                 outcome = run_one(run_cfg, console)
             except LoadgenError as exc:  # the target refused (discovery, calibration): go on

@@ -257,7 +257,7 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
             )
             running.append(levels)
             stop = files.enter_context(stop_signals(loop, levels.interrupt))
-            summary = await _drive(cfg, levels, folder, stats, console, anchor_ns)
+            summary = await _drive(cfg, info, levels, folder, stats, console, anchor_ns)
             summary = folder.finish(summary)
     finally:
         await transport.aclose()
@@ -330,13 +330,24 @@ def _executor(
 
 
 async def _drive(
-    cfg: RunConfig, levels: LevelExecutor, folder: _RunFolder, stats: LiveStats, console: Console, anchor_ns: int
+    cfg: RunConfig,
+    info: ServerInfo,
+    levels: LevelExecutor,
+    folder: _RunFolder,
+    stats: LiveStats,
+    console: Console,
+    anchor_ns: int,
 ) -> RunSummary:
     """The levels, with the executor, the metrics scraper and the live display open."""
     scraper = None
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(levels)
         folder.clocks(levels)
+        feed = None
+        if cfg.dashboard is not None:
+            from loadgen.dashboard.live import run_dashboard
+
+            feed = await stack.enter_async_context(run_dashboard(cfg, info, levels, stats, console))
         if cfg.scrape_metrics:
             from loadgen.client.scrape import MetricsScraper
 
@@ -345,6 +356,7 @@ async def _drive(
                 cfg.out / "server_metrics.jsonl",
                 headers=get_dialect(cfg.api).request_headers(cfg.headers),
                 extra_urls=cfg.scrape_urls,
+                on_sample=None if feed is None else feed.server_sample,
             )
             await stack.enter_async_context(scraper)
         if cfg.live:

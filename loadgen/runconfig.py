@@ -35,7 +35,7 @@ from loadgen.workload.traces import Trace
 if TYPE_CHECKING:
     from loadgen.orchestrate import Resume
 
-__all__ = ["DEFAULT_TRANSPORT", "MAX_TRIALS", "MAX_WORKERS", "Origin", "RunConfig"]
+__all__ = ["DEFAULT_TRANSPORT", "MAX_TRIALS", "MAX_WORKERS", "DashboardAt", "Origin", "RunConfig", "check_dashboard"]
 
 MAX_TRIALS = 100  # --trials: repeats of one level
 MAX_WORKERS = 1024  # --workers: processes or Ray actors that send
@@ -60,6 +60,15 @@ class Origin:
     def profile_keys(self) -> dict[str, str]:
         """The profile fields' names, as :meth:`Profile.validate` takes them."""
         return {k.removeprefix("profile."): v for k, v in self.keys.items() if k.startswith("profile.")}
+
+
+@dataclass(frozen=True)
+class DashboardAt:
+    """Where the live dashboard listens (``--dashboard``): loopback unless asked; off
+    loopback its every URL needs the token the console prints. Port 0: any free port."""
+
+    host: str = "127.0.0.1"
+    port: int = 8089
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,7 @@ class RunConfig:
     agent_trace: AgentTrace | None = None  # replay this agent trace's tasks (open loop at their starts, or closed)
     warm_connections: bool = True  # open each level's connections before its clock starts
     ramp_up_s: float = 0.0  # closed loop: users join evenly over this many seconds, left out of the measured window
+    dashboard: DashboardAt | None = None  # serve the live page while the run goes on (None: no page)
     origin: Origin = field(default_factory=Origin, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -138,6 +148,7 @@ class RunConfig:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or not 1 <= self.trials <= MAX_TRIALS:
             raise o.error("trials", f"must be an integer in [1, {MAX_TRIALS}], got {self.trials!r}")
         _check_workers(self.workers, o)
+        check_dashboard(self.dashboard, o)
         if self.ray is not None and not (isinstance(self.ray, str) and self.ray.strip()):
             raise o.error("ray", "give auto or a Ray cluster's address")
         if not str(self.out).strip():
@@ -186,6 +197,18 @@ def _check_agent_trace(trace: AgentTrace, cfg: RunConfig, o: Origin) -> None:
         raise o.error(
             "profile", "an open-loop agent-trace replay runs at the tasks' recorded starts (arrival = 'trace')"
         )
+
+
+def check_dashboard(at: DashboardAt | None, o: Origin) -> None:
+    """A dashboard's address: a port in [0, 65535], a host without blanks or URL parts."""
+    if at is None:
+        return
+    if not isinstance(at, DashboardAt):
+        raise o.error("dashboard", f"must be a DashboardAt(host, port) or None, got {at!r}")
+    if isinstance(at.port, bool) or not isinstance(at.port, int) or not 0 <= at.port <= 65535:
+        raise o.error("dashboard", f"port must be an integer in [0, 65535] (0: any free port), got {at.port!r}")
+    if not isinstance(at.host, str) or not at.host.strip() or any(c.isspace() or c in "/@?#" for c in at.host):
+        raise o.error("dashboard", f"host must be an interface's address or name, got {at.host!r}")
 
 
 def _either(names: Iterable[str]) -> str:

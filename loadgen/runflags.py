@@ -21,7 +21,7 @@ from loadgen.errors import ConfigError
 from loadgen.load.profiles import Profile
 from loadgen.metrics.gates import Gates
 from loadgen.paths import search_dirs, shipped
-from loadgen.runconfig import DEFAULT_TRANSPORT, Origin, RunConfig
+from loadgen.runconfig import DEFAULT_TRANSPORT, DashboardAt, Origin, RunConfig
 from loadgen.workload.agent_trace import AgentTrace
 from loadgen.workload.distributions import Distribution, parse_distribution
 from loadgen.workload.spec import Workload
@@ -68,7 +68,19 @@ _PROFILE_FLAGS = {
 }
 _PRECISION_FLAGS = ("min_duration", "max_duration")
 # what --resume takes besides the folder: the URL and headers (never stored) and the gates
-RESUME_FLAGS = ("resume", "url", "header", "api_key_env", "quiet", "fail_on", "max_error_rate", "save_result")
+RESUME_FLAGS = (
+    "resume",
+    "url",
+    "header",
+    "api_key_env",
+    "quiet",
+    "fail_on",
+    "max_error_rate",
+    "save_result",
+    "dashboard",
+    "dashboard_port",
+    "dashboard_host",
+)
 
 
 @dataclass
@@ -135,6 +147,9 @@ class RunFlags:
     read_timeout: float | None = None
     warm_connections: bool = True
     ramp_up: float | None = None
+    dashboard: bool = False
+    dashboard_port: int | None = None
+    dashboard_host: str | None = None
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RunFlags:
@@ -273,7 +288,19 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
         trials=1 if f.trials is None else f.trials,
         warm_connections=f.warm_connections,
         ramp_up_s=0.0 if f.ramp_up is None else f.ramp_up,
-        origin=Origin(keys=keys),
+        dashboard=dashboard_at(f),
+        origin=Origin(keys={**keys, "dashboard": "--dashboard"}),
+    )
+
+
+def dashboard_at(f: RunFlags) -> DashboardAt | None:
+    """``--dashboard`` (implied by ``--dashboard-port`` or ``--dashboard-host``)."""
+    if not (f.dashboard or f.dashboard_port is not None or f.dashboard_host is not None):
+        return None
+    default = DashboardAt()
+    return DashboardAt(
+        host=default.host if f.dashboard_host is None else f.dashboard_host.strip(),
+        port=default.port if f.dashboard_port is None else f.dashboard_port,
     )
 
 
@@ -290,7 +317,7 @@ def resume_run_config(f: RunFlags, given: list[str], command: list[str], *, live
         flags = ", ".join("--" + name.replace("_", "-") for name in extra)
         raise ConfigError(
             f"the run's settings come from its run.json; {flags} cannot change them (give only --url, "
-            "--header, --api-key-env, --quiet, --fail-on, --max-error-rate, --save-result)",
+            "--header, --api-key-env, --quiet, --fail-on, --max-error-rate, --save-result, --dashboard)",
             key="--resume",
         )
     folder = f.resume
@@ -304,7 +331,9 @@ def resume_run_config(f: RunFlags, given: list[str], command: list[str], *, live
     cfg, _ = resume_config(
         folder, base, {**url_auth, **headers(f.header, f.api_key_env, api)}, command=command, live=live
     )
-    return replace(cfg, gates=gates(f.fail_on, f.max_error_rate, False, cfg.profile.attainment_target))
+    return replace(
+        cfg, gates=gates(f.fail_on, f.max_error_rate, False, cfg.profile.attainment_target), dashboard=dashboard_at(f)
+    )
 
 
 def _workload(f: RunFlags) -> Workload:

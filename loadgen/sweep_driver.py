@@ -153,10 +153,14 @@ async def sweep_levels(
         level = summarize_result(result, cfg.profile, cfg.slos, anchor_ns)
         if reasons:
             level = dataclasses.replace(level, stopped=_reasons(reasons))
+        if stats.skipped:  # Skip level: it ended as at its duration, earlier than planned
+            level = dataclasses.replace(level, stopped="skipped from the dashboard")
         if len(results) > 1:
             per_trial = [summarize_result(r, cfg.profile, cfg.slos, anchor_ns) for r in results]
             level = dataclasses.replace(level, trials=trial_summary(per_trial))
         levels.append(level)
+        if stats.taps:
+            stats.level_done(level.to_json())
         writer.write_summary({"schema_version": SCHEMA_VERSION, "levels": [lv.to_json() for lv in levels]})
         after_level()
         if not cfg.live:

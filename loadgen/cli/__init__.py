@@ -24,6 +24,7 @@ from loadgen.cli.commands import (
     report,
     schema,
     version,
+    watch,
     workload_app,
     workloads,
 )
@@ -34,7 +35,7 @@ from loadgen.cli.serve_cmd import serve
 __all__ = ["app", "main"]
 
 # the commands, in the order ``loadgen --help`` lists them
-_FIRST: tuple[Callable[..., Any], ...] = (run, report, matrix, export, schema, compare, profiles, workloads)
+_FIRST: tuple[Callable[..., Any], ...] = (run, report, watch, matrix, export, schema, compare, profiles, workloads)
 for command in _FIRST:
     app.command()(command)
 app.add_typer(workload_app, name="workload")

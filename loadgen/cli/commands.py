@@ -14,7 +14,7 @@ from loadgen.errors import ConfigError
 from loadgen.paths import search_dirs, shipped
 from loadgen.signals import exit_code
 
-__all__ = ["workload_app"]
+__all__ = ["watch", "workload_app"]
 
 workload_app = typer.Typer(help="Workload files: fit one from real traffic.", no_args_is_help=True)
 
@@ -52,16 +52,25 @@ def report(
 def matrix(
     file: Path = typer.Argument(..., help="A matrix file (TOML): server configurations, workload, profile, SLOs"),
     out: str | None = typer.Option(None, "--out", "-o", help="Output folder (default reports/<time>-matrix-<name>)"),
+    dashboard: bool = typer.Option(False, "--dashboard/--no-dashboard", help="Serve the live page of each run in turn"),
+    dashboard_port: int | None = typer.Option(
+        None, "--dashboard-port", help="The dashboard's port (default 8089; 0: any free one; implies --dashboard)"
+    ),
+    dashboard_host: str | None = typer.Option(
+        None, "--dashboard-host", help="The dashboard's interface (default 127.0.0.1; another needs the token)"
+    ),
 ) -> None:
     """Run one workload against several server configurations, then compare them."""
     from loadgen.matrix import load_matrix, run_matrix
     from loadgen.report.files import default_run_dir
+    from loadgen.runflags import RunFlags, dashboard_at
 
     spec = load_matrix(shipped(file))
     out = out_folder(out)
     folder = Path(out) if out else default_run_dir(Path("reports"), f"matrix-{spec.name}")
     con = console()
-    doc = run_matrix(spec, folder, con)
+    at = dashboard_at(RunFlags(dashboard=dashboard, dashboard_port=dashboard_port, dashboard_host=dashboard_host))
+    doc = run_matrix(spec, folder, con, dashboard=at)
     ok = [c for c in doc["configs"] if c["status"] == "ok"]
     con.print(
         f"matrix: {len(ok)} of {len(doc['configs'])} configurations ran in {doc['wall_s']:.0f} s; "
@@ -72,6 +81,26 @@ def matrix(
         raise typer.Exit(exit_code(stopped[0].get("signal")))
     if not ok:
         raise typer.Exit(1)
+
+
+@friendly
+def watch(
+    folder: Path = typer.Argument(..., help="A run folder that a run is writing (or has written)"),
+    port: int = typer.Option(8089, "--port", help="The page's port (0: any free one)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="The interface (another than loopback needs the token)"),
+    until_done: bool = typer.Option(False, "--until-done", help="Exit once the run has finished"),
+) -> None:
+    """Serve the live dashboard of a run folder another process is writing: it follows
+    records.jsonl, events.bin, server_metrics.jsonl and summary.json, and links the report
+    once the run has ended. Ctrl-C stops watching."""
+    from loadgen.dashboard.watch import watch_folder
+    from loadgen.runconfig import DashboardAt, Origin, check_dashboard
+
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder", key="FOLDER")
+    at = DashboardAt(host=host.strip(), port=port)
+    check_dashboard(at, Origin(keys={"dashboard": "--port"}))
+    watch_folder(folder, at, console(), until_done=until_done)
 
 
 @friendly

@@ -295,6 +295,26 @@ ScrapeUrl = Annotated[
         "(repeatable; implies --scrape-metrics)",
     ),
 ]
+Dashboard = Annotated[
+    bool,
+    _opt(
+        "--dashboard/--no-dashboard",
+        panel=_OUTPUT,
+        help="Serve a live page of the run (curves, Stop, Skip level) on 127.0.0.1:8089; see docs/dashboard.md",
+    ),
+]
+DashboardPort = Annotated[
+    OptInt,
+    _opt("--dashboard-port", panel=_OUTPUT, help="The dashboard's port (default 8089; 0: any free one; implies --dashboard)"),
+]
+DashboardHost = Annotated[
+    OptStr,
+    _opt(
+        "--dashboard-host",
+        panel=_OUTPUT,
+        help="The interface the dashboard listens on (default 127.0.0.1; another one needs the printed token)",
+    ),
+]
 Resume = Annotated[
     Path | None,
     _opt(
@@ -444,6 +464,9 @@ def run(
     read_timeout: ReadTimeout = None,
     warm_connections: WarmConnections = True,
     ramp_up: RampUp = None,
+    dashboard: Dashboard = False,
+    dashboard_port: DashboardPort = None,
+    dashboard_host: DashboardHost = None,
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.redact import redact_argv

@@ -42,7 +42,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -196,6 +196,7 @@ class MetricsScraper:
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
         extra_urls: Sequence[str] = (),
+        on_sample: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if not (interval_s > 0 and math.isfinite(interval_s)):
             raise ValueError(f"interval_s must be a positive number, got {interval_s!r}")
@@ -212,6 +213,7 @@ class MetricsScraper:
         self._session: aiohttp.ClientSession | None = None
         self._file: IO[str] | None = None
         self._prev: dict[str, float] = {}
+        self.on_sample = on_sample  # each line written goes to it too (the live dashboard)
 
     async def __aenter__(self) -> MetricsScraper:
         await self.start()
@@ -289,6 +291,8 @@ class MetricsScraper:
             self._fail(f"cannot write {self.out_path}: {exc}")
             return None
         self.scrapes += 1
+        if self.on_sample is not None:
+            self.on_sample(line)
         return line
 
     async def _fetch(self, url: str) -> dict[str, list[float]] | None:

@@ -46,6 +46,11 @@ class LevelExecutor(Protocol):
         """Stop sending and end the level: what is in flight ends as ``cancelled``."""
         ...
 
+    def end_level(self) -> bool:
+        """End the level running now as at its duration (what is in flight finishes) and
+        go on with the next; False where the executor cannot (Ray actors)."""
+        ...
+
     async def run_level(self, plan: LevelPlan, watch: LevelWatch | None = None) -> LevelResult:
         """Run one level (or one trial of it) and return its result; with ``watch``, every
         finished record goes to it too, and the level ends (as at its duration) when it
@@ -80,6 +85,10 @@ class InProcess:
 
     def interrupt(self) -> None:
         self.runner.interrupt()
+
+    def end_level(self) -> bool:
+        self.runner.end_level()
+        return True
 
     async def run_level(self, plan: LevelPlan, watch: LevelWatch | None = None) -> LevelResult:
         runner = self.runner

@@ -338,6 +338,10 @@ class RayPool:
 
         await asyncio.gather(*(one(m) for m in members if m.alive))
 
+    def end_level(self) -> bool:
+        """Not with Ray yet: its actors cannot be told to end a level early."""
+        return False
+
     def interrupt(self) -> None:
         """Stop the level: every actor cancels what it has in flight."""
         self._stop = True

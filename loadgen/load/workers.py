@@ -412,6 +412,13 @@ class WorkerPool:
                 with contextlib.suppress(OSError, ValueError):
                     w.cmd.send(("interrupt",))
 
+    def end_level(self) -> bool:
+        """End the running level's shares as at their duration (Skip level); False between levels."""
+        if self._level is None or self._stop:
+            return False
+        self._end_level(self._workers)
+        return True
+
     def _end_level(self, live: Sequence[_Worker]) -> None:
         """End the level's shares as at their duration: what is in flight finishes."""
         for w in live:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from rich.text import Text
 
 from loadgen.metrics.client import late_sends
 from loadgen.records import RequestRecord
 
-__all__ = ["LiveStats", "fmt_duration", "fmt_latency", "fmt_ms", "level_heading"]
+__all__ = ["LevelTap", "LiveStats", "fmt_duration", "fmt_latency", "fmt_ms", "level_heading"]
 
 _TOK_WINDOW_S = 5.0  # the display's tokens/s is over this many seconds
 
@@ -62,6 +62,26 @@ def level_heading(index: int, planned: tuple[int, bool], trial: int = 0, trials:
     return f"level {index + 1}{of if index < n else ''}" + (f", trial {trial + 1}/{trials}" if trials > 1 else "")
 
 
+class LevelTap(Protocol):
+    """What else follows the run as the display does (the live dashboard's feed)."""
+
+    def start_level(
+        self,
+        *,
+        index: int,
+        trial: int,
+        heading: str,
+        target: str,
+        requests: int | None,
+        warmup: int,
+        duration_s: float | None,
+    ) -> None: ...
+
+    def add(self, rec: RequestRecord) -> None: ...
+
+    def level_done(self, level: dict[str, Any]) -> None: ...
+
+
 class LiveStats:
     """Running counters of the level in progress, fed one finished record at a time.
 
@@ -76,6 +96,8 @@ class LiveStats:
     ) -> None:
         self._in_flight = in_flight
         self._clock = clock
+        self.taps: list[LevelTap] = []  # told of each level, record and finished level too
+        self.skipped = False  # the level in progress was ended from the dashboard (Skip level)
         self.start_level(label)
 
     def start_level(
@@ -99,8 +121,27 @@ class LiveStats:
         self._ttft: deque[float] = deque(maxlen=2000)
         self._tpot: deque[float] = deque(maxlen=2000)
         self.started = self._clock()
+        self.skipped = False
+        if level is not None:
+            for tap in self.taps:
+                tap.start_level(
+                    index=level,
+                    trial=trial,
+                    heading=heading,
+                    target=target,
+                    requests=requests,
+                    warmup=warmup,
+                    duration_s=duration_s,
+                )
+
+    def level_done(self, level: dict[str, Any]) -> None:
+        """A level's summary (``LevelSummary.to_json()``), for the taps."""
+        for tap in self.taps:
+            tap.level_done(level)
 
     def add(self, rec: RequestRecord) -> None:
+        for tap in self.taps:
+            tap.add(rec)
         if self.level is not None and (rec.level != self.level or rec.trial != self.trial):
             return
         now = self._clock()
