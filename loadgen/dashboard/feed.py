@@ -16,8 +16,9 @@ records' output tokens and count over ``min(window_s, time since the level start
 Bounds: the ITL samples held for the window are at most :data:`ITL_CAP` (beyond it every
 other one is dropped and later records keep one in ``stride``, evenly; the percentiles are
 then weighted by stride); the series hold at most ``max_points`` points: when full, the
-older half is thinned to every second point (error counts of the dropped points added to
-the kept ones), so resolution halves for old times and memory stays fixed.
+older half is thinned to every second point (the first kept, so the series still starts at
+the run's start; error counts of the dropped points added to the kept ones): recent points
+keep full resolution, older ones get coarser, and memory stays fixed.
 """
 
 from __future__ import annotations
@@ -406,8 +407,8 @@ class Feed:
             half = len(series["t"]) // 2 // 2 * 2  # an even count: whole pairs
             for key, values in series.items():
                 old = values[:half]
-                kept = old[1::2]
-                if key == "errors":  # a dropped point's counts go to the one kept after it
+                kept = old[0::2]
+                if key == "errors":  # a dropped point's counts go to the one kept before it
                     kept = [_merged(a, b) for a, b in zip(old[0::2], old[1::2])]
                 values[:half] = kept
         for key in SERIES:
