@@ -27,6 +27,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -90,21 +91,24 @@ def level_point(level: dict[str, Any], index: int) -> dict[str, Any]:
     }
 
 
-def _chunks(events: list[list[int]]) -> tuple[list[int], list[int]]:
-    """The record's chunks (time, tokens): token-less events dropped, events in time order
-    (stable), equal times merged."""
-    evs = [e for e in events if e[1] > 0]
-    if any(evs[i][0] < evs[i - 1][0] for i in range(1, len(evs))):
-        evs.sort(key=lambda e: e[0])
-    times: list[int] = []
-    tokens: list[int] = []
-    for t, n in evs:
-        if times and t == times[-1]:
-            tokens[-1] += n
-        else:
-            times.append(t)
-            tokens.append(n)
-    return times, tokens
+def _chunks(events: list[list[int]]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The record's chunks (times, tokens): token-less events dropped, events in time
+    order (stable), equal times merged."""
+    flat = np.fromiter(chain.from_iterable(events), dtype=np.int64, count=2 * len(events))
+    t, k = flat[0::2], flat[1::2]
+    if not (k > 0).all():
+        keep = k > 0
+        t, k = t[keep], k[keep]
+    if t.size > 1:
+        step = np.diff(t)
+        if (step < 0).any():
+            order = np.argsort(t, kind="stable")
+            t, k = t[order], k[order]
+            step = np.diff(t)
+        if not step.all():  # coalesced events: one chunk each time
+            start = np.flatnonzero(np.concatenate(([True], step != 0)))
+            t, k = t[start], np.add.reduceat(k, start)
+    return t, k
 
 
 class _Window:
@@ -125,12 +129,13 @@ class _Window:
         itl = _EMPTY
         if ok:
             times, tokens = _chunks(rec.events)
-            if times and rec.sent_ns:
-                ttft = (times[0] - rec.sent_ns) / 1e6
-            if len(times) > 1:
-                gaps = np.diff(np.asarray(times, dtype=np.int64)) / 1e6
-                k = np.asarray(tokens[1:], dtype=np.int64)
-                samples = np.repeat(gaps / k, k)
+            if times.size and rec.sent_ns:
+                ttft = (int(times[0]) - rec.sent_ns) / 1e6
+            if times.size > 1:
+                k = tokens[1:]
+                samples = np.diff(times) / 1e6 / k
+                if (k != 1).any():
+                    samples = np.repeat(samples, k)
                 if self.stride > 1:  # one in stride, the phase carried over records: even
                     first = (-self._phase) % self.stride
                     self._phase = (self._phase + samples.size) % self.stride
