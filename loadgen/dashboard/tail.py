@@ -1,0 +1,289 @@
+"""Follow a run folder being written and feed a :class:`~loadgen.dashboard.feed.Feed`:
+:class:`FolderTail` (what ``loadgen watch DIR`` reads).
+
+Each :meth:`FolderTail.poll` reads what is new since the last one, bounded (at most
+:data:`MAX_BYTES` of ``records.jsonl`` and :data:`MAX_LINES` lines; the rest next time):
+
+- ``records.jsonl``: complete lines only (a partial last line waits for its end); each
+  line's events are read from ``events.bin`` in step (a writer puts a record's bytes there
+  before its line: :mod:`loadgen.report.recordio`); lines that are not records, or whose
+  bytes do not decode, are skipped and counted in :attr:`FolderTail.damaged`. A record of a
+  new ``(level, trial)`` starts that level in the feed first.
+- ``server_metrics.jsonl``: complete lines, each one :meth:`Feed.server_sample`.
+- ``run.json`` and ``summary.json``: read again when their size or time changes; the first
+  plans the run (and ends it when it says finished, once every record is read), the second
+  gives the levels not seen yet.
+- A folder whose ``records.jsonl`` shrank or was replaced (a new run in it) starts again,
+  the feed reset. A folder with nothing yet: nothing happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadgen.dashboard.feed import Feed
+from loadgen.records import RequestRecord
+from loadgen.report.recordio import EVENTS_FILE, EVENTS_MAGIC, EventsCorrupt, events_ref, fill_events, parse_line
+
+__all__ = ["MAX_BYTES", "MAX_LINES", "FolderTail"]
+
+MAX_BYTES = 4 << 20  # of records.jsonl per poll (server_metrics.jsonl: the same)
+MAX_LINES = 20_000  # records per poll
+
+
+class _Lines:
+    """Complete lines appended to one file, a bounded piece at a time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.ident: tuple[int, int] | None = None  # (device, inode) of the file read
+        self.skipping = False  # inside a line longer than MAX_BYTES: dropped to its end
+
+    def replaced(self) -> bool:
+        """Whether the file is now another one, or shorter than what was read."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return self.offset > 0
+        ident = (st.st_dev, st.st_ino)
+        return (self.ident is not None and ident != self.ident) or st.st_size < self.offset
+
+    def read(self, max_lines: int) -> tuple[list[bytes], int]:
+        """Up to ``max_lines`` new complete lines and how many overlong ones were dropped."""
+        try:
+            with self.path.open("rb") as f:
+                st = os.fstat(f.fileno())
+                self.ident = (st.st_dev, st.st_ino)
+                f.seek(self.offset)
+                data = f.read(MAX_BYTES)
+        except OSError:
+            return [], 0
+        dropped = 0
+        end = data.rfind(b"\n")
+        if end < 0:
+            if len(data) == MAX_BYTES:  # no end in sight: drop it as damaged
+                self.offset += len(data)
+                dropped += 0 if self.skipping else 1
+                self.skipping = True
+            return [], dropped
+        lines = data[: end + 1].split(b"\n")[:-1]
+        if self.skipping:  # the tail of an overlong line
+            lines = lines[1:]
+            self.skipping = False
+            self.offset += data.find(b"\n") + 1
+        lines = lines[:max_lines]
+        self.offset += sum(len(line) + 1 for line in lines)
+        return lines, dropped
+
+    def at_end(self) -> bool:
+        try:
+            return self.path.stat().st_size <= self.offset
+        except OSError:
+            return True
+
+
+class _Json:
+    """A JSON object file read again when it changes (size or time)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seen: tuple[int, int, int] | None = None
+
+    def changed(self) -> dict[str, Any] | None:
+        try:
+            st = self.path.stat()
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if key == self.seen:
+                return None
+            obj = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        self.seen = key
+        return obj if isinstance(obj, dict) else None
+
+
+def _label(mode: Any, value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return "?"
+    return f"{value:g} {('user' if value == 1 else 'users') if mode == 'concurrency' else 'req/s'}"
+
+
+def _dict(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+def _list(x: Any) -> list[Any]:
+    return x if isinstance(x, list) else []
+
+
+def _int(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+class FolderTail:
+    """Reads a run folder as it is written, into ``feed`` (see the module docstring)."""
+
+    def __init__(self, folder: Path, feed: Feed) -> None:
+        self.folder = folder
+        self.feed = feed
+        self._start()
+
+    def _start(self) -> None:
+        self._records = _Lines(self.folder / "records.jsonl")
+        self._server = _Lines(self.folder / "server_metrics.jsonl")
+        self._run = _Json(self.folder / "run.json")
+        self._summary = _Json(self.folder / "summary.json")
+        self._events_at = len(EVENTS_MAGIC)
+        self._profile: dict[str, Any] = {}
+        self._finished: dict[str, Any] | None = None
+        self._levels_seen = 0
+        self._level: tuple[int, int] | None = None
+        self._ended = False
+        self.damaged = 0  # record lines skipped (not a record, or their events did not decode)
+
+    @property
+    def done(self) -> bool:
+        """The run is finished and every record of it was read."""
+        return self._ended
+
+    @property
+    def report(self) -> Path | None:
+        """The folder's ``report.html`` once it exists."""
+        path = self.folder / "report.html"
+        return path if path.is_file() else None
+
+    def poll(self) -> None:
+        """Read what is new (bounded; never waits)."""
+        if self._records.replaced():
+            self._start()
+            self.feed.reset()
+        run = self._run.changed()
+        if run is not None:
+            self._plan(run)
+        self._read_records()
+        lines, _ = self._server.read(MAX_LINES)
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                sample = json.loads(line)
+                if isinstance(sample, dict):
+                    self.feed.server_sample(sample)
+        summary = self._summary.changed()
+        if summary is not None and isinstance(summary.get("levels"), list):
+            for level in summary["levels"][self._levels_seen :]:
+                if isinstance(level, dict):
+                    self.feed.level_done(level)
+            self._levels_seen = max(self._levels_seen, len(summary["levels"]))
+        if self._finished is not None and not self._ended and self._records.at_end():
+            self._ended = True
+            report = self.report
+            state = "interrupted" if self._finished.get("interrupted") else "finished"
+            self.feed.end(state, None if report is None else str(report))
+
+    def _plan(self, run: dict[str, Any]) -> None:
+        target, profile, anchor = (_dict(run.get(k)) for k in ("target", "profile", "clock_anchor"))
+        self._profile = profile
+        levels = profile.get("levels")
+        exact = profile.get("kind", "levels") == "levels" and isinstance(levels, list) and bool(levels)
+        planned = len(levels) if exact and isinstance(levels, list) else profile.get("max_levels")
+        unix = anchor.get("unix_s")
+        self.feed.plan(
+            title=str(run.get("label") or self.folder.name),
+            api=str(target.get("api") or ""),
+            model=target.get("model") if isinstance(target.get("model"), str) else None,
+            url=str(target.get("url") or ""),
+            out=str(self.folder),
+            levels_planned=planned if isinstance(planned, int) else None,
+            levels_exact=exact,
+            started_unix=float(unix) if isinstance(unix, (int, float)) else None,
+        )
+        finished = run.get("finished")
+        self._finished = finished if isinstance(finished, dict) else None
+
+    def _read_records(self) -> None:
+        lines, dropped = self._records.read(MAX_LINES)
+        self.damaged += dropped
+        if not lines:
+            return
+        recs: list[RequestRecord] = []
+        refs: list[tuple[int, int]] = []
+        for line in lines:
+            parsed = parse_line(line)
+            if parsed is None:
+                self.damaged += 1
+                continue
+            rec, events = parsed
+            ref = events_ref(events)
+            if ref is None:
+                if isinstance(events, list):
+                    rec.events = events
+                recs.append(rec)
+                refs.append((0, 0))
+            else:
+                recs.append(rec)
+                refs.append(ref)
+        need = sum(b for _, b in refs)
+        buf = self._read_events(need)
+        if buf.size < need:  # not written yet (never, with loadgen's writer): read these lines again
+            self._records.offset -= sum(len(line) + 1 for line in lines)
+            return
+        self._events_at += need
+        self._fill(recs, refs, buf)
+        for rec in recs:
+            self._feed(rec)
+
+    def _read_events(self, n: int) -> np.ndarray[Any, Any]:
+        if n == 0:
+            return np.zeros(0, dtype=np.uint8)
+        try:
+            with (self.folder / EVENTS_FILE).open("rb") as f:
+                f.seek(self._events_at)
+                return np.frombuffer(f.read(n), dtype=np.uint8)
+        except OSError:
+            return np.zeros(0, dtype=np.uint8)
+
+    def _fill(self, recs: list[RequestRecord], refs: list[tuple[int, int]], buf: np.ndarray[Any, Any]) -> None:
+        own = [i for i, (_, b) in enumerate(refs) if b]
+        if not own:
+            return
+        try:
+            fill_events([recs[i] for i in own], [refs[i] for i in own], buf)
+        except EventsCorrupt:  # one record at a time: keep the ones that decode
+            at = 0
+            bad: list[int] = []
+            for i in own:
+                n = refs[i][1]
+                try:
+                    fill_events([recs[i]], [refs[i]], buf[at : at + n])
+                except EventsCorrupt:
+                    bad.append(i)
+                at += n
+            for i in reversed(bad):
+                del recs[i]
+            self.damaged += len(bad)
+
+    def _feed(self, rec: RequestRecord) -> None:
+        key = (rec.level, rec.trial)
+        if key != self._level:
+            self._level = key
+            p = self._profile
+            levels = _list(p.get("levels"))
+            planned = len(levels) if p.get("kind", "levels") == "levels" and levels else None
+            value = levels[rec.level] if rec.level < len(levels) else None
+            duration = p.get("duration_s")
+            self.feed.start_level(
+                index=rec.level,
+                trial=rec.trial,
+                heading=f"level {rec.level + 1} of {planned}" if planned else f"level {rec.level + 1}",
+                target=_label(p.get("mode"), value),
+                requests=_int(p.get("requests")),
+                warmup=_int(p.get("warmup_requests")) or 0,
+                duration_s=float(duration) if isinstance(duration, (int, float)) else None,
+            )
+        self.feed.add(rec)
