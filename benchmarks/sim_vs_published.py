@@ -110,6 +110,8 @@ def median_ttft_ms(r: list[Result]) -> float:
     return float(np.median(r[0].ttft_s)) * 1e3
 
 
+# V1 figures found but left out (a missing GPU, workload lengths or version, or no preset
+# for the GPU or model) are listed in docs/server.md's calibration section
 V1_POINTS = [
     Point(
         "8B, 1x A100-40GB, one user: decode tok/s",
