@@ -37,6 +37,7 @@ from loadgen.records import ErrorKind, RequestRecord
 __all__ = ["ITL_CAP", "SERIES", "SERVER_KEYS", "Feed", "level_point"]
 
 ITL_CAP = 50_000  # ITL samples held for one window
+ITL_RECORDS_PER_TICK = 200  # records whose gaps a tick's ITL takes (beyond: one in k, weighted k)
 SERVER_KEYS = ("running", "waiting", "kv_usage", "prefix_hit_rate", "gpu_util")
 _LATENCY = ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p99")
 SERIES = ("t", "level", *_LATENCY, "out_tok_s", "req_s", "in_flight", "loop_lag_ms", "errors", *SERVER_KEYS)
@@ -122,12 +123,28 @@ class _Window:
         self.held = 0  # ITL samples held
         self.stride = 1
         self._phase = 0
+        self.record_stride = 1  # one record in this many gives its ITL gaps (set per tick)
+        self._record_phase = 0
+        self.ok_added = 0  # successful records added since the last tick
 
-    def add(self, now: float, rec: RequestRecord) -> None:
+    def add(self, now: float, rec: RequestRecord, output_tokens: int | None = None) -> None:
         ok = rec.status is ErrorKind.OK
         ttft = math.nan
         itl = _EMPTY
+        weight = self.stride
         if ok:
+            self.ok_added += 1
+            self._record_phase = (self._record_phase + 1) % self.record_stride
+        if ok and self._record_phase:  # not this one's gaps: its TTFT only (the first chunk)
+            ev = rec.events
+            if ev and ev[0][1] > 0 and (len(ev) == 1 or ev[0][0] <= ev[1][0]):
+                first = ev[0][0]  # the usual case, without a pass over every event
+            else:
+                first = min((t for t, n in ev if n > 0), default=None)
+            if first is not None and rec.sent_ns:
+                ttft = (first - rec.sent_ns) / 1e6
+        elif ok:
+            weight = self.stride * self.record_stride
             times, tokens = _chunks(rec.events)
             if times.size and rec.sent_ns:
                 ttft = (int(times[0]) - rec.sent_ns) / 1e6
@@ -141,7 +158,8 @@ class _Window:
                     self._phase = (self._phase + samples.size) % self.stride
                     samples = samples[first :: self.stride]
                 itl = samples
-        self.items.append((now, ok, rec.output_tokens, ttft, itl, self.stride))
+        out = rec.output_tokens if output_tokens is None else output_tokens
+        self.items.append((now, ok, out, ttft, itl, weight))
         self.held += itl.size
         while self.held > self.cap:
             self._thin()
@@ -157,6 +175,11 @@ class _Window:
         self.stride *= 2
 
     def expire(self, now: float) -> None:
+        """Drop what finished before the window; set the next tick's record stride from
+        this tick's successful records (a tick's ITL costs at most ITL_RECORDS_PER_TICK
+        records' gaps, however high the rate)."""
+        self.record_stride = max(1, -(-self.ok_added // ITL_RECORDS_PER_TICK))
+        self.ok_added = 0
         cut = now - self.window_s
         items = self.items
         while items and items[0][0] <= cut:
@@ -292,8 +315,9 @@ class Feed:
             "warm": 0,
         }
 
-    def add(self, rec: RequestRecord) -> None:
-        """One finished record (warm-up: counted apart, nothing else)."""
+    def add(self, rec: RequestRecord, output_tokens: int | None = None) -> None:
+        """One finished record (warm-up: counted apart, nothing else); ``output_tokens``:
+        its ``rec.output_tokens`` when the caller has it already (a sum over the events)."""
         level = self._level
         if rec.warmup:
             if level is not None:
@@ -310,7 +334,7 @@ class Feed:
             self._tick_errors[kind] = self._tick_errors.get(kind, 0) + 1
             if level is not None:
                 level["failed"] += 1
-        self._window.add(self.clock(), rec)
+        self._window.add(self.clock(), rec, output_tokens)
 
     def level_done(self, level: dict[str, Any]) -> None:
         """One finished level: a ``LevelSummary.to_json()`` dict."""

@@ -77,7 +77,7 @@ class LevelTap(Protocol):
         duration_s: float | None,
     ) -> None: ...
 
-    def add(self, rec: RequestRecord) -> None: ...
+    def add(self, rec: RequestRecord, output_tokens: int | None = None) -> None: ...
 
     def level_done(self, level: dict[str, Any]) -> None: ...
 
@@ -140,12 +140,12 @@ class LiveStats:
             tap.level_done(level)
 
     def add(self, rec: RequestRecord) -> None:
+        n = rec.output_tokens  # a sum over the events: once, for the taps too
         for tap in self.taps:
-            tap.add(rec)
+            tap.add(rec, n)
         if self.level is not None and (rec.level != self.level or rec.trial != self.trial):
             return
         now = self._clock()
-        n = rec.output_tokens
         self.tokens += n
         w = self._tok_window
         w.append((now, n))

@@ -149,6 +149,31 @@ def test_the_itl_sample_is_capped_and_stays_even() -> None:
         assert abs(rank - q) < 1.0, (key, rank)
 
 
+def test_at_a_high_rate_a_tick_takes_the_gaps_of_a_bounded_number_of_records() -> None:
+    """1,000 records a tick: after the first tick only one in 5 gives its gaps (weighted 5),
+    every one its TTFT; the percentiles stay those of all the records in the window."""
+    feed, clock = _feed()
+    rng = np.random.default_rng(3)
+    recs = []
+    for _tick in range(3):
+        for _ in range(1000):
+            i = len(recs)
+            gaps = list(rng.exponential(10.0, size=20) + (40.0 if i % 3 == 0 else 0.0))
+            recs.append(_rec(i, float(rng.uniform(5, 500)), gaps))
+            feed.add(recs[-1])
+        clock.now += 1
+        p = feed.tick()["point"]
+    assert feed._window.record_stride == 5
+    with_gaps = sum(1 for it in feed._window.items if it[4].size)
+    assert with_gaps == 1000 + 2 * 200  # the first tick's all, then 200 a tick
+    ttfts = per_request_frame(recs)["ttft_ms"].to_numpy()
+    assert p["ttft_p50"] == pytest.approx(float(np.percentile(ttfts, 50)), rel=1e-6)  # TTFT: every record
+    itl = itl_samples(recs)
+    for q, key in ((50, "itl_p50"), (99, "itl_p99")):
+        rank = float(np.mean(itl <= p[key]) * 100)
+        assert abs(rank - q) < 1.5, (key, rank)
+
+
 def test_level_and_run_progress() -> None:
     feed, clock = _feed()
     feed.plan(title="t", api="chat", model="m", url="http://127.0.0.1:1", out="o", levels_planned=2, levels_exact=True)
