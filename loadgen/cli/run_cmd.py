@@ -305,7 +305,11 @@ Dashboard = Annotated[
 ]
 DashboardPort = Annotated[
     OptInt,
-    _opt("--dashboard-port", panel=_OUTPUT, help="The dashboard's port (default 8089; 0: any free one; implies --dashboard)"),
+    _opt(
+        "--dashboard-port",
+        panel=_OUTPUT,
+        help="The dashboard's port (default 8089; 0: any free one; implies --dashboard)",
+    ),
 ]
 DashboardHost = Annotated[
     OptStr,

@@ -19,8 +19,8 @@ from rich.markup import escape
 
 from loadgen.client.discovery import ServerInfo, redact_url
 from loadgen.dashboard.feed import Feed
-from loadgen.errors import ConfigError
 from loadgen.dashboard.server import Controls, Dashboard
+from loadgen.errors import ConfigError
 from loadgen.load.executor import LevelExecutor
 from loadgen.load.sweeps import planned_levels
 from loadgen.report.live import LiveStats
