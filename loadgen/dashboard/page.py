@@ -63,14 +63,22 @@ def _figures() -> list[dict[str, Any]]:
         _fig(
             "fig-flight",
             "In flight and server queue",
-            [("in_flight", "client in flight", c[0]), ("running", "server running", c[1]), ("waiting", "server waiting", c[2])],
+            [
+                ("in_flight", "client in flight", c[0]),
+                ("running", "server running", c[1]),
+                ("waiting", "server waiting", c[2]),
+            ],
             "requests",
         ),
         _fig("fig-lag", "Client event-loop lag", [("loop_lag_ms", "loop lag", "#6b7280")], "lag (ms)"),
         _fig(
             "fig-server",
             "Server: KV cache, prefix hits, GPU",
-            [("kv_usage", "KV cache use", c[3]), ("prefix_hit_rate", "prefix hit rate", c[4]), ("gpu_util", "GPU util", c[5])],
+            [
+                ("kv_usage", "KV cache use", c[3]),
+                ("prefix_hit_rate", "prefix hit rate", c[4]),
+                ("gpu_util", "GPU util", c[5]),
+            ],
             "fraction",
         ),
     ]
@@ -231,7 +239,9 @@ def render_page(control_token: str, title: str) -> str:
         for f in FIGURES
     )
     figs += '<div><div id="fig-errors" style="height:300px"></div></div>'
-    sweeps = "".join(f'<div><div id="{i}" style="height:320px"></div></div>' for i in ("fig-sweep-ttft", "fig-sweep-tput"))
+    sweeps = "".join(
+        f'<div><div id="{i}" style="height:320px"></div></div>' for i in ("fig-sweep-ttft", "fig-sweep-tput")
+    )
     cards = (
         _card("level", "lg-heading", "lg-target")
         + _card("done", "lg-done", "lg-left")

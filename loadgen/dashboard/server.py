@@ -321,7 +321,7 @@ class Dashboard:
 
     async def _report(self, request: web.Request) -> web.StreamResponse:
         path = self.report() if self.report is not None else None
-        if path is None or not Path(path).is_file():
+        if path is None or not await asyncio.to_thread(Path(path).is_file):
             return web.json_response({"ok": False, "why": "no report yet"}, status=404)
         return web.FileResponse(path, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 

@@ -40,7 +40,8 @@ class FeedLike:
     def __init__(self, *, model: str | None = "llama-3.1-8b", points: int = 0, server: bool = True) -> None:
         self.loop_lag_ms: float | None = None
         self.lags: list[float | None] = []
-        self.ticks = 0
+        self.ticks = 0  # ticks the dashboard asked for (the prefilled points not counted)
+        self._k = 0
         self.server = server
         self.started = 1_700_000_000.0
         self.run: dict[str, Any] = {
@@ -57,6 +58,7 @@ class FeedLike:
         for _ in range(points):
             self.tick()
         self.ticks = 0
+        self.lags = []
 
     def set_level(self, index: int) -> None:
         """Start level ``index`` (closing the previous one into ``levels``)."""
@@ -76,7 +78,7 @@ class FeedLike:
         self.level = None
 
     def _point(self) -> dict[str, Any]:
-        k = self.ticks
+        k = self._k
         lv = self.level["index"] if self.level else None
         errors = {"http_error": 1} if k % 5 == 4 else {}
         p: dict[str, Any] = {
@@ -94,6 +96,7 @@ class FeedLike:
     def tick(self) -> dict[str, Any]:
         self.lags.append(self.loop_lag_ms)
         p = self._point()
+        self._k += 1
         self.ticks += 1
         for key, v in p.items():
             self.series[key].append(v)
