@@ -152,7 +152,7 @@ function addErrors(t,e){errT.push(t);var n=errT.length;e=e||{};Object.keys(e).fo
  if(n>cfg.max_points){errT.shift();Object.keys(errK).forEach(function(k){errK[k].shift();});}}
 function drawSweeps(){var ls=levels.slice().sort(function(a,b){return a.x-b.x;});var x=ls.map(function(l){return l.x;});
  function g(k){return ls.map(function(l){return (typeof l[k]==='number')?l[k]:null;});}
- function eb(k){var v=g(k),lo=g(k+'_lo'),hi=g(k+'_hi');return {type:'data',symmetric:false,
+ function eb(vk,k){var v=g(vk),lo=g(k+'_lo'),hi=g(k+'_hi');return {type:'data',symmetric:false,
   array:v.map(function(y,i){return (y!==null&&hi[i]!==null)?hi[i]-y:NaN;}),
   arrayminus:v.map(function(y,i){return (y!==null&&lo[i]!==null)?y-lo[i]:NaN;}),thickness:1.5,width:4};}
  var mode=ls.length?ls[0].mode:'';var xt={title:{text:mode==='concurrency'?'concurrency (users)':
@@ -161,8 +161,8 @@ function drawSweeps(){var ls=levels.slice().sort(function(a,b){return a.x-b.x;})
  var lp=JSON.parse(JSON.stringify(cfg.layouts['fig-sweep-tput']));lp.xaxis=xt;
  Plotly.react($('fig-sweep-ttft'),[{type:'scatter',mode:'lines+markers',x:x,y:g('ttft_p50_ms'),name:'TTFT p50',
   meta:'sweep.ttft_p50',text:text,line:{color:'#0072B2'}},{type:'scatter',mode:'lines+markers',x:x,y:g('ttft_p99_ms'),
-  name:'TTFT p99',meta:'sweep.ttft_p99',text:text,error_y:eb('ttft_p99'),line:{color:'#D55E00'}}],lt,pc);
- var ot=eb('out_tok_s');ot.array=ot.array;Plotly.react($('fig-sweep-tput'),[{type:'scatter',mode:'lines+markers',x:x,
+  name:'TTFT p99',meta:'sweep.ttft_p99',text:text,error_y:eb('ttft_p99_ms','ttft_p99'),line:{color:'#D55E00'}}],lt,pc);
+ var ot=eb('out_tok_s','out_tok_s');Plotly.react($('fig-sweep-tput'),[{type:'scatter',mode:'lines+markers',x:x,
   y:g('out_tok_s'),name:'output tok/s',meta:'sweep.out_tok_s',text:text,error_y:ot,line:{color:'#009E73'}}],lp,pc);}
 function status(m){var r=m.run||{},lv=m.level,tot=m.totals||{};put('lg-title',r.title||'loadgen');
  if(r.title)document.title=r.title+' · loadgen live';
@@ -174,7 +174,7 @@ function status(m){var r=m.run||{},lv=m.level,tot=m.totals||{};put('lg-title',r.
   put('lg-inflight',lv.in_flight);put('lg-left',typeof lv.left_s==='number'?num(lv.left_s)+' s left':'');bar('lg-lbar',lv.progress);}
  else{put('lg-heading',r.state==='starting'?'starting…':'between levels');bar('lg-lbar',0);}
  bar('lg-rbar',m.progress);put('lg-rprog',typeof m.progress==='number'?Math.round(m.progress*100)+' % of the run':'');
- put('lg-tdone',tot.done);put('lg-tfailed',tot.failed);
+ put('lg-tdone',tot.done);put('lg-tfailed',typeof tot.failed==='number'?tot.failed+' failed':'');
  var c=r.controls||{},live=(r.state==='running'||r.state==='starting');
  $('lg-stop').hidden=!(c.stop&&live);$('lg-skip').hidden=!(c.skip&&live);
  var ended=!!r.state&&!live;$('lg-banner').hidden=!ended;
@@ -213,7 +213,7 @@ def page_csp() -> str:
         "default-src 'none'; "
         f"script-src {_plotly_hash()} {_sha256(_JS)}; "
         "connect-src 'self'; style-src 'unsafe-inline'; img-src data: blob:; font-src data:; "
-        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        "base-uri 'none'; form-action 'none'"
     )
 
 
@@ -248,7 +248,7 @@ def render_page(control_token: str, title: str) -> str:
         + _card("failed", "lg-failed")
         + _card("warm-up", "lg-warm")
         + _card("in flight", "lg-inflight")
-        + _card("run: done / failed", "lg-tdone", "lg-tfailed")
+        + _card("run: done", "lg-tdone", "lg-tfailed")
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

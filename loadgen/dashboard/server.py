@@ -266,7 +266,7 @@ class Dashboard:
                 "Cache-Control": "no-store",
                 "Referrer-Policy": "no-referrer",
                 "X-Content-Type-Options": "nosniff",
-                "Content-Security-Policy": page_csp(),
+                "Content-Security-Policy": page_csp() + "; frame-ancestors 'none'",  # a header only
             },
         )
 
