@@ -345,7 +345,7 @@ async def _drive(
         folder.clocks(levels)
         feed = None
         if cfg.dashboard is not None:
-            from loadgen.dashboard.live import run_dashboard
+            from loadgen.live_dashboard import run_dashboard
 
             feed = await stack.enter_async_context(run_dashboard(cfg, info, levels, stats, console))
         if cfg.scrape_metrics:

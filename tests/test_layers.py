@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"", "records", "errors", "report", "metrics", "runinfo"},
     "runinfo": {"errors", "load", "metrics"},
     "server": {"errors", "server", "aio"},
-    "dashboard": {"", "records", "errors", "report", "metrics", "runinfo", "dashboard"},
+    "dashboard": {"", "records", "errors", "metrics", "report", "dashboard"},
 }
 WIRING = {
     "cli",
@@ -39,6 +39,7 @@ WIRING = {
     "recover",
     "demo",
     "matrix",
+    "live_dashboard",
     "__init__",
     "__main__",
 }  # may wire everything together

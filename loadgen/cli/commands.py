@@ -93,7 +93,7 @@ def watch(
     """Serve the live dashboard of a run folder another process is writing: it follows
     records.jsonl, events.bin, server_metrics.jsonl and summary.json, and links the report
     once the run has ended. Ctrl-C stops watching."""
-    from loadgen.dashboard.watch import watch_folder
+    from loadgen.live_dashboard import watch_folder
     from loadgen.runconfig import DashboardAt, Origin, check_dashboard
 
     if folder.exists() and not folder.is_dir():

@@ -137,6 +137,7 @@ class _Window:
             self._record_phase = (self._record_phase + 1) % self.record_stride
         if ok and self._record_phase:  # not this one's gaps: its TTFT only (the first chunk)
             ev = rec.events
+            first: int | None
             if ev and ev[0][1] > 0 and (len(ev) == 1 or ev[0][0] <= ev[1][0]):
                 first = ev[0][0]  # the usual case, without a pass over every event
             else:

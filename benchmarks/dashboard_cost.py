@@ -1,0 +1,93 @@
+"""What the live dashboard costs the process that runs the load: CPU time per tick of serving
+N connected pages (1, 4, 16) with a full-size snapshot (3600 points), and the sizes of what
+goes over the wire.
+
+The pages are aiohttp clients in another process (reading and discarding the stream), so
+``time.process_time`` here counts the server side only: the ticker, the feed's tick, JSON
+encoding once per tick and one write per page. The feed is the tests' stand-in (the same
+message shapes as loadgen.dashboard.feed.Feed); its own tick is timed apart and subtracted.
+
+    PYTHONPATH=. python benchmarks/dashboard_cost.py [--ticks 100] [--interval 0.05]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import time
+
+import aiohttp
+
+from loadgen.dashboard.server import Dashboard
+from tests.dashboard.conftest import FeedLike
+
+
+def _pages(port: int, n: int, seconds: float) -> None:
+    async def one(http: aiohttp.ClientSession) -> None:
+        async with http.get(f"http://127.0.0.1:{port}/events") as resp:
+            async for _chunk in resp.content.iter_any():
+                pass
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=seconds)) as http:
+            await asyncio.gather(*(one(http) for _ in range(n)), return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def _feed_tick_cpu(ticks: int) -> float:
+    feed = FeedLike(points=3600)
+    t0 = time.process_time()
+    for _ in range(ticks):
+        feed.tick()
+    return (time.process_time() - t0) / ticks
+
+
+async def _serve(n: int, ticks: int, interval: float) -> float:
+    feed = FeedLike(points=3600)
+    async with Dashboard(feed, port=0, interval_s=interval) as dash:
+        proc = mp.get_context("spawn").Process(target=_pages, args=(dash.port, n, ticks * interval * 4 + 30))
+        proc.start()
+        try:
+            for _ in range(600):  # at most 30 s for the pages to connect
+                if dash.clients == n:
+                    break
+                await asyncio.sleep(0.05)
+            assert dash.clients == n, f"{dash.clients} of {n} pages connected"
+            await asyncio.sleep(interval * 3)  # let the snapshots go out before measuring
+            start, c0 = dash.ticks, time.process_time()
+            await asyncio.sleep(ticks * interval)  # one wake-up: the measuring adds nothing per tick
+            cpu = time.process_time() - c0
+            assert dash.clients == n and dash.dropped == 0
+            return cpu / (dash.ticks - start)
+        finally:
+            proc.terminate()
+            proc.join(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ticks", type=int, default=100)
+    ap.add_argument("--interval", type=float, default=0.05)
+    args = ap.parse_args()
+    feed = FeedLike(points=3600)
+    t0 = time.process_time()
+    snap = json.dumps(feed.snapshot(), separators=(",", ":"), allow_nan=False).encode()
+    snap_ms = (time.process_time() - t0) * 1000
+    point = json.dumps(feed.tick(), separators=(",", ":"), allow_nan=False).encode()
+    print(
+        f"snapshot (3600 points): {len(snap):,} bytes, encoded in {snap_ms:.1f} ms CPU; a point: {len(point):,} bytes"
+    )
+    feed_ms = _feed_tick_cpu(args.ticks) * 1000
+    print(f"the stand-in feed's own tick: {feed_ms:.3f} ms CPU (subtracted below)")
+    print(f"{'pages':>5} {'CPU ms/tick':>12} {'dashboard ms/tick':>18} {'% of a core at 1 tick/s':>24}")
+    for n in (1, 4, 16):
+        per_tick = asyncio.run(_serve(n, args.ticks, args.interval)) * 1000
+        own = per_tick - feed_ms
+        print(f"{n:>5} {per_tick:>12.3f} {own:>18.3f} {own / 10:>23.3f}%")
+
+
+if __name__ == "__main__":
+    main()

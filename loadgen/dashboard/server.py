@@ -1,0 +1,330 @@
+"""The dashboard's HTTP server: the page, a Server-Sent Events stream of the feed, and the
+run's Stop / Skip controls.
+
+Routes: ``GET /`` the page; ``GET /events`` the stream (``event: snapshot`` first, then
+``event: point`` once a tick, ``: ping`` comments, ``event: end`` when closing); ``POST /stop``
+and ``POST /skip`` (answer ``{"ok": bool, "why": str}``); ``GET /report`` the finished report.
+
+Security, on every route: the Host header must name this server with its port (a DNS
+rebinding page names its own host), an Origin header when present must be this origin, and
+POST routes need the header ``X-Loadgen-Control`` carrying a per-process secret that only
+the served page knows (a cross-origin page cannot send a custom header without a CORS
+preflight, which is never granted). Bound off loopback, every route also needs the token
+printed in the URL (``?token=`` or header ``X-Loadgen-Token``), compared in constant time; on
+a wildcard bind (``0.0.0.0``, ``::``) the Host may then be any name with the right port, as
+the machine's own names are not known here and the token already keeps other pages out.
+
+Each client has a bounded queue filled by the ticker without waiting; a client whose queue
+is full (it stopped reading) is cut off, so a slow or vanished client never delays the
+ticker nor holds more than the queue's worth of messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import json
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from loadgen.dashboard.page import page_csp, render_page
+
+__all__ = ["CONTROL_HEADER", "MAX_CLIENTS", "QUEUE_SIZE", "TOKEN_HEADER", "Controls", "Dashboard", "FeedLike"]
+
+CONTROL_HEADER = "X-Loadgen-Control"
+TOKEN_HEADER = "X-Loadgen-Token"
+MAX_CLIENTS = 16
+QUEUE_SIZE = 32  # messages waiting per client before it is cut off
+PING_S = 15.0
+CLOSE_S = 2.0
+
+_log = logging.getLogger(__name__)
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class FeedLike(Protocol):
+    """What the dashboard reads: a snapshot for a page that connects, a point per tick."""
+
+    loop_lag_ms: float | None
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def tick(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class Controls:
+    """The run's controls; ``None`` hides the button (``loadgen watch`` has neither)."""
+
+    stop: Callable[[], None] | None = None
+    skip: Callable[[], bool] | None = None  # False: no level to skip
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback name or address (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _sse(event: str, msg: dict[str, Any]) -> bytes:
+    data = json.dumps(msg, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return f"event: {event}\ndata: {data}\n\n".encode()
+
+
+class _Client:
+    __slots__ = ("queue", "request")
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=QUEUE_SIZE)
+
+
+class Dashboard:
+    """The live dashboard of one run (or of a folder being watched), served on ``host:port``."""
+
+    def __init__(
+        self,
+        feed: FeedLike,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8089,
+        controls: Controls | None = None,
+        interval_s: float = 1.0,
+        before_tick: Callable[[], None] | None = None,
+        report: Callable[[], Path | None] | None = None,
+        title: str = "loadgen live",
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, not {interval_s}")
+        self.feed = feed
+        self.host = host
+        self.port = port
+        self.controls = controls or Controls()
+        self.interval_s = interval_s
+        self.before_tick = before_tick
+        self.report = report
+        self.title = title
+        self.url = ""
+        self.ticks = 0  # points pushed
+        self.dropped = 0  # clients cut off for not reading
+        self._control = secrets.token_urlsafe(24)
+        self._token = None if is_loopback(host) else secrets.token_urlsafe(24)
+        self._clients: set[_Client] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self._runner: web.AppRunner | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._hosts: set[str] = set()
+        self._page = b""
+        self._closed = False
+
+    @property
+    def clients(self) -> int:
+        """How many pages are connected to the stream now."""
+        return len(self._clients)
+
+    async def start(self) -> str:
+        """Bind, start the ticker; returns the URL to open (with ``?token=`` off loopback)."""
+        self._page = render_page(self._control, self.title).encode()
+        app = web.Application(middlewares=[self._guard], client_max_size=1024)
+        app.router.add_get("/", self._index)
+        app.router.add_get("/events", self._events)
+        app.router.add_post("/stop", self._stop)
+        app.router.add_post("/skip", self._skip)
+        app.router.add_get("/report", self._report)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        self._hosts = {f"{h}:{self.port}" for h in ("127.0.0.1", "localhost", "[::1]", shown.lower())}
+        self.url = f"http://{shown}:{self.port}/" + (f"?token={self._token}" if self._token else "")
+        self._ticker = asyncio.create_task(self._tick_loop(), name="dashboard-ticker")
+        return self.url
+
+    async def aclose(self) -> None:
+        """A last point pushed, every page told "end", the site closed; bounded (≤ 2 s)."""
+        if self._closed:
+            return
+        self._closed = True
+        deadline = time.monotonic() + CLOSE_S
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._tick_once(0.0)
+        for client in list(self._clients):
+            self._push(client, None)
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=max(0.0, deadline - time.monotonic() - 0.7))
+        for client in list(self._clients):
+            self._cut(client)
+        if self._runner is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._runner.cleanup(), max(0.1, deadline - time.monotonic()))
+
+    async def __aenter__(self) -> Dashboard:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # -- the ticker ------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.interval_s
+        last_ping = loop.time()
+        while True:
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            now = loop.time()
+            lag_ms = max(0.0, (now - due) * 1000.0)
+            due += self.interval_s
+            if due < now:  # fell behind by more than a tick: skip the missed ones, no burst
+                due = now + self.interval_s
+            self._tick_once(lag_ms)
+            if now - last_ping >= PING_S:
+                last_ping = now
+                for client in list(self._clients):
+                    self._push(client, b": ping\n\n")
+
+    def _tick_once(self, lag_ms: float) -> None:
+        try:
+            self.feed.loop_lag_ms = round(lag_ms, 3)
+            if self.before_tick is not None:
+                self.before_tick()
+            point = self._with_controls(self.feed.tick())
+            frame = _sse("point", point)
+        except Exception:  # a bug in the feed must not end the run it watches
+            _log.exception("dashboard tick failed")
+            return
+        self.ticks += 1
+        for client in list(self._clients):
+            self._push(client, frame)
+
+    def _with_controls(self, msg: dict[str, Any]) -> dict[str, Any]:
+        run = dict(msg.get("run") or {})
+        run["controls"] = {"stop": self.controls.stop is not None, "skip": self.controls.skip is not None}
+        return {**msg, "run": run}
+
+    def _push(self, client: _Client, frame: bytes | None) -> None:
+        try:
+            client.queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            self._cut(client)
+
+    def _cut(self, client: _Client) -> None:
+        self._clients.discard(client)
+        transport = client.request.transport
+        if transport is not None:
+            transport.abort()  # wakes a write stuck on a full socket with an error
+
+    # -- routes ----------------------------------------------------------------------
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        host = request.headers.get("Host", "").lower()
+        wildcard = self.host in ("0.0.0.0", "::", "")
+        if host not in self._hosts and not (wildcard and host.rpartition(":")[2] == str(self.port)):
+            return _deny("this server is not that host")
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.lower() != f"http://{host}":
+            return _deny("cross-origin request")
+        if self._token is not None:
+            given = request.query.get("token") or request.headers.get(TOKEN_HEADER) or ""
+            if not hmac.compare_digest(given.encode(), self._token.encode()):
+                return _deny("a token is needed (the URL the run printed carries it)")
+        if request.method == "POST":
+            if not hmac.compare_digest(request.headers.get(CONTROL_HEADER, "").encode(), self._control.encode()):
+                return _deny("controls are for the dashboard page only")
+        return await handler(request)
+
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            body=self._page,
+            content_type="text/html",
+            charset="utf-8",
+            headers={
+                "Cache-Control": "no-store",
+                "Referrer-Policy": "no-referrer",
+                "X-Content-Type-Options": "nosniff",
+                "Content-Security-Policy": page_csp() + "; frame-ancestors 'none'",  # a header only
+            },
+        )
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        if len(self._clients) >= MAX_CLIENTS or self._closed:
+            return web.json_response({"ok": False, "why": f"at most {MAX_CLIENTS} pages at once"}, status=503)
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",
+                "X-Content-Type-Options": "nosniff",
+            }
+        )
+        await resp.prepare(request)
+        client = _Client(request)
+        # the snapshot is taken and the client registered with no await between: no point is
+        # lost nor sent twice
+        first = _sse("snapshot", self._with_controls(self.feed.snapshot()))
+        self._clients.add(client)
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            await resp.write(first)
+            while True:
+                frame = await client.queue.get()
+                if frame is None:
+                    await resp.write(b"event: end\ndata: {}\n\n")
+                    break
+                await resp.write(frame)
+        except (ConnectionError, RuntimeError):
+            pass  # gone, or cut off for not reading
+        finally:
+            self._clients.discard(client)
+            if task is not None:
+                self._handlers.discard(task)
+        return resp
+
+    async def _stop(self, request: web.Request) -> web.StreamResponse:
+        if self.controls.stop is None:
+            return web.json_response({"ok": False, "why": "this dashboard cannot stop the run"}, status=404)
+        self.controls.stop()
+        return web.json_response({"ok": True, "why": "stopping after the requests in flight"})
+
+    async def _skip(self, request: web.Request) -> web.StreamResponse:
+        if self.controls.skip is None:
+            return web.json_response({"ok": False, "why": "this dashboard cannot skip a level"}, status=404)
+        if self.controls.skip():
+            return web.json_response({"ok": True, "why": "skipping to the next level"})
+        return web.json_response({"ok": False, "why": "no level to skip"})
+
+    async def _report(self, request: web.Request) -> web.StreamResponse:
+        path = self.report() if self.report is not None else None
+        if path is None or not await asyncio.to_thread(Path(path).is_file):
+            return web.json_response({"ok": False, "why": "no report yet"}, status=404)
+        return web.FileResponse(path, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+
+
+def _deny(why: str) -> web.Response:
+    return web.json_response({"ok": False, "why": why}, status=403)

@@ -1,0 +1,187 @@
+"""The dashboard page in a real browser (Debian's Chromium via Playwright), served by a real
+Dashboard over a test feed: figures fill as points arrive, the counters follow the feed, Stop
+reaches the run's control, nothing leaves the origin, hostile text stays text. Skipped only
+where Playwright or Chromium is missing (as the report's browser tests are)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dashboard.conftest import EVIL, Controls, FeedLike, ThreadedDashboard
+from tests.report.test_browser import ARGS, CHROMIUM
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None  # type: ignore[assignment]
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (pip install playwright)"),
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="no Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM)"
+    ),
+]
+SHOTS = Path("/work/shots")
+WAIT_MS = 60_000  # a guard against a hang; every wait below is on a count or a text
+
+
+def xs(fig: str, i: int = 0) -> str:
+    return (
+        f"(() => {{ const d = document.getElementById('{fig}').data; return d && d[{i}] ? d[{i}].x.length : -1; }})()"
+    )
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, headless=True, args=ARGS, viewport={"width": 1400, "height": 900}
+        )
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+class Watched:
+    """A page opened on a dashboard, with what it logged, requested and tried to alert."""
+
+    def __init__(self, ctx: Any, url: str) -> None:
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.dialogs: list[str] = []
+        self.page = ctx.new_page()
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("dialog", self._dialog)
+        self.response = self.page.goto(url)
+
+    def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def wait(self, js: str) -> None:
+        self.page.wait_for_function(f"() => ({js})", timeout=WAIT_MS)
+
+    def shot(self, name: str) -> Path:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        path = SHOTS / f"dashboard-{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        assert path.stat().st_size > 10_000
+        return path
+
+
+def test_the_page_follows_the_feed_and_stops_the_run(
+    browser: Any, threaded: Callable[..., ThreadedDashboard], tmp_path: Path
+) -> None:
+    feed = FeedLike(model=EVIL, points=10)
+    feed.run["url"] = f"http://127.0.0.1:9/{EVIL}"
+    stops: list[int] = []
+
+    def stop() -> None:
+        stops.append(1)
+        feed.end("interrupted", report=str(tmp_path / "report.html"))
+
+    d = threaded(feed, interval_s=0.2, controls=Controls(stop=stop, skip=lambda: True))
+    origin = d.url.rstrip("/")
+    w = Watched(browser, d.url)
+    page = w.page
+    try:
+        csp = w.response.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "connect-src 'self'" in csp and "script-src 'sha256-" in csp
+        meta = page.evaluate("document.querySelector('meta[http-equiv=Content-Security-Policy]').content")
+        assert csp == meta + "; frame-ancestors 'none'"
+        # the snapshot drawn, then points appended: more x values at each of two reads
+        w.wait(f"{xs('fig-ttft')} >= 10")
+        n1 = page.evaluate(xs("fig-ttft"))
+        w.wait(f"{xs('fig-ttft')} >= {n1 + 3}")
+        n2 = page.evaluate(xs("fig-ttft"))
+        w.wait(f"{xs('fig-tput', 1)} >= {n2}")  # every trace of every figure grows
+        assert page.evaluate(xs("fig-itl", 1)) >= n2
+        assert page.evaluate("document.getElementById('fig-ttft').data.map(t => t.meta)") == [
+            "ttft_p50",
+            "ttft_p90",
+            "ttft_p99",
+        ]
+        # the level counter follows the feed's level
+        assert page.inner_text("#lg-heading").startswith("level 1 of 4")
+        d.call(lambda: feed.set_level(1))
+        w.wait("document.getElementById('lg-heading').textContent.startsWith('level 2 of 4')")
+        assert page.inner_text("#lg-target") == "2 users"
+        # the level just finished appears on the sweep curves, error bars and all
+        w.wait(f"{xs('fig-sweep-ttft', 1)} === 1")
+        done = d.call(lambda: dict(feed.levels[0]))
+        bars = page.evaluate("document.getElementById('fig-sweep-ttft').data[1].error_y")
+        assert bars["array"] == [pytest.approx(done["ttft_p99_hi"] - done["ttft_p99_ms"])]
+        assert bars["arrayminus"] == [pytest.approx(done["ttft_p99_ms"] - done["ttft_p99_lo"])]
+        tput = page.evaluate("document.getElementById('fig-sweep-tput').data[0]")
+        assert tput["y"] == [done["out_tok_s"]] and tput["x"] == [done["x"]]
+        # server values are there, so their figure shows; failures by kind are drawn
+        assert page.locator("#fig-server").is_visible()
+        w.wait("document.getElementById('fig-errors').data.length === 1")
+        # hostile text shows as typed, as text
+        assert EVIL in page.inner_text("#lg-meta")
+        assert page.locator("header img, main img").count() == 0
+        w.shot("live")
+        # Stop: the control runs, and the page shows the state the feed reports next
+        assert page.locator("#lg-stop").is_visible() and page.locator("#lg-skip").is_visible()
+        page.click("#lg-stop")
+        w.wait("document.getElementById('lg-state').textContent === 'interrupted'")
+        assert stops == [1]
+        assert page.inner_text("#lg-answer").startswith("stopping")
+        assert page.locator("#lg-banner").is_visible() and page.inner_text("#lg-banner-text") == "run interrupted"
+        assert page.locator("#lg-report").get_attribute("href") == "/report"
+        assert not page.locator("#lg-stop").is_visible()  # no Stop once the run has ended
+        w.shot("ended")
+        assert w.dialogs == []
+        assert w.errors == []
+        assert w.requests and all(u.startswith(origin + "/") for u in w.requests), w.requests
+    finally:
+        page.close()
+
+
+def test_off_loopback_the_page_carries_the_token(browser: Any, threaded: Callable[..., ThreadedDashboard]) -> None:
+    skips: list[int] = []
+
+    def skip() -> bool:
+        skips.append(1)
+        return True
+
+    feed = FeedLike(server=False)
+    d = threaded(feed, host="0.0.0.0", interval_s=0.2, controls=Controls(skip=skip))
+    token = d.url.split("?token=")[1]
+    origin = d.url.split("/?")[0].replace("0.0.0.0", "127.0.0.1")
+    w = Watched(browser, f"{origin}/?token={token}")
+    page = w.page
+    try:
+        w.wait(f"{xs('fig-ttft')} >= 2")
+        assert not page.locator("#lg-stop").is_visible()  # no stop control given
+        assert not page.locator("#fig-server").is_visible()  # no server values: no server figure
+        page.click("#lg-skip")
+        w.wait("document.getElementById('lg-answer').textContent === 'skipping to the next level'")
+        assert skips == [1]
+        assert w.errors == [] and w.dialogs == []
+        assert all(u.startswith(origin + "/") and f"token={token}" in u for u in w.requests), w.requests
+    finally:
+        page.close()
+
+
+def test_the_csp_blocks_an_injected_script(browser: Any, threaded: Callable[..., ThreadedDashboard]) -> None:
+    d = threaded(FeedLike(), interval_s=0.5)
+    w = Watched(browser, d.url)
+    try:
+        w.wait(f"{xs('fig-ttft')} >= 0")
+        w.page.evaluate(
+            "() => { const s = document.createElement('script'); s.textContent = 'window.__ran = 1';"
+            " document.body.appendChild(s); }"
+        )
+        assert w.page.evaluate("window.__ran === undefined")
+        assert any("Content Security Policy" in e for e in w.errors), w.errors
+    finally:
+        w.page.close()
