@@ -21,7 +21,7 @@ import time
 import aiohttp
 
 from loadgen.dashboard.server import Dashboard
-from tests.dashboard.conftest import FeedLike
+from tests.dashboard.conftest import ScriptedFeed
 
 
 def _pages(port: int, n: int, seconds: float) -> None:
@@ -38,7 +38,7 @@ def _pages(port: int, n: int, seconds: float) -> None:
 
 
 def _feed_tick_cpu(ticks: int) -> float:
-    feed = FeedLike(points=3600)
+    feed = ScriptedFeed(points=3600)
     t0 = time.process_time()
     for _ in range(ticks):
         feed.tick()
@@ -46,7 +46,7 @@ def _feed_tick_cpu(ticks: int) -> float:
 
 
 async def _serve(n: int, ticks: int, interval: float) -> float:
-    feed = FeedLike(points=3600)
+    feed = ScriptedFeed(points=3600)
     async with Dashboard(feed, port=0, interval_s=interval) as dash:
         proc = mp.get_context("spawn").Process(target=_pages, args=(dash.port, n, ticks * interval * 4 + 30))
         proc.start()
@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("--ticks", type=int, default=100)
     ap.add_argument("--interval", type=float, default=0.05)
     args = ap.parse_args()
-    feed = FeedLike(points=3600)
+    feed = ScriptedFeed(points=3600)
     t0 = time.process_time()
     snap = json.dumps(feed.snapshot(), separators=(",", ":"), allow_nan=False).encode()
     snap_ms = (time.process_time() - t0) * 1000

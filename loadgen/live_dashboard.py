@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["run_dashboard", "watch_folder"]
 
 POLL_S = 0.25  # how often ``until_done`` looks at the tail's state
+REPORT_WAIT_S = 15.0  # ``until_done``: how long the report may take after run.json says finished
 
 
 async def _start(board: Dashboard, at: DashboardAt, key: str) -> str:
@@ -121,12 +122,17 @@ async def _watch(folder: Path, at: DashboardAt, console: Console, until_done: bo
     url = await _start(board, at, "--port")
     console.print(f"watching {escape(str(folder))}: {escape(url)}", highlight=False, soft_wrap=True)
     stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    ended_at: float | None = None  # when the run ended without a report yet (it follows run.json)
     try:
-        with stop_signals(asyncio.get_running_loop(), stopped.set):
+        with stop_signals(loop, stopped.set):
             while not stopped.is_set():
                 if until_done and tail.done:
-                    await asyncio.sleep(board.interval_s * 2)  # the page gets the final point first
-                    break
+                    if tail.report is None and ended_at is None:
+                        ended_at = loop.time()
+                    if tail.report is not None or loop.time() - (ended_at or 0.0) > REPORT_WAIT_S:
+                        await asyncio.sleep(board.interval_s * 2)  # the page gets the final point first
+                        break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopped.wait(), POLL_S)
     finally:

@@ -146,6 +146,7 @@ class FolderTail:
         self._levels_seen = 0
         self._level: tuple[int, int] | None = None
         self._ended = False
+        self._reported: Path | None = None  # the report the feed was told of
         self.damaged = 0  # record lines skipped (not a record, or their events did not decode)
 
     @property
@@ -182,9 +183,15 @@ class FolderTail:
             self._levels_seen = max(self._levels_seen, len(summary["levels"]))
         if self._finished is not None and not self._ended and self._records.at_end():
             self._ended = True
-            report = self.report
-            state = "interrupted" if self._finished.get("interrupted") else "finished"
-            self.feed.end(state, None if report is None else str(report))
+            self._reported = self.report
+            self.feed.end(self._end_state, None if self._reported is None else str(self._reported))
+        elif self._ended and self._reported is None and self.report is not None:  # written after run.json
+            self._reported = self.report
+            self.feed.end(self._end_state, str(self._reported))
+
+    @property
+    def _end_state(self) -> str:
+        return "interrupted" if self._finished and self._finished.get("interrupted") else "finished"
 
     def _plan(self, run: dict[str, Any]) -> None:
         target, profile, anchor = (_dict(run.get(k)) for k in ("target", "profile", "clock_anchor"))

@@ -1,4 +1,5 @@
-"""A test-only feed that produces the dashboard's SNAPSHOT / POINT messages as the spec
+"""A scripted feed (a test input for the server and the page, not the run's Feed: the end-to-end
+tests in test_e2e_dashboard.py drive the real one) that produces the dashboard's SNAPSHOT / POINT messages as the spec
 draws them, from a few plausible values, and a Dashboard served from a loop in a thread
 (for the browser tests, whose Playwright API is synchronous)."""
 
@@ -33,7 +34,7 @@ def level_dict(index: int, users: int, ttft_p99: float, tok_s: float) -> dict[st
     }  # fmt: skip
 
 
-class FeedLike:
+class ScriptedFeed:
     """Stands in for loadgen.dashboard.feed.Feed: the same message shapes, made-up values
     that move with each tick (so a page can be seen to change), every tick counted."""
 
@@ -134,7 +135,7 @@ class FeedLike:
 class ThreadedDashboard:
     """A Dashboard on its own event loop in a thread; ``call`` runs a function on that loop."""
 
-    def __init__(self, feed: FeedLike, **kw: Any) -> None:
+    def __init__(self, feed: ScriptedFeed, **kw: Any) -> None:
         self.feed = feed
         self.loop = asyncio.new_event_loop()
         self.dash = Dashboard(feed, **kw)
@@ -159,7 +160,7 @@ class ThreadedDashboard:
 def threaded() -> Iterator[Callable[..., ThreadedDashboard]]:
     made: list[ThreadedDashboard] = []
 
-    def make(feed: FeedLike, **kw: Any) -> ThreadedDashboard:
+    def make(feed: ScriptedFeed, **kw: Any) -> ThreadedDashboard:
         kw.setdefault("port", 0)
         made.append(ThreadedDashboard(feed, **kw))
         return made[-1]
@@ -169,4 +170,4 @@ def threaded() -> Iterator[Callable[..., ThreadedDashboard]]:
         d.close()
 
 
-__all__ = ["EVIL", "SERIES", "Controls", "FeedLike", "ThreadedDashboard", "level_dict"]
+__all__ = ["EVIL", "SERIES", "Controls", "ScriptedFeed", "ThreadedDashboard", "level_dict"]

@@ -5,13 +5,15 @@ where Playwright or Chromium is missing (as the report's browser tests are)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.dashboard.conftest import EVIL, Controls, FeedLike, ThreadedDashboard
+from tests.dashboard.conftest import EVIL, Controls, ScriptedFeed, ThreadedDashboard
 from tests.report.test_browser import ARGS, CHROMIUM
 
 try:
@@ -25,7 +27,7 @@ pytestmark = [
         CHROMIUM is None, reason="no Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM)"
     ),
 ]
-SHOTS = Path("/work/shots")
+SHOTS = Path(os.environ.get("LOADGEN_SHOTS") or tempfile.gettempdir()) / "loadgen-shots"  # PNGs for a human
 WAIT_MS = 60_000  # a guard against a hang; every wait below is on a count or a text
 
 
@@ -80,7 +82,7 @@ class Watched:
 def test_the_page_follows_the_feed_and_stops_the_run(
     browser: Any, threaded: Callable[..., ThreadedDashboard], tmp_path: Path
 ) -> None:
-    feed = FeedLike(model=EVIL, points=10)
+    feed = ScriptedFeed(model=EVIL, points=10)
     feed.run["url"] = f"http://127.0.0.1:9/{EVIL}"
     stops: list[int] = []
 
@@ -153,7 +155,7 @@ def test_off_loopback_the_page_carries_the_token(browser: Any, threaded: Callabl
         skips.append(1)
         return True
 
-    feed = FeedLike(server=False)
+    feed = ScriptedFeed(server=False)
     d = threaded(feed, host="0.0.0.0", interval_s=0.2, controls=Controls(skip=skip))
     token = d.url.split("?token=")[1]
     origin = d.url.split("/?")[0].replace("0.0.0.0", "127.0.0.1")
@@ -173,7 +175,7 @@ def test_off_loopback_the_page_carries_the_token(browser: Any, threaded: Callabl
 
 
 def test_the_csp_blocks_an_injected_script(browser: Any, threaded: Callable[..., ThreadedDashboard]) -> None:
-    d = threaded(FeedLike(), interval_s=0.5)
+    d = threaded(ScriptedFeed(), interval_s=0.5)
     w = Watched(browser, d.url)
     try:
         w.wait(f"{xs('fig-ttft')} >= 0")

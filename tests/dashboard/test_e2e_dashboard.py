@@ -1,0 +1,179 @@
+"""End to end in a real browser: ``loadgen run --dashboard`` against ``loadgen serve --engine
+sim`` (each in its own process, on loopback), and ``loadgen watch`` on a folder another
+``loadgen run`` is writing. The page's curves gain points, its level counter moves, Skip
+level ends a level, Stop ends the run as Ctrl-C does (exit 130, an interrupted summary and
+report), nothing leaves the page's origin. Every wait is on a count or a text, each with a
+guard; every run is bounded in requests and time and ends by itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadgen.server.process import ServerProcess
+from tests.dashboard.test_page_browser import Watched, browser, xs  # noqa: F401  (the fixture)
+from tests.report.test_browser import CHROMIUM
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None  # type: ignore[assignment]
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (pip install playwright)"),
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="no Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM)"
+    ),
+]
+GUARD_S = 120  # a hang ends the test, nothing waits on it
+
+
+class Loadgen:
+    """``python -m loadgen.cli ARGS`` with its output read line by line in a thread."""
+
+    def __init__(self, args: list[str]) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._seen = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._seen:
+                self.lines.append(line.rstrip("\n"))
+                self._seen.notify_all()
+
+    def url(self, prefix: str) -> str:
+        """The URL on the first line that starts with ``prefix``."""
+        with self._seen:
+            found = self._seen.wait_for(
+                lambda: any(x.startswith(prefix) for x in self.lines) or self.proc.poll() is not None, GUARD_S
+            )
+            line = next((x for x in self.lines if x.startswith(prefix)), None)
+        assert found and line is not None, "\n".join(self.lines[-30:])
+        m = re.search(r"http://127\.0\.0\.1:\d+/\S*", line)
+        assert m, line
+        return m.group(0)
+
+    def wait(self) -> int:
+        try:
+            return self.proc.wait(GUARD_S)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Kill it if it still runs; read its output to the end and close the pipe."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(GUARD_S)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[str]:
+    with ServerProcess(["--engine", "sim"]) as url:
+        yield url
+
+
+def _run_args(url: str, out: Path, *more: str) -> list[str]:
+    return ["run", "--url", url, "--api", "completions", "--prompt-tokens", "64", "--output-tokens", "16"] + [
+        "--out",
+        str(out),
+        "--quiet",
+        *more,
+    ]
+
+
+def _same_origin(w: Watched, origin: str) -> None:
+    assert w.requests and all(u.startswith(origin) for u in w.requests), w.requests
+    assert not w.errors and not w.dialogs, (w.errors, w.dialogs)
+
+
+def test_a_run_with_its_dashboard_skip_and_stop(browser: Any, sim: str, tmp_path: Path) -> None:  # noqa: F811
+    """Three levels of 2 minutes each: the page skips the first, stops the run in the second."""
+    out = tmp_path / "run"
+    run = Loadgen(_run_args(sim, out, "--levels", "1,2,4", "--duration", "120", "--dashboard-port", "0"))
+    try:
+        url = run.url("dashboard: ")
+        origin = url.split("/", 3)[:3]
+        w = Watched(browser, url)
+        page = w.page
+        w.wait("document.getElementById('lg-heading').textContent.startsWith('level 1 of 3')")
+        w.wait(f"{xs('fig-ttft')} >= 2")
+        n1 = page.evaluate(xs("fig-ttft"))
+        w.wait(f"{xs('fig-ttft')} >= {n1 + 2}")  # points keep coming
+        w.wait("document.getElementById('fig-ttft').data[0].y.some(v => v !== null && v > 0)")
+        assert page.inner_text("#lg-target") == "1 users" or "1 user" in page.inner_text("#lg-target")
+        page.click("#lg-skip")
+        w.wait("document.getElementById('lg-heading').textContent.startsWith('level 2 of 3')")
+        w.wait(f"{xs('fig-sweep-ttft', 1)} >= 1 || {xs('fig-sweep-ttft', 0)} >= 1")  # level 1 on the sweep curve
+        w.wait(f"{xs('fig-tput')} >= {n1 + 4}")
+        w.shot("e2e-live")
+        page.click("#lg-stop")
+        w.wait("document.getElementById('lg-state').textContent === 'interrupted'")
+        _same_origin(w, "/".join(origin))
+        code = run.wait()
+    finally:
+        run.close()
+    assert code == 130, run.text()[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and len(summary["levels"]) == 2
+    first = summary["levels"][0]
+    assert first["stopped"] == "skipped from the dashboard" and first["duration_s"] < 60  # of its 120 s
+    assert first["requests"]["ok"] > 0
+    report = (out / "report.html").read_text()
+    assert "interrupted" in report.lower()
+    assert "token" not in url  # on loopback: no token in the URL
+
+
+def test_loadgen_watch_follows_a_folder_being_written(browser: Any, sim: str, tmp_path: Path) -> None:  # noqa: F811
+    out = tmp_path / "watched"
+    watch = Loadgen(["watch", str(out), "--port", "0", "--until-done"])  # before the run: an empty folder
+    run = None
+    try:
+        url = watch.url("watching ")
+        w = Watched(browser, url)
+        page = w.page
+        run = Loadgen(_run_args(sim, out, "--levels", "1,2", "--duration", "4", "--scrape-metrics"))
+        w.wait("document.getElementById('lg-heading').textContent.startsWith('level 1 of 2')")
+        w.wait(f"{xs('fig-ttft')} >= 2")
+        w.wait("document.getElementById('lg-heading').textContent.startsWith('level 2 of 2')")
+        assert page.locator("#lg-stop").is_hidden() and page.locator("#lg-skip").is_hidden()  # it runs no load
+        assert run.wait() == 0, run.text()[-2000:]
+        w.wait("document.getElementById('lg-state').textContent === 'finished'")
+        w.wait(f"{xs('fig-sweep-tput')} === 2")  # both levels on the sweep curves
+        w.wait("!document.getElementById('lg-report').hidden")
+        w.shot("e2e-watch")
+        href = page.get_attribute("#lg-report", "href")
+        assert href is not None and href.startswith("/report")
+        _same_origin(w, "/".join(url.split("/", 3)[:3]))
+        assert watch.wait() == 0, watch.text()[-2000:]  # --until-done: it ends by itself
+    finally:
+        for p in (watch, run):
+            if p is not None:
+                p.close()
+    assert "stopped watching" in watch.text()
