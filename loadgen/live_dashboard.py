@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,7 +42,7 @@ from loadgen.signals import stop_signals
 if TYPE_CHECKING:
     from loadgen.runconfig import RunConfig
 
-__all__ = ["run_dashboard", "watch_folder"]
+__all__ = ["check_port", "run_dashboard", "watch_folder"]
 
 POLL_S = 0.25  # how often ``until_done`` looks at the tail's state
 REPORT_WAIT_S = 15.0  # ``until_done``: how long the report may take after run.json says finished
@@ -51,6 +52,22 @@ async def _start(board: Dashboard, at: DashboardAt, key: str) -> str:
     """The page's URL; a port in use (or a host that is not this machine's) is one line."""
     try:
         return await board.start()
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ConfigError(f"cannot serve the dashboard on {at.host}:{at.port}: {why}", key=key) from None
+
+
+def check_port(at: DashboardAt, key: str = "--dashboard-port") -> None:
+    """Before anything is sent: the dashboard's address can be bound (a port in use is one
+    line now, not after discovery and calibration). Port 0 always can."""
+    if at.port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(at.host, at.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, addr = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp's site binds
+            probe.bind(addr)
     except OSError as exc:
         why = exc.strerror or str(exc)
         raise ConfigError(f"cannot serve the dashboard on {at.host}:{at.port}: {why}", key=key) from None
@@ -119,6 +136,7 @@ async def _watch(folder: Path, at: DashboardAt, console: Console, until_done: bo
         report=lambda: tail.report,
         title=f"loadgen watch: {folder.name or folder}",
     )
+    check_port(at, "--port")
     url = await _start(board, at, "--port")
     console.print(f"watching {escape(str(folder))}: {escape(url)}", highlight=False, soft_wrap=True)
     stopped = asyncio.Event()

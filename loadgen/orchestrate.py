@@ -219,6 +219,10 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
     data = load_dataset(cfg.workload.dataset) if cfg.workload.dataset is not None else None
     if data is not None and data.with_images:
         _check_dataset_images(cfg, data)
+    if cfg.dashboard is not None:
+        from loadgen.live_dashboard import check_port
+
+        check_port(cfg.dashboard)  # a port in use: one line before anything is sent
     loop = asyncio.get_running_loop()
     with cancel_on_stop(loop):  # no levels yet: a signal ends the start as Ctrl-C would
         info = await discover(cfg.url, get_dialect(cfg.api).request_headers(cfg.headers), cfg.model)

@@ -100,12 +100,8 @@ def sim() -> Iterator[str]:
 
 
 def _run_args(url: str, out: Path, *more: str) -> list[str]:
-    return ["run", "--url", url, "--api", "completions", "--prompt-tokens", "64", "--output-tokens", "16"] + [
-        "--out",
-        str(out),
-        "--quiet",
-        *more,
-    ]
+    target = ["--url", url, "--api", "completions", "--prompt-tokens", "64", "--output-tokens", "16"]
+    return ["run", *target, "--out", str(out), "--quiet", *more]
 
 
 def _same_origin(w: Watched, origin: str) -> None:
@@ -177,3 +173,22 @@ def test_loadgen_watch_follows_a_folder_being_written(browser: Any, sim: str, tm
             if p is not None:
                 p.close()
     assert "stopped watching" in watch.text()
+
+
+def test_a_dashboard_port_in_use_or_out_of_range_is_one_line(sim: str, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = Loadgen(_run_args(sim, tmp_path / "a", "--requests", "2", "--dashboard-port", str(port)))
+        code = run.wait()
+    assert code == 2
+    assert run.lines == [
+        f"error: --dashboard-port: cannot serve the dashboard on 127.0.0.1:{port}: Address already in use"
+    ]
+    assert not (tmp_path / "a" / "records.jsonl").exists()  # nothing was sent
+    run = Loadgen(_run_args(sim, tmp_path / "b", "--requests", "2", "--dashboard-port", "70000"))
+    assert run.wait() == 2
+    assert len(run.lines) == 1 and "--dashboard: port must be an integer in [0, 65535]" in run.lines[0], run.lines
