@@ -192,3 +192,27 @@ def test_the_shipped_matrix_files_load() -> None:
     assert len(spec.configs) == 4 and spec.baseline == spec.configs[0].name == "chunked 2048"
     # duration_s = 15 and no request count: each level lasts 15 s, as `loadgen run --duration 15`
     assert (spec.profile.requests, spec.profile.duration_s, spec.profile.warmup_requests) == (None, 15, 4)
+
+
+def test_with_a_dashboard_every_configuration_serves_it_at_one_address(tmp_path: Path) -> None:
+    """--dashboard-port 0: one free port chosen for the whole matrix, so one open page
+    follows each configuration's run in turn."""
+    matrix = write(
+        tmp_path,
+        """
+name = "watched"
+[server]
+command = "loadgen serve --engine sim --time-scale 0.1 --port {port} {chunked}"
+[grid]
+chunked = { on = "--chunked-prefill", off = "--no-chunked-prefill" }
+"""
+        + RUN.replace('prompt_tokens = "uniform:min=200,max=1500"', 'prompt_tokens = "64"'),
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["matrix", str(matrix), "-o", str(out), "--dashboard-port", "0"])
+    assert result.exit_code == 0, result.output
+    urls = [line.split(": ", 1)[1] for line in result.output.splitlines() if line.startswith("dashboard: ")]
+    assert len(urls) == 2 and urls[0] == urls[1] and urls[0].startswith("http://127.0.0.1:"), result.output
+    assert not urls[0].startswith("http://127.0.0.1:0/")
+    doc = json.loads((out / "matrix.json").read_text())
+    assert [c["status"] for c in doc["configs"]] == ["ok", "ok"]

@@ -401,8 +401,12 @@ class Feed:
         return {"done": self._done, "failed": self._failed, "errors": dict(self._errors)}
 
     def tick(self) -> dict[str, Any]:
-        """Close one point (about once a second): the POINT message."""
+        """Close one point (about once a second): the POINT message. A clock that has not
+        moved since the last point (a folder's clock, which moves with its records) closes
+        none: ``"point"`` is None and the rest of the message is current."""
         now = self.clock()
+        if self._series["t"] and now - self._t0 <= (self._series["t"][-1] or 0.0):
+            return self._message(None, now)
         win = self._window
         win.expire(now)
         point: dict[str, Any] = {
@@ -419,6 +423,9 @@ class Feed:
         for key in SERVER_KEYS:
             point[key] = _num(server.get(key), 4)
         self._append(point)
+        return self._message(point, now)
+
+    def _message(self, point: dict[str, Any] | None, now: float) -> dict[str, Any]:
         level = self._level_view(now)
         new, self._new_levels = self._new_levels, []
         return {

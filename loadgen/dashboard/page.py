@@ -15,7 +15,7 @@ from typing import Any
 
 from loadgen import __version__
 from loadgen.report.figures import base_layout
-from loadgen.report.page import _CSS, _plotly_hash, _sha256, esc, plotly_js, script_json
+from loadgen.report.page import PAGE_CSS, esc, plotly_hash, plotly_js, script_hash, script_json
 from loadgen.report.plotdata import palette
 
 __all__ = ["FIGURES", "page_csp", "render_page"]
@@ -185,7 +185,8 @@ function onSnapshot(e){var s=JSON.parse(e.data),ser=s.series||{};
  if(hasServer([].concat(ser.running||[],ser.waiting||[],ser.kv_usage||[],ser.prefix_hit_rate||[],ser.gpu_util||[])))showServer();
  errT=[];errK={};var t=ser.t||[],er=ser.errors||[];for(var i=0;i<t.length;i++)addErrors(t[i],er[i]);drawErrors();
  levels=(s.levels||[]).slice();drawSweeps();status(s);put('lg-conn','live');}
-function onPoint(e){var m=JSON.parse(e.data),p=m.point||{};
+function onPoint(e){var m=JSON.parse(e.data),p=m.point;
+ if(!p){if(m.levels&&m.levels.length){levels=levels.concat(m.levels);drawSweeps();}status(m);return;}
  cfg.figures.forEach(function(f){var ix=f.traces.map(function(_,i){return i;});
   Plotly.extendTraces($(f.id),{x:f.traces.map(function(){return [p.t];}),y:f.traces.map(function(tr){
    var v=p[tr.key];return [v===undefined?null:v];})},ix,cfg.max_points);});
@@ -211,7 +212,7 @@ def page_csp() -> str:
     """The page's Content-Security-Policy (also sent as a header by the server)."""
     return (
         "default-src 'none'; "
-        f"script-src {_plotly_hash()} {_sha256(_JS)}; "
+        f"script-src {plotly_hash()} {script_hash(_JS)}; "
         "connect-src 'self'; style-src 'unsafe-inline'; img-src data: blob:; font-src data:; "
         "base-uri 'none'; form-action 'none'"
     )
@@ -255,7 +256,7 @@ def render_page(control_token: str, title: str) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{page_csp()}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<meta name="generator" content="loadgen {esc(__version__)}">'
-        f"<title>{esc(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>"
+        f"<title>{esc(title)}</title><style>{PAGE_CSS}{_EXTRA_CSS}</style></head><body>"
         f'<header><h1><span id="lg-title">{esc(title)}</span><span id="lg-state" class="badge">connecting</span>'
         '<span id="lg-conn"></span></h1><div class="meta" id="lg-meta"></div></header><main>'
         '<div id="lg-banner" class="banner ok" hidden><span id="lg-banner-text"></span> '

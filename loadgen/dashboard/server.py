@@ -310,7 +310,12 @@ class Dashboard:
         if self.controls.stop is None:
             return web.json_response({"ok": False, "why": "this dashboard cannot stop the run"}, status=404)
         self.controls.stop()
-        return web.json_response({"ok": True, "why": "stopping after the requests in flight"})
+        return web.json_response(
+            {
+                "ok": True,
+                "why": "stopping: the requests in flight end as cancelled, the summary and the report are written",
+            }
+        )
 
     async def _skip(self, request: web.Request) -> web.StreamResponse:
         if self.controls.skip is None:

@@ -134,6 +134,10 @@ class FolderTail:
         self.folder = folder
         self.feed = feed
         self._start()
+        # the feed's windows and points in the run's own time, not this process's: records
+        # arrive in batches (the writer's, a sync's), and their rates are those of the run
+        feed.clock = self.clock
+        feed.reset()
 
     def _start(self) -> None:
         self._records = _Lines(self.folder / "records.jsonl")
@@ -147,7 +151,23 @@ class FolderTail:
         self._level: tuple[int, int] | None = None
         self._ended = False
         self._reported: Path | None = None  # the report the feed was told of
+        self._zero_ns: int | None = None  # the run's clock anchor (run.json), else its first send
+        self._latest_ns: int | None = None  # the latest time the records read so far show
         self.damaged = 0  # record lines skipped (not a record, or their events did not decode)
+
+    def clock(self) -> float:
+        """Seconds on the run's own clock since its start, as far as its records show: it
+        moves as records are read (a tick without new ones closes no point)."""
+        if self._latest_ns is None or self._zero_ns is None:
+            return 0.0
+        return (self._latest_ns - self._zero_ns) / 1e9
+
+    def _saw(self, t_ns: int) -> None:
+        if t_ns > 0:
+            if self._zero_ns is None:
+                self._zero_ns = t_ns
+            if self._latest_ns is None or t_ns > self._latest_ns:
+                self._latest_ns = t_ns
 
     @property
     def done(self) -> bool:
@@ -200,6 +220,9 @@ class FolderTail:
         exact = profile.get("kind", "levels") == "levels" and isinstance(levels, list) and bool(levels)
         planned = len(levels) if exact and isinstance(levels, list) else profile.get("max_levels")
         unix = anchor.get("unix_s")
+        perf = _int(anchor.get("perf_counter_ns"))
+        if perf is not None and self._zero_ns is None:
+            self._zero_ns = perf  # the records' clock at the run's start: t counts from there
         self.feed.plan(
             title=str(run.get("label") or self.folder.name),
             api=str(target.get("api") or ""),
@@ -279,6 +302,7 @@ class FolderTail:
         key = (rec.level, rec.trial)
         if key != self._level:
             self._level = key
+            self._saw(rec.sent_ns)  # the level began by its first record's send
             p = self._profile
             levels = _list(p.get("levels"))
             planned = len(levels) if p.get("kind", "levels") == "levels" and levels else None
@@ -293,4 +317,5 @@ class FolderTail:
                 warmup=_int(p.get("warmup_requests")) or 0,
                 duration_s=float(duration) if isinstance(duration, (int, float)) else None,
             )
+        self._saw(rec.done_ns or rec.sent_ns)
         self.feed.add(rec)

@@ -29,7 +29,18 @@ from typing import Any
 from loadgen import __version__
 from loadgen.errors import ConfigError
 
-__all__ = ["FIGURE_CLASS", "Page", "esc", "fmt", "plotly_js", "script_json", "write_page"]
+__all__ = [
+    "FIGURE_CLASS",
+    "PAGE_CSS",
+    "Page",
+    "esc",
+    "fmt",
+    "plotly_hash",
+    "plotly_js",
+    "script_hash",
+    "script_json",
+    "write_page",
+]
 
 FIGURE_CLASS = "lg-plot"
 
@@ -40,7 +51,7 @@ _INIT_JS = (
     "Plotly.newPlot(d[i],s.data,s.layout,c);}catch(e){console.error('figure '+d[i].id+': '+e);}}})();"
 )
 
-_CSS = """
+PAGE_CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0;
  color:#1b1f24;background:#fafafa;line-height:1.45}
 header{background:#1f2937;color:#f9fafb;padding:18px 28px}
@@ -122,13 +133,15 @@ def plotly_js() -> str:
     return str(get_plotlyjs())
 
 
-def _sha256(text: str) -> str:
+def script_hash(text: str) -> str:
+    """The CSP source that allows one inline script: ``'sha256-…'``."""
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
 
 
 @functools.lru_cache(maxsize=1)
-def _plotly_hash() -> str:
-    return _sha256(plotly_js())
+def plotly_hash() -> str:
+    """The CSP source of the embedded plotly.js bundle."""
+    return script_hash(plotly_js())
 
 
 @dataclass
@@ -161,7 +174,7 @@ class Page:
         js = plotly_js()
         csp = (
             "default-src 'none'; "
-            f"script-src {_plotly_hash()} {_sha256(_INIT_JS)}; "
+            f"script-src {plotly_hash()} {script_hash(_INIT_JS)}; "
             "style-src 'unsafe-inline'; img-src data: blob:; font-src data:; connect-src 'none'; "
             "base-uri 'none'; form-action 'none'"
         )
@@ -175,7 +188,7 @@ class Page:
             f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<meta name="generator" content="loadgen {esc(__version__)}">'
-            f"<title>{esc(self.title)}</title><style>{_CSS}</style></head><body>"
+            f"<title>{esc(self.title)}</title><style>{PAGE_CSS}</style></head><body>"
             f'<header><h1>{esc(self.title)}</h1><div class="meta">{self.subtitle}</div></header>'
             f"<nav>{nav}</nav><main>{body}"
             f'<p class="note">Rendered by loadgen {esc(__version__)} on {esc(stamp)}; '

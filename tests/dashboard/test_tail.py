@@ -63,9 +63,9 @@ def _level_summary(value: int) -> dict[str, object]:
 
 def test_the_tail_follows_a_writer(tmp_path: Path) -> None:
     folder = tmp_path / "run"
-    clock = Clock()
-    feed = Feed(clock=clock)
-    tail = FolderTail(folder, feed)
+    feed = Feed(clock=Clock())
+    tail = FolderTail(folder, feed)  # the feed now keeps the run's time, as its records show it
+    assert feed.clock == tail.clock and tail.clock() == 0.0
     tail.poll()  # nothing there yet: nothing happens
     assert feed.snapshot()["run"]["state"] == "starting" and not tail.done
     with RunWriter(folder) as w:
@@ -80,10 +80,14 @@ def test_the_tail_follows_a_writer(tmp_path: Path) -> None:
         assert snap["run"]["started_unix"] == 1700000000.5 and snap["run"]["url"] == "http://127.0.0.1:8000"
         assert snap["level"]["heading"] == "level 1 of 2" and snap["level"]["target"] == "2 users"
         assert (snap["level"]["done"], snap["level"]["warm"], snap["level"]["requests"]) == (3, 1, 4)
-        clock.now += 1
+        # the run's clock: its anchor at 1 ns, its last answer at 350 ms
+        assert tail.clock() == pytest.approx(0.35 - 1e-9)
         p = feed.tick()["point"]
-        # TTFT 20 ms; ITL: 10 ms over 3 tokens (coalesced), 15 ms over 1
-        assert p["ttft_p50"] == 20.0 and p["itl_p99"] == 15.0 and p["out_tok_s"] == 15.0
+        # TTFT 20 ms; ITL: 10 ms over 3 tokens (coalesced), 15 ms over 1; 15 tokens over the
+        # level's 0.35 s of the run's time (not the time this process took to read them)
+        assert p["ttft_p50"] == 20.0 and p["itl_p99"] == 15.0
+        assert p["out_tok_s"] == pytest.approx(15 / 0.35, abs=0.01) and p["t"] == pytest.approx(0.35)
+        assert feed.tick()["point"] is None  # no new record, the run's clock has not moved: no point
 
         # a partial line waits for its end; its events are in events.bin before it
         bad = _recs(0, 1, start=4)[0]
@@ -110,8 +114,8 @@ def test_the_tail_follows_a_writer(tmp_path: Path) -> None:
         snap = feed.snapshot()
         assert snap["level"]["index"] == 1 and snap["level"]["heading"] == "level 2 of 2"
         assert snap["totals"]["done"] == 8 and [lv["label"] for lv in snap["levels"]] == ["2 users"]
-        clock.now += 1
-        msg = feed.tick()
+        msg = feed.tick()  # level 2's records moved the clock
+        assert msg["point"]["t"] > p["t"]
         assert msg["point"]["running"] == 7.0 and msg["point"]["waiting"] == 2.0
         assert msg["levels"][0]["ttft_p99_lo"] == 19.0
         w.write_summary({"levels": [_level_summary(2), _level_summary(8)]})
