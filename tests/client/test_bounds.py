@@ -175,6 +175,14 @@ async def test_a_flood_in_one_read_is_parsed_in_slices_that_let_the_loop_run() -
     assert during >= 20, during
 
 
+def _one_request(url: str, out: Any) -> subprocess.Popen[bytes]:
+    """``loadgen run`` of one request against ``url``, its output piped."""
+    argv = ["run", "--url", url, "--api", "completions", "--requests", "1", "--out", str(out), "--quiet"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadgen.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
 @pytest.mark.parametrize(
     ("sig", "code", "line"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
 )
@@ -185,25 +193,7 @@ def test_a_signal_during_a_trickled_discovery_ends_loadgen_at_once(
     the GET is in, ends loadgen with its one line and exit code (before: only when the
     thread running discovery returned)."""
     with HostileServer(models="trickle", trickle_s=3.0) as srv:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "loadgen.cli",
-                "run",
-                "--url",
-                srv.url,
-                "--api",
-                "completions",
-                "--requests",
-                "1",
-                "--out",
-                str(tmp_path / "r"),
-                "--quiet",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        proc = _one_request(srv.url, tmp_path / "r")
         try:
             for _ in range(600):  # up to 60 s for the interpreter to start and send its GET
                 if srv.model_requests or proc.poll() is not None:
@@ -229,25 +219,7 @@ def test_a_signal_that_lands_while_the_model_list_streams_in_is_an_interrupt(tmp
     seen = []
     for i, (sig, code) in enumerate([(signal.SIGINT, 130), (signal.SIGTERM, 143)] * 4):
         with HostileServer(models="trickle", trickle_s=0.0005, pad=400_000) as srv:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "loadgen.cli",
-                    "run",
-                    "--url",
-                    srv.url,
-                    "--api",
-                    "completions",
-                    "--requests",
-                    "1",
-                    "--out",
-                    str(tmp_path / f"r{i}"),
-                    "--quiet",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
+            proc = _one_request(srv.url, tmp_path / f"r{i}")
             try:
                 for _ in range(600):
                     if srv.model_requests or proc.poll() is not None:

@@ -20,20 +20,9 @@ from typing import Any
 import pytest
 
 from loadgen.server.process import ServerProcess
-from tests.dashboard.test_page_browser import Watched, browser, xs  # noqa: F401  (the fixture)
-from tests.report.test_browser import CHROMIUM
+from tests.dashboard.test_page_browser import Watched, xs
+from tests.report.test_browser import browser, pytestmark  # noqa: F401  (the fixture; skipped without a browser)
 
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None  # type: ignore[assignment]
-
-pytestmark = [
-    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (pip install playwright)"),
-    pytest.mark.skipif(
-        CHROMIUM is None, reason="no Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM)"
-    ),
-]
 GUARD_S = 120  # a hang ends the test, nothing waits on it
 
 

@@ -7,26 +7,15 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.dashboard.conftest import EVIL, Controls, ScriptedFeed, ThreadedDashboard
-from tests.report.test_browser import ARGS, CHROMIUM
+from tests.report.test_browser import browser, pytestmark  # noqa: F401  (the fixture; skipped without a browser)
 
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None  # type: ignore[assignment]
-
-pytestmark = [
-    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (pip install playwright)"),
-    pytest.mark.skipif(
-        CHROMIUM is None, reason="no Chromium binary (apt-get install chromium, or set LOADGEN_CHROMIUM)"
-    ),
-]
 SHOTS = Path(os.environ.get("LOADGEN_SHOTS") or tempfile.gettempdir()) / "loadgen-shots"  # PNGs for a human
 WAIT_MS = 60_000  # a guard against a hang; every wait below is on a count or a text
 
@@ -35,19 +24,6 @@ def xs(fig: str, i: int = 0) -> str:
     return (
         f"(() => {{ const d = document.getElementById('{fig}').data; return d && d[{i}] ? d[{i}].x.length : -1; }})()"
     )
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=ARGS, viewport={"width": 1400, "height": 900}
-        )
-        try:
-            yield ctx
-        finally:
-            ctx.close()
 
 
 class Watched:
@@ -80,7 +56,9 @@ class Watched:
 
 
 def test_the_page_follows_the_feed_and_stops_the_run(
-    browser: Any, threaded: Callable[..., ThreadedDashboard], tmp_path: Path
+    browser: Any,  # noqa: F811 - the fixture imported above
+    threaded: Callable[..., ThreadedDashboard],
+    tmp_path: Path,
 ) -> None:
     feed = ScriptedFeed(model=EVIL, points=10)
     feed.run["url"] = f"http://127.0.0.1:9/{EVIL}"
@@ -148,7 +126,10 @@ def test_the_page_follows_the_feed_and_stops_the_run(
         page.close()
 
 
-def test_off_loopback_the_page_carries_the_token(browser: Any, threaded: Callable[..., ThreadedDashboard]) -> None:
+def test_off_loopback_the_page_carries_the_token(
+    browser: Any,  # noqa: F811 - the fixture imported above
+    threaded: Callable[..., ThreadedDashboard],
+) -> None:
     skips: list[int] = []
 
     def skip() -> bool:
@@ -174,7 +155,10 @@ def test_off_loopback_the_page_carries_the_token(browser: Any, threaded: Callabl
         page.close()
 
 
-def test_the_csp_blocks_an_injected_script(browser: Any, threaded: Callable[..., ThreadedDashboard]) -> None:
+def test_the_csp_blocks_an_injected_script(
+    browser: Any,  # noqa: F811 - the fixture imported above
+    threaded: Callable[..., ThreadedDashboard],
+) -> None:
     d = threaded(ScriptedFeed(), interval_s=0.5)
     w = Watched(browser, d.url)
     try:
