@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from loadgen.records import RequestRecord, RequestSpec
     from loadgen.report.files import read_run_info
     from loadgen.report.readers import read_records
-    from loadgen.runconfig import RunConfig
+    from loadgen.runconfig import DashboardAt, RunConfig
     from loadgen.runinfo import RunInfo
     from loadgen.server.config import ServeConfig
     from loadgen.server.process import ServerProcess
@@ -50,6 +50,7 @@ _EXPORTS = {
     "read_summary": "loadgen.api",
     "records_frame": "loadgen.api",
     "RunConfig": "loadgen.runconfig",
+    "DashboardAt": "loadgen.runconfig",
     "Profile": "loadgen.load.profiles",
     "load_profile": "loadgen.api",
     "Workload": "loadgen.workload.spec",
@@ -81,6 +82,7 @@ _EXPORTS = {
 __all__ = [
     "SLO",
     "ConfigError",
+    "DashboardAt",
     "Interval",
     "LevelSummary",
     "LoadgenError",

@@ -89,6 +89,8 @@ def level_point(level: dict[str, Any], index: int) -> dict[str, Any]:
         "out_tok_s_hi": _num(_get(level, *tput, "high"), 2),
         "req_s": _num(_get(level, "throughput", "requests_per_s"), 3),
         "stopped": level.get("stopped") if isinstance(level.get("stopped"), str) else None,
+        "client_verdict": verdict if isinstance(verdict := _get(level, "client", "verdict"), str) else None,
+        "client_reasons": [str(r)[:200] for r in _get(level, "client", "reasons") or [] if isinstance(r, str)][:3],
     }
 
 

@@ -145,6 +145,8 @@ function showServer(){if(serverShown)return;serverShown=true;var d=$('fig-server
  Plotly.Plots.resize(d);}
 function drawErrors(){var kinds=Object.keys(errK).sort();var tr=kinds.map(function(k,i){return {type:'bar',x:errT.slice(),
  y:errK[k].slice(),name:k,meta:'errors.'+k,marker:{color:cfg.colours[i%cfg.colours.length]}};});
+ if(!tr.length&&errT.length)tr=[{type:'bar',x:errT.slice(),y:errT.map(function(){return 0;}),name:'none',
+  meta:'errors.none',showlegend:false,hoverinfo:'skip'}];
  Plotly.react($('fig-errors'),tr,cfg.layouts['fig-errors'],pc);}
 function addErrors(t,e){errT.push(t);var n=errT.length;e=e||{};Object.keys(e).forEach(function(k){
  if(!errK[k]){errK[k]=[];for(var i=0;i<n-1;i++)errK[k].push(0);}});
@@ -162,6 +164,8 @@ function drawSweeps(){var ls=levels.slice().sort(function(a,b){return a.x-b.x;})
  Plotly.react($('fig-sweep-ttft'),[{type:'scatter',mode:'lines+markers',x:x,y:g('ttft_p50_ms'),name:'TTFT p50',
   meta:'sweep.ttft_p50',text:text,line:{color:'#0072B2'}},{type:'scatter',mode:'lines+markers',x:x,y:g('ttft_p99_ms'),
   name:'TTFT p99',meta:'sweep.ttft_p99',text:text,error_y:eb('ttft_p99_ms','ttft_p99'),line:{color:'#D55E00'}}],lt,pc);
+ var last=levels[levels.length-1];if(last){put('lg-verdict',(last.client_verdict||'–')+' (level '+(last.index+1)+')');
+  put('lg-verdict-why',(last.client_reasons||[]).join('; '));}
  var ot=eb('out_tok_s','out_tok_s');Plotly.react($('fig-sweep-tput'),[{type:'scatter',mode:'lines+markers',x:x,
   y:g('out_tok_s'),name:'output tok/s',meta:'sweep.out_tok_s',text:text,error_y:ot,line:{color:'#009E73'}}],lp,pc);}
 function status(m){var r=m.run||{},lv=m.level,tot=m.totals||{};put('lg-title',r.title||'loadgen');
@@ -250,6 +254,7 @@ def render_page(control_token: str, title: str) -> str:
         + _card("warm-up", "lg-warm")
         + _card("in flight", "lg-inflight")
         + _card("run: done", "lg-tdone", "lg-tfailed")
+        + _card("client health", "lg-verdict", "lg-verdict-why")
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

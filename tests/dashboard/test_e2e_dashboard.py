@@ -116,7 +116,9 @@ def test_a_run_with_its_dashboard_skip_and_stop(browser: Any, sim: str, tmp_path
         page.click("#lg-skip")
         w.wait("document.getElementById('lg-heading').textContent.startsWith('level 2 of 3')")
         w.wait(f"{xs('fig-sweep-ttft', 1)} >= 1 || {xs('fig-sweep-ttft', 0)} >= 1")  # level 1 on the sweep curve
+        w.wait("document.getElementById('lg-verdict').textContent.endsWith('(level 1)')")  # its client health
         w.wait(f"{xs('fig-tput')} >= {n1 + 4}")
+        page_verdict = page.inner_text("#lg-verdict")
         w.shot("e2e-live")
         page.click("#lg-stop")
         w.wait("document.getElementById('lg-state').textContent === 'interrupted'")
@@ -128,6 +130,7 @@ def test_a_run_with_its_dashboard_skip_and_stop(browser: Any, sim: str, tmp_path
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is True and len(summary["levels"]) == 2
     first = summary["levels"][0]
+    assert page_verdict == f"{first['client']['verdict']} (level 1)"  # the page showed the summary's verdict
     assert first["stopped"] == "skipped from the dashboard" and first["duration_s"] < 60  # of its 120 s
     assert first["requests"]["ok"] > 0
     report = (out / "report.html").read_text()

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.dashboard.feed import ITL_CAP, SERIES, Feed
+from loadgen.dashboard.feed import ITL_CAP, SERIES, Feed, level_point
 from loadgen.metrics.per_request import itl_samples, per_request_frame
 from loadgen.records import ErrorKind, RequestRecord
 
@@ -229,3 +229,14 @@ def test_a_snapshot_is_strict_json() -> None:
     assert not any(
         isinstance(v, float) and not math.isfinite(v) for v in snap["series"]["loop_lag_ms"] if v is not None
     )
+
+
+def test_a_finished_level_carries_its_client_health() -> None:
+    level = {
+        "load": {"mode": "rate", "value": 4.0},
+        "client": {"verdict": "degraded", "reasons": ["loop lag p99 12 ms", 7, "x" * 500]},
+    }
+    p = level_point(level, 2)
+    assert (p["index"], p["label"], p["client_verdict"]) == (2, "4 req/s", "degraded")
+    assert p["client_reasons"] == ["loop lag p99 12 ms", "x" * 200]  # text only, each cut at 200
+    assert level_point({"load": {"mode": "concurrency", "value": 1}}, 0)["client_verdict"] is None

@@ -104,7 +104,7 @@ def test_the_page_follows_the_feed_and_stops_the_run(
         assert tput["y"] == [done["out_tok_s"]] and tput["x"] == [done["x"]]
         # server values are there, so their figure shows; failures by kind are drawn
         assert page.locator("#fig-server").is_visible()
-        w.wait("document.getElementById('fig-errors').data.length === 1")
+        w.wait("document.getElementById('fig-errors').data.some(t => t.meta === 'errors.http_error')")
         # hostile text shows as typed, as text
         assert EVIL in page.inner_text("#lg-meta")
         assert page.locator("header img, main img").count() == 0
