@@ -4,8 +4,9 @@ goes over the wire.
 
 The pages are aiohttp clients in another process (reading and discarding the stream), so
 ``time.process_time`` here counts the server side only: the ticker, the feed's tick, JSON
-encoding once per tick and one write per page. The feed is the tests' stand-in (the same
-message shapes as loadgen.dashboard.feed.Feed); its own tick is timed apart and subtracted.
+encoding once per tick and one write per page. The feed is loadgen's Feed fed as a run
+feeds it (tests/dashboard/conftest.py's RecordFeed); its own tick, records included, is
+timed apart and subtracted (benchmarks/dashboard_feed.py measures it).
 
     PYTHONPATH=. python benchmarks/dashboard_cost.py [--ticks 100] [--interval 0.05]
 """
@@ -21,7 +22,7 @@ import time
 import aiohttp
 
 from loadgen.dashboard.server import Dashboard
-from tests.dashboard.conftest import ScriptedFeed
+from tests.dashboard.conftest import RecordFeed
 
 
 def _pages(port: int, n: int, seconds: float) -> None:
@@ -38,7 +39,7 @@ def _pages(port: int, n: int, seconds: float) -> None:
 
 
 def _feed_tick_cpu(ticks: int) -> float:
-    feed = ScriptedFeed(points=3600)
+    feed = RecordFeed(points=3600)
     t0 = time.process_time()
     for _ in range(ticks):
         feed.tick()
@@ -46,7 +47,7 @@ def _feed_tick_cpu(ticks: int) -> float:
 
 
 async def _serve(n: int, ticks: int, interval: float) -> float:
-    feed = ScriptedFeed(points=3600)
+    feed = RecordFeed(points=3600)
     async with Dashboard(feed, port=0, interval_s=interval) as dash:
         proc = mp.get_context("spawn").Process(target=_pages, args=(dash.port, n, ticks * interval * 4 + 30))
         proc.start()
@@ -72,7 +73,7 @@ def main() -> None:
     ap.add_argument("--ticks", type=int, default=100)
     ap.add_argument("--interval", type=float, default=0.05)
     args = ap.parse_args()
-    feed = ScriptedFeed(points=3600)
+    feed = RecordFeed(points=3600)
     t0 = time.process_time()
     snap = json.dumps(feed.snapshot(), separators=(",", ":"), allow_nan=False).encode()
     snap_ms = (time.process_time() - t0) * 1000

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.conftest import EVIL, Controls, ScriptedFeed, ThreadedDashboard
+from tests.dashboard.conftest import EVIL, Controls, RecordFeed, ThreadedDashboard
 from tests.report.test_browser import browser, pytestmark  # noqa: F401  (the fixture; skipped without a browser)
 
 SHOTS = Path(os.environ.get("LOADGEN_SHOTS") or tempfile.gettempdir()) / "loadgen-shots"  # PNGs for a human
@@ -60,7 +60,7 @@ def test_the_page_follows_the_feed_and_stops_the_run(
     threaded: Callable[..., ThreadedDashboard],
     tmp_path: Path,
 ) -> None:
-    feed = ScriptedFeed(model=EVIL, points=10)
+    feed = RecordFeed(model=EVIL, points=10)
     feed.run["url"] = f"http://127.0.0.1:9/{EVIL}"
     stops: list[int] = []
 
@@ -136,7 +136,7 @@ def test_off_loopback_the_page_carries_the_token(
         skips.append(1)
         return True
 
-    feed = ScriptedFeed(server=False)
+    feed = RecordFeed(server=False)
     d = threaded(feed, host="0.0.0.0", interval_s=0.2, controls=Controls(skip=skip))
     token = d.url.split("?token=")[1]
     origin = d.url.split("/?")[0].replace("0.0.0.0", "127.0.0.1")
@@ -159,7 +159,7 @@ def test_the_csp_blocks_an_injected_script(
     browser: Any,  # noqa: F811 - the fixture imported above
     threaded: Callable[..., ThreadedDashboard],
 ) -> None:
-    d = threaded(ScriptedFeed(), interval_s=0.5)
+    d = threaded(RecordFeed(), interval_s=0.5)
     w = Watched(browser, d.url)
     try:
         w.wait(f"{xs('fig-ttft')} >= 0")

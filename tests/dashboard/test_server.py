@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from loadgen.dashboard.server import CONTROL_HEADER, MAX_CLIENTS, QUEUE_SIZE, TOKEN_HEADER, Controls, Dashboard
-from tests.dashboard.conftest import ScriptedFeed
+from tests.dashboard.conftest import RecordFeed
 
 
 async def events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
@@ -49,7 +49,7 @@ def base(dash: Dashboard) -> str:
 
 
 async def test_stream_gives_a_snapshot_then_every_point() -> None:
-    feed = ScriptedFeed(points=5)
+    feed = RecordFeed(points=5)
     async with Dashboard(feed, port=0, interval_s=0.02, controls=Controls(stop=lambda: None)) as dash:
         assert dash.url == f"http://127.0.0.1:{dash.port}/"
         async with aiohttp.ClientSession() as http, http.get(base(dash) + "/events") as resp:
@@ -77,7 +77,7 @@ async def test_controls_need_the_page_header() -> None:
     stops: list[int] = []
     skips = iter([False, True])
     controls = Controls(stop=lambda: stops.append(1), skip=lambda: next(skips))
-    async with Dashboard(ScriptedFeed(), port=0, controls=controls) as dash, aiohttp.ClientSession() as http:
+    async with Dashboard(RecordFeed(), port=0, controls=controls) as dash, aiohttp.ClientSession() as http:
         async with http.get(base(dash) + "/") as resp:
             assert resp.status == 200
             assert "default-src 'none'" in resp.headers["Content-Security-Policy"]
@@ -102,7 +102,7 @@ async def test_controls_need_the_page_header() -> None:
 
 
 async def test_no_controls_no_routes() -> None:
-    async with Dashboard(ScriptedFeed(), port=0) as dash, aiohttp.ClientSession() as http:
+    async with Dashboard(RecordFeed(), port=0) as dash, aiohttp.ClientSession() as http:
         async with http.get(base(dash) + "/") as resp:
             control = control_of(await resp.text())
         for path in ("/stop", "/skip"):
@@ -111,7 +111,7 @@ async def test_no_controls_no_routes() -> None:
 
 
 async def test_host_must_name_this_server() -> None:
-    async with Dashboard(ScriptedFeed(), port=0) as dash, aiohttp.ClientSession() as http:
+    async with Dashboard(RecordFeed(), port=0) as dash, aiohttp.ClientSession() as http:
         for host, status in (
             ("evil.example", 403),
             (f"evil.example:{dash.port}", 403),
@@ -126,7 +126,7 @@ async def test_host_must_name_this_server() -> None:
 async def test_off_loopback_every_route_needs_the_token(tmp_path: Path) -> None:
     report = tmp_path / "report.html"
     report.write_text("<html>the report</html>")
-    async with Dashboard(ScriptedFeed(), host="0.0.0.0", port=0, report=lambda: report) as dash:
+    async with Dashboard(RecordFeed(), host="0.0.0.0", port=0, report=lambda: report) as dash:
         token = dash.url.split("?token=")[1]
         assert dash.url.startswith(f"http://0.0.0.0:{dash.port}/?token=") and len(token) >= 20
         async with aiohttp.ClientSession() as http:
@@ -151,7 +151,7 @@ async def test_off_loopback_every_route_needs_the_token(tmp_path: Path) -> None:
 
 async def test_report_route() -> None:
     found: list[Path | None] = [None]
-    async with Dashboard(ScriptedFeed(), port=0, report=lambda: found[0]) as dash, aiohttp.ClientSession() as http:
+    async with Dashboard(RecordFeed(), port=0, report=lambda: found[0]) as dash, aiohttp.ClientSession() as http:
         async with http.get(base(dash) + "/report") as resp:
             assert resp.status == 404
         found[0] = Path("/nonexistent/report.html")
@@ -160,7 +160,7 @@ async def test_report_route() -> None:
 
 
 async def test_a_client_that_never_reads_is_cut_off_and_blocks_nothing() -> None:
-    feed = ScriptedFeed(points=3600)  # a full-size snapshot: the socket fills at once
+    feed = RecordFeed(points=3600)  # a full-size snapshot: the socket fills at once
     async with Dashboard(feed, port=0, interval_s=0.002) as dash, aiohttp.ClientSession() as http:
         slow = socket.socket()
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -194,7 +194,7 @@ async def test_a_client_that_never_reads_is_cut_off_and_blocks_nothing() -> None
 
 
 async def test_at_most_max_clients() -> None:
-    async with Dashboard(ScriptedFeed(), port=0) as dash, aiohttp.ClientSession() as http:
+    async with Dashboard(RecordFeed(), port=0) as dash, aiohttp.ClientSession() as http:
         open_ = [await http.get(base(dash) + "/events") for _ in range(MAX_CLIENTS)]
         try:
             assert all(r.status == 200 for r in open_)
@@ -206,7 +206,7 @@ async def test_at_most_max_clients() -> None:
 
 
 async def test_aclose_ends_streams_and_returns_with_a_stalled_client() -> None:
-    feed = ScriptedFeed(points=3600)
+    feed = RecordFeed(points=3600)
     dash = Dashboard(feed, port=0, interval_s=0.05)
     await dash.start()
     stalled = socket.socket()
