@@ -1,75 +1,124 @@
 """A header timeout for the reference server's connections (``loadgen serve --header-timeout``).
 
-A connection that has not sent a request's complete headers within ``header_timeout_s``
-of opening, or of the first byte of its next request on a kept-alive connection, is closed
-(no answer: there is no request to answer). Without it, a client that trickles header
-bytes holds a socket for as long as it likes (aiohttp's only bound is its keep-alive
-timeout, about an hour, and that only while no bytes arrive).
+What the timeout covers: the time a request's *head* (request line and headers, up to the
+blank line that ends them) takes to arrive. Its clock starts when the connection opens, and
+on a kept-alive connection when the first byte of the next request arrives; it stops when
+that head is complete. A connection whose head is late is closed without an answer (there
+is no request to answer). Nothing else is timed: not the body (``--body-timeout`` bounds
+that), not the time a parsed request waits behind others or takes to be answered (a stream
+may last hours), not an idle kept-alive connection between requests (aiohttp's keep-alive
+timeout). Without it, a client that trickles header bytes holds a socket for as long as it
+likes.
 
-aiohttp's server has no public header-read timeout, so this relies on private parts
-of aiohttp 3.x, each checked by ``tests/server/test_connection.py`` so that a change fails
-there first:
+Where a head begins and ends is read from the bytes themselves: each connection feeds a
+copy of what it receives to its own ``httptools`` (llhttp) request parser, whose
+``on_message_begin`` starts the clock and ``on_headers_complete`` stops it. That parser
+frames bodies (``Content-Length`` or chunked) the way aiohttp's llhttp parser does, so body
+bytes, however many reads they take and however many requests queue behind them, never
+look like a new head. Bytes it cannot parse (aiohttp answers those with a 400 and closes
+anyway) or an upgrade end the watching; a head that had begun keeps its clock.
+
+aiohttp's server has no public header timeout nor a public way to choose the protocol
+class, so two private parts of aiohttp 3.x remain, both checked by
+``tests/server/test_connection.py`` so that a change fails there first:
 
 - ``web.AppRunner._make_server()`` returns the ``web.Server`` that is the protocol factory;
   :class:`GuardedAppRunner` rebuilds it as a :class:`GuardedServer` from its public
   attributes plus ``Server._loop`` and ``Server._kwargs`` (the handler arguments).
 - ``web.Server.__call__()`` makes one ``RequestHandler`` per connection:
-  :class:`GuardedServer` makes a :class:`GuardedRequestHandler` instead.
-- ``RequestHandler._request_count`` counts the requests whose headers were parsed on the
-  connection (it grows in ``data_received``), ``RequestHandler._request_in_progress`` is
-  true while a handler runs and ``RequestHandler._messages`` holds parsed requests not yet
-  handled: together they tell header bytes from body bytes.
+  :class:`GuardedServer` makes a :class:`GuardedRequestHandler` instead, which overrides
+  only the asyncio ``Protocol`` callbacks and closes with the public ``force_close()``. It
+  reads none of ``RequestHandler``'s state.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
+import httptools
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-__all__ = ["GuardedAppRunner", "GuardedRequestHandler", "GuardedServer"]
+__all__ = ["GuardedAppRunner", "GuardedRequestHandler", "GuardedServer", "HeadClock"]
+
+
+class HeadClock:
+    """Times each request head on one connection from the bytes it receives (module doc).
+
+    ``on_late`` is called once, when a head has taken longer than ``timeout_s``.
+    """
+
+    def __init__(self, timeout_s: float, on_late: Callable[[], object]) -> None:
+        self._timeout_s = timeout_s
+        self._on_late = on_late
+        self._timer: asyncio.TimerHandle | None = None
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        self.late = False
+
+    @property
+    def running(self) -> bool:
+        """Whether a head is being timed now."""
+        return self._timer is not None
+
+    def start(self) -> None:
+        """Start the clock (a new connection, or a new request's first byte); no-op if running."""
+        if self._timer is None and not self.late:
+            self._timer = asyncio.get_running_loop().call_later(self._timeout_s, self._fire)
+
+    def stop(self) -> None:
+        """Stop the clock: the head is complete."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close(self) -> None:
+        """The connection is gone: stop the clock and the watching."""
+        self.stop()
+        self._parser = None
+
+    def feed(self, data: bytes) -> None:
+        """Account for bytes the connection received."""
+        if self._parser is None or not data:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._parser = None  # a switched protocol: no more heads (the clock stopped at its head)
+        except httptools.HttpParserError:
+            self._parser = None  # aiohttp answers 400 and closes; a begun head keeps its clock
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self.start()
+
+    def on_headers_complete(self) -> None:
+        self.stop()
+
+    def _fire(self) -> None:
+        self._timer = None
+        self.late = True
+        self._on_late()
 
 
 class GuardedRequestHandler(RequestHandler):
-    """A ``RequestHandler`` that closes a connection whose headers are late (module doc)."""
+    """A ``RequestHandler`` that closes a connection whose request head is late (module doc)."""
 
     def __init__(self, manager: web.Server, *, header_timeout_s: float, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
-        self._header_timeout_s = header_timeout_s
-        self._header_timer: asyncio.TimerHandle | None = None
-        self.closed_for_headers = False
-
-    def _arm(self) -> None:
-        if self._header_timer is None:
-            self._header_timer = self._loop.call_later(self._header_timeout_s, self._late)
-
-    def _disarm(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _late(self) -> None:
-        self._header_timer = None
-        self.closed_for_headers = True
-        self.force_close()
+        self.head_clock = HeadClock(header_timeout_s, self.force_close)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._arm()  # a connection that sends nothing at all is closed too
+        self.head_clock.start()  # a connection that sends nothing at all is closed too
 
     def data_received(self, data: bytes) -> None:
-        parsed = self._request_count
-        idle = not self._request_in_progress and not self._messages
+        self.head_clock.feed(data)
         super().data_received(data)
-        if self._request_count > parsed:
-            self._disarm()
-        elif idle and data and not self._force_close:
-            self._arm()  # the first bytes of a request whose headers are not complete yet
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._disarm()
+        self.head_clock.close()
         super().connection_lost(exc)
 
 

@@ -1,5 +1,6 @@
 """The header timeout (loadgen.server.connection) and the SIGTERM drain, on a real server on
-127.0.0.1, and the private aiohttp parts the header timeout relies on."""
+127.0.0.1; where the header clock runs, from the bytes; and the private aiohttp parts the
+header timeout relies on."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from aiohttp.web_protocol import RequestHandler
 from loadgen.server.api import create_app
 from loadgen.server.app import make_runner
 from loadgen.server.config import HttpLimits
-from loadgen.server.connection import GuardedRequestHandler, GuardedServer
+from loadgen.server.connection import GuardedRequestHandler, GuardedServer, HeadClock
 from loadgen.server.process import ServerProcess
 from tests.server.helpers import MODEL, make_engine, serve
 
@@ -101,13 +102,145 @@ async def test_the_private_aiohttp_parts_the_header_timeout_uses_are_there() -> 
     try:
         server = runner.server
         assert isinstance(server, GuardedServer) and server.header_timeout_s == 7.0
+        assert isinstance(server._kwargs, dict) and server._loop is asyncio.get_running_loop()
         handler: Any = server()
         assert isinstance(handler, GuardedRequestHandler) and isinstance(handler, RequestHandler)
-        for name in ("_request_count", "_request_in_progress", "_messages", "_loop", "_force_close"):
-            assert hasattr(handler, name), name
-        assert handler._request_count == 0 and handler._request_in_progress is False
+        assert callable(handler.force_close)
     finally:
         await runner.cleanup()
+
+
+# -- where a head begins and ends, from the bytes ------------------------------------------
+
+
+def _pipelined() -> tuple[bytes, list[tuple[int, int]]]:
+    """Three pipelined requests (a Content-Length body, a chunked body, no body) and the
+    byte ranges of their heads."""
+    parts = [
+        (HEAD + b"Content-Length: 30\r\n\r\n", b'{"a": "\r\n\r\nPOST / HTTP/1.1\r\n"}'[:30]),
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n", b"5\r\n\r\n\r\nx\r\n3;e=1\r\nGET\r\n0\r\n\r\n"),
+        (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", b""),
+    ]
+    data, heads = b"", []
+    for head, body in parts:
+        heads.append((len(data), len(data) + len(head)))
+        data += head + body
+    return data, heads
+
+
+async def test_the_head_clock_runs_exactly_while_a_head_is_arriving() -> None:
+    # bodies that look like heads (CRLFCRLF, a request line) must not restart the clock
+    data, heads = _pipelined()
+    late: list[int] = []
+    for step in (1, 2, 7, 64, len(data)):  # the same bytes in reads of every size
+        clock = HeadClock(1e6, lambda: late.append(1))
+        seen = []
+        for at in range(0, len(data), step):
+            clock.feed(data[at : at + step])
+            seen.append((min(at + step, len(data)), clock.running))
+        for end, running in seen:
+            # running after `end` bytes iff a head has begun and is not complete
+            assert running == any(start < end < stop for start, stop in heads), (step, end)
+        clock.close()
+        assert not late and not clock.running
+
+
+async def test_a_head_the_parser_rejects_keeps_its_clock_and_a_late_one_fires() -> None:
+    fired = asyncio.Event()
+    clock = HeadClock(0.05, fired.set)
+    clock.feed(b"POST /v1/completions HTTP/1.1\r\nBad Header\r\n")  # begun, then unparseable
+    assert clock.running
+    clock.feed(b"X: y\r\n\r\n")  # no longer watched: the clock still runs
+    async with asyncio.timeout(BOUND_S):
+        await fired.wait()
+    assert clock.late and not clock.running
+
+
+# -- big bodies in many reads, queued requests, long streams: never cut -------------------
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One response on a kept-alive connection: ``(status line, body)`` (chunked or not)."""
+    status = await reader.readline()
+    length, chunked = 0, False
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            length = int(value)
+        elif name.lower() == b"transfer-encoding":
+            chunked = b"chunked" in value.lower()
+    if not chunked:
+        return status, await reader.readexactly(length)
+    body = b""
+    while True:
+        line = await reader.readline()
+        assert line, f"connection closed mid-stream after {len(body)} bytes"
+        if not (size := int(line.split(b";")[0], 16)):
+            break
+        body += (await reader.readexactly(size + 2))[:-2]
+    await reader.readline()
+    return status, body
+
+
+def _big_request(max_tokens: int) -> bytes:
+    # ~200 KB of JSON but only 200 tokens (one per 1000-letter word): a big body, a short prefill
+    body = json.dumps(
+        {
+            "model": "llama-3.1-8b",
+            "prompt": " ".join(["w" * 1000] * 200),
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }
+    ).encode()
+    return HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+async def _big_requests_in_pieces(url: str, requests: int, max_tokens: int) -> list[list[Any]]:
+    """Send ``requests`` big requests one after another on one connection, each in 8 KB
+    writes; return each answer's events."""
+    reader, writer = await _open(url)
+    answers = []
+    try:
+        for _ in range(requests):
+            writer.write(_big_request(max_tokens))  # more than a socket buffer: many reads
+            await writer.drain()
+            async with asyncio.timeout(BOUND_S * 3):
+                status, body = await _read_response(reader)
+            assert status.startswith(b"HTTP/1.1 200"), status  # b"": closed before a response
+            answers.append(_events(body))
+    finally:
+        writer.close()
+    return answers
+
+
+async def test_big_bodies_in_many_reads_and_long_streams_outlive_the_header_timeout() -> None:
+    # The real server (uvloop, as users run it) with a 0.5 s header timeout. Six connections
+    # each send two ~200 KB requests (about 25 writes each) on one kept-alive connection while
+    # the others stream; with --max-num-seqs 4 some wait in the engine's queue. Every stream
+    # is 250 tokens (~6 ms a step): several times the header timeout, so a timer wrongly
+    # armed by body bytes cuts it (before the fix: 7 of 8 such connections closed at 0.5 s,
+    # before a response).
+    max_tokens = 250
+    server = ServerProcess(["--model", "llama-3.1-8b", "--header-timeout", "0.5", "--max-num-seqs", "4"])
+    with server as url:
+        answers = await asyncio.gather(*(_big_requests_in_pieces(url, 2, max_tokens) for _ in range(6)))
+        # and a pipelined pair: the second head arrives (in two reads) while the first streams
+        reader, writer = await _open(url)
+        writer.write(_big_request(max_tokens) + HEAD[:20])
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.write(_big_request(max_tokens)[20:])
+        async with asyncio.timeout(BOUND_S * 3):
+            pipelined = [await _read_response(reader) for _ in range(2)]
+        writer.close()
+    events = [e for conn in answers for e in conn] + [_events(body) for status, body in pipelined]
+    assert all(status.startswith(b"HTTP/1.1 200") for status, _ in pipelined)
+    assert len(events) == 14
+    for ev in events:
+        assert ev[-1] == "[DONE]"
+        texts = [e for e in ev[:-1] if e["choices"]]
+        assert len(texts) == max_tokens and texts[-1]["choices"][0]["finish_reason"] == "length"
 
 
 # -- SIGTERM drains ------------------------------------------------------------------------
