@@ -174,7 +174,7 @@ BodyTimeoutOpt = Annotated[
 ]
 MaxBodyMbOpt = Annotated[float, typer.Option(help="Largest request body in MiB (larger: 413)")]
 HeaderTimeoutOpt = Annotated[
-    float, typer.Option(help="Seconds a connection may take to send a request's headers (then closed)")
+    float, typer.Option(help="Seconds a request's headers may take to arrive (then closed; bodies, answers not timed)")
 ]
 DrainTimeoutOpt = Annotated[
     float, typer.Option(help="On SIGTERM: seconds open requests may take to finish (new ones get 503)")

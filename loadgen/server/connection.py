@@ -2,8 +2,8 @@
 
 What the timeout covers: the time a request's *head* (request line and headers, up to the
 blank line that ends them) takes to arrive. Its clock starts when the connection opens, and
-on a kept-alive connection when the first byte of the next request arrives; it stops when
-that head is complete. A connection whose head is late is closed without an answer (there
+on a kept-alive connection at the first byte after the previous request's end (its body
+included; empty lines before a request line count); it stops when that head is complete. A connection whose head is late is closed without an answer (there
 is no request to answer). Nothing else is timed: not the body (``--body-timeout`` bounds
 that), not the time a parsed request waits behind others or takes to be answered (a stream
 may last hours), not an idle kept-alive connection between requests (aiohttp's keep-alive
@@ -11,8 +11,9 @@ timeout). Without it, a client that trickles header bytes holds a socket for as 
 likes.
 
 Where a head begins and ends is read from the bytes themselves: each connection feeds a
-copy of what it receives to its own ``httptools`` (llhttp) request parser, whose
-``on_message_begin`` starts the clock and ``on_headers_complete`` stops it. That parser
+copy of what it receives to its own ``httptools`` (llhttp) request parser: a byte between
+requests (``on_message_complete`` to ``on_message_begin``) starts the clock and
+``on_headers_complete`` stops it. That parser
 frames bodies (``Content-Length`` or chunked) the way aiohttp's llhttp parser does, so body
 bytes, however many reads they take and however many requests queue behind them, never
 look like a new head. Bytes it cannot parse (aiohttp answers those with a 400 and closes
@@ -55,6 +56,7 @@ class HeadClock:
         self._on_late = on_late
         self._timer: asyncio.TimerHandle | None = None
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        self._between = True  # no request begun since the last one ended (or the connection opened)
         self.late = False
 
     @property
@@ -82,6 +84,8 @@ class HeadClock:
         """Account for bytes the connection received."""
         if self._parser is None or not data:
             return
+        if self._between:
+            self.start()  # any byte between requests (even the empty lines llhttp skips) starts it
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -91,10 +95,14 @@ class HeadClock:
 
     # httptools callbacks
     def on_message_begin(self) -> None:
+        self._between = False
         self.start()
 
     def on_headers_complete(self) -> None:
         self.stop()
+
+    def on_message_complete(self) -> None:
+        self._between = True
 
     def _fire(self) -> None:
         self._timer = None

@@ -145,6 +145,18 @@ async def test_the_head_clock_runs_exactly_while_a_head_is_arriving() -> None:
         assert not late and not clock.running
 
 
+async def test_empty_lines_between_requests_start_the_clock() -> None:
+    # llhttp skips CRLFs before a request line: a trickle of them must not hold a socket untimed
+    clock = HeadClock(1e6, lambda: None)
+    clock.feed(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert not clock.running
+    clock.feed(b"\r\n")
+    assert clock.running
+    clock.feed(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert not clock.running
+    clock.close()
+
+
 async def test_a_head_the_parser_rejects_keeps_its_clock_and_a_late_one_fires() -> None:
     fired = asyncio.Event()
     clock = HeadClock(0.05, fired.set)
