@@ -113,8 +113,18 @@ def test_bad_agent_traces_and_flags_get_one_line(tmp_path: Path) -> None:
     cases.append((["--trace", no_start], "--concurrency N"))
     bad_field = write(tmp_path, "bad.jsonl", [{"task": "a", "step": 1, "output_tokens": 0}])
     cases.append((["--trace", bad_field, "--trace-format", "agent"], "output_tokens"))
+    far = [{"task": "a", "step": 1, "output_tokens": 5, "t_s": 0}, {"task": "b", "step": 1, "output_tokens": 5}]
+    huge = write(tmp_path, "huge.jsonl", [far[0], {**far[1], "t_s": 1e300}])  # once "--trace: must be > 0, got 0.0"
+    cases.append((["--trace", huge], "huge.jsonl: line 2: t_s: expected seconds in [0, 2,592,000], got 1e+300"))
+    slow = write(tmp_path, "slow.jsonl", [far[0], {**far[1], "t_s": 2_000_000}])  # 23 days: 46 at half speed
+    cases.append((["--trace", slow, "--speed", "0.5"], "would take 4,000,000 s to replay at --speed 0.5"))
+    tool = write(tmp_path, "tool.jsonl", [{**far[0], "tool_latency_ms": 1e300}, {**far[0], "step": 2, "t_s": None}])
+    cases.append((["--trace", tool], "tool.jsonl: line 1: tool_latency_ms: expected milliseconds in [0, 86,400,000]"))
     for args, needle in cases:
         res = loadgen("--url", url, "--out", str(tmp_path / "r"), "--quiet", *args)
         text = (res.stdout + res.stderr).strip()
         assert res.returncode == 2, (args, text)
         assert needle in text and "Traceback" not in text and len(text.splitlines()) == 1, (args, text)
+    # 23 days at speed 1 is within the bound: the level is valid (its rate of 5e-7 tasks/s once rounded to 0)
+    res = loadgen("--url", url, "--out", str(tmp_path / "r"), "--quiet", "--trace", slow)
+    assert res.returncode == 2 and "cannot reach" in res.stderr + res.stdout, res.stderr + res.stdout
