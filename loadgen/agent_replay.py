@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from loadgen.errors import ConfigError
 from loadgen.load.profiles import Profile
+from loadgen.records import MAX_LEVEL_S
 from loadgen.workload.agent_trace import AgentTrace, is_agent_trace, load_agent_trace
 from loadgen.workload.spec import Workload
 
@@ -116,11 +117,17 @@ def agent_trace_profile(trace: AgentTrace, f: RunFlags) -> Profile:
         raise ConfigError(f"must be >= 0 and below the trace's {n} tasks, got {warm}", key="--warmup")
     requests = min(f.requests if f.requests is not None else n, n - warm)
     span = float(offsets[-1])
+    if not span <= MAX_LEVEL_S:  # scheduled times are int64 nanoseconds; a replay must end
+        raise ConfigError(
+            f"the tasks' starts would take {span:,.0f} s to replay at --speed {trace.speed:g}, more than "
+            f"{MAX_LEVEL_S // 86_400} days; raise --speed",
+            source=trace.source,
+        )
     prof = Profile(
         name="agent-trace",
         kind="levels",
         mode="rate",
-        levels=[round((n - 1) / span, 6) if n > 1 and span > 0 else 1.0],
+        levels=[float(f"{(n - 1) / span:.6g}") if n > 1 and span > 0 else 1.0],  # (6 digits: never rounded to 0)
         requests=requests,
         duration_s=f.duration,
         warmup_requests=warm,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import jsonschema
 import pytest
 
 from loadgen.runinfo import run_schema
+from loadgen.server.process import ServerProcess
 from loadgen.workload.agent_trace import load_agent_trace
 from tests.scripted_server import Script, ScriptedServerProcess
 
@@ -113,8 +115,52 @@ def test_bad_agent_traces_and_flags_get_one_line(tmp_path: Path) -> None:
     cases.append((["--trace", no_start], "--concurrency N"))
     bad_field = write(tmp_path, "bad.jsonl", [{"task": "a", "step": 1, "output_tokens": 0}])
     cases.append((["--trace", bad_field, "--trace-format", "agent"], "output_tokens"))
+    far = [{"task": "a", "step": 1, "output_tokens": 5, "t_s": 0}, {"task": "b", "step": 1, "output_tokens": 5}]
+    huge = write(tmp_path, "huge.jsonl", [far[0], {**far[1], "t_s": 1e300}])  # once "--trace: must be > 0, got 0.0"
+    cases.append((["--trace", huge], "huge.jsonl: line 2: t_s: expected seconds in [0, 2,592,000], got 1e+300"))
+    slow = write(tmp_path, "slow.jsonl", [far[0], {**far[1], "t_s": 2_000_000}])  # 23 days: 46 at half speed
+    cases.append((["--trace", slow, "--speed", "0.5"], "would take 4,000,000 s to replay at --speed 0.5"))
+    tool = write(tmp_path, "tool.jsonl", [{**far[0], "tool_latency_ms": 1e300}, {**far[0], "step": 2, "t_s": None}])
+    cases.append((["--trace", tool], "tool.jsonl: line 1: tool_latency_ms: expected milliseconds in [0, 86,400,000]"))
     for args, needle in cases:
         res = loadgen("--url", url, "--out", str(tmp_path / "r"), "--quiet", *args)
         text = (res.stdout + res.stderr).strip()
         assert res.returncode == 2, (args, text)
         assert needle in text and "Traceback" not in text and len(text.splitlines()) == 1, (args, text)
+    # 23 days at speed 1 is within the bound: the level is valid (its rate of 5e-7 tasks/s once rounded to 0)
+    res = loadgen("--url", url, "--out", str(tmp_path / "r"), "--quiet", "--trace", slow)
+    assert res.returncode == 2 and "cannot reach" in res.stderr + res.stdout, res.stderr + res.stdout
+
+
+# task a: step 1's tool runs 60 s; task b fans out at step 2, branch 0's tool running 60 s
+LONG_TOOLS = [
+    {"task": "a", "step": 1, "output_tokens": 4, "tool_tokens": 20, "tool_latency_ms": 60_000, "t_s": 0},
+    {"task": "a", "step": 2, "output_tokens": 4},
+    {"task": "b", "step": 1, "output_tokens": 4, "tool_tokens": 20, "tool_latency_ms": 10, "t_s": 0.2},
+    {"task": "b", "step": 2, "branch": 0, "output_tokens": 4, "tool_tokens": 20, "tool_latency_ms": 60_000},
+    {"task": "b", "step": 2, "branch": 1, "output_tokens": 4, "tool_tokens": 20, "tool_latency_ms": 5},
+    {"task": "b", "step": 3, "output_tokens": 4},
+]
+
+
+@pytest.mark.parametrize("flags", [[], ["--concurrency", "2"]], ids=["open", "closed"])
+def test_duration_cuts_a_tool_that_outlasts_the_level(tmp_path: Path, flags: list[str]) -> None:
+    """Against ``loadgen serve --engine sim``: ``--duration 2`` ends the level though a tool
+    runs 60 s (it once ran the level 60 s); what finished is kept, the tasks count as cut."""
+    trace = write(tmp_path, "long.jsonl", LONG_TOOLS)
+    sim = ["--engine", "sim", "--gpu", "h100", "--model", "llama-3.1-8b", "--tool-call-share", "1"]
+    with ServerProcess(sim) as url:
+        t0 = time.monotonic()
+        out = tmp_path / "run"
+        res = loadgen(
+            "--url", url, "--trace", trace, "--duration", "2", "--out", str(out), "--no-calibrate", "--quiet", *flags
+        )
+        took = time.monotonic() - t0
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert took < 30, took  # generous: only waiting for a 60 s tool reaches it
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    got = sorted((r["task"], r["step"], r["branch"]) for r in records)
+    assert got == [(0, 1, 0), (1, 1, 0), (1, 2, 0), (1, 2, 1)]  # no step after a tool cut by the level's end
+    assert all(r["status"] == "ok" for r in records)
+    tasks = json.loads((out / "summary.json").read_text())["levels"][0]["tasks"]
+    assert (tasks["tasks"], tasks["completed"], tasks["failed"], tasks["incomplete"]) == (2, 0, 0, 2)

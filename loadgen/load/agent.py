@@ -22,9 +22,10 @@ answer get an empty result. After a call the tool runs for its drawn latency
 (``record.tool_ms``) before the next step; the last step runs no tool.
 
 A failed call fails its task: no later step is sent (a fan-out's siblings in flight
-finish). A task ended early — by a failure, a dropped call, the budget or the level's
-end — has no record of its last step (``step == steps``); one that failed has a record
-that is not ``ok``.
+finish). A tool whose run would end at or after the level's end by ``--duration`` is not
+waited for: the task sends no later step (and a closed loop's user stops). A task ended
+early — by a failure, a dropped call, the budget or the level's end — has no record of its
+last step (``step == steps``); one that failed has a record that is not ``ok``.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class AgentTasks(Conversations[TaskPlan]):
         deadline: int | None,
     ) -> bool:
         """Run one task's steps from ``due`` on; False when the user should stop (the budget
-        or the level is spent)."""
+        or the level is spent, or a tool would run past ``deadline``)."""
         history: list[dict[str, Any]] = []
         if task.system is not None:
             history.append({"role": "system", "content": task.system})
@@ -103,12 +104,13 @@ class AgentTasks(Conversations[TaskPlan]):
                 warms.append(warm)
             if not warms:
                 return False
-            call = _Call(ctx, self.source, task, history, context, s, n, worker, cap, max_late)
+            call = _Call(ctx, self.source, task, history, context, s, n, worker, cap, max_late, deadline)
             results = await asyncio.gather(*(call.run(b, k, due, w) for k, (b, w) in enumerate(zip(branches, warms))))
             if len(warms) < len(branches):
                 return False
             if any(r is None for r in results):
-                return True  # the task failed (or a call was dropped): no later step
+                # failed (or a call was dropped): no later step; a tool cut by the level's end: the user stops
+                return not call.cut
             done = [r for r in results if r is not None]
             for r in done:
                 history.extend(r[0])
@@ -132,10 +134,12 @@ class _Call:
         worker: int,
         cap: Credits | None,
         max_late: int,
+        deadline: int | None,
     ) -> None:
         self.ctx, self.source, self.task, self.history = ctx, source, task, history
         self.context, self.step, self.steps, self.worker = context, step, steps, worker
-        self.cap, self.max_late = cap, max_late
+        self.cap, self.max_late, self.deadline = cap, max_late, deadline
+        self.cut = False  # a branch's tool would have run past the level's end
 
     async def run(
         self, b: TaskBranch, k: int, due: int, warm: bool
@@ -195,6 +199,9 @@ class _Call:
             for j, (i, _, _) in enumerate(calls)
         ]
         end = rec.done_ns + int(b.tool_s * 1e9)
+        if self.deadline is not None and end >= self.deadline:  # --duration: the level ends first
+            self.cut = True
+            return None
         if not await ctx.sleep_until(end) and ctx.stopped:
             return None
         return own + turn, prompt, added + b.output_tokens, max(end, _now())

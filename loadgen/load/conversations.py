@@ -10,6 +10,11 @@ last. :class:`Conversations` prepares a level's items and drives them:
 - open loop: *items* arrive on the level's schedule (the rate is of items, and
   ``requests``/``warmup_requests`` count items; so does ``result.scheduled``).
 
+Either way ``--duration`` ends the level on time: a think time or a tool's run that would
+last past the level's end (the closed loop's deadline, the open loop's schedule's end) is
+not waited for; the item sends nothing more, so it ends cut short (its requests in flight
+finish, as every level's do at its end).
+
 A subclass says where its items come from (:meth:`Conversations._user`,
 :meth:`Conversations._item`) and how one is held (:meth:`Conversations._hold`).
 """
@@ -88,7 +93,9 @@ class Conversations(Generic[T]):
     ) -> bool:
         """Run one item from ``due`` on (each request waits for a credit of ``cap``, if
         any, at most ``max_late`` past its due time); False when the user should stop.
-        ``deadline`` is the closed loop's end (None: none, or the open loop)."""
+        ``deadline`` is the level's end by its duration (None: bound by requests only): a
+        wait (think time, tool) that would end there or later is cut at once, and no later
+        request of the item is sent (those in flight finish, as at any level's end)."""
         raise NotImplementedError
 
     def at(self, position: int) -> T:
@@ -138,6 +145,7 @@ class Conversations(Generic[T]):
         base = plan.start_ns or ctx.start_ns + _LEAD_NS
         due_ns = base + np.round(self.offsets[plan.worker :: plan.n_workers] * 1e9).astype(np.int64)
         max_late = int(plan.max_lateness_s * 1e9)
+        deadline = None if plan.duration_s is None else base + int(plan.duration_s * 1e9)  # the schedule's end
         for i, due in zip(self.positions, due_ns.tolist()):
             if not await ctx.sleep_until(due):
                 if ctx.ended and not ctx.stopped:  # ended early: items scheduled before this one
@@ -148,7 +156,7 @@ class Conversations(Generic[T]):
             def next_call(warm: bool = warm) -> bool | None:
                 return None if ctx.closed else warm
 
-            ctx.spawn(self._hold(ctx, self.at(i), due, next_call, plan.worker, ctx.credits, max_late, None))
+            ctx.spawn(self._hold(ctx, self.at(i), due, next_call, plan.worker, ctx.credits, max_late, deadline))
         await ctx.wait()
 
 

@@ -17,7 +17,8 @@ user message and the answer text the server streamed for it — plus the new use
 (the completions API gets the contents joined by newlines). A turn's ``scheduled_ns`` is
 when it was due (the previous turn's end plus the think time), so a client that sends
 late shows it. A turn that fails ends its session: without the answer there is nothing
-true to resend.
+true to resend. A think time that would end at or after the level's end by ``--duration``
+ends it too, at once (closed and open loop alike).
 """
 
 from __future__ import annotations

@@ -19,28 +19,31 @@ The loadgen agent-trace format (``format = "loadgen"``), one object per line::
   by the runner and not counted again. Step 1's is at least 1.
 - ``output_tokens`` (required, >= 1): the answer's length (the call's ``max_tokens``).
 - ``tool_tokens`` and ``tool_latency_ms`` (default 0): the tool the call runs after its
-  answer — its result's length and how long it ran. The last step runs no tool.
-- ``t_s`` (optional, seconds >= 0): when the call was sent, from the trace's start. A task
+  answer — its result's length and how long it ran (at most ``MAX_TOOL_MS``, one day).
+  The last step runs no tool.
+- ``t_s`` (optional, seconds in [0, 30 days]): when the call was sent, from the trace's start. A task
   starts at its first step's ``t_s`` (open loop); later steps follow their dependencies,
   as the runner does, so their ``t_s`` is not used for sending (``loadgen workload fit``
   reads tool latencies from ``tool_latency_ms``).
 
 Every line of a task names the same task; steps run 1..n without gaps and branches 0..k-1.
-Errors name the file, the line and the field.
+Every number is bounded: token counts by ``MAX_LENGTH``, steps by ``MAX_STEPS``, branches by
+``MAX_FAN_OUT``, times as above (NaN, infinities, negatives, booleans and strings refused).
+Errors name the file, the line and the field, in one line.
 
 ``format = "aiperf"`` reads AIPerf's Mooncake-style session trace (the form its multi-turn
 and agentic session datasets use): JSONL rows with ``session_id``, ``input_length`` (the
 whole prompt of that turn), ``output_length``, ``timestamp`` (ms, the session's first row)
 and ``delay`` (ms between the previous turn's end and this one). A session is a task and
 each row a step of a chain: the growth of ``input_length`` beyond the previous prompt and
-answer becomes the previous step's ``tool_tokens`` and ``delay`` its ``tool_latency_ms``.
+answer becomes the previous step's ``tool_tokens`` and ``delay`` its ``tool_latency_ms`` (at most a
+day); the sessions' first timestamps may span at most 30 days.
 Rows that carry ``messages`` instead of ``input_length`` are refused (their lengths need a
 tokenizer).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,13 +54,14 @@ import orjson
 
 from loadgen.errors import ConfigError, WorkloadError
 from loadgen.inputs import open_input
-from loadgen.records import LEVEL_STRIDE, RequestSpec, TaskBranch, TaskPlan
+from loadgen.records import LEVEL_STRIDE, MAX_LEVEL_S, RequestSpec, TaskBranch, TaskPlan
 from loadgen.workload.distributions import MAX_LENGTH
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.tasks import MAX_CALLS, MAX_FAN_OUT, MAX_STEPS
 
 __all__ = [
     "AGENT_TRACE_FORMATS",
+    "MAX_TOOL_MS",
     "AgentTrace",
     "AgentTraceSource",
     "TraceCall",
@@ -81,6 +85,8 @@ _TOOL = [
     }
 ]
 _OUTPUT_KEY = -(1 << 61)  # tool results' text keys: far from every request index
+MAX_TOOL_MS = 86_400_000  # a recorded tool's run (AIPerf: a delay) at most: one day
+_MAX_STAMP_MS = 2.0**53  # AIPerf timestamps: exact in a double (their span is checked apart)
 
 
 @dataclass(slots=True)
@@ -174,12 +180,13 @@ def _int(obj: dict[str, Any], k: str, default: int | None, lo: int, hi: int, src
     return v
 
 
-def _float(obj: dict[str, Any], k: str, src: str, n: int) -> float | None:
+def _float(obj: dict[str, Any], k: str, src: str, n: int, top: float, unit: str) -> float | None:
+    """``obj[k]``, a finite number in [0, ``top``] (in ``unit``), or None when absent."""
     v = obj.get(k)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
-        raise _err(src, n, k, f"expected a finite number >= 0, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= top:  # (NaN fails too)
+        raise _err(src, n, k, f"expected {unit} in [0, {top:,.0f}], got {v!r}")
     return float(v)
 
 
@@ -223,16 +230,17 @@ def _call(obj: dict[str, Any], src: str, n: int) -> tuple[str, TraceCall]:
         output_tokens=_int(obj, "output_tokens", None, 1, MAX_LENGTH, src, n),
         prompt_tokens=_int(obj, "prompt_tokens", 0, 0, MAX_LENGTH, src, n),
         tool_tokens=_int(obj, "tool_tokens", 0, 0, MAX_LENGTH, src, n),
-        tool_latency_ms=_float(obj, "tool_latency_ms", src, n) or 0.0,
+        tool_latency_ms=_float(obj, "tool_latency_ms", src, n, MAX_TOOL_MS, "milliseconds") or 0.0,
         parents=tuple(sorted(set(parents_raw))),
-        t_s=_float(obj, "t_s", src, n),
+        t_s=_float(obj, "t_s", src, n, MAX_LEVEL_S, "seconds"),
         line=n,
     )
     return task, call
 
 
-def _assemble(src: str, calls: dict[str, list[TraceCall]]) -> AgentTrace:
-    """Calls grouped by task into steps and branches, checked for gaps; tasks by start."""
+def _assemble(src: str, calls: dict[str, list[TraceCall]], start_key: str = "t_s") -> AgentTrace:
+    """Calls grouped by task into steps and branches, checked for gaps; tasks by start,
+    which span at most ``MAX_LEVEL_S`` (``start_key``: the field that gives them)."""
     tasks = []
     for tid, got in calls.items():
         by_step: dict[int, dict[int, TraceCall]] = {}
@@ -268,6 +276,15 @@ def _assemble(src: str, calls: dict[str, list[TraceCall]]) -> AgentTrace:
         raise WorkloadError(f"at most {LEVEL_STRIDE // MAX_CALLS:,} tasks, got {len(tasks):,}", source=src)
     if all(t.start_s is not None for t in tasks):
         tasks.sort(key=lambda t: t.start_s or 0.0)  # (stable: file order among equal starts)
+        latest = tasks[-1]
+        span = (latest.start_s or 0.0) - (tasks[0].start_s or 0.0)
+        if span > MAX_LEVEL_S:
+            raise _err(
+                src,
+                next(c.line for c in latest.steps[0] if c.t_s == latest.start_s),
+                start_key,
+                f"the tasks' starts span {span:,.3f} s, more than {MAX_LEVEL_S // 86_400} days",
+            )
     return AgentTrace(src, tasks)
 
 
@@ -299,7 +316,8 @@ def parse_aiperf_sessions(lines: Iterable[bytes], source: str) -> AgentTrace:
         for s, (n, obj) in enumerate(rows, start=1):
             inp = _int(obj, "input_length", None, 1, MAX_LENGTH, source, n)
             out = _int(obj, "output_length", None, 1, MAX_LENGTH, source, n)
-            ts, delay = _float(obj, "timestamp", source, n), _float(obj, "delay", source, n)
+            ts = _float(obj, "timestamp", source, n, _MAX_STAMP_MS, "milliseconds")
+            delay = _float(obj, "delay", source, n, MAX_TOOL_MS, "milliseconds")
             if s == 1:
                 start = None if ts is None else ts / 1e3
             elif got:
@@ -318,7 +336,7 @@ def parse_aiperf_sessions(lines: Iterable[bytes], source: str) -> AgentTrace:
             )
             prev_in = inp
         calls[sid] = got
-    return _assemble(source, calls)
+    return _assemble(source, calls, "timestamp")
 
 
 def is_agent_trace(path: Path) -> str | None:

@@ -9,12 +9,13 @@ bytes. A ``<image>`` placeholder in the prompt of an entry with images is remove
 image travels as its own content part.
 
 **When files are checked.** While the dataset is indexed, every reference of every entry
-is checked to be a local file that exists (one ``stat`` each): a missing file or an
-``http(s)://`` reference (loadgen fetches nothing) is a one-line error naming the row,
-before anything is sent, rather than one failed request per pass over that entry. The
-bytes are read when a request needs them (a dataset of 100,000 images is never held
-whole) and then kept in a small cache; an image that went missing or is not a PNG,
-JPEG, GIF or WebP by then stops the run with a one-line error naming the row.
+is checked to be a local regular file that exists (one ``stat`` each): a missing file, a
+folder or a device (each named as what it is) or an ``http(s)://`` reference (loadgen
+fetches nothing) is a one-line error naming the row, before anything is sent, rather than
+one failed request per pass over that entry. The bytes are read when a request needs them
+(a dataset of 100,000 images is never held whole) and then kept in a small cache; an image
+that went missing or is not a PNG, JPEG, GIF or WebP by then stops the run with a one-line
+error naming the row.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.errors import WorkloadError
+from loadgen.inputs import input_problem
 from loadgen.records import ImageData, Prompt
 from loadgen.workload.images import MAX_COUNT, mime_of, read_image
 
@@ -60,8 +62,11 @@ def _ref(v: Any, base: Path, src: str, where: str, fld: str) -> ImageRef:
             f"{v!r} is a URL; loadgen fetches nothing: give local files", source=f"{src}: {where}", key=fld
         )
     full = v if os.path.isabs(v) else str(base / v)
-    if not os.path.isfile(full):
-        raise WorkloadError(f"no such image file {full}", source=f"{src}: {where}", key=fld)
+    why = input_problem(full)  # (a stat: a folder or a device is named for what it is, not "missing")
+    if why is not None:
+        sep = " " if why.startswith("is ") else ": "
+        msg = f"no such image file {full}" if why == "no such file" else f"image {full}{sep}{why}"
+        raise WorkloadError(msg, source=f"{src}: {where}", key=fld)
     return full
 
 

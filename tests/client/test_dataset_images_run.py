@@ -100,12 +100,15 @@ def test_a_parquet_image_column_and_image_root(vision: VisionServer, tmp_path: P
     [
         ("gone.png", "no such image file"),
         ("https://example.com/cat.png", "is a URL; loadgen fetches nothing"),
+        ("/dev/zero", "image /dev/zero is a character device, not a regular file"),
+        ("pics", "is a folder, not a regular file"),
     ],
 )
 def test_a_bad_reference_is_one_line_naming_the_row(
     vision: VisionServer, tmp_path: Path, image: str, needle: str
 ) -> None:
     (tmp_path / "ok.png").write_bytes(png(4, 4, np.random.default_rng(0)))
+    (tmp_path / "pics").mkdir()
     rows = [{"prompt": "first", "image": "ok.png"}, {"prompt": "second", "image": image}]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = _dataset_run(vision.url, tmp_path / "out", "--dataset", str(tmp_path / "d.jsonl"))

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import loadgen.load.agent as agent_module
+import loadgen.load.conversations as conversations_module
 import loadgen.load.runner as runner_module
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.load.plan import level_schedule
@@ -167,6 +168,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
     clock = VirtualClock()
     monkeypatch.setattr(runner_module, "_now", clock.ns)
     monkeypatch.setattr(agent_module, "_now", clock.ns)
+    monkeypatch.setattr(conversations_module, "_now", clock.ns)
     return clock
 
 
@@ -406,6 +408,35 @@ def test_open_loop_tasks_start_at_their_arrivals_exactly(clock: VirtualClock) ->
         assert sent(tr, (p, 3, 0)) - due[p] == 240 * MS
     assert len(res.records) == 20 and res.scheduled == 5
     assert tasks_of(res.records).completed == 5
+
+
+LONG = 60_000  # ms: a tool that outlasts the level (once, a level of --duration 5 ran 60 s)
+
+
+def test_duration_cuts_a_tool_that_would_outlast_the_level_in_open_loop(clock: VirtualClock) -> None:
+    # task 0: step 1's tool runs 60 s; task 1 fans out at step 2: branch 0's tool runs 60 s,
+    # branch 1's 10 ms, and branch 2's call is still streaming at the level's end
+    tr = ScriptedTransport(clock, script={(1, 2, 2): Answer(2500)})
+    source = Plans(arrivals=[plan(0, [[LONG], [0]]), plan(1, [[10], [LONG, 10, 10], [0]])])
+    res = run(clock, tr, LevelPlan(0, "rate", 2.0, requests=2, duration_s=2.0, arrival="constant"), source)
+    assert tr.order == [(0, 1, 0), (1, 1, 0), (1, 2, 0), (1, 2, 1), (1, 2, 2)]  # no step after a cut tool
+    assert len(res.records) == 5 and all(r.ok for r in res.records)  # what finished is kept
+    late = tr.calls[(1, 2, 2)][1]  # in flight at the level's end: it finished, as at any level's end
+    assert late.done_ns - late.sent_ns == 2500 * MS and late.done_ns > res.start_ns + LEAD_NS + 2000 * MS
+    assert res.end_ns == late.done_ns  # the level ended with its last request, not with a tool
+    t = tasks_of(res.records)
+    assert (t.tasks, t.completed, t.failed, t.incomplete) == (2, 0, 0, 2)  # cut, not failed
+
+
+def test_duration_cuts_a_tool_and_its_closed_loop_user_stops(clock: VirtualClock) -> None:
+    # user 0's first task calls a 60 s tool: the user stops there; user 1 runs its short tasks
+    users = {0: [plan(0, [[LONG], [0]]), plan(1, [[0]])], 1: [plan(10, [[10], [10], [0]]), plan(11, [[10], [0]])]}
+    tr = ScriptedTransport(clock)
+    res = run(clock, tr, LevelPlan(0, "concurrency", 2, duration_s=2.0), Plans(users=users))
+    assert sorted(tr.calls) == [(0, 1, 0), (10, 1, 0), (10, 2, 0), (10, 3, 0), (11, 1, 0), (11, 2, 0)]
+    assert res.end_ns == done(tr, (11, 2, 0)) == res.start_ns + 530 * MS  # not 60 s: nothing waited for the tool
+    t = tasks_of(res.records)
+    assert (t.tasks, t.completed, t.incomplete) == (3, 2, 1)
 
 
 AGENT = """\

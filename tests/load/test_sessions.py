@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -182,3 +183,18 @@ async def test_a_duration_bound_level_starts_no_turn_after_its_end(tmp_path: Pat
     assert res.records and all(r.ok for r in res.records)
     assert all(r.scheduled_ns < end for r in res.records)
     assert any(r.turn > 1 for r in res.records)  # the think times did run inside the level
+
+
+@pytest.mark.parametrize("mode", ["rate", "concurrency"])
+async def test_duration_cuts_a_think_time_that_would_outlast_the_level(tmp_path: Path, mode: str) -> None:
+    # think times of 60 s and a level of 0.5 s: every session sends its first turn only, and the
+    # level ends when those answers are in (open loop: it once waited the 60 s out)
+    plan = LevelPlan(0, mode, 8.0 if mode == "rate" else 2, duration_s=0.5, arrival="constant")
+    t0 = time.perf_counter()
+    _, _, records = await _run(tmp_path, "chat", plan, think_ms=60_000)
+    took = time.perf_counter() - t0
+    assert records and all(r.ok and r.turn == 1 and r.turns > 1 for r in records)  # kept, and cut short
+    assert len({r.session for r in records}) == len(records)
+    if mode == "rate":
+        assert len(records) == 4  # 8 sessions/s for 0.5 s
+    assert took < 30  # generous: only a wait for the think time reaches it

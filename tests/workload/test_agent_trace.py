@@ -103,6 +103,69 @@ def test_malformed_lines_get_one_line_errors_naming_the_line(lines: list[bytes],
     assert str(exc.value).startswith(where) and "\n" not in str(exc.value)
 
 
+_BAD_NUMBERS = [b"1e300", b"18446744073709551616", b"-1", b"-1e-9", b"true", b'"5"', b"null", b"[]"]
+_GOOD = b'{"task": "a", "step": 1, "output_tokens": 3, "tool_latency_ms": 5, "t_s": 0}\n'
+_NUMERIC = {  # every number of a line: (a valid line with FIELD standing for the value, the largest accepted)
+    "step": (b'{"task": "b", "step": FIELD, "output_tokens": 3, "t_s": 1}', 256),
+    "branch": (b'{"task": "a", "step": 2, "branch": FIELD, "output_tokens": 3}', 15),
+    "prompt_tokens": (b'{"task": "b", "step": 1, "output_tokens": 3, "prompt_tokens": FIELD}', 1_000_000),
+    "output_tokens": (b'{"task": "b", "step": 1, "output_tokens": FIELD}', 1_000_000),
+    "tool_tokens": (b'{"task": "b", "step": 1, "output_tokens": 3, "tool_tokens": FIELD}', 1_000_000),
+    "tool_latency_ms": (b'{"task": "b", "step": 1, "output_tokens": 3, "tool_latency_ms": FIELD}', 86_400_000),
+    "t_s": (b'{"task": "b", "step": 1, "output_tokens": 3, "t_s": FIELD}', 2_592_000),
+    "parents": (b'{"task": "a", "step": 2, "output_tokens": 3, "parents": [FIELD]}', 1),
+}
+
+
+@pytest.mark.parametrize("value", _BAD_NUMBERS, ids=lambda v: v.decode())
+@pytest.mark.parametrize("field", list(_NUMERIC))
+def test_every_number_of_a_line_is_bounded(field: str, value: bytes) -> None:
+    """Huge, negative, boolean, text or missing-as-null values of every numeric field: one
+    line naming the file, the line and the field (a tool of 1e300 ms once hung the run)."""
+    line, top = _NUMERIC[field]
+    if value == b"null" and field not in ("step", "output_tokens", "parents"):
+        return  # (an optional field given as null is absent)
+    with pytest.raises(WorkloadError) as exc:
+        parse_agent_trace([_GOOD, line.replace(b"FIELD", value) + b"\n"], "x.jsonl")
+    msg = str(exc.value)
+    assert msg.startswith(f"x.jsonl: line 2: {field}: ") and "\n" not in msg, msg
+    if value == b"1e300" and field not in ("parents",):
+        assert "1e+300" in msg and f"{top:,}" in msg, msg  # the value as given, and the bound
+    # the bound itself is accepted (step 256 or branch 15 alone would be a gap), one above it is not
+    if field not in ("step", "branch"):
+        ok = parse_agent_trace([_GOOD, line.replace(b"FIELD", str(top).encode()) + b"\n"], "x.jsonl")
+        assert ok.calls == 2
+    with pytest.raises(WorkloadError, match=f"line 2: {field}: "):
+        parse_agent_trace([_GOOD, line.replace(b"FIELD", str(top + 1).encode()) + b"\n"], "x.jsonl")
+
+
+@pytest.mark.parametrize("value", [b"1e300", b"-1", b"true", b'"5"', b"1e400", b"NaN", b"Infinity"])
+@pytest.mark.parametrize("field", ["input_length", "output_length", "timestamp", "delay"])
+def test_every_number_of_an_aiperf_row_is_bounded(field: str, value: bytes) -> None:
+    row = {"session_id": "s", "timestamp": 0, "delay": 5, "input_length": 10, "output_length": 3}
+    text = json.dumps({**row, field: "FIELD"}).encode().replace(b'"FIELD"', value)
+    first = json.dumps({**row, "session_id": "r"}).encode()
+    with pytest.raises(WorkloadError) as exc:
+        parse_aiperf_sessions([first + b"\n", text + b"\n"], "a.jsonl")
+    msg = str(exc.value)
+    invalid_json = value in (b"1e400", b"NaN", b"Infinity")  # JSON has no such numbers
+    assert msg.startswith("a.jsonl: line 2: " + ("not valid JSON" if invalid_json else f"{field}: ")), msg
+    assert "\n" not in msg
+
+
+def test_aiperf_session_starts_span_at_most_30_days() -> None:
+    rows = _lines(
+        {"session_id": "a", "timestamp": 5_000, "input_length": 10, "output_length": 3},
+        {"session_id": "b", "timestamp": 5_000 + 2_592_000_001, "input_length": 10, "output_length": 3},
+    )
+    with pytest.raises(
+        WorkloadError, match=r"^a\.jsonl: line 2: timestamp: the tasks' starts span 2,592,000.001 s, more than 30 days$"
+    ):
+        parse_aiperf_sessions(rows, "a.jsonl")
+    rows[1] = rows[1].replace(b"2592005001", b"2592005000")
+    assert parse_aiperf_sessions(rows, "a.jsonl").offsets is not None  # 30 days exactly: replayable
+
+
 def test_aiperf_session_rows_become_chained_steps(tmp_path: Path) -> None:
     rows = _lines(
         {"session_id": "s1", "timestamp": 1000, "input_length": 500, "output_length": 40, "hash_ids": [1]},
