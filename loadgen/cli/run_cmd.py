@@ -488,7 +488,7 @@ def run(
 
 
 def execute_and_exit(cfg: RunConfig, save_result: Path | None = None) -> None:
-    """Run ``cfg``, write its report, and exit with the run's code: 130/143 interrupted,
+    """Run ``cfg``, write its report, and exit with the run's code: 130/143/129 interrupted,
     74 an unwritable folder, 1 every request failed, 3-5 a failed gate."""
     from loadgen.orchestrate import execute
 

@@ -177,7 +177,8 @@ HeaderTimeoutOpt = Annotated[
     float, typer.Option(help="Seconds a connection may take to send a request's headers (then closed)")
 ]
 DrainTimeoutOpt = Annotated[
-    float, typer.Option(help="On SIGTERM: seconds open requests may take to finish (new ones get 503)")
+    float,
+    typer.Option(help="On SIGTERM, SIGINT or SIGHUP: seconds open requests may take to finish (new ones get 503)"),
 ]
 ReasoningTokensOpt = Annotated[
     str,
