@@ -21,8 +21,8 @@
 
 The CLI catches ``LoadgenError`` and prints its message as one line (exit code 2);
 nothing else is caught there, so bugs still show a traceback. Apart from the tree,
-``Terminated`` (a ``KeyboardInterrupt``) is SIGTERM outside a run's own handler: it
-unwinds like Ctrl-C and the CLI exits 143.
+``Terminated`` (a ``KeyboardInterrupt``) is SIGTERM or SIGHUP outside a run's own
+handler: it unwinds like Ctrl-C and the CLI exits 143 or 129.
 """
 
 from __future__ import annotations
@@ -134,8 +134,8 @@ class QueueFull(EngineError):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, ``docker stop``, Kubernetes) where no run handles it: unwinds
-    like Ctrl-C; ``signum`` gives the exit code (128 + signum)."""
+    """SIGTERM (``timeout``, ``docker stop``, Kubernetes) or SIGHUP (a closed terminal)
+    where no run handles it: unwinds like Ctrl-C; ``signum`` gives the exit code (128 + signum)."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum

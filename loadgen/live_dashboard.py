@@ -11,7 +11,7 @@ sweep goes on (the level's summary says ``stopped: skipped from the dashboard``)
 A folder: a :class:`~loadgen.dashboard.tail.FolderTail` reads what is new before each tick
 (records with their events, server samples, finished levels, run.json); the page has no
 Stop or Skip (this process does not run the load) and links the report (``/report``) once
-it is written. Ctrl-C or SIGTERM stops watching (exit 0); ``until_done`` stops once the run
+it is written. Ctrl-C, SIGTERM or SIGHUP stops watching (exit 0); ``until_done`` stops once the run
 has finished and the page has been told.
 """
 

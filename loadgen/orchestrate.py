@@ -92,7 +92,7 @@ class RunOutcome:
     summary: RunSummary
     interrupted: bool
     records: int
-    signum: int | None = None  # the signal that stopped the run (SIGINT or SIGTERM)
+    signum: int | None = None  # the signal that stopped the run (SIGINT, SIGTERM, SIGHUP)
     write_error: str | None = None  # the run folder could not be written (a full disk...): the run stopped
     lost: int = 0  # records that could not be written
 

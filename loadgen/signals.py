@@ -1,19 +1,27 @@
-"""What SIGINT and SIGTERM do to a loadgen process.
+"""What SIGINT, SIGTERM and SIGHUP do to a loadgen process.
 
-During a run both stop the level the same way (in-flight requests recorded as cancelled,
-the summary and the report written); the process exits with 128 + the signal: 130 for
-Ctrl-C, 143 for SIGTERM (``timeout``, ``docker stop``, Kubernetes, CI cancellation).
-Outside a run's own handler, :func:`raise_on_sigterm` turns SIGTERM into
+During a run all three stop the level the same way (in-flight requests recorded as
+cancelled, the summary and the report written); the process exits with 128 + the signal:
+130 for Ctrl-C, 143 for SIGTERM (``timeout``, ``docker stop``, Kubernetes, CI
+cancellation), 129 for SIGHUP (the terminal or the SSH session running loadgen closed).
+Outside a run's own handler, :func:`raise_on_sigterm` turns SIGTERM and SIGHUP into
 :class:`~loadgen.errors.Terminated`, which unwinds like Ctrl-C's ``KeyboardInterrupt``.
-Worker processes ignore both and stop when their coordinator says so; one that has not
-answered within :data:`loadgen.load.workers.STOP_WAIT_S` (5 s) is killed, its requests in
-flight recorded as ``worker_lost``.
+Worker processes ignore all three and stop when their coordinator says so; one that has
+not answered within :data:`loadgen.load.workers.STOP_WAIT_S` (5 s) is killed, its requests
+in flight recorded as ``worker_lost``.
+
+A closed terminal fails every later write to it (EIO; a pipe whose reader went with it:
+EPIPE). On SIGHUP, :func:`release_lost_console` points standard output and standard error
+that can no longer be written at ``/dev/null``, so the summary, the report and the exit code
+do not depend on printing them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import select
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,31 +30,62 @@ from loadgen.errors import Terminated
 
 __all__ = [
     "STOP_SIGNALS",
+    "TERMINATING",
     "Stop",
     "cancel_on_stop",
     "exit_code",
     "ignore_stop_signals",
     "raise_on_sigterm",
+    "release_lost_console",
     "stop_signals",
 ]
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)  # the stop signals that unwind as Terminated
+_GONE = select.POLLERR | select.POLLHUP | select.POLLNVAL
+
+
+def _unwritable(fd: int) -> bool:
+    """Whether writes to ``fd`` can only fail: a hung-up terminal, a pipe without reader."""
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & _GONE for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def release_lost_console() -> None:
+    """Standard output and standard error, where writing them can only fail now (the
+    terminal closed, the pipe's reader is gone), write to ``/dev/null`` from here on: what
+    is still to be printed (the summary, the report's path) is dropped instead of raising
+    ``OSError`` in the middle of writing the run's files."""
+    for fd in (1, 2):
+        if _unwritable(fd):
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    if signum == signal.SIGHUP:
+        release_lost_console()
     raise Terminated(signum)
 
 
 def raise_on_sigterm() -> None:
-    """SIGTERM raises :class:`~loadgen.errors.Terminated` in the main thread instead of
-    ending the process where it stands. Elsewhere than the main thread this does nothing."""
+    """SIGTERM and SIGHUP raise :class:`~loadgen.errors.Terminated` in the main thread
+    instead of ending the process where it stands. Elsewhere than the main thread this does
+    nothing."""
     with contextlib.suppress(ValueError):
-        signal.signal(signal.SIGTERM, _raise_terminated)
+        for sig in TERMINATING:
+            signal.signal(sig, _raise_terminated)
 
 
 def ignore_stop_signals() -> None:
-    """For worker processes: a signal sent to the whole process group (Ctrl-C, ``timeout``)
-    reaches them too, and their coordinator tells them when to stop."""
+    """For worker processes: a signal sent to the whole process group (Ctrl-C, ``timeout``,
+    a closing terminal) reaches them too, and their coordinator tells them when to stop."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
 
@@ -63,13 +102,20 @@ class Stop:
 
 @contextlib.contextmanager
 def _on_loop(loop: asyncio.AbstractEventLoop, handler: Callable[[int], None]) -> Iterator[None]:
-    """``handler(signum)`` runs from ``loop`` for SIGINT and SIGTERM while the block runs;
-    afterwards both signals do again what they did before (Ctrl-C raises, SIGTERM as set)."""
+    """``handler(signum)`` runs from ``loop`` for the stop signals while the block runs;
+    afterwards they do again what they did before (Ctrl-C raises, SIGTERM and SIGHUP as
+    set). On SIGHUP the lost console is released first (:func:`release_lost_console`)."""
     before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     installed = []
+
+    def on_signal(signum: int) -> None:
+        if signum == signal.SIGHUP:
+            release_lost_console()
+        handler(signum)
+
     for sig in STOP_SIGNALS:
         try:
-            loop.add_signal_handler(sig, handler, sig)
+            loop.add_signal_handler(sig, on_signal, sig)
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
             pass
@@ -86,12 +132,13 @@ def _on_loop(loop: asyncio.AbstractEventLoop, handler: Callable[[int], None]) ->
 
 @contextlib.contextmanager
 def stop_signals(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None]) -> Iterator[Stop]:
-    """SIGINT or SIGTERM on ``loop`` calls ``interrupt`` (a run: stop the level, keep every
-    record, write the summary); ``Stop.signum`` is the first signal received.
+    """SIGINT, SIGTERM or SIGHUP on ``loop`` calls ``interrupt`` (a run: stop the level,
+    keep every record, write the summary); ``Stop.signum`` is the first signal received.
 
-    A second Ctrl-C is not caught (it interrupts at once). SIGTERM stays handled: ``timeout``
-    sends it twice (to the process, then to its group), and a later one from the same
-    supervisor adds nothing; SIGKILL is what ends a run that will not stop.
+    A second Ctrl-C is not caught (it interrupts at once). SIGTERM and SIGHUP stay handled:
+    ``timeout`` sends SIGTERM twice (to the process, then to its group), a closing terminal
+    sends SIGHUP to its whole group, and a later one adds nothing; SIGKILL is what ends a
+    run that will not stop.
     """
     stop = Stop()
 
@@ -110,9 +157,9 @@ def stop_signals(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None])
 
 @contextlib.contextmanager
 def cancel_on_stop(loop: asyncio.AbstractEventLoop) -> Iterator[Stop]:
-    """The start of a run (discovery, calibration), before it has levels to stop: SIGINT or
-    SIGTERM cancels the task that entered the block, and the block then raises
-    ``KeyboardInterrupt`` (SIGINT) or :class:`~loadgen.errors.Terminated` (SIGTERM).
+    """The start of a run (discovery, calibration), before it has levels to stop: a stop
+    signal cancels the task that entered the block, and the block then raises
+    ``KeyboardInterrupt`` (SIGINT) or :class:`~loadgen.errors.Terminated` (SIGTERM, SIGHUP).
 
     The signal is taken by the loop, between callbacks. Python's own handler raises wherever
     the main thread stands, and that can be inside a transport's ``data_received``: the

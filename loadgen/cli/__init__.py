@@ -1,8 +1,8 @@
 """The ``loadgen`` command line (typer). The only package that touches argv and exit codes.
 
 Every :class:`loadgen.errors.LoadgenError` becomes one line on stderr and exit code 2;
-Ctrl-C (SIGINT) or SIGTERM during a run keeps every finished record, writes the summary
-and the report, and exits 130 or 143 (128 + the signal); a run folder that cannot be
+Ctrl-C (SIGINT), SIGTERM or SIGHUP during a run keeps every finished record, writes the
+summary and the report, and exits 130, 143 or 129 (128 + the signal); a run folder that cannot be
 written (a full disk) stops the run the same way and exits 74.
 
 ``run`` lives in :mod:`~loadgen.cli.run_cmd`, ``serve`` in :mod:`~loadgen.cli.serve_cmd`,

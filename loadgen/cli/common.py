@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from loadgen.errors import ConfigError, LoadgenError
-from loadgen.signals import exit_code, raise_on_sigterm
+from loadgen.signals import TERMINATING, exit_code, raise_on_sigterm
 
 __all__ = ["app", "console", "err_console", "friendly", "out_folder", "sigterm_unwinds"]
 
@@ -32,7 +32,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def friendly(fn: F) -> F:
-    """LoadgenError → one red line and exit 2; Ctrl-C or SIGTERM outside a run → exit 130 or 143."""
+    """LoadgenError → one red line and exit 2; Ctrl-C, SIGTERM or SIGHUP outside a run →
+    exit 130, 143 or 129."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -52,19 +53,21 @@ def friendly(fn: F) -> F:
 
 
 def sigterm_unwinds(fn: F) -> F:
-    """SIGTERM while ``fn`` runs, outside a run's own handler (discovery, calibration),
-    unwinds like Ctrl-C: one line and exit 143 (see :mod:`loadgen.signals`)."""
+    """SIGTERM or SIGHUP while ``fn`` runs, outside a run's own handler (discovery,
+    calibration, the report), unwinds like Ctrl-C: one line and exit 143 or 129 (see
+    :mod:`loadgen.signals`)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        previous = signal.getsignal(signal.SIGTERM)
+        previous = {sig: signal.getsignal(sig) for sig in TERMINATING}
         raise_on_sigterm()
         try:
             return fn(*args, **kwargs)
         finally:
-            if previous is not None:
-                with contextlib.suppress(ValueError):  # not the main thread
-                    signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                if handler is not None:
+                    with contextlib.suppress(ValueError):  # not the main thread
+                        signal.signal(sig, handler)
 
     return wrapper  # type: ignore[return-value]
 

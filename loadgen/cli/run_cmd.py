@@ -488,7 +488,7 @@ def run(
 
 
 def execute_and_exit(cfg: RunConfig, save_result: Path | None = None) -> None:
-    """Run ``cfg``, write its report, and exit with the run's code: 130/143 interrupted,
+    """Run ``cfg``, write its report, and exit with the run's code: 130/143/129 interrupted,
     74 an unwritable folder, 1 every request failed, 3-5 a failed gate."""
     from loadgen.orchestrate import execute
 
@@ -496,7 +496,7 @@ def execute_and_exit(cfg: RunConfig, save_result: Path | None = None) -> None:
     if save_result is not None:
         from loadgen.report.headline import check_result_path
 
-        check_result_path(save_result)  # before anything is sent
+        check_result_path(save_result, cfg.out)  # before anything is sent
     outcome = execute(cfg, out)
     if outcome.write_error is not None:  # a full disk: the run stopped as SIGTERM stops it
         from loadgen.orchestrate import WRITE_FAILED, finish_unwritable

@@ -177,7 +177,8 @@ HeaderTimeoutOpt = Annotated[
     float, typer.Option(help="Seconds a request's headers may take to arrive (then closed; bodies, answers not timed)")
 ]
 DrainTimeoutOpt = Annotated[
-    float, typer.Option(help="On SIGTERM: seconds open requests may take to finish (new ones get 503)")
+    float,
+    typer.Option(help="On SIGTERM, SIGINT or SIGHUP: seconds open requests may take to finish (new ones get 503)"),
 ]
 ReasoningTokensOpt = Annotated[
     str,

@@ -77,6 +77,7 @@ __all__ = [
     "check_out_folder",
     "default_run_dir",
     "holds_run",
+    "is_run_folder",
     "lock_run_folder",
     "machine_info",
     "read_records",
@@ -216,6 +217,12 @@ def _is_loadgen_run(folder: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(meta, dict) and meta.get("tool") == "loadgen"
+
+
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a loadgen run's: a run holds its lock there, or loadgen wrote
+    its run.json or events.bin (what :func:`check_out_folder` takes for ours)."""
+    return (folder / LOCK_FILE).exists() or _is_loadgen_run(folder)
 
 
 def check_out_folder(folder: Path) -> None:

@@ -10,13 +10,18 @@ own, ``loadgen``, that names the level and the run folder. vLLM's per-request li
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import stat as stat_mode
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary
+from loadgen.report.files import is_run_folder
 from loadgen.runinfo import RunInfo
 
 __all__ = ["check_result_path", "vllm_result", "write_result"]
@@ -80,21 +85,81 @@ def vllm_result(level: LevelSummary, run: RunInfo, folder: Path | None = None) -
     return out
 
 
-def check_result_path(path: Path) -> None:
-    """Refuse, before the run, a ``--save-result`` path that cannot be a file."""
+def _refuse(message: str) -> ConfigError:
+    return ConfigError(message, key="--save-result")
+
+
+def _run_folder_above(target: Path) -> Path | None:
+    """The run folder ``target`` lies in, at any depth (:func:`~loadgen.report.files.is_run_folder`)."""
+    return next((folder for folder in target.parents if is_run_folder(folder)), None)
+
+
+def _check_writable(folder: Path) -> None:
+    """Refuse a folder the result could not be written in: a temporary file is made and
+    removed there (nothing else is touched); a folder not made yet needs its nearest
+    existing parent writable."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise _refuse(f"{existing} is not a folder")
+    if existing != folder:
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise _refuse(f"cannot make {folder}: {existing} is not writable")
+        return
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".loadgen-result-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise _refuse(f"cannot write in {folder}: {exc.strerror or exc}") from None
+
+
+def check_result_path(path: Path, out: Path | None = None) -> None:
+    """Refuse, before anything is sent, a ``--save-result`` path that cannot take the
+    result: a folder, a device or anything else that is not a regular file, a path inside
+    this run's folder ``out`` or inside any run folder (symlinks followed: the result
+    would replace a run's own files), a file or folder that cannot be written."""
     if path.is_dir():
-        raise ConfigError(f"{path} is a folder; give the JSON file's path", key="--save-result")
+        raise _refuse(f"{path} is a folder; give the JSON file's path")
     if path.parent.exists() and not path.parent.is_dir():
-        raise ConfigError(f"{path.parent} is not a folder", key="--save-result")
+        raise _refuse(f"{path.parent} is not a folder")
+    try:
+        target = path.resolve()
+        run = None if out is None else out.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise _refuse(f"cannot resolve {path}: {exc}") from None
+    leads = "" if target == path.absolute() else f" (it leads to {target})"
+    if run is not None and (target == run or run in target.parents):
+        raise _refuse(f"{path} is inside this run's folder {out}{leads}; give a path outside it")
+    other = _run_folder_above(target)
+    if other is not None:
+        raise _refuse(f"{path} is inside the run folder {other}{leads}; give a path outside it")
+    if target.exists():
+        if not stat_mode.S_ISREG(target.stat().st_mode):
+            raise _refuse(f"{path} is not a regular file (a device, pipe or socket){leads}; give a file's path")
+        if not os.access(target, os.W_OK):
+            raise _refuse(f"{path} is not writable{leads}")
+    _check_writable(target.parent)
 
 
 def write_result(path: Path, summary: RunSummary, run: RunInfo | dict[str, Any], folder: Path | None = None) -> None:
     """Write ``--save-result``: an object for one level, a list of them for several
-    (``run``: the run's record, or its ``run.json`` as read)."""
+    (``run``: the run's record, or its ``run.json`` as read). The file is written beside
+    the target and renamed onto it (symlinks followed), so a failed write leaves an
+    earlier result whole and a hard link to another file is never written through."""
     info = run if isinstance(run, RunInfo) else RunInfo.from_json(run)
     doc = [vllm_result(lv, info, folder) for lv in summary.levels]
+    text = json.dumps(doc[0] if len(doc) == 1 else doc, indent=2) + "\n"
+    target = path.resolve()
+    tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc[0] if len(doc) == 1 else doc, indent=2) + "\n", encoding="utf-8")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(path), key="--save-result") from None

@@ -4,7 +4,7 @@ All three run the app with ``handler_cancellation=True``, so a client that disco
 while its request waits for the engine cancels the handler at once (and with it the
 engine request), a header timeout (:mod:`loadgen.server.connection`), and a short shutdown
 timeout, because the app's ``on_shutdown`` hook already ends open streams.
-:func:`run_forever` drains first on SIGINT/SIGTERM (:meth:`ServerApi.drain`: 503 for new
+:func:`run_forever` drains first on SIGINT/SIGTERM/SIGHUP (:meth:`ServerApi.drain`: 503 for new
 requests, up to ``drain_timeout_s`` for open ones, then a last event on open streams; a
 second signal cuts the wait short).
 """
@@ -70,7 +70,7 @@ async def start_server(app: web.Application, host: str = "127.0.0.1", port: int 
 def run_forever(
     app: web.Application, host: str = "127.0.0.1", port: int = 8000, *, on_ready: Callable[[str], Any] | None = None
 ) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down cleanly (engine stopped on cleanup).
+    """Serve until SIGINT, SIGTERM or SIGHUP, then shut down cleanly (engine stopped on cleanup).
 
     ``on_ready(url)`` is called once the port is bound (the CLI prints the URL there).
     """
@@ -82,7 +82,7 @@ def run_forever(
         def on_signal() -> None:  # the first drains, a second ends the drain at once
             (hurry if stop.is_set() else stop).set()
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal closed
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, on_signal)
         runner, url = await start_server(app, host, port)

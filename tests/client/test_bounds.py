@@ -184,7 +184,8 @@ def _one_request(url: str, out: Any) -> subprocess.Popen[bytes]:
 
 
 @pytest.mark.parametrize(
-    ("sig", "code", "line"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+    ("sig", "code", "line"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated"), (signal.SIGHUP, 129, "terminated")],
 )
 def test_a_signal_during_a_trickled_discovery_ends_loadgen_at_once(
     tmp_path: Any, sig: int, code: int, line: str

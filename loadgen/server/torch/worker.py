@@ -17,8 +17,8 @@ A request's arrival time is the server's ``time.monotonic()`` when it was sent (
 clock is system-wide on Linux and macOS), so ``queue_s`` includes the hop between the
 processes. The engine process exits when the server dies: its reader thread sees the
 pipe's end of file (or the parent process id change) and ends the process at once,
-even in the middle of a forward pass. SIGINT is ignored there: Ctrl-C reaches the
-whole process group, and the server stops the engine itself.
+even in the middle of a forward pass. SIGINT and SIGHUP are ignored there: Ctrl-C and a
+closing terminal reach the whole process group, and the server stops the engine itself.
 """
 
 from __future__ import annotations
@@ -172,6 +172,7 @@ def engine_main(inbox_conn: Any, outbox_conn: Any, config: ServeConfig, exit_wit
     module docstring). ``exit_with_parent``: the process form (not for threads)."""
     if exit_with_parent:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     inbox: queue.Queue[Any] = queue.Queue()
     threading.Thread(
         target=_reader, args=(inbox_conn, inbox, exit_with_parent), name="engine-inbox", daemon=True
