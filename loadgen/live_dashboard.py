@@ -11,8 +11,10 @@ sweep goes on (the level's summary says ``stopped: skipped from the dashboard``)
 A folder: a :class:`~loadgen.dashboard.tail.FolderTail` reads what is new before each tick
 (records with their events, server samples, finished levels, run.json); the page has no
 Stop or Skip (this process does not run the load) and links the report (``/report``) once
-it is written. Ctrl-C or SIGTERM stops watching (exit 0); ``until_done`` stops once the run
-has finished and the page has been told.
+it is written. What the tail cannot read (a file that is not a regular one, or too large)
+is one ``warning:`` line on the console, once, and watching goes on. Ctrl-C or SIGTERM
+stops watching (exit 0); ``until_done`` stops once the run has finished and the page has
+been told.
 """
 
 from __future__ import annotations
@@ -142,9 +144,13 @@ async def _watch(folder: Path, at: DashboardAt, console: Console, until_done: bo
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     ended_at: float | None = None  # when the run ended without a report yet (it follows run.json)
+    said = 0
     try:
         with stop_signals(loop, stopped.set):
             while not stopped.is_set():
+                for problem in tail.problems[said:]:
+                    console.print(f"[yellow]warning: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
+                said = len(tail.problems)
                 if until_done and tail.done:
                     if tail.report is None and ended_at is None:
                         ended_at = loop.time()
