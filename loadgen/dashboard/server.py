@@ -23,6 +23,10 @@ by aiohttp), one the guard refuses (403), a page over :data:`MAX_CLIENTS` (503),
 that fails (500). aiohttp's server logger is replaced by one that only counts, so nobody on
 the network can print a traceback into the console of the run being measured.
 
+What a page reload costs the loop is fixed: the page is built and gzipped once, at start (off
+the loop), and sent as those bytes (gzipped to a client that accepts it); a page that
+connects gets the snapshot encoded once per tick, shared by every page connecting within it.
+
 Each client has a bounded queue filled by the ticker without waiting; a client whose queue
 is full (it stopped reading) is cut off, so a slow or vanished client never delays the
 ticker nor holds more than the queue's worth of messages.
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import hmac
 import ipaddress
 import json
@@ -45,6 +50,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+import orjson
 from aiohttp import web
 
 from loadgen.dashboard.page import page_csp, render_page
@@ -132,9 +138,26 @@ def _dual_stack(port: int) -> socket.socket | None:
     return sock
 
 
+def _accepts_gzip(header: str) -> bool:
+    """Whether an ``Accept-Encoding`` value takes gzip (not with ``q=0``)."""
+    for part in header.lower().split(","):
+        name, _, params = part.partition(";")
+        if name.strip() not in ("gzip", "*"):
+            continue
+        q = params.strip().removeprefix("q=")
+        try:
+            return q == params.strip() or float(q) > 0  # no q: accepted
+        except ValueError:
+            return False
+    return False
+
+
 def _sse(event: str, msg: dict[str, Any]) -> bytes:
-    data = json.dumps(msg, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
-    return f"event: {event}\ndata: {data}\n\n".encode()
+    try:  # orjson: a 3,600-point snapshot in about a tenth of json's time (NaN written as null)
+        data = orjson.dumps(msg)
+    except TypeError:  # an integer over 64 bits
+        data = json.dumps(msg, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode()
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
 
 
 class _Client:
@@ -183,6 +206,8 @@ class Dashboard:
         self._ticker: asyncio.Task[None] | None = None
         self._hosts: set[str] = set()
         self._page = b""
+        self._page_gz = b""
+        self._snapshot: bytes | None = None  # the SNAPSHOT frame of this tick, once a page asked
         self._closed = False
 
     @property
@@ -193,6 +218,7 @@ class Dashboard:
     async def start(self) -> str:
         """Bind, start the ticker; returns the URL to open (with ``?token=`` off loopback)."""
         self._page = render_page(self._control, self.title).encode()
+        self._page_gz = await asyncio.to_thread(gzip.compress, self._page, 6, mtime=0)
         app = web.Application(middlewares=[self._guard], client_max_size=1024)
         app.router.add_get("/", self._index)
         app.router.add_get("/events", self._events)
@@ -279,6 +305,7 @@ class Dashboard:
             if self.before_tick is not None:
                 self.before_tick()
             point = self._with_controls(self.feed.tick())
+            self._snapshot = None
             frame = _sse("point", point)
         except Exception:  # a bug in the feed must not end the run it watches
             _log.exception("dashboard tick failed")
@@ -330,11 +357,14 @@ class Dashboard:
         return web.json_response({"ok": False, "why": why}, status=403)
 
     async def _index(self, request: web.Request) -> web.StreamResponse:
+        gz = _accepts_gzip(request.headers.get("Accept-Encoding", ""))
         return web.Response(
-            body=self._page,
+            body=self._page_gz if gz else self._page,
             content_type="text/html",
             charset="utf-8",
             headers={
+                **({"Content-Encoding": "gzip"} if gz else {}),
+                "Vary": "Accept-Encoding",
                 "Cache-Control": "no-store",
                 "Referrer-Policy": "no-referrer",
                 "X-Content-Type-Options": "nosniff",
@@ -357,8 +387,10 @@ class Dashboard:
         await resp.prepare(request)
         client = _Client(request)
         # the snapshot is taken and the client registered with no await between: no point is
-        # lost nor sent twice
-        first = _sse("snapshot", self._with_controls(self.feed.snapshot()))
+        # lost nor sent twice (the one of this tick is shared: it holds the same points)
+        if self._snapshot is None:
+            self._snapshot = _sse("snapshot", self._with_controls(self.feed.snapshot()))
+        first = self._snapshot
         self._clients.add(client)
         task = asyncio.current_task()
         if task is not None:

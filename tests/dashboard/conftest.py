@@ -46,8 +46,9 @@ def level_summary(index: int) -> dict[str, Any]:
 class RecordFeed(Feed):
     """loadgen's :class:`Feed`, fed as a run feeds it: each tick, four finished requests of
     the level (TTFT and gaps that move with the tick, one failed every fifth tick) and, with
-    ``server``, one scraped sample; its clock moves one second a tick. ``ticks`` and
-    ``lags`` record what the dashboard asked of it (the prefilled ``points`` not counted)."""
+    ``server``, one scraped sample; its clock moves one second a tick. ``ticks``, ``lags``
+    and ``snapshots`` record what the dashboard asked of it (the prefilled ``points`` not
+    counted)."""
 
     def __init__(self, *, model: str | None = "llama-3.1-8b", points: int = 0, server: bool = True) -> None:
         self.now = 1000.0
@@ -66,6 +67,7 @@ class RecordFeed(Feed):
         self.set_in_flight(lambda: 2 ** (self.level_index or 0))
         self._k = 0
         self.ticks = 0
+        self.snapshots = 0
         self.lags: list[float | None] = []
         self.set_level(0)
         for _ in range(points):
@@ -111,6 +113,10 @@ class RecordFeed(Feed):
         if failed:
             rec.fail(ErrorKind.HTTP_ERROR, "HTTP 500", done, 500)
         return rec
+
+    def snapshot(self) -> dict[str, Any]:
+        self.snapshots += 1
+        return super().snapshot()
 
     def tick(self) -> dict[str, Any]:
         self.lags.append(self.loop_lag_ms)
