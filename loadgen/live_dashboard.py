@@ -11,8 +11,10 @@ sweep goes on (the level's summary says ``stopped: skipped from the dashboard``)
 A folder: a :class:`~loadgen.dashboard.tail.FolderTail` reads what is new before each tick
 (records with their events, server samples, finished levels, run.json); the page has no
 Stop or Skip (this process does not run the load) and links the report (``/report``) once
-it is written. Ctrl-C, SIGTERM or SIGHUP stops watching (exit 0); ``until_done`` stops once the run
-has finished and the page has been told.
+it is written. What the tail cannot read (a file that is not a regular one, or too large)
+is one ``warning:`` line on the console, once, and watching goes on. Ctrl-C, SIGTERM or SIGHUP
+stops watching (exit 0); ``until_done`` stops once the run has finished and the page has
+been told.
 """
 
 from __future__ import annotations
@@ -73,6 +75,23 @@ def check_port(at: DashboardAt, key: str = "--dashboard-port") -> None:
         raise ConfigError(f"cannot serve the dashboard on {at.host}:{at.port}: {why}", key=key) from None
 
 
+def _where(board: Dashboard) -> str:
+    if not board.everywhere:
+        return ""
+    return " (listening on every interface: from another machine, use this machine's address in this URL)"
+
+
+def _refused(board: Dashboard, console: Console) -> None:
+    """One line for the requests the dashboard refused (each one counted, never logged)."""
+    if board.refused:
+        n = board.refused
+        console.print(
+            f"dashboard: refused {n} request{'s' if n != 1 else ''} (malformed, or failing its Host, Origin or token checks)",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def _controls(levels: LevelExecutor, stats: LiveStats) -> Controls:
     def stop() -> None:
         levels.interrupt()
@@ -112,7 +131,7 @@ async def run_dashboard(
     board = Dashboard(feed, host=at.host, port=at.port, controls=_controls(levels, stats), title=f"loadgen: {title}")
     url = await _start(board, at, "--dashboard-port")
     stats.taps.append(feed)
-    console.print(f"dashboard: {escape(url)}", highlight=False, soft_wrap=True)
+    console.print(f"dashboard: {escape(url)}{_where(board)}", highlight=False, soft_wrap=True)
     state = "failed"
     try:
         yield feed
@@ -121,6 +140,7 @@ async def run_dashboard(
         stats.taps.remove(feed)
         feed.end(state, report=str(cfg.out / "report.html"))
         await board.aclose()
+        _refused(board, console)
 
 
 async def _watch(folder: Path, at: DashboardAt, console: Console, until_done: bool) -> None:
@@ -138,13 +158,17 @@ async def _watch(folder: Path, at: DashboardAt, console: Console, until_done: bo
     )
     check_port(at, "--port")
     url = await _start(board, at, "--port")
-    console.print(f"watching {escape(str(folder))}: {escape(url)}", highlight=False, soft_wrap=True)
+    console.print(f"watching {escape(str(folder))}: {escape(url)}{_where(board)}", highlight=False, soft_wrap=True)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     ended_at: float | None = None  # when the run ended without a report yet (it follows run.json)
+    said = 0
     try:
         with stop_signals(loop, stopped.set):
             while not stopped.is_set():
+                for problem in tail.problems[said:]:
+                    console.print(f"[yellow]warning: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
+                said = len(tail.problems)
                 if until_done and tail.done:
                     if tail.report is None and ended_at is None:
                         ended_at = loop.time()
@@ -155,6 +179,7 @@ async def _watch(folder: Path, at: DashboardAt, console: Console, until_done: bo
                     await asyncio.wait_for(stopped.wait(), POLL_S)
     finally:
         await board.aclose()
+        _refused(board, console)
 
 
 def watch_folder(folder: Path, at: DashboardAt, console: Console, *, until_done: bool = False) -> None:

@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"", "records", "errors", "report", "metrics", "runinfo"},
     "runinfo": {"errors", "load", "metrics"},
     "server": {"errors", "server", "aio"},
-    "dashboard": {"", "records", "errors", "metrics", "report", "dashboard"},
+    "dashboard": {"", "records", "errors", "inputs", "metrics", "report", "dashboard"},
 }
 WIRING = {
     "cli",

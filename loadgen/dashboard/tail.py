@@ -2,17 +2,27 @@
 :class:`FolderTail` (what ``loadgen watch DIR`` reads).
 
 Each :meth:`FolderTail.poll` reads what is new since the last one, bounded (at most
-:data:`MAX_BYTES` of ``records.jsonl`` and :data:`MAX_LINES` lines; the rest next time):
+:data:`MAX_BYTES` of ``records.jsonl``, :data:`MAX_LINES` lines and :data:`MAX_EVENT_BYTES`
+of ``events.bin``; the rest next time). Only regular files are read (a link to a device or
+a FIFO is refused: it never ends, or blocks).
 
-- ``records.jsonl``: complete lines only (a partial last line waits for its end); each
-  line's events are read from ``events.bin`` in step (a writer puts a record's bytes there
-  before its line: :mod:`loadgen.report.recordio`); lines that are not records, or whose
-  bytes do not decode, are skipped and counted in :attr:`FolderTail.damaged`. A record of a
-  new ``(level, trial)`` starts that level in the feed first.
+- ``records.jsonl``: complete lines only (a partial last line waits for its end; a line
+  longer than :data:`MAX_BYTES` is dropped); each line's events are read from ``events.bin``
+  in step (a writer puts a record's bytes there before its line:
+  :mod:`loadgen.report.recordio`). A line's claim is checked against the file's size before
+  anything is read: bytes past the end wait for the writer (once ``run.json`` says finished
+  they never come: the line is damaged), and a record owning more than
+  :data:`MAX_EVENT_BYTES` is fed without its events, its bytes skipped unread. Lines that are
+  not records, or whose bytes do not decode, are skipped and counted in
+  :attr:`FolderTail.damaged`. A record of a new ``(level, trial)`` starts that level in the
+  feed first.
 - ``server_metrics.jsonl``: complete lines, each one :meth:`Feed.server_sample`.
-- ``run.json`` and ``summary.json``: read again when their size or time changes; the first
-  plans the run (and ends it when it says finished, once every record is read), the second
-  gives the levels not seen yet.
+- ``run.json`` and ``summary.json``: read again when their size or time changes, each at
+  most :data:`MAX_JSON_BYTES`; the first plans the run (and ends it when it says finished,
+  once every record is read), the second gives the levels not seen yet.
+
+What cannot be read (a file refused, too large, a record over the cap) is said once, as one
+line, in :attr:`FolderTail.problems`; the tail goes on with the rest.
 - A folder whose ``records.jsonl`` shrank or was replaced (a new run in it) starts again,
   the feed reset. A folder with nothing yet: nothing happens.
 """
@@ -22,26 +32,35 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from loadgen.dashboard.feed import Feed
+from loadgen.inputs import InputError, open_input
 from loadgen.records import RequestRecord
 from loadgen.report.recordio import EVENTS_FILE, EVENTS_MAGIC, EventsCorrupt, events_ref, fill_events, parse_line
 
-__all__ = ["MAX_BYTES", "MAX_LINES", "FolderTail"]
+__all__ = ["MAX_BYTES", "MAX_EVENT_BYTES", "MAX_JSON_BYTES", "MAX_LINES", "FolderTail"]
 
-MAX_BYTES = 4 << 20  # of records.jsonl per poll (server_metrics.jsonl: the same)
+MAX_BYTES = 4 << 20  # of records.jsonl per poll (server_metrics.jsonl: the same), and its longest line
 MAX_LINES = 20_000  # records per poll
+MAX_EVENT_BYTES = 16 << 20  # of events.bin per poll, and the most one record's events may own
+MAX_JSON_BYTES = 32 << 20  # run.json, summary.json
+
+
+def _cap(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 class _Lines:
     """Complete lines appended to one file, a bounded piece at a time."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, said: Callable[[str], None]) -> None:
         self.path = path
+        self.said = said
         self.offset = 0
         self.ident: tuple[int, int] | None = None  # (device, inode) of the file read
         self.skipping = False  # inside a line longer than MAX_BYTES: dropped to its end
@@ -58,11 +77,14 @@ class _Lines:
     def read(self, max_lines: int) -> tuple[list[bytes], int]:
         """Up to ``max_lines`` new complete lines and how many overlong ones were dropped."""
         try:
-            with self.path.open("rb") as f:
+            with open_input(self.path) as f:
                 st = os.fstat(f.fileno())
                 self.ident = (st.st_dev, st.st_ino)
                 f.seek(self.offset)
                 data = f.read(MAX_BYTES)
+        except InputError as exc:
+            self.said(f"{self.path} {exc}: not read")
+            return [], 0
         except OSError:
             return [], 0
         dropped = 0
@@ -90,20 +112,36 @@ class _Lines:
 
 
 class _Json:
-    """A JSON object file read again when it changes (size or time)."""
+    """A JSON object file read again when it changes (size or time), at most
+    :data:`MAX_JSON_BYTES` of a regular file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, said: Callable[[str], None]) -> None:
         self.path = path
+        self.said = said
         self.seen: tuple[int, int, int] | None = None
 
     def changed(self) -> dict[str, Any] | None:
         try:
-            st = self.path.stat()
-            key = (st.st_ino, st.st_size, st.st_mtime_ns)
-            if key == self.seen:
-                return None
-            obj = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            with open_input(self.path) as f:
+                st = os.fstat(f.fileno())
+                key = (st.st_ino, st.st_size, st.st_mtime_ns)
+                if key == self.seen:
+                    return None
+                if st.st_size > MAX_JSON_BYTES:
+                    self.seen = key  # said once, until it changes
+                    self.said(f"{self.path} is {st.st_size:,} bytes, over {_cap(MAX_JSON_BYTES)}: not read")
+                    return None
+                data = f.read(MAX_JSON_BYTES + 1)
+        except InputError as exc:
+            self.said(f"{self.path} {exc}: not read")
+            return None
+        except OSError:
+            return None
+        if len(data) > MAX_JSON_BYTES:  # grew since its size was taken: the next change reads it
+            return None
+        try:
+            obj = json.loads(data)
+        except ValueError:  # a torn write: read again next time
             return None
         self.seen = key
         return obj if isinstance(obj, dict) else None
@@ -133,6 +171,8 @@ class FolderTail:
     def __init__(self, folder: Path, feed: Feed) -> None:
         self.folder = folder
         self.feed = feed
+        self.problems: list[str] = []  # what could not be read, one line each, each said once
+        self._said: set[str] = set()
         self._start()
         # the feed's windows and points in the run's own time, not this process's: records
         # arrive in batches (the writer's, a sync's), and their rates are those of the run
@@ -140,10 +180,10 @@ class FolderTail:
         feed.reset()
 
     def _start(self) -> None:
-        self._records = _Lines(self.folder / "records.jsonl")
-        self._server = _Lines(self.folder / "server_metrics.jsonl")
-        self._run = _Json(self.folder / "run.json")
-        self._summary = _Json(self.folder / "summary.json")
+        self._records = _Lines(self.folder / "records.jsonl", self._say)
+        self._server = _Lines(self.folder / "server_metrics.jsonl", self._say)
+        self._run = _Json(self.folder / "run.json", self._say)
+        self._summary = _Json(self.folder / "summary.json", self._say)
         self._events_at = len(EVENTS_MAGIC)
         self._profile: dict[str, Any] = {}
         self._finished: dict[str, Any] | None = None
@@ -154,6 +194,11 @@ class FolderTail:
         self._zero_ns: int | None = None  # the run's clock anchor (run.json), else its first send
         self._latest_ns: int | None = None  # the latest time the records read so far show
         self.damaged = 0  # record lines skipped (not a record, or their events did not decode)
+
+    def _say(self, problem: str) -> None:
+        if problem not in self._said:
+            self._said.add(problem)
+            self.problems.append(problem)
 
     def clock(self) -> float:
         """Seconds on the run's own clock since its start, as far as its records show: it
@@ -243,37 +288,70 @@ class FolderTail:
             return
         recs: list[RequestRecord] = []
         refs: list[tuple[int, int]] = []
+        size = self._events_size()
+        at = self._events_at  # where the next record's events start
+        start = at  # where this poll's read starts
+        taken = 0  # bytes of the lines used (the rest are read again next time)
         for line in lines:
             parsed = parse_line(line)
             if parsed is None:
                 self.damaged += 1
+                taken += len(line) + 1
                 continue
             rec, events = parsed
             ref = events_ref(events)
-            if ref is None:
-                if isinstance(events, list):
-                    rec.events = events
-                recs.append(rec)
-                refs.append((0, 0))
+            n = 0 if ref is None else ref[1]
+            if n and at + n > size:  # past the file's end: its bytes are not there yet
+                if self._finished is None:
+                    break  # (never, with loadgen's writer) this line and the rest again next time
+                self.damaged += 1  # the run has ended: they never come
+                self._say(f"{self._records.path}: a record claims events past the end of {EVENTS_FILE}")
+                taken += len(line) + 1
+                continue
+            if n > MAX_EVENT_BYTES:  # there, but more than a poll may read: skipped unread
+                if at > start:
+                    break  # the first of the next poll
+                self._say(
+                    f"{self._records.path}: a record's events are over {_cap(MAX_EVENT_BYTES)}: shown without them"
+                )
+                at = start = at + n
+                ref = None
+            elif at + n - start > MAX_EVENT_BYTES:
+                break  # the rest next time
             else:
-                recs.append(rec)
-                refs.append(ref)
-        need = sum(b for _, b in refs)
-        buf = self._read_events(need)
-        if buf.size < need:  # not written yet (never, with loadgen's writer): read these lines again
-            self._records.offset -= sum(len(line) + 1 for line in lines)
+                at += n
+                if ref is None and isinstance(events, list):  # an older folder's line: its events inline
+                    rec.events = events
+            recs.append(rec)
+            refs.append(ref or (0, 0))
+            taken += len(line) + 1
+        self._records.offset -= sum(len(line) + 1 for line in lines) - taken
+        buf = self._read_events(start, at - start)
+        if buf.size < at - start:  # the file shrank under us: all of these again next time
+            self._records.offset -= taken
             return
-        self._events_at += need
+        self._events_at = at
         self._fill(recs, refs, buf)
         for rec in recs:
             self._feed(rec)
 
-    def _read_events(self, n: int) -> np.ndarray[Any, Any]:
+    def _events_size(self) -> int:
+        """The size of ``events.bin`` (0 when it is missing or not a regular file)."""
+        try:
+            with open_input(self.folder / EVENTS_FILE) as f:
+                return os.fstat(f.fileno()).st_size
+        except InputError as exc:
+            self._say(f"{self.folder / EVENTS_FILE} {exc}: not read")
+            return 0
+        except OSError:
+            return 0
+
+    def _read_events(self, at: int, n: int) -> np.ndarray[Any, Any]:
         if n == 0:
             return np.zeros(0, dtype=np.uint8)
         try:
-            with (self.folder / EVENTS_FILE).open("rb") as f:
-                f.seek(self._events_at)
+            with open_input(self.folder / EVENTS_FILE) as f:
+                f.seek(at)
                 return np.frombuffer(f.read(n), dtype=np.uint8)
         except OSError:
             return np.zeros(0, dtype=np.uint8)

@@ -5,6 +5,11 @@ loop in a thread (for the browser tests, whose Playwright API is synchronous).""
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import resource
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +22,7 @@ from loadgen.records import ErrorKind, RequestRecord
 
 EVIL = "<img src=x onerror=alert(1)>"
 MS = 1_000_000
+GUARD_S = 120  # a hang ends the test, nothing waits on it
 
 
 def level_summary(index: int) -> dict[str, Any]:
@@ -40,8 +46,9 @@ def level_summary(index: int) -> dict[str, Any]:
 class RecordFeed(Feed):
     """loadgen's :class:`Feed`, fed as a run feeds it: each tick, four finished requests of
     the level (TTFT and gaps that move with the tick, one failed every fifth tick) and, with
-    ``server``, one scraped sample; its clock moves one second a tick. ``ticks`` and
-    ``lags`` record what the dashboard asked of it (the prefilled ``points`` not counted)."""
+    ``server``, one scraped sample; its clock moves one second a tick. ``ticks``, ``lags``
+    and ``snapshots`` record what the dashboard asked of it (the prefilled ``points`` not
+    counted)."""
 
     def __init__(self, *, model: str | None = "llama-3.1-8b", points: int = 0, server: bool = True) -> None:
         self.now = 1000.0
@@ -60,6 +67,7 @@ class RecordFeed(Feed):
         self.set_in_flight(lambda: 2 ** (self.level_index or 0))
         self._k = 0
         self.ticks = 0
+        self.snapshots = 0
         self.lags: list[float | None] = []
         self.set_level(0)
         for _ in range(points):
@@ -105,6 +113,10 @@ class RecordFeed(Feed):
         if failed:
             rec.fail(ErrorKind.HTTP_ERROR, "HTTP 500", done, 500)
         return rec
+
+    def snapshot(self) -> dict[str, Any]:
+        self.snapshots += 1
+        return super().snapshot()
 
     def tick(self) -> dict[str, Any]:
         self.lags.append(self.loop_lag_ms)
@@ -162,4 +174,72 @@ def threaded() -> Iterator[Callable[..., ThreadedDashboard]]:
         d.close()
 
 
-__all__ = ["EVIL", "Controls", "RecordFeed", "ThreadedDashboard", "level_summary"]
+class Loadgen:
+    """``python -m loadgen.cli ARGS`` with its output read line by line in a thread (its
+    address space capped at ``memory_cap`` bytes, if given)."""
+
+    def __init__(self, args: list[str], *, memory_cap: int | None = None) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+
+        def cap() -> None:  # its address space: an unbounded read fails fast, not the machine
+            if memory_cap is not None:
+                resource.setrlimit(resource.RLIMIT_AS, (memory_cap, memory_cap))
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            text=True,
+            preexec_fn=cap,
+        )
+        self.lines: list[str] = []
+        self._seen = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._seen:
+                self.lines.append(line.rstrip("\n"))
+                self._seen.notify_all()
+
+    def line(self, prefix: str) -> str:
+        """The first line that starts with ``prefix``, once it is printed."""
+        with self._seen:
+            found = self._seen.wait_for(
+                lambda: any(x.startswith(prefix) for x in self.lines) or self.proc.poll() is not None, GUARD_S
+            )
+            line = next((x for x in self.lines if x.startswith(prefix)), None)
+        assert found and line is not None, "\n".join(self.lines[-30:])
+        return line
+
+    def url(self, prefix: str) -> str:
+        """The URL on the first line that starts with ``prefix``."""
+        line = self.line(prefix)
+        m = re.search(r"http://127\.0\.0\.1:\d+/\S*", line)
+        assert m, line
+        return m.group(0)
+
+    def wait(self) -> int:
+        try:
+            return self.proc.wait(GUARD_S)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Kill it if it still runs; read its output to the end and close the pipe."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(GUARD_S)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+__all__ = ["EVIL", "GUARD_S", "Controls", "Loadgen", "RecordFeed", "ThreadedDashboard", "level_summary"]

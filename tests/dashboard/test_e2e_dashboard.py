@@ -8,11 +8,6 @@ guard; every run is bounded in requests and time and ends by itself."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,66 +15,9 @@ from typing import Any
 import pytest
 
 from loadgen.server.process import ServerProcess
+from tests.dashboard.conftest import Loadgen
 from tests.dashboard.test_page_browser import Watched, xs
 from tests.report.test_browser import browser, pytestmark  # noqa: F401  (the fixture; skipped without a browser)
-
-GUARD_S = 120  # a hang ends the test, nothing waits on it
-
-
-class Loadgen:
-    """``python -m loadgen.cli ARGS`` with its output read line by line in a thread."""
-
-    def __init__(self, args: list[str]) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.cli", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._seen = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._seen:
-                self.lines.append(line.rstrip("\n"))
-                self._seen.notify_all()
-
-    def url(self, prefix: str) -> str:
-        """The URL on the first line that starts with ``prefix``."""
-        with self._seen:
-            found = self._seen.wait_for(
-                lambda: any(x.startswith(prefix) for x in self.lines) or self.proc.poll() is not None, GUARD_S
-            )
-            line = next((x for x in self.lines if x.startswith(prefix)), None)
-        assert found and line is not None, "\n".join(self.lines[-30:])
-        m = re.search(r"http://127\.0\.0\.1:\d+/\S*", line)
-        assert m, line
-        return m.group(0)
-
-    def wait(self) -> int:
-        try:
-            return self.proc.wait(GUARD_S)
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """Kill it if it still runs; read its output to the end and close the pipe."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._reader.join(GUARD_S)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-
-    def text(self) -> str:
-        return "\n".join(self.lines)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ and their guards, the token off loopback, slow clients, and closing."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 import socket
@@ -128,7 +129,7 @@ async def test_off_loopback_every_route_needs_the_token(tmp_path: Path) -> None:
     report.write_text("<html>the report</html>")
     async with Dashboard(RecordFeed(), host="0.0.0.0", port=0, report=lambda: report) as dash:
         token = dash.url.split("?token=")[1]
-        assert dash.url.startswith(f"http://0.0.0.0:{dash.port}/?token=") and len(token) >= 20
+        assert dash.url.startswith(f"http://127.0.0.1:{dash.port}/?token=") and len(token) >= 20  # one that opens here
         async with aiohttp.ClientSession() as http:
             for path in ("/", "/events", "/report"):
                 async with http.get(base(dash) + path) as resp:
@@ -233,3 +234,31 @@ async def test_aclose_ends_streams_and_returns_with_a_stalled_client() -> None:
                 pass
     finally:
         stalled.close()
+
+
+async def test_a_reload_rebuilds_nothing() -> None:
+    """The page is sent as the bytes built (and gzipped) once; pages that connect within one
+    tick share one snapshot (its points are the same)."""
+    feed = RecordFeed(points=100)
+    async with Dashboard(feed, port=0, interval_s=3600.0) as dash:  # no tick while the pages load
+        async with aiohttp.ClientSession(auto_decompress=False) as http:
+            bodies = []
+            for encoding in ("gzip, deflate", "gzip", "identity", "gzip;q=0"):
+                async with http.get(base(dash) + "/", headers={"Accept-Encoding": encoding}) as resp:
+                    assert resp.status == 200 and resp.headers["Vary"] == "Accept-Encoding"
+                    assert resp.headers.get("Content-Encoding") == (
+                        "gzip" if encoding.startswith("gzip,") or encoding == "gzip" else None
+                    )
+                    bodies.append(await resp.read())
+        assert bodies[0] == bodies[1] and bodies[2] == bodies[3] and gzip.decompress(bodies[0]) == bodies[2]
+        assert len(bodies[0]) < len(bodies[2]) / 2
+        async with aiohttp.ClientSession() as http:
+            snaps = []
+            for _ in range(5):
+                async with http.get(base(dash) + "/events") as resp:
+                    async for kind, snap in events(resp):
+                        assert kind == "snapshot"
+                        snaps.append(snap)
+                        break
+        assert feed.snapshots == 1 and all(s == snaps[0] for s in snaps)
+        assert len(snaps[0]["series"]["t"]) == 100
