@@ -8,6 +8,16 @@ The coroutine that sent the request wakes only for the head, the end of the mess
 failure, or backpressure (reading is paused while the stream's unparsed backlog is over
 :data:`~loadgen.client.stream.MAX_BACKLOG`, resumed once it drained), never per read.
 
+A response belongs to the request written on its connection, and to nothing else: 1xx
+interim responses (``100 Continue``, ``103 Early Hints``) are skipped as RFC 9110 §15.2
+says, ``101 Switching Protocols`` is an invalid response (nothing asked for an upgrade),
+and any byte beyond the final response's end (a second response, pipelined garbage) or
+on an idle connection closes the connection: the answer already read stands, and nothing
+after it can be taken for the next request's. The head is bounded as aiohttp bounds it
+(:data:`MAX_LINE` bytes a line, :data:`MAX_HEADERS` fields, :data:`MAX_HEAD` bytes in all,
+interim heads included, :data:`MAX_INTERIM` interim responses): past a bound the request
+fails as ``invalid_response`` at once.
+
 The longest silence between two reads (``read_timeout_s``) is checked by one timer that
 looks at the last stamp when it fires, so a read costs no timer work; the timer outlives
 the request (it lapses at its next firing when none is in flight), so a keep-alive
@@ -34,7 +44,12 @@ from loadgen.client.keepalive import Attempt
 from loadgen.client.stream import MAX_BACKLOG
 from loadgen.errors import Disconnected, InvalidResponse, TransportError
 
-__all__ = ["Conn", "Pool"]
+__all__ = ["MAX_HEAD", "MAX_HEADERS", "MAX_INTERIM", "MAX_LINE", "Conn", "Pool"]
+
+MAX_LINE = 8190  # bytes of the status line or of one header line (aiohttp's client limit)
+MAX_HEADERS = 128  # header fields in one response head (aiohttp's client limit)
+MAX_HEAD = MAX_HEADERS * (MAX_LINE + 2)  # bytes of the heads before the final one ends, interim heads included
+MAX_INTERIM = 16  # 1xx interim responses before the final one
 
 _now = time.perf_counter_ns
 
@@ -44,8 +59,12 @@ class Conn(asyncio.Protocol):
 
     __slots__ = (
         "_framed",
+        "_head_bytes",
+        "_interim",
         "_last",
+        "_line",
         "_loop",
+        "_n_headers",
         "_timer",
         "_waiter",
         "body",
@@ -65,6 +84,7 @@ class Conn(asyncio.Protocol):
         "sink",
         "state",
         "status",
+        "stray",
         "transport",
     )
 
@@ -74,6 +94,7 @@ class Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
+        self.stray = False  # bytes came that no request asked for: the connection is not used again
         self.lost: BaseException | None = None  # why the connection went (None: a clean EOF)
         self._timer: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -94,6 +115,10 @@ class Conn(asyncio.Protocol):
         self.keep_alive = False
         self.paused = False
         self.error: BaseException | None = None
+        self._interim = 0  # 1xx responses skipped
+        self._n_headers = 0  # header fields of the head being read
+        self._head_bytes = 0  # bytes read while no final head had ended
+        self._line = 0  # bytes of the head's unfinished line
         self._last = _now()
 
     # -- the request side -------------------------------------------------------------
@@ -154,7 +179,7 @@ class Conn(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        return self.complete and self.keep_alive and not self.closed and self.error is None
+        return self.complete and self.keep_alive and not self.closed and self.error is None and not self.stray
 
     def close(self) -> None:
         self.done()
@@ -175,17 +200,43 @@ class Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last = _now()
+        if self.state is None or self.stray:
+            self._unasked()  # no request is waiting on this connection: nothing here is an answer
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(InvalidResponse(f"bad HTTP response: {type(exc).__name__}: {exc}"))
+            if self.complete:  # garbage after the answer: the answer stands, the connection goes
+                self._unasked()
+            else:
+                self._fail(InvalidResponse(f"bad HTTP response: {type(exc).__name__}: {exc}"))
             return
+        if not self.head_done and self.error is None:
+            self._bound_head(data)
         state = self.sink
         if state is not None and state.backlog > MAX_BACKLOG and not self.paused:
             self.paused = True
             if self.transport is not None:
                 self.transport.pause_reading()
             self._wake()
+
+    def _bound_head(self, data: bytes) -> None:
+        """The final head has not ended after ``data``: fail past the head's bounds (the
+        parser buffers an unfinished line, so an endless one must be cut here)."""
+        self._head_bytes += len(data)
+        nl = data.rfind(b"\n")
+        self._line = self._line + len(data) if nl < 0 else len(data) - nl - 1
+        if self._line > MAX_LINE:
+            self._fail(InvalidResponse(f"response head line over {MAX_LINE} bytes"))
+        elif self._head_bytes > MAX_HEAD:
+            self._fail(InvalidResponse(f"response head over {MAX_HEAD} bytes"))
+
+    def _unasked(self) -> None:
+        """Bytes that belong to no request (a second response, garbage after the answer,
+        anything on an idle connection): the connection is closed, never used again."""
+        self.stray = self.closed = True
+        if self.transport is not None:
+            self.transport.close()
 
     def eof_received(self) -> bool:
         return False  # close the transport (connection_lost follows)
@@ -230,12 +281,21 @@ class Conn(asyncio.Protocol):
     # -- parser callbacks (httptools) -------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self.complete:  # a second response to one request
+            self._unasked()
         self.got_bytes = True
 
     def on_status(self, status: bytes) -> None:
         self.got_bytes = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.stray:
+            return
+        self._n_headers += 1
+        if self._n_headers > MAX_HEADERS:
+            self._fail(InvalidResponse(f"response head with over {MAX_HEADERS} header fields"))
+        elif len(name) + len(value) > MAX_LINE:
+            self._fail(InvalidResponse(f"response header line over {MAX_LINE} bytes"))
         key = name.lower()
         if key == b"content-encoding":
             self.encoding = value.decode("latin-1")
@@ -245,7 +305,13 @@ class Conn(asyncio.Protocol):
             self._framed = True
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        if self.stray or self.error is not None:
+            return
+        status = self.parser.get_status_code()
+        if status < 200:
+            self._skip_interim(status)
+            return
+        self.status = status
         self.head_done = True
         if self.status == 200 and self.state is not None:
             enc = (self.encoding or "").strip().lower()
@@ -257,8 +323,20 @@ class Conn(asyncio.Protocol):
             self.sink = self.state
         self._wake()
 
+    def _skip_interim(self, status: int) -> None:
+        """A 1xx head: the final response follows on the same connection (RFC 9110 §15.2)."""
+        if status == 101:
+            self._fail(InvalidResponse("HTTP 101 Switching Protocols: the server switched protocols unasked"))
+            return
+        self._interim += 1
+        if self._interim > MAX_INTERIM:
+            self._fail(InvalidResponse(f"over {MAX_INTERIM} interim (1xx) responses"))
+        self.encoding = self.location = None
+        self._framed = False
+        self._n_headers = 0
+
     def on_body(self, body: bytes) -> None:
-        if self.error is not None:
+        if self.error is not None or self.stray:
             return
         sink = self.sink
         if sink is None:
@@ -275,6 +353,8 @@ class Conn(asyncio.Protocol):
             self._fail(exc)
 
     def on_message_complete(self) -> None:
+        if not self.head_done or self.stray:
+            return  # an interim response's end, or a response no request asked for
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()  # llhttp forgets it once the message is over
         self._wake()

@@ -345,6 +345,25 @@ def _nodelay_socket(addr_info: Any) -> socket.socket:
     return sock
 
 
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector, but an idle connection holding bytes beyond its last answer is
+    closed before it can be reused.
+
+    aiohttp returns a connection to the pool the moment a response's body ends, while the
+    rest of that read (a second, unasked-for response; garbage) is still being parsed; the
+    next request on it would read the queued message as its own answer. The check is here,
+    when a connection is taken, because by then every read has been parsed: the protocol's
+    ``should_close`` (public) says it holds a queued message, unparsed bytes or a parse
+    error. ``_get`` and ``_conns`` are aiohttp 3.x's own; tests/fuzz/test_integrity_fuzz.py
+    fails first if they change."""
+
+    async def _get(self, key: Any, traces: list[Any]) -> Any:
+        for proto, _ in getattr(self, "_conns", {}).get(key, ()):
+            if proto.should_close:
+                proto.close()  # not connected any more: aiohttp's _get drops it
+        return await super()._get(key, traces)
+
+
 class AiohttpTransport(_StreamingTransport):
     """aiohttp client; one session per event loop, created lazily inside the loop, and a
     second one without keep-alive for resends and servers that close every connection."""
@@ -358,7 +377,7 @@ class AiohttpTransport(_StreamingTransport):
         session = self._fresh_session if fresh else self._session
         if session is None:
             cfg = self.config
-            connector = aiohttp.TCPConnector(
+            connector = _Connector(
                 limit=cfg.max_connections,
                 limit_per_host=0,
                 socket_factory=_nodelay_socket,
@@ -460,9 +479,11 @@ class HttpxTransport(_StreamingTransport):
         attempt.reused = True  # until the pool says it connected
         trace = _httpx_trace(attempt)
 
+        served: Any = None  # the HTTP/1.1 connection that answered (see _h11_connection)
         async with asyncio.timeout(self.config.request_timeout_s) if hasattr(asyncio, "timeout") else _NoTimeout():
             try:
                 async with client.stream("POST", self.url, json=body, extensions={"trace": trace}) as resp:
+                    served = _h11_connection(client, resp)
                     keepalive.answered(attempt)
                     encoding = resp.headers.get("Content-Encoding")
                     if resp.status_code != 200:
@@ -485,6 +506,9 @@ class HttpxTransport(_StreamingTransport):
                 if not fresh and not attempt.answered and keepalive.may_resend(attempt, _httpx_stale(exc)):
                     raise _Stale() from exc
                 raise
+            finally:
+                if served is not None and served._h11_state.trailing_data[0]:
+                    await served.aclose()  # bytes beyond the answer: never read as the next request's
 
     async def _warm_one(self, attempt: Attempt) -> None:
         client = self._get_client(self.keepalive.fresh)
@@ -496,6 +520,25 @@ class HttpxTransport(_StreamingTransport):
             if client is not None:
                 await client.aclose()
         self._client = self._fresh_client = None
+
+
+def _h11_connection(client: httpx.AsyncClient, resp: httpx.Response) -> Any:
+    """The httpcore HTTP/1.1 connection that carries ``resp``, or None (HTTP/2, or an
+    httpcore whose private parts moved: tests/fuzz/test_integrity_fuzz.py then fails).
+
+    h11 keeps the bytes read beyond a response's end and parses them as the next
+    response on the connection: a second response, or garbage, pipelined after an
+    answer would be taken as the next request's. httpcore has no public way to see them,
+    so the caller looks at ``_h11_state.trailing_data`` once the response is over and
+    closes the connection if any came (httpcore gives a request assigned to a closed
+    connection another one)."""
+    stream = resp.extensions.get("network_stream")
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    for conn in getattr(pool, "connections", ()):
+        inner = getattr(conn, "_connection", None)
+        if getattr(inner, "_network_stream", None) is stream and hasattr(inner, "_h11_state"):
+            return inner
+    return None
 
 
 async def _aiohttp_error_body(resp: aiohttp.ClientResponse) -> bytes:
