@@ -266,3 +266,100 @@ def test_on_uvloop_as_loadgen_runs_it() -> None:
     finally:
         loop.close()
     assert _all_ok(recs) and stats["connects"] == 1
+
+
+async def _head_server(head: bytes | None, endless: bool) -> tuple[asyncio.Server, int, list[int]]:
+    """Answers every request with ``head`` (then a short valid stream), or, ``endless``,
+    with a header line that never ends (64 KiB a write until the client goes);
+    ``sent`` counts the bytes written."""
+    sent = [0]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            if endless:
+                writer.write(b"HTTP/1.1 200 OK\r\nX-Endless: ")
+                while sent[0] < 256 << 20:  # a bound for the test; the client must stop long before
+                    writer.write(b"a" * (64 << 10))
+                    sent[0] += 64 << 10
+                    await writer.drain()
+            else:
+                assert head is not None
+                writer.write(head + _sse())
+                await writer.drain()
+                await reader.read()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], sent
+
+
+@pytest.mark.parametrize("kind", ["fast", "aiohttp", "httpx"])
+async def test_a_header_line_that_never_ends_fails_at_once(kind: str) -> None:
+    """A head line that never ends is cut at the head's bound (8190 bytes a line, as
+    aiohttp's client), not at the request's timeout; the server has written little more."""
+    server, port, sent = await _head_server(None, endless=True)
+    cfg = TransportConfig(
+        f"http://127.0.0.1:{port}", get_dialect("completions"), DialectOptions(model="m"), read_timeout_s=60.0
+    )
+    transport = make_transport(kind, cfg)
+    try:
+        rec = await asyncio.wait_for(_send(transport, 0), 60)
+    finally:
+        await transport.aclose()
+        server.close()
+    assert rec.status in (ErrorKind.INVALID_RESPONSE, ErrorKind.DISCONNECTED), (rec.status, rec.error)
+    assert sent[0] < 64 << 20, f"the server wrote {sent[0] >> 20} MiB of one header line before the client stopped"
+
+
+@pytest.mark.parametrize(
+    ("head", "why"),
+    [
+        (b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(200)) + b"\r\n", "header fields"),
+        (b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n", "line over 8190"),
+        (b"HTTP/1.1 100 Continue\r\n\r\n" * 20 + b"HTTP/1.1 200 OK\r\n\r\n", "interim"),
+    ],
+)
+async def test_the_fast_transport_bounds_the_head(head: bytes, why: str) -> None:
+    server, port, _ = await _head_server(head, endless=False)
+    try:
+        recs, _ = await _sequential(f"http://127.0.0.1:{port}", 1)
+    finally:
+        server.close()
+    assert recs[0].status is ErrorKind.INVALID_RESPONSE and why in (recs[0].error or ""), (recs[0].status, recs[0].error)
+
+
+async def test_interim_responses_are_skipped_and_the_answer_is_the_requests_own() -> None:
+    """100 Continue and 103 Early Hints before the 200 (RFC 9110 §15.2): one POST, one ok
+    record, and the next request on the kept-alive connection gets its own answer."""
+    heads: list[bytes] = []
+
+    async def handler_free_serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                heads.append(await reader.readuntil(b"\r\n\r\n"))
+                length = int(heads[-1].lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                body = _sse()
+                writer.write(
+                    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(body), body)
+                )
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handler_free_serve, "127.0.0.1", 0)
+    try:
+        recs, stats = await _sequential(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", 4)
+    finally:
+        server.close()
+    assert [r.status for r in recs] == [ErrorKind.OK] * 4, [(r.status, r.error) for r in recs]
+    assert len(heads) == 4 and stats["connects"] == 1
+    assert all(len(r.events) == N_TOKENS for r in recs)
