@@ -8,7 +8,9 @@ stamped before anything is parsed), keeps at most :data:`MAX_BODY` bytes (more i
 
 - ``done_ns`` is the time of the body's last read (the request's end-to-end latency is
   ``done_ns - sent_ns``); no event is recorded, so a record has no TTFT or ITL;
-- ``prompt_tokens`` is the answer's usage count as the dialect reads it (an int >= 0, else None);
+- ``prompt_tokens`` is the answer's usage count as the dialect reads it (an int >= 0, else
+  None); a count that is there but is not an int >= 0 (or a ``usage`` that is not an object)
+  is dropped and marks the record ``token_source = usage_rejected``, which the level's notes count;
 - ``inputs`` (set by the transport from the body sent) is checked against the answer:
   an embedding per input, a score per document, else ``invalid_response``;
 - a body that is not a JSON object is ``invalid_response``; an ``error`` object in a 200
@@ -29,7 +31,7 @@ from loadgen.client.bounded import MAX_ERROR, mib
 from loadgen.client.dialects import Dialect
 from loadgen.client.stream import usage_count
 from loadgen.errors import ErrorEvent, InvalidResponse, TransportError
-from loadgen.records import RequestRecord
+from loadgen.records import RequestRecord, TokenSource
 
 __all__ = ["MAX_BODY", "AnswerState", "BodyState"]
 
@@ -140,6 +142,8 @@ class AnswerState:
         if info.error is not None:
             raise ErrorEvent(f"error in answer: {self._clip_text(info.error, 300)}")
         rec.prompt_tokens = usage_count(info.prompt_tokens)
+        if info.prompt_tokens is not None and rec.prompt_tokens is None:
+            rec.token_source = TokenSource.USAGE_REJECTED  # noted in the level's notes
         if info.vendor is not None:
             rec.server = info.vendor
         if info.results is None:
