@@ -61,6 +61,8 @@ class Script:
     raw_body: str | None = None  # answer 200 with this body instead of a stream (garbage)
     answer_usage: bool = True  # non-streamed answers carry usage
     usage_as: Any = None  # non-streamed answers' usage is this value instead (a bad one: {"prompt_tokens": -1})
+    flaw: list[str] | None = None  # non-streamed answers: [old, new], the k-th "old" of the JSON text made "new"
+    flaw_at: int = 1  # (k: a flaw deep inside a large answer)
     tokens_per_word: float = 1.0  # the stand-in tokenizer's prompt tokens per whitespace word
     template_tokens: int = 3  # chat: tokens a template adds per message
     log_path: str | None = None  # append {"stream", "prompt_tokens"} per request as a JSON line
@@ -162,6 +164,12 @@ class ScriptedServer:
             assert request.transport is not None
             request.transport.close()
             return resp
+        if sc.flaw is not None:
+            old, new = sc.flaw
+            text, at = json.dumps(obj), -1
+            for _ in range(sc.flaw_at):
+                at = text.index(old, at + 1)
+            return web.Response(text=text[:at] + new + text[at + len(old) :], content_type="application/json")
         return web.json_response(obj)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:

@@ -49,6 +49,7 @@ class NonStreamed(Dialect):
     """A dialect whose answer is one JSON object (embeddings, rerank, score)."""
 
     streams = False
+    skim_answer = True  # parse_answer reads no array of numbers (embeddings' vectors)
 
     def non_stream_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
         return self.build_body(spec, options)  # the request is not streamed anyway
