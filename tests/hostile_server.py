@@ -11,7 +11,11 @@ Every answer closes its connection. ``models`` says what ``GET /v1/models`` gets
   bytes; ``"echo_status"`` HTTP 401 whose text repeats every request header;
   ``"echo_event"`` an SSE ``event: error`` repeating them; ``"echo_object"`` a
   ``data: {"error": ...}`` repeating them (JSON-escaped); ``"echo_redirect"`` a 307 whose
-  ``Location`` holds them; ``"echo_malformed"`` a broken JSON event holding them.
+  ``Location`` holds them; ``"echo_malformed"`` a broken JSON event holding them;
+  ``"form:WHERE:NAME"`` the ``Authorization`` header's token in the form NAME of
+  :func:`echo_forms`, WHERE being ``status`` (an HTTP 401 body), ``event`` (a
+  ``data: {"error": ...}`` event) or ``content`` (an ``ok`` stream whose text and whose
+  ``loadgen`` vendor object hold it).
 
 ``handled`` counts the POSTs answered, ``model_requests`` the GETs begun. Runs in a thread of its own (:meth:`start`), so a
 ``loadgen`` subprocess or a test's own event loop can use it.
@@ -20,14 +24,15 @@ Every answer closes its connection. ``models`` says what ``GET /v1/models`` gets
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import threading
 import zlib
 from functools import lru_cache
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
-__all__ = ["HostileServer", "gzip_bytes"]
+__all__ = ["HostileServer", "echo_forms", "gzip_bytes"]
 
 _MIB = 1 << 20
 
@@ -57,6 +62,30 @@ def _tokens(n: int = 4) -> bytes:
         for i in range(n)
     ]
     return b"".join(events) + b"data: [DONE]\n\n"
+
+
+def _b64_blob(secret: str, offset: int, urlsafe: bool = False) -> str:
+    blob = b"x" * offset + b"Authorization: Bearer " + secret.encode() + b"\r\nHost: upstream\r\n"
+    return (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(blob).decode()
+
+
+def echo_forms(secret: str) -> dict[str, str]:
+    """The forms in which a proxy may echo ``secret``, by name."""
+    return {
+        "percent, dashes only": secret.replace("-", "%2D"),
+        "percent, reserved": quote(secret, safe=""),
+        "percent, every byte": "".join(f"%{b:02X}" for b in secret.encode()),
+        "percent, every byte, lower hex": "".join(f"%{b:02x}" for b in secret.encode()),
+        "percent, plus for space": quote_plus(f"Bearer {secret}"),
+        "json, every char": "".join(f"\\u{ord(c):04x}" for c in secret),
+        "json, escaped slash": json.dumps(secret)[1:-1].replace("/", "\\/"),
+        "html, decimal": "".join(f"&#{ord(c)};" for c in secret),
+        "html, hex": "".join(f"&#x{ord(c):x};" for c in secret),
+        "base64": base64.b64encode(secret.encode()).decode(),
+        "base64 url-safe, no padding": base64.urlsafe_b64encode(secret.encode()).decode().rstrip("="),
+        **{f"base64 of a header block, offset {k}": _b64_blob(secret, k) for k in range(3)},
+        "base64 url-safe of a header block, offset 1": _b64_blob(secret, 1, urlsafe=True),
+    }
 
 
 class HostileServer:
@@ -191,7 +220,24 @@ class HostileServer:
             else:
                 body = b"data: {not json " + echoed.encode() + b"\n\n"
             writer.write(self._head("200 OK", sse, len(body)) + body)
+        elif mode.startswith("form:"):
+            await self._form(writer, mode, headers)
         else:
             body = _tokens()
             writer.write(self._head("200 OK", sse, len(body)) + body)
         await writer.drain()
+
+    async def _form(self, writer: asyncio.StreamWriter, mode: str, headers: dict[str, str]) -> None:
+        _, where, name = mode.split(":", 2)
+        auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+        form = echo_forms(auth.partition(" ")[2])[name]
+        if where == "status":
+            body = f"bad key: {form}".encode()
+            writer.write(self._head("401 Unauthorized", "text/plain", len(body)) + body)
+            return
+        if where == "event":
+            body = _event({"error": {"message": f"upstream refused {form}"}})
+        else:
+            text = {"index": 0, "text": f" {form}", "finish_reason": None}
+            body = _event({"choices": [text], "loadgen": {"upstream": f"key={form}", form: 1}}) + _tokens()
+        writer.write(self._head("200 OK", "text/event-stream", len(body)) + body)

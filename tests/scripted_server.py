@@ -60,6 +60,9 @@ class Script:
     ttft_jitter_s: float = 0.0  # the k-th request served waits up to this much more, uniform, seeded by k
     raw_body: str | None = None  # answer 200 with this body instead of a stream (garbage)
     answer_usage: bool = True  # non-streamed answers carry usage
+    usage_as: Any = None  # non-streamed answers' usage is this value instead (a bad one: {"prompt_tokens": -1})
+    flaw: list[str] | None = None  # non-streamed answers: [old, new], the k-th "old" of the JSON text made "new"
+    flaw_at: int = 1  # (k: a flaw deep inside a large answer)
     tokens_per_word: float = 1.0  # the stand-in tokenizer's prompt tokens per whitespace word
     template_tokens: int = 3  # chat: tokens a template adds per message
     log_path: str | None = None  # append {"stream", "prompt_tokens"} per request as a JSON line
@@ -147,6 +150,8 @@ class ScriptedServer:
         else:
             data = [{"index": i, "object": "score", "score": 0.5} for i in range(n)]
             obj = {"id": "x", "object": "list", "model": "scripted-model", "data": data, "usage": usage}
+        if sc.usage_as is not None:
+            obj["usage"] = sc.usage_as
         if not sc.answer_usage:
             del obj["usage"]
         if sc.disconnect_after is not None:  # the first this many bytes of the answer, then the connection closes
@@ -159,6 +164,12 @@ class ScriptedServer:
             assert request.transport is not None
             request.transport.close()
             return resp
+        if sc.flaw is not None:
+            old, new = sc.flaw
+            text, at = json.dumps(obj), -1
+            for _ in range(sc.flaw_at):
+                at = text.index(old, at + 1)
+            return web.Response(text=text[:at] + new + text[at + len(old) :], content_type="application/json")
         return web.json_response(obj)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:

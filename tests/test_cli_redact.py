@@ -1,9 +1,17 @@
-"""`redact_argv`: the command line that run.json keeps has no secrets and never fails."""
+"""`redact_argv`: the command line that run.json keeps has no secrets and never fails; a
+run against a server that echoes the API key in any form writes none of them."""
 
 from __future__ import annotations
 
+import html
+import json
+import os
 import random
 import string
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +103,44 @@ def test_any_text_is_accepted() -> None:
         argv[rng.randrange(len(argv))] = rng.choice(["://", "http://", "--header", "--header="]) + argv[0]
         out = _redact_argv(argv)
         assert len(out) == len(argv) and all(isinstance(a, str) for a in out)
+
+
+def test_a_run_keeps_no_form_of_the_key_a_server_echoes(tmp_path: Path) -> None:
+    """A proxy on loopback echoes the API key (given with --api-key-env) in each form of
+    tests/hostile_server.py's echo_forms: in a 401 body, in an error event and in an ok
+    stream's text and vendor object. No file of the run folder holds any form of it (nor
+    those forms JSON- or HTML-escaped again), and the records show the mask."""
+    from tests.hostile_server import HostileServer, echo_forms
+
+    key = "sk-SEC/AAA111"
+    names = list(echo_forms(key))
+    modes = [f"form:{where}:{name}" for where in ("status", "event", "content") for name in names]
+    out = tmp_path / "run"
+    with HostileServer(streams=["ok", "ok", *modes]) as srv:
+        args = ["--url", srv.url + "/v1", "--api", "completions", "--api-key-env", "ECHO_KEY", "--out", str(out)]
+        args += ["--concurrency", "1", "--requests", str(len(modes)), "--prompt-tokens", "8", "--output-tokens", "4"]
+        env = {**os.environ, "ECHO_KEY": key, "COLUMNS": "200"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "loadgen.cli", "run", *args, "--quiet"],
+            capture_output=True,
+            env=env,
+            timeout=240,
+            check=False,
+        )
+        assert srv.handled == 2 + len(modes), proc.stderr.decode(errors="replace")[-2000:]
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == len(modes)
+    statuses = Counter(r["status"] for r in records)
+    assert statuses == {"http_error": len(names), "error_event": len(names), "ok": len(names)}, statuses
+    assert all("***" in r["error"] for r in records if r["status"] != "ok")
+    assert all("***" in json.dumps(r["server"]) for r in records if r["status"] == "ok")
+    forms = {key: key, **echo_forms(key)}
+    files = [p for p in sorted(out.rglob("*")) if p.is_file()]
+    assert {"records.jsonl", "run.json", "summary.json", "report.html", "events.bin"} <= {p.name for p in files}
+    for path in files:
+        blob = path.read_bytes()
+        for name, form in forms.items():
+            for written in {form, json.dumps(form)[1:-1], html.escape(form)}:
+                assert written.encode() not in blob, (path.name, name, written)
+    for output in (proc.stdout, proc.stderr):
+        assert not [name for name, form in forms.items() if form.encode() in output]

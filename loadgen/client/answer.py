@@ -4,11 +4,15 @@ The non-streamed APIs (embeddings, rerank, score: a :class:`~loadgen.client.dial
 whose ``streams`` is False) answer with one JSON object. :class:`AnswerState` takes the
 body's reads as :class:`~loadgen.client.stream.StreamState` does (``feed(chunk, t_ns)``,
 stamped before anything is parsed), keeps at most :data:`MAX_BODY` bytes (more is
-``invalid_response``), and at the end parses the whole body once:
+``invalid_response``), and at the end parses the whole body once (an answer over 1 MiB
+without its arrays of numbers, in slices that leave the event loop free:
+:mod:`loadgen.client.skim`):
 
 - ``done_ns`` is the time of the body's last read (the request's end-to-end latency is
   ``done_ns - sent_ns``); no event is recorded, so a record has no TTFT or ITL;
-- ``prompt_tokens`` is the answer's usage count as the dialect reads it (an int >= 0, else None);
+- ``prompt_tokens`` is the answer's usage count as the dialect reads it (an int >= 0, else
+  None); a count that is there but is not an int >= 0 (or a ``usage`` that is not an object)
+  is dropped and marks the record ``token_source = usage_rejected``, which the level's notes count;
 - ``inputs`` (set by the transport from the body sent) is checked against the answer:
   an embedding per input, a score per document, else ``invalid_response``;
 - a body that is not a JSON object is ``invalid_response``; an ``error`` object in a 200
@@ -27,9 +31,10 @@ import orjson
 
 from loadgen.client.bounded import MAX_ERROR, mib
 from loadgen.client.dialects import Dialect
+from loadgen.client.skim import LARGE, skim_numbers
 from loadgen.client.stream import usage_count
 from loadgen.errors import ErrorEvent, InvalidResponse, TransportError
-from loadgen.records import RequestRecord
+from loadgen.records import RequestRecord, TokenSource
 
 __all__ = ["MAX_BODY", "AnswerState", "BodyState"]
 
@@ -65,10 +70,21 @@ def _identity(text: str) -> str:
     return text
 
 
+def _head(parts: list[bytes], n: int) -> bytes:
+    """The first ``n`` bytes of ``parts`` joined."""
+    out, size = [], 0
+    for part in parts:
+        if size >= n:
+            break
+        out.append(part)
+        size += len(part)
+    return b"".join(out)[:n]
+
+
 class AnswerState:
     """Buffers one JSON answer (bounded) and parses it at the end into ``record``."""
 
-    __slots__ = ("_error", "_last_ns", "_parts", "_redact", "_size", "dialect", "on_end", "record")
+    __slots__ = ("_error", "_head", "_last_ns", "_parts", "_redact", "_size", "dialect", "on_end", "record")
 
     def __init__(self, record: RequestRecord, dialect: Dialect, redact: Callable[[str], str] | None = None) -> None:
         self.record = record
@@ -76,6 +92,7 @@ class AnswerState:
         self._redact = redact or _identity
         self._parts: list[bytes] = []
         self._size = 0
+        self._head = b""  # a skimmed answer's first bytes as sent, for messages
         self._last_ns = 0
         self._error: TransportError | None = None
         self.on_end: Callable[[], None] | None = None  # the same hook as a stream's; an answer ends with its body
@@ -119,7 +136,12 @@ class AnswerState:
         self._parts.clear()
 
     async def end(self, t_ns: int) -> None:
-        """The body ended at ``t_ns``: parse it, fill the record (or raise its failure)."""
+        """The body ended at ``t_ns``: parse it, fill the record (or raise its failure). An
+        answer over :data:`~loadgen.client.skim.LARGE` bytes is parsed without its arrays
+        of numbers, made in slices (:mod:`loadgen.client.skim`) when the dialect allows it."""
+        if self._error is None and self._size > LARGE and self.dialect.skim_answer:
+            self._head = _head(self._parts, MAX_ERROR)
+            self._parts = [await skim_numbers(self._parts)]
         self.close(t_ns)
 
     def close(self, t_ns: int) -> None:
@@ -130,16 +152,19 @@ class AnswerState:
         rec.done_ns = self._last_ns or t_ns
         data = b"".join(self._parts)
         self._parts.clear()
+        head = self._head or data
         try:
             obj: Any = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            raise InvalidResponse(f"malformed JSON answer ({len(data)} bytes): {self._clip(data, 120)!r}") from exc
+            raise InvalidResponse(f"malformed JSON answer ({self._size} bytes): {self._clip(head, 120)!r}") from exc
         if not isinstance(obj, dict):
-            raise InvalidResponse(f"the answer is not a JSON object: {self._clip(data, 120)!r}")
+            raise InvalidResponse(f"the answer is not a JSON object: {self._clip(head, 120)!r}")
         info = self.dialect.parse_answer(obj)
         if info.error is not None:
             raise ErrorEvent(f"error in answer: {self._clip_text(info.error, 300)}")
         rec.prompt_tokens = usage_count(info.prompt_tokens)
+        if info.prompt_tokens is not None and rec.prompt_tokens is None:
+            rec.token_source = TokenSource.USAGE_REJECTED  # noted in the level's notes
         if info.vendor is not None:
             rec.server = info.vendor
         if info.results is None:

@@ -8,22 +8,30 @@ length, so no prefix of a secret survives a cut either.
 
 Every header value counts as a secret; so do the token after ``Bearer`` or ``Basic``,
 the ``user:password`` inside a Basic token and its password alone. Each is removed in
-the forms a server may echo it: as sent, URL-encoded, base64, JSON-escaped.
+the forms a server may echo it (:mod:`loadgen.client.secret_forms`): as sent (in any
+letter case), percent-encoded, JSON-escaped or written as HTML entities (any mix of them,
+character by character), and base64 (standard or URL-safe, alone or inside a larger blob).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from collections.abc import Iterable, Mapping
-from urllib.parse import quote, quote_plus
+from typing import Any
+
+from loadgen.client.secret_forms import join_patterns, secret_patterns
 
 __all__ = ["MASK", "Redactor", "redact_argv"]
 
 MASK = "***"
+MAX_DEPTH = 32  # of a vendor object kept on a record (a deeper one is not kept)
 _MIN = 4  # shorter values (a "1", "yes") are not worth masking wherever they occur
+
+
+class _TooDeep(Exception):
+    pass
 
 
 def _basic_parts(token: str) -> list[str]:
@@ -49,33 +57,24 @@ def _secrets(values: Iterable[str]) -> set[str]:
     return {s for s in out if len(s) >= _MIN}
 
 
-def _forms(secret: str) -> set[str]:
-    escaped = json.dumps(secret)[1:-1]
-    forms = {
-        secret,
-        quote(secret, safe=""),
-        quote(secret),
-        quote_plus(secret),
-        escaped,
-        escaped.replace("/", "\\/"),
-        base64.b64encode(secret.encode()).decode(),
-        base64.urlsafe_b64encode(secret.encode()).decode(),
-    }
-    return {f for f in forms if len(f) >= _MIN}
-
-
 class Redactor:
-    """``redactor(text)``: ``text`` with every form of every secret replaced by ``***``."""
+    """``redactor(text)``: ``text`` with every form of every secret replaced by ``***``.
+
+    The forms (:mod:`loadgen.client.secret_forms`) are built once, here, into one regular
+    expression; a call is one ``sub`` over the text. Only server text that is kept goes
+    through it (an error body, an error event, a ``Location``, a vendor object: see
+    :meth:`value`), never every event of a stream."""
 
     __slots__ = ("_pattern",)
 
     def __init__(self, headers: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> None:
-        forms: set[str] = set()
+        sources: dict[str, int] = {}
         for secret in _secrets([*(headers or {}).values(), *extra]):
-            forms |= _forms(secret)
+            for length, src in secret_patterns(secret):
+                sources[src] = max(length, sources.get(src, 0))
         # longest first: a Basic token is replaced whole before the password inside it
-        ordered = sorted(forms, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, ordered)), re.IGNORECASE) if ordered else None
+        ordered = sorted(sources, key=lambda src: (-sources[src], src))
+        self._pattern = re.compile(join_patterns(ordered)) if ordered else None
 
     def __call__(self, text: str) -> str:
         if self._pattern is None or not text:
@@ -84,6 +83,27 @@ class Redactor:
 
     def __bool__(self) -> bool:
         return self._pattern is not None
+
+    def value(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """A JSON object the server sent (a vendor object kept on a record) with the secrets
+        masked in its keys and strings; None when it nests deeper than :data:`MAX_DEPTH`."""
+        if self._pattern is None:
+            return obj
+        try:
+            return self._walk(obj, MAX_DEPTH)  # type: ignore[no-any-return]
+        except _TooDeep:
+            return None
+
+    def _walk(self, value: Any, depth: int) -> Any:
+        if isinstance(value, str):
+            return self(value)
+        if depth == 0:
+            raise _TooDeep
+        if isinstance(value, dict):
+            return {self(str(k)): self._walk(v, depth - 1) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._walk(v, depth - 1) for v in value]
+        return value
 
 
 def redact_argv(argv: list[str]) -> list[str]:

@@ -325,6 +325,8 @@ class _StreamingTransport:
             http_status = exc.status if isinstance(exc, HTTPStatusError) else None
             record.fail(ERROR_KINDS[type(exc)], self.redact(str(exc)), _now(), http_status)
         _note_connection(record, attempt)
+        if record.server is not None and self.redact:  # the server's vendor object, kept on the record
+            record.server = self.redact.value(record.server)
         if not record.done_ns:
             record.done_ns = _now()
 

@@ -5,7 +5,9 @@ no TTFT, ITL or TPOT (their distributions are empty: ``None``), and its output-t
 means nothing: :func:`non_streamed` leaves ``throughput.output_tokens_per_s`` (and its
 steady and interval forms) out (``None``) and adds ``non_streamed``: the ok requests'
 inputs and input tokens (the server's ``usage``, else the target) per second over the
-level's window, and the inputs per request. E2E latency, requests/s, SLO attainment
+level's window, and the inputs per request. An ok answer whose usage count was invalid
+(``token_source`` ``usage_rejected``) counts its target prompt tokens instead; the level's
+``client.notes`` say how many did. E2E latency, requests/s, SLO attainment
 (``e2e=``), goodput and capacity are the same as any level's.
 """
 
@@ -19,7 +21,7 @@ import numpy.typing as npt
 
 from loadgen.metrics.results import LevelSummary, NonStreamed
 from loadgen.metrics.stats import distribution
-from loadgen.records import RequestRecord
+from loadgen.records import RequestRecord, TokenSource
 
 __all__ = ["knee_latency", "knee_throughput", "non_streamed"]
 
@@ -51,7 +53,15 @@ def non_streamed(level: LevelSummary, measured: Sequence[RequestRecord], ok: npt
         input_tokens_per_s=rate(float(tokens[ok].sum())),
         inputs=distribution(inputs[ok]),
     )
-    return dataclasses.replace(level, throughput=throughput, non_streamed=summary)
+    client = level.client
+    rejected = sum(1 for r, good in zip(measured, ok) if good and r.token_source == TokenSource.USAGE_REJECTED)
+    if rejected:
+        note = (
+            f"{rejected} of {int(ok.sum())} ok answers had a usage count that is not a whole number >= 0: "
+            "it was dropped and their input tokens are the workload's target lengths"
+        )
+        client = dataclasses.replace(client, notes=[*(client.notes or []), note])
+    return dataclasses.replace(level, throughput=throughput, non_streamed=summary, client=client)
 
 
 def knee_throughput(level: LevelSummary) -> float:

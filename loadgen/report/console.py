@@ -276,7 +276,8 @@ def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "") 
 
 def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
     """Under the level table: why a level was client-bound or non-stationary, the late sends
-    of rate levels, MLPerf's early-stopping verdicts, and why a latency shown is :data:`UNBOUNDED`."""
+    of rate levels, MLPerf's early-stopping verdicts, why a latency shown is :data:`UNBOUNDED`,
+    and the level's notes (``client.notes``)."""
     out: list[str] = []
     for lv in levels:
         if lv.client.client_bound:
@@ -287,6 +288,7 @@ def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
             out.append(f"{lv.load.label()}: {schedule_line(lv)}")
         shown = tuple(dict.fromkeys(s for _, _, s in _LEVEL_LATENCIES))
         out.extend(f"{lv.load.label()}: {line}" for line in interval_lines(lv, shown)[1:])
+        out.extend(f"{lv.load.label()}: note: {note}" for note in lv.client.notes or ())
     return out
 
 

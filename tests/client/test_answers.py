@@ -157,3 +157,31 @@ def test_generation_levels_have_no_non_streamed_part() -> None:
     rec = RequestRecord(index=0, sent_ns=1, done_ns=10**6, events=[[5 * 10**5, 1]])
     level = summarize_level([rec], load={"mode": "concurrency", "value": 1})
     assert level.non_streamed is None and "non_streamed" not in level.to_json()
+
+
+BAD_USAGE = [{"prompt_tokens": -1, "total_tokens": -1}, {"prompt_tokens": "12"}, {"total_tokens": 1.5}, "12", [12]]
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+@pytest.mark.parametrize("usage", BAD_USAGE, ids=str)
+def test_a_bad_usage_count_is_noted_on_the_record_and_in_the_level(usage: Any, transport: str) -> None:
+    """A usage count that is not a whole number >= 0 is dropped (the target counts instead),
+    the record says so (token_source usage_rejected) and the level's notes count them."""
+
+    async def main() -> list[RequestRecord]:
+        async with ScriptedServer(Script(ttft_s=0.0)) as srv:
+            good = [await _send(srv.url, "embeddings", transport, 2) for _ in range(2)]
+            bad = [await _send(srv.url, "embeddings", transport, 2, {"usage_as": usage}) for _ in range(3)]
+            return good + bad
+
+    records = asyncio.run(main())
+    for i, rec in enumerate(records):
+        rec.index = i
+    assert all(r.ok for r in records), [r.error for r in records]
+    assert [r.prompt_tokens for r in records] == [40, 40, None, None, None]
+    assert [r.token_source.value for r in records] == ["events"] * 2 + ["usage_rejected"] * 3
+    level = summarize_level(records, load={"mode": "concurrency", "value": 1})
+    notes = level.client.notes or []
+    assert len(notes) == 1 and notes[0].startswith("3 of 5 ok answers had a usage count"), notes
+    clean = summarize_level(records[:2], load={"mode": "concurrency", "value": 1})
+    assert clean.client.notes is None

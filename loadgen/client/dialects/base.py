@@ -86,6 +86,9 @@ class Dialect(ABC):
     headers: Mapping[str, str] = MappingProxyType({})  # sent with every request: the API's own, never secrets
     images: bool = False  # the body can carry a request's images (RequestSpec.images)
     streams: bool = True  # False: one JSON answer (parse_answer), no events, no TTFT or ITL
+    # non-streamed: parse_answer never reads an array of numbers, so an answer over 1 MiB may be
+    # parsed with each one emptied (loadgen.client.skim)
+    skim_answer: bool = False
     results_key: str = ""  # non-streamed: the answer's list of results, for messages ("data", "results")
 
     @abstractmethod

@@ -49,6 +49,7 @@ class NonStreamed(Dialect):
     """A dialect whose answer is one JSON object (embeddings, rerank, score)."""
 
     streams = False
+    skim_answer = True  # parse_answer reads no array of numbers (embeddings' vectors)
 
     def non_stream_body(self, spec: RequestSpec, options: DialectOptions) -> dict[str, Any]:
         return self.build_body(spec, options)  # the request is not streamed anyway
@@ -61,5 +62,7 @@ class NonStreamed(Dialect):
         return (usage.get("total_tokens") if prompt is None else prompt), None
 
     def _prompt_count(self, obj: dict[str, Any]) -> Any:
+        """The usage's prompt count as written; a ``usage`` that is not an object is returned
+        as it is, so that the caller finds it invalid (None: no usage)."""
         usage = self.answer_usage(obj)
-        return None if usage is None else self.usage_counts(usage)[0]
+        return obj.get("usage") if usage is None else self.usage_counts(usage)[0]
