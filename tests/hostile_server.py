@@ -7,7 +7,10 @@ Every answer closes its connection. ``models`` says what ``GET /v1/models`` gets
   every ``trickle_s``; ``"bomb"`` a gzip list that inflates to ``size`` bytes (one long string).
 - streams: ``"ok"`` four tokens and ``[DONE]``; ``"longline"`` a gzip stream whose first
   event is one valid ``data:`` line of ``size`` bytes; ``"flood"`` ``size`` bytes of tiny events
-  in one gzip body; ``"error_bomb"`` HTTP 500 with a gzip body inflating to ``size``
+  in one gzip body; ``"stream_flood"`` tiny output events, chunked, 64 KiB a write until
+  ``size`` bytes or the client goes; ``"interim"`` ``100 Continue`` and ``103 Early Hints``
+  before an ok stream; ``"endless_header"`` a header line that never ends (64 KiB a write
+  until ``size`` bytes); ``"error_bomb"`` HTTP 500 with a gzip body inflating to ``size``
   bytes; ``"echo_status"`` HTTP 401 whose text repeats every request header;
   ``"echo_event"`` an SSE ``event: error`` repeating them; ``"echo_object"`` a
   ``data: {"error": ...}`` repeating them (JSON-escaped); ``"echo_redirect"`` a 307 whose
@@ -200,6 +203,22 @@ class HostileServer:
             ev = _event({"choices": [{"index": 0, "text": "w", "finish_reason": None}]})
             gz = gzip_bytes(iter([ev * (self.size // len(ev)), _tokens()]))
             writer.write(self._head("200 OK", sse, len(gz), gz_head) + gz)
+        elif mode == "stream_flood":
+            ev = _event({"choices": [{"index": 0, "text": "w", "finish_reason": None}]})
+            block = ev * ((64 << 10) // len(ev))
+            writer.write(self._head("200 OK", sse, None, "Transfer-Encoding: chunked\r\n"))
+            for _ in range(self.size // len(block)):
+                writer.write(b"%x\r\n%s\r\n" % (len(block), block))
+                await writer.drain()
+        elif mode == "interim":
+            body = _tokens()
+            interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
+            writer.write(interim + self._head("200 OK", sse, len(body)) + body)
+        elif mode == "endless_header":
+            writer.write(b"HTTP/1.1 200 OK\r\nX-Endless: ")
+            for _ in range(self.size // (64 << 10)):
+                writer.write(b"a" * (64 << 10))
+                await writer.drain()
         elif mode == "error_bomb":
             gz = _bomb(b"bad request: ", self.size, b"")
             writer.write(self._head("500 Internal Server Error", "text/plain", len(gz), gz_head) + gz)

@@ -40,6 +40,11 @@ event (``[DONE]`` when it came; nothing after ``[DONE]`` counts). Settling the t
 end runs in slices too (:meth:`StreamState.end`), so a million-event answer does not stall
 the loop either.
 
+Output beyond the request: a request that asked for ``max_tokens`` tokens (per choice) may
+stream at most :func:`output_cap` output events (:data:`OUTPUT_FACTOR` per token asked for,
+plus :data:`OUTPUT_SLACK`); one more is ``invalid_response``, so a server that floods a
+request with output never holds millions of events in memory.
+
 The server's usage is checked before it is used: a count must be an integer >= 0 (not a
 bool), and a claim must be possible for what was streamed: no event can carry more tokens
 than its data has characters (a token is at least one character, or one token id, of the
@@ -62,12 +67,26 @@ from loadgen.client.sse import SSEDecoder, SSEEvent
 from loadgen.errors import Disconnected, ErrorEvent, InvalidResponse, TransportError
 from loadgen.records import RequestRecord, TokenSource
 
-__all__ = ["BUDGET_NS", "MAX_BACKLOG", "SETTLE_SLICE", "SLICE", "StreamState", "distribute", "usage_count"]
+__all__ = [
+    "BUDGET_NS",
+    "MAX_BACKLOG",
+    "OUTPUT_FACTOR",
+    "OUTPUT_SLACK",
+    "SETTLE_SLICE",
+    "SLICE",
+    "StreamState",
+    "distribute",
+    "output_cap",
+    "usage_count",
+]
 
 SLICE = 64 << 10  # bytes given to the SSE decoder at once
 BUDGET_NS = 2_000_000  # parsing per event-loop turn before the loop gets a turn back
 MAX_BACKLOG = 1 << 20  # unparsed bytes before the transport waits for the parser
 SETTLE_SLICE = 8192  # events whose token counts are settled between two looks at the clock
+OUTPUT_FACTOR = 4  # output events a request may stream per token it asked for (per choice)
+OUTPUT_SLACK = 64  # and this many more
+_MAX_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 _clock = time.perf_counter_ns
 
@@ -79,6 +98,17 @@ def _identity(text: str) -> str:
 def usage_count(value: Any) -> int | None:
     """A usage count if ``value`` is one (an int >= 0, not a bool), else None."""
     return value if type(value) is int and value >= 0 else None
+
+
+def output_cap(body: dict[str, Any]) -> int | None:
+    """The most output events a request sent with ``body`` may stream (see the module);
+    None when the body asks for no output length."""
+    asked = [v for k in _MAX_FIELDS if type(v := body.get(k)) is int and v > 0]
+    if not asked:
+        return None
+    n = body.get("n")
+    choices = n if type(n) is int and n > 1 else 1
+    return OUTPUT_FACTOR * max(asked) * choices + OUTPUT_SLACK
 
 
 def distribute(total: int, n: int) -> list[int]:
@@ -107,6 +137,7 @@ class StreamState:
         "_last_ns",
         "_loop",
         "_marker",
+        "_max_events",
         "_n_bytes",
         "_n_delta_ok",
         "_n_events",
@@ -133,8 +164,10 @@ class StreamState:
         redact: Callable[[str], str] | None = None,
         finish_ends: bool = True,
         calls: list[list[Any]] | None = None,
+        max_events: int | None = None,
     ) -> None:
         self.record = record
+        self._max_events = max_events if max_events is not None else 1 << 62  # output_cap() of the request
         self._calls = calls  # agents: the tool calls streamed back, collected by the dialect
         self._redact = redact or _identity
         self._backlog = 0  # bytes fed and not parsed yet
@@ -350,6 +383,11 @@ class StreamState:
                 self._deltas.append(delta)  # used only when every output event has one >= 1
             self._size_total += len(data)
             rec = self.record
+            if len(rec.events) >= self._max_events:
+                raise InvalidResponse(
+                    f"more output than asked for: over {self._max_events} output events"
+                    f" ({OUTPUT_FACTOR} per token of max_tokens, plus {OUTPUT_SLACK})"
+                )
             if info.reasoning:
                 self._reasoning.append(len(rec.events))
             elif not rec.first_answer_ns:

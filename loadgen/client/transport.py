@@ -43,7 +43,7 @@ from loadgen.client.bounded import ACCEPT_ENCODING, MAX_ERROR, Inflater, read_ca
 from loadgen.client.dialects import Dialect, DialectOptions
 from loadgen.client.keepalive import STALE_ERRNOS, Attempt, KeepAlive
 from loadgen.client.redact import Redactor
-from loadgen.client.stream import MAX_BACKLOG, StreamState
+from loadgen.client.stream import MAX_BACKLOG, StreamState, output_cap
 from loadgen.errors import (
     ConfigError,
     Disconnected,
@@ -237,6 +237,7 @@ class _StreamingTransport:
             redact=self.redact,
             finish_ends=dialect.finish_ends(body),
             calls=spec.calls,
+            max_events=output_cap(body),
         )
 
     async def _read_to_end(

@@ -20,7 +20,7 @@ from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.discovery import discover
 from loadgen.client.probe import probe_prompt_tokens
 from loadgen.client.sse import SSEDecoder
-from loadgen.client.stream import StreamState
+from loadgen.client.stream import StreamState, output_cap
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import InvalidResponse, TargetError
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec
@@ -235,3 +235,26 @@ def test_a_signal_that_lands_while_the_model_list_streams_in_is_an_interrupt(tmp
                     proc.communicate()
         seen.append((proc.returncode, err.decode(errors="replace").strip()[-300:]))
         assert proc.returncode == code, seen
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_a_flood_of_output_past_what_was_asked_is_an_invalid_response(kind: str) -> None:
+    """An endless stream of tiny valid output events for a request of ``max_tokens`` 4:
+    cut at output_cap (4 per token asked for, plus 64), not held until a timeout; the
+    server had written a small part of its 256 MiB when the client went."""
+    with HostileServer(streams=["stream_flood"], size=256 * MIB) as srv:
+        rec = await asyncio.wait_for(_send(srv.url, kind), 120)
+    cap = output_cap({"max_tokens": 4})
+    assert cap == 4 * 4 + 64
+    assert rec.status is ErrorKind.INVALID_RESPONSE and "more output than asked for" in (rec.error or ""), (
+        rec.status,
+        rec.error,
+    )
+    assert len(rec.events) == cap
+
+
+def test_the_output_cap_reads_the_body_sent() -> None:
+    assert output_cap({"max_tokens": 10}) == 104
+    assert output_cap({"max_completion_tokens": 10, "n": 3}) == 4 * 30 + 64
+    assert output_cap({"max_output_tokens": 2, "max_tokens": 5}) == 84  # the largest asked for
+    assert output_cap({"max_tokens": True}) is None and output_cap({}) is None  # no length asked: no cap

@@ -329,7 +329,10 @@ async def test_the_fast_transport_bounds_the_head(head: bytes, why: str) -> None
         recs, _ = await _sequential(f"http://127.0.0.1:{port}", 1)
     finally:
         server.close()
-    assert recs[0].status is ErrorKind.INVALID_RESPONSE and why in (recs[0].error or ""), (recs[0].status, recs[0].error)
+    assert recs[0].status is ErrorKind.INVALID_RESPONSE and why in (recs[0].error or ""), (
+        recs[0].status,
+        recs[0].error,
+    )
 
 
 async def test_interim_responses_are_skipped_and_the_answer_is_the_requests_own() -> None:
