@@ -4,12 +4,22 @@ Each probe starts :class:`tests.hostile_server.HostileServer` on loopback and ru
 bounded ``loadgen run`` under ``/usr/bin/time -v`` (and a hard ``timeout``), with the
 loadgen found on ``--tree`` (a checkout: compare a fix with the code before it):
 
-    python benchmarks/hostile.py --tree /path/to/checkout [--probes longline,error_bomb,...]
+    python benchmarks/hostile.py --tree /path/to/checkout [--vs /path/to/other] [--probes longline,...]
+
+With ``--vs`` the same probes run on a second checkout and a table prints both, side by
+side (the first tree as "before", the second as "after").
 
 Probes: ``longline`` (a 64 MiB SSE line in a 64 KiB gzip body, ``--timeout 40``),
 ``error_bomb`` (HTTP 500, a gzip body inflating to 256 MiB, 4 requests at concurrency 2),
 ``models_bomb`` (``/v1/models`` inflating to 512 MiB), ``trickle`` (``/v1/models`` one byte
-per second, SIGTERM after 5 s). Also ``lag``: the worst event-loop stall seen by a ticker
+per second, SIGTERM after 5 s). Issue 35's: ``interim`` (100 Continue and 103 Early Hints
+before each 200, 4 requests at concurrency 1), ``endless_header`` (a header line that never
+ends, ``--timeout 60``), ``stream_flood`` (1 GiB of tiny valid output events for requests
+of 5 output tokens, ``--timeout 30``), ``echo_percent`` (the API key echoed percent-encoded
+in an error body: the files of the run folder that hold the key or one of its forms),
+``save_result_own`` (``--save-result`` naming the run's own ``records.jsonl``), ``sighup``
+(SIGHUP during a run of slow streams: the exit code and whether summary.json was written).
+Also ``lag``: the worst event-loop stall seen by a ticker
 while the transport takes a 64 MiB flood of tiny events beside a normal stream.
 """
 
@@ -27,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.hostile_server import HostileServer
+from tests.hostile_server import HostileServer, echo_forms
 
 MIB = 1 << 20
 PROBES = {
@@ -39,7 +49,22 @@ PROBES = {
     "error_bomb": ({"streams": ["error_bomb"], "size": 256 * MIB}, ["--requests", "4", "--concurrency", "2"], None),
     "models_bomb": ({"models": "bomb", "size": 512 * MIB}, ["--requests", "1"], None),
     "trickle": ({"models": "trickle", "trickle_s": 1.0}, ["--requests", "1"], 5.0),
+    "interim": ({"streams": ["interim"]}, ["--requests", "4", "--concurrency", "1"], None),
+    "endless_header": ({"streams": ["endless_header"], "size": 8 << 30}, ["--requests", "1", "--timeout", "60"], None),
+    "stream_flood": (
+        {"streams": ["stream_flood"], "size": 1 << 30},
+        ["--requests", "1", "--timeout", "30", "--output-tokens", "5"],
+        None,
+    ),
+    "echo_percent": (
+        {"streams": ["form:status:percent, dashes only"]},
+        ["--requests", "2", "--api-key-env", "HOSTILE_KEY"],
+        None,
+    ),
+    "save_result_own": ({}, ["--requests", "2", "--save-result", "{out}/records.jsonl"], None),
+    "sighup": ({"streams": ["slow"]}, ["--requests", "4", "--concurrency", "2"], ("HUP", 4.0)),
 }
+KEY = "sk-SEC-AAA111"
 
 
 def probe(tree: str, name: str) -> dict[str, object]:
@@ -69,17 +94,19 @@ def probe(tree: str, name: str) -> dict[str, object]:
             "--out",
             str(out),
             "--quiet",
-            *extra,
+            *(a.replace("{out}", str(out)) for a in extra),
         ]
-        env = {**os.environ, "PYTHONPATH": tree}
+        env = {**os.environ, "PYTHONPATH": tree, "HOSTILE_KEY": KEY}
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # cwd: python -m puts the working folder first on sys.path, before PYTHONPATH
+        proc = subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if term_after is not None:
-            time.sleep(term_after)
+            sig, after = term_after if isinstance(term_after, tuple) else ("TERM", term_after)
+            time.sleep(after)
             # the python process is the grandchild (timeout -> time -> python)
             for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split():
                 for gp in subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split():
-                    os.kill(int(gp), signal.SIGTERM)
+                    os.kill(int(gp), getattr(signal, f"SIG{sig}"))
         stdout, stderr = proc.communicate()
         wall = time.monotonic() - t0
         text = stderr.decode(errors="replace")
@@ -87,7 +114,11 @@ def probe(tree: str, name: str) -> dict[str, object]:
         code = re.search(r"Exit status: (\d+)", text)
         recs = []
         if (out / "records.jsonl").exists():
-            recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if line.strip()]
+            for line in (out / "records.jsonl").read_text().splitlines():
+                try:
+                    recs.append(json.loads(line))
+                except ValueError:
+                    recs.append({"status": "(damaged line)"})
         statuses: dict[str, int] = {}
         for r in recs:
             statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -97,8 +128,15 @@ def probe(tree: str, name: str) -> dict[str, object]:
             if ln.strip() and not ln.startswith("\t") and "Command being timed" not in ln
         ]
         errors = sorted({str(r.get("error"))[:90] for r in recs if r.get("error")})
+        forms = [KEY, *echo_forms(KEY).values()]
+        leaked = sorted(
+            f.name for f in out.glob("*") if f.is_file() and any(x.encode() in f.read_bytes() for x in forms)
+        )
         return {
             "probe": name,
+            "server_requests": srv.handled,
+            "summary": (out / "summary.json").exists(),
+            "key_in": leaked,
             "wall_s": round(wall, 1),
             "peak_rss_mib": round(int(rss.group(1)) / 1024) if rss else None,
             "exit": int(code.group(1)) if code else proc.returncode,
@@ -141,6 +179,7 @@ def lag(tree: str) -> None:
             res = subprocess.run(
                 [sys.executable, "-c", _LAG, srv.url, kind],
                 env={**os.environ, "PYTHONPATH": tree},
+                cwd=tree,
                 capture_output=True,
                 text=True,
                 timeout=300,
@@ -148,16 +187,39 @@ def lag(tree: str) -> None:
             print(json.dumps({"probe": "lag", "out": res.stdout.strip(), "err": res.stderr.strip()[-300:]}), flush=True)
 
 
+def _cell(row: dict[str, object]) -> str:
+    recs = ",".join(f"{k} {v}" for k, v in sorted(row["records"].items())) or "none"  # type: ignore[union-attr]
+    extra = f"; key in {','.join(row['key_in'])}" if row["key_in"] else ""  # type: ignore[arg-type]
+    summary = "" if row["summary"] else "; no summary"
+    return (
+        f"{row['wall_s']} s, {row['peak_rss_mib']} MiB, exit {row['exit']}, "
+        f"{recs}; server got {row['server_requests']}{summary}{extra}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", required=True, help="the checkout whose loadgen runs")
+    ap.add_argument("--vs", help="a second checkout: both run, printed side by side")
     ap.add_argument("--probes", default=",".join(PROBES))
     args = ap.parse_args()
+    rows = []
     for name in args.probes.split(","):
         if name == "lag":
             lag(args.tree)
-        else:
-            print(json.dumps(probe(args.tree, name)), flush=True)
+            if args.vs:
+                lag(args.vs)
+            continue
+        before = probe(args.tree, name)
+        print(json.dumps(before), flush=True)
+        if args.vs:
+            after = probe(args.vs, name)
+            print(json.dumps(after), flush=True)
+            rows.append((name, _cell(before), _cell(after)))
+    if rows:
+        print("\n| probe | before | after |\n|---|---|---|")
+        for name, b, a in rows:
+            print(f"| {name} | {b} | {a} |")
 
 
 if __name__ == "__main__":

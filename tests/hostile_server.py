@@ -9,7 +9,7 @@ Every answer closes its connection. ``models`` says what ``GET /v1/models`` gets
   event is one valid ``data:`` line of ``size`` bytes; ``"flood"`` ``size`` bytes of tiny events
   in one gzip body; ``"stream_flood"`` tiny output events, chunked, 64 KiB a write until
   ``size`` bytes or the client goes; ``"interim"`` ``100 Continue`` and ``103 Early Hints``
-  before an ok stream; ``"endless_header"`` a header line that never ends (64 KiB a write
+  before an ok stream; ``"slow"`` 20 tokens, one every 0.5 s; ``"endless_header"`` a header line that never ends (64 KiB a write
   until ``size`` bytes); ``"error_bomb"`` HTTP 500 with a gzip body inflating to ``size``
   bytes; ``"echo_status"`` HTTP 401 whose text repeats every request header;
   ``"echo_event"`` an SSE ``event: error`` repeating them; ``"echo_object"`` a
@@ -210,10 +210,22 @@ class HostileServer:
             for _ in range(self.size // len(block)):
                 writer.write(b"%x\r\n%s\r\n" % (len(block), block))
                 await writer.drain()
+        elif mode == "slow":
+            writer.write(self._head("200 OK", sse, None, "Transfer-Encoding: chunked\r\n"))
+            for i in range(20):
+                ev = _event(
+                    {"choices": [{"index": 0, "text": f" w{i}", "finish_reason": "length" if i == 19 else None}]}
+                )
+                writer.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+                await writer.drain()
+                await asyncio.sleep(0.5)
+            writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (14, b"data: [DONE]\n\n"))
         elif mode == "interim":
             body = _tokens()
-            interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
-            writer.write(interim + self._head("200 OK", sse, len(body)) + body)
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the final answer in a read of its own
+            writer.write(self._head("200 OK", sse, len(body)) + body)
         elif mode == "endless_header":
             writer.write(b"HTTP/1.1 200 OK\r\nX-Endless: ")
             for _ in range(self.size // (64 << 10)):
