@@ -42,8 +42,9 @@ the loop either.
 
 Output beyond the request: a request that asked for ``max_tokens`` tokens (per choice) may
 stream at most :func:`output_cap` output events (:data:`OUTPUT_FACTOR` per token asked for,
-plus :data:`OUTPUT_SLACK`); one more is ``invalid_response``, so a server that floods a
-request with output never holds millions of events in memory.
+plus :data:`OUTPUT_SLACK`); the piece of a read (at most :data:`SLICE` bytes) that takes it
+past that ends it as ``invalid_response``, so a server that floods a request with output
+never holds millions of events in memory.
 
 The server's usage is checked before it is used: a count must be an integer >= 0 (not a
 bool), and a claim must be possible for what was streamed: no event can carry more tokens
@@ -264,6 +265,7 @@ class StreamState:
             return
         start = _clock()
         sse_feed, on_event = self._sse.feed, self._event
+        events, cap = self.record.events, self._max_events
         try:
             while pending:
                 chunk, off, t_ns = pending.popleft()
@@ -276,6 +278,11 @@ class StreamState:
                 self._backlog -= len(piece)
                 for ev in sse_feed(piece):
                     on_event(ev, t_ns)
+                if len(events) > cap:  # per piece, not per event: the hot path pays nothing
+                    raise InvalidResponse(
+                        f"more output than asked for: over {cap} output events"
+                        f" ({OUTPUT_FACTOR} per token of max_tokens, plus {OUTPUT_SLACK})"
+                    )
                 if pending and budget_ns is not None and self._loop is not None and _clock() - start > budget_ns:
                     self._scheduled = True
                     self._loop.call_soon(self._parse_pending)
@@ -383,11 +390,6 @@ class StreamState:
                 self._deltas.append(delta)  # used only when every output event has one >= 1
             self._size_total += len(data)
             rec = self.record
-            if len(rec.events) >= self._max_events:
-                raise InvalidResponse(
-                    f"more output than asked for: over {self._max_events} output events"
-                    f" ({OUTPUT_FACTOR} per token of max_tokens, plus {OUTPUT_SLACK})"
-                )
             if info.reasoning:
                 self._reasoning.append(len(rec.events))
             elif not rec.first_answer_ns:

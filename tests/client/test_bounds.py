@@ -20,7 +20,7 @@ from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.discovery import discover
 from loadgen.client.probe import probe_prompt_tokens
 from loadgen.client.sse import SSEDecoder
-from loadgen.client.stream import StreamState, output_cap
+from loadgen.client.stream import SLICE, StreamState, output_cap
 from loadgen.client.transport import TransportConfig, make_transport
 from loadgen.errors import InvalidResponse, TargetError
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec
@@ -250,7 +250,7 @@ async def test_a_flood_of_output_past_what_was_asked_is_an_invalid_response(kind
         rec.status,
         rec.error,
     )
-    assert len(rec.events) == cap
+    assert cap < len(rec.events) <= cap + SLICE // 60  # checked per piece of a read: an event is over 60 bytes
 
 
 def test_the_output_cap_reads_the_body_sent() -> None:
