@@ -3,9 +3,9 @@
 ``./workloads`` and ``./profiles`` in the current directory first (the user's own
 files), then the ones that ship inside the package (``loadgen/data/``, which in a
 source checkout links to the top-level ``workloads/`` and ``profiles/``). A file path
-under ``workloads/`` or ``profiles/`` (the README's ``workloads/samples/sharegpt.json``,
-``profiles/matrix/chunking.toml``) that is not in the current directory is the
-package's copy (:func:`shipped`), so the README's commands run from any folder.
+under ``workloads/`` or ``profiles/`` (``workloads/samples/sharegpt.json`` in ``docs/guide.md``,
+the README's ``profiles/matrix/chunking.toml``) that is not in the current directory is the
+package's copy (:func:`shipped`), so the documented commands run from any folder.
 """
 
 from __future__ import annotations

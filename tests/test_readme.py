@@ -1,4 +1,9 @@
-"""Every `loadgen run` example of the README runs (bounded) against a scripted server."""
+"""Every `loadgen run` and `loadgen serve` example of the README and the docs it moved to runs (bounded).
+
+The README is a front page; its examples and the ones that moved to ``docs/guide.md`` (the
+step-by-step guide) and ``docs/server.md`` (running the reference server) are read from all
+three pages.
+"""
 
 from __future__ import annotations
 
@@ -14,17 +19,23 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from tests.scripted_server import Script, ScriptedServerProcess
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = (README, ROOT / "docs" / "guide.md", ROOT / "docs" / "server.md")
 
 
-def readme_commands(prefix: str) -> list[str]:
-    text = README.read_text()
-    blocks = re.findall(r"```\n(.*?)```", text, flags=re.S)
+def page_commands(page: Path, prefix: str) -> list[str]:
+    blocks = re.findall(r"```\n(.*?)```", page.read_text(), flags=re.S)
     cmds: list[str] = []
     for block in blocks:
         joined = block.replace("\\\n", " ")
         cmds += [line.strip() for line in joined.splitlines() if line.strip().startswith(prefix)]
     return cmds
+
+
+def readme_commands(prefix: str) -> list[str]:
+    """The untagged code blocks' commands starting with ``prefix``, over the README and the pages its examples moved to."""
+    return list(dict.fromkeys(cmd for page in PAGES for cmd in page_commands(page, prefix)))
 
 
 RUNS = readme_commands("loadgen run")
@@ -39,6 +50,19 @@ def server() -> Iterator[ScriptedServerProcess]:
 def test_readme_has_the_examples() -> None:
     assert len(RUNS) >= 5
     assert any("--profile" in c for c in RUNS) and any("--rate" in c for c in RUNS)
+
+
+def test_readme_is_a_front_page_with_the_path() -> None:
+    """At most ~200 lines, and one command for each step: serve, run, sweep, compare, report."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200
+    assert any("--engine sim" in c for c in page_commands(README, "loadgen serve"))
+    runs = page_commands(README, "loadgen run")
+    assert any("--profile" in c for c in runs) and any("--profile" not in c for c in runs)
+    for command in ("loadgen compare ", "loadgen report ", "loadgen matrix "):
+        assert page_commands(README, command), command
+    for page in ("guide", "guarantees", "metrics", "server", "api", "cli"):
+        assert f"](docs/{page}.md" in text, page
 
 
 @pytest.mark.parametrize("cmd", RUNS)

@@ -87,7 +87,7 @@ def test_the_lock_goes_with_the_run(tmp_path: Path) -> None:
         second = _loadgen(out, srv.url, "--requests", "3")
     assert first.returncode == 0 and second.returncode == 0, second.stderr
     assert not (out / LOCK_FILE).exists()
-    assert len(list(read_records(str(out)))) == 3  # a str, as the README shows it
+    assert len(list(read_records(str(out)))) == 3  # a str, as docs/guide.md shows it
 
 
 @pytest.fixture
