@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadgen.load.store import RecordStore
@@ -61,7 +61,7 @@ def records(draw: st.DrawFn) -> list[RequestRecord]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records())
 def test_the_store_gives_back_every_field_and_event_exactly(recs: list[RequestRecord]) -> None:
     store = RecordStore()
