@@ -24,7 +24,7 @@ from _bench import server_process, use_uvloop
 from aiohttp import web
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.records import RequestRecord, RequestSpec
 
 _CFG = {"batch": int(os.environ.get("ANSWER_BATCH", "8")), "dim": int(os.environ.get("ANSWER_DIM", "384"))}

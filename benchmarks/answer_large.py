@@ -26,7 +26,7 @@ from _bench import server_process
 from aiohttp import web
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.records import RequestRecord, RequestSpec
 
 _CFG = {"mib": float(os.environ.get("ANSWER_MIB", "60")), "batch": int(os.environ.get("ANSWER_BATCH", "768"))}

@@ -149,7 +149,7 @@ def probe(tree: str, name: str) -> dict[str, object]:
 _LAG = """
 import asyncio, sys, time
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.records import RequestRecord, RequestSpec
 
 async def main(url, kind):

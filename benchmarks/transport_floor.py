@@ -38,7 +38,7 @@ from _bench import raise_fd_limit, server_process, use_uvloop
 from client_overhead import SPACING_S, TOKENS, routes
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import RequestSpec
 

@@ -24,7 +24,7 @@ from loadgen.aio import new_event_loop
 from loadgen.calibration import calibrate, dialect_options, probe_for
 from loadgen.client.dialects import dialect_names, get_dialect
 from loadgen.client.discovery import ServerInfo, discover
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.errors import ConfigError, WorkloadError
 from loadgen.load.executor import InProcess, LevelExecutor
 from loadgen.load.ray_pool import RayCluster, RayPool, connect

@@ -39,7 +39,7 @@ __all__ = ["DEFAULT_TRANSPORT", "MAX_TRIALS", "MAX_WORKERS", "DashboardAt", "Ori
 
 MAX_TRIALS = 100  # --trials: repeats of one level
 MAX_WORKERS = 1024  # --workers: processes or Ray actors that send
-DEFAULT_TRANSPORT = "fast"  # HTTP/1.1 on httptools (loadgen/client/fast.py); aiohttp and httpx on request
+DEFAULT_TRANSPORT = "fast"  # HTTP/1.1 on httptools (loadgen/client/transports/fast.py); aiohttp and httpx on request
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class RunConfig:
         o = self.origin
         _check_url(self.url, "url", o)
         from loadgen.client.dialects import get_dialect
-        from loadgen.client.transport import TRANSPORTS
+        from loadgen.client.transports import TRANSPORTS
 
         try:
             get_dialect(self.api)

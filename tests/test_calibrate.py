@@ -10,7 +10,7 @@ import pytest
 from loadgen.calibration import calibrate
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.errors import TargetError
 from loadgen.records import RequestSpec
 from loadgen.workload.prompts import PromptSynthesizer

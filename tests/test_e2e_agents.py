@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import RequestRecord, RequestSpec

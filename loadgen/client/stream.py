@@ -34,7 +34,7 @@ appends the tool calls streamed back, ``[key, id, name, arguments]`` each.
 End of a stream: the answer has ended at its first ``finish_reason`` (unless the request
 asked for several choices: ``finish_ends`` False) or at ``[DONE]`` (the dialect's marker);
 :attr:`StreamState.on_end` is called then, so the transport can stop waiting for a server
-that holds the connection open (see :mod:`loadgen.client.transport`); it is called as well
+that holds the connection open (see :mod:`loadgen.client.transports.base`); it is called as well
 when a bad event is found, which ends the stream. The record's ``done_ns`` is the time of the stream's last
 event (``[DONE]`` when it came; nothing after ``[DONE]`` counts). Settling the tokens at the
 end runs in slices too (:meth:`StreamState.end`), so a million-event answer does not stall

@@ -13,7 +13,7 @@ import pytest
 from loadgen.client import answer
 from loadgen.client.answer import AnswerState
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TRANSPORTS, TransportConfig, make_transport
+from loadgen.client.transports import TRANSPORTS, TransportConfig, make_transport
 from loadgen.errors import InvalidResponse
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec

@@ -21,7 +21,7 @@ from loadgen.client.discovery import discover
 from loadgen.client.probe import probe_prompt_tokens
 from loadgen.client.sse import SSEDecoder
 from loadgen.client.stream import SLICE, StreamState, output_cap
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.errors import InvalidResponse, TargetError
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec
 from tests.hostile_server import HostileServer, gzip_bytes

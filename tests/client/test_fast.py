@@ -15,8 +15,7 @@ import pytest
 from aiohttp import web
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.fast import FastTransport
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import FastTransport, TransportConfig, make_transport
 from loadgen.errors import ConfigError
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec
 

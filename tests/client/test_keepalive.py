@@ -14,7 +14,7 @@ import pytest
 
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.keepalive import FRESH_AFTER
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.metrics.summary import summarize_level
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec
 from tests.client.closing_server import ClosingServer

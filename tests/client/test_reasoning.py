@@ -11,7 +11,7 @@ import pytest
 
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.stream import StreamState
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.records import RequestRecord, RequestSpec, TokenSource
 from tests.scripted_server import ScriptedServer
 

@@ -14,7 +14,7 @@ import pytest
 from loadgen.client import answer, skim
 from loadgen.client.answer import AnswerState
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TRANSPORTS, TransportConfig, make_transport
+from loadgen.client.transports import TRANSPORTS, TransportConfig, make_transport
 from loadgen.errors import TransportError
 from loadgen.records import RequestRecord, RequestSpec
 from tests.scripted_server import Script, ScriptedServer

@@ -16,14 +16,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 import loadgen.errors
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.stream import StreamState
-from loadgen.client.transport import (
-    ERROR_KINDS,
-    FOREIGN_ERRORS,
-    TransportConfig,
-    _StreamingTransport,
-    _translated,
-    make_transport,
-)
+from loadgen.client.transports import ERROR_KINDS, FOREIGN_ERRORS, StreamingTransport, TransportConfig, make_transport
+from loadgen.client.transports.base import _translated
 from loadgen.errors import TransportError
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec, TokenSource
@@ -213,14 +207,14 @@ _URL = yarl.URL("http://127.0.0.1:9/v1/completions")
 _REQUEST = aiohttp.RequestInfo(_URL, "POST", CIMultiDictProxy(CIMultiDict()), _URL)
 
 
-class _Raises(_StreamingTransport):
+class _Raises(StreamingTransport):
     """A transport whose exchange fails with a given library exception after one event."""
 
     def __init__(self, exc: BaseException) -> None:
         super().__init__(TransportConfig("http://127.0.0.1:9", get_dialect("completions"), DialectOptions()))
         self.exc = exc
 
-    async def _exchange(self, body: dict[str, Any], state: StreamState, attempt: Any, fresh: bool = False) -> None:
+    async def exchange(self, body: dict[str, Any], state: StreamState, attempt: Any, fresh: bool = False) -> None:
         state.record.sent_ns = 1
         state.feed(b'data: {"choices": [{"text": "a"}]}\n\n', 2)
         raise self.exc

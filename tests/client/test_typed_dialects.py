@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.stream import StreamState
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import ErrorKind, RequestRecord, RequestSpec, TokenSource
 from loadgen.report.readers import read_records

@@ -17,7 +17,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import ErrorKind, RequestSpec
 from loadgen.server.app import serve_in_thread

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from loadgen.client.bounded import MAX_LINE
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import ErrorKind, RequestSpec
 from tests.fuzz.strategies import budget

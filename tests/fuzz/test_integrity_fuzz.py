@@ -35,7 +35,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TRANSPORTS, TransportConfig, make_transport
+from loadgen.client.transports import TRANSPORTS, TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import ErrorKind, RequestSpec
 from tests.fuzz.strategies import budget

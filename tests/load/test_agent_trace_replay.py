@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.load import agent as agent_module
 from loadgen.load import runner as runner_module
 from loadgen.load.runner import LevelPlan, Runner

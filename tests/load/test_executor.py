@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.load.executor import InProcess, LevelExecutor
 from loadgen.load.plan import LevelPlan, LevelResult
 from loadgen.load.profiles import Profile

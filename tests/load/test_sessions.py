@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from loadgen.client.dialects import DialectOptions, get_dialect
-from loadgen.client.transport import TransportConfig, make_transport
+from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import RequestRecord, RequestSpec
 from loadgen.server.api import create_app

@@ -2,9 +2,9 @@
 
 Built for timing: each read is stamped with ``perf_counter_ns()`` in the protocol's
 ``data_received`` and its body bytes go straight to the request's
-:class:`~loadgen.client.stream.StreamState` (:mod:`loadgen.client.fast_conn`); no
+:class:`~loadgen.client.stream.StreamState` (:mod:`.fast_conn`); no
 coroutine wakes per read. Requests, records, the end grace, redaction, error kinds and
-the stale keep-alive rule are the shared ones of :mod:`loadgen.client.transport`.
+the stale keep-alive rule are the shared ones of :mod:`.base`.
 
 What it does: keep-alive connections (at most ``max_connections`` per event loop),
 ``Content-Length``, chunked and connection-delimited bodies, ``gzip``/``deflate``
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,13 +29,14 @@ import orjson
 
 from loadgen.client.answer import BodyState
 from loadgen.client.bounded import ACCEPT_ENCODING, MAX_ERROR, Inflater
-from loadgen.client.fast_conn import Conn, Pool
 from loadgen.client.keepalive import Attempt
-from loadgen.client.transport import TransportConfig, _now, _Stale, _StreamingTransport
+from loadgen.client.transports.base import Stale, StreamingTransport, TransportConfig
+from loadgen.client.transports.fast_conn import Conn, Pool
 from loadgen.errors import ConfigError, Disconnected, InvalidResponse
 
 __all__ = ["FastTransport"]
 
+_now = time.perf_counter_ns
 _DEFAULTS = {"content-type": "application/json", "accept-encoding": ACCEPT_ENCODING, "user-agent": "loadgen"}
 _OURS = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # framing: set here only
 
@@ -68,7 +70,7 @@ def _request_head(url: str, headers: dict[str, str]) -> tuple[str, int, bool, by
     return host, port, tls, head
 
 
-class FastTransport(_StreamingTransport):
+class FastTransport(StreamingTransport):
     """HTTP/1.1 streaming on an asyncio protocol (see the module); one pool per event loop."""
 
     def __init__(self, config: TransportConfig) -> None:
@@ -97,14 +99,14 @@ class FastTransport(_StreamingTransport):
         return pool
 
     async def warm(self, n: int) -> int:
-        """As the other transports' (:meth:`_StreamingTransport.warm`), without a request: up
+        """As the other transports' (:meth:`StreamingTransport.warm`), without a request: up
         to ``n`` connections opened and left idle, less those already idle."""
         return await super().warm(n - len(self.pool.idle))
 
-    async def _warm_one(self, attempt: Attempt) -> None:
+    async def warm_one(self, attempt: Attempt) -> None:
         await self.pool.open_idle(attempt)
 
-    async def _exchange(self, body: dict[str, Any], state: BodyState, attempt: Attempt, fresh: bool = False) -> None:
+    async def exchange(self, body: dict[str, Any], state: BodyState, attempt: Attempt, fresh: bool = False) -> None:
         keepalive = self.keepalive
         single = fresh or keepalive.fresh  # a connection for this request only
         record = state.record
@@ -127,14 +129,14 @@ class FastTransport(_StreamingTransport):
                 except Disconnected as exc:
                     answered = started and conn.got_bytes  # a byte of this request's response
                     if not fresh and not answered and keepalive.may_resend(attempt, True):
-                        raise _Stale() from exc
+                        raise Stale() from exc
                     raise
                 keepalive.answered(attempt)
                 if conn.status != 200:
                     text = await _error_body(conn)
                     keep = True
-                    raise self._status_error(conn.status, text, conn.location)
-                await self._read_to_end(state, lambda: _read(conn, state), lambda: conn.complete)
+                    raise self.status_error(conn.status, text, conn.location)
+                await self.read_to_end(state, lambda: _read(conn, state), lambda: conn.complete)
                 keep = not single
             finally:
                 pool.release(conn, keep)
