@@ -18,7 +18,10 @@ ends, ``--timeout 60``), ``stream_flood`` (1 GiB of tiny valid output events for
 of 5 output tokens, ``--timeout 30``), ``echo_percent`` (the API key echoed percent-encoded
 in an error body: the files of the run folder that hold the key or one of its forms),
 ``save_result_own`` (``--save-result`` naming the run's own ``records.jsonl``), ``sighup``
-(SIGHUP during a run of slow streams: the exit code and whether summary.json was written).
+(SIGHUP during a run of slow streams: the exit code and whether summary.json was written),
+``trace_1e300`` (an agent trace whose tool call lasts 1e300 ms; SIGTERM after 20 s),
+``watch_devzero`` (``loadgen watch`` of a folder whose run.json links to /dev/zero, under a
+6 GiB address-space limit; SIGTERM after 8 s).
 Also ``lag``: the worst event-loop stall seen by a ticker
 while the transport takes a 64 MiB flood of tiny events beside a normal stream.
 """
@@ -26,6 +29,7 @@ while the transport takes a 64 MiB flood of tiny events beside a normal stream.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -63,7 +67,13 @@ PROBES = {
     ),
     "save_result_own": ({}, ["--requests", "2", "--save-result", "{out}/records.jsonl"], None),
     "sighup": ({"streams": ["slow"]}, ["--requests", "4", "--concurrency", "2"], ("HUP", 4.0)),
+    "trace_1e300": ({}, ["--trace", "{tmp}/trace.jsonl"], ("TERM", 20.0)),
+    "watch_devzero": ({}, ["WATCH"], ("TERM", 8.0)),
 }
+TRACE = [
+    {"task": "a", "step": 1, "output_tokens": 4, "tool_tokens": 20, "tool_latency_ms": 1e300, "t_s": 0},
+    {"task": "a", "step": 2, "output_tokens": 4},
+]
 KEY = "sk-SEC-AAA111"
 
 
@@ -71,6 +81,11 @@ def probe(tree: str, name: str) -> dict[str, object]:
     server_kw, extra, term_after = PROBES[name]
     with HostileServer(**server_kw) as srv, tempfile.TemporaryDirectory() as tmp:  # type: ignore[arg-type]
         out = Path(tmp) / "run"
+        (Path(tmp) / "trace.jsonl").write_text("".join(json.dumps(row) + "\n" for row in TRACE))
+        if extra == ["WATCH"]:  # loadgen watch of a folder whose run.json is a link to /dev/zero
+            out.mkdir()
+            (out / "run.json").symlink_to("/dev/zero")
+            extra = []
         cmd = [
             "timeout",
             "-s",
@@ -81,7 +96,7 @@ def probe(tree: str, name: str) -> dict[str, object]:
             sys.executable,
             "-m",
             "loadgen.cli",
-            "run",
+            *(["watch", str(out), "--port", "0"] if name == "watch_devzero" else ["run"]),
             "--url",
             srv.url,
             "--api",
@@ -94,15 +109,23 @@ def probe(tree: str, name: str) -> dict[str, object]:
             "--out",
             str(out),
             "--quiet",
-            *(a.replace("{out}", str(out)) for a in extra),
+            *(a.replace("{out}", str(out)).replace("{tmp}", tmp) for a in extra),
         ]
+        if "--trace" in extra:  # a trace brings its own lengths
+            at = cmd.index("--prompt-tokens")
+            del cmd[at : at + 4]
+            cmd[cmd.index("completions")] = "chat"  # an agent's calls are chat calls
+        if name == "watch_devzero":
+            cmd = cmd[: cmd.index("--url")]  # watch takes no run flags
+            cmd[:0] = ["prlimit", f"--as={6 << 30}"]  # 6 GiB of address space: the old read stops there
         env = {**os.environ, "PYTHONPATH": tree, "HOSTILE_KEY": KEY}
         t0 = time.monotonic()
         # cwd: python -m puts the working folder first on sys.path, before PYTHONPATH
         proc = subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if term_after is not None:
             sig, after = term_after if isinstance(term_after, tuple) else ("TERM", term_after)
-            time.sleep(after)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(after)  # a process that ends sooner is not waited for
             # the python process is the grandchild (timeout -> time -> python)
             for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split():
                 for gp in subprocess.run(["pgrep", "-P", pid], capture_output=True, text=True).stdout.split():
@@ -112,6 +135,7 @@ def probe(tree: str, name: str) -> dict[str, object]:
         text = stderr.decode(errors="replace")
         rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
         code = re.search(r"Exit status: (\d+)", text)
+        killed = re.search(r"Command terminated by signal (\d+)", text)
         recs = []
         if (out / "records.jsonl").exists():
             for line in (out / "records.jsonl").read_text().splitlines():
@@ -139,7 +163,11 @@ def probe(tree: str, name: str) -> dict[str, object]:
             "key_in": leaked,
             "wall_s": round(wall, 1),
             "peak_rss_mib": round(int(rss.group(1)) / 1024) if rss else None,
-            "exit": int(code.group(1)) if code else proc.returncode,
+            "exit": f"killed by signal {killed.group(1)}"
+            if killed
+            else int(code.group(1))
+            if code
+            else proc.returncode,
             "records": statuses,
             "errors": errors,
             "line": last[0][:160] if last else "",
