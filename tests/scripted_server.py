@@ -260,13 +260,13 @@ class ScriptedServer:
         await resp.prepare(request)
         nl = sc.line_end
         pending: list[bytes] = []
-        log = Served(" ".join(texts), arrival_ns)
-        self.served.append(log)
+        entry = Served(" ".join(texts), arrival_ns)
+        self.served.append(entry)
         outputs = 0  # output events in pending
 
         async def flush() -> None:
             nonlocal outputs
-            log.writes += [time.perf_counter_ns()] * outputs  # before the write: no read can precede it
+            entry.writes += [time.perf_counter_ns()] * outputs  # before the write: no read can precede it
             outputs = 0
             await resp.write(b"".join(pending))
             pending.clear()

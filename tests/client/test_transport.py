@@ -62,9 +62,9 @@ def _ttft_ms(r: RequestRecord) -> float:
 @pytest.mark.parametrize("kind", TRANSPORTS)
 @pytest.mark.parametrize("tokens_per_event", [1, 4])
 async def test_timing_matches_script_at_concurrency_1(api: str, kind: str, tokens_per_event: int) -> None:
-    """Timed against what the server did (its write times), not its script: no event is
-    stamped before its write; stated tolerance: the median TTFT within a sixth (5 ms of the
-    script's 30) over the server's own, the gaps within a fifth (2 ms of 10) of its gaps."""
+    """Timed against what the server did (its write times), not its script, whose sleeps a
+    loaded machine stretches: no event is stamped before its write; stated tolerance: the
+    median TTFT within 5 ms over the server's own, the median gap within 2 ms of its gaps."""
     script = Script(ttft_s=0.030, itl_s=0.010, tokens_per_event=tokens_per_event)
     async with ScriptedServer(script) as srv:
         recs = await _run(srv.url, 5, 1, 16, warmup=1, api=api, kind=kind)
@@ -75,7 +75,7 @@ async def test_timing_matches_script_at_concurrency_1(api: str, kind: str, token
         assert r.output_tokens == 16 and r.completion_tokens == 16
         assert r.token_source is TokenSource.EVENTS_CORRECTED
         assert all(n == tokens_per_event for _, n in r.events)
-    assert_timed_as_written(recs, srv.served, ttft_over=1 / 6, gap_off=1 / 5)
+    assert_timed_as_written(recs, srv.served, ttft_ms=5.0, gap_ms=2.0)
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
@@ -88,10 +88,11 @@ async def test_timing_matches_script_at_concurrency_64(api: str) -> None:
     assert len(recs) == 64 and all(r.ok for r in recs)
     assert sum(r.output_tokens for r in recs) == 64 * 12
     # Against the server's own times (same CLOCK_MONOTONIC in both processes). 64 requests
-    # reach a one-process Python server at once, on two shared cores: it reads the later ones
-    # late, so TTFT has a one-sided, stated tolerance (+40 ms of the script's 50); the gaps
-    # must hold 3 ms of 25. (benchmarks/client_overhead.py measures the client's own error exactly.)
-    assert_timed_as_written(recs, served, ttft_over=0.8, gap_off=0.12)
+    # reach a one-process Python server at once, on two shared cores: it begins the later
+    # ones late, so the TTFT excess counts the first event's way back only (sent before the
+    # server began, exactly), within the stated 40 ms; the gaps must hold 3 ms.
+    # (benchmarks/client_overhead.py measures the client's own error exactly.)
+    assert_timed_as_written(recs, served, ttft_ms=40.0, gap_ms=3.0, request_side=False)
 
 
 async def test_continuous_usage_gives_per_event_counts() -> None:
@@ -120,10 +121,14 @@ async def test_role_only_chat_event_is_not_the_first_token() -> None:
 
 
 async def test_coalesced_events_share_a_timestamp() -> None:
-    async with ScriptedServer(Script(ttft_s=0.005, itl_s=0.005, events_per_write=4)) as srv:
+    """Four events per write, the two writes 100 ms apart (a loaded machine would have to
+    stall the client that long to read them at once): one stamp per write, none before it."""
+    async with ScriptedServer(Script(ttft_s=0.005, itl_s=0.025, events_per_write=4)) as srv:
         recs = await _run(srv.url, 1, 1, 8)
     ts = [t for t, _ in recs[0].events]
+    writes = srv.served[0].writes
     assert len(ts) == 8 and len(set(ts)) == 2
+    assert len(set(writes)) == 2 and all(t >= w for t, w in zip(ts, writes, strict=True))
 
 
 @pytest.mark.parametrize("kind", TRANSPORTS)
