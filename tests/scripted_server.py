@@ -13,6 +13,12 @@ event formats (tests/api_formats.py) on the same schedule, with the same faults.
 
 Prompt tokens are counted by a deterministic stand-in tokenizer: ``round(words *
 tokens_per_word)`` of the text, plus ``template_tokens`` per chat message.
+
+Each streamed request is logged as :class:`Served` (``ScriptedServer.served``, or ``GET
+/scripted/served`` from a server in its own process): when its handler began and when each
+output event was handed to the socket, on ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on
+Linux, the clock of the client's stamps in any process of the machine). Timing tests compare
+the client's stamps with these, not with the script, whose sleeps stretch on a loaded machine.
 """
 
 from __future__ import annotations
@@ -22,14 +28,15 @@ import contextlib
 import json
 import random
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+import httpx
 from aiohttp import web
 
 from tests.api_formats import FORMATS
 
-__all__ = ["Script", "ScriptedServer"]
+__all__ = ["Script", "ScriptedServer", "ScriptedServerProcess", "Served"]
 
 
 @dataclass
@@ -81,12 +88,22 @@ class Script:
     dimensions: int = 8
 
 
+@dataclass
+class Served:
+    """One streamed request as the server served it, in ``perf_counter_ns`` (see the module docstring)."""
+
+    prompt: str  # the prompt's texts joined by spaces
+    arrival_ns: int  # the handler began (the request had been read)
+    writes: list[int] = field(default_factory=list)  # per output event, just before the write that carried it
+
+
 class ScriptedServer:
     def __init__(self, script: Script | None = None, prompt_tokens: int | None = None) -> None:
         self.script = script or Script()
         self.prompt_tokens = prompt_tokens
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.served: list[Served] = []
         self.url = ""
         self.in_flight = 0
         self._runner: web.AppRunner | None = None
@@ -99,6 +116,7 @@ class ScriptedServer:
         for path in FORMATS:
             app.router.add_post(path, self._handle)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/scripted/served", self._served)
         for path in ("/v1/embeddings", "/v1/rerank", "/v1/score"):
             app.router.add_post(path, self._pooling)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -115,6 +133,9 @@ class ScriptedServer:
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "scripted-model", "object": "model"}]})
+
+    async def _served(self, request: web.Request) -> web.Response:
+        return web.json_response([asdict(s) for s in self.served])
 
     async def _pooling(self, request: web.Request) -> web.StreamResponse:
         """An embeddings, rerank or score answer after ``ttft_s`` (one JSON object)."""
@@ -181,6 +202,7 @@ class ScriptedServer:
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
+        arrival_ns = time.perf_counter_ns()
         body = await request.json()
         served = len(self.requests)
         self.requests.append(body)
@@ -207,15 +229,20 @@ class ScriptedServer:
             return web.json_response({"error": {"message": "scripted failure"}}, status=sc.status)
         chat = request.path.endswith("/chat/completions")
         typed = FORMATS.get(request.path)  # the Responses / Messages formats, else OpenAI's
+        if typed is not None:
+            texts = typed.prompt_texts(body)
+        elif chat:
+            texts = [str(m.get("content", "")) for m in body.get("messages", [])]
+        else:
+            texts = [str(body.get("prompt", ""))]
         if self.prompt_tokens is not None:
             n_prompt = self.prompt_tokens
         elif typed is not None:
-            texts = typed.prompt_texts(body)
             n_prompt = sum(_count(t, sc) for t in texts) + (sc.template_tokens * len(texts) if len(texts) > 1 else 0)
         elif chat:  # each message's words + what a chat template would add
-            n_prompt = sum(_count(str(m.get("content", "")), sc) + sc.template_tokens for m in body.get("messages", []))
+            n_prompt = sum(_count(t, sc) + sc.template_tokens for t in texts)
         else:
-            n_prompt = _count(str(body.get("prompt", "")), sc)
+            n_prompt = _count(texts[0], sc)
         max_field = "max_tokens" if typed is None else typed.max_field
         n_out = sc.output_tokens if sc.output_tokens is not None else int(body.get(max_field, 16))
         stream = body.get("stream", True) is not False
@@ -233,18 +260,29 @@ class ScriptedServer:
         await resp.prepare(request)
         nl = sc.line_end
         pending: list[bytes] = []
+        entry = Served(" ".join(texts), arrival_ns)
+        self.served.append(entry)
+        outputs = 0  # output events in pending
 
-        async def emit(obj: Any, at: float | None = None, event: str | None = None) -> None:
+        async def flush() -> None:
+            nonlocal outputs
+            entry.writes += [time.perf_counter_ns()] * outputs  # before the write: no read can precede it
+            outputs = 0
+            await resp.write(b"".join(pending))
+            pending.clear()
+
+        async def emit(obj: Any, at: float | None = None, event: str | None = None, output: bool = False) -> None:
+            nonlocal outputs
             data = obj if isinstance(obj, str) else json.dumps(obj)
             head = f"event: {event}{nl}" if event else ""
             pending.append(f"{head}data: {data}{nl}{nl}".encode())
+            outputs += output
             if len(pending) >= sc.events_per_write:
                 if at is not None:
                     delay = at - time.perf_counter()
                     if delay > 0:
                         await asyncio.sleep(delay)
-                await resp.write(b"".join(pending))
-                pending.clear()
+                await flush()
 
         def chunk(text: str, finish: str | None, cum: int) -> dict[str, Any]:
             if chat:
@@ -276,7 +314,7 @@ class ScriptedServer:
         while sent < n_out:
             if sc.disconnect_after is not None and k >= sc.disconnect_after:
                 if pending:
-                    await resp.write(b"".join(pending))
+                    await flush()
                 request.transport.close()  # type: ignore[union-attr]
                 return resp
             if sc.malformed_after is not None and k >= sc.malformed_after:
@@ -295,10 +333,11 @@ class ScriptedServer:
             at = t0 + sc.ttft_s + k * sc.itl_s
             if writer is not None:
                 kind = "tool" if sc.tool_calls else "reasoning" if sent <= sc.reasoning else "text"
-                for i, (name, obj) in enumerate(writer.delta(" tok" * n, kind)):
-                    await emit(obj, at if i == 0 else None, name)
+                events = writer.delta(" tok" * n, kind)  # the last one carries the output
+                for i, (name, obj) in enumerate(events):
+                    await emit(obj, at if i == 0 else None, name, output=i == len(events) - 1)
             else:
-                await emit(chunk(" tok" * n, finish, sent), at)
+                await emit(chunk(" tok" * n, finish, sent), at, output=True)
             k += 1
         if writer is not None:
             if sc.error_after is None and sc.malformed_after is None:
@@ -311,7 +350,7 @@ class ScriptedServer:
         if sc.done and writer is None:  # the typed APIs have no end marker
             await emit("[DONE]")
         if pending:
-            await resp.write(b"".join(pending))
+            await flush()
         await resp.write_eof()
         return resp
 
@@ -356,7 +395,6 @@ class ScriptedServerProcess:
     def __enter__(self) -> ScriptedServerProcess:
         import subprocess
         import sys
-        from dataclasses import asdict
 
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.scripted_server", json.dumps(asdict(self.script))],
@@ -367,6 +405,12 @@ class ScriptedServerProcess:
         if not self.url:
             raise RuntimeError("scripted server process did not start")
         return self
+
+    async def fetch_served(self) -> list[Served]:
+        """The process's log of streamed requests (``ScriptedServer.served``), as it stands now."""
+        async with httpx.AsyncClient() as client:
+            answer = await client.get(self.url + "/scripted/served")
+        return [Served(**s) for s in answer.raise_for_status().json()]
 
     def __exit__(self, *exc: object) -> None:
         self._proc.terminate()
