@@ -56,8 +56,8 @@ import loadgen.load.executor as executor
 from loadgen.api import run
 from loadgen.load.profiles import Profile
 from loadgen.metrics.results import LevelSummary
+from loadgen.orchestrate import RunConfig
 from loadgen.report.files import read_records
-from loadgen.runconfig import RunConfig
 from loadgen.server.config import ServeConfig, SimOptions
 from loadgen.server.process import ServerProcess
 from loadgen.server.sim.gpus import get_gpu

@@ -36,10 +36,10 @@ if TYPE_CHECKING:
         percentile_interval,
         proportion_interval,
     )
+    from loadgen.orchestrate import DashboardAt, RunConfig
     from loadgen.records import RequestRecord, RequestSpec
     from loadgen.report.files import read_run_info
     from loadgen.report.readers import read_records
-    from loadgen.runconfig import DashboardAt, RunConfig
     from loadgen.runinfo import RunInfo
     from loadgen.server.config import ServeConfig
     from loadgen.server.process import ServerProcess
@@ -49,8 +49,8 @@ _EXPORTS = {
     "run": "loadgen.api",
     "read_summary": "loadgen.api",
     "records_frame": "loadgen.api",
-    "RunConfig": "loadgen.runconfig",
-    "DashboardAt": "loadgen.runconfig",
+    "RunConfig": "loadgen.orchestrate",
+    "DashboardAt": "loadgen.orchestrate",
     "Profile": "loadgen.load.profiles",
     "load_profile": "loadgen.api",
     "Workload": "loadgen.workload.spec",

@@ -1,6 +1,6 @@
 """loadgen as a library: run a configured sweep, read a run folder back (docs/api.md).
 
-``loadgen run`` is a thin layer over these: it builds a :class:`~loadgen.runconfig.RunConfig`
+``loadgen run`` is a thin layer over these: it builds a :class:`~loadgen.orchestrate.RunConfig`
 from its flags and calls the same :func:`~loadgen.orchestrate.execute`. Everything here
 writes and reads the same run folder the CLI does, so a run started from Python has the
 same report, the same ``loadgen report`` and ``loadgen compare``.
@@ -18,7 +18,7 @@ from rich.console import Console
 
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.metrics.results import RunSummary
-from loadgen.runconfig import RunConfig
+from loadgen.orchestrate import RunConfig
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -2,7 +2,7 @@
 
 A run writes its record when it starts (what it runs against and how), again after each
 Ray clock estimate (``workers``) and when it ends (``finished``); ``--resume`` appends to
-``resumed``. Readers (``--resume``, ``--config``, ``loadgen report``, :mod:`loadgen.recover`)
+``resumed``. Readers (``--resume``, ``--config``, ``loadgen report``, :mod:`loadgen.orchestrate.recover`)
 read attributes of the record, never string paths into the file's dict.
 
 ``to_json()`` writes the keys loadgen has always written, plus ``schema_version``

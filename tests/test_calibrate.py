@@ -1,4 +1,4 @@
-"""Prompt calibration (loadgen.calibration): streamed usage, the non-streamed fallback, neither."""
+"""Prompt calibration (loadgen.orchestrate.calibration): streamed usage, the non-streamed fallback, neither."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from loadgen.calibration import calibrate
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.errors import TargetError
+from loadgen.orchestrate.calibration import calibrate
 from loadgen.records import RequestSpec
 from loadgen.workload.prompts import PromptSynthesizer
 from tests.scripted_server import Script, ScriptedServer

@@ -14,7 +14,7 @@ import pytest
 from loadgen.errors import ConfigError, ProfileError, WorkloadError
 from loadgen.inputs import input_problem, open_input
 from loadgen.load.profiles import list_profiles, load_profile
-from loadgen.matrix import load_matrix
+from loadgen.orchestrate import load_matrix
 from loadgen.workload.distributions import parse_distribution
 from loadgen.workload.fit import fit_workload
 from loadgen.workload.hf_cache import resolve_tokenizer

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
+from tests.import_graph import circles, graph
+
 PKG = Path(__file__).resolve().parent.parent / "loadgen"
+ARCHITECTURE = PKG.parent / "docs" / "architecture.md"
 
 # part -> the loadgen parts it may import ("" is the package root: __version__)
 ALLOWED: dict[str, set[str]] = {
@@ -26,23 +30,8 @@ ALLOWED: dict[str, set[str]] = {
     "server": {"errors", "server", "aio"},
     "dashboard": {"", "records", "errors", "inputs", "metrics", "report", "dashboard"},
 }
-WIRING = {
-    "cli",
-    "api",
-    "orchestrate",
-    "run_json",
-    "calibration",
-    "sweep_driver",
-    "runconfig",
-    "runflags",
-    "agent_replay",
-    "recover",
-    "demo",
-    "matrix",
-    "live_dashboard",
-    "__init__",
-    "__main__",
-}  # may wire everything together
+# may wire everything together: the wiring package and the faces that parse and call it
+WIRING = {"orchestrate", "cli", "api", "__init__", "__main__"}
 SERVER = PKG / "server"
 # inside server/: subpackage -> the server parts it may import. The shared core knows no
 # engine kind; the sim and torch engines never import each other (the config only for types).
@@ -140,3 +129,84 @@ def test_no_untyped_dict_crosses_from_metrics_to_load_or_report() -> None:
         elif callable(obj) and not isinstance(obj, type):
             ret = str(inspect.signature(obj).return_annotation)
             assert "dict[str, Any]" not in ret and "Mapping[str, Any]" not in ret, f"{module}.{name} -> {ret}"
+
+
+def _layers_table() -> dict[str, tuple[set[str], str]]:
+    """docs/architecture.md's "Layers" table: part -> (what it may import, the row's text)."""
+    text = ARCHITECTURE.read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
+    out: dict[str, tuple[set[str], str]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        may = {"nothing": set[str](), "everything": {"*"}}.get(cells[2], {m.strip() for m in cells[2].split(",")})
+        for part in re.findall(r"`([^`]+)`", cells[0]):
+            out[part.removesuffix(".py").removesuffix("/")] = (may, cells[1])
+    return out
+
+
+def test_the_architecture_page_lists_the_layers_of_this_test() -> None:
+    """One list: the page's table names each top-level part once, with what it may import."""
+    table = _layers_table()
+    on_disk = {_part(p) for p in PKG.rglob("*.py")}
+    assert set(table) == set(ALLOWED) | WIRING == on_disk
+    for part, (may, _) in table.items():
+        expected = {"*"} if part in WIRING else ALLOWED[part] - {part, ""}  # itself and __version__ go unsaid
+        assert may == expected, f"docs/architecture.md, Layers, {part}: {sorted(may)} != {sorted(expected)}"
+
+
+def test_the_architecture_page_names_every_wiring_module() -> None:
+    row = _layers_table()["orchestrate"][1]
+    named = set(re.findall(r"`(\w+)\.py`", row))
+    modules = {p.stem for p in (PKG / "orchestrate").glob("*.py")} - {"__init__"}
+    assert named == modules, f"docs/architecture.md's orchestrate/ row: add {modules - named}, drop {named - modules}"
+
+
+def test_no_import_circle_runs_through_the_wiring_or_the_root() -> None:
+    found = circles(graph())
+    assert found, "the graph sees circles elsewhere (the check would pass blind)"
+    for comp in found:
+        parts = {name.split(".")[1] if name.count(".") else "__init__" for name in comp}
+        assert not parts & (WIRING | {p.stem for p in PKG.glob("*.py")}), f"import circle: {comp}"
+
+
+def test_the_circle_finder_sees_a_circle() -> None:
+    edges = graph()
+    assert "loadgen.orchestrate.config" in edges["loadgen.orchestrate.from_flags"]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _from_imports(paths: list[Path]) -> list[tuple[Path, str, str]]:
+    out: list[tuple[Path, str, str]] = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("loadgen.orchestrate"):
+                out.extend((path, node.module, a.name) for a in node.names)
+    return out
+
+
+def test_the_wiring_has_one_spelling_per_name() -> None:
+    """Outside ``orchestrate/`` a name its ``__init__`` exports is imported from there; inside, a
+    module imports its siblings, never its own package (which would hide a circle)."""
+    import importlib
+
+    import loadgen.orchestrate as face
+
+    root = PKG.parent
+    inside = sorted((PKG / "orchestrate").glob("*.py"))
+    outside = sorted(
+        p
+        for p in [*PKG.rglob("*.py"), *(root / "tests").rglob("*.py"), *(root / "benchmarks").rglob("*.py")]
+        if p not in inside
+    )
+    modules = {p.stem for p in inside}
+    assert not set(face.EXPORTS) & modules, "an exported name that is also a module's is shadowed by it"
+    for name, module in face.EXPORTS.items():
+        assert getattr(face, name) is vars(importlib.import_module(f"loadgen.orchestrate.{module}"))[name]
+    assert sorted(face.__all__) == sorted(face.EXPORTS)
+    for path, module, name in _from_imports(outside):
+        assert module == "loadgen.orchestrate" or name not in face.EXPORTS, (
+            f"{path.relative_to(root)}: from loadgen.orchestrate import {name}"
+        )
+    for path, module, name in _from_imports(inside):
+        assert module != "loadgen.orchestrate", f"{path.relative_to(root)}: import {name} from its module"

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from loadgen.cli import app
 from loadgen.errors import ConfigError
-from loadgen.matrix import load_matrix
+from loadgen.orchestrate import load_matrix
 
 RUN = """
 [run]

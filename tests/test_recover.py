@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loadgen.cli import app
-from loadgen.recover import REBUILT_NOTE
+from loadgen.orchestrate.recover import REBUILT_NOTE
 from loadgen.server.process import ServerProcess
 
 runner = CliRunner()

@@ -22,8 +22,7 @@ from loadgen.cli import app
 from loadgen.errors import ConfigError, ProfileError, WorkloadError
 from loadgen.load.profiles import MAX_USERS, Profile, check_limits, profile_from_dict
 from loadgen.load.runner import PREPARE_TOTAL, LevelPlan, Runner
-from loadgen.matrix import load_matrix
-from loadgen.orchestrate import WRITE_FAILED
+from loadgen.orchestrate import WRITE_FAILED, load_matrix
 from loadgen.report.files import LOCK_FILE, default_run_dir, lock_run_folder, read_records, safe_label
 from loadgen.workload.datasets import DatasetOptions, load_dataset
 from loadgen.workload.prompts import PromptSynthesizer

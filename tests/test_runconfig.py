@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.errors import ConfigError, ProfileError
 from loadgen.load.profiles import Profile
-from loadgen.runconfig import Origin, RunConfig
-from loadgen.runflags import RunFlags, build_run_config
+from loadgen.orchestrate import Origin, RunConfig, RunFlags, build_run_config
 from loadgen.workload.spec import workload_from_flags
 from tests.scripted_server import Script, ScriptedServerProcess
 

@@ -21,8 +21,8 @@ from loadgen.cli import app
 from loadgen.errors import ConfigError
 from loadgen.load.profiles import Profile
 from loadgen.metrics.slo import parse_slo
-from loadgen.orchestrate import RunConfig, execute
-from loadgen.recover import rebuild_summary, recover, resume_config
+from loadgen.orchestrate import RunConfig, execute, rebuild_summary, resume_config
+from loadgen.orchestrate.recover import recover
 from loadgen.report.files import read_run_info
 from loadgen.report.html import render_run_report
 from loadgen.runinfo import RUN_SCHEMA_VERSION, Calibration, RunInfo, run_schema

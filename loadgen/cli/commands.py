@@ -29,7 +29,7 @@ def report(
     A run that never reached its end (kill -9, or a SIGTERM after the supervisor's patience)
     has no summary.json, or only the one written level by level: it is rebuilt from
     records.jsonl and run.json first, marked interrupted unless the run finished."""
-    from loadgen.recover import needs_rebuild, rebuild_summary
+    from loadgen.orchestrate import needs_rebuild, rebuild_summary
     from loadgen.report.html import render_run_report
 
     con = console()
@@ -61,9 +61,8 @@ def matrix(
     ),
 ) -> None:
     """Run one workload against several server configurations, then compare them."""
-    from loadgen.matrix import load_matrix, run_matrix
+    from loadgen.orchestrate import RunFlags, dashboard_at, load_matrix, run_matrix
     from loadgen.report.files import default_run_dir
-    from loadgen.runflags import RunFlags, dashboard_at
 
     spec = load_matrix(shipped(file))
     out = out_folder(out)
@@ -93,8 +92,7 @@ def watch(
     """Serve the live dashboard of a run folder another process is writing: it follows
     records.jsonl, events.bin, server_metrics.jsonl and summary.json, and links the report
     once the run has ended. Ctrl-C stops watching."""
-    from loadgen.live_dashboard import watch_folder
-    from loadgen.runconfig import DashboardAt, Origin, check_dashboard
+    from loadgen.orchestrate import DashboardAt, Origin, check_dashboard, watch_folder
 
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder} is not a folder", key="FOLDER")
@@ -219,7 +217,7 @@ def demo(
     quiet: bool = typer.Option(False, help="No live display"),
 ) -> None:
     """Chunked prefill on vs off on a simulated H100: starts its own server on loopback."""
-    from loadgen.demo import run_demo
+    from loadgen.orchestrate import run_demo
 
     run_demo(out, console(), seconds_per_level=seconds, live=not quiet and sys.stdout.isatty())
 

@@ -1,8 +1,8 @@
 """``loadgen run``: its options, by panel, and the exit codes of a run.
 
-The command only parses: :class:`~loadgen.runflags.RunFlags` takes the options as given
-(``None``: not given), :func:`~loadgen.runflags.build_run_config` builds the one
-:class:`~loadgen.runconfig.RunConfig` (which checks itself), and
+The command only parses: :class:`~loadgen.orchestrate.RunFlags` takes the options as given
+(``None``: not given), :func:`~loadgen.orchestrate.build_run_config` builds the one
+:class:`~loadgen.orchestrate.RunConfig` (which checks itself), and
 :func:`~loadgen.orchestrate.execute` runs it.
 """
 
@@ -21,7 +21,7 @@ from loadgen.load.arrivals import arrival_help
 from loadgen.signals import exit_code
 
 if TYPE_CHECKING:
-    from loadgen.runconfig import RunConfig
+    from loadgen.orchestrate import RunConfig
 
 __all__ = ["execute_and_exit", "run"]
 
@@ -474,7 +474,7 @@ def run(
 ) -> None:
     """Measure TTFT, ITL, TPOT, throughput and goodput of a streaming endpoint."""
     from loadgen.client.redact import redact_argv
-    from loadgen.runflags import RunFlags, build_run_config, resume_run_config
+    from loadgen.orchestrate import RunFlags, build_run_config, resume_run_config
 
     flags = RunFlags.from_params(ctx.params)
     command = ["loadgen", *redact_argv(sys.argv[1:])]

@@ -16,7 +16,7 @@ import pytest
 
 import loadgen
 from loadgen.cli import app
-from loadgen.recover import workload_of
+from loadgen.orchestrate.recover import workload_of
 from loadgen.workload.images import png, request_images
 from tests.client.test_images_run import VisionServer, _parts, _run, _workload, runner
 

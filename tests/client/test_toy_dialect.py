@@ -27,8 +27,7 @@ from rich.console import Console
 from loadgen.client.dialects import Dialect, DialectOptions, EventInfo, dialect_names, get_dialect, register, unregister
 from loadgen.errors import ConfigError
 from loadgen.load.profiles import Profile
-from loadgen.matrix import load_matrix, run_matrix
-from loadgen.orchestrate import RunConfig, execute
+from loadgen.orchestrate import RunConfig, execute, load_matrix, run_matrix
 from loadgen.records import ErrorKind, RequestSpec, TokenSource
 from loadgen.report.readers import read_records
 from loadgen.workload.spec import workload_from_flags

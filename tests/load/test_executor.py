@@ -22,10 +22,10 @@ from loadgen.load.plan import LevelPlan, LevelResult
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import Runner
 from loadgen.orchestrate import RunConfig
+from loadgen.orchestrate.sweep_driver import sweep_levels
 from loadgen.records import ErrorKind, RequestRecord
 from loadgen.report.files import RunWriter
 from loadgen.report.live import LiveStats
-from loadgen.sweep_driver import sweep_levels
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.source import WorkloadSource
 from loadgen.workload.spec import workload_from_flags

@@ -130,7 +130,7 @@ def test_an_exception_still_writes_the_held_records(tmp_path: Path) -> None:
 
 
 def test_the_runs_timer_writes_a_quiet_runs_records(tmp_path: Path) -> None:
-    from loadgen.orchestrate import _RunFolder
+    from loadgen.orchestrate.execution import _RunFolder
     from loadgen.report.console import LiveStats
 
     records = random_records(8, 3)

@@ -18,8 +18,8 @@ from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.discovery import ServerInfo
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.errors import ConfigError, TargetError
+from loadgen.orchestrate.config import RunConfig
 from loadgen.records import RequestRecord, RequestSpec
-from loadgen.runconfig import RunConfig
 from loadgen.workload.distributions import Distribution
 from loadgen.workload.prompts import PromptSynthesizer
 

@@ -34,7 +34,8 @@ from rich.table import Table
 from loadgen.load.profiles import Profile, with_budget
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import parse_slo
-from loadgen.orchestrate import RunConfig, execute
+from loadgen.orchestrate.config import RunConfig
+from loadgen.orchestrate.execution import execute
 from loadgen.paths import search_dirs
 from loadgen.report.console import fmt_ms
 from loadgen.server.process import ServerProcess

@@ -37,12 +37,12 @@ from loadgen.dashboard.tail import FolderTail
 from loadgen.errors import ConfigError
 from loadgen.load.executor import LevelExecutor
 from loadgen.load.sweeps import planned_levels
+from loadgen.orchestrate.config import DashboardAt
 from loadgen.report.live import LiveStats
-from loadgen.runconfig import DashboardAt
 from loadgen.signals import stop_signals
 
 if TYPE_CHECKING:
-    from loadgen.runconfig import RunConfig
+    from loadgen.orchestrate.config import RunConfig
 
 __all__ = ["check_port", "run_dashboard", "watch_folder"]
 

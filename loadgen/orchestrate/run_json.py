@@ -1,5 +1,5 @@
 """What a run's ``run.json`` says (:class:`~loadgen.runinfo.RunInfo`), built from its
-:class:`~loadgen.runconfig.RunConfig`, the server it found and its calibration: the
+:class:`~loadgen.orchestrate.RunConfig`, the server it found and its calibration: the
 target, the workload (classes, sessions, dataset, images), the client's configuration
 (header names only: values may be secrets) and the replayed trace, if any."""
 
@@ -9,8 +9,8 @@ import dataclasses
 import time
 
 from loadgen.client.discovery import ServerInfo, redact_url
+from loadgen.orchestrate.config import RunConfig
 from loadgen.report.files import machine_info
-from loadgen.runconfig import RunConfig
 from loadgen.runinfo import (
     Calibration,
     ClassInfo,

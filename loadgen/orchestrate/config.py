@@ -1,8 +1,8 @@
 """The client's one configuration: :class:`RunConfig`, checked once, handed down whole.
 
 Every way of starting a run builds one: the ``loadgen run`` flags
-(:mod:`loadgen.runflags`), a ``--config`` file, ``--resume`` (:mod:`loadgen.recover`), a
-matrix file (:mod:`loadgen.matrix`), the demo and the Python API (:func:`loadgen.run`).
+(:mod:`loadgen.orchestrate.from_flags`), a ``--config`` file, ``--resume`` (:mod:`loadgen.orchestrate.recover`), a
+matrix file (:mod:`loadgen.orchestrate.matrix`), the demo and the Python API (:func:`loadgen.run`).
 ``RunConfig.__post_init__`` checks every field, and the profile's own
 :meth:`~loadgen.load.profiles.Profile.validate`, so no builder can skip a rule or repeat
 one. An error is one :class:`~loadgen.errors.ConfigError` that names what the user wrote:
@@ -33,13 +33,37 @@ from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace
 
 if TYPE_CHECKING:
-    from loadgen.orchestrate import Resume
+    from loadgen.load.runner import LevelPlan
+    from loadgen.load.sweeps import Sweep
+    from loadgen.metrics.results import LevelSummary
+    from loadgen.runinfo import RunInfo
 
-__all__ = ["DEFAULT_TRANSPORT", "MAX_TRIALS", "MAX_WORKERS", "DashboardAt", "Origin", "RunConfig", "check_dashboard"]
+__all__ = [
+    "DEFAULT_TRANSPORT",
+    "MAX_TRIALS",
+    "MAX_WORKERS",
+    "DashboardAt",
+    "Origin",
+    "Resume",
+    "RunConfig",
+    "check_dashboard",
+]
 
 MAX_TRIALS = 100  # --trials: repeats of one level
 MAX_WORKERS = 1024  # --workers: processes or Ray actors that send
 DEFAULT_TRANSPORT = "fast"  # HTTP/1.1 on httptools (loadgen/client/transports/fast.py); aiohttp and httpx on request
+
+
+@dataclass
+class Resume:
+    """A run continued in its own folder from its first unfinished level (``--resume``;
+    see :mod:`loadgen.orchestrate.recover`): the sweep, fed the finished levels' summaries, and the
+    plan of the level to run next."""
+
+    run: RunInfo  # the folder's run.json
+    gen: Sweep
+    plan: LevelPlan
+    levels: list[LevelSummary]
 
 
 @dataclass(frozen=True)

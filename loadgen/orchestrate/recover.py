@@ -35,13 +35,12 @@ from loadgen.load.runner import LevelPlan, LevelResult
 from loadgen.load.sweeps import Sweep, sweep
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import SLO, parse_slo
-from loadgen.orchestrate import Resume
+from loadgen.orchestrate.config import Origin, Resume, RunConfig
+from loadgen.orchestrate.sweep_driver import run_summary, summarize_result
 from loadgen.records import RequestRecord
 from loadgen.report.files import read_run_info, write_json
 from loadgen.report.readers import read_records
-from loadgen.runconfig import Origin, RunConfig
 from loadgen.runinfo import DatasetInfo, ImagesInfo, RunInfo
-from loadgen.sweep_driver import run_summary, summarize_result
 from loadgen.workload.datasets import DatasetOptions
 from loadgen.workload.distributions import Distribution, parse_distribution
 from loadgen.workload.images import ImageConfig, files_digest, parse_images

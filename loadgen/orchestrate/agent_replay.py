@@ -22,7 +22,7 @@ from loadgen.workload.agent_trace import AgentTrace, is_agent_trace, load_agent_
 from loadgen.workload.spec import Workload
 
 if TYPE_CHECKING:
-    from loadgen.runflags import RunFlags
+    from loadgen.orchestrate.flags import RunFlags
 
 __all__ = ["AGENT_FORMATS", "agent_format", "agent_replay", "agent_trace_profile"]
 

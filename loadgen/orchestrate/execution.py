@@ -21,25 +21,25 @@ from rich.live import Live
 from rich.markup import escape
 
 from loadgen.aio import new_event_loop
-from loadgen.calibration import calibrate, dialect_options, probe_for
 from loadgen.client.dialects import dialect_names, get_dialect
 from loadgen.client.discovery import ServerInfo, discover
 from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.errors import ConfigError, WorkloadError
 from loadgen.load.executor import InProcess, LevelExecutor
 from loadgen.load.ray_pool import RayCluster, RayPool, connect
-from loadgen.load.runner import LevelPlan, Runner
+from loadgen.load.runner import Runner
 from loadgen.load.share import WorkerSetup
 from loadgen.load.sizing import free_cores, level_need, max_streams, size_workers
-from loadgen.load.sweeps import Sweep
 from loadgen.load.workers import WorkerPool, auto_workers
-from loadgen.metrics.results import LevelSummary, RunSummary
+from loadgen.metrics.results import RunSummary
+from loadgen.orchestrate.calibration import calibrate, dialect_options, probe_for
+from loadgen.orchestrate.config import RunConfig
+from loadgen.orchestrate.run_json import run_json
+from loadgen.orchestrate.sweep_driver import sweep_levels
 from loadgen.records import RequestRecord
 from loadgen.report.console import LiveStats, show_summary
 from loadgen.report.files import FLUSH_S, RunWriter, check_out_folder, holds_run, lock_run_folder
 from loadgen.report.recordio import decode_batch, encode_batch
-from loadgen.run_json import run_json
-from loadgen.runconfig import RunConfig
 from loadgen.runinfo import (
     Calibration,
     Finished,
@@ -48,7 +48,6 @@ from loadgen.runinfo import (
     WorkerClock,
 )
 from loadgen.signals import cancel_on_stop, raise_on_sigterm, stop_signals
-from loadgen.sweep_driver import run_summary, summarize_result, sweep_levels
 from loadgen.workload.agent_trace import AgentTraceSource
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
 from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
@@ -58,32 +57,10 @@ from loadgen.workload.spec import Workload
 from loadgen.workload.tasks import AgentSource
 from loadgen.workload.traces import TraceSource
 
-__all__ = [
-    "WRITE_FAILED",
-    "Resume",
-    "RunConfig",
-    "RunOutcome",
-    "calibrate",
-    "execute",
-    "finish_unwritable",
-    "run_summary",
-    "summarize_result",
-]
+__all__ = ["WRITE_FAILED", "RunOutcome", "execute", "finish_unwritable"]
 
 WRITE_FAILED = 74  # exit code of a run whose folder could not be written (sysexits' EX_IOERR)
 _OUTPUT_TOKENS_UNKNOWN = 256.0  # auto workers: mean output tokens assumed when the workload does not say
-
-
-@dataclass
-class Resume:
-    """A run continued in its own folder from its first unfinished level (``--resume``;
-    see :mod:`loadgen.recover`): the sweep, fed the finished levels' summaries, and the
-    plan of the level to run next."""
-
-    run: RunInfo  # the folder's run.json
-    gen: Sweep
-    plan: LevelPlan
-    levels: list[LevelSummary]
 
 
 @dataclass
@@ -220,7 +197,7 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
     if data is not None and data.with_images:
         _check_dataset_images(cfg, data)
     if cfg.dashboard is not None:
-        from loadgen.live_dashboard import check_port
+        from loadgen.orchestrate.live_dashboard import check_port
 
         check_port(cfg.dashboard)  # a port in use: one line before anything is sent
     loop = asyncio.get_running_loop()
@@ -349,7 +326,7 @@ async def _drive(
         folder.clocks(levels)
         feed = None
         if cfg.dashboard is not None:
-            from loadgen.live_dashboard import run_dashboard
+            from loadgen.orchestrate.live_dashboard import run_dashboard
 
             feed = await stack.enter_async_context(run_dashboard(cfg, info, levels, stats, console))
         if cfg.scrape_metrics:

@@ -3,7 +3,7 @@ summary fed back to the sweep that chooses the next (docs/metrics.md, "Across le
 
 :func:`sweep_levels` drives any :class:`~loadgen.load.executor.LevelExecutor`;
 :func:`summarize_result` and :func:`run_summary` are the summaries a run writes, and the
-ones ``loadgen report`` rebuilds from a killed run's records (:mod:`loadgen.recover`).
+ones ``loadgen report`` rebuilds from a killed run's records (:mod:`loadgen.orchestrate.recover`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
 from loadgen.metrics.trials import trial_summary
+from loadgen.orchestrate.config import RunConfig
 from loadgen.report.console import LiveStats, level_heading, level_line
 from loadgen.report.files import RunWriter
-from loadgen.runconfig import RunConfig
 
 __all__ = ["merge_trials", "run_summary", "summarize_result", "sweep_levels"]
 

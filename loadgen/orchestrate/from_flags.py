@@ -1,33 +1,32 @@
-"""``loadgen run``'s options as given, turned into one :class:`~loadgen.runconfig.RunConfig`.
+"""``loadgen run``'s options as given, turned into one :class:`~loadgen.orchestrate.config.RunConfig`.
 
-:class:`RunFlags` holds the options as the user gave them: ``None`` (or an empty list)
-means *not given*, so a flag that repeats a default still wins over a ``--profile``
-file or a fitted workload's arrivals. :func:`build_run_config` applies the rules of
+:class:`~loadgen.orchestrate.flags.RunFlags` holds the options as the user gave them
+(``None``: not given, so a flag always wins over a profile file). :func:`build_run_config` applies the rules of
 combination (which flags go together, what overrides what) and leaves every check of
 a value to ``RunConfig`` and ``Profile.validate``, with the flags' names for their
-errors (:class:`~loadgen.runconfig.Origin`). :func:`resume_run_config` is ``--resume``.
+errors (:class:`~loadgen.orchestrate.config.Origin`). :func:`resume_run_config` is ``--resume``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.load.profiles import Profile
 from loadgen.metrics.gates import Gates
+from loadgen.orchestrate.config import DEFAULT_TRANSPORT, DashboardAt, Origin, RunConfig
+from loadgen.orchestrate.flags import RunFlags
 from loadgen.paths import search_dirs, shipped
-from loadgen.runconfig import DEFAULT_TRANSPORT, DashboardAt, Origin, RunConfig
 from loadgen.workload.agent_trace import AgentTrace
 from loadgen.workload.distributions import Distribution, parse_distribution
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace
 
-__all__ = ["CLI_KEYS", "RESUME_FLAGS", "Replay", "RunFlags", "build_run_config", "resume_run_config"]
+__all__ = ["CLI_KEYS", "RESUME_FLAGS", "Replay", "build_run_config", "dashboard_at", "resume_run_config"]
 
 # RunConfig's fields (and the profile's, as ``profile.NAME``) by the flag that sets them
 CLI_KEYS = {
@@ -81,84 +80,6 @@ RESUME_FLAGS = (
     "dashboard_port",
     "dashboard_host",
 )
-
-
-@dataclass
-class RunFlags:
-    """``loadgen run``'s options by their Python names; ``None`` means not given."""
-
-    url: str | None = None
-    api: str | None = None
-    model: str | None = None
-    header: list[str] = field(default_factory=list)
-    api_key_env: str | None = None
-    workload: str | None = None
-    prompt_tokens: str | None = None
-    batch_size: str | None = None
-    documents: str | None = None
-    output_tokens: str | None = None
-    dataset: str | None = None
-    dataset_format: str | None = None
-    min_prompt_tokens: int | None = None
-    max_prompt_tokens: int | None = None
-    replacement: bool = False
-    tokenizer: str | None = None
-    trace: str | None = None
-    trace_format: str | None = None
-    speed: float | None = None
-    window: str | None = None
-    seed: int | None = None
-    concurrency: int | None = None
-    rate: float | None = None
-    arrival: str | None = None
-    burstiness: float | None = None
-    max_in_flight: int | None = None
-    profile: str | None = None
-    levels: str | None = None
-    requests: int | None = None
-    duration: float | None = None
-    warmup: int | None = None
-    precision: list[str] = field(default_factory=list)
-    confidence: float | None = None
-    min_duration: float | None = None
-    max_duration: float | None = None
-    trials: int | None = None
-    slo: list[str] = field(default_factory=list)
-    slo_latency: str | None = None
-    fail_on: list[str] = field(default_factory=list)
-    max_error_rate: float | None = None
-    abort_on_fail: bool = False
-    out: str | None = None
-    label: str | None = None
-    save_result: Path | None = None
-    quiet: bool = False
-    scrape_metrics: bool = False
-    scrape_url: list[str] = field(default_factory=list)
-    resume: Path | None = None
-    workers: str | None = None
-    ray: str | None = None
-    config: Path | None = None
-    transport: str | None = None
-    http2: bool = False
-    strict: bool = False
-    continuous_usage: bool = False
-    calibrate: bool = True
-    timeout: float | None = None
-    read_timeout: float | None = None
-    warm_connections: bool = True
-    ramp_up: float | None = None
-    dashboard: bool = False
-    dashboard_port: int | None = None
-    dashboard_host: str | None = None
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> RunFlags:
-        """From typer's parsed parameters (a repeatable option not given may be None)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in params.items() if k in names}
-        for k in ("header", "slo", "fail_on", "scrape_url", "precision"):
-            values[k] = list(values.get(k) or [])
-        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -308,7 +229,7 @@ def resume_run_config(f: RunFlags, given: list[str], command: list[str], *, live
     """``run --resume FOLDER``: the run's own settings from its run.json; only the URL and
     the headers (never stored) may be given again, and the CI gates that judge the result.
     ``given``: the options given besides (by their Python names)."""
-    from loadgen.recover import resume_config
+    from loadgen.orchestrate.recover import resume_config
     from loadgen.report.files import read_run_info
 
     assert f.resume is not None
@@ -422,7 +343,7 @@ def _precision(prof: Profile, f: RunFlags) -> Profile:
 
 def _replay(f: RunFlags) -> Replay | None:
     """The workload (and trace) of --dataset / --trace, or None without either."""
-    from loadgen.agent_replay import agent_format, agent_replay
+    from loadgen.orchestrate.agent_replay import agent_format, agent_replay
     from loadgen.workload.datasets import DatasetOptions
     from loadgen.workload.traces import TraceOptions, load_trace, parse_window
 
@@ -490,8 +411,8 @@ def _replay(f: RunFlags) -> Replay | None:
 
 
 def _agent_profile(tr: AgentTrace, f: RunFlags) -> Profile:
-    """An agent trace's one level (:func:`loadgen.agent_replay.agent_trace_profile`), with --precision."""
-    from loadgen.agent_replay import agent_trace_profile
+    """An agent trace's one level (:func:`loadgen.orchestrate.agent_replay.agent_trace_profile`), with --precision."""
+    from loadgen.orchestrate.agent_replay import agent_trace_profile
 
     prof = agent_trace_profile(tr, f)
     return replace(_precision(prof, f), requests=prof.requests)

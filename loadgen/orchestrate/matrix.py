@@ -75,9 +75,9 @@ from loadgen.inputs import InputError, open_input
 from loadgen.load.profiles import Profile, load_profile, profile_from_dict
 from loadgen.metrics.results import RunSummary
 from loadgen.metrics.slo import parse_slo
-from loadgen.orchestrate import execute
+from loadgen.orchestrate.config import DashboardAt, Origin, RunConfig
+from loadgen.orchestrate.execution import execute
 from loadgen.paths import search_dirs
-from loadgen.runconfig import DashboardAt, Origin, RunConfig
 from loadgen.workload.spec import Workload, load_workload, workload_from_flags
 
 __all__ = ["MATRIX_FILE", "MatrixSpec", "ServerConfig", "load_matrix", "run_matrix"]
