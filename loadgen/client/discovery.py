@@ -17,10 +17,10 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from loadgen.client.bounded import ACCEPT_ENCODING, DISCOVERY_S, MAX_ANSWER, read_capped
-from loadgen.client.redact import Redactor
+from loadgen.client.redact import Redactor, redact_url
 from loadgen.errors import ConfigError, InvalidResponse, TargetError, redirect_text
 
-__all__ = ["ServerInfo", "discover", "normalize_url", "redact_url", "split_credentials"]
+__all__ = ["ServerInfo", "discover", "normalize_url", "split_credentials"]
 
 
 @dataclass(slots=True)
@@ -56,17 +56,6 @@ def split_credentials(url: str) -> tuple[str, dict[str, str]]:
         return url, {}
     token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode()
     return redact_url(url), {"Authorization": f"Basic {token}"}
-
-
-def redact_url(url: str) -> str:
-    """The URL without user:password and without a query string or fragment (may hold
-    keys). Never raises: it also cleans text that only looks like a URL."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # an unclosed "[" in the host: keep nothing but the scheme
-        return url.partition("://")[0] + "://..."
-    netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 async def discover(

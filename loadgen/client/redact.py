@@ -20,10 +20,11 @@ import binascii
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from loadgen.client.secret_forms import join_patterns, secret_patterns
 
-__all__ = ["MASK", "Redactor", "redact_argv"]
+__all__ = ["MASK", "Redactor", "redact_argv", "redact_url"]
 
 MASK = "***"
 MAX_DEPTH = 32  # of a vendor object kept on a record (a deeper one is not kept)
@@ -106,10 +107,20 @@ class Redactor:
         return value
 
 
+def redact_url(url: str) -> str:
+    """The URL without user:password and without a query string or fragment (may hold
+    keys). Never raises: it also cleans text that only looks like a URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed "[" in the host: keep nothing but the scheme
+        return url.partition("://")[0] + "://..."
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 def redact_argv(argv: list[str]) -> list[str]:
     """A command line as run.json keeps it: header values, URL credentials and query
     strings removed (a header given without a value shows nothing)."""
-    from loadgen.client.discovery import redact_url
 
     def header(value: str) -> str:
         return (value.split(":", 1)[0] if ":" in value else "") + ": ***"

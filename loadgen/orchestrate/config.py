@@ -251,7 +251,7 @@ def _check_url(url: object, name: str, o: Origin, example: str = "http://127.0.0
         except ValueError:
             pass
     if not ok:
-        from loadgen.client.discovery import redact_url
+        from loadgen.client.redact import redact_url
 
         shown = redact_url(url) if isinstance(url, str) else repr(url)
         raise o.error(name, f"expected an http(s) URL such as {example}, got {shown!r}")

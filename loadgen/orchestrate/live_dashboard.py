@@ -30,7 +30,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from loadgen.aio import new_event_loop
-from loadgen.client.discovery import ServerInfo, redact_url
+from loadgen.client.discovery import ServerInfo
+from loadgen.client.redact import redact_url
 from loadgen.dashboard.feed import Feed
 from loadgen.dashboard.server import Controls, Dashboard
 from loadgen.dashboard.tail import FolderTail

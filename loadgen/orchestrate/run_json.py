@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from loadgen.client.discovery import ServerInfo, redact_url
+from loadgen.client.discovery import ServerInfo
+from loadgen.client.redact import redact_url
 from loadgen.orchestrate.config import RunConfig
 from loadgen.report.files import machine_info
 from loadgen.runinfo import (

@@ -36,7 +36,7 @@ from loadgen.server.guard import MESSAGES_PATH, check_api_key
 from loadgen.server.handlers import CountSampler, ServerApi
 from loadgen.server.messages_api import anthropic_error_body
 from loadgen.server.pooling_api import add_pooling_routes
-from loadgen.server.protocol import RequestRejected, error_body
+from loadgen.server.rejected import RequestRejected, error_body
 from loadgen.server.tokenizer import Tokenizer, WordTokenizer
 from loadgen.server.tools import ToolPolicy
 

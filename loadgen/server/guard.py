@@ -17,7 +17,7 @@
   parsed or tokenised, so a 60 MB prompt costs neither a stalled event loop nor memory.
 - **JSON**: invalid JSON, invalid UTF-8 and JSON nested too deeply for the parser are 400s.
 
-Every refusal is a :class:`~loadgen.server.protocol.RequestRejected` (an OpenAI-style
+Every refusal is a :class:`~loadgen.server.rejected.RequestRejected` (an OpenAI-style
 error); nothing here logs.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from loadgen.server.config import HttpLimits
-from loadgen.server.protocol import RequestRejected
+from loadgen.server.rejected import RequestRejected
 
 __all__ = ["BYTES_PER_TOKEN", "MESSAGES_PATH", "check_api_key", "context_body_limit", "read_json"]
 

@@ -32,7 +32,7 @@ from loadgen.server.generation import SSE_HEADERS, Generation
 from loadgen.server.guard import read_json
 from loadgen.server.messages_api import MESSAGES
 from loadgen.server.prometheus import RequestTrace, ServerMetrics
-from loadgen.server.protocol import RequestRejected
+from loadgen.server.rejected import RequestRejected
 from loadgen.server.render import CHAT, COMPLETIONS, Api, Renderer
 from loadgen.server.responses_api import RESPONSES
 from loadgen.server.tokenizer import Tokenizer

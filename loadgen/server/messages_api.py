@@ -32,7 +32,8 @@ from typing import Any
 
 from loadgen.server.generation import Generation
 from loadgen.server.prometheus import RequestTrace
-from loadgen.server.protocol import ParsedRequest, RequestRejected
+from loadgen.server.protocol import ParsedRequest
+from loadgen.server.rejected import RequestRejected
 from loadgen.server.render import Api, event, parse_as_chat
 from loadgen.server.tokenizer import Tokenizer
 from loadgen.server.tools import ToolCall

@@ -47,7 +47,7 @@ from loadgen.server.engine.interface import EngineRequest, SamplingParams, Token
 from loadgen.server.guard import read_json
 from loadgen.server.handlers import ServerApi
 from loadgen.server.prometheus import RequestTrace
-from loadgen.server.protocol import RequestRejected
+from loadgen.server.rejected import RequestRejected
 
 __all__ = ["DEFAULT_DIMENSIONS", "MAX_DIMENSIONS", "PoolingApi", "add_pooling_routes", "embed"]
 

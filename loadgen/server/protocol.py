@@ -31,13 +31,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.errors import ServerError
+from loadgen.server.rejected import RequestRejected
 from loadgen.server.tokenizer import Tokenizer
+from loadgen.server.vision import chat_image_part, image_prompt_ids
 
 __all__ = [
     "ParsedRequest",
-    "RequestRejected",
-    "error_body",
     "parse_request",
     "usage_body",
 ]
@@ -46,44 +45,6 @@ _INT = "integer"
 _NUM = "number"
 _BOOL = "boolean"
 _STR = "string"
-
-
-class RequestRejected(ServerError):
-    """A request the API answers with an error status and an OpenAI-style JSON body.
-
-    ``close``: the connection is not kept alive after the answer (its body may be unread);
-    ``hangup``: it is closed as soon as the answer is written, without draining the body.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int = 400,
-        param: str | None = None,
-        code: str | None = None,
-        type: str = "invalid_request_error",
-        close: bool = False,
-        hangup: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.param = param
-        self.code = code
-        self.type = type
-        self.close = close or hangup
-        self.hangup = hangup
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, type=self.type, param=self.param, code=self.code)
-
-
-def error_body(
-    message: str, *, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
-    """``{"error": {"message", "type", "param", "code"}}``."""
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
 def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -192,8 +153,6 @@ def _content_text(content: Any, i: int, images: list[Any] | None = None) -> str:
         texts = []
         for j, part in enumerate(content):
             if images is not None and isinstance(part, dict) and part.get("type") == "image_url":
-                from loadgen.server.vision import chat_image_part  # vision imports this module
-
                 images.append(chat_image_part(part, f"messages[{i}].content[{j}]"))
                 continue
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
@@ -364,8 +323,6 @@ def parse_request(body: Any, *, chat: bool, model_name: str, tokenizer: Tokenize
         else _parse_prompt(body, tokenizer, max_model_len)
     )
     if images:
-        from loadgen.server.vision import image_prompt_ids
-
         prompt_ids = prompt_ids + image_prompt_ids(images, tokenizer.vocab_size)
     if not prompt_ids:
         raise RequestRejected("the prompt is empty (0 tokens)", param="messages" if chat else "prompt")

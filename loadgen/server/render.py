@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 from loadgen.server.generation import DONE, Generation, sse, stream_chunk
 from loadgen.server.prometheus import RequestTrace
-from loadgen.server.protocol import ParsedRequest, RequestRejected, parse_request, usage_body
+from loadgen.server.protocol import ParsedRequest, parse_request, usage_body
+from loadgen.server.rejected import RequestRejected
 from loadgen.server.tokenizer import Tokenizer
 from loadgen.server.tools import ToolCall
 
@@ -50,7 +51,7 @@ class Renderer(Protocol):
 
 Parser = Callable[..., ParsedRequest]
 """``parse(body, *, model_name, tokenizer, max_model_len) -> ParsedRequest`` (raises
-:class:`~loadgen.server.protocol.RequestRejected`)."""
+:class:`~loadgen.server.rejected.RequestRejected`)."""
 
 
 @dataclass(frozen=True, slots=True)

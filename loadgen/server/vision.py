@@ -33,7 +33,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.server.protocol import RequestRejected
+from loadgen.server.rejected import RequestRejected
 from loadgen.server.tokenizer import NUM_RESERVED
 
 __all__ = [

@@ -27,6 +27,7 @@ import numpy as np
 
 from loadgen.workload.agent_trace import AgentTrace, load_agent_trace
 from loadgen.workload.joint import JointLengths, fit_joint
+from loadgen.workload.traces import gamma_shape
 
 __all__ = ["AgentFit", "fit_agent_trace", "fit_lognormal"]
 
@@ -115,7 +116,6 @@ class AgentFit:
 
 def fit_agent_trace(path: str, name: str, *, bins: int = 32, fmt: str = "auto") -> AgentFit:
     """Fit the agent trace at ``path`` (``fmt``: auto, loadgen or aiperf)."""
-    from loadgen.workload.fit import gamma_shape  # (fit imports this module)
 
     trace = load_agent_trace(path, fmt)
     calls = [(s, c) for t in trace.tasks for s, st in enumerate(t.steps, 1) for c in st]

@@ -26,9 +26,9 @@ from loadgen.workload.agent_trace import is_agent_trace
 from loadgen.workload.datasets import DatasetOptions, load_dataset, measure
 from loadgen.workload.joint import JointLengths, fit_joint
 from loadgen.workload.prompts import PromptSynthesizer, TokenCounter
-from loadgen.workload.traces import TraceOptions, load_trace
+from loadgen.workload.traces import TraceOptions, gamma_shape, load_trace
 
-__all__ = ["Fit", "fit_workload", "gamma_shape", "is_trace"]
+__all__ = ["Fit", "fit_workload", "is_trace"]
 
 
 @dataclass(slots=True)
@@ -84,15 +84,6 @@ class Fit:
 
 def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def gamma_shape(offsets: np.ndarray) -> float | None:
-    """Gamma shape ``1/CV²`` of the gaps between sorted arrival times (None: too few or none vary)."""
-    gaps = np.diff(np.sort(np.asarray(offsets, dtype=float)))
-    if gaps.size < 2 or gaps.mean() <= 0:
-        return None
-    cv = gaps.std() / gaps.mean()
-    return float(min(max(1.0 / (cv * cv), 1e-3), 1e3)) if cv > 0 else 1e3
 
 
 def is_trace(path: Path) -> bool:

@@ -45,7 +45,16 @@ from loadgen.records import LEVEL_STRIDE, MAX_LEVEL_S, RequestSpec
 from loadgen.workload.distributions import MAX_LENGTH
 from loadgen.workload.prompts import PromptSynthesizer
 
-__all__ = ["BLOCK_TOKENS", "TRACE_FORMATS", "Trace", "TraceOptions", "TraceSource", "load_trace", "parse_window"]
+__all__ = [
+    "BLOCK_TOKENS",
+    "TRACE_FORMATS",
+    "Trace",
+    "TraceOptions",
+    "TraceSource",
+    "gamma_shape",
+    "load_trace",
+    "parse_window",
+]
 
 TRACE_FORMATS = ("auto", "mooncake", "azure", "burstgpt")
 BLOCK_TOKENS = 512  # tokens per Mooncake hash id
@@ -218,6 +227,15 @@ def _sniff(path: Path, src: str) -> tuple[str, list[str]]:
         "or a CSV with TIMESTAMP (Azure) or Timestamp (BurstGPT)",
         source=src,
     )
+
+
+def gamma_shape(offsets: np.ndarray) -> float | None:
+    """Gamma shape ``1/CV²`` of the gaps between sorted arrival times (None: too few or none vary)."""
+    gaps = np.diff(np.sort(np.asarray(offsets, dtype=float)))
+    if gaps.size < 2 or gaps.mean() <= 0:
+        return None
+    cv = gaps.std() / gaps.mean()
+    return float(min(max(1.0 / (cv * cv), 1e-3), 1e3)) if cv > 0 else 1e3
 
 
 def load_trace(opts: TraceOptions) -> Trace:

@@ -6,7 +6,8 @@ import base64
 
 import pytest
 
-from loadgen.client.discovery import discover, normalize_url, redact_url, split_credentials
+from loadgen.client.discovery import discover, normalize_url, split_credentials
+from loadgen.client.redact import redact_url
 from loadgen.errors import ConfigError, TargetError
 from tests.client.redirecting import RedirectingServers
 

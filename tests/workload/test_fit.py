@@ -14,11 +14,12 @@ from typer.testing import CliRunner
 
 from loadgen.cli import app
 from loadgen.errors import WorkloadError
-from loadgen.workload.fit import fit_workload, gamma_shape
+from loadgen.workload.fit import fit_workload
 from loadgen.workload.generate import generate_specs
 from loadgen.workload.joint import fit_joint
 from loadgen.workload.prompts import PromptSynthesizer
 from loadgen.workload.spec import load_workload
+from loadgen.workload.traces import gamma_shape
 
 SAMPLES = Path(__file__).resolve().parents[2] / "workloads" / "samples"
 
