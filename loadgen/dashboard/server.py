@@ -26,6 +26,8 @@ the network can print a traceback into the console of the run being measured.
 What a page reload costs the loop is fixed: the page is built and gzipped once, at start (off
 the loop), and sent as those bytes (gzipped to a client that accepts it); a page that
 connects gets the snapshot encoded once per tick, shared by every page connecting within it.
+What it still costs is counted per level (:meth:`Dashboard.level_cost`: page loads and the
+loop time of its ticks and snapshots), so a client-bound level can name it as a cause.
 
 Each client has a bounded queue filled by the ticker without waiting; a client whose queue
 is full (it stopped reading) is cut off, so a slow or vanished client never delays the
@@ -57,6 +59,7 @@ from loadgen.dashboard.page import page_csp, render_page
 
 __all__ = [
     "CONTROL_HEADER",
+    "COST_NOTE_PERCENT",
     "MAX_CLIENTS",
     "QUEUE_SIZE",
     "TOKEN_HEADER",
@@ -72,6 +75,7 @@ MAX_CLIENTS = 16
 QUEUE_SIZE = 32  # messages waiting per client before it is cut off
 PING_S = 15.0
 CLOSE_S = 2.0
+COST_NOTE_PERCENT = 2.0  # the dashboard's own share of the loop over a level worth naming
 
 _log = logging.getLogger(__name__)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -209,6 +213,9 @@ class Dashboard:
         self._page_gz = b""
         self._snapshot: bytes | None = None  # the SNAPSHOT frame of this tick, once a page asked
         self._closed = False
+        self._pages = 0  # page loads since the last level_cost()
+        self._work_ns = 0  # the dashboard's own work on the loop (ticks, snapshots) since then
+        self._since = time.monotonic()
 
     @property
     def clients(self) -> int:
@@ -299,7 +306,30 @@ class Dashboard:
                 for client in list(self._clients):
                     self._push(client, b": ping\n\n")
 
+    def level_cost(self) -> str | None:
+        """What the dashboard cost the measuring process since the last call (a level), as
+        a reason for a client-bound verdict; None when it did no more than tick. The count
+        starts again at every call."""
+        pages, work_ms = self._pages, self._work_ns / 1e6
+        elapsed_ms = max(1e-3, (time.monotonic() - self._since) * 1e3)
+        self._pages, self._work_ns, self._since = 0, 0, time.monotonic()
+        share = 100 * work_ms / elapsed_ms
+        if pages == 0 and share < COST_NOTE_PERCENT:
+            return None
+        return (
+            f"the live dashboard shares this process: {pages} page load{'s' if pages != 1 else ''}, "
+            f"{len(self._clients)} open, and {work_ms:.0f} ms ({share:.1f}%) of its own work on the loop "
+            "during the level (loadgen watch FOLDER serves it from another process)"
+        )
+
     def _tick_once(self, lag_ms: float) -> None:
+        start = time.perf_counter_ns()
+        try:
+            self._tick_work(lag_ms)
+        finally:
+            self._work_ns += time.perf_counter_ns() - start
+
+    def _tick_work(self, lag_ms: float) -> None:
         try:
             self.feed.loop_lag_ms = round(lag_ms, 3)
             if self.before_tick is not None:
@@ -357,6 +387,7 @@ class Dashboard:
         return web.json_response({"ok": False, "why": why}, status=403)
 
     async def _index(self, request: web.Request) -> web.StreamResponse:
+        self._pages += 1
         gz = _accepts_gzip(request.headers.get("Accept-Encoding", ""))
         return web.Response(
             body=self._page_gz if gz else self._page,
@@ -389,7 +420,9 @@ class Dashboard:
         # the snapshot is taken and the client registered with no await between: no point is
         # lost nor sent twice (the one of this tick is shared: it holds the same points)
         if self._snapshot is None:
+            start = time.perf_counter_ns()
             self._snapshot = _sse("snapshot", self._with_controls(self.feed.snapshot()))
+            self._work_ns += time.perf_counter_ns() - start
         first = self._snapshot
         self._clients.add(client)
         task = asyncio.current_task()

@@ -132,6 +132,7 @@ async def run_dashboard(
     board = Dashboard(feed, host=at.host, port=at.port, controls=_controls(levels, stats), title=f"loadgen: {title}")
     url = await _start(board, at, "--dashboard-port")
     stats.taps.append(feed)
+    stats.causes.append(board.level_cost)
     console.print(f"dashboard: {escape(url)}{_where(board)}", highlight=False, soft_wrap=True)
     state = "failed"
     try:
@@ -139,6 +140,7 @@ async def run_dashboard(
         state = "interrupted" if levels.interrupted else "finished"
     finally:
         stats.taps.remove(feed)
+        stats.causes.remove(board.level_cost)
         feed.end(state, report=str(cfg.out / "report.html"))
         await board.aclose()
         _refused(board, console)

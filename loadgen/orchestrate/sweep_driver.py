@@ -89,6 +89,16 @@ def summarize_result(result: LevelResult, prof: Profile, slos: Sequence[SLO], an
     )
 
 
+def with_causes(level: LevelSummary, causes: Sequence[Callable[[], str | None]]) -> LevelSummary:
+    """``level`` with what else in this process may have held the loop (each of ``causes``,
+    asked once per level) among its client-bound reasons; unchanged when it kept up."""
+    named = [why for why in (cause() for cause in causes) if why is not None]
+    if not named or not level.client.client_bound:
+        return level
+    client = dataclasses.replace(level.client, reasons=[*level.client.reasons, *named])
+    return dataclasses.replace(level, client=client)
+
+
 def run_summary(levels: list[LevelSummary], prof: Profile, stopped: str | None, interrupted: bool) -> RunSummary:
     """The whole run's summary over its level summaries."""
     return summarize_run(
@@ -150,7 +160,7 @@ async def sweep_levels(
             if runner.interrupted:
                 break
         result = merge_trials(results)
-        level = summarize_result(result, cfg.profile, cfg.slos, anchor_ns)
+        level = with_causes(summarize_result(result, cfg.profile, cfg.slos, anchor_ns), stats.causes)
         if reasons:
             level = dataclasses.replace(level, stopped=_reasons(reasons))
         if stats.skipped:  # Skip level: it ended as at its duration, earlier than planned

@@ -97,6 +97,9 @@ class LiveStats:
         self._in_flight = in_flight
         self._clock = clock
         self.taps: list[LevelTap] = []  # told of each level, record and finished level too
+        # asked once per finished level what else in this process may have held the loop (the
+        # dashboard): a reason a client-bound level names (None: nothing worth naming)
+        self.causes: list[Callable[[], str | None]] = []
         self.skipped = False  # the level in progress was ended from the dashboard (Skip level)
         self.start_level(label)
 

@@ -262,3 +262,46 @@ async def test_a_reload_rebuilds_nothing() -> None:
                         break
         assert feed.snapshots == 1 and all(s == snaps[0] for s in snaps)
         assert len(snaps[0]["series"]["t"]) == 100
+
+
+async def test_level_cost_names_page_loads_and_starts_again_each_level() -> None:
+    """A level during which pages were loaded gets a reason naming the dashboard (its page
+    loads and its own loop time); the next level, with nothing loaded and no tick, none."""
+    feed = RecordFeed(points=50)
+    async with Dashboard(feed, port=0, interval_s=3600.0) as dash:
+        assert dash.level_cost() is None  # nothing served yet
+        async with aiohttp.ClientSession() as http:
+            for _ in range(3):
+                async with http.get(base(dash) + "/") as resp:
+                    assert resp.status == 200
+                    await resp.read()
+            async with http.get(base(dash) + "/events") as resp:
+                async for kind, _ in events(resp):
+                    assert kind == "snapshot"
+                    break
+        why = dash.level_cost()
+        assert why is not None and "3 page loads" in why and "live dashboard" in why, why
+        assert dash.level_cost() is None  # counted again from zero
+
+
+def test_a_client_bound_level_names_the_causes_and_a_level_that_kept_up_does_not() -> None:
+    from loadgen.metrics.summary import summarize_level
+    from loadgen.orchestrate.sweep_driver import with_causes
+    from loadgen.records import RequestRecord
+
+    recs = [RequestRecord(index=i, sent_ns=1_000_000 * i, done_ns=1_000_000 * i + 500_000) for i in range(20)]
+    for r in recs:
+        r.events = [[r.sent_ns + 100_000, 1], [r.sent_ns + 200_000, 1]]
+    asked: list[int] = []
+
+    def cause() -> str:
+        asked.append(1)
+        return "the live dashboard shares this process"
+
+    bound = summarize_level(recs, load={"mode": "concurrency", "value": 1}, loop_lag_ms=[50.0] * 100)
+    fine = summarize_level(recs, load={"mode": "concurrency", "value": 1}, loop_lag_ms=[0.1] * 100)
+    assert bound.client.client_bound and not fine.client.client_bound
+    named = with_causes(bound, [cause])
+    assert named.client.reasons == [*bound.client.reasons, "the live dashboard shares this process"]
+    assert with_causes(fine, [cause]) == fine
+    assert len(asked) == 2  # asked once per level, whatever its verdict: its count starts again
