@@ -6,7 +6,8 @@ page), its unit and direction, and where its per-request values come from (a col
 :func:`~loadgen.metrics.per_request.per_request_frame`, or a function of that frame).
 The SLO parser, the precision targets, ``loadgen compare``, repeated trials and the
 console's level table select the metrics they show from :data:`METRICS`, in the order
-the metrics were registered. Adding a per-request metric is one :func:`register` call
+the metrics were registered (``--slo`` lists its metrics by ``slo_rank``: TPOT before ITL,
+as its help and error messages always have). Adding a per-request metric is one :func:`register` call
 with its computation (docs/metrics.md, "Adding a metric").
 """
 
