@@ -28,22 +28,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from loadgen.metrics.catalog import Metric, by_precision, metrics, per_request
 from loadgen.metrics.per_request import per_request_frame
 from loadgen.metrics.sequential import Decision, PrecisionRule, Target
 from loadgen.metrics.uncertainty import Interval, min_bounded_n
 from loadgen.records import RequestRecord
 
-__all__ = ["BLOCK", "METRICS", "LevelWatch", "parse_target", "precision_rule"]
+__all__ = ["BLOCK", "LevelWatch", "parse_target", "precision_rule"]
 
-# the per-request metrics a target may name, by the frame column that holds them
-METRICS = {
-    "ttft": "ttft_ms",
-    "ttft_queued": "ttft_queued_ms",
-    "tpot": "tpot_ms",
-    "e2e": "e2e_ms",
-    "e2e_queued": "e2e_queued_ms",
-    "ttfa": "ttfa_ms",
-}
 BLOCK = 256  # records framed at a time
 _STAT = re.compile(r"p(\d+(?:\.\d+)?)")
 
@@ -63,8 +55,9 @@ def parse_target(text: str) -> Spec:
     metric, dot, stat = name.strip().partition(".")
     if not sep or not dot:
         raise ValueError(f"expected METRIC.STAT=N% such as ttft.p99=5%, got {text!r}")
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r} in {text!r}; choose one of: {', '.join(METRICS)}")
+    if by_precision(metric) is None:
+        names = ", ".join(m.precision for m in metrics() if m.precision)
+        raise ValueError(f"unknown metric {metric!r} in {text!r}; choose one of: {names}")
     q: float | None = None
     if stat != "mean":
         m = _STAT.fullmatch(stat)
@@ -106,10 +99,13 @@ class LevelWatch:
         self.rule, self.specs = precision_rule(texts, confidence)
         self.min_ns = int(min_duration_s * 1e9)
         self._clock = clock
-        self._columns = sorted({METRICS[s.target.metric] for s in self.specs})
+        # the targets' metrics by --precision spelling (parse_target found each)
+        self._metrics: dict[str, Metric] = {
+            s.target.metric: m for s in self.specs if (m := by_precision(s.target.metric)) is not None
+        }
         self._pending: list[RequestRecord] = []
         self._sent: list[npt.NDArray[np.int64]] = []
-        self._values: dict[str, list[npt.NDArray[np.float64]]] = {c: [] for c in self._columns}
+        self._values: dict[str, list[npt.NDArray[np.float64]]] = {name: [] for name in self._metrics}
         self._looks = self.rule.looks(1 << 62)
         self._next = next(self._looks)
         self._first_ns = 0  # the earliest send seen: the level's start, near enough
@@ -144,8 +140,8 @@ class LevelWatch:
         self._pending.clear()
         ok = frame["ok"].to_numpy(dtype=bool)
         self._sent.append(frame["sent_ns"].to_numpy(dtype=np.int64)[ok])
-        for c in self._columns:
-            self._values[c].append(frame[c].to_numpy(dtype=np.float64)[ok])
+        for name, m in self._metrics.items():
+            self._values[name].append(per_request(m, frame)[ok])
 
     def _look(self) -> Decision:
         self._frame()
@@ -153,8 +149,7 @@ class LevelWatch:
         order = np.argsort(np.concatenate(self._sent), kind="stable") if self._sent else np.zeros(0, np.int64)
         series = {}
         for s in self.specs:
-            column = METRICS[s.target.metric]
-            x = np.concatenate(self._values[column])[order] if self._sent else np.zeros(0)
+            x = np.concatenate(self._values[s.target.metric])[order] if self._sent else np.zeros(0)
             series[s.target.metric] = x[~np.isnan(x)]
         return self.rule.check(self.looks, series)
 

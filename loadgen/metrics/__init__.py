@@ -3,6 +3,8 @@
 Pure (numpy/pandas): no I/O, no printing, no network. Definitions are those of
 docs/metrics.md exactly; see each module's docstring.
 
+- :mod:`~loadgen.metrics.catalog` — every metric declared once (names, unit, direction, source);
+  ``register`` adds one
 - :mod:`~loadgen.metrics.results` — the typed results (``LevelSummary``, ``RunSummary``,
   ``Distribution``, …) that ``summary.json`` serialises
 - :mod:`~loadgen.metrics.stats` — ``describe`` (count, mean, std, min, p50…p99.9, max)
@@ -21,6 +23,7 @@ docs/metrics.md exactly; see each module's docstring.
 """
 
 from loadgen.metrics.capacity import capacity, knee, windows
+from loadgen.metrics.catalog import Metric
 from loadgen.metrics.per_request import (
     EventArrays,
     event_arrays,
@@ -55,6 +58,7 @@ __all__ = [
     "EventArrays",
     "LevelSummary",
     "Load",
+    "Metric",
     "RunSummary",
     "Saturation",
     "capacity",

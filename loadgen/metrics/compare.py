@@ -42,11 +42,12 @@ from loadgen.metrics.bootstrap import (
     rate_difference,
     verdict,
 )
+from loadgen.metrics.catalog import Metric, metrics, per_request, trial_paths
 from loadgen.metrics.per_request import EventArrays
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import parse_slo, slo_attainment
 from loadgen.metrics.summary import level_window_ns
-from loadgen.metrics.trials import TRIAL_METRICS, welch_interval
+from loadgen.metrics.trials import welch_interval
 
 __all__ = [
     "BETTER",
@@ -57,7 +58,6 @@ __all__ = [
     "METHOD_IID",
     "METHOD_NEFF",
     "METHOD_WELCH",
-    "METRICS",
     "MIN_EFFECT",
     "NOT_AVAILABLE",
     "NO_CHANGE",
@@ -70,6 +70,7 @@ __all__ = [
     "by_verdict",
     "common_levels",
     "compare_level",
+    "compared_metrics",
     "proportion_difference",
     "quantile_difference",
     "rate_difference",
@@ -77,20 +78,7 @@ __all__ = [
     "verdict",
 ]
 
-# (key, label, unit, higher is better, kind)
-METRICS: tuple[tuple[str, str, str, bool, str], ...] = (
-    ("ttft_ms", "TTFT", "ms", False, "quantile"),
-    ("ttft_queued_ms", "TTFT from scheduled", "ms", False, "quantile"),
-    ("itl_ms", "ITL", "ms", False, "quantile"),
-    ("tpot_ms", "TPOT", "ms", False, "quantile"),
-    ("e2e_ms", "E2E latency", "ms", False, "quantile"),
-    ("output_tokens_per_s", "output tokens/s", "tok/s", True, "rate"),
-    ("requests_per_s", "requests/s", "req/s", True, "rate"),
-    ("goodput", "goodput", "req/s", True, "rate"),
-    ("slo_attainment", "SLO attainment", "%", True, "proportion"),
-)
 _QUANTILES = ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9"))
-_STREAMED_ONLY = frozenset({"ttft_ms", "ttft_queued_ms", "itl_ms", "tpot_ms", "output_tokens_per_s"})
 N_BLOCKS = 20
 MIN_EFFECT = 0.02
 
@@ -122,16 +110,10 @@ class Row:
     diff: Difference
 
 
-# what a serving engineer reads first, in this order when changes are equally large
-HEADLINE: tuple[str, ...] = (
-    "itl_ms",
-    "ttft_ms",
-    "output_tokens_per_s",
-    "goodput",
-    "slo_attainment",
-    "tpot_ms",
-    "e2e_ms",
-)
+def compared_metrics() -> list[Metric]:
+    """The metrics a comparison judges, in the catalogue's order (each row's seed is its
+    position here, so the same runs always give the same intervals)."""
+    return [m for m in metrics() if m.compared]
 
 
 def _clean(values: npt.ArrayLike) -> F64:
@@ -169,12 +151,14 @@ def tail_evidence(a: npt.ArrayLike, b: npt.ArrayLike, what: str) -> str:
 def by_verdict(rows: Sequence[Row]) -> dict[str, list[Row]]:
     """The rows grouped by verdict (better, worse, inconclusive, no significant change,
     n/a), each group the largest relative changes first, headline metrics first on a tie."""
-    order = {key: i for i, key in enumerate(HEADLINE)}
+    # what a serving engineer reads first, in this order when changes are equally large
+    order = {m.name: m.headline for m in metrics() if m.headline is not None}
+    last = max(order.values(), default=-1) + 1
     out: dict[str, list[Row]] = {v: [] for v in (WORSE, BETTER, INCONCLUSIVE, NO_CHANGE, NOT_AVAILABLE)}
     for r in rows:
         out.setdefault(r.diff.verdict, []).append(r)
     for group in out.values():
-        group.sort(key=lambda r: (-abs(r.diff.rel or 0.0), order.get(r.metric, len(order))))
+        group.sort(key=lambda r: (-abs(r.diff.rel or 0.0), order.get(r.metric, last)))
     return out
 
 
@@ -191,32 +175,35 @@ def common_levels(summaries: Sequence[RunSummary]) -> list[tuple[str, float, lis
     return [(mode, value, [m[(mode, value)] for m in maps]) for mode, value in sorted(keys)]
 
 
-def _samples(lv: LevelSamples, key: str, ordered: bool = True) -> F64:
+def _samples(lv: LevelSamples, metric: Metric, ordered: bool = True) -> F64:
     """The ok requests' values in send order (ITL: the per-token samples in arrival order);
     in record order when not ``ordered`` (the bootstrap sorts them by value)."""
     ok = lv.ok_rows
     if not ordered:
-        return np.asarray(lv.ev.itl_ms(ok) if key == "itl_ms" else lv.frame[key].to_numpy(dtype=np.float64)[ok])
-    if key == "itl_ms":
+        return np.asarray(lv.ev.itl_ms(ok) if metric.per_token else per_request(metric, lv.frame)[ok])
+    if metric.per_token:
         x, t = lv.ev.itl_ms(ok), lv.ev.like_itl(lv.ev.ch_t, ok)
     else:
-        x, t = lv.frame[key].to_numpy(dtype=np.float64)[ok], lv.frame["sent_ns"].to_numpy()[ok]
+        x, t = per_request(metric, lv.frame)[ok], lv.frame["sent_ns"].to_numpy()[ok]
     return np.asarray(x[np.argsort(t, kind="stable")], dtype=np.float64)
 
 
 def _summary_n_eff(lv: LevelSamples, key: str, stat: str, values: F64) -> float | None:
     """The level summary's ``n_eff`` of ``key``'s ``stat`` (its interval's), when the summary's
     series is these ``values`` (as many non-NaN ones); None otherwise (or without intervals)."""
-    dist = getattr(lv.summary, key)
+    try:
+        dist = lv.summary.dist(key)
+    except KeyError:  # a metric registered after the summary was written
+        return None
     iv = (dist.intervals or {}).get(stat)
     return iv.n_eff if iv is not None and dist.count == int((~np.isnan(values)).sum()) else None
 
 
-def _per_request(lv: LevelSamples, key: str) -> F64:
-    """One value per ok request: its largest ITL for ``itl_ms``, else the metric itself."""
-    if key == "itl_ms":
+def _per_request(lv: LevelSamples, metric: Metric) -> F64:
+    """One value per ok request: its largest ITL for ITL, else the metric itself."""
+    if metric.per_token:
         return np.asarray(lv.ev.itl_max_ms()[lv.ok_rows], dtype=np.float64)
-    return _samples(lv, key)
+    return _samples(lv, metric)
 
 
 def _attained(lv: LevelSamples) -> npt.NDArray[np.bool_] | None:
@@ -258,13 +245,6 @@ def _proportion(level: LevelSummary) -> tuple[float, float | None]:
     return (level.requests.total if iv is None else iv.n_eff), level.goodput.slo_attainment
 
 
-_TRIAL_KEYS = {
-    "throughput.output_tokens_per_s": "output_tokens_per_s",
-    "goodput.requests_per_s": "goodput",
-    "goodput.slo_attainment": "slo_attainment",
-}
-
-
 def trial_rows(
     a: LevelSummary, b: LevelSummary, position: int = 0, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95
 ) -> list[Row]:
@@ -273,7 +253,7 @@ def trial_rows(
     says so and how many trials each side had)."""
     assert a.trials is not None and b.trials is not None
     rows = []
-    for path, (label, stat, unit, higher) in TRIAL_METRICS.items():
+    for path, metric, stat in trial_paths():
         sa, sb = a.trials.metrics.get(path), b.trials.metrics.get(path)
         if sa is None or sb is None:
             continue
@@ -290,13 +270,12 @@ def trial_rows(
                 diff,
                 rel,
                 ci,
-                verdict(ci, higher, rel=rel, min_effect=min_effect, base=sa.mean),
+                verdict(ci, metric.higher_is_better, rel=rel, min_effect=min_effect, base=sa.mean),
                 confidence,
                 note,
                 METHOD_WELCH,
             )
-        metric = _TRIAL_KEYS.get(path, path.split(".")[0])
-        rows.append(Row(position, metric, label, stat, unit, d))
+        rows.append(Row(position, metric.name, metric.label, stat, metric.unit, d))
     return rows
 
 
@@ -315,17 +294,19 @@ def compare_level(
     rows: list[Row] = []
     rate_mode = a.summary.load.mode == "rate"
     answered = a.summary.non_streamed is not None or b.summary.non_streamed is not None
-    for m, (key, label, unit, higher, kind) in enumerate(METRICS):
-        seed = 7919 * position + 101 * m
-        if key == "ttft_queued_ms" and not rate_mode:
+    queued = {m.queued for m in metrics() if m.queued}  # measured from the scheduled time: open loops only
+    for i, metric in enumerate(compared_metrics()):
+        seed = 7919 * position + 101 * i
+        key, label, unit, higher = metric.name, metric.label, metric.unit, metric.higher_is_better
+        if key in queued and not rate_mode:
             continue
-        if answered and key in _STREAMED_ONLY:  # one JSON answer: no first token, no tokens out
+        if answered and metric.streamed_only:  # one JSON answer: no first token, no tokens out
             continue
-        if kind == "quantile":
-            xa, xb = _samples(a, key, ordered=False), _samples(b, key, ordered=False)
+        if metric.kind == "latency":
+            xa, xb = _samples(a, metric, ordered=False), _samples(b, metric, ordered=False)
             known = [(_summary_n_eff(a, key, stat, xa), _summary_n_eff(b, key, stat, xb)) for _, stat in _QUANTILES]
             if any(None in pair for pair in known):  # n_eff to compute: it needs the values in time order
-                xa, xb = _samples(a, key), _samples(b, key)
+                xa, xb = _samples(a, metric), _samples(b, metric)
             for j, (q, stat) in enumerate(_QUANTILES):
                 d = quantile_difference(
                     xa,
@@ -338,12 +319,12 @@ def compare_level(
                     n_eff=known[j],
                 )
                 if d.verdict == INCONCLUSIVE and q >= 0.99:  # the tail: what the requests themselves say
-                    what = "largest ITL" if key == "itl_ms" else label
-                    evidence = tail_evidence(_per_request(a, key), _per_request(b, key), what)
+                    what = f"largest {label}" if metric.per_token else label
+                    evidence = tail_evidence(_per_request(a, metric), _per_request(b, metric), what)
                     if evidence:
                         d = replace(d, note="; ".join(x for x in (d.note, evidence) if x))
                 rows.append(Row(position, key, label, stat, unit, d))
-        elif kind == "rate":
+        elif metric.kind == "rate":
             d = rate_difference(
                 _blocks(a, key),
                 _blocks(b, key),

@@ -477,6 +477,8 @@ class LevelSummary(JSONRecord):
     images: Images | None = field(default=None, metadata=key("images", omit_none=True))
     non_streamed: NonStreamed | None = field(default=None, metadata=key("non_streamed", omit_none=True))
     tasks: Tasks | None = field(default=None, metadata=key("tasks", omit_none=True))
+    # metrics registered beyond the built-in ones (loadgen.metrics.catalog), by name
+    extra: dict[str, Distribution] | None = field(default=None, metadata=key("extra", omit_none=True))
 
     @property
     def attainment_interval(self) -> StatInterval | None:
@@ -492,16 +494,22 @@ class LevelSummary(JSONRecord):
         return self.steady_state is None or self.steady_state.stationary
 
     def dist(self, name: str) -> Distribution:
-        """A latency or length distribution by field name (``"ttft_ms"``, ``"itl_ms"``…)."""
-        value = getattr(self, name, None) if name in _LEVEL_DISTS else None
+        """A latency or length distribution by field name (``"ttft_ms"``, ``"itl_ms"``…) or
+        an ``extra`` metric's name."""
+        value = getattr(self, name, None) if name in _LEVEL_DISTS else (self.extra or {}).get(name)
         if not isinstance(value, Distribution):
-            raise KeyError(f"{name!r} is not a distribution of a level (allowed: {', '.join(_LEVEL_DISTS)})")
+            allowed = (*_LEVEL_DISTS, *(self.extra or {}))
+            raise KeyError(f"{name!r} is not a distribution of a level (allowed: {', '.join(allowed)})")
         return value
 
     def metric(self, path: str) -> float | None:
         """A number by its dotted JSON path, e.g. ``"ttft_ms.p99"`` or
-        ``"throughput.output_tokens_per_s"``; ``None`` when the path names nothing."""
+        ``"throughput.output_tokens_per_s"`` (an ``extra`` metric's too); ``None`` when the
+        path names nothing."""
         cur: Any = self
+        head, _, rest = path.partition(".")
+        if self.extra and head in self.extra and head not in _LEVEL_DISTS:
+            cur, path = self.extra[head], rest
         for part in path.split("."):
             if isinstance(cur, Distribution):
                 try:

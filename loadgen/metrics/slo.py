@@ -41,53 +41,42 @@ import numpy.typing as npt
 import pandas as pd
 
 from loadgen.errors import ConfigError
+from loadgen.metrics.catalog import METRICS, Metric, by_slo, per_request, slo_names
 from loadgen.metrics.results import Check
 from loadgen.metrics.stats import stat_value
 
 __all__ = [
-    "METRICS",
     "SLO",
     "STATS",
-    "TASK_METRICS",
     "UNITS",
     "level_checks",
     "level_slos",
+    "mlperf_bounds",
     "parse_slo",
     "request_meets",
     "slo_attainment",
     "slo_scores",
 ]
 
-# metric -> column of the per-request frame
-METRICS: dict[str, str] = {
-    "ttft": "ttft_ms",
-    "ttft_queued": "ttft_queued_ms",
-    "tpot": "tpot_ms",
-    "itl": "itl_max_ms",
-    "e2e": "e2e_ms",
-    "e2e_queued": "e2e_queued_ms",
-}
-TASK_METRICS: tuple[str, ...] = ("task",)  # judged per task, not per request
 STATS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "p99.9", "mean", "max")
 UNITS: dict[str, float] = {"ms": 1.0, "s": 1000.0, "us": 0.001}
 
-# metrics a request with too few tokens meets vacuously (nothing to measure)
-_VACUOUS = frozenset({"tpot", "itl"})
 _NUMBER = re.compile(r"^((?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*([a-z]*)$")
-_HELP = (
-    "expected METRIC[:STAT]=LIMIT with METRIC one of "
-    + ", ".join((*METRICS, *TASK_METRICS))
-    + "; STAT one of "
-    + ", ".join(STATS)
-    + "; LIMIT a positive number with unit ms, s or us (bare number = ms)"
-    + " — e.g. ttft=500ms, e2e=10s, ttft:p90=300ms"
-)
+
+
+def _help() -> str:
+    """The syntax, with the metrics registered now (:mod:`loadgen.metrics.catalog`)."""
+    return (
+        f"expected METRIC[:STAT]=LIMIT with METRIC one of {', '.join(slo_names())}; STAT one of "
+        f"{', '.join(STATS)}; LIMIT a positive number with unit ms, s or us (bare number = ms)"
+        " — e.g. ttft=500ms, e2e=10s, ttft:p90=300ms"
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class SLO:
-    """One objective: ``metric`` (a key of :data:`METRICS`), ``limit_ms``, and ``stat``
-    (``None`` for a per-request limit, else a level-wide statistic from :data:`STATS`)."""
+    """One objective: ``metric`` (a metric's ``--slo`` spelling in the catalogue), ``limit_ms``,
+    and ``stat`` (``None`` for a per-request limit, else a level-wide statistic from :data:`STATS`)."""
 
     metric: str
     limit_ms: float
@@ -96,7 +85,19 @@ class SLO:
     @property
     def per_request(self) -> bool:
         """A limit each request must meet (task SLOs are judged per task)."""
-        return self.stat is None and self.metric not in TASK_METRICS
+        return self.stat is None and not self.per_task
+
+    @property
+    def per_task(self) -> bool:
+        """Judged on agentic tasks, not requests (``task=60s``)."""
+        return self.entry.per_task
+
+    @property
+    def entry(self) -> Metric:
+        entry = by_slo(self.metric)
+        if entry is None:
+            raise ValueError(f"no metric is spelt {self.metric!r} in an SLO")
+        return entry
 
     def __str__(self) -> str:
         """Canonical text, in ms: ``ttft=500ms``, ``ttft:p90=300ms``."""
@@ -112,7 +113,7 @@ def parse_slo(text: str) -> SLO:
     """
 
     def bad(why: str) -> ConfigError:
-        return ConfigError(f"{text!r}: {why}; {_HELP}", source="--slo")
+        return ConfigError(f"{text!r}: {why}; {_help()}", source="--slo")
 
     if not isinstance(text, str):
         raise bad("not a string")
@@ -120,7 +121,7 @@ def parse_slo(text: str) -> SLO:
     if not eq:
         raise bad("missing '='")
     metric, colon, stat = (p.strip() for p in lhs.partition(":"))
-    if metric not in METRICS and metric not in TASK_METRICS:
+    if by_slo(metric) is None:
         raise bad(f"unknown metric {metric!r}")
     if colon and stat not in STATS:
         raise bad(f"unknown statistic {stat!r}")
@@ -142,10 +143,10 @@ def request_meets(frame: pd.DataFrame, slo: SLO) -> npt.NDArray[np.bool_]:
     if not slo.per_request:
         kind = "a level-wide check" if slo.stat is not None else "judged per task"
         raise ValueError(f"{slo} is {kind}, not a per-request limit")
-    values = frame[METRICS[slo.metric]].to_numpy(dtype=np.float64)
+    values = per_request(slo.entry, frame)
     with np.errstate(invalid="ignore"):
         meets = values <= slo.limit_ms
-    if slo.metric in _VACUOUS:
+    if slo.entry.vacuous:
         meets |= np.isnan(values)
     return np.asarray(meets & frame["ok"].to_numpy(dtype=bool))
 
@@ -170,8 +171,8 @@ def slo_scores(frame: pd.DataFrame, slos: Sequence[SLO]) -> npt.NDArray[np.float
     score = np.zeros(len(frame), dtype=np.float64)
     for slo in slos:
         if slo.per_request:
-            values = frame[METRICS[slo.metric]].to_numpy(dtype=np.float64) / slo.limit_ms
-            if slo.metric not in _VACUOUS:
+            values = per_request(slo.entry, frame) / slo.limit_ms
+            if not slo.entry.vacuous:
                 values = np.where(np.isnan(values), np.inf, values)  # as request_meets: no value, no pass
             score = np.fmax(score, values)  # fmax: a vacuous NaN leaves the score as it is
     score[~frame["ok"].to_numpy(dtype=bool)] = np.inf
@@ -186,7 +187,7 @@ def level_checks(samples: Mapping[str, Any], slos: Sequence[SLO]) -> list[Check]
     """
     out: list[Check] = []
     for slo in slos:
-        if slo.stat is None or slo.metric in TASK_METRICS:
+        if slo.stat is None or slo.per_task:
             continue
         value = stat_value(samples.get(slo.metric, ()), slo.stat)
         out.append(Check(slo=str(slo), value_ms=value, passed=value is not None and value <= slo.limit_ms))
@@ -199,5 +200,16 @@ def level_slos(slos: Sequence[SLO], mode: str, slo_latency: str = "queued") -> l
     late must not make the server look faster than it was."""
     if mode != "rate" or slo_latency != "queued":
         return list(slos)
-    swap = {"ttft": "ttft_queued", "e2e": "e2e_queued"}
-    return [SLO(swap.get(s.metric, s.metric), s.limit_ms, s.stat) for s in slos]
+    return [SLO(_queued(s), s.limit_ms, s.stat) for s in slos]
+
+
+def _queued(slo: SLO) -> str:
+    """The SLO's metric measured from the scheduled time, when the catalogue has one."""
+    queued = METRICS.get(slo.entry.queued or "")
+    return slo.metric if queued is None or queued.slo is None else queued.slo
+
+
+def mlperf_bounds(slos: Sequence[SLO]) -> list[tuple[str, Metric, float]]:
+    """``(slo text, metric, bound in ms)`` of each per-request SLO, for the MLPerf verdicts
+    (:func:`~loadgen.metrics.verdicts.mlperf_of`)."""
+    return [(str(s), s.entry, s.limit_ms) for s in slos if s.per_request]

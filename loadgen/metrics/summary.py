@@ -24,6 +24,7 @@ Levels of a non-streamed API add ``non_streamed`` (:mod:`loadgen.metrics.answers
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ import pandas as pd
 from loadgen.errors import ConfigError
 from loadgen.metrics.answers import non_streamed
 from loadgen.metrics.capacity import windows_of
+from loadgen.metrics.catalog import metrics, per_request
 from loadgen.metrics.client import LATE_NS, WorkerStats, lag_over_time, late_sends
 from loadgen.metrics.level_intervals import proportion, rate_interval, with_intervals
 from loadgen.metrics.per_request import EventArrays, frame_and_events, frame_and_events_from_columns
@@ -53,7 +55,7 @@ from loadgen.metrics.results import (
     Throughput,
     WorkerHealth,
 )
-from loadgen.metrics.slo import SLO, level_checks, slo_attainment, slo_scores
+from loadgen.metrics.slo import SLO, level_checks, mlperf_bounds, slo_attainment, slo_scores
 from loadgen.metrics.stats import distribution, distribution_of_counts
 from loadgen.metrics.tasks import with_tasks
 from loadgen.metrics.turns import by_turn, images_of, reasoning_of, sessions_of
@@ -64,7 +66,7 @@ __all__ = ["level_window_ns", "summarize_level"]
 
 _RUNQUEUE_BOUND = 0.05  # a sender runnable but without a CPU more than this share of the time stamps late
 CLOCK_NOTE_MS = 1.0  # workers' clock offsets less certain than this: the level says so
-_LATENCY_COLUMNS = ("ttft_ms", "ttft_queued_ms", "tpot_ms", "e2e_ms", "e2e_queued_ms")
+_FIELDS = frozenset(f.name for f in dataclasses.fields(LevelSummary))
 
 
 def level_window_ns(frame: pd.DataFrame) -> tuple[int, int] | None:
@@ -393,7 +395,10 @@ def summarize_level(
     itl_t = ev.ch_t[with_gap] if one_token_chunks else np.repeat(ev.ch_t[with_gap], tokens)  # arrival of each
     del with_gap, tokens
     okf = frame[ok]
-    samples: dict[str, Any] = {c.removesuffix("_ms"): okf[c].to_numpy() for c in _LATENCY_COLUMNS}
+    # each SLO metric's samples under its --slo spelling ("ttft"), as level_checks reads them
+    samples: dict[str, Any] = {
+        m.slo: per_request(m, okf) for m in metrics() if m.slo and not (m.per_token or m.per_task)
+    }
     samples["itl"] = itl
     itl_stats = distribution(itl)
     plain = {
@@ -480,10 +485,22 @@ def summarize_level(
         reasoning=reasoning_of(okf),
         connect=_connections(measured),
         images=images_of(measured),
-        **level_verdicts(frame, ok, slos, scheduled is not None, cut, mlperf, attained),
+        **level_verdicts(frame, ok, mlperf_bounds(slos), scheduled is not None, cut, mlperf, attained),
+        extra=_extra(okf, sent_ok, confidence),
     )
     level = with_tasks(level, measured, frame, ev, ok, itl, slos, confidence)  # agentic levels: tasks
     return non_streamed(level, measured, ok)  # embeddings, rerank: inputs/s instead of tokens
+
+
+def _extra(okf: pd.DataFrame, sent_ok: npt.NDArray[np.int64], confidence: float) -> dict[str, Distribution] | None:
+    """The distributions, with intervals, of the registered per-request metrics that have no
+    field of their own in a level (docs/metrics.md, "Adding a metric"); None when there are none."""
+    out = {}
+    for m in metrics():
+        if m.kind == "latency" and m.json_key is None and m.name not in _FIELDS and not m.per_task:
+            x = per_request(m, okf)
+            out[m.name] = with_intervals(distribution(x), x, sent_ok, confidence)
+    return out or None
 
 
 def _connections(measured: Sequence[RequestRecord]) -> Connections | None:

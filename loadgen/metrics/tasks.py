@@ -48,7 +48,7 @@ import pandas as pd
 from loadgen.metrics.level_intervals import with_intervals
 from loadgen.metrics.per_request import EventArrays
 from loadgen.metrics.results import Check, LevelSummary, Tasks, TaskStep
-from loadgen.metrics.slo import SLO, TASK_METRICS
+from loadgen.metrics.slo import SLO
 from loadgen.metrics.stats import distribution, stat_value
 from loadgen.records import ErrorKind, RequestRecord
 
@@ -159,7 +159,7 @@ def tasks_of(
         / np.where(span > 0, span, np.nan)[:, None]
     )
     mean = [float(np.nanmean(frac[:, i])) if np.isfinite(frac[:, i]).any() else None for i in range(3)]
-    limits = [s for s in slos if s.metric in TASK_METRICS]
+    limits = [s for s in slos if s.per_task]
     meets = np.ones(ms.size, dtype=bool)
     checks = []
     for s in limits:
@@ -207,7 +207,7 @@ def with_tasks(
 ) -> LevelSummary:
     """``level`` with its ``tasks`` entry, and a task SLO left out of the requests' SLOs."""
     tasks = tasks_of(measured, frame, ev, ok, itl, slos, confidence)
-    if tasks is None and not any(s.metric in TASK_METRICS for s in slos):
+    if tasks is None and not any(s.per_task for s in slos):
         return level
     goodput = dataclasses.replace(level.goodput, slos=[str(s) for s in slos if s.per_request])
     return dataclasses.replace(level, tasks=tasks, goodput=goodput)

@@ -2,9 +2,9 @@
 
 One run's resampling (:mod:`loadgen.metrics.compare`) sees the noise inside a run, not
 from one run to the next (a server's warm caches, a neighbour on the machine). With
-``--trials N`` each level runs ``N`` times; for each headline metric (:data:`TRIAL_METRICS`)
-the level keeps every trial's value, their mean and the 95% interval of the mean (Student
-t with ``N - 1`` degrees of freedom). Two runs with trials are compared on the
+``--trials N`` each level runs ``N`` times; for each headline metric (those with ``trials``
+in :mod:`loadgen.metrics.catalog`) the level keeps every trial's value, their mean and the
+95% interval of the mean (Student t with ``N - 1`` degrees of freedom). Two runs with trials are compared on the
 difference of the means with Welch's t-interval (unequal variances), the verdict rule
 being the comparison's own (:func:`~loadgen.metrics.compare.verdict`).
 """
@@ -14,22 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from loadgen.metrics.catalog import trial_paths
 from loadgen.metrics.results import LevelSummary, Trials, TrialStat
 
-__all__ = ["TRIAL_METRICS", "t_quantile", "trial_stat", "trial_summary", "welch_interval"]
-
-# dotted path -> (label, stat, unit, higher is better)
-TRIAL_METRICS: dict[str, tuple[str, str, str, bool]] = {
-    "ttft_ms.p50": ("TTFT", "p50", "ms", False),
-    "ttft_ms.p99": ("TTFT", "p99", "ms", False),
-    "itl_ms.p50": ("ITL", "p50", "ms", False),
-    "itl_ms.p99": ("ITL", "p99", "ms", False),
-    "tpot_ms.p50": ("TPOT", "p50", "ms", False),
-    "e2e_ms.p99": ("E2E latency", "p99", "ms", False),
-    "throughput.output_tokens_per_s": ("output tokens/s", "rate", "tok/s", True),
-    "goodput.requests_per_s": ("goodput", "rate", "req/s", True),
-    "goodput.slo_attainment": ("SLO attainment", "value", "%", True),
-}
+__all__ = ["t_quantile", "trial_stat", "trial_summary", "welch_interval"]
 
 # two-sided 95%: the 0.975 quantile of Student's t for 1..30 degrees of freedom
 _T975 = (
@@ -101,10 +89,10 @@ def trial_stat(values: Sequence[float | None]) -> TrialStat:
 def trial_summary(trials: Sequence[LevelSummary]) -> Trials:
     """The between-trial statistics of one level's trials (each summarised on its own)."""
     metrics = {}
-    for path in TRIAL_METRICS:
+    for path, metric, _ in trial_paths():
         values = [t.metric(path) for t in trials]
-        if path == "goodput.slo_attainment":
-            values = [None if v is None else 100.0 * v for v in values]
+        if metric.scale != 1.0:  # a share, kept in %
+            values = [None if v is None else metric.scale * v for v in values]
         metrics[path] = trial_stat(values)
     return Trials(len(trials), metrics)
 

@@ -30,18 +30,16 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from loadgen.metrics.catalog import Metric, per_request
 from loadgen.metrics.mlperf import early_stopping_verdict
 from loadgen.metrics.steady import mser5_truncation, stationarity
 from loadgen.records import RequestRecord
-
-if TYPE_CHECKING:
-    from loadgen.metrics.slo import SLO
 
 __all__ = [
     "MIN_RISE",
@@ -57,7 +55,6 @@ __all__ = [
 MIN_RISE = 0.2
 """The fitted rise across a level (over its mean) that, significant, makes it non-stationary;
 the knee's latency growth between levels defaults to the same 20%."""
-_VACUOUS = frozenset({"tpot_ms", "itl_max_ms"})  # too few tokens: nothing to measure
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,16 +191,17 @@ def auto_cut(
 
 
 def mlperf_of(
-    frame: pd.DataFrame, slos: Sequence[tuple[str, str, float]], percentile: float, confidence: float
+    frame: pd.DataFrame, slos: Sequence[tuple[str, Metric, float]], percentile: float, confidence: float
 ) -> list[MlperfCheck]:
-    """One :class:`MlperfCheck` per ``(slo text, frame column, bound in ms)``."""
+    """One :class:`MlperfCheck` per ``(slo text, metric, bound in ms)``
+    (:func:`~loadgen.metrics.slo.mlperf_bounds`)."""
     ok = frame["ok"].to_numpy(dtype=bool)
     out = []
-    for text, col, bound in slos:
-        x = frame[col].to_numpy(dtype=np.float64).copy()
+    for text, metric, bound in slos:
+        x = per_request(metric, frame).copy()
         missing = np.isnan(x) & ok
         x[~ok] = np.inf
-        if col in _VACUOUS:
+        if metric.vacuous:  # too few tokens: nothing to measure
             x = x[~missing]
         else:
             x[missing] = np.inf
@@ -211,7 +209,7 @@ def mlperf_of(
         out.append(
             MlperfCheck(
                 slo=text,
-                metric=col,
+                metric=metric.column or metric.name,
                 bound_ms=bound,
                 percentile=percentile,
                 confidence=confidence,
@@ -229,18 +227,15 @@ def mlperf_of(
 def level_verdicts(
     frame: pd.DataFrame,
     ok: npt.NDArray[np.bool_],
-    slos: Sequence[SLO],
+    bounds: Sequence[tuple[str, Metric, float]],
     open_loop: bool,
     cut: int | None,
     mlperf: tuple[float, float],
     attained: npt.NDArray[np.bool_],
 ) -> dict[str, Any]:
     """The ``steady_state`` and ``mlperf`` fields of a level summary (``mlperf`` ``None``
-    without a per-request SLO); ``cut`` is what :func:`auto_cut`
-    removed (0 or ``None``: nothing) and ``attained`` which requests met every SLO."""
-    from loadgen.metrics.slo import METRICS  # slo imports the results, which import this module
-
-    bounds = [(str(s), METRICS[s.metric], s.limit_ms) for s in slos if s.per_request]
+    without a per-request SLO, ``bounds`` as :func:`mlperf_of` takes them); ``cut`` is what
+    :func:`auto_cut` removed (0 or ``None``: nothing) and ``attained`` which requests met every SLO."""
     return {
         "steady_state": steady_state_of(frame, ok, open_loop=open_loop, applied=cut or None),
         "mlperf": mlperf_of(frame, bounds, *mlperf) if bounds else None,

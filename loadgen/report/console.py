@@ -15,6 +15,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from loadgen.metrics.catalog import Metric, metrics
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, StatInterval, unit_label
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
 from loadgen.report.task_lines import task_lines
@@ -43,14 +44,19 @@ def _num(v: Any, digits: int = 1) -> str:
     return "–" if v is None else f"{float(v):,.{digits}f}"
 
 
-_METRICS: tuple[tuple[str, str], ...] = (
-    ("TTFT", "ttft_ms"),
-    ("TTFT (queued)", "ttft_queued_ms"),
-    ("ITL", "itl_ms"),
-    ("TPOT", "tpot_ms"),
-    ("E2E", "e2e_ms"),
-    ("Inter-chunk", "inter_chunk_ms"),
-)
+def _shown(level: LevelSummary) -> list[tuple[Metric, Distribution]]:
+    """The catalogue's metrics with a console label that ``level`` has, with their
+    distributions (a summary written before a metric was registered lacks it)."""
+    out = []
+    for m in metrics():
+        if m.console is not None:
+            try:
+                out.append((m, level.dist(m.name)))
+            except KeyError:
+                continue
+    return out
+
+
 _STATS = ("mean", "p50", "p90", "p99", "p99.9", "max")
 _DOCUMENTS = frozenset({"rerank", "score"})  # APIs whose inputs are documents
 
@@ -74,8 +80,6 @@ def answers_line(level: LevelSummary, api: str = "") -> str:
 
 UNBOUNDED = "—"
 """Shown instead of a value whose interval the data cannot bound (the reason is printed below)."""
-
-_WITH_INTERVALS = (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms"))
 
 
 def _pct(rel: float) -> str:
@@ -115,11 +119,11 @@ def interval_lines(level: LevelSummary, stats: Sequence[str] = ("mean", "p50", "
     conf = (level.ttft_ms.intervals or {})["mean"].confidence  # there is one: n_eff_text found it
     out = [f"±: {100 * conf:g}% intervals (the larger side, relative); {neff} requests (TTFT, send order)"]
     which, reasons = [], []
-    for name, key in _WITH_INTERVALS:
-        ivs = level.dist(key).intervals or {}
+    for m, d in _shown(level):  # those with intervals: TTFT, ITL, TPOT, E2E
+        ivs = d.intervals or {}
         bad = [s for s in stats if s in ivs and not ivs[s].bounded]
         if bad:
-            which.append(f"{name} {', '.join(bad)}")
+            which.append(f"{m.console} {', '.join(bad)}")
             reasons.append(f"{bad[-1]}: {ivs[bad[-1]].reason}" if bad[-1] == "mean" else str(ivs[bad[-1]].reason))
     if which:
         out.append(f"{UNBOUNDED} not bounded: {'; '.join(which)} (too few effective values; {reasons[0]})")
@@ -156,11 +160,10 @@ def metrics_table(level: LevelSummary, title: str = "", api: str = "") -> Group:
     for col in _STATS:
         tab.add_column(col, justify="right")
     answered = level.non_streamed is not None
-    for name, key in _METRICS:
-        if answered and key != "e2e_ms":
+    for m, d in _shown(level):
+        if answered and m.streamed_only:
             continue
-        d: Distribution = getattr(level, key)
-        tab.add_row(name, *(_dist_cell(d, c) for c in _STATS))
+        tab.add_row(m.console, *(_dist_cell(d, c) for c in _STATS))
     req, thr, good, client = level.requests, level.throughput, level.goodput, level.client
     lines = Text()
     tivs, givs = thr.intervals or {}, good.intervals or {}

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadgen.errors import ConfigError
+from loadgen.metrics.catalog import by_slo, metrics
 from loadgen.metrics.results import Capacity, LevelSummary, Saturation
 from loadgen.metrics.slo import parse_slo
 from loadgen.report.error_bars import add_error_bars
@@ -38,14 +39,16 @@ LATENCY_PANELS: tuple[tuple[str, str, str], ...] = (
     ("tpot_ms", "TPOT (ms)", "#009E73"),
     ("e2e_ms", "E2E latency (ms)", "#CC79A7"),
 )
-_SLO_PANEL = {
-    "ttft": "ttft_ms",
-    "ttft_queued": "ttft_ms",
-    "itl": "itl_ms",
-    "tpot": "tpot_ms",
-    "e2e": "e2e_ms",
-    "e2e_queued": "e2e_ms",
-}
+
+
+def _slo_panel(spelling: str) -> str | None:
+    """The latency panel an SLO's limit is drawn on (a limit from the scheduled time on its
+    metric's panel: ``ttft_queued`` on TTFT's), None for a metric without a panel."""
+    metric = by_slo(spelling)
+    if metric is None:
+        return None
+    base = next((m for m in metrics() if m.queued == metric.name), metric)
+    return base.name if base.name in {key for key, _, _ in LATENCY_PANELS} else None
 
 
 def _axis_name(kind: str, k: int) -> str:
@@ -150,7 +153,9 @@ def _slo_limits(levels: Sequence[LevelSummary]) -> dict[str, list[tuple[str, flo
                 slo = parse_slo(text)
             except ConfigError:
                 continue
-            out.setdefault(_SLO_PANEL[slo.metric], []).append((text, slo.limit_ms))
+            panel = _slo_panel(slo.metric)
+            if panel is not None:
+                out.setdefault(panel, []).append((text, slo.limit_ms))
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from loadgen.metrics.catalog import METRICS
 from loadgen.metrics.results import Capacity, LevelSummary, unit_label
 from loadgen.report.live import fmt_latency
 from loadgen.report.page import fmt
@@ -22,6 +23,12 @@ _METRIC_NAMES = {
     "e2e_ms": "E2E",
     "e2e_queued_ms": "E2E (queued)",
 }
+
+
+def _name(key: str) -> str:
+    """An MLPerf check's metric (a frame column, or a registered metric's name) in words."""
+    entry = METRICS.get(key)
+    return _METRIC_NAMES.get(key) or (entry.console if entry is not None and entry.console else key)
 
 
 def steady_line(level: LevelSummary) -> str:
@@ -46,7 +53,7 @@ def mlperf_line(level: LevelSummary) -> str:
     e.g. ``MLPerf early stopping: TTFT p99 ≤ 500 ms: pass (1,204 ≥ 662 queries needed, 1 over)``."""
     parts = []
     for m in level.mlperf or ():
-        name = f"{_METRIC_NAMES.get(m.metric, m.metric)} p{100 * m.percentile:.10g} ≤ {fmt_latency(m.bound_ms)}"
+        name = f"{_name(m.metric)} p{100 * m.percentile:.10g} ≤ {fmt_latency(m.bound_ms)}"
         if m.passed:
             verdict = f"pass ({m.n:,} ≥ {m.min_queries:,} queries needed, {m.overlatency:,} over)"
         else:
