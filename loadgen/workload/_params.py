@@ -6,12 +6,9 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from loadgen.errors import WorkloadError
-
-if TYPE_CHECKING:
-    from loadgen.workload.distributions import Distribution
 
 __all__ = ["INT_LIMIT", "NUMBER_RE", "Ctx", "Kind", "Param", "convert", "parse_int", "shown", "split_params", "usage"]
 
@@ -24,12 +21,12 @@ class Param:
 
 
 class Kind(Protocol):
+    """What parsing needs of a distribution's class (its ``build`` is
+    :class:`loadgen.workload.distributions.Buildable`'s)."""
+
     KIND: ClassVar[str]
     PARAMS: ClassVar[tuple[Param, ...]]
     EXAMPLE: ClassVar[str]
-
-    @classmethod
-    def build(cls, p: dict[str, Any], ctx: Ctx) -> Distribution: ...
 
 
 def usage(cls: type[Kind]) -> str:

@@ -77,7 +77,14 @@ class Distribution(Protocol):
         ...
 
 
-_KINDS: dict[str, type[Kind]] = {}
+class Buildable(Kind, Protocol):
+    """A distribution's class as the registry holds it: parsed by :mod:`loadgen.workload._params`, built here."""
+
+    @classmethod
+    def build(cls, p: dict[str, Any], ctx: Ctx) -> Distribution: ...
+
+
+_KINDS: dict[str, type[Buildable]] = {}
 _T = TypeVar("_T")
 
 
