@@ -1,6 +1,6 @@
 """From engine outputs to OpenAI answers: released text, token counts, stream chunks.
 
-Streaming answers are Server-Sent Events, ``data: {json}\n\n``, each written and flushed on
+Streaming answers are Server-Sent Events, ``data: {json}\\n\\n``, each written and flushed on
 its own: one event per engine output. The last output event carries ``finish_reason`` and
 the engine's timings as a vendor ``"loadgen"`` field; ``stream_options`` adds the usage
 event (or usage on every event); the stream ends with ``data: [DONE]``.
