@@ -1,28 +1,15 @@
 """loadgen's exception tree. Foreign exceptions are translated once, where they occur.
 
-::
+:class:`LoadgenError` is the base of everything loadgen raises on purpose, its message one
+complete line: :class:`ConfigError` (bad user input; :class:`WorkloadError`,
+:class:`ProfileError`), :class:`TargetError` (the server cannot be used),
+:class:`TransportError` (one request failed: turned into an ``ErrorKind`` on its record in
+the client, never escapes the runner) and :class:`ServerError` (the reference server's;
+:class:`EngineError`, :class:`PromptTooLong`, :class:`QueueFull`). The CLI prints a
+``LoadgenError`` as one line (exit code 2) and catches nothing else. ``Terminated`` (a
+``KeyboardInterrupt``) is SIGTERM or SIGHUP outside a run's own handler.
 
-    LoadgenError                    base of everything loadgen raises on purpose
-    ├── ConfigError                 bad user input: a flag, a workload or profile file
-    │   ├── WorkloadError           workload file / length distribution (names file and key)
-    │   └── ProfileError            profile file (names file and key)
-    ├── TargetError                 the server cannot be used: unreachable, no model, bad /v1/models
-    ├── TransportError              one request failed; caught in the client and turned into
-    │   │                           an ErrorKind on its RequestRecord — never escapes the runner
-    │   ├── HTTPStatusError         non-2xx answer
-    │   ├── RequestTimeout          no byte within the read timeout / total timeout exceeded
-    │   ├── Disconnected            connection refused, reset or closed mid-stream
-    │   ├── InvalidResponse         malformed SSE or JSON, or a stream without [DONE]/finish
-    │   └── ErrorEvent              the server reported an error inside a 200 stream
-    └── ServerError                 reference-server side problems
-        └── EngineError             the engine cannot take or run a request (bad config, OOM)
-            ├── PromptTooLong       prompt + max_tokens over the context length (HTTP 400)
-            └── QueueFull           the waiting queue is full (HTTP 429)
-
-The CLI catches ``LoadgenError`` and prints its message as one line (exit code 2);
-nothing else is caught there, so bugs still show a traceback. Apart from the tree,
-``Terminated`` (a ``KeyboardInterrupt``) is SIGTERM or SIGHUP outside a run's own
-handler: it unwinds like Ctrl-C and the CLI exits 143 or 129.
+The whole tree: docs/architecture.md, "Errors".
 """
 
 from __future__ import annotations

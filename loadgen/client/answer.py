@@ -4,22 +4,12 @@ The non-streamed APIs (embeddings, rerank, score: a :class:`~loadgen.client.dial
 whose ``streams`` is False) answer with one JSON object. :class:`AnswerState` takes the
 body's reads as :class:`~loadgen.client.stream.StreamState` does (``feed(chunk, t_ns)``,
 stamped before anything is parsed), keeps at most :data:`MAX_BODY` bytes (more is
-``invalid_response``), and at the end parses the whole body once (an answer over 1 MiB
-without its arrays of numbers, in slices that leave the event loop free:
-:mod:`loadgen.client.skim`):
-
-- ``done_ns`` is the time of the body's last read (the request's end-to-end latency is
-  ``done_ns - sent_ns``); no event is recorded, so a record has no TTFT or ITL;
-- ``prompt_tokens`` is the answer's usage count as the dialect reads it (an int >= 0, else
-  None); a count that is there but is not an int >= 0 (or a ``usage`` that is not an object)
-  is dropped and marks the record ``token_source = usage_rejected``, which the level's notes count;
-- ``inputs`` (set by the transport from the body sent) is checked against the answer:
-  an embedding per input, a score per document, else ``invalid_response``;
-- a body that is not a JSON object is ``invalid_response``; an ``error`` object in a 200
-  answer is ``error_event``. Timeouts, disconnects and HTTP errors are the transport's, as
-  for a stream.
-
-Server text kept on a record goes through the transport's redactor before it is cut.
+``invalid_response``), and at the end parses the whole body once (an answer over 1 MiB in
+slices that leave the event loop free: :mod:`loadgen.client.skim`). ``done_ns`` is the last
+read; no event is recorded, so a record has no TTFT or ITL. How the usage count is checked,
+the one-result-per-input check and the failure kinds: docs/metrics.md, "Per request"
+("Non-streamed APIs"). Timeouts, disconnects and HTTP errors are the transport's, as for a
+stream; server text kept on a record goes through the transport's redactor before it is cut.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Every read from the network is bounded: the limits, and a decoder that keeps to them.
 
-A server, or anything between it and loadgen, can answer with more than anyone asked
-for: one SSE line of hundreds of megabytes, a gzip body that inflates a thousandfold, a
-model list of gigabytes, a byte every few seconds. Each read therefore has a cap on the
-bytes kept *after* decompression and each phase a wall-clock deadline:
-
-=========================  ===================  =========================================
-what                        limit                over it
-=========================  ===================  =========================================
-one SSE line / one event    :data:`MAX_LINE`     the request is ``invalid_response``
-an error body (non-200)     :data:`MAX_ERROR`    the rest is not read (300 characters kept)
-``/v1/models``, the probe   :data:`MAX_ANSWER`   one-line error (discovery) / not calibrated
-inflation of any body       :data:`MAX_RATIO`    as the body's own cap (after 1 MiB out)
-discovery, whole phase      :data:`DISCOVERY_S`  one-line error
-=========================  ===================  =========================================
+A server, or anything between it and loadgen, can answer with more than anyone asked for
+(a line of hundreds of megabytes, a gzip bomb, a byte every few seconds). Each read has a
+cap on the bytes kept *after* decompression and each phase a wall-clock deadline:
+:data:`MAX_LINE` (one SSE line or event), :data:`MAX_ERROR` (an error body),
+:data:`MAX_ANSWER` (``/v1/models``, the probe), :data:`MAX_RATIO` (inflation) and
+:data:`DISCOVERY_S` (discovery). Each limit's value and what happens over it:
+docs/client.md, "Every read is bounded".
 
 aiohttp (3.12 and later) inflates in bounded steps itself; for httpx, whose decoders
 inflate a whole network read at once, :class:`Inflater` decodes the raw bytes in steps

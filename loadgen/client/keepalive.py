@@ -1,28 +1,13 @@
 """Servers that close kept-alive connections: when a request may be sent again.
 
-A client keeps a connection open after a response so the next request skips the TCP
-handshake. A server may close such an idle connection at any moment (its keep-alive
-timeout, or after every streamed answer, as llama.cpp's ``llama-server`` does while it
-advertises ``Keep-Alive: timeout=5, max=100``). A request written to the connection
-just as the close arrives fails without the server having read it: the *stale
-keep-alive race* of RFC 9112 §9.3.1.
-
-The rule (the same for every transport, calibration included):
-
-- A request is sent again **once**, on a new connection, when it went out on a
-  connection **reused from the pool** and the server closed or reset that connection
-  **before one byte of a response** arrived. The server closed the connection without
-  answering on a connection it had left idle: it did not take the request.
-- Anything else is never sent twice: a request on a new connection, one that received
-  any byte of a response (a status line, a header), a timeout, a second failure. A
-  failure there is recorded as it is (``disconnected``, ``timeout``…).
-- The record counts the resend (``RequestRecord.retries``), its ``sent_ns`` stays the
-  first attempt's (the failed attempt's time is inside the measured latency, not
-  hidden), and the level's ``requests.retried`` counts such records.
-- A server that closes after every stream is noticed: once two stale closes have
-  happened and they are at least as many as the successful reuses, every later request
-  gets its own new connection (the TCP connect is then inside TTFT, as it is for any
-  client of that server).
+A server may close an idle kept-alive connection at any moment; a request written to it
+just as the close arrives fails without the server having read it (the *stale keep-alive
+race* of RFC 9112 §9.3.1). The rule, the same for every transport, calibration included:
+a request is sent again **once**, on a new connection, only when it went out on a
+connection reused from the pool and the server closed or reset it before one byte of a
+response arrived; nothing else is ever sent twice. The record counts the resend
+(``RequestRecord.retries``) and keeps the first attempt's ``sent_ns``; a server that closes
+after every stream is noticed, and later requests get new connections.
 
 Docs: ``docs/client.md`` ("Connections the server closes").
 """

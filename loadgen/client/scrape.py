@@ -1,38 +1,12 @@
 """``--scrape-metrics``: poll the target's Prometheus ``/metrics`` during a run.
 
-Every ``interval_s`` (on an absolute schedule; a tick missed by a slow answer is
-skipped, not queued) one GET; the samples this module understands are appended as one
-JSON line to ``server_metrics.jsonl``::
-
-    {"t_ns": 1234, "running": 12.0, "waiting": 3.0, "kv_usage": 0.41,
-     "prefix_hit_rate": 0.62, "raw": {"vllm:num_requests_running": 12.0, ...}}
-
-``t_ns`` is ``time.perf_counter_ns()`` when the answer was read (the records' clock).
-Names understood (a series with several label sets is summed for counts and counters,
-averaged for fractions):
-
-- running requests: ``vllm:num_requests_running``, ``sglang:num_running_reqs``
-- waiting requests: ``vllm:num_requests_waiting``, ``sglang:num_queue_reqs``
-- KV-cache usage (0..1): ``vllm:kv_cache_usage_perc``, ``vllm:gpu_cache_usage_perc``,
-  ``sglang:token_usage``
-- prefix-cache hit rate (0..1): the gauges ``sglang:cache_hit_rate`` and
-  ``vllm:gpu_prefix_cache_hit_rate``, else from the counters
-  ``vllm:prefix_cache_{queries,hits}_total`` (or the older ``vllm:gpu_prefix_cache_*``):
-  hits / queries since the previous scrape (None on the first scrape or when no query
-  happened in between)
-- kept in ``raw`` too: preemptions, prompt and generation token counters.
-- GPU telemetry, under NVIDIA's DCGM exporter names (from the target, e.g. the reference
-  server's simulated GPUs, or from ``extra_urls`` such as a ``dcgm-exporter`` on the GPU
-  host): ``gpu_util`` (0..1, the mean of ``DCGM_FI_DEV_GPU_UTIL`` over GPUs),
-  ``power_w`` (the sum of ``DCGM_FI_DEV_POWER_USAGE``), ``fb_used_mib`` (the sum of
-  ``DCGM_FI_DEV_FB_USED``).
-
-``extra_urls`` are full URLs of other Prometheus endpoints, read at the same tick; their
-samples join the target's in one line (a name found in several is combined like label
-sets). One that fails is counted as a failure without losing the others' samples.
-
-Nothing here raises out of a scrape: failures (connection, HTTP status, timeout, a body
-that is not Prometheus text) are counted in :attr:`MetricsScraper.failures`.
+Every ``interval_s`` (on an absolute schedule; a missed tick is skipped, not queued) one GET
+of the target and of each of ``extra_urls``; the samples this module understands (running
+and waiting requests, KV-cache usage, prefix-cache hit rate, DCGM GPU telemetry, and
+``raw``) are appended as one JSON line to ``server_metrics.jsonl``, stamped with
+``time.perf_counter_ns()`` (the records' clock). Nothing here raises out of a scrape:
+failures are counted in :attr:`MetricsScraper.failures`. The line's format and every name
+understood: docs/client.md, "Scraping the server's ``/metrics``".
 """
 
 from __future__ import annotations

@@ -1,57 +1,17 @@
 """Turns the bytes of one streamed response into a :class:`RequestRecord`.
 
 Shared by every transport: a transport stamps each read with ``perf_counter_ns()``
-*before* anything is parsed and hands ``(chunk, t_ns)`` to :meth:`StreamState.feed`.
-All events decoded from one read carry that read's timestamp.
+*before* anything is parsed and hands ``(chunk, t_ns)`` to :meth:`StreamState.feed`; all
+events decoded from one read carry that read's timestamp. Parsing runs later, in a
+``call_soon`` callback, in slices (:data:`SLICE` bytes, :data:`BUDGET_NS` of work a turn;
+settling the tokens at :meth:`StreamState.end` too), and the transport awaits
+:meth:`StreamState.drain` so unparsed bytes never pass :data:`MAX_BACKLOG`. The answer ends
+at its first finish reason or the dialect's end marker; :attr:`StreamState.on_end` then
+lets the transport stop waiting. Output past :func:`output_cap` is ``invalid_response``.
+Everything wire-specific comes from the :class:`~loadgen.client.dialects.Dialect`.
 
-Parsing is deferred to a ``call_soon`` callback: when many streams' bytes arrive in one
-event-loop turn, every stream takes its timestamp first and the SSE/JSON work runs after
-them, so one stream's parsing never delays another stream's clock. The callback works in
-slices: reads over :data:`SLICE` bytes are cut, and after :data:`BUDGET_NS` of work it
-gives the loop back and goes on in the next turn, so a hostile stream (a huge read, a
-flood of events) never blocks the loop, and the other streams' clocks, past a few
-milliseconds. The transport awaits :meth:`StreamState.drain` between reads, so unparsed
-bytes never pile up past :data:`MAX_BACKLOG`.
-
-Server text kept on a record (an error event, a malformed event's start) goes through the
-transport's redactor (:mod:`loadgen.client.redact`) before it is cut to length.
-
-Token counting (docs/metrics.md, "Per request"): per-event usage deltas when the server streams cumulative
-usage on every event, else one token per output-carrying event, rescaled to the final
-completion count (OpenAI's ``usage.completion_tokens``) when present. ``record.token_source``
-says which. Everything wire-specific comes from the :class:`~loadgen.client.dialects.Dialect`:
-the event parser, the end-of-stream marker (OpenAI's ``[DONE]``), whether a finish reason
-ends the answer, and the counts in a usage object (the last count of each kind seen wins).
-
-Reasoning: events whose output is reasoning only (see :mod:`loadgen.client.dialects`)
-count as output like any other (TTFT and ITL cover them); their tokens, once counted,
-are ``record.reasoning_tokens``, and the first event with answer output (text or a tool
-call) is ``record.first_answer_ns``. With an ``answer`` list, the answer text streamed
-back is appended to it (multi-turn sessions resend it; nothing else keeps text). With a
-``calls`` list (agentic workloads), the dialect's :meth:`~loadgen.client.dialects.base.Dialect.collect_calls`
-appends the tool calls streamed back, ``[key, id, name, arguments]`` each.
-
-End of a stream: the answer has ended at its first ``finish_reason`` (unless the request
-asked for several choices: ``finish_ends`` False) or at ``[DONE]`` (the dialect's marker);
-:attr:`StreamState.on_end` is called then, so the transport can stop waiting for a server
-that holds the connection open (see :mod:`loadgen.client.transports.base`); it is called as well
-when a bad event is found, which ends the stream. The record's ``done_ns`` is the time of the stream's last
-event (``[DONE]`` when it came; nothing after ``[DONE]`` counts). Settling the tokens at the
-end runs in slices too (:meth:`StreamState.end`), so a million-event answer does not stall
-the loop either.
-
-Output beyond the request: a request that asked for ``max_tokens`` tokens (per choice) may
-stream at most :func:`output_cap` output events (:data:`OUTPUT_FACTOR` per token asked for,
-plus :data:`OUTPUT_SLACK`); the piece of a read (at most :data:`SLICE` bytes) that takes it
-past that ends it as ``invalid_response``, so a server that floods a request with output
-never holds millions of events in memory.
-
-The server's usage is checked before it is used: a count must be an integer >= 0 (not a
-bool), and a claim must be possible for what was streamed: no event can carry more tokens
-than its data has characters (a token is at least one character, or one token id, of the
-JSON text). A usage that fails either check is not used to count: every output event
-counts one token and ``token_source`` is ``usage_rejected``; a well-formed but
-implausible count stays on the record as the server's claim.
+Docs: docs/client.md ("How a response becomes a record", "End of a stream", "Every read
+is bounded"); token counting, usage checks and reasoning: docs/metrics.md, "Per request".
 """
 
 from __future__ import annotations

@@ -5,20 +5,11 @@ each finished record, each level's summary and each server sample; :meth:`Feed.t
 once a second, closes one point of the time series and :meth:`Feed.snapshot` gives the whole
 state to a page that connects now. No I/O, no asyncio, a clock injected.
 
-A point's percentiles are over the records that finished (were added) within the last
-``window_s`` seconds of the clock, with loadgen's definitions (:mod:`loadgen.metrics.per_request`):
-warm-up records are left out of everything but their own count; latencies come from
-successful records only; events without tokens are ignored, events read at once form one
-chunk; TTFT = first chunk - ``sent_ns``; ITL = each gap between chunks divided over the
-tokens of the chunk that ends it, one sample per token. The rates are the successful
-records' output tokens and count over ``min(window_s, time since the level started)``.
-
-Bounds: the ITL samples held for the window are at most :data:`ITL_CAP` (beyond it every
-other one is dropped and later records keep one in ``stride``, evenly; the percentiles are
-then weighted by stride); the series hold at most ``max_points`` points: when full, the
-older half is thinned to every second point (the first kept, so the series still starts at
-the run's start; error counts of the dropped points added to the kept ones): recent points
-keep full resolution, older ones get coarser, and memory stays fixed.
+A point's percentiles are over the records that finished within the last ``window_s``
+seconds, with loadgen's definitions (:mod:`loadgen.metrics.per_request`). Memory is fixed:
+at most :data:`ITL_CAP` ITL samples per window (then one in ``stride``, weighted) and
+``max_points`` points per series (the older half thinned when full). The definitions and
+bounds in full: docs/dashboard.md, "How the page's numbers are computed".
 """
 
 from __future__ import annotations

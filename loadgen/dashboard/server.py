@@ -1,37 +1,17 @@
 """The dashboard's HTTP server: the page, a Server-Sent Events stream of the feed, and the
 run's Stop / Skip controls.
 
-Routes: ``GET /`` the page; ``GET /events`` the stream (``event: snapshot`` first, then
-``event: point`` once a tick, ``: ping`` comments, ``event: end`` when closing); ``POST /stop``
-and ``POST /skip`` (answer ``{"ok": bool, "why": str}``); ``GET /report`` the finished report.
+Routes: ``GET /`` the page, ``GET /events`` the stream, ``POST /stop`` and ``POST /skip``,
+``GET /report``. Every route checks the Host (and Origin) header; POST routes need
+:data:`CONTROL_HEADER` with a per-process secret only the served page knows; bound off
+loopback, every route needs the printed token. A refused request is counted in
+:attr:`Dashboard.refused`, never logged. The page is built and gzipped once, the snapshot
+encoded once per tick, and what serving still costs is counted per level
+(:meth:`Dashboard.level_cost`). Each client has a bounded queue; a client whose queue is
+full is cut off, so no client delays the ticker.
 
-Security, on every route: the Host header must name this server with its port (a DNS
-rebinding page names its own host), an Origin header when present must be this origin, and
-POST routes need the header ``X-Loadgen-Control`` carrying a per-process secret that only
-the served page knows (a cross-origin page cannot send a custom header without a CORS
-preflight, which is never granted). Bound off loopback, every route also needs the token
-printed in the URL (``?token=`` or header ``X-Loadgen-Token``), compared in constant time; on
-a wildcard bind (``0.0.0.0``, ``::``) the Host may then be any name with the right port, as
-the machine's own names are not known here and the token already keeps other pages out.
-
-A wildcard bind prints a loopback URL (``127.0.0.1``; the token in it), and ``::`` listens
-on IPv6 and IPv4 both where the system allows it (else IPv6 only, and the URL is ``[::1]``).
-
-A refused request is counted in :attr:`Dashboard.refused`, never logged: one that aiohttp
-cannot parse (two Host headers, a bad request line, headers over its limits: answered 400
-by aiohttp), one the guard refuses (403), a page over :data:`MAX_CLIENTS` (503), a handler
-that fails (500). aiohttp's server logger is replaced by one that only counts, so nobody on
-the network can print a traceback into the console of the run being measured.
-
-What a page reload costs the loop is fixed: the page is built and gzipped once, at start (off
-the loop), and sent as those bytes (gzipped to a client that accepts it); a page that
-connects gets the snapshot encoded once per tick, shared by every page connecting within it.
-What it still costs is counted per level (:meth:`Dashboard.level_cost`: page loads and the
-loop time of its ticks and snapshots), so a client-bound level can name it as a cause.
-
-Each client has a bounded queue filled by the ticker without waiting; a client whose queue
-is full (it stopped reading) is cut off, so a slow or vanished client never delays the
-ticker nor holds more than the queue's worth of messages.
+Docs: docs/dashboard.md ("Where it listens, and who may use it", "What it costs the
+measurement").
 """
 
 from __future__ import annotations

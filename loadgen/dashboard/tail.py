@@ -3,28 +3,13 @@
 
 Each :meth:`FolderTail.poll` reads what is new since the last one, bounded (at most
 :data:`MAX_BYTES` of ``records.jsonl``, :data:`MAX_LINES` lines and :data:`MAX_EVENT_BYTES`
-of ``events.bin``; the rest next time). Only regular files are read (a link to a device or
-a FIFO is refused: it never ends, or blocks).
-
-- ``records.jsonl``: complete lines only (a partial last line waits for its end; a line
-  longer than :data:`MAX_BYTES` is dropped); each line's events are read from ``events.bin``
-  in step (a writer puts a record's bytes there before its line:
-  :mod:`loadgen.report.recordio`). A line's claim is checked against the file's size before
-  anything is read: bytes past the end wait for the writer (once ``run.json`` says finished
-  they never come: the line is damaged), and a record owning more than
-  :data:`MAX_EVENT_BYTES` is fed without its events, its bytes skipped unread. Lines that are
-  not records, or whose bytes do not decode, are skipped and counted in
-  :attr:`FolderTail.damaged`. A record of a new ``(level, trial)`` starts that level in the
-  feed first.
-- ``server_metrics.jsonl``: complete lines, each one :meth:`Feed.server_sample`.
-- ``run.json`` and ``summary.json``: read again when their size or time changes, each at
-  most :data:`MAX_JSON_BYTES`; the first plans the run (and ends it when it says finished,
-  once every record is read), the second gives the levels not seen yet.
-
-What cannot be read (a file refused, too large, a record over the cap) is said once, as one
-line, in :attr:`FolderTail.problems`; the tail goes on with the rest.
-- A folder whose ``records.jsonl`` shrank or was replaced (a new run in it) starts again,
-  the feed reset. A folder with nothing yet: nothing happens.
+of ``events.bin``; ``run.json`` and ``summary.json`` at most :data:`MAX_JSON_BYTES`; the
+rest next time), and only regular files. A record's claim on ``events.bin`` is checked
+against the file's size before anything is read (:mod:`loadgen.report.recordio` writes a
+record's bytes before its line). Damaged lines are counted in :attr:`FolderTail.damaged`;
+what cannot be read is said once, as one line, in :attr:`FolderTail.problems`, and the
+tail goes on with the rest. What each file gives: docs/dashboard.md, "What the page shows"
+(what ``loadgen watch`` reads and how it bounds it).
 """
 
 from __future__ import annotations

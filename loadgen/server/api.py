@@ -1,24 +1,15 @@
 """The reference server's OpenAI-compatible HTTP API (aiohttp.web) over an :class:`AsyncEngine`.
 
-Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/responses``
-(OpenAI's Responses API), ``POST /v1/messages`` (Anthropic's Messages API),
-``POST /v1/embeddings``, ``POST /v1/rerank`` (and ``/v2/rerank``), ``POST /v1/score`` (prefill-only pooling
-requests: :mod:`loadgen.server.pooling_api`; 501 on engines without pooling), ``GET /v1/models``,
-``GET /health``, ``GET /metrics`` (Prometheus text, vLLM names) and
-``GET /loadgen/requests`` (server timings of the last finished requests, JSON). The
-handlers are :class:`~loadgen.server.handlers.ServerApi`'s; what an answer and a stream
-carry is in :mod:`loadgen.server.generation` (completions, chat),
-:mod:`loadgen.server.responses_api` and :mod:`loadgen.server.messages_api`.
+Routes: ``POST /v1/completions``, ``/v1/chat/completions``, ``/v1/responses``,
+``/v1/messages``, ``/v1/embeddings``, ``/v1/rerank`` (and ``/v2/rerank``), ``/v1/score``;
+``GET /v1/models``, ``/health``, ``/metrics`` and ``/loadgen/requests``. The handlers are
+:class:`~loadgen.server.handlers.ServerApi`'s; what an answer and a stream carry is in
+:mod:`loadgen.server.generation`, :mod:`loadgen.server.responses_api`,
+:mod:`loadgen.server.messages_api` and :mod:`loadgen.server.pooling_api`; what is refused
+before a handler runs, in :mod:`loadgen.server.guard`. Errors are OpenAI-style JSON
+(Anthropic's on ``/v1/messages``); a client that disconnects aborts its engine request.
 
-Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``; on
-``/v1/messages`` Anthropic's ``{"type": "error", "error": {"type", "message"}}``): 400 for
-invalid bodies, unknown models and prompts over the context length, 401 without the API key
-(when one is set), 501 for pooling routes on an engine without pooling, 408 for a body that does not arrive in time, 413 for a body over the size
-limit (see :mod:`loadgen.server.guard`), 429 when the engine's queue (or ``max_in_flight``)
-is full, 404/405 for unknown routes and methods, 500 for injected faults and server bugs,
-503 ``shutting_down`` while SIGTERM drains (:meth:`ServerApi.drain`; ``/metrics`` and
-``/loadgen/requests`` stay open). A client that disconnects mid-request aborts its engine
-request (the engine's iterator is closed, freeing its KV blocks).
+Docs: docs/server.md ("The routes", "Parsing and errors").
 """
 
 from __future__ import annotations

@@ -1,35 +1,18 @@
 """A header timeout for the reference server's connections (``loadgen serve --header-timeout``).
 
-What the timeout covers: the time a request's *head* (request line and headers, up to the
-blank line that ends them) takes to arrive. Its clock starts when the connection opens, and
-on a kept-alive connection at the first byte after the previous request's end (its body
-included; empty lines before a request line count); it stops when that head is complete. A connection whose head is late is closed without an answer (there
-is no request to answer). Nothing else is timed: not the body (``--body-timeout`` bounds
-that), not the time a parsed request waits behind others or takes to be answered (a stream
-may last hours), not an idle kept-alive connection between requests (aiohttp's keep-alive
-timeout). Without it, a client that trickles header bytes holds a socket for as long as it
-likes.
+It times a request's *head* (request line and headers) and nothing else: the clock starts
+when the connection opens, or at the first byte after the previous request's end, and stops
+when the head is complete; a late head closes the connection without an answer. Each
+connection feeds a copy of its bytes to its own ``httptools`` request parser, which frames
+bodies as aiohttp's does, so body bytes never look like a new head (docs/server.md,
+"Hostile clients and shutdown").
 
-Where a head begins and ends is read from the bytes themselves: each connection feeds a
-copy of what it receives to its own ``httptools`` (llhttp) request parser: a byte between
-requests (``on_message_complete`` to ``on_message_begin``) starts the clock and
-``on_headers_complete`` stops it. That parser
-frames bodies (``Content-Length`` or chunked) the way aiohttp's llhttp parser does, so body
-bytes, however many reads they take and however many requests queue behind them, never
-look like a new head. Bytes it cannot parse (aiohttp answers those with a 400 and closes
-anyway) or an upgrade end the watching; a head that had begun keeps its clock.
-
-aiohttp's server has no public header timeout nor a public way to choose the protocol
-class, so two private parts of aiohttp 3.x remain, both checked by
-``tests/server/test_connection.py`` so that a change fails there first:
-
-- ``web.AppRunner._make_server()`` returns the ``web.Server`` that is the protocol factory;
-  :class:`GuardedAppRunner` rebuilds it as a :class:`GuardedServer` from its public
-  attributes plus ``Server._loop`` and ``Server._kwargs`` (the handler arguments).
-- ``web.Server.__call__()`` makes one ``RequestHandler`` per connection:
-  :class:`GuardedServer` makes a :class:`GuardedRequestHandler` instead, which overrides
-  only the asyncio ``Protocol`` callbacks and closes with the public ``force_close()``. It
-  reads none of ``RequestHandler``'s state.
+aiohttp has no public header timeout nor a public way to choose the protocol class, so two
+private parts of aiohttp 3.x remain, both checked by ``tests/server/test_connection.py``:
+``web.AppRunner._make_server()`` (:class:`GuardedAppRunner` rebuilds its ``web.Server`` as a
+:class:`GuardedServer` from public attributes plus ``Server._loop`` and ``Server._kwargs``)
+and ``web.Server.__call__()`` (which makes a :class:`GuardedRequestHandler`: it overrides
+only the ``Protocol`` callbacks, closes with ``force_close()`` and reads no private state).
 """
 
 from __future__ import annotations

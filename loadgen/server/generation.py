@@ -1,27 +1,14 @@
 """From engine outputs to OpenAI answers: released text, token counts, stream chunks.
 
-Streaming answers are Server-Sent Events, ``data: {json}\\n\\n``, each written and
-flushed on its own: one event per engine output (one token per decode step). Chat streams
-start with a role event (``delta: {"role": "assistant", "content": ""}``) just before the
-first token. The last output event carries ``finish_reason`` and a vendor field
-``"loadgen": {queue_s, prefill_s, decode_s, ttft_s, e2e_s, decode_steps, preemptions,
-cached_tokens}`` (the engine's timings, plus any other timing the engine reports, e.g.
-``kv_transfer_s``; ``ttft_s``/``e2e_s`` fall back to the API's own when the engine gave
-none, e.g. for a request ended by a ``stop`` string). With
-``stream_options.include_usage`` a usage-only event (``"choices": []``) follows; with
-``continuous_usage_stats`` too (as in vLLM, only together with ``include_usage``) every
-event carries the cumulative usage. The stream ends with ``data: [DONE]``.
+Streaming answers are Server-Sent Events, ``data: {json}\\n\\n``, each written and flushed on
+its own: one event per engine output. The last output event carries ``finish_reason`` and
+the engine's timings as a vendor ``"loadgen"`` field; ``stream_options`` adds the usage
+event (or usage on every event); the stream ends with ``data: [DONE]``.
+``usage.completion_tokens`` counts every token the engine generated (EOS and stop words
+included). With ``--reasoning-tokens`` a chat answer streams its first tokens as
+``delta.reasoning``.
 
-``usage.completion_tokens`` counts every token the engine generated, including an EOS
-token and the words of a matched stop sequence (neither appears in the text).
-
-Reasoning (``reasoning_tokens``, ``loadgen serve --reasoning-tokens DIST``): each chat
-request draws a count from the distribution (seeded) and streams that many of its first
-generated tokens as ``delta.reasoning`` (vLLM's field name since 0.9; older vLLM and
-DeepSeek call it ``reasoning_content``) before the answer's ``delta.content``. As in vLLM,
-reasoning tokens are part of ``max_tokens`` and ``usage.completion_tokens``; a
-non-streamed answer carries them in ``message.reasoning``. Completions requests have no
-reasoning field: their text is unchanged.
+Docs: docs/server.md, "Completions and chat streams".
 """
 
 from __future__ import annotations

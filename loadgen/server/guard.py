@@ -1,24 +1,15 @@
 """What the reference server checks before a request reaches the API: the key and the body.
 
-- **API key** (``loadgen serve --api-key``, as ``vllm serve --api-key``): every ``/v1/*``
-  route wants ``Authorization: Bearer KEY``, compared in constant time; other routes
-  (``/health``, ``/metrics``, ``/loadgen/requests``) and ``OPTIONS`` stay open, as in vLLM.
-  ``/v1/messages`` also takes it as ``x-api-key: KEY``, as Anthropic's API does. A missing or
-  wrong key is a 401 that never repeats what was sent.
-- **Body size**: a body over ``max_body_bytes`` (declared in ``Content-Length`` or found
-  while reading a chunked body) is a 413; the connection is not kept alive.
-- **Body timeout**: the whole body must arrive within ``body_timeout_s`` of the handler
-  starting, else a 408 and the connection is closed (a client that sends headers and never
-  the body no longer holds a connection forever).
+- **API key** (``--api-key``): every ``/v1/*`` route wants ``Authorization: Bearer KEY``
+  (``/v1/messages`` also ``x-api-key``), compared in constant time; else a 401.
+- **Body size** over ``max_body_bytes``: a 413. **Body timeout** (``body_timeout_s``): a 408.
 - **Context bound**: a body larger than :func:`context_body_limit` of the model's context
-  (``BYTES_PER_TOKEN`` bytes a token plus 64 KiB: far more than any prompt of
-  ``max_model_len`` tokens takes, even as JSON-escaped text or as a list of token ids) is a
-  400 ``context_length_exceeded`` as soon as it is declared or read that far: it is never
-  parsed or tokenised, so a 60 MB prompt costs neither a stalled event loop nor memory.
-- **JSON**: invalid JSON, invalid UTF-8 and JSON nested too deeply for the parser are 400s.
+  (:data:`BYTES_PER_TOKEN` a token plus 64 KiB) is a 400 ``context_length_exceeded`` as soon
+  as it is declared or read that far: never parsed or tokenised.
+- **JSON**: invalid JSON, invalid UTF-8 and JSON nested too deeply are 400s.
 
-Every refusal is a :class:`~loadgen.server.rejected.RequestRejected` (an OpenAI-style
-error); nothing here logs.
+Every refusal is a :class:`~loadgen.server.rejected.RequestRejected`; nothing here logs.
+Docs: docs/server.md, "Hostile clients and shutdown".
 """
 
 from __future__ import annotations

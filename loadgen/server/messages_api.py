@@ -1,27 +1,14 @@
 """Anthropic's Messages API (``POST /v1/messages``) over the same engines as chat.
 
-Body: ``model`` and ``max_tokens`` (both required, as Anthropic's are), ``messages``
-(roles ``user`` and ``assistant``; ``content`` a string or blocks: ``text``, and from an
-earlier answer resent ``thinking``, ``tool_use`` and ``tool_result``, their text counted as
-the prompt's), ``system`` (a string or text blocks: a system message first),
-``stop_sequences`` (matched on whole words, as chat's ``stop``), ``temperature``,
-``stream``, ``tools`` (``[{"name", "input_schema"}]``) and ``tool_choice`` (``{"type":
-"auto" | "any" | "tool" | "none", "name"}``), and vLLM's ``seed``, ``ignore_eos`` and
-``min_tokens``. Other fields (``thinking``, ``metadata``, ``top_k``, ...) are ignored, as
-vLLM does. The prompt is the chat
-template of those messages, so a request costs what the same chat request costs.
+The body (``model`` and ``max_tokens`` required, ``messages``, ``system``,
+``stop_sequences``, ``tools``, ``tool_choice``, vLLM's extras; other fields ignored) becomes
+the chat template of its messages, so a request costs what the same chat request costs. A
+stream is Anthropic's named events (``message_start``, content blocks of deltas, ``ping``,
+``message_delta`` with ``stop_reason``, usage and the ``loadgen`` timings, ``message_stop``;
+an ``error`` event when aborted); not streamed, the message object. Errors have Anthropic's
+shape (:func:`anthropic_error_body`).
 
-A stream is Anthropic's named events: ``message_start`` (the message with
-``usage.input_tokens`` and ``output_tokens: 1``), per content block
-``content_block_start`` / ``content_block_delta`` / ``content_block_stop`` (a ``thinking``
-block of ``thinking_delta`` first when the server reasons, then a ``text`` block of
-``text_delta``; one delta per engine output), a ``ping`` after the first block starts,
-``message_delta`` (``stop_reason`` ``end_turn``, ``max_tokens``, ``stop_sequence`` or ``tool_use``,
-``usage.output_tokens``: every generated token, as chat's ``completion_tokens``; plus the
-``loadgen`` timings, as chat's final chunk has) and ``message_stop``. A stream the drain
-or the engine aborted ends with an ``error`` event (``overloaded_error``). Not streamed:
-the message object. Errors have Anthropic's shape, ``{"type": "error", "error": {"type",
-"message"}}`` (:func:`anthropic_error_body`); the API key may come as ``x-api-key``.
+Docs: docs/server.md ("The routes", "Responses and Messages bodies", "Tool calls").
 """
 
 from __future__ import annotations

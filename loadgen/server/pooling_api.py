@@ -2,31 +2,12 @@
 
 Pooling requests are prefill-only: as vLLM's OpenAI server does, every input (every
 embedding input, every query-document pair) becomes its own engine request, submitted
-together, and the engine's scheduler batches them into steps with everything else; each
-finishes in the step that computes its last prompt token, with no decode step and no LM
-head (:mod:`loadgen.server.engine.scheduler`). The sim prices those steps with its
-roofline like any prefill. Engines without pooling (the torch engine, a disaggregated
-sim) answer 501 ``not_supported``.
+together, and the scheduler batches them into steps with everything else; each finishes in
+the step that computes its last prompt token, with no decode step and no LM head. Engines
+without pooling answer 501 ``not_supported``. Vectors and scores are deterministic functions
+of the tokens (:func:`embed`; :data:`DEFAULT_DIMENSIONS`, at most :data:`MAX_DIMENSIONS`).
 
-- ``POST /v1/embeddings`` ``{model, input, encoding_format?, dimensions?}``: ``input`` is
-  a string, a list of strings, a list of token ids or a list of such lists. Answer:
-  ``{object: "list", data: [{object: "embedding", index, embedding}], model, usage:
-  {prompt_tokens, total_tokens}}``; ``encoding_format: "base64"`` sends each vector as
-  base64 of little-endian float32, as OpenAI does.
-- ``POST /v1/rerank`` (also ``/v2/rerank``; vLLM's, Jina's and Cohere's shape) ``{model,
-  query, documents: [str | {text}], top_n?, return_documents?}`` → ``{id, model, usage:
-  {total_tokens}, results: [{index, document: {text}, relevance_score}]}``, best first,
-  ``top_n`` of them.
-- ``POST /v1/score`` ``{model, text_1, text_2}`` (a string or a list each; one against
-  many is broadcast, as vLLM does) → ``{id, object: "list", model, data: [{index, object:
-  "score", score}], usage}``.
-
-Each pair is a cross-encoder sequence: the query's tokens then the document's, so
-``usage.total_tokens`` is the sum of both over all pairs. Vectors and scores are
-deterministic functions of the tokens (:func:`embed`): an embedding is the normalised
-sum of one pseudo-random vector per token (``DEFAULT_DIMENSIONS`` of them unless
-``dimensions`` asks for fewer or more, up to ``MAX_DIMENSIONS``), and a relevance score
-is ``(1 + cosine) / 2`` of the two texts' embeddings, so texts sharing words score higher.
+The bodies, the answers and measured costs: docs/server.md, "Pooling routes and images".
 """
 
 from __future__ import annotations

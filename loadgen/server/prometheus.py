@@ -1,32 +1,14 @@
 """Server metrics in the Prometheus text format (0.0.4), written by hand, with vLLM V1's
-names, labels, bucket boundaries and sample semantics (vLLM >= 0.11,
-``vllm/v1/metrics/loggers.py`` ``PrometheusStatLogger``, ``vllm/v1/metrics/stats.py``
-``IterationStats``, ``vllm/v1/spec_decode/metrics.py`` ``SpecDecodingProm``).
+names, labels, bucket boundaries and sample semantics (vLLM >= 0.11).
 
-Every sample carries ``model_name`` and ``engine`` (``"0"`` with one engine; ``"i"`` per
-replica with ``--replicas``), as vLLM labels each of its engine cores. Gauges and counters
-of the engine (running/waiting requests, KV-cache usage, prefix-cache queries and hits,
-preemptions, prompt/generation tokens, speculative drafts and accepted tokens; vLLM counts
-the prefix-cache lookups of preempted requests apart and does not export them, ``loadgen:``
-names do) are read from :meth:`AsyncEngine.stats` at scrape time. Per-request histograms
-are observed when a request ends, from the times the API received the engine's outputs —
-where vLLM's frontend stamps an engine-core output (``IterationStats``), before the text is
-detokenized and written:
+Every sample carries ``model_name`` and ``engine`` (one per replica). Gauges and counters
+are read from :meth:`AsyncEngine.stats` at scrape time; per-request histograms are observed
+when a request ends, from the times the API received the engine's outputs (where vLLM's
+frontend stamps an engine-core output). :class:`RequestLog` keeps the server timings of the
+last N finished requests, served at ``GET /loadgen/requests``.
 
-- ``vllm:time_to_first_token_seconds``: arrival at the API to the first engine output.
-- ``vllm:inter_token_latency_seconds`` (and the older ``vllm:time_per_output_token_seconds``,
-  same samples): one sample per engine output after the first, the whole gap since the
-  previous output (an output of several tokens, as speculative decoding makes, is one
-  sample).
-- ``vllm:request_time_per_output_token_seconds``: per request, first to last output over
-  ``output_tokens - 1`` (0 for one token), as vLLM's ``mean_time_per_output_token``.
-- ``vllm:e2e_request_latency_seconds``: arrival to the output that finished the request.
-- ``vllm:request_{queue,inference,prefill,decode}_time_seconds``: the engine's own timings.
-
-:class:`RequestLog` keeps the server timings of the last N finished requests, served as
-JSON at ``GET /loadgen/requests`` so end-to-end tests can compare a client's measurements
-with the server's (``ttft_s``/``itl_s`` there are the HTTP writes; ``first_output_ns``,
-``last_output_ns``, ``final_ns`` and ``outputs`` the engine outputs the histograms use).
+Every series, what each sample is, the buckets and the vLLM sources: docs/server.md,
+"``/metrics``".
 """
 
 from __future__ import annotations

@@ -2,26 +2,13 @@
 
 Parsing turns a decoded JSON body into a :class:`ParsedRequest` or raises
 :class:`RequestRejected` (an OpenAI-style error: status, message, param, code). Fields the
-server does not use (``top_p``, ``user``, penalties, ...) are ignored, like vLLM does;
-fields it uses are type-checked strictly (``true`` is not an integer).
+server does not use are ignored, like vLLM does; fields it uses are type-checked strictly.
+``prompt_tokens + max_tokens`` must fit ``max_model_len``; a prompt is tokenised with a cap
+and a token-id list measured before its ids are checked, so a prompt far over the context
+costs work in proportion to ``max_model_len``. Images (:mod:`loadgen.server.vision`) and
+tools (rendered into the prompt; answered by :mod:`loadgen.server.tools`) count as prompt.
 
-Context length: ``prompt_tokens + max_tokens`` must not exceed ``max_model_len`` (400,
-code ``context_length_exceeded``). Without ``max_tokens`` the rest of the context is
-allowed, as in vLLM. A prompt is tokenised with a cap when the tokenizer has one
-(``encode_at_most`` / ``apply_chat_template_at_most``, as :class:`WordTokenizer`), and a
-list of token ids is measured before its ids are checked, so a prompt far over the context
-costs work in proportion to ``max_model_len``, not to its own length.
-
-Chat content parts of type ``image_url`` (a ``data:`` URL) add their image tokens after
-the prompt's text (:mod:`loadgen.server.vision`); they count in the context length.
-
-Tools: ``tools`` (``[{"type": "function", "function": {"name", "parameters"}}]``) are
-rendered into the prompt as a first ``tools`` message (their JSON text), as a model's chat
-template renders them; ``tool_choice`` is ``"none"``, ``"auto"`` (the default),
-``"required"`` or ``{"type": "function", "function": {"name"}}``. A history's tool turns
-count as prompt text: an assistant message's ``tool_calls`` (each function's name and
-arguments) and ``tool`` messages' content. Whether an answer calls a tool is decided by
-the server (:mod:`loadgen.server.tools`).
+Docs: docs/server.md ("Parsing and errors", "Tool calls", "Hostile clients and shutdown").
 """
 
 from __future__ import annotations

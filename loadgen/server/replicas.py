@@ -1,28 +1,16 @@
 """Several engine replicas behind one API, and the routers that choose between them.
 
 ``loadgen serve --replicas N --router POLICY`` runs N independent engines (each with its
-own scheduler, KV cache and simulated GPUs: N times ``--tp`` GPUs in all) behind one
-OpenAI-compatible API, the way a data-parallel deployment or a router in front of N
-``vllm serve`` processes does. That makes equal-GPU comparisons one pair of commands:
-four colocated replicas against a disaggregated deployment of the same GPU count.
+own scheduler, KV cache and simulated GPUs) behind one OpenAI-compatible API, as a
+data-parallel deployment or a router in front of N ``vllm serve`` processes does, so that
+deployments of equal GPU count can be compared. Routers (:data:`ROUTERS`): ``round-robin``,
+``least-loaded`` and ``prefix-aware`` (longest cached prefix, unless fewer than
+:data:`MATCH_THRESHOLD` of the blocks match or the loads differ by more than
+:data:`BALANCE_ABS` and :data:`BALANCE_REL`). :class:`ReplicatedEngine` implements
+:class:`~loadgen.server.engine.interface.AsyncEngine`; ``replica_stats()`` feeds
+``/metrics``' ``engine="i"`` labels.
 
-Routers (each request is routed once, when it arrives):
-
-- ``round-robin``: replica ``k mod N`` for the k-th request.
-- ``least-loaded``: the replica with the fewest requests outstanding (routed and not yet
-  finished, as counted by the router itself, like a proxy in front of the engines); ties go
-  to the next replica after the last one chosen, so an idle deployment still spreads load.
-- ``prefix-aware``: the replica that already holds the longest prefix of the prompt, in
-  whole KV blocks, as the router remembers the prompts it sent to each replica (a bounded
-  LRU of block hashes per replica, the size of that replica's KV cache). When fewer than
-  half of the prompt's blocks match anywhere, or the loads differ by more than
-  ``BALANCE_ABS`` requests and a factor ``BALANCE_REL``, it falls back to least-loaded —
-  the cache-aware policy of SGLang's router in outline.
-
-:class:`ReplicatedEngine` implements :class:`~loadgen.server.engine.interface.AsyncEngine`;
-``stats()`` sums the replicas (KV usage is their mean) and ``replica_stats()`` gives each
-one's, which ``/metrics`` exports with an ``engine="i"`` label, as vLLM does for its
-data-parallel engines.
+Docs: docs/server.md, "Disaggregation, replicas and routing".
 """
 
 from __future__ import annotations

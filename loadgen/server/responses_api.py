@@ -1,31 +1,15 @@
 """OpenAI's Responses API (``POST /v1/responses``) over the same engines as chat.
 
-Body: ``input`` (a string, or a list of message items ``{role, content}`` with ``content``
-a string or ``[{"type": "input_text" | "output_text", "text"}]``; roles ``user``,
-``assistant``, ``system``, ``developer``; and, from an earlier answer resent, ``reasoning``,
-``function_call`` and ``function_call_output`` items, their text counted as the prompt's),
-``instructions`` (a system message first), ``max_output_tokens``, ``model``,
-``temperature``, ``seed``, ``stream``, ``tools`` (``[{"type": "function", "name",
-"parameters"}]``) and ``tool_choice`` (``"none"``, ``"auto"``, ``"required"`` or
-``{"type": "function", "name"}``), and vLLM's ``ignore_eos`` and ``min_tokens``. Other
-fields (``reasoning``, ``store``, ``text``, ...) are ignored, as vLLM does; ``previous_response_id`` is refused (nothing is
-stored). The prompt is the chat template of those messages, so a request costs what the
-same chat request costs.
+The body (``input`` as a string or message items, ``instructions``, ``max_output_tokens``,
+``tools``, ``tool_choice``, vLLM's extras; other fields ignored, ``previous_response_id``
+refused) becomes the chat template of its messages, so a request costs what the same chat
+request costs. A stream is named events with a ``sequence_number``: ``response.created``,
+output items of deltas (reasoning, then the message or a ``function_call``) and last
+``response.completed`` with the usage and the ``loadgen`` timings; an answer cut by
+``max_output_tokens`` completes ``incomplete``, one aborted ends with ``response.failed``.
+Not streamed: the response object. Errors are OpenAI's.
 
-A stream is named events (``event: TYPE`` and ``data: {"type": TYPE, "sequence_number":
-N, ...}``): ``response.created``, ``response.in_progress``, then per output item
-``response.output_item.added``, ``response.content_part.added``, one delta per engine
-output (``response.reasoning_text.delta`` in a ``reasoning`` item first when the server
-reasons, then ``response.output_text.delta`` in the ``message`` item), the item's
-``*.done`` events (a tool call, :mod:`loadgen.server.tools`: a ``function_call`` item in
-place of the message, ``response.output_item.added`` with ``arguments: ""``, one
-``response.function_call_arguments.delta`` per engine output,
-``response.function_call_arguments.done``, ``response.output_item.done``), and last ``response.completed`` with the response's ``usage``
-(``input_tokens``, ``output_tokens`` with ``output_tokens_details.reasoning_tokens``,
-``total_tokens``) and the ``loadgen`` timings (as chat's final chunk has). As in vLLM, a
-response cut by ``max_output_tokens`` completes with ``status: "incomplete"`` and
-``incomplete_details.reason: "max_output_tokens"``; one the drain or the engine aborted
-ends with ``response.failed``. Not streamed: the response object. Errors are OpenAI's.
+Docs: docs/server.md ("The routes", "Responses and Messages bodies", "Tool calls").
 """
 
 from __future__ import annotations

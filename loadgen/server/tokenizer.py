@@ -1,32 +1,14 @@
 """A deterministic word-level tokenizer, so that token counts are exact and predictable.
 
-Rules (stable across processes, platforms and Python versions):
+Every whitespace-separated word is one token (no BOS); its id is a blake2b hash of the word
+above the reserved ids (:data:`PAD_ID`, :data:`BOS_ID`, :data:`EOS_ID`, :data:`EOT_ID`); a
+chat message is ``[role token] + words + [EOT_ID]``; :meth:`WordTokenizer.decode` maps each
+id to a seeded pseudo-word, so N tokens are exactly N words. :class:`StopMatcher` matches
+``stop`` sequences on whole words. :class:`Tokenizer` is what the API needs from any
+tokenizer (``encode``, ``apply_chat_template``, ``output_stream``; :class:`WordStream` for
+this one). Stable across processes, platforms and Python versions.
 
-- **Words.** Text is split with ``str.split()`` (runs of Unicode whitespace); every word
-  is one token. A prompt of N words is N tokens; no BOS token is added.
-- **Ids.** ``id = blake2b(word as UTF-8, digest 8 bytes, little-endian) mod
-  (vocab_size - NUM_RESERVED) + NUM_RESERVED``. Ids ``0..NUM_RESERVED-1`` are reserved:
-  :data:`PAD_ID`, :data:`BOS_ID`, :data:`EOS_ID`, :data:`EOT_ID` (end of a chat turn).
-- **Chat.** :meth:`WordTokenizer.apply_chat_template` turns each message into
-  ``[role token] + content words + [EOT_ID]``, where the role token is the id of the
-  word ``<|role|>`` (e.g. ``<|user|>``). So a chat prompt has
-  ``sum(words in each content) + 2 * len(messages)`` tokens. No generation prompt is added.
-- **Decoding.** Hashing cannot be inverted, so :meth:`WordTokenizer.decode` maps each
-  generated id to a word of a fixed, seeded list of pronounceable pseudo-words (one
-  distinct word per id); the reserved ids decode to ``<pad>``, ``<s>``, ``</s>`` and
-  ``<eot>``. So the text of N tokens is exactly N words joined by single spaces;
-  streamed, the first word has no leading space and every later word has one. (An engine
-  may use any id as its end-of-sequence token; the API drops the text of the token that
-  ends a generation with ``finish_reason="stop"``, as vLLM does.)
-
-:class:`StopMatcher` implements ``stop`` sequences on words: a stop string matches when
-its words are the last words generated (whole words, case-sensitive); the matching words
-are not returned, and words that could begin a match are held back until it is decided.
-
-:class:`Tokenizer` is what the API needs from any tokenizer (an engine with a real model
-supplies its own as ``engine.tokenizer``): ``encode``, ``apply_chat_template`` and
-``output_stream``, which turns generated ids into text one token at a time with ``stop``
-applied (:class:`WordStream` for this tokenizer).
+The exact rules: docs/server.md, "The word tokenizer".
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """Images in prompts: their size from the file header, their prompt tokens, their encoder work.
 
-An image arrives inline, as a ``data:`` URL (``data:image/png;base64,...``): in a chat
-message's content part ``{"type": "image_url", "image_url": {"url": ...}}``
-(:func:`chat_image_part`) or in a Responses API input part ``{"type": "input_image",
-"image_url": ...}`` (:func:`responses_image_part`). The server never fetches anything:
-an ``http(s)`` URL, like any other malformed image, is a 400. Only the header is read,
-with the standard library: the PNG ``IHDR`` chunk or a JPEG ``SOF`` marker.
+An image arrives inline as a ``data:`` URL, in a chat content part (:func:`chat_image_part`)
+or a Responses input part (:func:`responses_image_part`); nothing is fetched, and only the
+PNG or JPEG header is read. Tokens follow Qwen2-VL's ``smart_resize``: sides to multiples of
+28, pixels into ``[min_pixels, max_pixels]``, ``(h/28) * (w/28)`` tokens, which join the
+prompt as one placeholder id per image derived from its bytes (a repeated image can hit the
+prefix cache). The sim prices the encoder
+(:meth:`~loadgen.server.sim.roofline.RooflineModel.encoder_time`) in the admitting step.
 
-Tokens follow Qwen2-VL's documented rule (``smart_resize`` in the model card and in
-``transformers``' ``Qwen2VLImageProcessor``): the image is resized so that both sides are
-multiples of 28 (``patch_size 14 * merge_size 2``), each side rounded to the nearest
-multiple, and then scaled (keeping the aspect ratio) into ``[min_pixels, max_pixels]``
-(the processor's defaults ``56 * 56`` and ``28 * 28 * 1280``); an aspect ratio over 200
-is refused. The ViT sees ``(h/14) * (w/14)`` patches and the language model
-``(h/28) * (w/28)`` tokens (2x2 patches merge into one). So a 512x512 image is resized
-to 504x504: 1,296 patches, 324 tokens.
-
-The tokens join the prompt (after its text) as one placeholder id per image, derived from
-the image's bytes, so a repeated image can hit the prefix cache and different ones do not;
-``usage.prompt_tokens`` counts them. The sim prices the encoder's work
-(:meth:`~loadgen.server.sim.roofline.RooflineModel.encoder_time`) in the step that
-admits the prompt, so it shows in the time to first token.
+Docs: docs/server.md, "Pooling routes and images".
 """
 
 from __future__ import annotations

@@ -1,32 +1,16 @@
 """Agentic workloads: a workload's ``[agent]`` table (what a task looks like).
 
-An agent's *task* is a chain of ``steps`` LLM calls. Each call sends the context so far —
-the group's system prompt and tool definitions, the task's messages, every earlier answer
-and tool call as the server streamed it, and the tools' results — and, except on the last
-step, is followed by a tool: it takes ``tool_latency_ms`` and returns ``tool_output_tokens``
-tokens of text, appended as the call's tool result. With probability
-``fan_out_probability`` a step (after the first) fans out into ``fan_out`` branches run
-concurrently, each its own call on the same context plus its own sub-task message; all
-their answers and tool results join the context before the next step::
+An agent's *task* is a chain of ``steps`` LLM calls. Each call sends the context so far (the
+group's system prompt and tools, the task's messages, every earlier answer and tool call as
+the server streamed it, the tools' results) and, except on the last step, is followed by a
+tool that takes ``tool_latency_ms`` and returns ``tool_output_tokens`` tokens. A step after
+the first may fan out (``fan_out``, ``fan_out_probability``) into branches run concurrently;
+their answers and results join the context before the next step. Each value is a number or
+a distribution. :mod:`loadgen.workload.tasks` draws the tasks, :mod:`loadgen.load.agent`
+runs them.
 
-    [agent]
-    steps = "uniform:min=6,max=20"          # LLM calls in a row per task
-    tool_latency_ms = "lognormal:median=300,sigma=0.8"   # each tool's run (0 or absent: none)
-    tool_output_tokens = "lognormal:median=800,sigma=0.9,min=200,max=4000"
-    fan_out = "uniform:min=2,max=4"         # branches of a fanning-out step (absent: never)
-    fan_out_probability = 0.3               # a step's chance to fan out (default 1 with fan_out)
-    system_prompt_tokens = 2048             # a system prompt per group (0 or absent: none) ...
-    tools_tokens = 2048                     # ... and synthesised tool definitions of this size
-    tools_count = 8                         # ... this many of them (default 8)
-    groups = 4                              # groups, drawn with Zipf popularity (default 1)
-    zipf = 1.0
-
-Each value may be a number or a distribution (as ``prompt_tokens``); the probability is a
-number in [0, 1]. A workload's own ``tools`` are every group's tool definitions (then
-``tools_tokens`` is refused). The task's first message and the branches' sub-task messages
-are drawn like the workload's requests (their ``prompt_tokens``), and every call's answer
-length from the workload's ``output_tokens``. :mod:`loadgen.workload.tasks` draws the tasks,
-:mod:`loadgen.load.agent` runs them.
+The table's keys, defaults and what a record of a task carries: workloads/README.md,
+"Agents".
 """
 
 from __future__ import annotations

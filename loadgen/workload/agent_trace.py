@@ -1,45 +1,16 @@
 """Recorded agent traces: one JSONL line per LLM call, replayed as agentic tasks.
 
-The loadgen agent-trace format (``format = "loadgen"``), one object per line::
+``format = "loadgen"`` reads loadgen's agent-trace format (``task``, ``step``, ``branch``,
+``parents``, ``prompt_tokens`` added to the context, ``output_tokens``, ``tool_tokens``,
+``tool_latency_ms``, ``t_s``); ``format = "aiperf"`` reads AIPerf's Mooncake-style session
+trace (``session_id``, ``input_length``, ``output_length``, ``timestamp``, ``delay``), a
+session a task and each row a step of a chain. Every line of a task names the same task;
+steps run 1..n without gaps and branches 0..k-1. Every number is bounded (``MAX_LENGTH``,
+``MAX_STEPS``, ``MAX_FAN_OUT``, ``MAX_TOOL_MS``, 30 days); errors name the file, the line
+and the field, in one line.
 
-    {"task": "t1", "step": 1, "prompt_tokens": 900, "output_tokens": 60,
-     "tool_tokens": 400, "tool_latency_ms": 250, "t_s": 0.0}
-    {"task": "t1", "step": 2, "branch": 0, "output_tokens": 40, "tool_tokens": 300, "tool_latency_ms": 120}
-    {"task": "t1", "step": 2, "branch": 1, "prompt_tokens": 30, "output_tokens": 45, "tool_tokens": 200}
-
-- ``task`` (string or whole number, required): the task the call belongs to.
-- ``step`` (from 1, required) and ``branch`` (from 0, default 0): a step with several
-  branches fans out, its branches run concurrently on the same context.
-- ``parents`` (default ``[step - 1]``, none for step 1): the earlier steps this one waits
-  for. The runner runs a task's steps in order, so a step waits for every earlier step; a
-  trace whose parents skip steps replays with that stricter order.
-- ``prompt_tokens`` (default 0): the tokens this call *adds* to the context — the task's
-  message on step 1, a branch's sub-task message, or a new user message; the context
-  itself (earlier messages, every answer the server streamed, the tool results) is carried
-  by the runner and not counted again. Step 1's is at least 1.
-- ``output_tokens`` (required, >= 1): the answer's length (the call's ``max_tokens``).
-- ``tool_tokens`` and ``tool_latency_ms`` (default 0): the tool the call runs after its
-  answer — its result's length and how long it ran (at most ``MAX_TOOL_MS``, one day).
-  The last step runs no tool.
-- ``t_s`` (optional, seconds in [0, 30 days]): when the call was sent, from the trace's start. A task
-  starts at its first step's ``t_s`` (open loop); later steps follow their dependencies,
-  as the runner does, so their ``t_s`` is not used for sending (``loadgen workload fit``
-  reads tool latencies from ``tool_latency_ms``).
-
-Every line of a task names the same task; steps run 1..n without gaps and branches 0..k-1.
-Every number is bounded: token counts by ``MAX_LENGTH``, steps by ``MAX_STEPS``, branches by
-``MAX_FAN_OUT``, times as above (NaN, infinities, negatives, booleans and strings refused).
-Errors name the file, the line and the field, in one line.
-
-``format = "aiperf"`` reads AIPerf's Mooncake-style session trace (the form its multi-turn
-and agentic session datasets use): JSONL rows with ``session_id``, ``input_length`` (the
-whole prompt of that turn), ``output_length``, ``timestamp`` (ms, the session's first row)
-and ``delay`` (ms between the previous turn's end and this one). A session is a task and
-each row a step of a chain: the growth of ``input_length`` beyond the previous prompt and
-answer becomes the previous step's ``tool_tokens`` and ``delay`` its ``tool_latency_ms`` (at most a
-day); the sessions' first timestamps may span at most 30 days.
-Rows that carry ``messages`` instead of ``input_length`` are refused (their lengths need a
-tokenizer).
+The fields, their defaults and bounds, and how a trace replays: workloads/README.md,
+"Recorded agent traces".
 """
 
 from __future__ import annotations

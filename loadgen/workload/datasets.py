@@ -1,41 +1,17 @@
 """Real prompts from a dataset file, measured, filtered and sampled into requests.
 
 Formats (``format = "auto"`` picks by extension, and for JSONL by the first entry's keys):
+``sharegpt``, ``chat``, ``prompts``, ``csv`` and ``parquet`` (needs ``pyarrow``). A
+prompt's length is exact with a tokenizer, else estimated from the run's calibration; the
+recorded answer's count is the request's ``max_tokens`` unless ``output_tokens`` overrides
+it (:data:`DEFAULT_OUTPUT_TOKENS` with neither). Sampling is seeded and by position, so
+worker processes agree; each request's ``source_row`` is its entry's 0-based row. A JSON
+array, JSONL or CSV file is read as a stream (:mod:`loadgen.workload.dataset_index`); the
+texts are read back when counted and when sent. Errors name the file, the line (or entry)
+and the field.
 
-- ``sharegpt``: a JSON array (or JSONL) of ``{"conversations": [{"from": ..., "value": ...}]}``;
-  the first ``human``/``user`` turn is the prompt, the ``gpt``/``assistant`` turn right
-  after it the recorded answer. Entries without a human turn are skipped (and counted).
-- ``chat``: OpenAI chat JSONL, ``{"messages": [{"role": ..., "content": ...}]}``; the
-  messages up to the last ``user`` turn are sent, the ``assistant`` message after it (if
-  any) is the recorded answer.
-- ``prompts``: JSONL of ``{"prompt": "...", "output_tokens": 128}`` (``output_tokens`` optional).
-- ``csv``: columns ``prompt`` and optional ``output_tokens``.
-- ``parquet``: a Hugging Face dataset saved with ``to_parquet`` (a file, or a folder of
-  ``*.parquet``) or ``save_to_disk`` (a split's folder of ``*.arrow`` shards), whose rows
-  hold ``conversations``, ``messages`` or ``prompt`` as above; needs ``pyarrow``
-  (``pip install 'loadgen[datasets]'``).
-
-**Token counts.** With a tokenizer (``--tokenizer``) a prompt's length is the exact count
-of its text (chat: the contents of its messages) plus the calibrated template overhead
-(measured on one user message; a chat prompt of ``k`` messages counts it ``k`` times);
-without one it is estimated from the run's calibration, ``tokens_per_word * words +
-overhead``. The recorded answer's count (same rule, no overhead) is the request's
-``max_tokens`` unless ``output_tokens`` overrides it; an entry with neither uses
-:data:`DEFAULT_OUTPUT_TOKENS`. The length filters apply to these counts.
-
-**Sampling.** Seeded, by position (so worker processes agree): without replacement,
-level ``L`` walks a permutation of the entries drawn from ``(seed, L)`` — open-loop send
-``i`` takes its entry ``i``, closed-loop user ``u`` of ``U`` its entries ``u, u + U, …`` —
-and a level longer than the dataset starts a fresh permutation; with replacement, every
-request draws an entry independently. Each request's ``source_row`` is its entry's
-0-based row in the file.
-
-**Memory.** A JSON array, JSONL or CSV file is read as a stream
-(:mod:`loadgen.workload.dataset_index`): each entry is parsed, checked, and reduced to its
-file row, word counts and byte span; the texts are read back from the file when they are
-counted with a tokenizer and when a request sends them. Parquet is read whole by pyarrow.
-
-Errors name the file, the line (JSONL, CSV) or entry (JSON array, Parquet row) and the field.
+What each format reads and the counting, sampling and memory rules: workloads/README.md,
+"Real traffic: datasets and traces".
 """
 
 from __future__ import annotations

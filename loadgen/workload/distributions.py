@@ -1,30 +1,14 @@
 """Seeded length distributions for prompt and output tokens.
 
 A distribution is written as spec text, ``KIND:PARAM=VALUE,PARAM=VALUE`` (a bare integer
-means ``fixed``), or as a TOML inline table ``{dist = "KIND", PARAM = VALUE, ...}``:
+means ``fixed``), or as a TOML inline table ``{dist = "KIND", PARAM = VALUE, ...}``; the
+kinds (``fixed``, ``uniform``, ``normal``, ``lognormal``, ``empirical``) register
+themselves with ``@register``. **Truncation policy: resample, never clip**: ``normal`` and
+``lognormal`` are conditioned on ``[min, max]`` (inverse-CDF inside the window), then
+rounded. Every sample of every kind is an ``int64`` ``>= 1`` inside ``[min, max]``, and
+no length exceeds :data:`MAX_LENGTH`.
 
-=========  ==========================================  =====================================
-kind       parameters (required, then optional)        example
-=========  ==========================================  =====================================
-fixed      value                                        ``256`` or ``fixed:value=256``
-uniform    min, max (inclusive integers)                ``uniform:min=128,max=1024``
-normal     mean, std; min (default 1), max              ``normal:mean=512,std=128,min=16``
-lognormal  median, sigma; min (default 1), max          ``lognormal:median=800,sigma=0.9,max=8000``
-empirical  values [weights] or csv + column             ``empirical:values=12;40;77``
-=========  ==========================================  =====================================
-
-List values are separated by ``;`` in spec text and are TOML arrays in a table. A CSV
-path is relative to the workload file (to the working directory on the command line).
-
-**Truncation policy: resample, never clip.** ``normal`` and ``lognormal`` are the
-distributions *conditioned* on ``[min, max]`` — drawn by inverse-CDF inside the window,
-which is the same law as redrawing every out-of-range sample — so no probability piles
-up on the bounds. Samples are then rounded to the nearest integer. Every sample of
-every kind is an ``int64`` ``>= 1`` and inside ``[min, max]``.
-
-**Size limit.** No length may exceed ``MAX_LENGTH`` tokens (prompts are built in
-memory): a distribution whose value, max or mean is larger is refused when parsed, and
-an unbounded tail stops at ``MAX_LENGTH``.
+Each kind's parameters and examples: workloads/README.md, "Length distributions".
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """Images in prompts: a workload's ``[images]`` table and the images each request sends.
 
-::
-
-    [images]
-    count = 1                          # images per request (a length distribution)
-    width = 512                        # pixels (a length distribution) ...
-    height = "uniform:min=256,max=1024"
-    format = "png"                     # the only format synthesised
-    # files = ["pictures/*.png"]       # ... or local files (globs, relative to the workload file)
-
 **Synthesised images** are PNG, written with the standard library (``zlib`` and
-``struct``): 8-bit RGB, no interlace, filter 0. Their pixels come from the request's own
-seeded generator, so every request sends different bytes (a server's image cache cannot
-make them free) and the same seed sends the same images. To stay cheap, an image is a few
-random rows repeated down its height (as many distinct rows as fit deflate's 32 KiB
-window, at most 8), so a 512x512 image is about 20 KB. JPEG is not synthesised: no image
-library is a dependency. **Files** (PNG, JPEG, GIF or WebP, told by their first bytes) are
-read when the workload is parsed; each image of a request is one of them, drawn at random.
+``struct``), their pixels from the request's own seeded generator (every request sends
+different bytes; the same seed the same images), a few random rows repeated so that they
+stay cheap. **Files** (PNG, JPEG, GIF or WebP, told by their first bytes) are read when the
+workload is parsed and drawn at random. A request's images depend only on the seed and its
+index, so adding ``[images]`` changes no prompt text. Limits: :data:`MAX_COUNT`,
+:data:`MAX_SIDE`, :data:`MAX_FILE_BYTES`, :data:`MAX_FILES_BYTES`; an ``http(s)://``
+reference is refused.
 
-A request's images depend only on the seed and its index (their own generator, apart
-from the one that draws its lengths), so adding ``[images]`` changes no prompt text.
-Limits: :data:`MAX_COUNT` images a request, :data:`MAX_SIDE` pixels a side (larger draws
-stop there), :data:`MAX_FILE_BYTES` a file and :data:`MAX_FILES_BYTES` for all files.
-An ``http(s)://`` reference is refused: loadgen fetches nothing.
+The table's keys and what a record carries: workloads/README.md, "Images".
 """
 
 from __future__ import annotations

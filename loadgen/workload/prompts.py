@@ -1,23 +1,15 @@
 """Prompt text of a target token length, without a tokenizer.
 
-A prompt is ``words_for(n_tokens)`` words from a corpus of ~2,000 common English words
-(``loadgen/data/words.txt``), each normally one BPE token with its leading space, joined
-by single spaces. The words-per-token ratio is then corrected from the server's own count:
-send :meth:`PromptSynthesizer.calibration_texts`, read ``usage.prompt_tokens`` and call
-:meth:`PromptSynthesizer.calibrate`, which fits ``tokens = tokens_per_word * words +
-overhead_tokens`` (the overhead being the chat template / BOS tokens the server adds).
+A prompt is ``words_for(n_tokens)`` words from a corpus of common English words
+(``loadgen/data/words.txt``), each normally one BPE token. The words-per-token ratio is
+corrected from the server's own count: send :meth:`PromptSynthesizer.calibration_texts`,
+read ``usage.prompt_tokens`` and call :meth:`PromptSynthesizer.calibrate`, which fits
+``tokens = tokens_per_word * words + overhead_tokens``. The first three words spell the
+request index, so no two prompts of a run share a first KV block (a shared-prefix
+``group`` starts with its group's words instead). Text depends only on ``(seed, index,
+group)`` and the lengths.
 
-**Unique prefix.** Word ``j`` of a prompt is a hash of ``(seed, index, j)``, and its first
-three words spell the request index in base ``len(corpus)`` (scrambled per seed), so two
-prompts of one run differ within their first three words (for the first 8 billion indices
-with the default corpus). The first 16-token KV block therefore never matches another
-request's, and a server's prefix cache sees no accidental hits. Requests of a shared-prefix
-``group`` instead start with ``words_for(shared_tokens)`` words derived from the group id
-alone (identical for every member; groups differ within their first three words),
-followed by the request's unique words.
-
-Text depends only on ``(seed, index, group)`` and the lengths, so it is reproducible and
-a shorter prompt of an index is a prefix of a longer one.
+Docs: workloads/README.md, "Prompt text and calibration".
 """
 
 from __future__ import annotations

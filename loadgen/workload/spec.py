@@ -1,49 +1,16 @@
 """Workloads: weighted request classes with length distributions, loaded from TOML.
 
-A workload file (see ``workloads/README.md``) is either one class::
+A workload file is either one class (``prompt_tokens``, ``output_tokens``, an optional
+``[shared_prefix]``) or a weighted mix of ``[[classes]]``. With a shared prefix,
+``prompt_tokens`` is the length of the *unique* part. Optional tables: ``[sessions]``
+(:mod:`loadgen.workload.sessions`), ``tools`` and ``tool_choice``, ``[joint_tokens]``
+(:mod:`loadgen.workload.joint`), ``[dataset]`` (:mod:`loadgen.workload.datasets`),
+``[arrivals]``, ``[images]`` (:mod:`loadgen.workload.images`) and ``[agent]``
+(:mod:`loadgen.workload.agent`). Parsing is strict: unknown keys, wrong types and bad values
+raise :class:`~loadgen.errors.WorkloadError` naming the file, the key and what is allowed.
 
-    name = "chat"
-    description = "..."
-    prompt_tokens = "lognormal:median=250,sigma=0.9,max=4096"
-    output_tokens = {dist = "lognormal", median = 200, sigma = 0.8, max = 2048}
-    [shared_prefix]          # optional
-    groups = 4
-    tokens = 1024
-
-or a weighted mix of ``[[classes]]``, each with ``name``, ``weight`` (default 1),
-``prompt_tokens``, ``output_tokens`` and an optional ``shared_prefix`` table.
-Parsing is strict: unknown keys, wrong types and bad values raise
-:class:`~loadgen.errors.WorkloadError` naming the file, the key and what is allowed.
-
-With a shared prefix, ``prompt_tokens`` is the length of the *unique* part; a request's
-target prompt length is ``shared_prefix.tokens + prompt_tokens``.
-
-Optional in either form: a ``[sessions]`` table (multi-turn conversations, see
-:mod:`loadgen.workload.sessions`)::
-
-    [sessions]
-    turns = "uniform:min=2,max=8"      # turns per session (a length distribution)
-    think_time_ms = "lognormal:median=2000,sigma=0.5"   # before each later turn (0: none)
-    system_prompt_tokens = 1024        # optional shared system prompt ...
-    groups = 8                         # ... one of this many (default 1)
-    zipf = 1.0                         # ... chosen with Zipf popularity (default 1.0)
-
-and ``tools`` (an array of OpenAI tool tables, or the path of a JSON file holding that
-array, relative to the workload file) with an optional ``tool_choice`` (a string such as
-``"auto"`` or a table), sent with every chat request.
-
-A class may give a ``[joint_tokens]`` table (:mod:`loadgen.workload.joint`) instead of
-``prompt_tokens`` and ``output_tokens``: the two lengths drawn together. A workload may
-instead replay a dataset, with a ``[dataset]`` table (``path``, relative to the file;
-optional ``format``, ``min_prompt_tokens``, ``max_prompt_tokens``, ``replacement``,
-``output_tokens``, ``image_root``; see :mod:`loadgen.workload.datasets`), and may say how fast requests
-arrive with ``[arrivals]`` (``rate`` requests/s, optional ``burstiness``, the gamma shape):
-the run's default when no load flag or profile is given. An ``[images]`` table
-(:mod:`loadgen.workload.images`) sends images with every request (chat API); beside a
-``[dataset]`` it is for a dataset without images of its own (one with an image column is
-refused when the run loads it: the entries' own images are the point of replaying it). An
-``[agent]`` table (:mod:`loadgen.workload.agent`) makes the requests agents' tasks: chains
-of LLM calls with tool calls and results between them, some steps fanning out.
+The format, every table and its keys: workloads/README.md ("File format" and the sections
+after it).
 """
 
 from __future__ import annotations

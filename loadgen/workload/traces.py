@@ -1,29 +1,15 @@
 """Timestamped traces, replayed at their recorded times.
 
-Formats (``format = "auto"`` picks by extension and header):
+Formats (``format = "auto"`` picks by extension and header): ``mooncake`` (JSONL with
+``hash_ids``, each one shared 512-token block of prompt, so a server's prefix cache sees the
+trace's real sharing), ``azure`` and ``burstgpt`` (CSV; prompts are synthetic text of the
+recorded length). Offsets are seconds from the first kept row; ``window``, then ``speed``
+or ``rate``, reshape them. Lengths over ``MAX_LENGTH``, timestamps that are not finite and
+replays over 30 days (``MAX_LEVEL_S``) are refused, naming the line. Every request's
+``source_row`` is its row in the file (0-based data row).
 
-- ``mooncake``: JSONL of ``{"timestamp": ms, "input_length": n, "output_length": n,
-  "hash_ids": [...]}`` (Mooncake's traces). Hash id ``h`` stands for one 512-token block
-  of prompt: equal ids become identical text (the words of shared block ``h``), so a
-  server's prefix cache sees the trace's real sharing. The last block holds what is left
-  of ``input_length``; a prompt longer than its blocks ends with unique text.
-- ``azure``: the Azure LLM inference trace CSV, ``TIMESTAMP,ContextTokens,GeneratedTokens``
-  (``TIMESTAMP`` a date-time string).
-- ``burstgpt``: the BurstGPT CSV, ``Timestamp`` (seconds), ``Request tokens``,
-  ``Response tokens`` (other columns ignored).
-
-Bounds: a length over ``MAX_LENGTH`` tokens (the cap of every workload length) and a
-timestamp that is not finite are refused, naming the line; so is a replay that would take
-more than 30 days (``MAX_LEVEL_S``) after ``window``, ``speed`` and ``rate``.
-
-Azure and BurstGPT prompts are synthetic text of the recorded length (exact with a
-tokenizer). Lengths are the server-counted prompt lengths: the calibrated template
-overhead is taken off the text. A length below 1 becomes 1.
-
-Times: offsets are seconds from the first kept row. ``window=(start, end)`` keeps the rows
-with ``start <= t < end`` (trace seconds from the trace's first row), then ``speed``
-divides every offset (2 = twice as fast) or ``rate`` rescales them so the mean rate is
-``rate`` requests/s. Every request's ``source_row`` is its row in the file (0-based data row).
+The columns of each format and the replay rules: workloads/README.md, "Real traffic:
+datasets and traces".
 """
 
 from __future__ import annotations

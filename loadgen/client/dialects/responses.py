@@ -1,25 +1,11 @@
 """The OpenAI Responses dialect: ``responses`` (``POST /v1/responses``).
 
-The body sends the prompt as ``input`` (a text, or a messages prompt as input items:
-``{"role", "content"}`` each), ``max_output_tokens`` and ``stream: true``; the workload's
-tools go in the Responses shape (``{"type": "function", "name", "parameters"}``, flat).
-``ignore_eos``/``min_tokens`` (vLLM accepts them here too) only without ``strict``. The key
-goes as ``Authorization: Bearer``. A request's images go with its last user message as
-``input_image`` parts (``data:`` URLs), after an ``input_text`` part.
-
-Events name their kind in the data's ``type``: ``response.output_text.delta`` (answer
-text, in ``delta``) and ``response.function_call_arguments.delta`` (a tool call's
-arguments, answer output like chat's tool-call deltas) are answer output;
-``response.reasoning_text.delta`` and ``response.reasoning_summary_text.delta`` are
-reasoning. ``response.completed`` carries ``response.usage`` (``input_tokens``,
-``output_tokens``, reasoning included) and ends the answer, its finish reason the
-response's ``incomplete_details.reason`` or ``status``. ``response.incomplete`` ends it
-the same way: the API sends it when ``max_output_tokens`` cut the answer, which is how a
-benchmark's request of a set length normally ends, so it is a finish with its reason
-(``max_output_tokens``), not a failure. ``response.failed`` and an ``error`` event fail
-the request with their message. There is no end marker: the stream ends after
-``response.completed`` (a ``loadgen`` object beside its ``response`` is a server's own timings,
-as on chat's final chunk). Every other event (``response.created``, ``*.done``, …) is ignored.
+The body sends the prompt as ``input``, ``max_output_tokens`` and ``stream: true`` (tools
+and images in the Responses shape); the key goes as ``Authorization: Bearer``. Events name
+their kind in the data's ``type``; ``response.completed`` (usage) or ``response.incomplete``
+(cut at ``max_output_tokens``: a finish, not a failure) ends the answer, and there is no end
+marker. The body and the events in full: docs/client.md, "Wire formats of the built-in
+dialects"; which events are output and which reasoning: docs/metrics.md, "Per request".
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """Tool calls of agentic workloads: collected from a stream, rendered into the history.
 
-An agent's request (``RequestSpec.calls`` a list) has its streamed tool calls collected by
-the dialect's ``collect_calls(obj, calls)``, called with every event's JSON object of that
-request only: each call is a list ``[key, id, name, arguments]`` (``key`` tells the calls
-of one answer apart: chat's ``index``, a Responses ``output_index``, a Messages block
-``index``; ``id`` and ``name`` None until streamed; ``arguments`` the argument text, as
-streamed, joined):
-
-- chat: ``choices[].delta.tool_calls[]`` (``index``, ``id``, ``function.name``,
-  ``function.arguments`` deltas);
-- responses: ``response.output_item.added`` of a ``function_call`` item (``call_id``,
-  ``name``, ``arguments``) and ``response.function_call_arguments.delta``;
-- messages: ``content_block_start`` of a ``tool_use`` block (``id``, ``name``) and its
-  ``input_json_delta`` deltas (``partial_json``).
-
-The runner keeps an agent's history in chat's shape — an assistant turn as
-``{"role": "assistant", "content": text or None, "tool_calls": [{"id", "type": "function",
-"function": {"name", "arguments"}}]}``, each result as ``{"role": "tool", "tool_call_id",
-"content"}`` — which chat sends as it is; the other dialects render it in their shape:
-- responses: the text as an assistant message item (when there is text), a
-  ``function_call`` item per call (``call_id``, ``name``, ``arguments``) and a
-  ``function_call_output`` item per call (``call_id``, ``output``);
-- messages: an assistant message of a ``text`` block (when there is text) and a
-  ``tool_use`` block per call (``input``: the arguments' JSON object; arguments that are
-  not one go as ``{"arguments": text}``), then a user message of ``tool_result`` blocks.
+Each dialect's ``collect_calls(obj, calls)`` gathers an agent request's streamed tool calls
+as ``[key, id, name, arguments]`` lists; the runner keeps the agent's history in chat's
+shape (an assistant turn with ``tool_calls``, then ``tool`` results), which chat sends as
+it is and the other dialects render in theirs. Which events each dialect reads and the
+shapes it renders: docs/client.md, "Tool calls of agentic workloads".
 """
 
 from __future__ import annotations

@@ -2,27 +2,16 @@
 and the mapping of failures to error kinds.
 
 :class:`StreamingTransport` implements :class:`loadgen.load.transport.Transport`: it builds
-the body, keeps the record, gives the answer its end grace, masks secrets, turns failures
-into error kinds and resends a request lost to the stale keep-alive race once, on a new
-connection (the rule of :mod:`loadgen.client.keepalive`). A subclass does the HTTP exchange
-(:meth:`StreamingTransport.exchange`) and nothing else. Library exceptions are translated
-once, here, by one table (:data:`FOREIGN_ERRORS`, after httpx's
-``map_httpcore_exceptions``) into :mod:`loadgen.errors`, and those into an ``ErrorKind``
-on the record (:data:`ERROR_KINDS`); nothing but ``CancelledError`` leaves :meth:`send`.
+the body, keeps the record, gives the answer its end grace (:data:`END_GRACE_S`), masks
+secrets (:mod:`loadgen.client.redact`), turns failures into error kinds and resends a
+request lost to the stale keep-alive race once (:mod:`loadgen.client.keepalive`). A
+subclass does the HTTP exchange (:meth:`StreamingTransport.exchange`) and nothing else.
+Library exceptions are translated once, here, by :data:`FOREIGN_ERRORS` into
+:mod:`loadgen.errors`, and those by :data:`ERROR_KINDS` into the record's ``ErrorKind``;
+nothing but ``CancelledError`` leaves :meth:`send`. Every read is bounded
+(:mod:`loadgen.client.bounded`).
 
-A stream ends at ``[DONE]`` or when the server closes it; a server may instead hold the
-connection open after its last event. Once the answer has ended (its ``finish_reason``, or
-``[DONE]``, see :mod:`loadgen.client.stream`) the server has :attr:`TransportConfig.end_grace_s`
-(:data:`END_GRACE_S`) to end the stream: what comes meanwhile (the usage event asked for by
-``stream_options.include_usage``, ``[DONE]``, the body's end, which lets the connection be
-reused) is read; then the client stops reading and closes that connection, and the record
-is ``ok``, ended at its last event. A connection that fails or times out after the answer
-ended does not fail the record either.
-
-Every read is bounded (:mod:`loadgen.client.bounded`): an SSE line by the decoder's cap,
-an error body by :data:`~loadgen.client.bounded.MAX_ERROR` bytes after decompression, and
-unparsed bytes by the parser's backlog. Server text kept on a record has the request's
-secrets masked (:mod:`loadgen.client.redact`).
+Docs: docs/client.md ("How a response becomes a record", "End of a stream").
 """
 
 from __future__ import annotations

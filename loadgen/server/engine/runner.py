@@ -1,26 +1,14 @@
 """The seam between the scheduler and whatever executes a step (simulated or real).
 
-A runner receives a :class:`~loadgen.server.engine.batch.ScheduledBatch` — one
-flattened batch of decode tokens and prefill chunks, with positions and block tables —
-and returns the sampled tokens and how long the step took.
+A runner receives a :class:`~loadgen.server.engine.batch.ScheduledBatch` — one flattened
+batch of decode tokens and prefill chunks, with positions and block tables — and returns
+the sampled tokens and how long the step took: the sim runner
+(:mod:`loadgen.server.sim.runner`) a *modelled* ``duration_s``, a real runner
+(:mod:`loadgen.server.torch.runner`) ``0.0`` ("already elapsed": the engine reads its
+clock). :func:`request_seed` seeds a request's sampling.
 
-- The sim runner (:mod:`loadgen.server.sim.runner`) returns at once with a *modelled*
-  ``duration_s``; the engine then waits that long (scaled) before delivering tokens.
-- A real runner (:mod:`loadgen.server.torch.runner`) computes the step and returns
-  ``duration_s = 0.0`` ("already elapsed"): the engine takes the step's end from its
-  clock.
-
-How a real (torch) runner plugs in: for every ``ScheduledSeq`` it feeds ``token_ids``
-at ``positions``, writes their K/V at slot ``block_table[p // batch.block_size] *
-batch.block_size + p % batch.block_size``, attends causally over ``context_len``
-positions (the first ``start_pos`` already cached, prefix-cache hits included), and
-computes logits only where ``sample`` is true (seeded by :func:`request_seed`,
-``params.temperature``). ``finished_seq_ids`` / ``preempted_seq_ids`` say which
-sequences' state may be dropped. The number of KV blocks is the runner's to decide
-(``EngineConfig.num_gpu_blocks``). Drive it with ``EngineCore(config, runner,
-time.monotonic, realtime=True)`` (``poll`` / ``next_event_time``), or with the bare
-``Scheduler``: ``batch = schedule(); result = runner.execute(batch);
-update(batch, result.sampled)``.
+What a real runner must do with a batch, and how to drive one: docs/server.md, "The runner
+seam".
 """
 
 from __future__ import annotations

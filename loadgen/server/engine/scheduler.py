@@ -2,61 +2,16 @@
 
 One engine step is ``batch = schedule()`` → a runner executes it →
 ``update(batch, sampled)``. The scheduler takes a clock (``now() -> seconds``) only to
-timestamp requests, so tests drive it in virtual time.
+timestamp requests, so tests drive it in virtual time. With a budget of
+``max_num_batched_tokens`` a step takes decodes first, then partial prefills, then waiting
+requests in FIFO order; it never exceeds the budget. A request that needs a block when none
+is free preempts the newest running one by recompute. Speculative decoding
+(``num_speculative_tokens``) follows vLLM V1's scheduler; disaggregation adds ``hold_kv``,
+:meth:`Scheduler.release`, :meth:`Scheduler.reserve` and :meth:`Scheduler.kv_received`;
+pooling requests finish in the step that computes their last prompt token.
 
-Policy of :meth:`Scheduler.schedule`, with a budget of ``max_num_batched_tokens``:
-
-1. **Decodes first**: every running request whose prompt is done gets one token, plus
-   its draft tokens when speculating (below). (vLLM
-   V1 walks its running queue in admission order instead, so a request admitted after a
-   prompt still being chunked gets no token in a step whose budget that chunk took; here
-   it does. Requests admitted before it are treated alike.)
-2. **Partial prefills** (chunked prefill only): running requests with prompt left get a
-   chunk of at most the remaining budget (and ``long_prefill_token_threshold``).
-3. **Waiting requests**, in FIFO order, while fewer than ``max_num_seqs`` run and budget
-   remains (and nobody was preempted in this step). A cached prefix (prefix caching) is
-   reused and not recomputed. With chunked prefill a prompt gets a chunk of the remaining
-   budget. Without it a prompt runs whole, several whole prompts share a step, and
-   admission stops at the first prompt that does not fit in the remaining budget (it is
-   not overtaken): the budget is never exceeded. As in vLLM V1, an unchunked engine needs
-   ``max_num_batched_tokens >= max_model_len`` (``loadgen serve`` raises the default
-   budget to the context length and refuses a smaller explicit one), so every admissible
-   prompt fits an empty step; here a request longer than the budget is rejected as too
-   long. Decodes stay in a step with long prefills, so a decoding request's inter-token
-   gap is the whole step, long prefills included: the stall chunked prefill removes.
-
-Speculative decoding (``num_speculative_tokens`` K > 0), as vLLM V1's scheduler does it
-(``vllm/v1/core/sched/scheduler.py``: ``num_tokens_with_spec``, ``allocate_slots``,
-``update_from_output``): a step's runner proposes up to K drafts per sampling sequence
-(``StepResult.drafts``); in the next step a decode counts ``1 + drafts`` tokens against
-the budget (and ``long_prefill_token_threshold``, and the context length), trimmed to
-what remains of the budget; the slots of all of them are allocated before the step,
-preempting newer requests as any allocation does. After the step, the rejected drafts
-are rolled back: ``num_computed_tokens`` drops by their number, so the next step writes
-over their slots (as in vLLM, the request keeps the blocks; they are reused, not
-returned to the free queue). Full blocks are cached only over verified tokens. Counters
-(``EngineStats.spec_*``) follow vLLM's ``SpecDecodingStats``: drafts verified, accepted,
-accepted per draft position.
-
-Disaggregation (:mod:`loadgen.server.sim.disagg`) uses three more calls, as vLLM's KV
-connectors do: a prefill pool's request added with ``hold_kv`` keeps its blocks after it
-finishes, until :meth:`Scheduler.release` (its KV is being read by the decode side); a
-decode pool's :meth:`Scheduler.reserve` matches its own prefix cache and allocates a
-request's blocks before the rest of its KV arrives (it then counts as waiting, takes no step, and is refused while the blocks or
-``max_num_seqs`` are not there), and :meth:`Scheduler.kv_received` queues it to compute
-its last prompt token (the one that yields the first output token).
-
-When a running request needs a block and none is free, the newest running request not
-yet scheduled in this step is preempted by recompute: its blocks are freed (full blocks
-stay in the prefix cache) and it goes back to the front of the waiting queue, to be
-prefilled again over its prompt and the tokens it already generated.
-
-Pooling requests (``SamplingParams.pooling``: embeddings, rerank, score) are scheduled
-like any prompt, as vLLM V1 schedules them, and finish in the step that computes their
-last prompt token, with no sampled token (``finish_reason="stop"``, no generation tokens
-counted). A prompt with images carries its vision-encoder patches to the step that admits
-it (``ScheduledSeq.encoder_patches``), again after a preemption (the encoder's output is
-not kept).
+Docs: docs/server.md ("The scheduler", "The cost of a step" for speculative decoding,
+"Where it departs from vLLM").
 """
 
 from __future__ import annotations

@@ -1,36 +1,15 @@
 """Prefill/decode disaggregation as deployed: prefill pools, decode pools, KV links.
 
-The flow follows vLLM's P/D proxy and KV connectors (xPyD: ``P`` prefill engines and
-``D`` decode engines, each its own scheduler, KV cache and GPUs):
+The flow follows vLLM's P/D proxy and KV connectors (xPyD: ``P`` prefill engines and ``D``
+decode engines, each its own scheduler, KV cache and GPUs): the proxy picks a prefill and a
+decode engine (:data:`PD_ROUTERS`); the prefill engine runs the request with
+``max_tokens = 1`` and holds its KV; the decode engine matches its own prefix cache and
+reserves blocks; only the missing tokens cross the links (shared fairly:
+:class:`~loadgen.server.sim.kv_link.SharedLink`); the decode engine computes the last prompt
+token and streams every token, so **TTFT is the decode side's first token**. Timings merge
+both sides (``kv_transfer_s`` in between).
 
-1. The proxy picks a prefill engine and a decode engine for the request (``router``,
-   :data:`PD_ROUTERS`): ``round-robin`` on both sides, as vLLM's toy proxy
-   (``toy_proxy_server.py``) does, the decode engine chosen on arrival; or
-   ``least-loaded``: the prefill engine with the fewest requests, and, once prefilled,
-   the decode engine with the fewest requests running or reserved that has room.
-   The prefill engine runs it with ``max_tokens = 1``; the proxy discards that token.
-   Its KV blocks are **held** after it finishes, until the decode side has read them.
-2. The decode engine first matches its **own prefix cache** and **reserves** blocks for
-   the rest of the prompt before the transfer starts, as vLLM's scheduler asks the NIXL
-   connector (``nixl_connector.py``, ``get_num_new_matched_tokens``) only for the tokens
-   past its local hit. While the decode engine has no blocks (or sequence slot) free the
-   request waits, its prefill blocks still held (round-robin: in that engine's FIFO;
-   least-loaded: in one FIFO for all). Blocks still arriving are not yet in the decode
-   engine's cache (vLLM caches them once the KV has landed).
-3. Only the tokens the decode side lacks cross the link: each tensor-parallel rank has
-   its own link, so alone a transfer takes ``tokens * KV bytes per token / (link
-   bandwidth * links)`` with ``links = min(prefill TP, decode TP)``. The transfers out
-   of one prefill engine share its links fairly (processor sharing,
-   :class:`~loadgen.server.sim.kv_link.SharedLink`): ``n`` at once each get ``1/n`` of
-   the bandwidth.
-4. The decode engine computes the prompt's last token (the KV of all the others arrived)
-   and streams every output token from its first: **TTFT is the decode side's first
-   token**, so the transfer and the decode queue are inside it, not in the first ITL gap.
-
-A request preempted in a decode pool recomputes its KV there. Timings merge both sides:
-``queue_s`` and ``prefill_s`` come from the prefill engine, ``kv_transfer_s`` runs from
-the prefill's end to the KV's arrival (waiting for blocks and the link included),
-``ttft_s``, ``decode_s`` and ``e2e_s`` end on the decode side.
+Docs: docs/server.md, "Disaggregation, replicas and routing".
 """
 
 from __future__ import annotations

@@ -1,73 +1,18 @@
 """The cost model of one engine step, kernel group by kernel group (the sim runner prices steps with it).
 
 The kernels of a step run one after another on each GPU of a tensor-parallel group of
-``tp``; each *kernel group* is bounded by its own roofline and the step is their sum::
+``tp``; each *kernel group* (projections, MLP, prefill and decode attention, LM head) is
+bounded by its own roofline and the step is their sum::
 
     step = sum over groups of max(FLOPs / (peak * eff(M)), bytes / (bandwidth * mbu))
            + layers * layer_latency + all-reduce time + overhead
-
-Groups (all layers together; every figure per GPU, weights and heads split ``tp`` ways):
-
-- ``projections``: QKV and O, ``2 * attention params`` FLOPs per token; bytes: those
-  weights (and the RMSNorms) once, plus the GEMMs' input and output activations.
-- ``mlp``: gate/up and down, ``2 * experts_per_token * expert params`` FLOPs per token;
-  bytes: the experts some token was routed to (expected ``E * (1 - (1 - k/E)^T)`` of
-  ``E`` for ``T`` tokens; dense: all) plus activations.
-- ``attention_prefill``: sequences with more than ``decode_query_len`` new tokens:
-  ``4 * q_size`` FLOPs per (query, key) pair, causal; bytes: their cached context's KV
-  read once and their new KV written.
-- ``attention_decode``: the other sequences (one new token; ``1 + K`` when verifying
-  ``K`` speculated tokens): bytes: each sequence's KV read, the new KV written.
-- ``lm_head``: ``2 * hidden * vocab`` FLOPs per sampled row; its weights and the fp32
-  logits. A sequence samples one row, a speculative verify ``K + 1`` (every draft
-  position and the bonus one).
-- all-reduce (tp > 1): two per layer (after attention and after the MLP) of
-  ``tokens * hidden * 2`` bytes, ring ``2 (tp - 1) / tp`` of it per GPU over the GPU's
-  one-way link, plus a fixed latency each.
-
-A mixed step therefore costs *more* than the larger of its prefill and decode parts: the
-decodes' KV reads no longer hide under the prefill's GEMMs (prefill–decode interference).
-
-GEMM efficiency rises with the rows ``M`` it multiplies (tokens of the step; tokens per
-expert for MoE; sampled tokens for the LM head) towards the plateau ``mfu``::
-
     eff(M) = mfu * M / (M + gemm_half_m)
 
-Tensor-core tiles are 64-128 rows: a GEMM of a few rows leaves most of each tile empty,
-so a step of few tokens does not reach the peak however long it runs (below ~100 rows
-the weight read bounds it anyway). ``gemm_half_m = 128`` puts a 2,048-token step at 94 %
-of the plateau and a 128-token one at half of it. Attention prefill follows the same
-curve in its query tokens; decode attention, a batched matrix-vector product over each
-sequence's own KV, is priced at the plateau (its KV read bounds it).
+so a mixed step costs more than the larger of its prefill and decode parts. It also prices
+the vision encoder (:meth:`RooflineModel.encoder_time`) and fp8 weights and KV.
 
-Defaults, calibrated against published vLLM and SGLang measurements
-(``benchmarks/sim_vs_published.py``) and physically plausible: ``mfu = 0.6``: large bf16
-GEMMs reach 65-75 % of the dense peak on H100-class GPUs in isolation, a whole model's
-mix of shapes somewhat less; a 2,048-token prefill of Llama-3.1-8B on an H100 then takes
-≈ 55 ms. ``mbu = 0.8``: kernels stream weights and KV at ~80 % of the HBM peak.
-``allreduce_latency_s = 20 µs``: an all-reduce of decode-sized messages (a few hundred
-KB) across NVLink GPUs is bound by launch, synchronisation and protocol latency, not by
-bandwidth. ``layer_latency_s = 30 µs``: a decoder layer runs ~10 kernels (norms, GEMMs,
-rotary, KV write, attention, activation, all-reduces) and each has a few µs of launch,
-ramp-up and tail that no roofline covers and CUDA graphs do not remove.
-``overhead_s = 0.5 ms``: scheduling, input preparation and sampling per step (vLLM V1's
-CPU overhead per step is a few hundred µs). A batch-1 decode with 1k context of the 8B
-model then takes ≈ 7.1 ms on an H100 and 13.6 ms on an A100-40GB (published there: about
-75 tokens/s, 13.3 ms).
-
-Vision encoder (images in prompts): before the prefill of a step that admits prompts
-with images, a ViT of ``ModelShape.vision_encoder_params`` parameters (default 675M,
-Qwen2-VL-7B's) runs over their patches: ``2 * params * patches`` FLOPs at the bf16 peak
-times ``mfu`` (or its weights read once, if longer), added to the step. A Qwen2-VL image
-of ``h x w`` pixels (resized to multiples of 28) is ``(h/14) * (w/14)`` patches and a
-quarter as many prompt tokens (2x2 patches merge into one). The ViT's own attention
-(≈ 15 % more FLOPs at 1,296 patches) is left out.
-
-Precision: ``dtype="fp8"`` stores the layers' linear weights in one byte (embedding and
-LM head stay bf16, as in vLLM's FP8 checkpoints) and runs their GEMMs at the GPU's fp8
-peak (a GPU without fp8 tensor cores, the A100, runs them at its bf16 peak: weight-only
-fp8, as vLLM's Marlin kernels do). ``kv_cache_dtype="fp8"`` stores K and V in one byte:
-half the KV bytes read and written, twice the tokens per GB; attention math stays bf16.
+Docs: docs/server.md ("The cost of a step": each group's FLOPs and bytes, the defaults and
+their calibration; "Pooling routes and images" for the encoder).
 """
 
 from __future__ import annotations

@@ -2,35 +2,13 @@
 
 Tokens are a pure function of (request seed, position), so a request preempted and
 recomputed, or moved from a prefill pool to a decode pool, gets the same tokens.
-
 Speculative decoding (:class:`Speculation`, ``--speculative-tokens K --acceptance-rate
-A``): after each step the proposer drafts tokens for every sequence that sampled
-(``StepResult.drafts``), and the scheduler schedules them in the next step (trimmed to
-its token budget; :mod:`loadgen.server.engine.scheduler`). Two proposers:
+A``): after each step the proposer (``draft``: always ``K``; ``ngram``: a truncated
+geometric length) drafts for every sequence that sampled, and a step's accepted drafts are
+a geometric draw, also a pure function of (seed, position). Pooling sequences sample
+nothing and pay no LM head; a step that admits images first runs their vision encoder.
 
-- ``draft`` (a draft model, or EAGLE/MTP heads): always ``K`` drafts. With a draft model
-  preset, drafting costs ``K`` decode steps of it over the sequences it drafts for (its
-  kernel groups, their latencies and all-reduces, not the per-step overhead, which the
-  target step already pays), added to the step that proposes; without one it is free.
-- ``ngram`` (prompt lookup, the default without a draft model): a draft exists only
-  where the context's last n-gram occurred before, and is as long as the continuation
-  found, so its length varies. Modelled as a truncated geometric draw: the draft is
-  ``L`` tokens, ``L`` the number of consecutive successes (each with probability
-  ``match_rate``, ``--ngram-match-rate``) up to ``K``: ``P(L = l) = M^l (1 - M)`` for
-  ``l < K``, ``M^K`` for ``l = K``; ``L = 0`` means no draft (a plain decode). It runs on
-  the CPU in microseconds and is free.
-
-A decode with ``d`` drafts runs ``1 + d`` query tokens (decode attention over them, GEMMs
-of ``1 + d`` rows each) and computes ``1 + d`` rows of the LM head (every position is
-verified). Accepted drafts follow the standard geometric model: each is accepted with
-probability ``A`` until the first rejection, and the target adds one token of its own
-(the correction or bonus token), so a step yields ``1 + a`` tokens, ``a`` in ``0..d``;
-with ``d = K``, expected ``(1 - A^(K+1)) / (1 - A)``. The draws (acceptance and draft
-lengths) are a pure function of (request seed, position), like the tokens.
-
-Pooling sequences (embeddings, scores) sample nothing and pay no LM head; a step that
-admits prompts with images first runs their vision encoder
-(:meth:`~loadgen.server.sim.roofline.RooflineModel.encoder_time` of all their patches).
+Docs: docs/server.md ("The cost of a step": speculative decoding; "The runner seam").
 """
 
 from __future__ import annotations

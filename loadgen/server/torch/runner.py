@@ -1,34 +1,15 @@
 """The torch runner: one real forward pass per engine step over a paged KV cache.
 
 Each step's :class:`~loadgen.server.engine.batch.ScheduledBatch` is flattened into one
-token batch (decode tokens and prefill chunks together, one position per token) and run
-through :class:`~loadgen.server.torch.model.LlamaModel` once. Attention is paged:
+token batch (decode tokens and prefill chunks together) and run through
+:class:`~loadgen.server.torch.model.LlamaModel` once. Attention is paged over one KV pool
+tensor (plus a scratch block for padding): decodes attend together, grouped by context
+length, prefill chunks one sequence at a time (cached prefixes read back from the pool,
+never recomputed); logits only at the rows that sample, drawn from each request's own
+seeded generator. On CUDA, decode-only steps replay CUDA graphs (:mod:`.cuda_graphs`,
+captured by :meth:`TorchRunner.capture_graphs`); the padded path also runs on CPU.
 
-- **KV pool**: one tensor ``[layers, 2 (K, V), kv_heads, num_blocks + 1, block_size,
-  head_dim]`` (head-major, so a gathered context is contiguous per head);
-  token ``p`` of a sequence lives in block ``block_table[p // block_size]`` at offset
-  ``p % block_size`` (the scheduler's block manager decides the tables). The extra last
-  block is a scratch ("null") block the scheduler never hands out: padded rows of CUDA
-  graph batches write there and padded table entries point there.
-- Every step first writes the new tokens' K and V at their slots, then:
-- **Decodes** (one token each) attend together, grouped by context length (power-of-two
-  block buckets): a group's blocks are gathered into a padded ``[batch, kv_heads,
-  blocks * block_size, head_dim]`` tensor and one SDPA call runs with a length mask, the
-  query heads of one KV head grouped (no K/V copies for GQA).
-- **Prefill chunks** attend one sequence at a time: a chunk starting at position 0 uses
-  its own K/V with a causal SDPA (flash kernels on CPU and CUDA); a later chunk, or one
-  after a prefix-cache hit, gathers its whole context from the pool and uses a causal
-  mask offset by ``start_pos`` — so cached prefixes are really read back, never
-  recomputed. (SDPA gets 4-D inputs: with 3-D ones CPU SDPA takes its slow math path.)
-- **Logits** only at the rows that sample (the last token of a sequence whose prompt is
-  done), in float32. **Sampling**: greedy at temperature 0, else softmax at the
-  temperature, all rows at once, and an inverse-CDF draw with one uniform number from
-  the request's own CPU ``torch.Generator`` (seeded by
-  :func:`~loadgen.server.engine.runner.request_seed`; it lives as long as the request).
-
-On CUDA, decode-only steps replay CUDA graphs (:mod:`.cuda_graphs`), one per padded
-batch size and context bucket, all captured at start-up (:meth:`TorchRunner.capture_graphs`). The padded decode path also runs eagerly (on CPU,
-``pad_decodes=True``) so that its logic is tested without a GPU.
+Docs: docs/server.md, "The torch engine" (the pool's layout, the attention paths).
 """
 
 from __future__ import annotations

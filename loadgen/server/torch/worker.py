@@ -1,24 +1,14 @@
 """The torch engine's own side: the shared step loop, in a spawned process or a thread.
 
 :func:`engine_main` is the target of the engine process (or of a thread, in tests). It
-builds the model, the runner and a real-time
-:class:`~loadgen.server.engine.core.EngineCore` from the server's
-:class:`~loadgen.server.config.ServeConfig`, says ``("ready", info)`` (or
-``("failed", message)``), then loops:
+builds the model, the runner and a real-time :class:`~loadgen.server.engine.core.EngineCore`
+from the server's :class:`~loadgen.server.config.ServeConfig`, says ``("ready", info)`` (or
+``("failed", message)``), then loops: take the server's messages (``("req", adds,
+aborts)`` or ``("stop",)``), run one step, send back ``("step", outputs, rejects,
+stats)``. The engine process exits as soon as the server dies, and ignores SIGINT and
+SIGHUP (the server stops it).
 
-1. take every message the server sent since the last step — at most one per server
-   event-loop tick: ``("req", adds, aborts)`` or ``("stop",)`` — blocking only when the
-   core has nothing it can run;
-2. run one engine step (``core.poll()``: schedule, one forward pass, update);
-3. send one message back: ``("step", outputs, rejects, stats)`` (outputs and rejected
-   requests as plain tuples, stats as an ``EngineStats`` tuple).
-
-A request's arrival time is the server's ``time.monotonic()`` when it was sent (the
-clock is system-wide on Linux and macOS), so ``queue_s`` includes the hop between the
-processes. The engine process exits when the server dies: its reader thread sees the
-pipe's end of file (or the parent process id change) and ends the process at once,
-even in the middle of a forward pass. SIGINT and SIGHUP are ignored there: Ctrl-C and a
-closing terminal reach the whole process group, and the server stops the engine itself.
+Docs: docs/server.md, "The torch engine" (the loop, the clock, shutdown).
 """
 
 from __future__ import annotations
