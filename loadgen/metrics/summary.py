@@ -386,14 +386,8 @@ def summarize_level(
     duration, throughput = _throughput(frame, ev, ok, window, trim, confidence)
 
     attained, attainment = slo_attainment(frame, slos)
-    with_gap = ev.gap_mask(ok)
-    gaps = ev.masked_gap_ms(with_gap)  # ev.inter_chunk_ms(ok)
-    tokens = ev.ch_n[with_gap]
-    one_token_chunks = bool((tokens == 1).all())
-    # ev.itl_ms(ok), from the gaps at hand; the same samples when every chunk has one token
-    itl = gaps if one_token_chunks else np.repeat(gaps / tokens, tokens)
-    itl_t = ev.ch_t[with_gap] if one_token_chunks else np.repeat(ev.ch_t[with_gap], tokens)  # arrival of each
-    del with_gap, tokens
+    gaps, itl, itl_t = _itl_samples(ev, ok)
+    one_token_chunks = itl is gaps
     okf = frame[ok]
     # each SLO metric's samples under its --slo spelling ("ttft"), as level_checks reads them
     samples: dict[str, Any] = {
@@ -414,22 +408,6 @@ def summarize_level(
         else with_intervals(d, samples[k.removesuffix("_ms")], sent_ok, confidence)
         for k, d in plain.items()
     }
-    goodput_rate = _rate(float(attained.sum()), duration)
-    by_send = np.argsort(frame["sent_ns"].to_numpy(), kind="stable")
-    attainment_ivs = {
-        "slo_attainment": proportion(attained[by_send], confidence, slo_scores(frame, slos)[by_send]),
-        "requests_per_s": rate_interval(frame["done_ns"].to_numpy()[attained], None, window, goodput_rate, confidence),
-    }
-    schedule = None
-    if scheduled is not None:
-        waits = frame["credit_wait_ms"].to_numpy()
-        schedule = Schedule(
-            scheduled=scheduled,
-            late=late_sends(measured),
-            late_threshold_ms=LATE_NS / 1e6,
-            dropped=dropped,
-            credit_wait_ms=distribution(waits) if (~np.isnan(waits)).any() else None,
-        )
     level = LevelSummary(
         load=_load(load),
         requests=Requests(
@@ -441,13 +419,7 @@ def summarize_level(
         ),
         duration_s=duration,
         throughput=throughput,
-        goodput=Goodput(
-            requests_per_s=goodput_rate,
-            slo_attainment=attainment,
-            slos=[str(s) for s in slos if s.stat is None],
-            checks=level_checks(samples, slos),
-            intervals={k: v for k, v in attainment_ivs.items() if v is not None} or None,
-        ),
+        goodput=_goodput(frame, slos, samples, attained, attainment, duration, window, confidence),
         ttft_ms=latency["ttft_ms"],
         ttft_queued_ms=distribution(samples["ttft_queued"]),
         itl_ms=latency["itl_ms"],
@@ -457,12 +429,7 @@ def summarize_level(
         e2e_queued_ms=distribution(samples["e2e_queued"]),
         prompt_tokens=distribution(_prompt_tokens(okf)),
         output_tokens=distribution(okf["output_tokens"].to_numpy()),
-        lengths=Lengths(
-            prompt_target_mean=distribution(okf["target_prompt_tokens"].to_numpy()).mean,
-            prompt_achieved_mean=distribution(okf["prompt_tokens"].to_numpy(dtype=np.float64)).mean,
-            output_target_mean=distribution(okf["target_output_tokens"].to_numpy()).mean,
-            output_achieved_mean=distribution(okf["output_tokens"].to_numpy()).mean,
-        ),
+        lengths=_lengths(okf),
         events=_events(ev, ok, okf),
         by_class=_by_class(frame, ev, ok, itl, plain),
         client=_client(
@@ -477,7 +444,7 @@ def summarize_level(
             retried,
             silent_workers,
         ),
-        schedule=schedule,
+        schedule=None if scheduled is None else _schedule(frame, measured, scheduled, dropped),
         interrupted=interrupted,
         windows=None if window_s is None else windows_of(frame, ev, window_s),
         sessions=sessions_of(frame, ok, _turns(records, frame)),
@@ -490,6 +457,68 @@ def summarize_level(
     )
     level = with_tasks(level, measured, frame, ev, ok, itl, slos, confidence)  # agentic levels: tasks
     return non_streamed(level, measured, ok)  # embeddings, rerank: inputs/s instead of tokens
+
+
+def _itl_samples(
+    ev: EventArrays, ok: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """The ok requests' gaps between chunks (``ev.inter_chunk_ms(ok)``), their ITL samples
+    (``ev.itl_ms(ok)``, from the gaps at hand: the gaps themselves, the same object, when
+    every chunk has one token) and each sample's arrival time."""
+    with_gap = ev.gap_mask(ok)
+    gaps = ev.masked_gap_ms(with_gap)
+    tokens = ev.ch_n[with_gap]
+    if bool((tokens == 1).all()):
+        return gaps, gaps, ev.ch_t[with_gap]
+    return gaps, np.repeat(gaps / tokens, tokens), np.repeat(ev.ch_t[with_gap], tokens)
+
+
+def _goodput(
+    frame: pd.DataFrame,
+    slos: Sequence[SLO],
+    samples: Mapping[str, Any],
+    attained: npt.NDArray[np.bool_],
+    attainment: float | None,
+    duration: float,
+    window: tuple[int, int] | None,
+    confidence: float,
+) -> Goodput:
+    """SLO attainment and goodput, with their intervals (attainment in send order)."""
+    rate = _rate(float(attained.sum()), duration)
+    by_send = np.argsort(frame["sent_ns"].to_numpy(), kind="stable")
+    intervals = {
+        "slo_attainment": proportion(attained[by_send], confidence, slo_scores(frame, slos)[by_send]),
+        "requests_per_s": rate_interval(frame["done_ns"].to_numpy()[attained], None, window, rate, confidence),
+    }
+    return Goodput(
+        requests_per_s=rate,
+        slo_attainment=attainment,
+        slos=[str(s) for s in slos if s.stat is None],
+        checks=level_checks(samples, slos),
+        intervals={k: v for k, v in intervals.items() if v is not None} or None,
+    )
+
+
+def _schedule(frame: pd.DataFrame, measured: Sequence[RequestRecord], scheduled: int, dropped: int) -> Schedule:
+    """An open-loop level's schedule: sent late, dropped, waits for an in-flight credit."""
+    waits = frame["credit_wait_ms"].to_numpy()
+    return Schedule(
+        scheduled=scheduled,
+        late=late_sends(measured),
+        late_threshold_ms=LATE_NS / 1e6,
+        dropped=dropped,
+        credit_wait_ms=distribution(waits) if (~np.isnan(waits)).any() else None,
+    )
+
+
+def _lengths(okf: pd.DataFrame) -> Lengths:
+    """Prompt and output lengths asked for against those the server reported (means)."""
+    return Lengths(
+        prompt_target_mean=distribution(okf["target_prompt_tokens"].to_numpy()).mean,
+        prompt_achieved_mean=distribution(okf["prompt_tokens"].to_numpy(dtype=np.float64)).mean,
+        output_target_mean=distribution(okf["target_output_tokens"].to_numpy()).mean,
+        output_achieved_mean=distribution(okf["output_tokens"].to_numpy()).mean,
+    )
 
 
 def _extra(okf: pd.DataFrame, sent_ok: npt.NDArray[np.int64], confidence: float) -> dict[str, Distribution] | None:
