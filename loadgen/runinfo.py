@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
 from loadgen.errors import ConfigError
+from loadgen.load.precision import Spec, parse_target
 from loadgen.load.profiles import KINDS, MODES, Profile
 from loadgen.metrics.results import encode_json
 from loadgen.metrics.schema import json_schema
@@ -104,6 +105,13 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise _Invalid(where, f"expected an object, got {_kind(value)}")
         return {str(k): _decode(item, v, _join(where, str(k))) for k, v in value.items()}
+    if tp is Spec:  # a precision target, written as its text
+        if not isinstance(value, str):
+            raise _Invalid(where, f"expected a string, got {_kind(value)}")
+        try:
+            return parse_target(value)
+        except ValueError as exc:
+            raise _Invalid(where, str(exc)) from None
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _from_dict(tp, value, where)
     want = {float: (int, float), int: (int,), bool: (bool,), str: (str,)}.get(tp)

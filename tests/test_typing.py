@@ -51,3 +51,26 @@ def test_a_misspelt_result_field_is_a_type_error(tmp_path: Path) -> None:
         timeout=600,
     )
     assert res.returncode == 1 and 'has no attribute "p999"' in res.stdout, res.stdout
+
+
+def test_a_misspelt_mode_or_kind_is_a_type_error(tmp_path: Path) -> None:
+    """Load modes and profile kinds are ``Literal`` types: comparing a plan's mode with a
+    misspelt one, or building a profile of a misspelt kind, fails the type check."""
+    pytest.importorskip("mypy", reason="mypy is in the dev extra")
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from loadgen.load.plan import LevelPlan\n"
+        "from loadgen.load.profiles import Profile\n\n\n"
+        "def closed(plan: LevelPlan) -> bool:\n    return plan.mode == 'concurency'\n\n\n"
+        "def soak() -> Profile:\n    return Profile(kind='sock')\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports", "silent", str(probe)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 1, res.stdout
+    assert "Non-overlapping equality check" in res.stdout and "Literal['concurency']" in res.stdout, res.stdout
+    assert 'Argument "kind" to "Profile" has incompatible type' in res.stdout, res.stdout

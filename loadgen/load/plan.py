@@ -18,7 +18,7 @@ import numpy.typing as npt
 from loadgen.load.arrivals import schedule
 from loadgen.load.store import RecordStore
 from loadgen.metrics.client import WorkerStats
-from loadgen.metrics.results import Load
+from loadgen.metrics.results import Load, LoadMode
 from loadgen.records import RequestRecord
 
 __all__ = ["TRIAL_LEVELS", "Keep", "LevelPlan", "LevelResult", "level_schedule"]
@@ -33,7 +33,7 @@ class LevelPlan:
     """One load level. ``requests`` excludes the ``warmup_requests`` sent first."""
 
     index: int
-    mode: str  # "concurrency" | "rate"
+    mode: LoadMode
     value: float
     requests: int | None = None
     duration_s: float | None = None

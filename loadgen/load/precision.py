@@ -1,8 +1,9 @@
 """Run until precise: a level ends when every named statistic is known well enough.
 
 ``--precision ttft.p99=5%`` (repeatable) names a per-request metric, a statistic and a
-relative half-width. :func:`parse_target` turns the text into a
-:class:`~loadgen.metrics.sequential.Target`; :class:`LevelWatch` takes one level's
+relative half-width. :func:`parse_target` turns the text into a :class:`Spec` (a
+:class:`~loadgen.metrics.sequential.Target` and the text it was read from), once, where the
+profile is read; :class:`LevelWatch` takes one level's
 finished records as they come (from the runner in this process, or from the worker
 processes' batches on the coordinator) and looks at them along
 :class:`~loadgen.metrics.sequential.PrecisionRule`'s schedule (200, 300, 450, … measured
@@ -34,7 +35,7 @@ from loadgen.metrics.sequential import Decision, PrecisionRule, Target
 from loadgen.metrics.uncertainty import Interval, min_bounded_n
 from loadgen.records import RequestRecord
 
-__all__ = ["BLOCK", "LevelWatch", "parse_target", "precision_rule"]
+__all__ = ["BLOCK", "LevelWatch", "Spec", "parse_target", "precision_rule"]
 
 BLOCK = 256  # records framed at a time
 _STAT = re.compile(r"p(\d+(?:\.\d+)?)")
@@ -42,10 +43,18 @@ _STAT = re.compile(r"p(\d+(?:\.\d+)?)")
 
 @dataclass(frozen=True, slots=True)
 class Spec:
-    """One parsed ``--precision`` value: its label (``ttft.p99``) and its target."""
+    """One parsed ``--precision`` value: its label (``ttft.p99``), its target and the text
+    it was read from, which is how run.json writes it (``json_text``)."""
 
     label: str
     target: Target
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    def json_text(self) -> str:
+        return self.text
 
 
 def parse_target(text: str) -> Spec:
@@ -71,13 +80,12 @@ def parse_target(text: str) -> Spec:
         relative = math.nan
     if not value.endswith("%") or not 0 < relative < 1:
         raise ValueError(f"expected a half-width between 0% and 100% such as 5%, got {value!r} in {text!r}")
-    return Spec(f"{metric}.{stat}", Target(metric, q, relative))
+    return Spec(f"{metric}.{stat}", Target(metric, q, relative), text)
 
 
-def precision_rule(texts: Sequence[str], confidence: float) -> tuple[PrecisionRule, list[Spec]]:
-    """The rule of a profile's ``precision`` targets at ``confidence`` (checked values)."""
-    specs = [parse_target(t) for t in texts]
-    return PrecisionRule(tuple(s.target for s in specs), confidence), specs
+def precision_rule(specs: Sequence[Spec], confidence: float) -> PrecisionRule:
+    """The rule of a profile's ``precision`` targets at ``confidence``."""
+    return PrecisionRule(tuple(s.target for s in specs), confidence)
 
 
 def _pct(x: float) -> str:
@@ -91,12 +99,13 @@ class LevelWatch:
 
     def __init__(
         self,
-        texts: Sequence[str],
+        specs: Sequence[Spec],
         confidence: float = 0.95,
         min_duration_s: float = 0.0,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
-        self.rule, self.specs = precision_rule(texts, confidence)
+        self.specs = list(specs)
+        self.rule = precision_rule(self.specs, confidence)
         self.min_ns = int(min_duration_s * 1e9)
         self._clock = clock
         # the targets' metrics by --precision spelling (parse_target found each)

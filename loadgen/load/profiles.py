@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,6 +33,8 @@ else:  # pragma: no cover
 from loadgen.errors import ConfigError, ProfileError
 from loadgen.inputs import input_problem, open_input
 from loadgen.load.arrivals import ARRIVALS, MAX_RATE, check_rate
+from loadgen.load.precision import Spec, parse_target
+from loadgen.metrics.results import LOAD_MODES, LoadMode
 from loadgen.records import MAX_LEVEL_S
 
 __all__ = [
@@ -41,18 +43,23 @@ __all__ = [
     "MAX_LEVEL_REQUESTS",
     "MAX_USERS",
     "Profile",
+    "ProfileKind",
     "StopRules",
     "check_limits",
     "list_profiles",
     "load_profile",
+    "precision_targets",
     "with_budget",
 ]
 
-KINDS = ("levels", "sweep-rate", "capacity", "soak", "ramp")
+ProfileKind = Literal["levels", "sweep-rate", "capacity", "soak", "ramp"]
+"""How a profile's load rises (see the module docstring); the strings of ``kind`` in a
+profile file and run.json."""
+KINDS: tuple[ProfileKind, ...] = get_args(ProfileKind)
 MAX_LEVELS = 1000  # a generator giving more is refused (inf or 1e300 would never end)
 MAX_USERS = 100_000  # concurrent users (and requests in flight): past any one client's ports and sockets
 MAX_LEVEL_REQUESTS = 10_000_000  # requests in one level, warm-up included
-MODES = ("concurrency", "rate")
+MODES = LOAD_MODES
 
 
 @dataclass(slots=True)
@@ -66,8 +73,8 @@ class StopRules:
 class Profile:
     name: str = "cli"
     description: str = ""
-    kind: str = "levels"
-    mode: str = "concurrency"
+    kind: ProfileKind = "levels"
+    mode: LoadMode = "concurrency"
     levels: list[float] = field(default_factory=list)
     requests: int | None = 100  # per level, warm-up excluded
     duration_s: float | None = None  # per level
@@ -99,7 +106,7 @@ class Profile:
     # soak / ramp
     window_s: float = 10.0
     # run until precise (loadgen.load.precision): each level ends when every target is met
-    precision: list[str] = field(default_factory=list)  # "ttft.p99=5%" (at ``confidence``, above)
+    precision: list[Spec] = field(default_factory=list)  # parsed "ttft.p99=5%" (at ``confidence``, above)
     min_duration_s: float = 0.0
     max_duration_s: float | None = 600.0  # None: the request budget bounds the level (a trace's rows)
     source: str = "--flags"
@@ -171,16 +178,10 @@ class Profile:
 
 
 def _check_precision(prof: Profile, err: Callable[[str, str], ConfigError]) -> None:
-    """The run-until-precise fields: targets that parse, a confidence, and a bound."""
-    from loadgen.load.precision import parse_target
-
-    if not isinstance(prof.precision, list) or not all(isinstance(t, str) for t in prof.precision):
-        raise err("precision", 'must be a list of strings like ["ttft.p99=5%"]')
-    for text in prof.precision:
-        try:
-            parse_target(text)
-        except ValueError as exc:
-            raise err("precision", str(exc)) from None
+    """The run-until-precise fields: parsed targets (:func:`precision_targets`), a
+    confidence, and a bound."""
+    if not isinstance(prof.precision, list) or not all(isinstance(t, Spec) for t in prof.precision):
+        raise err("precision", "must be a list of parsed targets (loadgen.load.precision.parse_target)")
     if _bad_number(prof.min_duration_s) or not 0 <= prof.min_duration_s < math.inf:
         raise err("min_duration_s", f"must be a number of seconds >= 0, got {prof.min_duration_s!r}")
     most = prof.max_duration_s
@@ -355,6 +356,10 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         elif key == "precision":
             if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
                 raise _err(source, key, 'must be a list of strings like ["ttft.p99=5%"]')
+            try:
+                value = precision_targets(value)
+            except ValueError as exc:
+                raise _err(source, key, str(exc)) from None
         elif key in ("description", "arrival", "knee_metric"):
             if not isinstance(value, str):
                 raise _err(source, key, "must be a string")
@@ -412,6 +417,13 @@ def profile_from_dict(data: dict[str, Any], source: str, name: str = "") -> Prof
         raise _err(source, *problem)
     check_limits(prof)
     return prof
+
+
+def precision_targets(texts: Sequence[str]) -> list[Spec]:
+    """``precision`` as given (``["ttft.p99=5%"]``), parsed once where a profile is read:
+    a profile file, the ``--precision`` flags or a run.json. ValueError with a one-line
+    reason for the first that does not parse."""
+    return [parse_target(text) for text in texts]
 
 
 def arrival_problem(prof: Profile) -> tuple[str, str] | None:

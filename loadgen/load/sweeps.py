@@ -19,16 +19,16 @@ SLO attainment below a floor for two levels, saturation) are checked after each 
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
 
-from loadgen.load.profiles import Profile
+from loadgen.load.profiles import Profile, ProfileKind
 from loadgen.load.runner import LevelPlan
 from loadgen.metrics.answers import knee_latency, knee_throughput
 from loadgen.metrics.capacity import knee, slo_verdict
-from loadgen.metrics.results import LevelSummary
+from loadgen.metrics.results import LevelSummary, LoadMode
 
 __all__ = ["Sweep", "planned_levels", "stop_reason", "sweep"]
 
@@ -72,7 +72,7 @@ def stop_reason(history: list[Summary], profile: Profile) -> str | None:
     return None
 
 
-def _plan(profile: Profile, index: int, mode: str, value: float, seed: int, **kw: Any) -> LevelPlan:
+def _plan(profile: Profile, index: int, mode: LoadMode, value: float, seed: int, **kw: Any) -> LevelPlan:
     return LevelPlan(
         index=index,
         mode=mode,
@@ -182,7 +182,13 @@ def _ramp(profile: Profile, seed: int) -> Sweep:
     return None
 
 
-_KINDS = {"levels": _levels, "sweep-rate": _sweep_rate, "capacity": _capacity, "soak": _soak, "ramp": _ramp}
+_KINDS: dict[ProfileKind, Callable[[Profile, int], Sweep]] = {
+    "levels": _levels,
+    "sweep-rate": _sweep_rate,
+    "capacity": _capacity,
+    "soak": _soak,
+    "ramp": _ramp,
+}
 
 
 def sweep(profile: Profile, seed: int = 0) -> Sweep:

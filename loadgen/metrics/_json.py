@@ -10,7 +10,7 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any, TypeVar, Union
+from typing import Any, Literal, TypeVar, Union
 
 __all__ = ["JSONRecord", "encode_json", "key"]
 
@@ -24,8 +24,12 @@ def key(name: str, json_key: str | None = None, *, omit_none: bool = False) -> d
 def encode_json(value: Any) -> Any:
     """A typed value as JSON-ready data: dataclasses by their fields (a field's ``json``
     metadata names its key; ``omit_none`` leaves a ``None`` out), NaN and infinities as
-    ``None``. Shared by ``summary.json`` and ``run.json`` (:mod:`loadgen.runinfo`)."""
+    ``None``; a value read from text (a precision target) as that text, its ``json_text()``.
+    Shared by ``summary.json`` and ``run.json`` (:mod:`loadgen.runinfo`)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        as_text = getattr(value, "json_text", None)
+        if callable(as_text):
+            return as_text()
         out: dict[str, Any] = {}
         for f in dataclasses.fields(value):
             v = getattr(value, f.name)
@@ -65,6 +69,11 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
         return {str(k): _decode(item, v, f"{where}.{k}") for k, v in value.items()}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _from_dict(tp, value, where)
+    if origin is Literal:  # a mode: one of its strings
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ValueError(f"{where}: expected one of {', '.join(map(str, allowed))}, got {value!r}")
+        return value
     scalar = _SCALARS.get(tp)
     if scalar is not None:  # a number is never a bool, unless a bool is expected
         kinds, what = scalar

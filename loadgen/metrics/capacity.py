@@ -20,7 +20,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from loadgen.metrics.per_request import EventArrays, frame_and_events
-from loadgen.metrics.results import Capacity, LevelSummary, Saturation, Window
+from loadgen.metrics.results import Capacity, LevelSummary, LoadMode, Saturation, Window
 from loadgen.metrics.stats import stat_value
 from loadgen.records import RequestRecord
 
@@ -37,7 +37,7 @@ def capacity(
     levels: Sequence[tuple[float, float | None]],
     target: float = 0.9,
     *,
-    mode: str | None = None,
+    mode: LoadMode | None = None,
     slos: Sequence[str] = (),
 ) -> Capacity:
     """Capacity from ``(offered load, attainment)`` pairs (sorted here by load).
@@ -115,7 +115,7 @@ def knee(
     min_latency_growth: float = 0.20,
     *,
     noise: Sequence[float | None] | None = None,
-    mode: str | None = None,
+    mode: LoadMode | None = None,
     metric: str | None = None,
 ) -> Saturation:
     """The saturation knee from ``(load, throughput, latency)`` per level, in load order.

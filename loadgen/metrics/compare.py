@@ -44,7 +44,7 @@ from loadgen.metrics.bootstrap import (
 )
 from loadgen.metrics.catalog import Metric, metrics, per_request, trial_paths
 from loadgen.metrics.per_request import EventArrays
-from loadgen.metrics.results import LevelSummary, RunSummary
+from loadgen.metrics.results import LevelSummary, LoadMode, RunSummary
 from loadgen.metrics.slo import parse_slo, slo_attainment
 from loadgen.metrics.summary import level_window_ns
 from loadgen.metrics.trials import welch_interval
@@ -162,12 +162,12 @@ def by_verdict(rows: Sequence[Row]) -> dict[str, list[Row]]:
     return out
 
 
-def common_levels(summaries: Sequence[RunSummary]) -> list[tuple[str, float, list[int]]]:
+def common_levels(summaries: Sequence[RunSummary]) -> list[tuple[LoadMode, float, list[int]]]:
     """Load levels present in every run: ``(mode, value, [level index in each run])``,
     sorted by mode then value (the first level of a run wins when one repeats)."""
     maps = []
     for s in summaries:
-        m: dict[tuple[str, float], int] = {}
+        m: dict[tuple[LoadMode, float], int] = {}
         for i, lv in enumerate(s.levels):
             m.setdefault((lv.load.mode, round(float(lv.load.value), 6)), i)
         maps.append(m)

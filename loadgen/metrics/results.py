@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from loadgen.metrics._json import JSONRecord, encode_json, key
 from loadgen.metrics.verdicts import MlperfCheck, SteadyState
 
 __all__ = [
+    "LOAD_MODES",
     "SCHEMA_VERSION",
     "Capacity",
     "Check",
@@ -37,6 +38,7 @@ __all__ = [
     "Lengths",
     "LevelSummary",
     "Load",
+    "LoadMode",
     "NonStreamed",
     "Reasoning",
     "Requests",
@@ -55,6 +57,7 @@ __all__ = [
     "Window",
     "WorkerHealth",
     "encode_json",
+    "load_mode",
     "unit_label",
 ]
 
@@ -122,7 +125,22 @@ _DIST_STATS = frozenset(f.name for f in dataclasses.fields(Distribution)) - {"co
 _DIST_NAMES = frozenset(f.metadata.get("json", f.name) for f in dataclasses.fields(Distribution)) - {"intervals"}
 
 
-def unit_label(mode: str | None, value: float | None = None) -> str:
+LoadMode = Literal["concurrency", "rate"]
+"""How a level offers load: a closed loop of users (``"concurrency"``) or an open loop of
+requests per second (``"rate"``). The strings are the JSON values of ``summary.json`` and
+``run.json``; a misspelt mode is a type error."""
+LOAD_MODES: tuple[LoadMode, ...] = get_args(LoadMode)
+
+
+def load_mode(value: object) -> LoadMode:
+    """``value`` as a :data:`LoadMode`; ValueError naming the allowed modes otherwise."""
+    for mode in LOAD_MODES:
+        if value == mode:
+            return mode
+    raise ValueError(f"unknown mode {value!r}; allowed: {', '.join(LOAD_MODES)}")
+
+
+def unit_label(mode: LoadMode | None, value: float | None = None) -> str:
     """The unit of an offered load: ``"users"`` (``"user"`` for one) or ``"req/s"``."""
     if mode == "concurrency":
         return "user" if value == 1 else "users"
@@ -133,7 +151,7 @@ def unit_label(mode: str | None, value: float | None = None) -> str:
 class Load(JSONRecord):
     """The offered load of a level: ``mode`` ``"concurrency"`` (users) or ``"rate"`` (req/s)."""
 
-    mode: str
+    mode: LoadMode
     value: int | float
 
     @property
@@ -543,7 +561,7 @@ class Capacity(JSONRecord):
     value: float | None
     between: list[float] | None
     target: float
-    mode: str | None = None
+    mode: LoadMode | None = None
     slos: list[str] = field(default_factory=list)
     interval: list[float | None] | None = field(default=None, metadata=key("interval", omit_none=True))
 
@@ -557,7 +575,7 @@ class Saturation(JSONRecord):
     load: float | None
     throughput_gain: float | None
     latency_growth: float | None
-    mode: str | None = None
+    mode: LoadMode | None = None
     metric: str | None = None
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from loadgen.metrics.answers import knee_latency, knee_throughput
 from loadgen.metrics.capacity import capacity, capacity_interval, knee
-from loadgen.metrics.results import LevelSummary, RunSummary
+from loadgen.metrics.results import LevelSummary, LoadMode, RunSummary
 
 __all__ = ["DEFAULT_KNEE_METRIC", "summarize_run"]
 
@@ -28,7 +28,7 @@ DEFAULT_KNEE_METRIC = "ttft_ms.p99"
 def summarize_run(
     levels: Sequence[LevelSummary],
     *,
-    mode: str = "concurrency",
+    mode: LoadMode = "concurrency",
     mixed_modes: bool = False,
     attainment_target: float = 0.9,
     knee_metric: str = DEFAULT_KNEE_METRIC,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from loadgen.metrics.results import SCHEMA_VERSION, RunSummary
 
@@ -56,6 +56,10 @@ def _type(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if origin is dict:
         _, item = typing.get_args(tp)
         return {"type": "object", "additionalProperties": _type(item, defs)}
+    if origin is Literal:  # a mode: one of its strings
+        return {"type": "string", "enum": list(typing.get_args(tp))}
+    if isinstance(tp, type) and callable(getattr(tp, "json_text", None)):  # written as its text
+        return {"type": "string"}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         name = tp.__name__
         if name not in defs:

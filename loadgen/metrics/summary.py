@@ -54,6 +54,7 @@ from loadgen.metrics.results import (
     Steady,
     Throughput,
     WorkerHealth,
+    load_mode,
 )
 from loadgen.metrics.slo import SLO, level_checks, mlperf_bounds, slo_attainment, slo_scores
 from loadgen.metrics.stats import distribution, distribution_of_counts
@@ -317,7 +318,7 @@ def _client(
 
 
 def _load(load: Load | Mapping[str, Any]) -> Load:
-    return load if isinstance(load, Load) else Load(mode=str(load["mode"]), value=load["value"])
+    return load if isinstance(load, Load) else Load(mode=load_mode(load["mode"]), value=load["value"])
 
 
 def summarize_level(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import ConfigError
-from loadgen.load.profiles import Profile
+from loadgen.load.profiles import Profile, precision_targets
 from loadgen.metrics.gates import Gates
 from loadgen.orchestrate.config import DEFAULT_TRANSPORT, DashboardAt, Origin, RunConfig
 from loadgen.orchestrate.flags import RunFlags
@@ -332,7 +332,11 @@ def _precision(prof: Profile, f: RunFlags) -> Profile:
         if getattr(f, name) is not None and not (f.precision or prof.precision):
             raise ConfigError("only goes with --precision", key="--" + name.replace("_", "-"))
     if f.precision:
-        prof = replace(prof, precision=list(f.precision), requests=f.requests)
+        try:
+            targets = precision_targets(f.precision)
+        except ValueError as exc:
+            raise ConfigError(str(exc), key="--precision") from None
+        prof = replace(prof, precision=targets, requests=f.requests)
     changes: dict[str, Any] = {
         "confidence": f.confidence,
         "min_duration_s": f.min_duration,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from loadgen.metrics.results import LoadMode
 from loadgen.report.figures import LATENCY_PANELS, base_layout, grid, load_axis, plotted_levels
 from loadgen.report.page import esc
 from loadgen.report.plotdata import ecdf_points, log_ticks, palette, rounded
@@ -18,7 +19,7 @@ def _answered(runs: Sequence[RunData]) -> bool:
     return all(lv.non_streamed is not None for run in runs for lv in run.levels)
 
 
-def shared_mode(runs: Sequence[RunData]) -> str:
+def shared_mode(runs: Sequence[RunData]) -> LoadMode:
     """The load mode the overlays use: the first run's main mode."""
     return plotted_levels(runs[0].levels)[0]
 

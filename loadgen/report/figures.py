@@ -14,7 +14,7 @@ from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.catalog import by_slo, metrics
-from loadgen.metrics.results import Capacity, LevelSummary, Saturation
+from loadgen.metrics.results import LOAD_MODES, Capacity, LevelSummary, LoadMode, Saturation
 from loadgen.metrics.slo import parse_slo
 from loadgen.report.error_bars import add_error_bars
 from loadgen.report.page import esc
@@ -109,18 +109,17 @@ def base_layout(layout: dict[str, Any] | None = None, **kw: Any) -> dict[str, An
     return out
 
 
-def plotted_levels(levels: Sequence[LevelSummary], mode: str | None = None) -> tuple[str, list[int]]:
+def plotted_levels(levels: Sequence[LevelSummary], mode: LoadMode | None = None) -> tuple[LoadMode, list[int]]:
     """Which levels a load axis shows: those of ``mode`` (default: the mode most levels
     use, rate on a tie), sorted by load. Returns the mode and level indices."""
     modes = [lv.load.mode for lv in levels]
-    if mode is None:
-        mode = max(("rate", "concurrency"), key=lambda m: (modes.count(m), m == "rate"))
-    idx = [i for i, m in enumerate(modes) if m == mode]
+    shown = mode if mode is not None else max(LOAD_MODES, key=lambda m: (modes.count(m), m == "rate"))
+    idx = [i for i, m in enumerate(modes) if m == shown]
     idx.sort(key=lambda i: float(levels[i].load.value))
-    return mode, idx
+    return shown, idx
 
 
-def load_axis(mode: str, values: Sequence[float]) -> dict[str, Any]:
+def load_axis(mode: LoadMode, values: Sequence[float]) -> dict[str, Any]:
     """x axis of offered load; logarithmic when the loads span 8x or more."""
     title = "concurrency (users)" if mode == "concurrency" else "offered rate (req/s)"
     axis: dict[str, Any] = {"title": {"text": title}}
@@ -286,7 +285,7 @@ def throughput_vs_load(
     shaded band) and the knee. ``noun``: what a non-streamed API's inputs are called
     (``documents`` for rerank and score)."""
     cap_mode = capacity.mode if capacity is not None else None
-    mode, idx = plotted_levels(levels, cap_mode if cap_mode in ("rate", "concurrency") else None)
+    mode, idx = plotted_levels(levels, cap_mode)
     if not idx:
         return None
     x = [levels[i].load.value for i in idx]
