@@ -14,6 +14,8 @@ The whole tree: docs/architecture.md, "Errors".
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ConfigError",
     "Disconnected",
@@ -40,19 +42,45 @@ class LoadgenError(Exception):
 
 
 class ConfigError(LoadgenError):
-    """Invalid user input. ``source`` is the file (or ``--flag``), ``key`` the offending key."""
+    """Invalid user input. ``source`` is the file (or ``--flag``), ``key`` the offending key
+    as the user wrote it.
 
-    def __init__(self, message: str, *, source: str | None = None, key: str | None = None) -> None:
+    Code below the command line knows a value by its own name, not by the flag or file
+    key it came from: it gives ``field`` (``window``, ``prompt_tokens``) instead of
+    ``key``, and the layer that read the value from the user names it with
+    :meth:`named` (the CLI: ``--window``). Unnamed, the message shows the field."""
+
+    def __init__(
+        self, message: str, *, source: str | None = None, key: str | None = None, field: str | None = None
+    ) -> None:
+        self.message = message
         self.source = source
         self.key = key
+        self.field = field
+        shown = key or field
         prefix = ""
-        if source and key:
-            prefix = f"{source}: {key}: "
+        if source and shown:
+            prefix = f"{source}: {shown}: "
         elif source:
             prefix = f"{source}: "
-        elif key:
-            prefix = f"{key}: "
+        elif shown:
+            prefix = f"{shown}: "
         super().__init__(prefix + message)
+
+    def named(self, key: str) -> ConfigError:
+        """This error with its ``field`` shown as ``key``, the user's spelling of it."""
+        out = type(self)(self.message, source=self.source, key=key, field=self.field)
+        out.__cause__, out.__traceback__ = self.__cause__, self.__traceback__
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:  # across processes with its parts, not only its text
+        return _config_error, (type(self), self.message, self.source, self.key, self.field)
+
+
+def _config_error(
+    cls: type[ConfigError], message: str, source: str | None, key: str | None, field: str | None
+) -> ConfigError:
+    return cls(message, source=source, key=key, field=field)
 
 
 class WorkloadError(ConfigError):

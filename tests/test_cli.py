@@ -166,6 +166,37 @@ def test_bad_flags_are_one_line(server: ScriptedServerProcess, args: list[str], 
     assert len(res.output.strip().splitlines()) == 1, res.output
 
 
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["run", "--trace", "{t}", "--window", "9000:9001"], "--window: no row of {t} lies in 9000:9001 s"),
+        (["run", "--trace", "{t}", "--speed", "2", "--rate", "3"], "--speed: give either --speed or --rate"),
+        (["run", "--trace", "{t}", "--trace-format", "nope"], "--trace-format: unknown trace format 'nope'"),
+        (["run", "--tokenizer", "{d}/none.json"], "--tokenizer: no such file: '{d}/none.json'"),
+        (["run", "--output-tokens", "zipf:a=2"], "command line: --output-tokens: unknown distribution kind"),
+        (["run", "--fail-on", "nope"], "--fail-on: unknown gate 'nope'"),
+        (["run", "--out", "{t}"], "--out: {t} is a file, not a folder"),
+        (["export", "{d}", "--format", "xyz"], "--format: unknown format 'xyz'"),
+        (["compare", "{d}", "{d}", "--label", "a"], "--label: 1 labels for 2 runs"),
+        (["workload", "fit", "{t}", "--bins", "1", "--out", "{d}/w.toml"], "--bins: must be between 2 and 256"),
+    ],
+)
+def test_errors_below_the_cli_name_the_users_flag(tmp_path: Path, args: list[str], line: str) -> None:
+    """The code below the command line names a field (``window``, ``out``); the CLI shows
+    the flag the user gave it, on one line, before anything is sent."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 2}\n' * 2)
+    given = [a.format(t=trace, d=tmp_path) for a in args]
+    if given[0] == "run":
+        given += ["--url", "http://127.0.0.1:9", "--requests", "1"] + (
+            [] if "--out" in given else ["--out", str(tmp_path / "o")]
+        )
+    res = runner.invoke(app, given)
+    assert res.exit_code == 2, res.output
+    assert f"error: {line.format(t=trace, d=tmp_path)}" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output, res.output
+
+
 def test_secrets_never_reach_files(server: ScriptedServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "secret"
     env = {"MY_KEY": "sk-very-secret-123"}

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.errors import ConfigError
 from loadgen.load.profiles import Profile
+from loadgen.metrics.sequential import Target
 from loadgen.metrics.slo import parse_slo
 from loadgen.orchestrate import RunConfig, execute, rebuild_summary, resume_config
 from loadgen.orchestrate.recover import recover
@@ -135,6 +136,8 @@ BAD: list[tuple[Callable[[dict[str, Any]], Any], str]] = [
     (lambda d: d["profile"].update(levels="x"), "profile.levels: expected a list, got 'x'"),
     (lambda d: d["profile"].update(levels=[1, "x"]), "profile.levels[1]: expected a number, got 'x'"),
     (lambda d: d["profile"].update(kind="zigzag"), "profile.kind: unknown kind 'zigzag'"),
+    (lambda d: d["profile"].update(mode="closed"), "profile.mode: unknown mode 'closed'"),
+    (lambda d: d["profile"].update(precision=["ttft.p100=5%"]), "profile.precision[0]: unknown statistic 'p100'"),
     (lambda d: d["profile"]["stop"].update(on_saturation="yes"), "profile.stop.on_saturation: expected true or false"),
     (lambda d: d["target"].pop("url"), "target.url: missing"),
     (lambda d: d.pop("profile"), "profile: missing"),
@@ -164,6 +167,14 @@ def test_a_bad_value_is_refused_naming_its_key(
     with pytest.raises(ConfigError) as err:
         read_run_info(folder)
     assert str(err.value).startswith(f"{folder / 'run.json'}: {says}")
+
+
+def test_precision_targets_are_read_as_values_and_written_back_as_given(run_dir: Path) -> None:
+    data = raw(run_dir)
+    data["profile"].update(precision=["ttft.p99 = 5%", "e2e.mean=2.5%"], requests=None, duration_s=None)
+    info = RunInfo.from_json(data)
+    assert [s.target for s in info.profile.precision] == [Target("ttft", 0.99, 0.05), Target("e2e", None, 0.025)]
+    assert info.to_json()["profile"]["precision"] == ["ttft.p99 = 5%", "e2e.mean=2.5%"]
 
 
 def _unfinished(run_dir: Path, folder: Path, **config: Any) -> Path:

@@ -18,7 +18,7 @@ from rich.markup import escape
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.signals import TERMINATING, exit_code, raise_on_sigterm
 
-__all__ = ["app", "console", "err_console", "friendly", "out_folder", "sigterm_unwinds"]
+__all__ = ["app", "console", "err_console", "flag_of", "friendly", "out_folder", "sigterm_unwinds"]
 
 app = typer.Typer(
     name="loadgen",
@@ -29,6 +29,23 @@ app = typer.Typer(
 )
 err_console = Console(stderr=True, highlight=False)
 F = TypeVar("F", bound=Callable[..., Any])
+# the fields below the command line whose flag is not "--" and the field's name with dashes
+_FLAGS = {
+    "headers": "--header",
+    "prompt_token_range": "--min-prompt-tokens/--max-prompt-tokens",
+}
+
+
+def flag_of(field: str) -> str:
+    """The flag a field of the code below the command line is given by (``window`` is
+    ``--window``): how an error on that field names it (:meth:`ConfigError.named`)."""
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def _as_user_wrote(exc: LoadgenError) -> LoadgenError:
+    if isinstance(exc, ConfigError) and exc.field and not exc.key:
+        return exc.named(flag_of(exc.field))
+    return exc
 
 
 def friendly(fn: F) -> F:
@@ -40,7 +57,8 @@ def friendly(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except LoadgenError as exc:
-            err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
+            shown = _as_user_wrote(exc)
+            err_console.print(f"[bold red]error:[/bold red] {escape(str(shown))}", soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", signal.SIGINT)

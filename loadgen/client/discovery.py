@@ -37,9 +37,9 @@ def normalize_url(url: str) -> str:
         parts = urlsplit(url.strip())
         _ = parts.port  # parsed on access: a port that is not a number 0-65535 raises
     except ValueError as exc:
-        raise ConfigError(f"not a valid URL: {redact_url(url)!r} ({exc})", key="--url") from None
+        raise ConfigError(f"not a valid URL: {redact_url(url)!r} ({exc})", field="url") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"not an http(s) URL: {url!r} (example: http://127.0.0.1:8000)", key="--url")
+        raise ConfigError(f"not an http(s) URL: {url!r} (example: http://127.0.0.1:8000)", field="url")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]

@@ -115,15 +115,16 @@ def arrival_help() -> str:
     return ", ".join(parts)
 
 
-def check_rate(rate: float, n: int | None = None, duration_s: float | None = None, key: str = "--rate") -> None:
-    """Refuse a rate that is not > 0, above MAX_RATE, or a level of over MAX_SCHEDULED arrivals."""
+def check_rate(rate: float, n: int | None = None, duration_s: float | None = None) -> None:
+    """Refuse a rate that is not > 0, above MAX_RATE, or a level of over MAX_SCHEDULED arrivals
+    (a :class:`ConfigError` on the field ``rate``)."""
     if not 0 < rate <= MAX_RATE:
-        raise ConfigError(f"request rate must be > 0 and at most {MAX_RATE:,.0f}/s, got {rate:g}", key=key)
+        raise ConfigError(f"request rate must be > 0 and at most {MAX_RATE:,.0f}/s, got {rate:g}", field="rate")
     expected = min(n if n is not None else float("inf"), rate * duration_s if duration_s is not None else float("inf"))
     if expected > MAX_SCHEDULED:
         raise ConfigError(
             f"{expected:,.0f} arrivals in one level is more than {MAX_SCHEDULED:,}; lower the rate, --requests or --duration",
-            key=key,
+            field="rate",
         )
 
 
@@ -141,7 +142,7 @@ def schedule(
     The first request goes at 0. With both bounds, whichever ends first wins.
     """
     if kind not in ARRIVALS:
-        raise ConfigError(f"unknown arrival process {kind!r}; choose one of: {', '.join(ARRIVALS)}", key="--arrival")
+        raise ConfigError(f"unknown arrival process {kind!r}; choose one of: {', '.join(ARRIVALS)}", field="arrival")
     if n is None and duration_s is None:
         raise ConfigError("an open-loop level needs --requests or --duration")
     check_rate(rate, n, duration_s)
@@ -151,7 +152,7 @@ def schedule(
     for p in proc.params:
         why = p.problem(params[p.name])
         if why is not None:
-            raise ConfigError(f"{p.name} {why}", key=f"--{p.name}")
+            raise ConfigError(f"{p.name} {why}", field=p.name)
     rng = np.random.default_rng(seed)
     if n is not None and (duration_s is None or n <= rate * duration_s * 1.2 + 16):
         gaps = proc.sample(rng, rate, max(n - 1, 0), params)

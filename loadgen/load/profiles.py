@@ -173,7 +173,7 @@ class Profile:
                 try:
                     check_rate(value, n, self.duration_s)
                 except ConfigError as exc:
-                    raise err("levels", str(exc).removeprefix("--rate: ")) from None
+                    raise err("levels", exc.message) from None
         check_limits(self, dict(keys))
 
 

@@ -60,7 +60,7 @@ def import_ray() -> Any:
     try:
         return importlib.import_module("ray")
     except ImportError:
-        raise ConfigError("Ray is not installed: pip install 'loadgen[distributed]'", key="--ray") from None
+        raise ConfigError("Ray is not installed: pip install 'loadgen[distributed]'", field="ray") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +356,7 @@ class RayPool:
         instant (each on its own clock). Records arrive through ``on_records``. A level
         run until precise (``watch``) is not supported here yet (RunConfig refuses it)."""
         if watch is not None:
-            raise ConfigError("not with --ray yet", key="--precision")
+            raise ConfigError("not with --ray yet", field="precision")
         live = [m for m in self._members if m.alive]
         if not live:
             raise TargetError("every Ray worker has been lost")

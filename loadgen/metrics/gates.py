@@ -69,7 +69,7 @@ def parse_fail_on(text: str | Iterable[str]) -> frozenset[str]:
     reasons = {p.strip().lower() for chunk in parts for p in chunk.split(",") if p.strip()}
     unknown = sorted(reasons - set(GATES))
     if unknown:
-        raise ConfigError(f"unknown gate {unknown[0]!r}; valid: {', '.join(GATES)}", key="--fail-on")
+        raise ConfigError(f"unknown gate {unknown[0]!r}; valid: {', '.join(GATES)}", field="fail_on")
     return frozenset(reasons)
 
 

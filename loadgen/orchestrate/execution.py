@@ -180,7 +180,7 @@ def _source_factory(
 
 async def _execute(cfg: RunConfig, console: Console) -> RunOutcome:
     check_out_folder(cfg.out)  # before anything is sent
-    with lock_run_folder(cfg.out, key="--out" if cfg.resume is None else "--resume"):  # one run per folder
+    with lock_run_folder(cfg.out, "out" if cfg.resume is None else "resume"):  # one run per folder
         return await _execute_locked(cfg, console)
 
 

@@ -58,7 +58,7 @@ def workload_differences(runs: Sequence[RunInfo | None], labels: Sequence[str]) 
 def _labels(folders: Sequence[Path], labels: Sequence[str] | None) -> list[str]:
     if labels is not None:
         if len(labels) != len(folders):
-            raise ConfigError(f"{len(labels)} labels for {len(folders)} runs: give one label per run", key="--label")
+            raise ConfigError(f"{len(labels)} labels for {len(folders)} runs: give one label per run", field="label")
         out = [str(x) for x in labels]
     else:
         out = [Path(f).resolve().name or str(f) for f in folders]

@@ -48,9 +48,9 @@ def level_table(levels: list[dict[str, Any]]) -> pd.DataFrame:
 def export_run(folder: Path, fmt: str = "csv", out: Path | None = None) -> list[Path]:
     """Write the two tables of ``folder`` into ``out`` (default: the run folder)."""
     if fmt not in FORMATS:
-        raise ConfigError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}", key="--format")
+        raise ConfigError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}", field="format")
     if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
-        raise ConfigError("Parquet needs pyarrow: pip install pyarrow (or export --format csv)", key="--format")
+        raise ConfigError("Parquet needs pyarrow: pip install pyarrow (or export --format csv)", field="format")
     data = load_run(Path(folder))
     dest = Path(out) if out is not None else Path(folder)
     dest.mkdir(parents=True, exist_ok=True)

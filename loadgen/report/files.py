@@ -152,14 +152,14 @@ def _holder(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def lock_run_folder(folder: Path, key: str = "--out") -> Iterator[None]:
+def lock_run_folder(folder: Path, field: str = "out") -> Iterator[None]:
     """Hold ``folder`` for one run: an exclusive, non-blocking ``flock`` on its
     ``.loadgen.lock`` (the folder is made when missing). Another holder means another run
-    is writing there: :class:`ConfigError` naming ``key``. The kernel drops the lock when
+    is writing there: :class:`ConfigError` on ``field``. The kernel drops the lock when
     the process ends however it ends; on a clean exit the lock file is removed, and so is
     the folder when this call made it and nothing else was written in it."""
     if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{folder} is a file, not a folder", key=key)
+        raise ConfigError(f"{folder} is a file, not a folder", field=field)
     made = not folder.exists()
     path = folder / LOCK_FILE
     try:
@@ -172,7 +172,7 @@ def lock_run_folder(folder: Path, key: str = "--out") -> Iterator[None]:
                 os.close(fd)
                 raise ConfigError(
                     f"another loadgen run is writing {folder}{_holder(path)}; wait for it or give another folder",
-                    key=key,
+                    field=field,
                 ) from None
             try:
                 same = os.stat(path).st_ino == os.fstat(fd).st_ino
@@ -182,9 +182,9 @@ def lock_run_folder(folder: Path, key: str = "--out") -> Iterator[None]:
                 break
             os.close(fd)
         else:  # pragma: no cover - ten races in a row
-            raise ConfigError(f"cannot lock {path}: it keeps being replaced", key=key)
+            raise ConfigError(f"cannot lock {path}: it keeps being replaced", field=field)
     except OSError as exc:
-        raise ConfigError(f"cannot write the run folder: {exc.strerror or exc}", key=key) from None
+        raise ConfigError(f"cannot write the run folder: {exc.strerror or exc}", field=field) from None
     with contextlib.suppress(OSError):  # who holds it, for the refusal's message (a full disk may refuse)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
@@ -231,14 +231,14 @@ def check_out_folder(folder: Path) -> None:
     if not folder.exists():
         return
     if not folder.is_dir():
-        raise ConfigError(f"{folder} is a file, not a folder", key="--out")
+        raise ConfigError(f"{folder} is a file, not a folder", field="out")
     try:
         empty = next((p for p in folder.iterdir() if p.name not in _OURS), None) is None
     except OSError as exc:
-        raise ConfigError(f"cannot read {folder}: {exc.strerror or exc}", key="--out") from exc
+        raise ConfigError(f"cannot read {folder}: {exc.strerror or exc}", field="out") from exc
     if not empty and not _is_loadgen_run(folder):
         raise ConfigError(
-            f"{folder} is neither empty nor a loadgen run folder; give a new or empty folder", key="--out"
+            f"{folder} is neither empty nor a loadgen run folder; give a new or empty folder", field="out"
         )
 
 
@@ -267,7 +267,7 @@ def records_before_level(folder: Path, level: int) -> tuple[int, int, int]:
                 raise ConfigError(
                     f"{path} line {damaged} is not a record (a damaged line), and records of the levels "
                     "to keep follow it",
-                    key="--resume",
+                    field="resume",
                 )
             ref = events_ref(parsed[1])
             n_events += ref[1] if ref is not None else 0
@@ -342,7 +342,7 @@ class RunWriter:
                 self._events = self._open(EVENTS_FILE, False)
                 self._records = self._open("records.jsonl", False)
             except OSError as exc:
-                raise ConfigError(f"cannot continue the run folder: {exc}", key="--resume") from exc
+                raise ConfigError(f"cannot continue the run folder: {exc}", field="resume") from exc
         else:
             try:
                 self.folder.mkdir(parents=True, exist_ok=True)
@@ -353,7 +353,7 @@ class RunWriter:
                 self._records = self._open("records.jsonl", True)
             except OSError as exc:
                 self.close()
-                raise ConfigError(f"cannot write the run folder: {exc.strerror or exc}", key="--out") from None
+                raise ConfigError(f"cannot write the run folder: {exc.strerror or exc}", field="out") from None
         self._sizes = (os.fstat(self._records).st_size, os.fstat(self._events).st_size)
         self._reserve()
         return self

@@ -86,7 +86,7 @@ def vllm_result(level: LevelSummary, run: RunInfo, folder: Path | None = None) -
 
 
 def _refuse(message: str) -> ConfigError:
-    return ConfigError(message, key="--save-result")
+    return ConfigError(message, field="save_result")
 
 
 def _run_folder_above(target: Path) -> Path | None:
@@ -162,4 +162,4 @@ def write_result(path: Path, summary: RunSummary, run: RunInfo | dict[str, Any],
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(path), key="--save-result") from None
+        raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(path), field="save_result") from None

@@ -384,7 +384,7 @@ def measure(ds: Dataset, opts: DatasetOptions, synth: PromptSynthesizer) -> Meas
             f"none of its {len(prompt)} entries has a prompt of {opts.min_prompt_tokens or 1}.."
             f"{opts.max_prompt_tokens or 'any'} tokens (prompts here: {prompt.min()}..{prompt.max()})",
             source=ds.path,
-            key="--min-prompt-tokens/--max-prompt-tokens",
+            field="prompt_token_range",
         )
     return MeasuredDataset(
         prompts=EntryView(ds.store, 0, idx),

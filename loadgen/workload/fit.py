@@ -103,9 +103,9 @@ def fit_workload(
 ) -> Fit | AgentFit:
     """Fit ``path`` (a dataset, a trace or an agent trace; ``kind`` auto, dataset, trace or agent)."""
     if not 2 <= bins <= 256:
-        raise ConfigError(f"must be between 2 and 256, got {bins}", key="--bins")
+        raise ConfigError(f"must be between 2 and 256, got {bins}", field="bins")
     if kind not in ("auto", "dataset", "trace", "agent"):
-        raise ConfigError(f"choose auto, dataset, trace or agent, got {kind!r}", key="--kind")
+        raise ConfigError(f"choose auto, dataset, trace or agent, got {kind!r}", field="kind")
     p = Path(path)
     if kind == "agent" or (kind == "auto" and is_agent_trace(p) == "loadgen"):
         return fit_agent_trace(path, name, bins=bins)

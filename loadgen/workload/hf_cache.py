@@ -58,13 +58,13 @@ def resolve_tokenizer(text: str, env: Mapping[str, str] | None = None) -> Path:
     if given.exists():
         why = input_problem(given)  # (a FIFO would block the tokenizer's read, out of a signal's reach)
         if why is not None:
-            raise ConfigError(f"{text}: {why} (a tokenizer.json, or a folder holding one)", key="--tokenizer")
+            raise ConfigError(f"{text}: {why} (a tokenizer.json, or a folder holding one)", field="tokenizer")
         return given
     if given.suffix == ".json" or not _MODEL_ID.fullmatch(text):
         raise ConfigError(
             f"no such file: {text!r} (a tokenizer.json, a folder holding one, or a Hugging Face "
             "model id ORG/NAME in the local cache)",
-            key="--tokenizer",
+            field="tokenizer",
         )
     cache = hub_cache(env)
     org, name = text.split("/")
@@ -75,6 +75,6 @@ def resolve_tokenizer(text: str, env: Mapping[str, str] | None = None) -> Path:
             f"{text} has no tokenizer.json in the local Hugging Face cache ({repo}/snapshots/*/); "
             f"loadgen never downloads: fetch it first (huggingface-cli download {text} tokenizer.json) "
             "or give the file's path",
-            key="--tokenizer",
+            field="tokenizer",
         )
     return path

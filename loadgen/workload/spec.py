@@ -494,13 +494,24 @@ def load_workload(name_or_path: str, search_dirs: Sequence[Path]) -> Workload:
     )
 
 
+def _from_flag(text: str, name: str) -> Distribution:
+    """A length distribution given on the command line; an error is on the field ``name``,
+    which the CLI names as its flag."""
+    try:
+        return parse_distribution(text, source="command line", key=name)
+    except WorkloadError as exc:
+        if exc.key != name:
+            raise
+        raise WorkloadError(exc.message, source=exc.source, field=name) from None
+
+
 def workload_from_flags(prompt_tokens: str, output_tokens: str, name: str = "cli") -> Workload:
     """A one-class workload (class ``default``) from ``--prompt-tokens``/``--output-tokens``."""
     cls = RequestClass(
         name="default",
         weight=1.0,
-        prompt_tokens=parse_distribution(prompt_tokens, source="command line", key="--prompt-tokens"),
-        output_tokens=parse_distribution(output_tokens, source="command line", key="--output-tokens"),
+        prompt_tokens=_from_flag(prompt_tokens, "prompt_tokens"),
+        output_tokens=_from_flag(output_tokens, "output_tokens"),
     )
     return Workload(
         name=name,

@@ -97,9 +97,9 @@ def parse_window(text: str) -> tuple[float, float]:
         start = float(a) if a.strip() else 0.0
         end = float(b) if b.strip() else float("inf")
     except ValueError:
-        raise ConfigError(f"expected START:END in seconds, e.g. 60:180, got {text!r}", key="--window") from None
+        raise ConfigError(f"expected START:END in seconds, e.g. 60:180, got {text!r}", field="window") from None
     if not sep or start < 0 or not end > start:
-        raise ConfigError(f"expected START:END seconds with 0 <= START < END, got {text!r}", key="--window")
+        raise ConfigError(f"expected START:END seconds with 0 <= START < END, got {text!r}", field="window")
     return start, end
 
 
@@ -229,15 +229,15 @@ def load_trace(opts: TraceOptions) -> Trace:
     path, src = Path(opts.path), opts.path
     if opts.format not in TRACE_FORMATS:
         raise ConfigError(
-            f"unknown trace format {opts.format!r}; choose one of: {', '.join(TRACE_FORMATS)}", key="--trace-format"
+            f"unknown trace format {opts.format!r}; choose one of: {', '.join(TRACE_FORMATS)}", field="trace_format"
         )
     why = input_problem(path)  # (a FIFO would block the read, out of a signal's reach)
     if why is not None:
         raise WorkloadError("no such trace file" if why == "no such file" else why, source=src)
     if not opts.speed > 0:
-        raise ConfigError(f"must be > 0, got {opts.speed:g}", key="--speed")
+        raise ConfigError(f"must be > 0, got {opts.speed:g}", field="speed")
     if opts.rate is not None and opts.speed != 1.0:
-        raise ConfigError("give either --speed or --rate (both rescale the trace's times), not both", key="--speed")
+        raise ConfigError("give either --speed or --rate (both rescale the trace's times), not both", field="speed")
     try:
         fmt, header = _sniff(path, src)
         if opts.format != "auto":
@@ -267,7 +267,7 @@ def load_trace(opts: TraceOptions) -> Trace:
         keep = (rel >= start) & (rel < end)
         if not keep.any():
             raise ConfigError(
-                f"no row of {src} lies in {start:g}:{end:g} s (the trace spans {rel[-1]:.1f} s)", key="--window"
+                f"no row of {src} lies in {start:g}:{end:g} s (the trace spans {rel[-1]:.1f} s)", field="window"
             )
         idx = np.flatnonzero(keep)
         rel, inp, out, rows = rel[idx] - rel[idx[0]], inp[idx], out[idx], rows[idx]
@@ -277,7 +277,7 @@ def load_trace(opts: TraceOptions) -> Trace:
     offsets = rel / opts.speed
     if opts.rate is not None:
         if not opts.rate > 0:
-            raise ConfigError(f"must be > 0, got {opts.rate:g}", key="--rate")
+            raise ConfigError(f"must be > 0, got {opts.rate:g}", field="rate")
         if span > 0:
             offsets = rel * ((rel.size - 1) / span) / opts.rate
     if not offsets[-1] <= MAX_LEVEL_S:  # scheduled times are int64 nanoseconds; a replay must end

@@ -111,10 +111,10 @@ def test_a_longer_schedule_starts_with_the_shorter_one() -> None:
             {"kind": "uniform", "rate": 1.0, "n": 5},
             "unknown arrival process 'uniform'; choose one of: poisson, gamma, constant",
         ),
-        ({"kind": "poisson", "rate": 0.0, "n": 5}, "--rate: request rate must be > 0"),
-        ({"kind": "poisson", "rate": float("nan"), "n": 5}, "--rate: request rate must be > 0"),
+        ({"kind": "poisson", "rate": 0.0, "n": 5}, "^rate: request rate must be > 0"),
+        ({"kind": "poisson", "rate": float("nan"), "n": 5}, "^rate: request rate must be > 0"),
         ({"kind": "poisson", "rate": 1.0}, "needs --requests or --duration"),
-        ({"kind": "gamma", "rate": 1.0, "n": 5, "burstiness": 0.0}, "--burstiness: burstiness must be > 0"),
+        ({"kind": "gamma", "rate": 1.0, "n": 5, "burstiness": 0.0}, "^burstiness: burstiness must be > 0"),
     ],
 )
 def test_bad_arguments_are_config_errors(kwargs: dict[str, object], match: str) -> None:
@@ -126,7 +126,7 @@ def test_bad_arguments_are_config_errors(kwargs: dict[str, object], match: str) 
 
 def test_a_schedule_too_large_to_hold_is_refused_not_allocated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(arrivals, "MAX_SCHEDULED", 1_000)
-    with pytest.raises(ConfigError, match="--rate: 10,000 arrivals in one level"):
+    with pytest.raises(ConfigError, match=r"^rate: 10,000 arrivals in one level"):
         schedule("poisson", 100.0, duration_s=100.0)
     assert len(schedule("poisson", 100.0, n=50, duration_s=100.0)) == 50  # --requests bounds it
     with pytest.raises(ConfigError, match="at most 1,000,000/s"):
@@ -156,10 +156,11 @@ def test_each_process_declares_its_parameters_and_each_declaration_reaches_a_run
 
 
 @pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
-def test_a_declared_bound_refuses_a_value_naming_the_flag(value: float) -> None:
+def test_a_declared_bound_refuses_a_value_naming_its_field(value: float) -> None:
+    """The field, not a flag: the CLI names it ``--burstiness`` (tests/test_runconfig.py)."""
     with pytest.raises(ConfigError) as exc:
         schedule("gamma", 5.0, n=10, burstiness=value)
-    assert exc.value.key == "--burstiness" and str(exc.value).startswith("--burstiness: burstiness must be ")
+    assert exc.value.field == "burstiness" and str(exc.value).startswith("burstiness: burstiness must be ")
     assert len(schedule("poisson", 5.0, n=10, burstiness=value)) == 10  # poisson declares none: not read
 
 

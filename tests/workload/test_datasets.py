@@ -108,7 +108,7 @@ def test_filters_override_and_calibration(tmp_path: Path) -> None:
     keep = (est >= 50) & (est <= 120)
     assert 0 < len(m) < len(ds.prompts) and m.prompt_tokens.tolist() == est[keep].astype(int).tolist()
     assert m.rows.tolist() == np.flatnonzero(keep).tolist() and set(m.output_tokens.tolist()) == {7}
-    with pytest.raises(WorkloadError, match=r"prompts\.jsonl: --min-prompt-tokens/--max-prompt-tokens: none of its 48"):
+    with pytest.raises(WorkloadError, match=r"prompts\.jsonl: prompt_token_range: none of its 48"):
         measure(ds, DatasetOptions(opts.path, min_prompt_tokens=100_000), synth())
 
 

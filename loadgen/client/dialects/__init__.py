@@ -69,7 +69,7 @@ def get_dialect(name: str) -> Dialect:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ConfigError(f"unknown API {name!r}; choose one of: {', '.join(_REGISTRY)}", key="--api") from None
+        raise ConfigError(f"unknown API {name!r}; choose one of: {', '.join(_REGISTRY)}", field="api") from None
 
 
 register(Chat())

@@ -86,7 +86,7 @@ def make_transport(name: str, config: TransportConfig) -> StreamingTransport:
         factory = _REGISTRY[name]
     except KeyError:
         raise ConfigError(
-            f"unknown transport {name!r}; choose one of: {', '.join(_REGISTRY)}", key="--transport"
+            f"unknown transport {name!r}; choose one of: {', '.join(_REGISTRY)}", field="transport"
         ) from None
     return factory(config)
 

@@ -62,7 +62,7 @@ def _request_head(url: str, headers: dict[str, str]) -> tuple[str, int, bool, by
         headers.items()
     ):  # the user's first (as aiohttp sends them): a server that echoes the head shows their masks early
         if any(c in name + value for c in "\r\n\0") or not name.strip():
-            raise ConfigError(f"header {name[:40]!r} holds a line break or is empty", key="--header")
+            raise ConfigError(f"header {name[:40]!r} holds a line break or is empty", field="headers")
         if name.lower() not in _OURS:
             lines.append(f"{name}: {value}")
     lines += [f"{k}: {v}" for k, v in _DEFAULTS.items() if k not in given]
@@ -80,7 +80,7 @@ class FastTransport(StreamingTransport):
         try:
             self._host, self._port, tls, self._head = _request_head(self.url, self.config.headers)
         except UnicodeEncodeError:
-            raise ConfigError("a header holds characters outside Latin-1", key="--header") from None
+            raise ConfigError("a header holds characters outside Latin-1", field="headers") from None
         self._tls: ssl.SSLContext | None = ssl.create_default_context() if tls else None
         self._pool: Pool | None = None
 
