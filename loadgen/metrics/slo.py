@@ -42,7 +42,7 @@ import pandas as pd
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.catalog import METRICS, Metric, by_slo, per_request, slo_names
-from loadgen.metrics.results import Check
+from loadgen.metrics.results import Check, LoadMode
 from loadgen.metrics.stats import stat_value
 
 __all__ = [
@@ -194,7 +194,7 @@ def level_checks(samples: Mapping[str, Any], slos: Sequence[SLO]) -> list[Check]
     return out
 
 
-def level_slos(slos: Sequence[SLO], mode: str, slo_latency: str = "queued") -> list[SLO]:
+def level_slos(slos: Sequence[SLO], mode: LoadMode, slo_latency: str = "queued") -> list[SLO]:
     """The SLOs a level is judged on. Open-loop (``mode == "rate"``) levels judge TTFT and
     E2E from the scheduled time unless ``slo_latency`` is ``"sent"``: a client that sent
     late must not make the server look faster than it was."""

@@ -37,7 +37,7 @@ def agent_format(path: str, given: str | None) -> str | None:
 
         if given not in TRACE_FORMATS and given not in AGENT_FORMATS:
             names = ", ".join([*TRACE_FORMATS, *AGENT_FORMATS])
-            raise ConfigError(f"unknown trace format {given!r}; choose one of: {names}", key="--trace-format")
+            raise ConfigError(f"unknown trace format {given!r}; choose one of: {names}", field="trace_format")
         return AGENT_FORMATS.get(given)
     from loadgen.inputs import input_problem
 
@@ -64,7 +64,7 @@ def agent_replay(f: RunFlags, path: str, fmt: str) -> tuple[Workload, AgentTrace
             raise ConfigError(why, key=flag)
     speed = 1.0 if f.speed is None else f.speed
     if not speed > 0:
-        raise ConfigError(f"must be > 0, got {speed:g}", key="--speed")
+        raise ConfigError(f"must be > 0, got {speed:g}", field="speed")
     trace = load_agent_trace(path, fmt)
     trace.speed = speed
     what = "agent trace" if fmt == "loadgen" else "AIPerf session trace"
@@ -90,7 +90,7 @@ def agent_trace_profile(trace: AgentTrace, f: RunFlags) -> Profile:
                 raise ConfigError("a closed-loop agent-trace replay runs every recorded task once; remove it", key=flag)
         users = f.concurrency
         if users < 1:
-            raise ConfigError(f"must be >= 1, got {users}", key="--concurrency")
+            raise ConfigError(f"must be >= 1, got {users}", field="concurrency")
         # each user's quota of calls covers its own tasks: the tasks, not the budget, end the level
         prof = Profile(
             name="agent-trace",
@@ -114,7 +114,7 @@ def agent_trace_profile(trace: AgentTrace, f: RunFlags) -> Profile:
         )
     warm = f.warmup or 0
     if warm < 0 or warm >= n:
-        raise ConfigError(f"must be >= 0 and below the trace's {n} tasks, got {warm}", key="--warmup")
+        raise ConfigError(f"must be >= 0 and below the trace's {n} tasks, got {warm}", field="warmup")
     requests = min(f.requests if f.requests is not None else n, n - warm)
     span = float(offsets[-1])
     if not span <= MAX_LEVEL_S:  # scheduled times are int64 nanoseconds; a replay must end

@@ -138,7 +138,7 @@ def _check_dataset_images(cfg: RunConfig, data: Dataset) -> None:
     if not get_dialect(cfg.api).images:
         names = [n for n in dialect_names() if get_dialect(n).images]
         takes = " or ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " or " + names[-1]
-        raise ConfigError(f"the dataset's entries send images: they need the {takes} API", key="--api")
+        raise ConfigError(f"the dataset's entries send images: they need the {takes} API", field="api")
 
 
 def _source_factory(
@@ -416,7 +416,7 @@ class _RunFolder:
             run_info = dataclasses.replace(run_info, workload=dataclasses.replace(wl_info, dataset=dataset))
         self._write(run_info)
         if self.writer.error is not None:  # nothing of the run was sent yet
-            raise ConfigError(f"cannot write the run folder: {_write_error(self.writer.error)}", key="--out")
+            raise ConfigError(f"cannot write the run folder: {_write_error(self.writer.error)}", field="out")
         return anchor_ns
 
     def _write(self, run_info: RunInfo) -> None:

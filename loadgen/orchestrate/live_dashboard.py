@@ -51,16 +51,16 @@ POLL_S = 0.25  # how often ``until_done`` looks at the tail's state
 REPORT_WAIT_S = 15.0  # ``until_done``: how long the report may take after run.json says finished
 
 
-async def _start(board: Dashboard, at: DashboardAt, key: str) -> str:
+async def _start(board: Dashboard, at: DashboardAt, field: str) -> str:
     """The page's URL; a port in use (or a host that is not this machine's) is one line."""
     try:
         return await board.start()
     except OSError as exc:
         why = exc.strerror or str(exc)
-        raise ConfigError(f"cannot serve the dashboard on {at.host}:{at.port}: {why}", key=key) from None
+        raise ConfigError(f"cannot serve the dashboard on {at.host}:{at.port}: {why}", field=field) from None
 
 
-def check_port(at: DashboardAt, key: str = "--dashboard-port") -> None:
+def check_port(at: DashboardAt, field: str = "dashboard_port") -> None:
     """Before anything is sent: the dashboard's address can be bound (a port in use is one
     line now, not after discovery and calibration). Port 0 always can."""
     if at.port == 0:
@@ -73,7 +73,7 @@ def check_port(at: DashboardAt, key: str = "--dashboard-port") -> None:
             probe.bind(addr)
     except OSError as exc:
         why = exc.strerror or str(exc)
-        raise ConfigError(f"cannot serve the dashboard on {at.host}:{at.port}: {why}", key=key) from None
+        raise ConfigError(f"cannot serve the dashboard on {at.host}:{at.port}: {why}", field=field) from None
 
 
 def _where(board: Dashboard) -> str:
@@ -130,7 +130,7 @@ async def run_dashboard(
     feed.set_in_flight(lambda: levels.in_flight)
     at = cfg.dashboard
     board = Dashboard(feed, host=at.host, port=at.port, controls=_controls(levels, stats), title=f"loadgen: {title}")
-    url = await _start(board, at, "--dashboard-port")
+    url = await _start(board, at, "dashboard_port")
     stats.taps.append(feed)
     stats.causes.append(board.level_cost)
     console.print(f"dashboard: {escape(url)}{_where(board)}", highlight=False, soft_wrap=True)
@@ -159,8 +159,8 @@ async def _watch(folder: Path, at: DashboardAt, console: Console, until_done: bo
         report=lambda: tail.report,
         title=f"loadgen watch: {folder.name or folder}",
     )
-    check_port(at, "--port")
-    url = await _start(board, at, "--port")
+    check_port(at, "port")
+    url = await _start(board, at, "port")
     console.print(f"watching {escape(str(folder))}: {escape(url)}{_where(board)}", highlight=False, soft_wrap=True)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()

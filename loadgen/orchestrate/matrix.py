@@ -454,7 +454,7 @@ def run_matrix(
         dashboard = replace(dashboard, port=_free_port())
     secrets = _headers(spec)  # before anything starts: a missing variable is one line
     if out.exists() and any(out.iterdir()) and not (out / MATRIX_FILE).exists():
-        raise ConfigError(f"{out} exists and is not a matrix folder; give an empty or new folder", key="--out")
+        raise ConfigError(f"{out} exists and is not a matrix folder; give an empty or new folder", field="out")
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     entries: list[dict[str, Any]] = []
@@ -468,7 +468,7 @@ def run_matrix(
     for i, cfg in enumerate(spec.configs):
         folder = out / _safe_name(cfg.name)
         if folder.exists():
-            raise ConfigError(f"{folder} exists: give a new --out folder for a new matrix", key="--out")
+            raise ConfigError(f"{folder} exists: give a new --out folder for a new matrix", field="out")
         folder.mkdir(parents=True)
         entry: dict[str, Any] = {"name": cfg.name, "params": cfg.labels, "folder": folder.name, "status": "pending"}
         entries.append(entry)

@@ -244,7 +244,7 @@ def resume_config(
     folder = Path(folder)
     rec = recover(folder)
     if rec.complete or rec.plan is None:
-        raise ConfigError(f"the run in {folder} finished already; nothing to resume", key="--resume")
+        raise ConfigError(f"the run in {folder} finished already; nothing to resume", field="resume")
     run, conf, target = rec.run, rec.run.config, rec.run.target
     if target is None:
         raise ConfigError("missing", source=str(folder / "run.json"), key="target")
@@ -253,7 +253,7 @@ def resume_config(
         raise ConfigError(
             f"the run sent the header(s) {', '.join(missing)}, whose values are never stored: give them "
             "again (--header, --api-key-env)",
-            key="--resume",
+            field="resume",
         )
     cfg = RunConfig(
         url=url or target.url,
