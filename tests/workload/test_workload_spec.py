@@ -297,4 +297,5 @@ def test_workload_from_flags() -> None:
     assert wl.description == "prompt 256, output normal:mean=64,std=8"
     with pytest.raises(WorkloadError) as info:
         workload_from_flags("256", "normal:mean=64")
-    assert str(info.value).startswith("command line: --output-tokens: normal: missing required parameter 'std'")
+    assert info.value.field == "output_tokens"  # the CLI names it --output-tokens (tests/test_cli.py)
+    assert str(info.value).startswith("command line: output_tokens: normal: missing required parameter 'std'")
