@@ -3,23 +3,14 @@
 Pure (numpy/pandas): no I/O, no printing, no network. Definitions are those of
 docs/metrics.md exactly; see each module's docstring.
 
-- :mod:`~loadgen.metrics.catalog` — every metric declared once (names, unit, direction, source);
-  ``register`` adds one
-- :mod:`~loadgen.metrics.results` — the typed results (``LevelSummary``, ``RunSummary``,
-  ``Distribution``, …) that ``summary.json`` serialises
-- :mod:`~loadgen.metrics.stats` — ``describe`` (count, mean, std, min, p50…p99.9, max)
-- :mod:`~loadgen.metrics.per_request` — one row per request, ITL / inter-chunk samples
-- :mod:`~loadgen.metrics.slo` — ``--slo`` parsing, attainment, level-wide checks
-- :mod:`~loadgen.metrics.summary` — ``summarize_level``: one ``summary.json`` level entry
-- :mod:`~loadgen.metrics.verdicts` — its ``steady_state`` (MSER-5 cut, trend test), ``mlperf``
-  (early stopping per SLO) entries
-- :mod:`~loadgen.metrics.turns` — its multi-turn (``by_turn``, ``sessions``) and ``reasoning`` entries
-- :mod:`~loadgen.metrics.tasks` — its agentic ``tasks`` entry (completion, task SLOs, time shares, by step)
-- :mod:`~loadgen.metrics.capacity` — capacity, saturation knee, time windows
-- :mod:`~loadgen.metrics.run` — ``summarize_run``: the levels, capacity and knee of a run
-- :mod:`~loadgen.metrics.client` — client health: loop lag over time, late sends
-- :mod:`~loadgen.metrics.bootstrap` — bootstrap intervals of a difference (on n_eff, time blocks), verdicts
-- :mod:`~loadgen.metrics.compare` — two runs' levels metric by metric (bootstrap, or Welch over trials)
+- ``catalog``: every metric declared once (name, unit, direction, source); ``register`` adds one
+- ``results``: the typed results (``LevelSummary``, ``RunSummary``, ``Distribution``, …)
+- ``stats`` (``describe``), ``per_request`` (one row per request, ITL / inter-chunk samples)
+- ``slo`` (``--slo`` parsing, attainment, checks), ``summary`` (``summarize_level``: one level)
+- the level's parts: ``verdicts`` (``steady_state``, ``mlperf``), ``turns`` (``by_turn``,
+  ``sessions``, ``reasoning``), ``tasks`` (agentic ``tasks``)
+- ``capacity`` (capacity, knee, windows), ``run`` (``summarize_run``), ``client`` (client health)
+- ``bootstrap`` (intervals of a difference, verdicts), ``compare`` (two runs' levels)
 """
 
 from loadgen.metrics.capacity import capacity, knee, windows

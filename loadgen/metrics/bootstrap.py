@@ -1,49 +1,18 @@
 """Bootstrap intervals of a difference between two runs, and the verdict on one.
 
-Three kinds of statistic, each with its own (exact, vectorised, seeded) bootstrap:
+Three kinds of statistic, each with its own exact, vectorised, seeded bootstrap:
+quantiles (:func:`quantile_difference`, drawn by order statistics on ``n_eff`` values per
+run, or on ``n`` with ``independent=True``), proportions (:func:`proportion_difference`,
+``Binomial(n_eff, p)``) and rates over a window (:func:`rate_difference` over
+:func:`block_rates`, a block bootstrap over time). Each :class:`Difference` names its
+``method`` (:data:`METHOD_NEFF`, :data:`METHOD_IID`, :data:`METHOD_BLOCKS`, or
+:data:`METHOD_WELCH` between repeated trials). The interval is the percentile interval of the
+resampled differences; the verdict says ``better``/``worse`` only when it excludes zero and
+the change is at least ``min_effect``, "no significant change" only when it also rules out
+:data:`EQUIVALENCE`, else "inconclusive" (with :func:`tail_evidence` for a tail statistic).
 
-- **Quantiles** of per-request or per-token samples (median, p99 of TTFT, ITL, ...):
-  :func:`quantile_difference`. Resampling ``m`` values with replacement from sorted data
-  ``x`` (``n`` values) and taking the ``k``-th smallest gives ``x[floor(n * U)]`` where
-  ``U`` is the ``k``-th smallest of ``m`` uniforms, i.e. ``U ~ Beta(k, m - k + 1)``; the
-  next order statistic is ``U + (1 - U) * Beta(1, m - k)``. So the bootstrap distribution
-  of numpy's (linearly interpolated) percentile is drawn exactly in O(resamples) after one
-  sort, whatever the sample size.
-
-  **Correlation.** A run's requests share batches and queues, so neighbours in send order
-  are correlated, and resampling ``m = n`` of them as if independent (Efron's bootstrap)
-  gives an interval too narrow by ``sqrt(τ)``. Under dependence the sample quantile is
-  asymptotically normal with the i.i.d. variance ``q(1 - q) / (n f(ξ)²)`` times the
-  integrated autocorrelation time ``τ`` of the indicator series ``1{x <= ξ}`` (Sen 1972,
-  *J. Multivariate Anal.* 2, the Bahadur representation under mixing; the basis of the
-  quantile ESS of Vehtari et al. 2021). So each run is resampled with ``m = n_eff = n / τ``
-  values (:func:`~loadgen.metrics.uncertainty.quantile_effective_size`, values in time
-  order): the i.i.d. bootstrap's spread scaled by ``sqrt(n / n_eff)`` per run, in the
-  m-out-of-n form (Bickel, Götze & van Zwet 1997, *Statistica Sinica* 7), which keeps the
-  draws exact and the interval's skew. ``independent=True`` gives the i.i.d. bootstrap.
-- **Proportions** (SLO attainment): resampling ``m`` requests of which a fraction ``p``
-  attained gives ``Binomial(m, p) / m``, with ``m`` the ``n_eff`` of the success series in
-  send order (the summary's): :func:`proportion_difference`.
-- **Rates over a window** (output tokens/s, requests/s): the window is cut into equal
-  time blocks; the rate is the mean of the block rates and the blocks are resampled:
-  :func:`rate_difference` with :func:`block_rates` (a non-overlapping block bootstrap over
-  time, Carlstein 1986, *Ann. Statist.* 14; Künsch 1989, *Ann. Statist.* 17: blocks a
-  twentieth of the level long are far longer than a request's correlation).
-
-Each :class:`Difference` names its ``method`` (:data:`METHOD_NEFF`, :data:`METHOD_IID`,
-:data:`METHOD_BLOCKS`, or :data:`METHOD_WELCH` between repeated trials).
-
-The interval is the percentile interval of the resampled differences ``b - a`` (each run
-resampled independently). The verdict says ``better``/``worse`` only when the interval
-excludes zero and the difference is at least ``min_effect`` of the baseline (default 0:
-any; the comparison page uses 2%, below the run-to-run noise of a benchmark, which one
-run's resampling cannot see); the direction depends on whether higher is better. An
-interval that contains zero is "no significant change" only when it also rules out a
-change over :data:`EQUIVALENCE` (10%) of the baseline; a wider one is "inconclusive" (the
-data allow a large change either way), and for a tail statistic (p99, p99.9) the row's
-note adds what the requests themselves show (:func:`tail_evidence`). Pure numpy, no I/O.
-
-Pure numpy, no I/O; :mod:`loadgen.metrics.compare` applies these to two runs' levels.
+The derivations, the references and the measured behaviour: docs/metrics.md, "Comparing
+runs". Pure numpy, no I/O; :mod:`loadgen.metrics.compare` applies these to two runs' levels.
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
 """The intervals a level's summary carries beside its point values (``summary.json`` 2).
 
-Every series is taken **in time order** before its interval is computed:
+Every series is taken **in time order** before its interval is computed (TTFT, TPOT, E2E
+and SLO attainment in send order, ITL in chunk-arrival order). Latency statistics use
+:func:`~loadgen.metrics.uncertainty.mean_interval` and
+:func:`~loadgen.metrics.uncertainty.percentile_interval` on ``n_eff``; attainment
+:func:`~loadgen.metrics.uncertainty.proportion_interval`; rates batch means over
+:data:`RATE_BATCHES` time blocks. A series longer than :data:`MAX_SERIES` is thinned first.
 
-- TTFT, TPOT and E2E: the successful requests in the order they were *sent* (``sent_ns``);
-- ITL: the per-token samples in the order their chunk *arrived* (the chunk's time), so that
-  tokens of concurrent requests decoded in one batch step are neighbours;
-- SLO attainment: every measured request's "met every per-request SLO" in send order, with
-  its score (largest value-to-limit ratio, :func:`~loadgen.metrics.slo.slo_scores`) for ``n_eff``.
-
-Latency statistics (``mean``, ``p50`` … ``p99.9``) use :func:`~loadgen.metrics.uncertainty.
-mean_interval` and :func:`~loadgen.metrics.uncertainty.percentile_interval` on ``n_eff``;
-attainment uses :func:`~loadgen.metrics.uncertainty.proportion_interval` (Wilson on ``n_eff``).
-A series longer than :data:`MAX_SERIES` (ITL has one value per token) is thinned first, to
-every ``k``-th value in record order (a choice blind to the values), then sorted by time, so
-the cost stays bounded: a thinned series carries less information, so its interval is wider
-than the whole series' would be, never narrower in expectation, and it is widened to contain
-the whole sample's point if it did not.
-
-Rates (requests and output tokens per second, goodput) use batch means (Schmeiser 1982,
-*Operations Research* 30(3): 10–30 batches): the level window cut into :data:`RATE_BATCHES`
-equal time blocks, the rate in each (requests by completion time, tokens by arrival time), and
-``mean ± t(B − 1) · s / √B``. The blocks' mean rate is the point exactly for requests; for
-tokens (whose point counts the server's usage) the relative half-width is applied to the point.
-A block as long as a twentieth of the level is far longer than a request, so the blocks are
-nearly independent; the warm-up and drain blocks only widen the interval.
+Which series, the thinning rule and the batch means: docs/metrics.md, "Uncertainty".
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """MLPerf LoadGen's early-stopping rule, computed exactly as LoadGen computes it.
 
-MLPerf Inference (``loadgen/early_stopping.cc`` and ``results.cc`` of mlcommons/inference;
-Reddi et al. 2020, "MLPerf Inference Benchmark", ISCA) accepts a latency percentile ``p``
-at confidence ``c`` from a run of ``n`` queries of which ``t`` exceeded the bound when the
-odds of seeing at most ``t`` overlatency queries, were the true ``p``-quantile exactly at the
-bound, are below ``1 − c``:
+A latency percentile ``p`` at confidence ``c`` passes for ``n`` queries, ``t`` of them over
+the bound, when ``P(Bin(h + t, 1 − p) <= t) = I_p(h, t + 1) < 1 − c``; the minimum query
+count is the least such ``h`` plus ``t`` (459, 662, 2,010 at p99 and 99% for ``t`` = 0, 1,
+10), and the early-stopping estimate is the ``t``-th largest latency.
 
-    P(Bin(h + t, 1 − p) <= t) = I_p(h, t + 1) < 1 − c,
-
-``h`` being the queries within the bound and ``I`` the regularised incomplete beta function.
-The minimum query count is the smallest such ``h`` plus ``t``: at p99 and 99% confidence
-459 queries when none exceeded the bound, 662 when one did, 2,010 when ten did (LoadGen's
-tolerance ``d`` is 0, as in every scenario it ships).
-
-The *early-stopping estimate* of the percentile (LoadGen's single- and multi-stream
-report) is the ``t``-th largest latency, ``t`` the largest count with
-``min_queries(t) <= n`` (so ``t − 1`` queries are "discarded"); with fewer than
-``min_queries(1)`` queries there is none.
+The rule, its source in mlcommons/inference and its numbers: docs/metrics.md,
+"Uncertainty" (MLPerf early stopping).
 
 Example::
 

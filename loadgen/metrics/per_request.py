@@ -1,37 +1,15 @@
 """Records -> one row per request, plus the per-token and per-chunk latency samples.
 
-Definitions (docs/metrics.md), for one request:
+The definitions (chunk, coalesced events, TTFT, inter-chunk latency, ITL, TPOT, E2E, time
+to first answer token, sessions) are docs/metrics.md, "Per request", exactly.
+:func:`per_request_frame` drops warm-up records first and keeps failed requests' values
+(the ``ok`` column tells them apart); every aggregate, :func:`itl_samples` and
+:func:`inter_chunk_samples` take latency samples from ``ok`` rows only.
 
-- Chunk: consecutive events with the same ``t_ns`` (read from the socket at once) are
-  merged into one chunk, their tokens summed. Every event after the first of its chunk
-  counts as *coalesced* (``coalesced_events = n_events - n_chunks``); no zero gap is
-  ever produced from them. Events carrying no token are ignored for timing.
-- TTFT = first chunk time - ``sent_ns``; ``ttft_queued`` measures from ``scheduled_ns``.
-- Inter-chunk latency: the raw gaps between consecutive chunks.
-- ITL (per token): each gap divided evenly over the tokens of the chunk that ends it,
-  one sample per token (a chunk of k tokens after a gap g gives k samples of g/k).
-  ``itl_max_ms`` is the request's largest such per-token value.
-- TPOT = (last chunk time - first chunk time) / (output tokens - 1), for >= 2 tokens.
-- E2E = ``done_ns`` - ``sent_ns``; ``e2e_queued`` from ``scheduled_ns``.
-- Time to first answer token (``ttfa_ms``) = ``first_answer_ns`` - ``sent_ns``: the first
-  event with answer output, after any reasoning (equal to TTFT without reasoning);
-  ``reasoning_tokens`` are the output tokens streamed as reasoning (ITL covers both).
-- Sessions: ``session`` (-1: none) and ``turn`` (from 1; 0: none) of multi-turn requests.
-
-Warm-up records are dropped before anything. :func:`per_request_frame` keeps the values
-of failed requests too (the ``ok`` column tells them apart); every aggregate in
-:mod:`loadgen.metrics` takes latency samples from ``ok`` rows only, as do
-:func:`itl_samples` and :func:`inter_chunk_samples`. A missing value is NaN; a missing
-``first_token_ns``/``last_token_ns`` is 0 (the records' "unset" convention), and a record
-with ``scheduled_ns == 0`` (none recorded) is taken as scheduled when it was sent.
-
-Everything is vectorised over all events at once (one numpy pass, boundaries by masks).
-The events may come inside the records or apart from them, already flattened
-(:func:`event_arrays_from_columns`, :func:`frame_and_events_from_columns`: what a
-columnar reader of a run folder gives; the ``_from_flat`` forms take ``[t_ns, n_tokens]``
-pairs), or a few records at a time (``_from_pieces``: a whole run of 100M events without
-its raw columns in memory); all give the same frame. Gaps and ITL samples are computed
-when asked for, over the selected records, not stored per chunk.
+Everything is vectorised over all events at once. The events may come inside the records,
+already flattened (:func:`event_arrays_from_columns`, :func:`frame_and_events_from_columns`;
+the ``_from_flat`` forms), or a few records at a time (``_from_pieces``); all give the same
+frame. Missing values and the computation: docs/metrics.md, "Per request" (the table).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Run until precise: a stopping rule that stays valid although it looks many times.
 
 A level is checked at a fixed schedule of looks (``first``, then growing by ``growth``:
-200, 300, 450, … requests). At look ``k`` (from 1) every target's interval is computed at
-confidence ``1 − α_k`` with the spending sequence ``α_k = α / (k (k + 1))``, whose sum over
-all looks is ``α``. By the union bound the probability that *any* look's interval misses is
-at most ``α``, whatever the rule does with them; so the interval reported where the level
-stops covers with probability ≥ ``1 − α``, however many looks it took (an alpha-spending
-schedule in the sense of Lan & DeMets 1983, *Biometrika* 70(3), with Bonferroni spending).
-
-Why this and not a confidence sequence: the published confidence sequences for quantiles
-(Howard & Ramdas 2022, *Bernoulli* 28(3)) assume independent observations; the spending
-schedule only needs each look's interval to be valid, and ours account for correlation
-through ``n_eff``. The price is width: a look spends ``α_k`` (0.025 at the first look,
-0.0083 at the second, …), so its intervals are somewhat wider than a single fixed-size one.
+200, 300, 450, … requests). Look ``k`` (from 1) computes every target's interval at
+confidence ``1 − α / (k (k + 1))``; these spend at most ``α`` in all, so the interval where
+the level stops covers with probability ≥ ``1 − α`` however many looks it took (Bonferroni
+alpha spending). Why not a confidence sequence, and the price in width: docs/metrics.md,
+"Uncertainty" (Run until precise).
 
 Example::
 

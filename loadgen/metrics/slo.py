@@ -1,31 +1,13 @@
 """Service-level objectives: parsing ``--slo`` strings, attainment and level checks.
 
-Syntax: ``METRIC[:STAT]=LIMIT[UNIT]``, e.g. ``ttft=500ms``, ``tpot=50ms``, ``itl=80ms``,
-``e2e=10s``, ``ttft:p90=300ms``. Units: ``ms``, ``s``, ``us`` (a bare number is ms).
+Syntax: ``METRIC[:STAT]=LIMIT[UNIT]`` (``ttft=500ms``, ``ttft:p90=300ms``, ``task=60s``);
+units ``ms``, ``s``, ``us`` (a bare number is ms). Without a stat an SLO is a
+**per-request limit**, part of attainment (a failed request misses every one); with a stat
+it is a **level-wide check** that passes or fails and is not part of attainment. ``task``
+limits are the agentic ``tasks`` entry's (:mod:`loadgen.metrics.tasks`), not the requests'.
 
-Metrics:
-
-- ``ttft``, ``e2e``: measured from ``sent_ns``; ``ttft_queued``, ``e2e_queued``: the same
-  measured from ``scheduled_ns`` (include any delay before the client sent the request).
-- ``tpot``: the request's time per output token.
-- ``itl``: per-token inter-token latency.
-- ``task`` (agentic workloads): a task's completion time, first send to the end of its
-  last step. A per-task limit (``task=60s``): a completed task meets it when it finished
-  within the limit; a failed task misses it. Its attainment and goodput are the level's
-  ``tasks`` entry's (:mod:`loadgen.metrics.tasks`), not the requests'; ``task:p90=60s``
-  is a check over the completed tasks.
-
-Without a stat the SLO is a **per-request limit**: a request meets it when its own value
-is within the limit (``<=``) — for ``itl`` its largest per-token ITL, i.e. every gap must
-be within the limit. A request with no output token misses a ``ttft`` limit (it never
-got one); one with fewer than two tokens (no decode) meets ``tpot`` and ``itl`` limits.
-A failed request misses every SLO. SLO attainment is the fraction of requests meeting
-*all* per-request SLOs (with none given: the fraction that succeeded).
-
-With a stat (``p50``, ``p90``, ``p95``, ``p99``, ``p99.9``, ``mean``, ``max``) the SLO is
-a **level-wide check**: that statistic over all samples of the level (successful
-requests only; per-token samples for ``itl``) must be within the limit. It passes or
-fails per level and is not part of attainment; with no samples it fails.
+The metrics, the edge cases (no token, fewer than two tokens, no samples) and attainment:
+docs/metrics.md, "Per level" (SLOs).
 """
 
 from __future__ import annotations

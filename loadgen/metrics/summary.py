@@ -1,25 +1,13 @@
 """One load level's records -> the level entry of ``summary.json`` (a public contract).
 
-Rules: warm-up records are dropped first. ``requests`` counts every other record;
-latency, token and event statistics come from the successful (``ok``) ones only. The
-level window runs from the first ``sent_ns`` to the last ``done_ns`` of all measured
-records; throughput is the ok requests' requests and tokens over it (total tokens =
-prompt + output, prompt tokens as reported by the server, else the target). The
-``steady`` window trims the first ``trim[0]`` and last ``trim[1]`` fractions of that
-window by time: requests (and their prompt tokens) count when they completed inside it,
-output tokens when their event arrived inside it.
-``throughput.output_tokens_per_s_se`` is the output-token rate's noise: the standard error of
-its mean over ten equal time blocks of the steady window (what the saturation knee is
-judged against).
+Warm-up records are dropped first; ``requests`` counts every other record; latency, token
+and event statistics come from the ``ok`` ones only. The window runs from the first
+``sent_ns`` to the last ``done_ns`` of all measured records; the ``steady`` window trims
+it by the profile's ``trim``. Multi-turn and reasoning levels add ``by_turn``,
+``sessions`` and ``reasoning`` (:mod:`loadgen.metrics.turns`), non-streamed ones
+``non_streamed`` (:mod:`loadgen.metrics.answers`).
 
-``events`` (tokens per event, coalesced events, token sources) covers ok requests;
-``by_class[name].requests`` counts every measured request of the class, its statistics
-its ok ones; ``client.send_lateness_ms`` covers every sent request. When every chunk
-carries one token, ``itl_ms`` and ``inter_chunk_ms`` are the same samples. Open-loop
-levels (``scheduled`` given) carry a ``schedule``: late sends count measured requests
-only, like ``requests.total``. Multi-turn and reasoning levels add ``by_turn``,
-``sessions`` and ``reasoning`` (:mod:`loadgen.metrics.turns`); other levels leave them out.
-Levels of a non-streamed API add ``non_streamed`` (:mod:`loadgen.metrics.answers`).
+Every key and what it counts: docs/metrics.md, "Per level".
 """
 
 from __future__ import annotations

@@ -1,38 +1,12 @@
 """Task metrics of agentic levels: the ``tasks`` entry of a level summary.
 
-A *task* is the records of one level with the same ``task`` id (warm-up dropped). Its
-calls carry ``step`` (from 1; a fan-out's branches share it), ``branch`` and ``steps``
-(how many steps it was drawn to have); ``tool_ms`` is the tool that ran after a call,
-which the next step waited for. The runner sends no later step after a failed one.
+A *task* is the records of one level with the same ``task`` id (warm-up dropped); each is
+exactly one of **completed**, **incomplete** (cut short by the loop, every call ok or
+``cancelled``) or **failed** (a call failed). Completion times, ``tasks_per_s``, the task
+SLO's attainment and goodput, the LLM / tools / waiting time shares, ``by_step`` and
+``by_context`` come from them.
 
-Each task is exactly one of:
-
-- **completed**: every record ok and its highest step reached ``steps``;
-- **incomplete** — cut short, not failed: every call ok (or ``cancelled``: the level's end
-  cancels calls in flight) and its highest step short of ``steps``. The runner ends a task
-  early only when a call fails, so such a task was cut by the loop, not the server: a closed
-  loop's budget, the level's end, or a step dropped at ``--max-in-flight``;
-- **failed**: a call failed (any kind but ``cancelled``): the runner sent no later step.
-  ``failed_by_error`` counts the error kind of each failed task's first failing call (its
-  lowest step).
-
-Incomplete tasks count neither as failed nor as completed. A completed task's
-**completion time** is its first ``sent_ns`` to its latest ``done_ns`` (the end of the
-last step's last token). ``tasks_per_s`` and ``goodput_tasks_per_s`` are completed tasks,
-and those meeting every per-task SLO (``task=60s``), over the level's window (first send
-to last ``done`` of all its measured records); ``slo_attainment`` is the share of the
-completed and failed tasks that met them (a failed task misses; with no task SLO, the
-share that completed). ``task:p90=60s`` is a check on the completed tasks' times.
-
-Time shares, over completed tasks (the mean of each task's share of its completion
-time): **LLM** is the union of its calls' ``[sent, done]`` intervals; **tools** the union
-of ``[done, done + tool_ms]`` not overlapping the LLM time (clipped to the task's end);
-**waiting** the rest (the runner's own turnaround, a think time).
-
-``by_step`` (step index ``"1"``…``"10"``, then ``"11+"``) and ``by_context`` (the call's
-target prompt tokens: ``"<2k"``, ``"2k-8k"``, ``"8k-32k"``, ``">=32k"``, k = 1024) count
-every agent call and describe the ok ones' TTFT and ITL: later steps resend a longer
-history, so a prefix cache shows as flat TTFT by step.
+The definitions: docs/metrics.md, "Per level" (Agentic tasks).
 """
 
 from __future__ import annotations

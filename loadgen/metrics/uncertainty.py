@@ -2,35 +2,18 @@
 
 Requests of one level share batches and queues, so neighbours in time order have
 correlated latencies and an i.i.d. interval is too narrow. Every function here takes
-values *in time order* and returns a frozen :class:`Interval` that carries ``n`` and the
-effective sample size ``n_eff`` it was computed on.
-
-- :func:`effective_sample_size` — ``n / τ`` with the integrated autocorrelation time ``τ``
-  estimated by Geyer's initial monotone sequence (Geyer 1992, "Practical Markov chain
-  Monte Carlo", *Statistical Science* 7(4), §3.3), the estimator behind the ESS of Stan
-  and ArviZ. It needs no batch size: the sum of autocorrelations stops where the pairs
-  ``ρ(2m) + ρ(2m+1)`` stop being positive and decreasing, which adapts to the correlation
-  length of each series (chosen over batch means by the coverage study,
-  ``benchmarks/coverage.py``: docs/metrics.md, "Uncertainty").
-- :func:`percentile_interval` — distribution-free bounds from order statistics: the ranks
-  whose binomial probabilities cover ``confidence`` (Conover, *Practical Nonparametric
-  Statistics*, 3rd ed., §3.2; Hahn & Meeker, *Statistical Intervals*, 1991, §5.2), computed
-  on ``n_eff`` of the indicator series ``1{x <= q̂}`` and mapped back to ranks of the whole
-  sample. When a rank falls outside the sample the interval is not bounded and says why.
-  :func:`quantile_effective_size` gives that ``n_eff`` alone (the comparison's bootstrap uses it).
-- :func:`proportion_interval` — Wilson's score interval (Wilson 1927, *JASA* 22) on
-  ``n_eff`` of the success series (SLO attainment).
-- :func:`mean_interval` — ``mean ± t · s / √n_eff`` with ``n_eff − 1`` degrees of freedom.
-- :func:`iid_percentile_interval` — the same order-statistic interval with ``n_eff = n``:
-  the naive interval, kept for comparison.
+values *in time order* and returns a frozen :class:`Interval` carrying ``n`` and the
+effective sample size ``n_eff`` it was computed on: :func:`effective_sample_size` (Geyer's
+initial monotone sequence), :func:`percentile_interval` (order statistics on ``n_eff``;
+:func:`quantile_effective_size` gives that ``n_eff`` alone), :func:`proportion_interval`
+(Wilson), :func:`mean_interval` (Student's t), :func:`iid_percentile_interval` (``n_eff =
+n``, the naive interval, kept for comparison). The estimators, their references and the
+coverage study: docs/metrics.md, "Uncertainty".
 
 Example::
 
     >>> import numpy as np
     >>> x = np.random.default_rng(1).lognormal(0, 0.5, 2000)
-    >>> iv = percentile_interval(x, 0.99)
-    >>> iv.bounded, iv.low < iv.point < iv.high
-    (True, True)
     >>> percentile_interval(x[:300], 0.999).reason
     'p99.9 needs n_eff >= 3688 for a 95% interval (n_eff = 265)'
 """

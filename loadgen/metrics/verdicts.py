@@ -1,27 +1,16 @@
 """Per-level verdicts on the time-ordered requests: steady state and MLPerf early stopping.
 
-- :func:`steady_state_of` — MSER-5 (:func:`~loadgen.metrics.steady.mser5_truncation`) on the
-  TTFT and the E2E latency of the ok requests in send order (queue-inclusive for an open
-  loop, whose queue is the server's backlog): the warm-up cut is the larger of the two, in
-  requests of the level, each the best cut within the first half of its series (White's
-  rule). When a series' overall best cut lies in its second half ``warmup_found`` is false:
-  on short or nearly constant series that is MSER's end effect as often as a long
-  transient, and the trend test below sees a real one. What follows the cut is tested
-  for a trend (:func:`~loadgen.metrics.steady.stationarity`, with a drift of at least
-  :data:`MIN_RISE`); a significant *rise* in either series makes the level non-stationary:
-  its queue grew, it was overloaded and its numbers depend on how long it ran. A significant
-  fall (latency settling slower than MSER-5's cut) shows in that series' ``Trend`` but leaves
-  the level stationary: it flatters no number and is no overload.
-- :func:`auto_cut` — the same cut applied: the first requests sent before the cut's send
-  time become warm-up records (only when a profile asks: ``auto_warmup = true``).
-- :func:`mlperf_of` — for each per-request latency SLO, MLPerf LoadGen's early-stopping
-  verdict (:func:`~loadgen.metrics.mlperf.early_stopping_verdict`) at the profile's
-  percentile and confidence. Every measured request is a query: a failed one, or one with
-  no first token under a ``ttft`` bound, is over the bound; one with too few tokens to
-  have a ``tpot`` or ``itl`` is left out (it has nothing to measure, as for attainment).
+- :func:`steady_state_of`: the MSER-5 warm-up cut (:mod:`loadgen.metrics.steady`) on the
+  ok requests' TTFT and E2E in send order, then a trend test after it; a significant
+  *rise* (a drift of at least :data:`MIN_RISE`) in either makes the level non-stationary.
+- :func:`auto_cut`: the same cut applied as warm-up (only with ``auto_warmup = true``).
+- :func:`mlperf_of`: per per-request latency SLO, MLPerf LoadGen's early-stopping verdict
+  (:func:`~loadgen.metrics.mlperf.early_stopping_verdict`) at the profile's percentile
+  and confidence.
 
 The results are plain frozen dataclasses that :class:`~loadgen.metrics.results.LevelSummary`
-carries as ``steady_state`` and ``mlperf``.
+carries as ``steady_state`` and ``mlperf``. The rules (which cut, which queries count):
+docs/metrics.md, "Steady state and MLPerf verdicts (per level)".
 """
 
 from __future__ import annotations

@@ -1,34 +1,18 @@
 """The run folder: ``run.json``, ``records.jsonl`` and ``events.bin`` (appended live),
 ``summary.json``.
 
-A batch of records (:func:`~loadgen.report.recordio.encode_batch`) is written at once:
-its events to ``events.bin``, then its lines to ``records.jsonl`` (the format and why:
-:mod:`loadgen.report.recordio`). Single records (:meth:`RunWriter.append`) are held a
-moment and written together — encoding one record's events alone costs ten times more
-than its share of a batch — at most :data:`FLUSH_RECORDS` of them and for at most
-:data:`FLUSH_S`, and always before a summary or ``run.json`` is written and when the
-writer closes, so Ctrl-C (or any exception) keeps every record that finished; only a
-``kill -9`` can lose the last half second. Nothing here computes a metric; secrets never
-reach these files (the caller passes a redacted config).
+:class:`RunWriter` writes records in batches (:func:`~loadgen.report.recordio.encode_batch`:
+events to ``events.bin``, then lines to ``records.jsonl``), holding single records at most
+:data:`FLUSH_RECORDS` of them for at most :data:`FLUSH_S`, and always flushing before a
+summary or ``run.json`` and on close, so Ctrl-C keeps every finished record. A failed write
+never raises out of it: the files are cut back to the last whole record, the error is kept
+in ``RunWriter.error`` and ``on_error`` is called once. :func:`lock_run_folder` makes a run
+own its folder. Nothing here computes a metric; secrets never reach these files (the
+caller passes a redacted config). Reading (:mod:`loadgen.report.readers`, its names also
+here): :func:`read_records`, :func:`read_records_columnar`, :func:`read_records_pieces`.
 
-Lines are written and read with orjson: a record serialises in a few microseconds
-instead of ``dataclasses.asdict`` + ``json``'s hundreds. What orjson refuses is left to
-``json``: it writes integers over 64 bits and lone surrogates (escaped), and reads
-``NaN``, ``Infinity`` and lone-surrogate escapes, so a line either library wrote reads
-back.
-
-A run owns its folder: :func:`lock_run_folder` takes an exclusive ``flock`` on
-``.loadgen.lock`` in it, so a second run on the same folder is refused with one line (the
-kernel releases the lock when the process dies, ``kill -9`` included). A write that fails
-(a full disk, an I/O error, a read-only mount) never raises out of :class:`RunWriter`:
-the records files are cut back to the last whole record, the error is kept in
-``RunWriter.error`` and ``on_error`` is called once, so the run can stop as a signal
-stops it; no ``.tmp`` file is left behind.
-
-Reading (:mod:`loadgen.report.readers`, its names also here): :func:`read_records`
-gives whole records, :func:`read_records_columnar` the same with their events in flat
-columns, :func:`read_records_pieces` with their events a piece at a time. Folders of
-older versions (events as JSON lists inside the lines) read as before.
+Why batches, orjson, the lock and older folders: docs/architecture.md, "Writing the run
+folder".
 """
 
 from __future__ import annotations

@@ -1,38 +1,16 @@
 """The compact record format: one JSON line per request, its events in ``events.bin``.
 
-A run folder holds ``records.jsonl`` (one JSON line per request, as before) and
-``events.bin`` (every request's ``[t_ns, n_tokens]`` events, packed). A line carries
-``"events": {"n": N, "bytes": B}`` where the old format had the list of pairs: the
-request's N events are the next B bytes of ``events.bin``, in line order (lines with an
-old-style list own no bytes, so both kinds mix in one file).
+A line of ``records.jsonl`` carries ``"events": {"n": N, "bytes": B}``: the request's N
+``[t_ns, n_tokens]`` events are the next B bytes of ``events.bin`` (which starts with
+:data:`EVENTS_MAGIC`), in line order, as unsigned LEB128 varints of zigzagged deltas from
+``sent_ns``; lines of the old format (a list of pairs) own no bytes. Every int64 comes
+back exactly. A request's bytes are flushed before its line, so a killed run never leaves
+a line pointing at missing bytes. :func:`encode_batch` / :func:`decode_batch` turn records
+into one blob and back (``RunWriter.append_batch`` writes its two parts as they are):
+worker processes encode once; the coordinator writes and decodes.
 
-Events of one request, as unsigned LEB128 varints (7 bits a byte, low bits first):
-
-- one varint per event: ``2 * zigzag(t_ns - previous) + (n_tokens != 1)``, the first
-  event's ``previous`` being the request's ``sent_ns`` (a 65-bit value at most: the tenth
-  byte holds bits 63 and 64);
-- then, for each event whose flag is set, in order, ``zigzag(n_tokens)``.
-
-Arithmetic is modulo 2**64, so every int64 comes back exactly (out-of-order events,
-zero and negative counts included). A token every 20 ms costs 4 bytes (gaps under 67 ms
-do); a coalesced event 1 byte; a first token within 67 ms of the send 4 bytes.
-``events.bin`` starts with :data:`EVENTS_MAGIC`.
-
-Why this and not Arrow/Parquet or text: no new dependency (numpy and orjson are here
-already); both files stay append-only, so a killed run keeps every record written (a
-Parquet file is only readable once its footer is written); ``records.jsonl`` stays one
-readable JSON line per request; 4 bytes an event instead of ~23 of JSON text (base64
-inside the line would cost 5.4); and the varints decode with numpy over a whole file in
-a few vectorised passes, no Python loop per event.
-
-Crash safety: a request's bytes are written and flushed to ``events.bin`` before its
-line, so a killed run never leaves a line that points at missing bytes; bytes without
-their line (the run died between the two writes) are the file's tail and are ignored.
-
-Batches: :func:`encode_batch` turns records into one blob (``BATCH_MAGIC``, the two
-lengths, the lines, the events bytes), :func:`decode_batch` turns it back into records,
-and ``RunWriter.append_batch`` writes its two parts as they are. Worker processes encode
-once; the coordinator writes and decodes.
+The byte layout, its costs and why not Arrow/Parquet: docs/architecture.md, "The records
+format".
 """
 
 from __future__ import annotations
