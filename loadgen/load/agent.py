@@ -1,31 +1,15 @@
 """Agentic tasks on the runner: chains of LLM calls with tool calls and results between them.
 
 A task (:class:`~loadgen.records.TaskPlan`) is held by one asyncio task from its first
-step to its last, so it stays on the worker process that starts it:
+step to its last, so it stays on the worker process that starts it; the closed and open
+loops around it are :mod:`loadgen.load.conversations`'s. Step ``s`` resends the context so
+far in chat's shape (the assistant's streamed text and tool calls, then the tool results),
+which each dialect renders in its own; after a call the tool runs for its drawn latency
+(``record.tool_ms``). A failed call fails its task: no later step is sent.
 
-- closed loop: each user runs one task at a time and starts the next when it ends; the
-  level's request budget, warm-up and ``--duration`` count calls, as sessions count turns
-  (a user stops mid-task when its share is used up);
-- open loop: *tasks* arrive on the level's schedule (the rate is of tasks, and
-  ``requests``/``warmup_requests`` count tasks); with a cap on requests in flight every
-  call waits for a credit, and a call dropped there ends its task.
-
-Step ``s`` sends the context so far: the system prompt, the task's message, then per
-earlier step every branch's sub-task message (fan-out steps), the assistant turn the
-server streamed (its text and tool calls) and the tool results. The history is kept in
-chat's shape (``tool_calls`` on the assistant message, ``{"role": "tool", "tool_call_id",
-"content"}`` results), which each dialect renders in its own; a streamed tool call's id,
-name and arguments are used as they came, an answer of plain text gets a synthetic call
-(id ``call_<task>_<step>_<branch>``, the plan's tool, arguments ``{}``). A call's first
-result is the plan's tool output (``tool_output_tokens``); further calls of the same
-answer get an empty result. After a call the tool runs for its drawn latency
-(``record.tool_ms``) before the next step; the last step runs no tool.
-
-A failed call fails its task: no later step is sent (a fan-out's siblings in flight
-finish). A tool whose run would end at or after the level's end by ``--duration`` is not
-waited for: the task sends no later step (and a closed loop's user stops). A task ended
-early — by a failure, a dropped call, the budget or the level's end — has no record of its
-last step (``step == steps``); one that failed has a record that is not ``ok``.
+docs/architecture.md, "How a level is sent" → "Sessions and agentic tasks", has the
+history's shape, the synthetic tool call, how the budget, credits and ``--duration`` end a
+task, and which records a task ended early leaves.
 """
 
 from __future__ import annotations

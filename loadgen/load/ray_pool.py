@@ -1,30 +1,16 @@
 """One level over Ray actors, across machines: :class:`RayPool` (the coordinator's side).
 
-Ray, the optional extra ``distributed``, is the engine: it starts the actors on the
-nodes, carries the calls and reports deaths; loadgen manages no cluster. Ray is imported
-when it is needed (:func:`import_ray`), so loadgen imports without it.
+Ray, the optional extra ``distributed``, starts the actors, carries the calls and reports
+deaths; loadgen manages no cluster and imports Ray only when needed (:func:`import_ray`).
+One async actor per worker hosts a :class:`~loadgen.load.runner.Runner` built from the
+picklable :class:`~loadgen.load.share.WorkerSetup`; a level goes ``prepare``, ``start``,
+then ``drain`` at least every ``flush_s``. No load is silently re-run (``max_restarts=0``,
+``max_task_retries=0``): a lost actor's last-drained in-flight requests become
+``worker_lost`` records. Each node's clock offset comes from the lowest-round-trip ping
+and converts the actor's times to the coordinator's clock.
 
-One async actor per worker, spread over the nodes (``SPREAD``, one CPU each), hosts a
-:class:`~loadgen.load.runner.Runner` with the transport and request source of the
-picklable :class:`~loadgen.load.share.WorkerSetup`. A level goes as with worker
-processes: every actor ``prepare``s its share, all ``start`` at one instant, then the
-coordinator ``drain``s each actor at least every ``flush_s`` (its finished records, the
-requests it has in flight and, at the end, its health) and writes the records.
-
-No load is silently re-run: the actors have ``max_restarts=0`` and their calls
-``max_task_retries=0``. An actor that dies (its node or process is gone) or does not
-answer within ``call_timeout_s`` (it is then killed) is lost for the rest of the run:
-its last-drained in-flight requests become ``worker_lost`` records, the level names it
-(partial), and the run goes on with the others.
-
-Clocks: each node has its own ``perf_counter_ns``. Before the run and before each level
-the coordinator calls every actor's ``now_ns`` ``pings`` times; at the call with the
-lowest round trip (sent at ``t0``, answered at ``t1``, the actor read ``t``) the offset
-is ``t - (t0 + t1) / 2``, right to within ``(t1 - t0) / 2`` (NTP's estimate; the true
-offset cannot lie outside). An actor starts at the level's start plus its offset, and
-every time it reports (schedule, send, events, end, loop-lag samples) is converted to
-the coordinator's clock. Per-request latencies are differences on one clock and are not
-touched by the offset; the workers' common start and the level's time window are.
+docs/architecture.md, "How a level is sent" → "Ray actors", has the level's steps, what
+loses an actor, and the offset's estimate and what it touches.
 """
 
 from __future__ import annotations

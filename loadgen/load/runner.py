@@ -1,25 +1,17 @@
 """The async load runner: closed loop (N users) and open loop (precomputed arrivals).
 
-One :class:`Runner` drives one level at a time through a :class:`Transport`. Requests
-come from a :class:`~loadgen.load.source.SpecSource`, from a session source (multi-turn
-conversations, :mod:`loadgen.load.sessions`) (by user and by schedule position,
-so a level can be split over worker processes: worker ``w`` of ``n`` runs the users
-``u ≡ w (mod n)`` and the sends ``i ≡ w (mod n)``, from the shared ``start_ns``), or from
-one plain iterator shared by every user (benchmarks and tests). Every
-request gets a :class:`RequestRecord` with ``scheduled_ns`` (when it should have gone)
-and ``sent_ns`` (when it went); every finished record — ok, failed or cancelled — is
-handed to ``on_record`` at once (the CLI appends it to ``records.jsonl``), so an
-interrupted run loses nothing that finished.
+One :class:`Runner` drives one level at a time through a :class:`Transport`. Requests come
+from a :class:`~loadgen.load.source.SpecSource`, a session source
+(:mod:`loadgen.load.sessions`), both split over workers by user and schedule position, or
+one plain iterator shared by every user (benchmarks and tests). Every request gets a
+:class:`RequestRecord` with ``scheduled_ns`` and ``sent_ns``, and every finished record is
+handed to ``on_record`` at once, so an interrupted run loses nothing that finished.
+:meth:`Runner.prepare` makes a :class:`~loadgen.load.context.Driver`;
+:meth:`Runner.run_prepared` starts the level and hands it a
+:class:`~loadgen.load.context.LevelContext`.
 
-:meth:`Runner.prepare` turns the requests into a :class:`~loadgen.load.context.Driver`
-ahead of the level's start; :meth:`Runner.run_prepared` starts the level and hands the
-driver a :class:`~loadgen.load.context.LevelContext`, through which it sends. The closed
-and open loops here and the sessions of :mod:`loadgen.load.sessions` are such drivers.
-
-With ``plan.warm_connections`` the runner opens, before the level's clock starts, the
-connections the level will hold (:meth:`Runner.connections_for`), so its first requests
-do not each wait for a TCP connect. While a level runs, a monitor task measures event-loop lag every 10 ms, and the
-garbage collector is frozen and disabled (a collection pause would show up as latency).
+docs/architecture.md, "How a level is sent" → "The runner", has the split over workers,
+connection warming, the event-loop lag monitor and the frozen garbage collector.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """Multi-turn sessions on the runner: each turn resends the history and the real answer.
 
 A session (:class:`~loadgen.records.SessionPlan`) is held by one task from its first turn
-to its last, so it stays on the worker process that starts it:
+to its last, so it stays on the worker process that starts it; the closed and open loops
+around it are :mod:`loadgen.load.conversations`'s. Turn ``t``'s prompt is the chat history
+with the answers the server streamed, plus the new user message; its ``scheduled_ns`` is
+the previous turn's end plus the think time, so a client that sends late shows it. A turn
+that fails ends its session: without the answer there is nothing true to resend.
 
-- closed loop: each user holds one session at a time and starts the next when it ends;
-  user ``u``'s sessions and their requests are the same whatever the number of workers
-  (the level's request budget, its warm-up and ``--duration`` count turns, as without
-  sessions: a user stops mid-session when its share of the budget is used up);
-- open loop: *sessions* arrive on the level's schedule (the rate is of sessions, and
-  ``requests``/``warmup_requests`` count sessions); each later turn follows the previous
-  one's end by its think time. With a cap on requests in flight every turn waits for a
-  credit like any send; a turn dropped there ends its session.
-
-Turn ``t``'s prompt is the chat history — the system prompt if any, then every earlier
-user message and the answer text the server streamed for it — plus the new user message
-(the completions API gets the contents joined by newlines). A turn's ``scheduled_ns`` is
-when it was due (the previous turn's end plus the think time), so a client that sends
-late shows it. A turn that fails ends its session: without the answer there is nothing
-true to resend. A think time that would end at or after the level's end by ``--duration``
-ends it too, at once (closed and open loop alike).
+docs/architecture.md, "How a level is sent" → "Sessions and agentic tasks", has how the
+budget, credits and ``--duration`` count and end sessions, and the completions API's prompt.
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """How many worker processes ``--workers auto`` (the default) starts on this machine.
 
-A worker's cost is per streamed event, not per stream: every event is read, stamped and
-parsed on the worker's one event loop. So the count is what the run's busiest level
-needs over what one process holds, and never more than the free cores:
+A worker's cost is per streamed event, not per stream (every event is read, stamped and
+parsed on its one event loop), so ``workers = ceil(need / capacity)``: the busiest level's
+events per second (:data:`EVENTS_PER_STREAM_S` per closed-loop stream; rate × mean output
+tokens open loop) over :data:`EVENTS_PER_WORKER_S`, at least 1 and at most the free cores
+(a ``/proc/stat`` sample over :data:`BUSY_SAMPLE_S`). A light load stays in one process.
+Ray clusters keep their own rule (:func:`loadgen.load.workers.auto_workers`).
 
-- **need** (events per second): closed loop, the most streams a level keeps open ×
-  :data:`EVENTS_PER_STREAM_S` (a conservative stream: a token every 20 ms); open loop, the
-  highest rate × the workload's mean output tokens (each token an event), and never more than
-  the ``--max-in-flight`` cap's streams would stream;
-- **capacity**: :data:`EVENTS_PER_WORKER_S`, what one process holds with its p99 gap
-  error at most 2 ms;
-- **free cores**: the CPUs this process may run on (``sched_getaffinity``) minus the cores
-  busy now (``/proc/stat`` over :data:`BUSY_SAMPLE_S`; the one-minute load average where
-  there is none), rounded; at least 1. A sample, not the load average, on Linux: the load
-  average still counts a run that ended a minute ago, so the second run of a matrix would
-  get fewer workers than the first. The coordinator gets no core of its own:
-  it only writes the workers' batches (``benchmarks/scale_out.py``, 256 streams on 2 cores
-  that also run the server: +19 ms mean client-added TTFT with 2 workers, +44 ms with 1).
-
-``workers = ceil(need / capacity)``, at least 1, at most the free cores: a light load stays
-in one process. Ray clusters keep their own rule (:func:`loadgen.load.workers.auto_workers`).
+docs/architecture.md, "How a level is sent" → "How many workers ``--workers auto``
+starts", has the rule in full and why a sample, not the load average; docs/guide.md, "More
+streams than one process can time", has the measurements behind the capacity.
 """
 
 from __future__ import annotations

@@ -1,34 +1,17 @@
 """One level over several worker processes: a coordinator without HTTP, N senders.
 
-Each worker is a process with its own event loop (uvloop when present), transport and
-:class:`~loadgen.load.runner.Runner`; it runs its share of each level (users and sends
-``w, w + n, …``, see :mod:`loadgen.load.source`) from a start instant on the shared
-monotonic clock (``CLOCK_MONOTONIC`` is system-wide on Linux, so the workers' timestamps
-need no conversion). A level goes:
+Each worker is a process with its own event loop, transport and
+:class:`~loadgen.load.runner.Runner`, running its share of each level (users and sends
+``w, w + n, …``, see :mod:`loadgen.load.source`) from one start instant on the shared
+monotonic clock. A level goes ``prepare``, ``start``, records in batches (with the
+requests in flight, or a heartbeat), ``done``. A worker that dies leaves its last-listed
+in-flight requests as ``worker_lost`` records; one silent for :data:`SILENT_S` is named in
+the level's client health. Workers ignore SIGINT/SIGTERM and stop on the coordinator's
+``interrupt`` (killed after :data:`STOP_WAIT_S`), so nothing is lost. The transport, the
+request source and the record codec come as picklable factories: ``load/`` knows neither
+the client nor the run folder.
 
-1. ``prepare``: every worker builds its requests (prompts included) and says ready;
-2. ``start``: the coordinator picks ``start_ns`` a little ahead and sends it;
-3. records: each worker sends its finished records in batches (one message per batch,
-   at least every ``flush_s``) with a list of the requests it has in flight, and the
-   coordinator writes the records to the run folder; when a worker dies, its last-listed
-   in-flight requests become ``worker_lost`` records, the level names it (partial), and
-   only what it sent since its last batch is unknown (see :mod:`loadgen.load.share`);
-   a worker with nothing new to report sends a heartbeat instead, so one that sends
-   nothing for :data:`SILENT_S` (stopped, or starved of CPU) is named in the level's
-   client health with how long it was silent;
-   (a level run until precise: the coordinator's ``end`` when its targets are met, after
-   which a worker sends nothing new and its in-flight requests finish);
-4. ``done``: the worker's own health (event-loop lag, CPU, run-queue wait).
-
-Ctrl-C reaches every process of the terminal's group, and so does the SIGTERM of
-``timeout`` or of a supervisor that signals the group: workers ignore both (they are born
-with them blocked, so not even a signal during their start-up kills one) and stop on the
-coordinator's ``interrupt`` instead, so in-flight requests become ``cancelled`` records and
-nothing is lost. A worker that has not answered the interrupt within :data:`STOP_WAIT_S`
-(a stopped or hung process) is killed, and its last-listed in-flight requests become
-``worker_lost`` records, so a stop never waits longer than that for the workers. The
-transport, the request source and the record codec come as picklable factories: ``load/``
-knows neither the client nor the run folder.
+docs/architecture.md, "How a level is sent" → "Worker processes", has each step in full.
 """
 
 from __future__ import annotations
