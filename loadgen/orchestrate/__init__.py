@@ -2,23 +2,11 @@
 
 Everything below it (``workload/``, ``client/``, ``load/``, ``metrics/``, ``report/``,
 ``dashboard/``) knows nothing of the others' wiring; the command line (``cli/``) and the
-Python API (``loadgen.api``) only parse and call in here. Its modules, in the order a run
-meets them (docs/architecture.md, "Layers", lists the same):
-
-- ``config``: :class:`RunConfig`, the one client configuration, which checks itself;
-  :class:`Origin` (whose spelling an error names); ``Resume`` (a run continued).
-- ``flags``: :class:`RunFlags`, ``loadgen run``'s options as given.
-- ``from_flags``: the flags turned into one ``RunConfig`` (``--resume`` too).
-- ``agent_replay``: ``--trace`` of an agent trace: its workload and profile.
-- ``execution``: :func:`execute`, one run wired end to end (target, calibration, levels,
-  files, summary).
-- ``calibration``: the prompt calibration and the dialect's options for a run.
-- ``sweep_driver``: the sweep's levels driven, summarised and merged across trials.
-- ``run_json``: what ``run.json`` says, from the config.
-- ``live_dashboard``: the live page wired to a run and to ``loadgen watch``.
-- ``recover``: a crashed run's summary rebuilt, its sweep resumed.
-- ``matrix``: server configurations started, measured and compared.
-- ``demo``: ``loadgen demo``.
+Python API (``loadgen.api``) only parse and call in here. docs/architecture.md, "Layers"
+(its ``orchestrate/`` row, which ``tests/test_layers.py`` checks against the modules),
+lists the modules and what each does; "A run, from workload to summary" follows a run
+through them, from ``config`` (:class:`RunConfig`, :class:`Origin`, ``Resume``) and
+``flags``/``from_flags`` to ``execution``'s :func:`execute`.
 
 Other layers import the names below from here, never from the modules (one spelling for
 each: ``tests/test_layers.py`` checks it; no name is also a module's); the modules import

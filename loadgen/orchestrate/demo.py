@@ -1,27 +1,14 @@
 """``loadgen demo``: chunked prefill on vs off, measured end to end, in about a minute.
 
-Starts the reference server (simulated H100 running Llama-3.1-8B) on a free loopback
-port, twice — with and without chunked prefill — and drives each with the same seeded
-``demo`` workload (chat requests plus a few 10k-14k-token prompts) at rising
-concurrency, with the server's Prometheus ``/metrics`` scraped (as ``loadgen run
---scrape-metrics`` does), so each report shows its running and waiting requests and
-KV-cache use. Without chunking, every long prefill runs whole in one engine step (with
-whatever other prompts fit the budget, which is then the context length) and all running
-decodes wait behind it: the chat requests' ITL p99 jumps. With chunking the long prompt
-is cut into budget-sized pieces between decode steps: ITL stays flat and the long
-requests' own TTFT pays instead. The headline printed at the end is that gap.
+Starts the reference server (simulated H100 running Llama-3.1-8B, at most
+:data:`DEMO_MAX_SEQS` sequences at once) on a free loopback port twice — with chunked
+prefill (a 2,048-token budget) and without — and drives each with the same seeded ``demo``
+workload (chat requests plus a few 10k-14k-token prompts) at rising concurrency, with the
+server's ``/metrics`` scraped. Without chunking a long prefill stalls every running decode
+and the chat requests' ITL p99 jumps; the headline printed at the end is that gap.
 
-The chunked configuration runs with a 2,048-token budget, the value vLLM's docs suggest
-for inter-token latency; ``vllm serve``'s default on an H100 is 8,192, whose chunks stall
-decodes about four times longer (``loadgen serve`` prints the limits it runs with).
-
-Both servers run at most :data:`DEMO_MAX_SEQS` sequences at once (``--max-num-seqs``), a
-batch limit small enough that the levels (4 → 32 users) cross it within a minute: past it
-requests queue, TTFT climbs and SLO attainment falls below the target (the capacity,
-inside the measured levels, where the report's capacity card shows it). Throughput varies
-with how many long prompts a 7-second level draws, more than the knee's 5% rule can see
-through, so the report declares no knee (docs/metrics.md gives the rule). The simulator is deterministic (seeded requests,
-modelled step times), so the same command gives the same knee on any machine.
+docs/guide.md, "The demo", has what to look for, why the budget and the batch limit are
+what they are, and why the reports declare no knee.
 """
 
 from __future__ import annotations

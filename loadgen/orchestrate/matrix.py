@@ -4,46 +4,13 @@ A matrix file names the server configurations (a command template and a grid or 
 parameters, or a fixed URL), the workload, the load profile and the SLOs. For each
 configuration loadgen starts the server in its own process group (its output kept in
 ``server.log``), waits for ``/health``, runs the profile with ``/metrics`` scraped (each
-level as long as the profile says, by the rule ``loadgen run`` follows for its flags and
-profile files: :func:`loadgen.load.profiles.with_budget`), and stops the server (SIGTERM,
-SIGKILL after a grace period). A server that does not start, or dies during its run, is
-reported in ``matrix.json`` and the matrix goes on.
+level's length by :func:`loadgen.load.profiles.with_budget`, as ``loadgen run`` does), and
+stops the server (SIGTERM, SIGKILL after a grace period). A server that does not start, or
+dies during its run, is reported in ``matrix.json`` and the matrix goes on. The output
+folder holds one run folder per configuration, ``matrix.json`` and ``matrix.html`` (every
+configuration against the baseline, via the comparison page).
 
-The output folder holds one run folder per configuration, ``matrix.json`` (each
-configuration's parameters, command, status, wall time and headline numbers) and
-``matrix.html`` (every configuration against the baseline, via the comparison page).
-
-File format (TOML)::
-
-    name = "chunking"
-    baseline = "chunked=on,mnbt=2048"       # a configuration's name (default: the first)
-
-    [server]
-    command = "loadgen serve --engine sim --port {port} --max-num-batched-tokens {mnbt} {chunked}"
-    health_timeout_s = 60                   # default 60
-    stop_grace_s = 10                       # default 10
-
-    [grid]                                  # every combination (or [[configs]], a list)
-    mnbt = [512, 2048]
-    chunked = { on = "--chunked-prefill", off = "--no-chunked-prefill" }   # label = value
-
-    [run]
-    api = "completions"
-    workload = "chat"                       # or prompt_tokens / output_tokens
-    api_key_env = "OPENAI_API_KEY"          # secrets come from the environment, never the file
-    header_env = { "X-Api-Key" = "MY_KEY" } # header name = the variable holding its value
-    slos = ["ttft=500ms", "tpot=50ms"]
-    trials = 3                              # each level 3 times: compared between trials
-    [run.profile]                           # a profile table, or profile = "name"
-    mode = "concurrency"
-    levels = [4, 16]
-    requests = 40                           # or duration_s = 15 alone: 15 s a level, no request cap
-
-``{port}`` is a free loopback port chosen for each configuration; the server's URL is
-``http://127.0.0.1:{port}``. A command that starts with ``loadgen`` runs this
-installation's loadgen (``python -m loadgen``). Instead of ``command``, ``url = "…"``
-measures a server someone else runs (one configuration; nothing is started or stopped).
-A ``[[configs]]`` entry is ``{name = "…", params = {…}}``.
+docs/guide.md, "Compare serving configurations" → "The matrix file", has the file format.
 """
 
 from __future__ import annotations

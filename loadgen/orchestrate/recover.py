@@ -1,23 +1,17 @@
 """A run folder after a crash: its summary rebuilt, its sweep resumed.
 
-A run writes ``records.jsonl`` (and ``events.bin``) as requests finish and, after each
-level, a ``summary.json`` of the levels so far; the run-wide summary (capacity,
-saturation, ``interrupted``) is written at the end, and ``run.json`` then says how the
-run ended (``finished``). A ``kill -9`` (or the SIGKILL a supervisor sends when its grace
-period after SIGTERM runs out first) leaves the records, ``run.json`` and at most that
-per-level summary.
+A run appends its records as requests finish, writes ``summary.json`` after each level and
+says in ``run.json`` when it ``finished``; a ``kill -9`` leaves the records, ``run.json``
+and at most that per-level summary. :func:`recover` replays the run's sweep over what the
+folder holds: a finished level keeps the summary the run wrote, the others are summarised
+again from their records by the same ``summarize_level``. :func:`rebuild_summary` writes
+the result (``loadgen report``); :func:`resume_config` turns it into a :class:`RunConfig`
+that runs the sweep on from its first unfinished level (``loadgen run --resume``), after
+:class:`~loadgen.report.files.RunWriter` (``keep_levels_below``) cut a partly-run level's
+records off the files.
 
-:func:`recover` replays the run's sweep over what the folder holds, the way the run
-itself drove it: each level's summary is the one the run wrote when it has one and the
-level finished, else it is made again from the level's records (the same
-``summarize_level``; the event-loop lag and the workers' own health are not in the
-records, so a level made again judges the client by its send lateness alone). A level
-with records after which the run stopped is partial (``interrupted``) unless ``run.json``
-says the run finished. :func:`rebuild_summary` writes the result as ``summary.json``
-(``loadgen report``); :func:`resume_config` turns it into a :class:`RunConfig` that runs
-the sweep on from its first unfinished level (``loadgen run --resume``), after
-the run folder's writer has cut the records of a partly-run level off the files
-(:class:`~loadgen.report.files.RunWriter`'s ``keep_levels_below``).
+docs/guarantees.md, "Stopping, crashes and resuming", says what a rebuilt or resumed run
+keeps and loses.
 """
 
 from __future__ import annotations
