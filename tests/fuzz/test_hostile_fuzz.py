@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import tracemalloc
 import zlib
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import ErrorKind, RequestSpec
+from tests.fuzz.raw_server import RawServer
 from tests.fuzz.strategies import budget
 
 MIB = 1 << 20
@@ -109,39 +109,14 @@ def wire(shape: Shape) -> tuple[bytes, bytes, bool]:
     return head, body, shape.ending == "hold"
 
 
-class _Server:
+class _Server(RawServer):
     """Raw asyncio in a thread of its own: answers request ``i`` (its prompt's last word)
     with ``shapes[i]``; ``handled`` counts the requests read."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.shapes: dict[int, Shape] = {}
         self.handled = 0
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-        self._ready = threading.Event()
-
-    def _main(self) -> None:
-        loop = self._loop
-        asyncio.set_event_loop(loop)
-        server = loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        loop.run_forever()
-        for task in asyncio.all_tasks(loop):
-            task.cancel()
-        server.close()
-        loop.run_until_complete(asyncio.sleep(0))
-        loop.close()
-
-    def __enter__(self) -> _Server:
-        self._thread.start()
-        assert self._ready.wait(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(30)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.transports import TRANSPORTS, TransportConfig, make_transport
 from loadgen.load.runner import LevelPlan, Runner
 from loadgen.records import ErrorKind, RequestSpec
+from tests.fuzz.raw_server import RawServer
 from tests.fuzz.strategies import budget
 
 INTERIM = {
@@ -91,40 +91,15 @@ def _answer(script: Script, tokens: int) -> tuple[bytes, bytes, bool]:
     return out, trail[script.trail], False
 
 
-class _Server:
+class _Server(RawServer):
     """Raw asyncio in a thread: request ``i`` (its prompt's last word) is answered as
     ``scripts[i]`` says; ``received`` counts each request index it read."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.scripts: dict[int, Script] = {}
         self.tokens: dict[int, int] = {}
         self.received: Counter[int] = Counter()
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-        self._ready = threading.Event()
-
-    def _main(self) -> None:
-        loop = self._loop
-        asyncio.set_event_loop(loop)
-        server = loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        loop.run_forever()
-        for task in asyncio.all_tasks(loop):
-            task.cancel()
-        server.close()
-        loop.run_until_complete(asyncio.sleep(0))
-        loop.close()
-
-    def __enter__(self) -> _Server:
-        self._thread.start()
-        assert self._ready.wait(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(30)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
