@@ -10,6 +10,9 @@ Worker processes ignore all three and stop when their coordinator says so; one t
 not answered within :data:`loadgen.load.workers.STOP_WAIT_S` (5 s) is killed, its requests
 in flight recorded as ``worker_lost``.
 
+A process started with SIGHUP ignored (``nohup``) keeps ignoring it: loadgen then stops on
+SIGINT and SIGTERM only, and a closed terminal does not end the run.
+
 A closed terminal fails every later write to it (EIO; a pipe whose reader went with it:
 EPIPE). On SIGHUP, :func:`release_lost_console` points standard output and standard error
 that can no longer be written at ``/dev/null``, so the summary, the report and the exit code
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from loadgen.errors import Terminated
 
 __all__ = [
+    "HUP",
     "STOP_SIGNALS",
     "TERMINATING",
     "Stop",
@@ -40,8 +44,10 @@ __all__ = [
     "stop_signals",
 ]
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-TERMINATING = (signal.SIGTERM, signal.SIGHUP)  # the stop signals that unwind as Terminated
+# started under nohup (SIGHUP ignored): a hang-up is to be survived, as the user asked
+HUP = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, *HUP)
+TERMINATING = (signal.SIGTERM, *HUP)  # the stop signals that unwind as Terminated
 _GONE = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
 

@@ -249,3 +249,29 @@ warmup_requests = 0
     first = doc["configs"][0]
     assert first["status"] == "interrupted" and first["server_exit_code"] is not None, first
     assert json.loads((out / first["folder"] / "run" / "summary.json").read_text())["interrupted"] is True
+
+
+def test_under_nohup_a_hang_up_is_survived(tmp_path: Path) -> None:
+    """Started with SIGHUP ignored (``nohup``), loadgen keeps ignoring it: the run goes on
+    to its end (exit 0, every request ok), the terminal's close notwithstanding."""
+    out = tmp_path / "nohup"
+    with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.01)) as srv:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "loadgen.cli", "run", "--url", srv.url, "--prompt-tokens", "8"),
+                *("--out", str(out), "--concurrency", "2", "--requests", "12", "--output-tokens", "20"),
+                *("--workers", "2", "--quiet"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup does
+        )
+        _wait_for_records(proc, out, 2)
+        os.killpg(proc.pid, signal.SIGHUP)
+        output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 12 and all(r["status"] == "ok" for r in records)

@@ -82,7 +82,9 @@ def run_forever(
         def on_signal() -> None:  # the first drains, a second ends the drain at once
             (hurry if stop.is_set() else stop).set()
 
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal closed
+        # SIGHUP: the terminal closed; not under nohup, which asked for it to be survived
+        hup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+        for sig in (signal.SIGINT, signal.SIGTERM, *hup):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, on_signal)
         runner, url = await start_server(app, host, port)
