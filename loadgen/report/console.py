@@ -86,16 +86,29 @@ def _pct(rel: float) -> str:
     return f"{100 * rel:.0f}%" if rel >= 0.01 else f"{100 * rel:.1f}%"
 
 
+def _bound(x: float) -> str:
+    """An interval's bound in 3 significant digits, never in exponent form."""
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.1e}"
+
+
 def with_pm(text: str, value: float | None, iv: StatInterval | None) -> str:
-    """``text`` (the formatted ``value``) with its interval as ``±6%`` (the larger side of
-    the interval, relative to the value); :data:`UNBOUNDED` when it cannot be bounded;
-    ``text`` alone without an interval."""
+    """``text`` (the formatted ``value``) with its interval: ``±6%`` (the larger side of
+    the interval, relative to the value) up to ±100%; wider, the bounds themselves
+    (``24.9 ms [0.51, 413]``: a percentage over 100 reads as noise); ``±—`` when the data
+    cannot bound it (the value is still shown; the reason is printed once, below); ``text``
+    alone without an interval."""
     if iv is None or value is None:
         return text
     if not iv.bounded:
-        return UNBOUNDED
+        return f"{text} ±{UNBOUNDED}"
     rel = iv.relative_half_width(value)
-    return text if rel is None else f"{text} ±{_pct(rel)}"
+    if rel is None:
+        return text
+    if rel > 1 and iv.low is not None and iv.high is not None:
+        return f"{text} [{_bound(iv.low)}, {_bound(iv.high)}]"
+    return f"{text} ±{_pct(rel)}"
 
 
 def _dist_cell(d: Distribution, stat: str, fmt: Any = fmt_latency) -> str:
@@ -112,12 +125,15 @@ def n_eff_text(level: LevelSummary) -> str:
 
 def interval_lines(level: LevelSummary, stats: Sequence[str] = ("mean", "p50", "p90", "p99", "p99.9")) -> list[str]:
     """Under a level's numbers: the confidence and ``n_eff``, and which of the ``stats``
-    shown as :data:`UNBOUNDED` have no interval, with one reason ([] without intervals)."""
+    shown with ``±—`` have no interval, with one reason ([] without intervals)."""
     neff = n_eff_text(level)
     if not neff:
         return []
     conf = (level.ttft_ms.intervals or {})["mean"].confidence  # there is one: n_eff_text found it
-    out = [f"±: {100 * conf:g}% intervals (the larger side, relative); {neff} requests (TTFT, send order)"]
+    out = [
+        f"±: {100 * conf:g}% intervals (the larger side, relative; wider than the value: [low, high]); "
+        f"{neff} requests (TTFT, send order)"
+    ]
     which, reasons = [], []
     for m, d in _shown(level):  # those with intervals: TTFT, ITL, TPOT, E2E
         ivs = d.intervals or {}
@@ -126,7 +142,7 @@ def interval_lines(level: LevelSummary, stats: Sequence[str] = ("mean", "p50", "
             which.append(f"{m.console} {', '.join(bad)}")
             reasons.append(f"{bad[-1]}: {ivs[bad[-1]].reason}" if bad[-1] == "mean" else str(ivs[bad[-1]].reason))
     if which:
-        out.append(f"{UNBOUNDED} not bounded: {'; '.join(which)} (too few effective values; {reasons[0]})")
+        out.append(f"±{UNBOUNDED} not bounded: {'; '.join(which)} (too few effective values; {reasons[0]})")
     return out
 
 

@@ -93,8 +93,9 @@ def pm_cell(value: float | None, iv: StatInterval | None) -> str:
     :data:`~loadgen.report.console.UNBOUNDED` when it cannot be bounded, ``–`` without one."""
     if iv is None or value is None:
         return "–"
-    text = with_pm("", value, iv)
-    return UNBOUNDED if text == UNBOUNDED else (text.strip() or "–")
+    if not iv.bounded:
+        return UNBOUNDED
+    return with_pm("", value, iv).strip() or "–"
 
 
 def interval_note(levels: Sequence[LevelSummary]) -> str:

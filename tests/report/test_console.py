@@ -171,8 +171,9 @@ def test_one_level_table_has_a_unit_in_every_cell() -> None:
     assert len(rows) == 6
     for row in rows:
         cells = [c.strip() for c in row.strip("│").split("│")][1:]
-        # a latency with its unit, and its interval where it has one ("—": cannot be bounded)
-        assert cells and all(re.fullmatch(r"–|—|[\d.,]+ (ms|s)( ±[\d.]+%)?", c) for c in cells), row
+        # a latency with its unit, always (issue 37: a value is never hidden), and its interval
+        # where it has one: ±6%, the bounds when wider than the value, "±—" when it cannot be bounded
+        assert cells and all(re.fullmatch(r"–|[\d.,]+ (ms|s)( ±[\d.]+%| ±—| \[[^\]]+\])?", c) for c in cells), row
     e2e = next(r for r in rows if r.startswith("│ E2E"))
     assert "20.0 s" in e2e  # seconds-long, in seconds, said so
     assert f"sends: {lv.schedule.late} of 12 late (over 2.00 ms), 2 dropped" in text  # type: ignore[union-attr]
@@ -206,5 +207,24 @@ def test_the_console_gives_the_summarys_client_bound_reason() -> None:
     other = _level(4, [TokenSource.EVENTS] * 2)
     assert "4 users: client-bound" not in "\n".join(level_notes([lv, other]))
     assert level_notes([lv, other])[0] == "2 users: client-bound: waited for a CPU 8% of the time"
-    assert all(n.startswith(("2 users: — not bounded", "4 users: — not bounded")) for n in level_notes([lv, other])[1:])
+    assert all(
+        n.startswith(("2 users: ±— not bounded", "4 users: ±— not bounded")) for n in level_notes([lv, other])[1:]
+    )
     assert level_line(lv).endswith("; client-bound: waited for a CPU 8% of the time")
+
+
+def test_a_value_is_never_hidden_and_a_wide_interval_shows_its_bounds() -> None:
+    """Issue 37: a statistic whose interval cannot be bounded still prints its value (was: a
+    bare "—" in its place, so the console said nothing of a TTFT p99 the report printed);
+    an interval wider than the value prints its bounds, never "±1561%"."""
+    from loadgen.metrics.results import StatInterval
+    from loadgen.report.console import with_pm
+
+    unbounded = StatInterval(low=None, high=None, n_eff=9.0, confidence=0.95, reason="too few")
+    assert with_pm("148 ms", 148.0, unbounded) == "148 ms ±—"
+    wide = StatInterval(low=0.51, high=413.2, n_eff=9.0, confidence=0.95)
+    assert with_pm("24.9 ms", 24.9, wide) == "24.9 ms [0.51, 413]"
+    narrow = StatInterval(low=23.0, high=26.0, n_eff=90.0, confidence=0.95)
+    assert with_pm("24.9 ms", 24.9, narrow) == "24.9 ms ±8%"
+    big = StatInterval(low=1.0, high=14_500.0, n_eff=9.0, confidence=0.95)
+    assert "e+" not in with_pm("1,450 ms", 1450.0, big)  # no exponent form
