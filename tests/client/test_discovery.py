@@ -10,6 +10,7 @@ from loadgen.client.discovery import discover, endpoint_path, normalize_url, spl
 from loadgen.client.redact import redact_url
 from loadgen.errors import ConfigError, TargetError
 from tests.client.redirecting import RedirectingServers
+from tests.scripted_server import ScriptedServer
 
 
 @pytest.mark.parametrize(
@@ -66,3 +67,9 @@ async def test_a_redirected_model_list_is_an_error_naming_its_location() -> None
 def test_an_endpoint_url_is_cut_to_its_base(url: str, base: str, path: str | None) -> None:
     assert normalize_url(url) == base
     assert endpoint_path(url) == path
+
+
+async def test_a_model_list_missing_under_a_path_says_url_takes_the_base_url() -> None:
+    async with ScriptedServer() as srv:
+        with pytest.raises(TargetError, match=r"404 \(--url takes the server's base URL, .*\); pass --model"):
+            await discover(normalize_url(srv.url + "/proxy"), {})
