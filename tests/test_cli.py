@@ -231,6 +231,15 @@ def test_secrets_never_reach_files(server: ScriptedServerProcess, tmp_path: Path
     assert run["config"]["header_names"] == ["Authorization", "X-Token"]
 
 
+def test_an_endpoint_given_as_url_is_cut_to_the_base_url(server: ScriptedServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "endpoint"
+    args = ["--api", "chat", "--requests", "3", "--prompt-tokens", "8", "--output-tokens", "2", "--out", str(out)]
+    res = runner.invoke(app, ["run", "--url", server.url + "/v1/chat/completions", *args])
+    assert res.exit_code == 0, res.output
+    assert f"--url: /v1/chat/completions taken off; --url takes the server's base URL ({server.url})" in res.output
+    assert json.loads((out / "summary.json").read_text())["levels"][0]["requests"]["ok"] == 3
+
+
 def test_ctrl_c_keeps_records_and_summarises(tmp_path: Path) -> None:
     out = tmp_path / "interrupted"
     with ScriptedServerProcess(Script(ttft_s=0.01, itl_s=0.05)) as srv:

@@ -37,6 +37,25 @@ def test_nothing_cites_a_document_the_repository_lacks() -> None:
     assert not offenders, offenders
 
 
+CODE = re.compile(r"```.*?```|`[^`\n]+`", re.DOTALL)
+NAMED = re.compile(r"--(profile|workload)[ =]([^\s`'\"|)\\]+)")
+
+
+def test_every_profile_and_workload_an_example_names_exists() -> None:
+    """A ``--profile NAME`` or ``--workload NAME`` in a page's code is a shipped file (or a
+    path that exists), so a copied example never stops at 'unknown profile'."""
+    missing = []
+    for page in _pages():
+        for code in CODE.findall(page.read_text()):
+            for kind, name in NAMED.findall(code):
+                if "<" in name or name.isupper() or name.startswith("path/to/"):
+                    continue  # a placeholder: --workload NAME, --profile <str>
+                shipped = ROOT / f"{kind}s" / f"{name}.toml"
+                if not shipped.exists() and not (ROOT / name).is_file():
+                    missing.append(f"{page.relative_to(ROOT)}: --{kind} {name}")
+    assert not missing, missing
+
+
 def test_the_timeline_figure_is_what_its_script_draws() -> None:
     sys.path.insert(0, str(DOCS / "figures"))
     try:

@@ -156,6 +156,38 @@ command = "loadgen serve --engine sim --time-scale 0.01 --port {port}"
     assert level["requests"]["ok"] > 100  # not stopped at the default count
 
 
+def test_duration_sets_each_level_length_over_the_files_profile(tmp_path: Path) -> None:
+    # the file counts 6 requests per level; --duration 2 replaces that with 2 s and no cap
+    matrix = write(
+        tmp_path,
+        """
+name = "short"
+[server]
+command = "loadgen serve --engine sim --time-scale 0.01 --port {port}"
+"""
+        + RUN.replace('prompt_tokens = "uniform:min=200,max=1500"', 'prompt_tokens = "64"').replace('"16"', '"4"'),
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["matrix", str(matrix), "--duration", "2", "-o", str(out)])
+    (entry,) = json.loads((out / "matrix.json").read_text())["configs"]
+    assert entry["status"] == "ok", result.output
+    run = json.loads((out / entry["folder"] / "run" / "run.json").read_text())
+    assert (run["profile"]["requests"], run["profile"]["duration_s"]) == (None, 2)
+    (level,) = json.loads((out / entry["folder"] / "run" / "summary.json").read_text())["levels"]
+    assert level["requests"]["ok"] > 6  # ran for its 2 s, not stopped at the file's 6 requests
+    assert 1.9 < level["duration_s"] < 60  # its 2 s (the upper bound: only a hang passes it)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "1e12"])
+def test_a_bad_duration_is_one_line_naming_the_flag(tmp_path: Path, value: str) -> None:
+    matrix = write(tmp_path, '[server]\nurl = "http://127.0.0.1:1"\n' + RUN)
+    result = CliRunner().invoke(app, ["matrix", str(matrix), "--duration", value, "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "--duration" in result.output and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

@@ -52,6 +52,9 @@ def report(
 def matrix(
     file: Path = typer.Argument(..., help="A matrix file (TOML): server configurations, workload, profile, SLOs"),
     out: str | None = typer.Option(None, "--out", "-o", help="Output folder (default reports/<time>-matrix-<name>)"),
+    duration: float | None = typer.Option(
+        None, "--duration", help="Seconds per level, over the matrix file's profile (no request cap, as run --duration)"
+    ),
     dashboard: bool = typer.Option(False, "--dashboard/--no-dashboard", help="Serve the live page of each run in turn"),
     dashboard_port: int | None = typer.Option(
         None, "--dashboard-port", help="The dashboard's port (default 8089; 0: any free one; implies --dashboard)"
@@ -64,7 +67,7 @@ def matrix(
     from loadgen.orchestrate import RunFlags, dashboard_at, load_matrix, run_matrix
     from loadgen.report.files import default_run_dir
 
-    spec = load_matrix(shipped(file))
+    spec = load_matrix(shipped(file), duration)
     out = out_folder(out)
     folder = Path(out) if out else default_run_dir(Path("reports"), f"matrix-{spec.name}")
     con = console()

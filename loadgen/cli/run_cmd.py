@@ -52,7 +52,8 @@ Url = Annotated[
         "--base-url",
         panel=_TARGET,
         help="Base URL of the server, e.g. "
-        "http://127.0.0.1:8000 (required unless --resume; --base-url as in vllm bench serve)",
+        "http://127.0.0.1:8000 (an endpoint's path, e.g. /v1/chat/completions, is taken off; "
+        "required unless --resume; --base-url as in vllm bench serve)",
     ),
 ]
 Api = Annotated[OptStr, _opt("--api", panel=_TARGET, help=f"API dialect (default chat): {api_help()}")]
@@ -484,7 +485,20 @@ def run(
         cfg = resume_run_config(flags, given, command, live=live)
     else:
         cfg = build_run_config(flags, command, live=live)
+    _say_endpoint_taken_off(flags.url, cfg.url)
     execute_and_exit(cfg, save_result)
+
+
+def _say_endpoint_taken_off(given: str | None, base: str) -> None:
+    """One dim line when ``--url`` named an endpoint (``/v1/chat/completions``), not the base URL."""
+    from loadgen.client.discovery import endpoint_path
+
+    path = None if given is None else endpoint_path(given)
+    if path is not None:
+        err_console.print(
+            f"[dim]--url: {escape(path)} taken off; --url takes the server's base URL ({escape(base)})[/dim]",
+            soft_wrap=True,
+        )
 
 
 def execute_and_exit(cfg: RunConfig, save_result: Path | None = None) -> None:

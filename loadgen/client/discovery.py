@@ -20,7 +20,21 @@ from loadgen.client.bounded import ACCEPT_ENCODING, DISCOVERY_S, MAX_ANSWER, rea
 from loadgen.client.redact import Redactor, redact_url
 from loadgen.errors import ConfigError, InvalidResponse, TargetError, redirect_text
 
-__all__ = ["ServerInfo", "discover", "normalize_url", "split_credentials"]
+__all__ = ["ENDPOINT_PATHS", "ServerInfo", "discover", "endpoint_path", "normalize_url", "split_credentials"]
+
+# The API paths the dialects post to (and the model list): a --url ending in one is an
+# endpoint pasted where the base URL belongs, so the path is taken off.
+ENDPOINT_PATHS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/embeddings",
+    "/v1/rerank",
+    "/v2/rerank",
+    "/v1/score",
+    "/v1/models",
+)
 
 
 @dataclass(slots=True)
@@ -31,8 +45,20 @@ class ServerInfo:
     max_model_len: int | None = None
 
 
+def endpoint_path(url: str) -> str | None:
+    """The API path at the end of ``url`` (``/v1/chat/completions``) that
+    :func:`normalize_url` takes off, or None when it ends in none."""
+    try:
+        path = urlsplit(url.strip()).path.rstrip("/")
+    except ValueError:  # not a URL: normalize_url says so
+        return None
+    return next((p for p in ENDPOINT_PATHS if path.endswith(p)), None)
+
+
 def normalize_url(url: str) -> str:
-    """``http://h:8000/v1/`` → ``http://h:8000``; credentials kept (they are used, not stored)."""
+    """``http://h:8000/v1/`` or ``http://h:8000/v1/chat/completions`` → ``http://h:8000``
+    (any of :data:`ENDPOINT_PATHS`, then a trailing ``/v1``); credentials kept (they are
+    used, not stored)."""
     try:
         parts = urlsplit(url.strip())
         _ = parts.port  # parsed on access: a port that is not a number 0-65535 raises
@@ -41,6 +67,9 @@ def normalize_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"not an http(s) URL: {url!r} (example: http://127.0.0.1:8000)", field="url")
     path = parts.path.rstrip("/")
+    endpoint = endpoint_path(url)
+    if endpoint is not None:
+        path = path[: -len(endpoint)]
     if path.endswith("/v1"):
         path = path[:-3]
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
@@ -104,7 +133,8 @@ async def discover(
     if status != 200:
         if model:  # some servers lack /v1/models; trust the user's model name
             return ServerInfo(base_url, model, [model])
-        raise TargetError(f"{shown} answered HTTP {status}; pass --model explicitly")
+        hint = " (--url takes the server's base URL, e.g. http://127.0.0.1:8000)" if urlsplit(base_url).path else ""
+        raise TargetError(f"{shown} answered HTTP {status}{hint}; pass --model explicitly")
     try:
         data = json.loads(body)
         entries = data["data"]

@@ -39,7 +39,7 @@ from loadgen.client.dialects import get_dialect
 from loadgen.client.discovery import normalize_url, split_credentials
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.inputs import InputError, open_input
-from loadgen.load.profiles import Profile, load_profile, profile_from_dict
+from loadgen.load.profiles import Profile, check_limits, load_profile, profile_from_dict, with_budget
 from loadgen.metrics.results import RunSummary
 from loadgen.metrics.slo import parse_slo
 from loadgen.orchestrate.config import DashboardAt, Origin, RunConfig
@@ -172,8 +172,10 @@ def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.=," else "_" for c in name)[:120] or "config"
 
 
-def load_matrix(path: Path) -> MatrixSpec:
-    """Read and validate a matrix file; every error names the file and the key."""
+def load_matrix(path: Path, duration_s: float | None = None) -> MatrixSpec:
+    """Read and validate a matrix file; every error names the file and the key.
+    ``duration_s`` (``loadgen matrix --duration``) sets each level's length over the file's
+    profile as ``loadgen run --duration`` does: no request cap."""
     source = str(path)
     try:
         with open_input(path) as fh:  # (a FIFO or a device: refused, not read)
@@ -234,6 +236,10 @@ def load_matrix(path: Path) -> MatrixSpec:
         profile = profile_from_dict(prof_data, f"{source} [run.profile]")
     else:
         raise _err(source, "run.profile", "give a profile's name or a [run.profile] table")
+    if duration_s is not None:
+        profile = with_budget(profile, None, duration_s)
+        profile.validate({"duration_s": "--duration"})
+        check_limits(profile, {"duration_s": "--duration"})
     slos = run.get("slos", profile.slos)
     if not isinstance(slos, list) or not all(isinstance(s, str) for s in slos):
         raise _err(source, "run.slos", 'must be a list of strings like ["ttft=500ms"]')

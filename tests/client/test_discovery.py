@@ -6,10 +6,11 @@ import base64
 
 import pytest
 
-from loadgen.client.discovery import discover, normalize_url, split_credentials
+from loadgen.client.discovery import discover, endpoint_path, normalize_url, split_credentials
 from loadgen.client.redact import redact_url
 from loadgen.errors import ConfigError, TargetError
 from tests.client.redirecting import RedirectingServers
+from tests.scripted_server import ScriptedServer
 
 
 @pytest.mark.parametrize(
@@ -46,3 +47,29 @@ async def test_a_redirected_model_list_is_an_error_naming_its_location() -> None
         with pytest.raises(TargetError, match=f"answered HTTP 302: redirect to '{srv.target}/v1/models' not followed"):
             await discover(srv.url, {"X-Secret": "s"}, "m")
     assert srv.reached == []
+
+
+@pytest.mark.parametrize(
+    ("url", "base", "path"),
+    [
+        ("http://h:8000/v1/chat/completions", "http://h:8000", "/v1/chat/completions"),
+        ("http://h:8000/v1/completions/", "http://h:8000", "/v1/completions"),
+        ("http://h/proxy/v1/responses", "http://h/proxy", "/v1/responses"),
+        ("http://h/v1/messages", "http://h", "/v1/messages"),
+        ("http://h/v1/embeddings", "http://h", "/v1/embeddings"),
+        ("http://h/v2/rerank", "http://h", "/v2/rerank"),
+        ("http://h/v1/score", "http://h", "/v1/score"),
+        ("http://h/v1/models", "http://h", "/v1/models"),
+        ("http://h:8000/v1", "http://h:8000", None),
+        ("http://h:8000/proxy", "http://h:8000/proxy", None),
+    ],
+)
+def test_an_endpoint_url_is_cut_to_its_base(url: str, base: str, path: str | None) -> None:
+    assert normalize_url(url) == base
+    assert endpoint_path(url) == path
+
+
+async def test_a_model_list_missing_under_a_path_says_url_takes_the_base_url() -> None:
+    async with ScriptedServer() as srv:
+        with pytest.raises(TargetError, match=r"404 \(--url takes the server's base URL, .*\); pass --model"):
+            await discover(normalize_url(srv.url + "/proxy"), {})

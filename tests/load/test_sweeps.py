@@ -197,6 +197,12 @@ def test_every_shipped_profile_loads() -> None:
     assert prof.levels == [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 
+def test_a_shipped_profile_says_it_stops_at_the_knee_only_when_it_does() -> None:
+    for name, description in list_profiles(search_dirs("profiles")):
+        prof = load_profile(name, search_dirs("profiles"))
+        assert ("stops at the knee" in description) == prof.stop.on_saturation, (name, description)
+
+
 @pytest.mark.parametrize(
     "name, needles",
     [
