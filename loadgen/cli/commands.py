@@ -140,10 +140,16 @@ def compare(
     label: list[str] = typer.Option([], help="A label per run, in order (default: the run labels)"),
     force: bool = typer.Option(False, help="Compare even when the workloads differ"),
 ) -> None:
-    """Compare runs side by side: overlaid curves, differences with 95% bootstrap intervals."""
-    from loadgen.report.compare import render_comparison
+    """Compare runs side by side: overlaid curves, differences with 95% bootstrap intervals.
 
-    console().print(f"comparison: {render_comparison(folders, out, labels=label or None, force=force)}")
+    Prints the verdict (the largest significant changes, then the tally) and the page's path."""
+    from loadgen.report.compare import compare_runs
+
+    result = compare_runs(folders, out, labels=label or None, force=force)
+    con = console()
+    for line in result.lines:
+        con.print(line, markup=False, highlight=False, soft_wrap=True)
+    con.print(f"comparison: {result.path}")
 
 
 @friendly

@@ -7,9 +7,10 @@ run, or on ``n`` with ``independent=True``), proportions (:func:`proportion_diff
 :func:`block_rates`, a block bootstrap over time). Each :class:`Difference` names its
 ``method`` (:data:`METHOD_NEFF`, :data:`METHOD_IID`, :data:`METHOD_BLOCKS`, or
 :data:`METHOD_WELCH` between repeated trials). The interval is the percentile interval of the
-resampled differences; the verdict says ``better``/``worse`` only when it excludes zero and
-the change is at least ``min_effect``, "no significant change" only when it also rules out
-:data:`EQUIVALENCE`, else "inconclusive" (with :func:`tail_evidence` for a tail statistic).
+resampled differences; the verdict (:func:`verdict`) follows from that interval alone:
+``better``/``worse`` when it excludes zero (unless all of it lies within ``min_effect`` of the
+baseline), "no significant change" when it contains zero within :data:`EQUIVALENCE` of the
+baseline, else "inconclusive" (with :func:`tail_evidence` for a tail statistic).
 
 The derivations, the references and the measured behaviour: docs/metrics.md, "Comparing
 runs". Pure numpy, no I/O; :mod:`loadgen.metrics.compare` applies these to two runs' levels.
@@ -72,8 +73,8 @@ class Difference:
 
     ``diff = b - a``; ``rel = diff / a`` (None when ``a`` is 0 or missing); ``ci`` the
     confidence interval of ``diff`` at ``confidence``; ``verdict`` one of ``better``,
-    ``worse``, ``no significant change`` or ``n/a`` (a side has no data); ``note``
-    says why a difference was not judged (e.g. too few samples in a tail); ``method``
+    ``worse``, ``no significant change``, ``inconclusive`` or ``n/a`` (a side has no
+    data); ``note`` says what limits it (e.g. too few samples in a tail); ``method``
     how the interval was made (one of the ``METHOD_*`` names).
     """
 
@@ -92,33 +93,35 @@ def verdict(
     ci: tuple[float, float] | None,
     higher_is_better: bool,
     *,
-    rel: float | None = None,
     min_effect: float = 0.0,
     base: float | None = None,
     margin: float = EQUIVALENCE,
 ) -> str:
-    """The verdict on an interval ``ci`` of ``b - a``:
+    """The category of an interval ``ci`` of ``b - a``, from the interval alone:
 
-    - ``better``/``worse``: the interval excludes 0 and the relative difference ``rel``
-      is at least ``min_effect`` in size (when both are given);
-    - ``no significant change``: the interval excludes 0 but the change is under
-      ``min_effect``, or it contains 0 and stays within ``margin`` of the baseline
+    - ``better``/``worse``: the interval excludes 0 (the direction from
+      ``higher_is_better``), unless all of it lies within ``min_effect`` of the baseline
+      ``base`` either side (a resolved change too small to matter: ``no significant change``);
+    - ``no significant change``: the interval contains 0 and stays within ``margin`` of
       ``base`` either side (a larger change is ruled out);
-    - ``inconclusive``: the interval contains 0 but reaches beyond ``margin`` of
-      ``base`` (the data allow a large change either way: not evidence of none);
+    - ``inconclusive``: the interval contains 0 but reaches beyond ``margin`` of ``base``
+      (the data allow a large change either way: not evidence of none);
     - ``n/a`` without an interval.
 
-    Without ``base`` an interval containing 0 is "no significant change"."""
+    Without ``base`` an interval containing 0 is "no significant change" and ``min_effect``
+    does not apply. The point estimate never decides a category."""
     if ci is None:
         return NOT_AVAILABLE
     lo, hi = ci
+    reach = max(abs(lo), abs(hi))
+    scale = abs(base) if base is not None and base != 0 else None
     if lo > 0 or hi < 0:
-        if min_effect > 0 and rel is not None and abs(rel) < min_effect:
+        if min_effect > 0 and scale is not None and reach < min_effect * scale:
             return NO_CHANGE
         if lo > 0:
             return BETTER if higher_is_better else WORSE
         return WORSE if higher_is_better else BETTER
-    if base is not None and base != 0 and max(-lo, hi) > margin * abs(base):
+    if scale is not None and reach > margin * scale:
         return INCONCLUSIVE
     return NO_CHANGE
 
@@ -178,7 +181,7 @@ def _result(
     diff = b - a
     rel = diff / a if a != 0 else None
     ci = _interval(draws, confidence)
-    judged = verdict(ci, higher_is_better, rel=rel, min_effect=min_effect, base=a)
+    judged = verdict(ci, higher_is_better, min_effect=min_effect, base=a)
     return Difference(a, b, diff, rel, ci, judged, confidence, method=method)
 
 
@@ -230,8 +233,9 @@ def quantile_difference(
     interval carries it), so it is not computed again (then that side's order does not
     matter). When a side has fewer than ``min_tail``
     samples beyond the quantile (``n * min(q, 1 - q)``; p99 of 100 samples has one), the
-    bootstrap cannot be trusted: the interval is still given but the verdict is
-    "inconclusive" with a ``note``.
+    bootstrap cannot rule a change out: an interval containing 0 (or a resolved change under
+    ``min_effect``) is "inconclusive", never "no significant change"; an interval that
+    excludes 0 keeps its verdict. Either way a ``note`` says so.
     """
     _check(confidence, resamples, min_effect)
     ta, tb = _clean(a), _clean(b)
@@ -253,9 +257,11 @@ def quantile_difference(
     va, vb = float(np.percentile(xa, 100 * q)), float(np.percentile(xb, 100 * q))
     result = _result(va, vb, draws, higher_is_better, confidence, min_effect, method)
     tail = min(xa.size, xb.size) * min(q, 1.0 - q)
-    if tail < min_tail:
-        note = f"too few samples to judge p{100 * q:g} (fewer than {min_tail} beyond it)"
+    if tail < min_tail and result.verdict in (NO_CHANGE, INCONCLUSIVE):
+        note = f"too few samples beyond p{100 * q:g} to rule out a change (fewer than {min_tail})"
         return replace(result, verdict=INCONCLUSIVE, note=note)
+    if tail < min_tail:  # the interval excludes 0: it decides, but says how thin the tail is
+        return replace(result, note=f"fewer than {min_tail} samples beyond p{100 * q:g}")
     return result
 
 

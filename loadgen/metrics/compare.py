@@ -4,8 +4,10 @@
 and attainment on each run's effective sample size in send order, rates on time blocks) to
 every metric of two runs' levels (the rows of the comparison page), or, when both levels
 ran repeated trials, the difference of the trials' means with its Welch interval
-(:func:`trial_rows`); each row's :class:`Difference` names the method. An interval that
-contains 0 is never "better" or "worse". :func:`common_levels` pairs the levels two runs
+(:func:`trial_rows`); each row's :class:`Difference` names the method. The verdict follows
+from the interval alone (:func:`~loadgen.metrics.bootstrap.verdict`): one that excludes 0 is
+"better" or "worse", one that contains 0 never is; :func:`largest_changes` lists the
+significant ones, largest first. :func:`common_levels` pairs the levels two runs
 share; :func:`tail_evidence` says what the requests show on a tail the bootstrap cannot
 settle. The primitives are re-exported here.
 """
@@ -71,6 +73,7 @@ __all__ = [
     "common_levels",
     "compare_level",
     "compared_metrics",
+    "largest_changes",
     "proportion_difference",
     "quantile_difference",
     "rate_difference",
@@ -148,18 +151,27 @@ def tail_evidence(a: npt.ArrayLike, b: npt.ArrayLike, what: str) -> str:
     )
 
 
-def by_verdict(rows: Sequence[Row]) -> dict[str, list[Row]]:
-    """The rows grouped by verdict (better, worse, inconclusive, no significant change,
-    n/a), each group the largest relative changes first, headline metrics first on a tie."""
+def _by_size(rows: Sequence[Row]) -> list[Row]:
+    """``rows``, the largest relative changes first, headline metrics first on a tie."""
     # what a serving engineer reads first, in this order when changes are equally large
     order = {m.name: m.headline for m in metrics() if m.headline is not None}
     last = max(order.values(), default=-1) + 1
+    return sorted(rows, key=lambda r: (-abs(r.diff.rel or 0.0), order.get(r.metric, last)))
+
+
+def by_verdict(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    """The rows grouped by verdict (better, worse, inconclusive, no significant change,
+    n/a), each group the largest relative changes first, headline metrics first on a tie."""
     out: dict[str, list[Row]] = {v: [] for v in (WORSE, BETTER, INCONCLUSIVE, NO_CHANGE, NOT_AVAILABLE)}
     for r in rows:
         out.setdefault(r.diff.verdict, []).append(r)
-    for group in out.values():
-        group.sort(key=lambda r: (-abs(r.diff.rel or 0.0), order.get(r.metric, last)))
-    return out
+    return {v: _by_size(group) for v, group in out.items()}
+
+
+def largest_changes(rows: Sequence[Row]) -> list[Row]:
+    """The significant changes (better or worse: their interval excludes 0), both
+    directions together, the largest relative changes first: what a comparison leads with."""
+    return _by_size([r for r in rows if r.diff.verdict in (BETTER, WORSE)])
 
 
 def common_levels(summaries: Sequence[RunSummary]) -> list[tuple[LoadMode, float, list[int]]]:
@@ -270,7 +282,7 @@ def trial_rows(
                 diff,
                 rel,
                 ci,
-                verdict(ci, metric.higher_is_better, rel=rel, min_effect=min_effect, base=sa.mean),
+                verdict(ci, metric.higher_is_better, min_effect=min_effect, base=sa.mean),
                 confidence,
                 note,
                 METHOD_WELCH,

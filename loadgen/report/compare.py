@@ -27,7 +27,15 @@ from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import RunData, load_run
 from loadgen.runinfo import RunInfo, WorkloadInfo
 
-__all__ = ["fmt_change", "fmt_pct", "render_comparison", "workload_differences"]
+__all__ = [
+    "Comparison",
+    "compare_runs",
+    "fmt_change",
+    "fmt_pct",
+    "render_comparison",
+    "verdict_lines",
+    "workload_differences",
+]
 
 
 def workload_differences(runs: Sequence[RunInfo | None], labels: Sequence[str]) -> list[str]:
@@ -148,38 +156,89 @@ def _table(
 _GROUPS = (
     (C.WORSE, "worse", "worse"),
     (C.BETTER, "better", "better"),
-    (C.INCONCLUSIVE, "inconclusive (the interval allows a large change either way)", "unsure"),
+    (C.INCONCLUSIVE, "inconclusive (the interval contains 0 and allows a large change either way)", "unsure"),
 )
 HEADLINE_ITEMS = 5  # bullets per verdict; the table has the rest
+_CLS = {C.WORSE: "worse", C.BETTER: "better"}
+
+
+def _where(r: Row, levels: Sequence[tuple[str, float, list[int]]], base: RunData) -> tuple[str, str]:
+    """The row's name (label and statistic) and its level's label."""
+    stat = "" if r.stat in ("rate", "value") else f" {r.stat}"
+    return f"{r.label}{stat}", base.levels[levels[r.level][2][0]].load.label()
 
 
 def _item(r: Row, levels: Sequence[tuple[str, float, list[int]]], base: RunData) -> str:
     d = r.diff
-    lv = base.levels[levels[r.level][2][0]].load.label()
-    stat = "" if r.stat in ("rate", "value") else f" {r.stat}"
+    name, lv = _where(r, levels, base)
     rel = "" if d.rel is None else f" ({fmt_pct(d.rel)})"
     note = f' <small class="note">{esc(d.note)}</small>' if d.verdict == C.INCONCLUSIVE and d.note else ""
     return (
-        f'<li data-metric="{esc(r.metric)}" data-verdict="{esc(d.verdict)}"><b>{esc(r.label)}{esc(stat)}</b> '
+        f'<li data-metric="{esc(r.metric)}" data-verdict="{esc(d.verdict)}"><b>{esc(name)}</b> '
         f"at {esc(lv)}: {fmt(d.a)} → {fmt(d.b)} {esc(r.unit)}{rel}{note}</li>"
     )
+
+
+def _tally(groups: dict[str, list[Row]]) -> list[tuple[str, int, str]]:
+    """``(verdict, count, css class)`` of the tally, in the page's order; n/a only when any."""
+    out = [(v, len(groups[v]), cls) for v, _, cls in _GROUPS]
+    out.append((C.NO_CHANGE, len(groups[C.NO_CHANGE]), "same"))
+    if groups[C.NOT_AVAILABLE]:
+        out.append(("n/a", len(groups[C.NOT_AVAILABLE]), "same"))
+    return out
+
+
+def verdict_lines(
+    rows: Sequence[Row], levels: Sequence[tuple[str, float, list[int]]], base: RunData, label: str, base_label: str
+) -> list[str]:
+    """The verdict as plain text, for the console: the largest significant changes (at most
+    :data:`HEADLINE_ITEMS`, each with its interval), then the tally of every cell."""
+    groups = C.by_verdict(rows)
+    tally = ", ".join(f"{n} {v}" for v, n, _ in _tally(groups))
+    changes = C.largest_changes(rows)
+    head = f"{base_label} (baseline) → {label}: "
+    if not changes:
+        head += "no significant change (no interval excludes 0)"
+    else:
+        head += f"{len(changes)} significant change(s), the largest first"
+    out = [head]
+    for r in changes[:HEADLINE_ITEMS]:
+        d = r.diff
+        name, lv = _where(r, levels, base)
+        rel = "" if d.rel is None else f" ({fmt_pct(d.rel)})"
+        ci = "" if d.ci is None else f", 95% CI of Δ [{fmt_change(d.ci[0], d.a, d.b)}, {fmt_change(d.ci[1], d.a, d.b)}]"
+        out.append(f"  {d.verdict}: {name} at {lv}: {fmt(d.a)} → {fmt(d.b)} {r.unit}{rel}{ci}")
+    if len(changes) > HEADLINE_ITEMS:
+        out.append(f"  … and {len(changes) - HEADLINE_ITEMS} more in the table")
+    out.append(f"  all {len(rows)} cells across {len(levels)} common level(s): {tally}")
+    return out
 
 
 def _headline(
     rows: Sequence[Row], levels: Sequence[tuple[str, float, list[int]]], base: RunData, label: str, base_label: str
 ) -> str:
-    """The verdicts of every cell of the table, counted (the tally) and listed under their
-    count, the largest relative changes first: the numbers and the bullets are one list."""
+    """The largest significant changes first (either direction), then the verdicts of every
+    cell of the table, counted (the tally) and listed under their count, the largest relative
+    changes first: the numbers and the bullets are one list."""
     groups = C.by_verdict(rows)
     names = f"<b>{esc(base_label)}</b> (baseline) → <b>{esc(label)}</b>"
-    counts = [f'<span class="{cls}">{len(groups[v])} {esc(v)}</span>' for v, _, cls in _GROUPS]
-    counts.append(f'<span class="same">{len(groups[C.NO_CHANGE])} {esc(C.NO_CHANGE)}</span>')
-    if groups[C.NOT_AVAILABLE]:
-        counts.append(f'<span class="same">{len(groups[C.NOT_AVAILABLE])} n/a</span>')
-    out = [
+    changes = C.largest_changes(rows)
+    if changes:
+        lead = "".join(
+            _item(r, levels, base).replace("<li ", f'<li class="{_CLS[r.diff.verdict]}" ', 1)
+            for r in changes[:HEADLINE_ITEMS]
+        )
+        out = [
+            f'<p class="lead">{names}: the largest significant changes (the interval excludes 0):</p>'
+            f'<ul class="lead">{lead}</ul>'
+        ]
+    else:
+        out = [f'<p class="lead">{names}: no significant change (no interval excludes 0).</p>']
+    counts = [f'<span class="{cls}">{n} {esc(v)}</span>' for v, n, cls in _tally(groups)]
+    out.append(
         f'<p class="tally">{names}: {", ".join(counts)} across {len(levels)} common level(s), '
         f"{len(rows)} cells (metric, statistic and level).</p>"
-    ]
+    )
     for verdict, title, cls in _GROUPS:
         these = groups[verdict]
         if not these:
@@ -212,6 +271,15 @@ def _capacity_table(runs: Sequence[RunData], labels: Sequence[str]) -> str:
     return "".join(parts)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Comparison:
+    """A written comparison page: its ``path`` and the verdict as plain text ``lines``
+    (:func:`verdict_lines` for each run against the baseline)."""
+
+    path: Path
+    lines: list[str]
+
+
 def render_comparison(
     folders: Sequence[Path],
     out: Path,
@@ -222,10 +290,24 @@ def render_comparison(
     min_effect: float = MIN_EFFECT,
 ) -> Path:
     """Write the comparison page of run folders ``folders`` (the first is the baseline)
-    to ``out`` and return its path.
+    to ``out`` and return its path (:func:`compare_runs`, without the verdict lines)."""
+    return compare_runs(folders, out, labels=labels, force=force, resamples=resamples, min_effect=min_effect).path
 
-    Differences smaller than ``min_effect`` of the baseline are "no significant change"
-    (``resamples`` bootstrap draws per cell). Raises
+
+def compare_runs(
+    folders: Sequence[Path],
+    out: Path,
+    *,
+    labels: Sequence[str] | None = None,
+    force: bool = False,
+    resamples: int = 2000,
+    min_effect: float = MIN_EFFECT,
+) -> Comparison:
+    """Write the comparison page of run folders ``folders`` (the first is the baseline)
+    to ``out``; return its path and the verdict lines.
+
+    A resolved difference whose whole interval lies within ``min_effect`` of the baseline
+    is "no significant change" (``resamples`` bootstrap draws per cell). Raises
     :class:`~loadgen.errors.ConfigError` with fewer than two runs, when a folder
     is not a run folder, when ``labels`` does not give one label per run, or when the
     runs' workloads differ (unless ``force``, which shows the differences on the page).
@@ -289,10 +371,12 @@ def render_comparison(
     page.section(
         "summary",
         "Verdict",
-        head + method + "Lower latency is better, higher throughput is better. "
-        f"A difference under {100 * min_effect:g}% of the baseline is no significant change; so is an "
-        f"interval that contains 0 and stays within {100 * C.EQUIVALENCE:g}% of the baseline either side. "
-        "An interval that contains 0 but reaches further is inconclusive: this run cannot tell; for a tail "
+        head + method + "Each verdict follows from the interval alone. One that excludes 0 is better or worse "
+        "(lower latency is better, higher throughput is better), unless all of it lies within "
+        f"{100 * min_effect:g}% of the baseline (no significant change: too small to matter). One that "
+        f"contains 0 and stays within {100 * C.EQUIVALENCE:g}% of the baseline either side (the equivalence "
+        "margin) is no significant change; one that contains 0 but reaches further is inconclusive: this run "
+        "cannot tell, and so is a percentile with fewer than 5 samples beyond it; for a tail "
         "statistic the note says what the requests themselves show (how many of one run's requests exceed "
         "every request of the other, and the chance of that if the runs were alike).</p>",
     )
@@ -322,4 +406,9 @@ def render_comparison(
     else:
         table = '<p class="note">The runs share no load level, so no metric can be compared level by level.</p>'
     page.section("table", "Metrics at each common load level", table)
-    return write_page(Path(out), page.render())
+    lines = [
+        line
+        for rows, label in zip(rows_by_run, names[1:])
+        for line in verdict_lines(rows, levels, runs[0], label, names[0])
+    ]
+    return Comparison(write_page(Path(out), page.render()), lines)

@@ -93,9 +93,12 @@ def test_min_effect_and_min_tail() -> None:
     assert C.quantile_difference(a, b, 0.5).verdict == C.WORSE
     small = C.quantile_difference(a, b, 0.5, min_effect=0.02)
     assert small.verdict == C.NO_CHANGE and small.ci is not None and small.ci[0] > 0
-    # p99 of 40 samples: not enough tail to judge, whatever the shift
+    # p99 of 40 samples: too thin a tail to rule a change out ...
+    alike = C.quantile_difference(a[:40], a[40:80], 0.99)
+    assert alike.verdict == C.INCONCLUSIVE and "too few" in alike.note
+    # ... but an interval that excludes 0 decides, and says how thin the tail was
     few = C.quantile_difference(a[:40], a[:40] + 50, 0.99)
-    assert few.verdict == C.INCONCLUSIVE and "too few" in few.note and few.diff == pytest.approx(50.0)
+    assert few.verdict == C.WORSE and "fewer than 5" in few.note and few.diff == pytest.approx(50.0)
 
 
 def test_empty_side_is_not_available() -> None:
@@ -157,16 +160,56 @@ def test_verdict_rules() -> None:
     assert C.verdict((-1.0, 1.0), higher_is_better=False) == C.NO_CHANGE
     assert C.verdict((0.0, 1.0), higher_is_better=False) == C.NO_CHANGE  # touching 0 is not excluding it
     assert C.verdict(None, higher_is_better=False) == C.NOT_AVAILABLE
-    assert C.verdict((1.0, 2.0), False, rel=0.01, min_effect=0.02) == C.NO_CHANGE
+    assert C.verdict((1.0, 2.0), False, min_effect=0.02, base=200.0) == C.NO_CHANGE  # all within 2%
 
 
 def test_an_interval_containing_zero_is_no_change_only_when_it_rules_out_a_large_one() -> None:
     # the demo's 16-user ITL p99: 71.2 -> 306 ms, interval of the difference [-29, +250]
-    assert C.verdict((-29.3, 249.8), higher_is_better=False, rel=3.3, min_effect=0.02, base=71.2) == C.INCONCLUSIVE
+    assert C.verdict((-29.3, 249.8), higher_is_better=False, min_effect=0.02, base=71.2) == C.INCONCLUSIVE
     assert C.verdict((-5.0, 7.0), higher_is_better=False, base=71.2) == C.NO_CHANGE  # within 10% either side
     assert C.verdict((-7.2, 1.0), higher_is_better=False, base=71.2) == C.INCONCLUSIVE  # 10.1% below is possible
     # a small but resolved change stays "no significant change" under min_effect
-    assert C.verdict((0.1, 0.3), higher_is_better=False, rel=0.01, min_effect=0.02, base=20.0) == C.NO_CHANGE
+    assert C.verdict((0.1, 0.3), higher_is_better=False, min_effect=0.02, base=20.0) == C.NO_CHANGE
+
+
+@pytest.mark.parametrize(
+    ("ci", "higher_is_better", "base", "expected"),
+    [
+        # excludes 0: the direction decides, whatever the point estimate (the demo's ITL p99.9)
+        ((242.0, 340.0), False, 74.2, C.WORSE),
+        ((242.0, 340.0), True, 74.2, C.BETTER),
+        ((-340.0, -242.0), False, 74.2, C.BETTER),
+        ((-340.0, -242.0), True, 74.2, C.WORSE),
+        ((68.0, 511.0), False, 457.0, C.WORSE),  # the matrix's TTFT p99
+        # contains 0 within the 10% equivalence margin either side: no change
+        ((-3.0, 5.0), False, 74.2, C.NO_CHANGE),
+        ((-7.4, 7.4), True, 74.2, C.NO_CHANGE),
+        # contains 0 and reaches past the margin (either side): inconclusive
+        ((-100.0, 300.0), False, 74.2, C.INCONCLUSIVE),
+        ((-7.5, 0.5), True, 74.2, C.INCONCLUSIVE),
+        # resolved but all of it within min_effect (2%) of the baseline: too small to matter
+        ((0.1, 0.3), False, 20.0, C.NO_CHANGE),
+        # resolved and reaching past min_effect: a change, although the point estimate is under 2%
+        ((0.1, 0.5), False, 20.0, C.WORSE),
+    ],
+)
+def test_the_category_follows_from_the_interval_alone(
+    ci: tuple[float, float], higher_is_better: bool, base: float, expected: str
+) -> None:
+    assert C.verdict(ci, higher_is_better, min_effect=C.MIN_EFFECT, base=base) == expected
+
+
+def test_a_resolved_tail_change_is_worse_even_with_few_samples_beyond_it() -> None:
+    """The demo at 8 users: ITL p99.9 74 -> ~410 ms, the interval far from 0, yet fewer than
+    5 tokens of 3,000 lie beyond p99.9 (the stalls, 3% of tokens, spread over the run). It is worse (it was "inconclusive")."""
+    rng = np.random.default_rng(9)
+    chunked = rng.normal(70.0, 2.0, 3000)
+    unchunked = rng.permutation(np.concatenate([rng.normal(70.0, 2.0, 2910), rng.uniform(380.0, 440.0, 90)]))
+    d = C.quantile_difference(chunked, unchunked, 0.999, seed=3, min_effect=C.MIN_EFFECT)
+    assert d.ci is not None and d.ci[0] > 0, d
+    assert d.verdict == C.WORSE and "fewer than 5" in d.note
+    faster = C.quantile_difference(unchunked, chunked, 0.999, seed=3, min_effect=C.MIN_EFFECT)
+    assert faster.verdict == C.BETTER
 
 
 def test_tail_evidence_counts_requests_beyond_every_one_of_the_other_run() -> None:

@@ -147,7 +147,9 @@ def test_the_verdict_lists_what_it_counts(comparison: Path, baseline_and_slower:
     the "… and N more" line, the largest changes first."""
     html = comparison.read_text()
     verdict = html[html.index('id="summary"') : html.index('id="capacity"')]
-    tally = {v: int(n) for n, v in re.findall(r'<span class="\w+">(\d+) ([a-z /]+)</span>', verdict.split("</p>")[0])}
+    tally_p = re.search(r'<p class="tally">(.*?)</p>', verdict, re.S)
+    assert tally_p
+    tally = {v: int(n) for n, v in re.findall(r'<span class="\w+">(\d+) ([a-z /]+)</span>', tally_p.group(1))}
     runs = [load_run(p) for p in baseline_and_slower]
     rows = [
         r
@@ -156,6 +158,13 @@ def test_the_verdict_lists_what_it_counts(comparison: Path, baseline_and_slower:
     ]
     groups = by_verdict(rows)
     assert tally == {v: len(groups[v]) for v in (WORSE, BETTER, INCONCLUSIVE, NO_CHANGE)}
+    # the verdict leads with the largest significant changes, before the tally
+    lead = re.search(r'<ul class="lead">(.*?)</ul>', verdict, re.S)
+    assert lead and verdict.index('<ul class="lead">') < verdict.index('<p class="tally">')
+    led = re.findall(r'<li class="(\w+)" data-metric="([\w_]+)" data-verdict="(\w+)"><b>([^<]+)</b>', lead.group(1))
+    top = C.largest_changes(rows)[:5]
+    assert [(m, v) for _, m, v, _ in led] == [(r.metric, r.diff.verdict) for r in top]
+    assert {cls for cls, *_ in led} <= {"worse", "better"} and led
     assert tally[WORSE] > 0 and tally[BETTER] == 0  # 25 ms slower TTFT, nothing faster
     for v in (WORSE, INCONCLUSIVE):
         block = re.search(rf'<ul class="headline" data-verdict="{v}">(.*?)</ul>', verdict, re.S)
@@ -214,3 +223,57 @@ def test_correlated_runs_of_one_process_show_no_change(tmp_path: Path) -> None:
     assert verdict_td == [("same" if d.verdict == NO_CHANGE else "unsure", C.METHOD_NEFF)]
     method = re.search(r'<p class="note" id="method">(.*?)</p>', html, re.S)
     assert method and C.METHOD_NEFF in method.group(1) and C.METHOD_BLOCKS in method.group(1)
+
+
+def test_the_compare_command_prints_the_verdict(baseline_and_slower: tuple[Path, Path], tmp_path: Path) -> None:
+    """``loadgen compare`` (a real subprocess) prints the largest significant changes, each
+    with its interval, and the tally, the same verdicts the page gives, then the page's path."""
+    import os
+    import subprocess
+    import sys
+
+    a, b = baseline_and_slower
+    out = tmp_path / "ab.html"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadgen.cli",
+            "compare",
+            str(a),
+            str(b),
+            "-o",
+            str(out),
+            "--label",
+            "base",
+            "--label",
+            "slow",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    runs = [load_run(p) for p in (a, b)]
+    rows = [
+        r
+        for i in range(len(runs[0].levels))
+        for r in compare_level(runs[0].level_samples(i), runs[1].level_samples(i), i)
+    ]
+    top = C.largest_changes(rows)
+    assert lines[0] == f"base (baseline) → slow: {len(top)} significant change(s), the largest first"
+    # every TTFT is 25 ms longer: the median TTFT of the lowest level grew most (+84%)
+    assert lines[1].startswith("  worse: TTFT p50 at 1 user: ") and "(+84%), 95% CI of Δ [+" in lines[1]
+    for line, r in zip(lines[1 : 1 + min(5, len(top))], top):
+        stat = "" if r.stat in ("rate", "value") else f" {r.stat}"
+        assert line.startswith(f"  {r.diff.verdict}: {r.label}{stat} at "), (line, r)
+    groups = by_verdict(rows)
+    tally = ", ".join(f"{len(groups[v])} {v}" for v in (WORSE, BETTER, INCONCLUSIVE, NO_CHANGE))
+    assert f"cells across 3 common level(s): {tally}" in proc.stdout
+    assert lines[-1] == f"comparison: {out}" and out.stat().st_size > 0
+    html = out.read_text(encoding="utf-8")
+    tally_p = re.search(r'<p class="tally">(.*?)</p>', html, re.S)
+    assert tally_p and f"{len(groups[WORSE])} worse" in tally_p.group(1)
