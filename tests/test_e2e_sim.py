@@ -18,6 +18,7 @@ from rich.console import Console
 from loadgen.load.profiles import Profile
 from loadgen.orchestrate import RunConfig, execute
 from loadgen.report.files import read_records
+from loadgen.report.html import render_run_report
 from loadgen.server.process import ServerProcess
 from loadgen.workload.spec import workload_from_flags
 
@@ -149,3 +150,27 @@ def test_warm_up_does_not_use_up_a_short_duration(tmp_path: Path) -> None:
         # the duration's clock: no measured request leaves later than 1 s after the first
         assert measured[-1].sent_ns - measured[0].sent_ns < 1e9
         assert min(r.sent_ns for r in measured) >= min(r.sent_ns for r in warm)
+
+
+def test_a_level_whose_warm_up_took_its_duration_says_why(tmp_path: Path) -> None:
+    # open loop: 1 req/s for 2 s sends about 2 requests, all inside the 8 warm-up sends; the
+    # level has no measured request, and its console line, summary.json and report say why
+    with ServerProcess(["--engine", "sim", "--gpu", "h100", "--model", "llama-3.1-8b"]) as url:
+        out = io.StringIO()
+        cfg = RunConfig(
+            url=url,
+            api="completions",
+            workload=workload_from_flags("uniform:min=64,max=128", "16"),
+            profile=Profile(mode="rate", levels=[1.0], requests=None, duration_s=2.0, warmup_requests=8),
+            out=tmp_path / "warm",
+            live=False,
+        )
+        execute(cfg, Console(file=out, width=200))
+    recs = list(read_records(tmp_path / "warm"))
+    assert recs and all(r.warmup for r in recs)
+    level = json.loads((tmp_path / "warm" / "summary.json").read_text())["levels"][0]
+    assert level["requests"]["total"] == 0
+    reason = f"no measured request: the 2 s went to warm-up ({len(recs)} requests); raise --duration or lower --warmup"
+    assert level["stopped"] == reason
+    assert reason in out.getvalue()
+    assert reason in render_run_report(tmp_path / "warm").read_text()
