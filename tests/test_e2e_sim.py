@@ -18,6 +18,7 @@ from rich.console import Console
 from loadgen.load.profiles import Profile
 from loadgen.orchestrate import RunConfig, execute
 from loadgen.report.files import read_records
+from loadgen.report.html import render_run_report
 from loadgen.server.process import ServerProcess
 from loadgen.workload.spec import workload_from_flags
 
@@ -124,3 +125,52 @@ def test_per_token_itl_under_speculative_decoding(tmp_path: Path) -> None:
     assert abs(itl["p50"] - float(np.median(server_itl))) < 1.0
     assert itl["mean"] == approx(tpot["mean"], rel=0.1)  # per-token accounting is consistent
     assert chunk["mean"] > 1.8 * itl["mean"]  # a verify step (~7 ms) per event
+
+
+def test_warm_up_does_not_use_up_a_short_duration(tmp_path: Path) -> None:
+    # 1 and 2 users, 4 warm-up requests of 64 tokens each (about 0.5 s apiece on the sim)
+    # and a 1 s duration: the warm-up alone outlasts the duration. Measured time starts at
+    # the first measured send, so every level still has measured requests.
+    with ServerProcess(["--engine", "sim", "--gpu", "h100", "--model", "llama-3.1-8b"]) as url:
+        cfg = RunConfig(
+            url=url,
+            api="completions",
+            workload=workload_from_flags("uniform:min=64,max=128", "64"),
+            profile=Profile(levels=[1, 2], requests=None, duration_s=1.0, warmup_requests=4),
+            out=tmp_path / "short",
+            live=False,
+        )
+        outcome = execute(cfg, Console(file=io.StringIO()))
+    recs = list(read_records(tmp_path / "short"))
+    for level, summary in enumerate(outcome.summary.to_json()["levels"]):
+        warm = [r for r in recs if r.level == level and r.warmup]
+        measured = sorted((r for r in recs if r.level == level and not r.warmup), key=lambda r: r.sent_ns)
+        assert len(warm) == 4 and measured and all(r.ok for r in measured)
+        assert summary["requests"]["ok"] == len(measured)
+        # the duration's clock: no measured request leaves later than 1 s after the first
+        assert measured[-1].sent_ns - measured[0].sent_ns < 1e9
+        assert min(r.sent_ns for r in measured) >= min(r.sent_ns for r in warm)
+
+
+def test_a_level_whose_warm_up_took_its_duration_says_why(tmp_path: Path) -> None:
+    # open loop: 1 req/s for 2 s sends about 2 requests, all inside the 8 warm-up sends; the
+    # level has no measured request, and its console line, summary.json and report say why
+    with ServerProcess(["--engine", "sim", "--gpu", "h100", "--model", "llama-3.1-8b"]) as url:
+        out = io.StringIO()
+        cfg = RunConfig(
+            url=url,
+            api="completions",
+            workload=workload_from_flags("uniform:min=64,max=128", "16"),
+            profile=Profile(mode="rate", levels=[1.0], requests=None, duration_s=2.0, warmup_requests=8),
+            out=tmp_path / "warm",
+            live=False,
+        )
+        execute(cfg, Console(file=out, width=200))
+    recs = list(read_records(tmp_path / "warm"))
+    assert recs and all(r.warmup for r in recs)
+    level = json.loads((tmp_path / "warm" / "summary.json").read_text())["levels"][0]
+    assert level["requests"]["total"] == 0
+    reason = f"no measured request: the 2 s went to warm-up ({len(recs)} requests); raise --duration or lower --warmup"
+    assert level["stopped"] == reason
+    assert reason in out.getvalue()
+    assert reason in render_run_report(tmp_path / "warm").read_text()

@@ -65,11 +65,17 @@ class LevelPlan:
         return start_ns + int(self.ramp_up_s * 1e9) if self.ramp_up_s > 0 else 0
 
     def deadline_ns(self, start_ns: int) -> int | None:
-        """Closed loop: when no new request goes out (``duration_s`` after the ramp-up; None:
-        the level is bound by requests only)."""
+        """Closed-loop sessions and tasks: when no new request goes out (``duration_s``
+        after the ramp-up; None: the level is bound by requests only)."""
         if self.duration_s is None:
             return None
         return start_ns + int((self.ramp_up_s + self.duration_s) * 1e9)
+
+    def measured_deadline_ns(self, first_measured_ns: int) -> int | None:
+        """Closed loop: when no new request goes out, ``duration_s`` after the level's first
+        measured request was sent (warm-up and ramp-up never use up the duration; None: the
+        level is bound by requests only)."""
+        return None if self.duration_s is None else first_measured_ns + int(self.duration_s * 1e9)
 
     @property
     def spec_level(self) -> int:

@@ -193,10 +193,11 @@ async def _sleep_until(t_ns: int) -> None:
 async def _closed_loop(ctx: LevelContext, specs: _Specs) -> None:
     plan = ctx.plan
     users = max(int(plan.value), 1)
-    deadline = plan.deadline_ns(ctx.start_ns)
+    deadline: int | None = None  # --duration: set when the first measured request goes out
     warm_until = plan.warm_until_ns(ctx.start_ns)
 
     async def user(u: int) -> None:
+        nonlocal deadline
         if u:
             await ctx.sleep_until(plan.user_start_ns(ctx.start_ns, u, users))
         while not ctx.closed:
@@ -207,7 +208,10 @@ async def _closed_loop(ctx: LevelContext, specs: _Specs) -> None:
             if nxt is None:
                 return
             spec, warm = nxt
-            rec = ctx.new_record(spec, u, warm or now < warm_until)
+            warm = warm or now < warm_until
+            if not warm and deadline is None:
+                deadline = plan.measured_deadline_ns(now)
+            rec = ctx.new_record(spec, u, warm)
             rec.scheduled_ns = now
             await ctx.send(spec, rec)
 

@@ -165,6 +165,8 @@ async def sweep_levels(
             level = dataclasses.replace(level, stopped=_reasons(reasons))
         if stats.skipped:  # Skip level: it ended as at its duration, earlier than planned
             level = dataclasses.replace(level, stopped="skipped from the dashboard")
+        elif level.stopped is None and (empty := no_measured_reason(level, result)):
+            level = dataclasses.replace(level, stopped=empty)
         if len(results) > 1:
             per_trial = [summarize_result(r, cfg.profile, cfg.slos, anchor_ns) for r in results]
             level = dataclasses.replace(level, trials=trial_summary(per_trial))
@@ -201,6 +203,21 @@ def connect_line(level: LevelSummary) -> str:
     return (
         f"level {level.load.label()}: {c.new} of {c.known} measured requests opened a new connection{took}; "
         "their TTFT includes the connect"
+    )
+
+
+def no_measured_reason(level: LevelSummary, result: LevelResult) -> str | None:
+    """Why a level that ran out its duration has no measured request: its warm-up used it
+    all (None when it has measured requests, or none was warm-up)."""
+    plan = result.plan
+    if level.requests.total or plan.duration_s is None or result.interrupted:
+        return None
+    warm = sum(1 for r in result.for_summary()[0] if r.warmup)
+    if not warm:
+        return None
+    return (
+        f"no measured request: the {plan.duration_s:g} s went to warm-up ({warm} requests); "
+        "raise --duration or lower --warmup"
     )
 
 

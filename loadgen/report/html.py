@@ -288,6 +288,9 @@ def _headline(data: RunData) -> str:
         notes.append(f'<div class="banner warn">Stopped early: {esc(s.stopped)}</div>')
     if s.interrupted:
         notes.append('<div class="banner warn">Interrupted: the report covers the requests that finished.</div>')
+    for lv in data.levels:  # a level whose warm-up used up its duration says so (its reason)
+        if not lv.requests.total and lv.stopped:
+            notes.append(f'<div class="banner warn">Level {esc(lv.load.label())}: {esc(lv.stopped)}</div>')
     verdicts = client_banner(data.levels) + steady_banner(data.levels) + mlperf_notes(data.levels)
     return answer_cards(s) + verdicts + "".join(notes) + _meta(data)
 
