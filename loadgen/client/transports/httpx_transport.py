@@ -96,7 +96,7 @@ class HttpxTransport(StreamingTransport):
         async with asyncio.timeout(self.config.request_timeout_s) if hasattr(asyncio, "timeout") else _NoTimeout():
             try:
                 async with client.stream("POST", self.url, json=body, extensions={"trace": trace}) as resp:
-                    served = _h11_connection(client, resp)
+                    served = _h11_connection(resp)
                     keepalive.answered(attempt)
                     encoding = resp.headers.get("Content-Encoding")
                     if resp.status_code != 200:
@@ -135,7 +135,7 @@ class HttpxTransport(StreamingTransport):
         self._client = self._fresh_client = None
 
 
-def _h11_connection(client: httpx.AsyncClient, resp: httpx.Response) -> Any:
+def _h11_connection(resp: httpx.Response) -> Any:
     """The httpcore HTTP/1.1 connection that carries ``resp``, or None (HTTP/2, or an
     httpcore whose private parts moved: tests/fuzz/test_integrity_fuzz.py then fails).
 
@@ -144,14 +144,13 @@ def _h11_connection(client: httpx.AsyncClient, resp: httpx.Response) -> Any:
     answer would be taken as the next request's. httpcore has no public way to see them,
     so the caller looks at ``_h11_state.trailing_data`` once the response is over and
     closes the connection if any came (httpcore gives a request assigned to a closed
-    connection another one)."""
-    stream = resp.extensions.get("network_stream")
-    pool = getattr(getattr(client, "_transport", None), "_pool", None)
-    for conn in getattr(pool, "connections", ()):
-        inner = getattr(conn, "_connection", None)
-        if getattr(inner, "_network_stream", None) is stream and hasattr(inner, "_h11_state"):
-            return inner
-    return None
+    connection another one). The connection is reached through the response's own stream
+    (httpx's bound stream, its httpcore stream, the pool's, the connection's), one step
+    each: no walk over the pool's connections for every request."""
+    stream: Any = resp.stream
+    for name in ("_stream", "_httpcore_stream", "_stream", "_connection"):
+        stream = getattr(stream, name, None)
+    return stream if hasattr(stream, "_h11_state") else None
 
 
 class _NoTimeout:
