@@ -18,6 +18,7 @@ from rich.text import Text
 from loadgen.metrics.catalog import Metric, metrics
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, StatInterval, unit_label
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
+from loadgen.report.page import fmt
 from loadgen.report.task_lines import task_lines
 from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_line, mlperf_line, steady_line
 
@@ -86,17 +87,10 @@ def _pct(rel: float) -> str:
     return f"{100 * rel:.0f}%" if rel >= 0.01 else f"{100 * rel:.1f}%"
 
 
-def _bound(x: float) -> str:
-    """An interval's bound in 3 significant digits, never in exponent form."""
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.1e}"
-
-
 def with_pm(text: str, value: float | None, iv: StatInterval | None) -> str:
     """``text`` (the formatted ``value``) with its interval: ``±6%`` (the larger side of
     the interval, relative to the value) up to ±100%; wider, the bounds themselves
-    (``24.9 ms [0.51, 413]``: a percentage over 100 reads as noise); ``±—`` when the data
+    (``24.9 ms [0.51, 413]``, by the pages' :func:`~loadgen.report.page.fmt`: a percentage over 100 reads as noise); ``±—`` when the data
     cannot bound it (the value is still shown; the reason is printed once, below); ``text``
     alone without an interval."""
     if iv is None or value is None:
@@ -107,7 +101,7 @@ def with_pm(text: str, value: float | None, iv: StatInterval | None) -> str:
     if rel is None:
         return text
     if rel > 1 and iv.low is not None and iv.high is not None:
-        return f"{text} [{_bound(iv.low)}, {_bound(iv.high)}]"
+        return f"{text} [{fmt(iv.low)}, {fmt(iv.high)}]"
     return f"{text} ±{_pct(rel)}"
 
 
