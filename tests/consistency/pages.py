@@ -1,0 +1,390 @@
+"""The HTML surfaces as a browser shows them: the run report's level table and answer cards,
+the comparison page's table, tally, headline bullets and per-run cards (:data:`PAGE_TEXT`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from loadgen.metrics.results import LevelSummary, RunSummary, unit_label
+from tests.consistency.parse import cell, number, numbers
+from tests.consistency.surfaces import (
+    REPORT_LEVEL_COLUMNS,
+    capacity_truths,
+    check_level_table,
+    confidence_truths,
+    numbers_among,
+    saturation_truths,
+)
+
+PAGE_TEXT = """() => ({
+  tables: Array.from(document.querySelectorAll('table')).map(t => ({
+    id: t.id, rows: Array.from(t.rows).map(r => ({data: Object.assign({}, r.dataset),
+      cells: Array.from(r.cells).map(c => c.innerText)}))})),
+  cards: Array.from(document.querySelectorAll('.card')).map(c => ({
+    id: c.id, value: c.querySelector('.v').innerText,
+    subs: Array.from(c.querySelectorAll('.s')).map(s => s.innerText)})),
+  notes: Object.fromEntries(Array.from(document.querySelectorAll('p.note[id]')).map(n => [n.id, n.innerText])),
+  tally: Array.from(document.querySelectorAll('p.tally')).map(c => c.innerText),
+  bullets: Array.from(document.querySelectorAll('ul.lead li, ul.headline li')).map(li => ({
+    metric: li.dataset.metric || '', verdict: li.dataset.verdict || '', text: li.innerText})),
+})"""
+"""What a page shows, as a reader sees it (innerText): tables (with each row's data-*), cards,
+the comparison's tally and bullets."""
+
+CARD_IDS = ("answer-capacity", "answer-knee", "answer-goodput", "answer-throughput")
+
+
+def _peak(levels: Sequence[LevelSummary], get: Any) -> tuple[LevelSummary, float] | None:
+    best = None
+    for lv in levels:
+        v = get(lv)
+        if v is not None and (best is None or v > best[1]):
+            best = (lv, v)
+    return best
+
+
+def check_cards(summary: RunSummary, cards: Sequence[dict[str, Any]], where: str) -> list[str]:
+    """The answer cards: capacity (its value, ``between`` and interval), the knee, the peak
+    goodput and peak output throughput (the highest level's value, and at which level)."""
+    bad: list[str] = []
+    ids = [c["id"] for c in cards]
+    if [i for i in ids if i not in CARD_IDS]:
+        bad.append(f"{where}: cards {ids} are not all in the map")
+    for c in cards:
+        text = " ".join([c["value"], *c["subs"]])
+        if c["id"] == "answer-capacity":
+            cap = summary.capacity
+            assert cap is not None
+            unit = unit_label(cap.mode)
+            m = re.fullmatch(rf"(≥ )?(\S+) {re.escape(unit)}|never met|no SLO given", c["value"].strip())
+            if m is None or (m.group(2) and not number(m.group(2)).agrees(cap.value)):
+                bad.append(f"{where}: capacity {c['value']!r} vs {cap.value} ({cap.status})")
+            elif bool(m.group(1)) != (cap.status == "not_reached"):
+                bad.append(f"{where}: capacity {c['value']!r} vs status {cap.status}")
+            left = numbers_among(text, capacity_truths(summary) + confidence_truths(summary))
+        elif c["id"] == "answer-knee":
+            left = numbers_among(text, saturation_truths(summary))
+        else:
+            get = (
+                (lambda lv: lv.goodput.requests_per_s)
+                if c["id"] == "answer-goodput"
+                else (lambda lv: lv.throughput.output_tokens_per_s)
+            )
+            peak = _peak(summary.levels, get)
+            assert peak is not None
+            lv, v = peak
+            shown = re.match(r"(\S+) (?:req|tok)/s$", c["value"].strip())
+            if shown is None or not number(shown.group(1)).agrees(v):
+                bad.append(f"{where}: {c['id']} {c['value']!r} is not {v}")
+            if not any(s.endswith(f"at {lv.load.label()}") for s in c["subs"]):
+                bad.append(f"{where}: {c['id']} not at {lv.load.label()}: {c['subs']}")
+            slo_numbers = [float(x) for s in lv.goodput.slos for x in numbers(s)]
+            left = numbers_among(" ".join(c["subs"]).replace(f"at {lv.load.label()}", ""), slo_numbers)
+        if left:
+            bad.append(f"{where}: {c['id']}: {left} in {text!r} not in the summary")
+    return bad
+
+
+def check_energy(summary: RunSummary, rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The GPU energy table (mean power, energy per output token per level): its numbers must be
+    the summary's, and the summary has no such field (the report computes them itself)."""
+    fields = [f for f in ("energy", "power_w", "energy_per_token_j") if hasattr(summary.levels[0], f)]
+    if not fields:
+        return [
+            "report energy table: mean power and energy per token have no summary field "
+            "(report/server_figures.py level_energy computes them)"
+        ]
+    return [f"report energy table: summary fields {fields} exist: add them to the map"]
+
+
+def check_errors_table(summary: RunSummary, rows: Sequence[Sequence[str]]) -> list[str]:
+    """kind, count, message (the five most frequent per kind): a kind's counts add up to the
+    summary's failures of that kind over all levels (at most, when five messages are shown)."""
+    if rows[0] != ["kind", "count", "message (most frequent, first 200 characters)"]:
+        return [f"report error table: header {rows[0]} is not in the map"]
+    shown: dict[str, list[int]] = {}
+    for kind, n, _ in rows[1:]:
+        shown.setdefault(kind, []).append(int(n))
+    bad = []
+    for kind, counts in shown.items():
+        total = sum(lv.requests.by_error.get(kind, 0) for lv in summary.levels)
+        if sum(counts) > total or (len(counts) < 5 and sum(counts) != total):
+            bad.append(f"report error table: {kind} counts {counts}, the summary {total}")
+    return bad
+
+
+def check_report(summary: RunSummary, page: dict[str, Any]) -> list[str]:
+    bad: list[str] = []
+    tables = {t["id"]: t["rows"] for t in page["tables"]}
+    if set(tables) - {"level-table", "energy", "error-messages"}:
+        bad.append(f"report: tables {sorted(tables)} are not all in the map")
+    if "error-messages" in tables:
+        bad += check_errors_table(summary, [r["cells"] for r in tables["error-messages"]])
+    # the energy table: test_pages.py's test_the_energy_table_reads_the_summary (a known gap)
+    rows = tables.get("level-table", [])
+    headers, body = rows[0]["cells"], [r["cells"] for r in rows[1:]]
+    bad += check_level_table(summary, headers, body, REPORT_LEVEL_COLUMNS, "report level table", index_column="#")
+    bad += check_cards(summary, page["cards"], "report")
+    for note_id, text in page["notes"].items():
+        if note_id == "interval-note":
+            bad += check_interval_note(summary, text)
+        elif note_id == "token-source":
+            bad += [f"report token-source: {numbers(text)}"] if numbers(text) else []
+        elif numbers(text):
+            bad.append(f"report: note {note_id!r} is not in the map")
+    return bad
+
+
+def check_interval_note(summary: RunSummary, text: str) -> list[str]:
+    """``±: 95% intervals … n_eff of each level's TTFT series, in send order — 1: 6 of 12, 2: 4
+    of 12. —: TTFT p99 cannot be bounded at level 1, 2 (level 1: REASON).``"""
+    bad = []
+    shown = re.findall(r"(\d+): (\S+) of (\d+)", text)
+    for i, lv in enumerate(summary.levels):
+        iv = (lv.ttft_ms.intervals or {}).get("mean")
+        want = [x for x in shown if x[0] == str(i + 1)]
+        if (
+            iv is None
+            or len(want) != 1
+            or not number(want[0][1]).agrees(iv.n_eff)
+            or int(want[0][2]) != lv.ttft_ms.count
+        ):
+            bad.append(f"report interval note: level {i + 1}: {want} vs {iv} of {lv.ttft_ms.count}")
+    rest = re.sub(r"(\d+): (\S+) of (\d+)", "", text)
+    for lv in summary.levels:
+        for iv in (lv.ttft_ms.intervals or {}).values():
+            if iv.reason:
+                rest = rest.replace(iv.reason, "")
+    left = numbers_among(re.sub(r"level [\d, ]+", "", rest), confidence_truths(summary))
+    return bad + ([f"report interval note: {left} in {text!r}"] if left else [])
+
+
+def _value_of(lv: LevelSummary, metric: str, stat: str) -> tuple[float | None, float]:
+    """A comparison row's statistic in a run's summary, and the printed scale."""
+    if stat == "rate":
+        obj = lv.goodput if metric == "goodput" else lv.throughput
+        return getattr(obj, "requests_per_s" if metric == "goodput" else metric), 1.0
+    if metric == "slo_attainment":
+        return lv.goodput.slo_attainment, 100.0
+    return lv.dist(metric).stat(stat), 1.0
+
+
+def check_comparison_table(
+    summaries: Sequence[RunSummary],
+    labels: Sequence[str],
+    rows: Sequence[dict[str, Any]],
+    expected: Sequence[Sequence[Any]],
+) -> list[str]:
+    """Each run's value is its summary's; Δ is their difference and the relative change Δ over
+    the baseline; the interval of Δ and the verdict are the comparison's own (``expected``:
+    :func:`loadgen.metrics.compare.compare_level`'s rows, per run after the baseline)."""
+    bad: list[str] = []
+    head = rows[0]["cells"]
+    want = ["level", "metric", "stat", f"{labels[0]}\n(baseline)"]
+    for label in labels[1:]:
+        want += [label, "Δ vs baseline", "95% CI of Δ", "verdict"]
+    if head != want:
+        bad.append(f"comparison table: header {head} is not {want}")
+    labels_at = {}
+    for s in summaries:
+        for i, lv in enumerate(s.levels):
+            labels_at.setdefault(id(s), {})[lv.load.label()] = i
+    for r, row in enumerate(rows[1:]):
+        cells, metric, stat = row["cells"], row["data"]["metric"], row["data"]["stat"]
+        level = cells[0]
+        lvs = [s.levels[labels_at[id(s)][level]] for s in summaries]
+        a, scale = _value_of(lvs[0], metric, stat)
+        where = f"comparison {level} {metric} {stat}"
+        if not cell(cells[3]).value or not cell(cells[3]).value.agrees(a, scale):  # type: ignore[union-attr]
+            bad.append(f"{where}: baseline {cells[3]!r} is not {a}")
+        for k, lv in enumerate(lvs[1:]):
+            b, _ = _value_of(lv, metric, stat)
+            shown_b, delta, ci, verdict = cells[4 + 4 * k : 8 + 4 * k]
+            exp = expected[k][r]
+            if (exp.metric, exp.stat) != (metric, stat):
+                bad.append(f"{where}: row order differs from the comparison's ({exp.metric} {exp.stat})")
+                continue
+            if b is None or not cell(shown_b).value or not cell(shown_b).value.agrees(b, scale):  # type: ignore[union-attr]
+                bad.append(f"{where}: {labels[k + 1]} {shown_b!r} is not {b}")
+            m = re.fullmatch(r"(\S+) \((\S+)%\)", delta)
+            if a is None or b is None or m is None:
+                bad.append(f"{where}: Δ {delta!r} unparsed")
+                continue
+            d = (b - a) * scale
+            if not number(m.group(1)).agrees(d):
+                bad.append(f"{where}: Δ {m.group(1)!r} is not {labels[k + 1]} - baseline = {d}")
+            rel = 100 * (b - a) / a if a else None
+            if not number(m.group(2)).agrees(rel):
+                bad.append(f"{where}: relative change {m.group(2)!r}% is not {rel}%")
+            ci_m = re.fullmatch(r"\[(\S+), (\S+)\]", ci)
+            if (
+                exp.diff.ci is None
+                or ci_m is None
+                or not (number(ci_m.group(1)).agrees(exp.diff.ci[0]) and number(ci_m.group(2)).agrees(exp.diff.ci[1]))
+            ):
+                bad.append(f"{where}: CI {ci!r} is not the comparison's {exp.diff.ci}")
+            if verdict.split("\n")[0] != exp.diff.verdict:
+                bad.append(f"{where}: verdict {verdict!r} is not {exp.diff.verdict!r}")
+    return bad
+
+
+def comparison_rows(folders: Sequence[Any]) -> list[list[Any]]:
+    """The comparison's own rows (the interval of each difference and its verdict), computed
+    as ``loadgen compare`` does: per run after the first, every common level."""
+    from loadgen.metrics.compare import common_levels, compare_level
+    from loadgen.report.rundata import load_run
+
+    runs = [load_run(f) for f in folders]
+    levels = common_levels([r.summary for r in runs])
+    return [
+        [
+            row
+            for pos, (_, _, idx) in enumerate(levels)
+            for row in compare_level(runs[0].level_samples(idx[0]), other.level_samples(idx[k]), pos)
+        ]
+        for k, other in enumerate(runs[1:], start=1)
+    ]
+
+
+_BULLET = re.compile(
+    r"(?:(?P<verdict>[a-z ]+): )?(?P<name>.+?) at (?P<level>.+?): (?P<a>\S+) → (?P<b>\S+) (?P<unit>\S*) ?"
+    r"(?:\((?P<rel>\S+)%\))?(?:, 95% CI of Δ \[(?P<lo>\S+), (?P<hi>\S+)\])?(?P<note>.*)"
+)
+
+
+def _row_name(row: Any) -> str:
+    return row.label + ("" if row.stat in ("rate", "value") else f" {row.stat}")
+
+
+def check_bullet(summaries: Sequence[RunSummary], k: int, rows: Sequence[Any], text: str, where: str) -> list[str]:
+    """``better: TTFT p99 at 1 user: 3.72 → 2.56 ms (-31%), 95% CI of Δ [-1.53, -0.31]``: the
+    two values are the runs' summaries', the rest the comparison's row."""
+    m = _BULLET.fullmatch(text.strip())
+    if m is None:
+        return [f"{where}: bullet {text!r} unparsed"]
+    found = [r for r in rows if _row_name(r) == m["name"] and _level_label(summaries, r) == m["level"]]
+    if len(found) != 1:
+        return [f"{where}: bullet {text!r} names no row"]
+    r = found[0]
+    bad = []
+    for run, shown in ((summaries[0], m["a"]), (summaries[k + 1], m["b"])):
+        lv = _level_at(run, _level_label(summaries, r))
+        v, scale = _value_of(lv, r.metric, r.stat)
+        if lv is None or not number(shown).agrees(v, scale):
+            bad.append(f"{where}: {text!r}: {shown} is not {v}")
+    if m["rel"] is not None and not number(m["rel"]).agrees(None if r.diff.rel is None else 100 * r.diff.rel):
+        bad.append(f"{where}: {text!r}: relative change is {r.diff.rel}")
+    if m["lo"] is not None and not (number(m["lo"]).agrees(r.diff.ci[0]) and number(m["hi"]).agrees(r.diff.ci[1])):
+        bad.append(f"{where}: {text!r}: CI is {r.diff.ci}")
+    if m["verdict"] is not None and m["verdict"] != r.diff.verdict:
+        bad.append(f"{where}: {text!r}: verdict is {r.diff.verdict}")
+    if numbers(m["note"]) and not any(x for x in [r.diff.note or ""] if m["note"].strip() in x or x in m["note"]):
+        bad.append(f"{where}: {text!r}: note not the comparison's ({r.diff.note!r})")
+    return bad
+
+
+def _level_label(summaries: Sequence[RunSummary], row: Any) -> str:
+    """The label of the row's level (its position among the runs' common levels)."""
+    from loadgen.metrics.compare import common_levels
+
+    _, _, idx = common_levels(list(summaries))[row.level]
+    return summaries[0].levels[idx[0]].load.label()
+
+
+def _level_at(run: RunSummary, label: str) -> LevelSummary:
+    return next(lv for lv in run.levels if lv.load.label() == label)
+
+
+def tally_of(rows: Sequence[Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r.diff.verdict] = out.get(r.diff.verdict, 0) + 1
+    return out
+
+
+def check_tally(rows: Sequence[Any], text: str, where: str) -> list[str]:
+    """``0 worse, 8 better, 20 inconclusive, 4 no significant change``: the rows' verdicts, counted."""
+    counts = tally_of(rows)
+    bad = []
+    for n, verdict in re.findall(r"(\d+) (worse|better|inconclusive|no significant change|n/a)", text):
+        if int(n) != counts.get(verdict if verdict != "n/a" else "not available", 0):
+            bad.append(f"{where}: {n} {verdict} but {counts.get(verdict, 0)} rows say so")
+    m = re.search(r"(\d+) cells", text)
+    if m is not None and int(m.group(1)) != len(rows):
+        bad.append(f"{where}: {m.group(1)} cells for {len(rows)} rows")
+    return bad
+
+
+def check_comparison_console(
+    summaries: Sequence[RunSummary], labels: Sequence[str], expected: Sequence[Sequence[Any]], text: str
+) -> list[str]:
+    """``loadgen compare``'s verdict lines: per run, a head line, the largest changes, the tally."""
+    bad: list[str] = []
+    k = -1
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if "(baseline) → " in line:
+            k += 1
+            m = re.search(r"(\d+) significant change", line)
+            changes = sum(r.diff.verdict in ("better", "worse") for r in expected[k])
+            if m is not None and int(m.group(1)) != changes:
+                bad.append(f"compare console: {line!r}: {changes} significant changes")
+        elif line.startswith("  all "):
+            bad += check_tally(expected[k], line, "compare console")
+            m = re.match(r"  all (\d+) cells across (\d+) common", line)
+            if m is None or int(m.group(1)) != len(expected[k]):
+                bad.append(f"compare console: {line!r}: {len(expected[k])} cells")
+        elif line.startswith("  … and "):
+            changes = sum(r.diff.verdict in ("better", "worse") for r in expected[k])
+            m = re.match(r"  … and (\d+) more", line)
+            if m is None or int(m.group(1)) != changes - 5:
+                bad.append(f"compare console: {line!r}: {changes} changes in all")
+        elif line.startswith("  "):
+            bad += check_bullet(summaries, k, expected[k], line, "compare console")
+        elif line.startswith("comparison: "):
+            continue
+        elif numbers(line):
+            bad.append(f"compare console: line {line!r} is not in the map")
+    return bad
+
+
+def check_comparison_page(
+    summaries: Sequence[RunSummary], labels: Sequence[str], expected: Sequence[Sequence[Any]], page: dict[str, Any]
+) -> list[str]:
+    """The comparison page: its table, tally, bullets and each run's answer cards."""
+    bad: list[str] = []
+    tables = {t["id"]: t["rows"] for t in page["tables"]}
+    if set(tables) != {"comparison-table"}:
+        bad.append(f"comparison: tables {sorted(tables)} are not all in the map")
+    bad += check_comparison_table(summaries, labels, tables["comparison-table"], expected)
+    if len(page["tally"]) != len(expected):
+        bad.append(f"comparison: {len(page['tally'])} tallies for {len(expected)} runs")
+    for k, text in enumerate(page["tally"]):
+        bad += check_tally(expected[k], text, f"comparison tally {labels[k + 1]}")
+    # the bullets follow each run's tally in page order: assign them to runs by their lead paragraph
+    per_run = _split_bullets(page["bullets"], len(expected))
+    for k, bullets in enumerate(per_run):
+        for b in bullets:
+            if b["text"].startswith("… and "):
+                continue
+            bad += check_bullet(
+                summaries,
+                k,
+                expected[k],
+                f"{b['verdict']}: {b['text']}" if b["verdict"] else b["text"],
+                f"comparison bullet {labels[k + 1]}",
+            )
+    cards = page["cards"]
+    n = len(cards) // len(summaries) if summaries else 0
+    for i, s in enumerate(summaries):
+        bad += check_cards(s, cards[i * n : (i + 1) * n], f"comparison cards {labels[i]}")
+    return bad
+
+
+def _split_bullets(bullets: Sequence[dict[str, Any]], runs: int) -> list[list[dict[str, Any]]]:
+    if runs == 1:
+        return [list(bullets)]
+    raise NotImplementedError("bullets of several runs: checked per run in the matrix test")
