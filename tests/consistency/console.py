@@ -44,14 +44,19 @@ def _capacity(s: RunSummary, _: LevelSummary | None, m: re.Match[str]) -> list[s
     return bad
 
 
-def _steady(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
-    assert lv is not None
+def steady_truths(lv: LevelSummary) -> list[float | None]:
+    """The numbers a steady-state verdict may print: the warm-up cut, each trend's drift and t."""
     st = lv.steady_state
-    truths: list[float | None] = [5.0]  # MSER-5
+    truths: list[float | None] = [5.0]  # MSER-5, the method's name
     if st is not None:
         truths.append(st.warmup_cut)
         truths += [x for t in (st.ttft, st.e2e) if t is not None for x in (100 * t.drift, t.t)]
-    left = numbers_among(m["rest"], truths)
+    return truths
+
+
+def _steady(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
+    assert lv is not None
+    left = numbers_among(m["rest"], steady_truths(lv))
     return [f"{m[0]!r}: {left} not in the steady-state verdict"] if left else []
 
 

@@ -25,6 +25,9 @@ PAGE_TEXT = """() => ({
   cards: Array.from(document.querySelectorAll('.card')).map(c => ({
     id: c.id, value: c.querySelector('.v').innerText,
     subs: Array.from(c.querySelectorAll('.s')).map(s => s.innerText)})),
+  banners: Array.from(document.querySelectorAll('.banner[id]')).map(b => ({id: b.id,
+    head: Array.from(b.childNodes).filter(n => n.nodeName !== 'UL').map(n => n.textContent).join(''),
+    items: Array.from(b.querySelectorAll('li')).map(li => li.innerText)})),
   notes: Object.fromEntries(Array.from(document.querySelectorAll('p.note[id]')).map(n => [n.id, n.innerText])),
   tally: Array.from(document.querySelectorAll('p.tally')).map(c => c.innerText),
   bullets: Array.from(document.querySelectorAll('ul.lead li, ul.headline li')).map(li => ({
@@ -127,6 +130,7 @@ def check_report(summary: RunSummary, page: dict[str, Any]) -> list[str]:
     headers, body = rows[0]["cells"], [r["cells"] for r in rows[1:]]
     bad += check_level_table(summary, headers, body, REPORT_LEVEL_COLUMNS, "report level table", index_column="#")
     bad += check_cards(summary, page["cards"], "report")
+    bad += check_banners(summary, page["banners"])
     for note_id, text in page["notes"].items():
         if note_id == "interval-note":
             bad += check_interval_note(summary, text)
@@ -134,6 +138,44 @@ def check_report(summary: RunSummary, page: dict[str, Any]) -> list[str]:
             bad += [f"report token-source: {numbers(text)}"] if numbers(text) else []
         elif numbers(text):
             bad.append(f"report: note {note_id!r} is not in the map")
+    return bad
+
+
+def check_banners(summary: RunSummary, banners: Sequence[dict[str, Any]]) -> list[str]:
+    """The verdict banners: each item ``level 2 (4 users): …`` holds its level's own words
+    (client reasons, MLPerf verdict numbers, steady-state numbers); the head counts levels."""
+    from tests.consistency.console import steady_truths
+    from tests.consistency.surfaces import mlperf_truths, summary_words
+
+    bad = []
+    levels = summary.levels
+    flagged = {
+        "client-verdict": sum(lv.client.client_bound for lv in levels),
+        "steady-verdict": sum(not lv.stationary for lv in levels),
+        "mlperf-verdict": sum(bool(lv.mlperf) for lv in levels),
+    }
+    for b in banners:
+        if b["id"] not in flagged:
+            if numbers(b["head"] + " ".join(b["items"])):
+                bad.append(f"report: banner {b['id']!r} is not in the map")
+            continue
+        left = numbers_among(b["head"], [flagged[b["id"]], len(levels)])
+        if left:
+            bad.append(f"report {b['id']}: {left} in {b['head']!r}")
+        for item in b["items"]:
+            m = re.fullmatch(r"level (\d+) \((.+?)\): (.*)", item, flags=re.S)
+            if m is None or levels[int(m.group(1)) - 1].load.label() != m.group(2):
+                bad.append(f"report {b['id']}: item {item!r} names no level")
+                continue
+            lv, rest = levels[int(m.group(1)) - 1], m.group(3)
+            if b["id"] == "client-verdict":
+                ok = summary_words(lv, rest)
+            elif b["id"] == "mlperf-verdict":
+                ok = not numbers_among(rest, mlperf_truths(lv))
+            else:
+                ok = summary_words(lv, rest) or not numbers_among(rest, steady_truths(lv))
+            if not ok:
+                bad.append(f"report {b['id']}: {item!r} is not the summary's")
     return bad
 
 
@@ -171,6 +213,15 @@ def _value_of(lv: LevelSummary, metric: str, stat: str) -> tuple[float | None, f
     return lv.dist(metric).stat(stat), 1.0
 
 
+def _shows(text: str, truth: float | None, scale: float = 1.0) -> bool:
+    """Is ``text`` ``truth * scale`` to its precision (a dash for ``None``)?"""
+    try:
+        shown = cell(text).value
+    except ValueError:
+        return False
+    return shown is None if truth is None else shown is not None and shown.agrees(truth, scale)
+
+
 def check_comparison_table(
     summaries: Sequence[RunSummary],
     labels: Sequence[str],
@@ -197,7 +248,7 @@ def check_comparison_table(
         lvs = [s.levels[labels_at[id(s)][level]] for s in summaries]
         a, scale = _value_of(lvs[0], metric, stat)
         where = f"comparison {level} {metric} {stat}"
-        if not cell(cells[3]).value or not cell(cells[3]).value.agrees(a, scale):  # type: ignore[union-attr]
+        if not _shows(cells[3], a, scale):
             bad.append(f"{where}: baseline {cells[3]!r} is not {a}")
         for k, lv in enumerate(lvs[1:]):
             b, _ = _value_of(lv, metric, stat)
@@ -206,8 +257,12 @@ def check_comparison_table(
             if (exp.metric, exp.stat) != (metric, stat):
                 bad.append(f"{where}: row order differs from the comparison's ({exp.metric} {exp.stat})")
                 continue
-            if b is None or not cell(shown_b).value or not cell(shown_b).value.agrees(b, scale):  # type: ignore[union-attr]
+            if not _shows(shown_b, b, scale):
                 bad.append(f"{where}: {labels[k + 1]} {shown_b!r} is not {b}")
+            if exp.diff.diff is None or exp.diff.ci is None:  # nothing to compare: dashes
+                if (delta, ci) != ("–", "–") or verdict.split("\n")[0] != exp.diff.verdict:
+                    bad.append(f"{where}: {delta!r} {ci!r} {verdict!r} for a difference the comparison lacks")
+                continue
             m = re.fullmatch(r"(\S+) \((\S+)%\)", delta)
             if a is None or b is None or m is None:
                 bad.append(f"{where}: Δ {delta!r} unparsed")
