@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 from loadgen.metrics.results import LevelSummary, RunSummary
 from tests.consistency.parse import number, numbers, rich_tables
 from tests.consistency.surfaces import (
     CONSOLE_LEVEL_COLUMNS,
+    Check,
     capacity_truths,
     check_level_line,
     check_level_table,
@@ -22,6 +24,7 @@ from tests.consistency.surfaces import (
     numbers_among,
     saturation_truths,
     summary_words,
+    value_check,
 )
 
 LineCheck = Callable[[RunSummary, LevelSummary | None, re.Match[str]], list[str]]
@@ -50,7 +53,9 @@ def steady_truths(lv: LevelSummary) -> list[float | None]:
     truths: list[float | None] = [5.0]  # MSER-5, the method's name
     if st is not None:
         truths.append(st.warmup_cut)
-        truths += [x for t in (st.ttft, st.e2e) if t is not None for x in (100 * t.drift, t.t)]
+        truths += [
+            x for t in (st.ttft, st.e2e) if t is not None for x in (None if t.drift is None else 100 * t.drift, t.t)
+        ]
     return truths
 
 
@@ -159,10 +164,10 @@ def check_run_console(summary: RunSummary, text: str) -> list[str]:
             else:
                 bad.append(f"console: note {line!r} is not in the map")
             continue
-        for pattern, check in LINE_RULES:
+        for pattern, line_check in LINE_RULES:
             m = re.fullmatch(pattern, line.strip())
             if m is not None:
-                bad += [] if check is None else [f"console: {x}" for x in check(summary, last, m)]
+                bad += [] if line_check is None else [f"console: {x}" for x in line_check(summary, last, m)]
                 break
         else:
             if numbers(line):
@@ -184,9 +189,12 @@ def _console_dists() -> dict[str, str]:
     return {m.console: m.name for m in metrics() if m.console is not None}
 
 
-def check_metrics_table(lv: LevelSummary, headers: list[str], rows: list[list[str]]) -> list[str]:
-    from tests.consistency.surfaces import value_check
+def dist_value_check(key: str, stat: str, scale: float) -> Check:
+    """The check of one statistic of the distribution ``key`` (its interval too)."""
+    return value_check(lambda lv: lv.dist(key).stat(stat), lambda lv: (lv.dist(key).intervals or {}).get(stat), scale)
 
+
+def check_metrics_table(lv: LevelSummary, headers: list[str], rows: list[list[str]]) -> list[str]:
     bad: list[str] = []
     names = _console_dists()
     if headers[0] != "latency" or [
@@ -205,41 +213,37 @@ def check_metrics_table(lv: LevelSummary, headers: list[str], rows: list[list[st
                     bad.append(f"console metrics table: {row[0]} {stat}: {text!r}")
                 continue
             scale = 1e-3 if m["unit"] == "s" else 1.0
-            check = value_check(
-                lambda lv, k=key, s=stat: lv.dist(k).stat(s),
-                lambda lv, k=key, s=stat: (lv.dist(k).intervals or {}).get(s),
-                scale,
-            )
-            why = check(lv, m["v"] + m["iv"])
+            why = dist_value_check(key, stat, scale)(lv, m["v"] + m["iv"])
             if why:
                 bad.append(f"console metrics table: {row[0]} {stat}: {why}")
     return bad
 
 
-def _requests_line(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
-    from tests.consistency.surfaces import value_check
+def _const(value: Any) -> Callable[[LevelSummary], Any]:
+    return lambda _: value
 
+
+def _requests_line(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
     assert lv is not None
     thr, req = lv.throughput, lv.requests
     bad = []
     if (int(m["ok"]), int(m["failed"])) != (req.ok, req.failed):
         bad.append(f"{m[0]!r}: counts are {req}")
     ivs = thr.intervals or {}
-    for part, get, iv in (
-        ("dur", lambda lv: lv.duration_s, None),
-        ("rps", lambda lv: thr.requests_per_s, "requests_per_s"),
-        ("tps", lambda lv: thr.output_tokens_per_s, "output_tokens_per_s"),
-        ("total", lambda lv: thr.total_tokens_per_s, None),
-    ):
-        why = value_check(get, lambda lv, k=iv: ivs.get(k) if k else None)(lv, m[part])
+    shown = (
+        ("dur", lv.duration_s, None),
+        ("rps", thr.requests_per_s, "requests_per_s"),
+        ("tps", thr.output_tokens_per_s, "output_tokens_per_s"),
+        ("total", thr.total_tokens_per_s, None),
+    )
+    for part, value, iv in shown:
+        why = value_check(_const(value), _const(None if iv is None else ivs.get(iv)))(lv, m[part])
         if why:
             bad.append(f"{m[0]!r}: {part}: {why}")
     return bad
 
 
 def _slo_line(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
-    from tests.consistency.surfaces import value_check
-
     assert lv is not None
     good = lv.goodput
     bad = []

@@ -66,10 +66,8 @@ SAVE_RESULT: dict[str, SaveCheck] = {
     "total_output_tokens": lambda lv, run: _total(lv.output_tokens),
     # vLLM's definitions: completed (or tokens) over the level's duration
     "request_throughput": _per_s(lambda lv: lv.requests.ok),
-    "output_throughput": _per_s(lambda lv: lv.output_tokens.mean * lv.output_tokens.count),
-    "total_token_throughput": _per_s(
-        lambda lv: lv.output_tokens.mean * lv.output_tokens.count + lv.prompt_tokens.mean * lv.prompt_tokens.count
-    ),
+    "output_throughput": _per_s(lambda lv: _total(lv.output_tokens)),
+    "total_token_throughput": _per_s(lambda lv: _total(lv.output_tokens) + _total(lv.prompt_tokens)),
     "request_goodput": lambda lv, run: lv.goodput.requests_per_s if lv.goodput.slos else None,
     **{
         f"{word}_{name}_ms": _stat(key, stat)
@@ -173,8 +171,13 @@ def check_requests_csv(summary: RunSummary, path: Path) -> list[str]:
             values = np.array([float(r[col]) for r in ok if r[col] != ""])
             if len(values) != dist.count:
                 bad.append(f"requests.csv level {i} {col}: {len(values)} values, the summary counts {dist.count}")
-            elif len(values) and not (
-                np.isclose(values.mean(), dist.mean, rtol=1e-9) and np.isclose(values.max(), dist.max, rtol=1e-9)
+            elif (
+                len(values)
+                and dist.mean is not None
+                and dist.max is not None
+                and not (
+                    np.isclose(values.mean(), dist.mean, rtol=1e-9) and np.isclose(values.max(), dist.max, rtol=1e-9)
+                )
             ):
                 bad.append(f"requests.csv level {i} {col}: mean {values.mean()} max {values.max()} vs {dist}")
     return bad

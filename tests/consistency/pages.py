@@ -238,7 +238,7 @@ def check_comparison_table(
         want += [label, "Δ vs baseline", "95% CI of Δ", "verdict"]
     if head != want:
         bad.append(f"comparison table: header {head} is not {want}")
-    labels_at = {}
+    labels_at: dict[int, dict[str, int]] = {}
     for s in summaries:
         for i, lv in enumerate(s.levels):
             labels_at.setdefault(id(s), {})[lv.load.label()] = i
@@ -310,7 +310,7 @@ _BULLET = re.compile(
 
 
 def _row_name(row: Any) -> str:
-    return row.label + ("" if row.stat in ("rate", "value") else f" {row.stat}")
+    return str(row.label) + ("" if row.stat in ("rate", "value") else f" {row.stat}")
 
 
 def check_bullet(summaries: Sequence[RunSummary], k: int, rows: Sequence[Any], text: str, where: str) -> list[str]:
@@ -345,7 +345,7 @@ def _level_label(summaries: Sequence[RunSummary], row: Any) -> str:
     from loadgen.metrics.compare import common_levels
 
     _, _, idx = common_levels(list(summaries))[row.level]
-    return summaries[0].levels[idx[0]].load.label()
+    return str(summaries[0].levels[idx[0]].load.label())
 
 
 def _level_at(run: RunSummary, label: str) -> LevelSummary:

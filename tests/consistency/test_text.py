@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_the_comparisons_console_reads_the_summaries_and_its_rows(
     assert bad == []
 
 
-def _matrix_runs(matrix: Ran) -> tuple[list[str], list[Path], dict]:
+def _matrix_runs(matrix: Ran) -> tuple[list[str], list[Path], dict[str, Any]]:
     doc = json.loads((matrix.path / "matrix.json").read_text())
     ran = [c for c in doc["configs"] if c["status"] == "ok"]
     assert [c["name"] for c in ran] == ["chunked=on", "chunked=off"], doc
