@@ -164,16 +164,3 @@ def rich_tables(text: str) -> tuple[list[Table], list[str]]:
             rest.append(line)
         i += 1
     return tables, rest
-
-
-# ---- the report in a browser ----------------------------------------------------------------
-
-PAGE_TEXT = """() => ({
-  tables: Array.from(document.querySelectorAll('table')).map(t => ({
-    id: t.id, rows: Array.from(t.rows).map(r => Array.from(r.cells).map(c => c.innerText))})),
-  cards: Array.from(document.querySelectorAll('.card')).map(c => ({
-    id: c.id, key: c.querySelector('.k').innerText, value: c.querySelector('.v').innerText,
-    subs: Array.from(c.querySelectorAll('.s')).map(s => ({id: s.id, text: s.innerText}))})),
-  tally: Array.from(document.querySelectorAll('.tally')).map(c => c.innerText),
-})"""
-"""What a page shows (the rendered text, as a reader sees it): every table, card and tally."""
