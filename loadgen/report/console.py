@@ -297,8 +297,8 @@ def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "", 
     columns.append(
         ("client", [Text(lv.client.verdict, style="red" if lv.client.verdict != "ok" else "green") for lv in levels])
     )
-    for header, _ in columns:
-        tab.add_column(header, justify="right")
+    for header, _ in columns:  # a verdict is never cut to "undecid…" on a narrow terminal
+        tab.add_column(header, justify="right", min_width=11 if header == "SLO\nverdict" else None)
     for row in zip(*(cells for _, cells in columns)):
         tab.add_row(*row)
     return tab

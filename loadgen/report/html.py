@@ -100,7 +100,7 @@ def answer_cards(summary: RunSummary) -> str:
             value, sub = "no SLO given", "pass <code>--slo</code> (e.g. ttft=500ms) to find the capacity"
         else:
             value = esc(words.value)
-            head = f"{esc(', '.join(cap.slos))} met by {100 * cap.target:.0f}% of requests"
+            head = f"{esc(', '.join(cap.slos))} for {100 * cap.target:.0f}% of requests"
             if cap.status == "ok" and cap.between is not None:
                 head += f"; between {fmt(cap.between[0])} and {fmt(cap.between[1])} {unit_label(cap.mode)}"
             sub = head
