@@ -24,7 +24,7 @@ from loadgen.report import figures as F
 from loadgen.report import request_figures as R
 from loadgen.report import server_figures as S
 from loadgen.report import time_figures as T
-from loadgen.report.answer_html import answered, answers_table_html
+from loadgen.report.answer_html import answered, answers_table_html, verdict_html
 from loadgen.report.console import fmt_ms, inputs_noun, session_lines, token_source_line
 from loadgen.report.error_bars import interval_note, pm_cell
 from loadgen.report.page import Page, esc, fmt, write_page
@@ -237,10 +237,7 @@ def level_table_html(levels: Sequence[LevelSummary], verdicts: Sequence[str] = (
             f'<span class="{"bad" if verdict != "ok" else "good"}">{esc(verdict)}</span>',
         ]
         if has_verdict:
-            v = verdicts[i]
-            cells.insert(
-                12, f'<span class="verdict {"good" if v == "pass" else "bad" if v == "fail" else ""}">{esc(v)}</span>'
-            )
+            cells.insert(12, verdict_html(verdicts[i]))
         if has_sched:
             sch = lv.schedule
             cells.append(f"{sch.late}/{sch.dropped}" if sch is not None else "–")

@@ -29,6 +29,7 @@ from rich.console import Console
 from loadgen.metrics import summarize_run
 from loadgen.metrics.mlperf import early_stopping_min_queries
 from loadgen.metrics.results import LevelSummary, Load, Requests, RunSummary, StatInterval
+from loadgen.report.answer_html import answers_table_html
 from loadgen.report.console import show_summary
 from loadgen.report.html import answer_cards, level_table_html, mlperf_notes, steady_banner
 from loadgen.report.verdict_lines import level_verdict_cells
@@ -179,14 +180,12 @@ def _text(fragment: str) -> str:
     return html_lib.unescape(re.sub(r"<[^>]+>", "", fragment)).strip()
 
 
-def html_view(summary: RunSummary) -> View:
+def html_view(summary: RunSummary, answers: bool = False) -> View:
+    """The report's headline and level table (``answers``: a non-streamed API's table)."""
     levels = summary.levels
-    page = (
-        answer_cards(summary)
-        + steady_banner(levels)
-        + mlperf_notes(levels)
-        + level_table_html(levels, level_verdict_cells(summary))
-    )
+    cells = level_verdict_cells(summary)
+    table = answers_table_html(levels, "", cells) if answers else level_table_html(levels, cells)
+    page = answer_cards(summary) + steady_banner(levels) + mlperf_notes(levels) + table
     table = page.split('id="level-table"')[1].split("</table>")[0]
     names = [_text(h) for h in re.findall(r"<th>(.*?)</th>", table)]
     rows = []
@@ -338,7 +337,7 @@ def test_no_printed_verdict_contradicts_a_printed_level(sweep: tuple[list[tuple[
     specs, target = sweep
     levels = [make_level(*spec) for spec in specs]
     summary = summarize_run(levels, mode="rate", mixed_modes=True, attainment_target=target)
-    for view in (console_view(summary), html_view(summary)):
+    for view in (console_view(summary), html_view(summary), html_view(summary, answers=True)):
         check(view, target)
         check_mlperf(view)
 
