@@ -1,7 +1,10 @@
 """Across levels and over time: capacity (DistServe), the saturation knee, time windows.
 
+- :func:`level_verdict`: one level against the attainment target (pass, fail, undecided,
+  and whether its attainment meets the target); :func:`capacity`,
+  :func:`capacity_interval` and the reports' wording all judge levels by it.
 - :func:`capacity`: the highest offered load whose SLO attainment stays >= the target,
-  linearly interpolated between the last passing level and the first failing one.
+  linearly interpolated between the level below the first one that misses it and that one.
 - :func:`knee`: the first level where throughput stops growing while latency climbs, and
   stays stopped (no later level higher; confirmed by a later level or beyond the noise).
 - :func:`windows`: metrics over consecutive time windows of one long level (soak, ramp).
@@ -13,7 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +28,17 @@ from loadgen.metrics.results import Capacity, LevelSummary, LoadMode, Saturation
 from loadgen.metrics.stats import stat_value
 from loadgen.records import RequestRecord
 
-__all__ = ["capacity", "capacity_interval", "knee", "slo_verdict", "windows", "windows_of"]
+__all__ = [
+    "LevelVerdict",
+    "capacity",
+    "capacity_interval",
+    "judged_levels",
+    "knee",
+    "level_verdict",
+    "slo_verdict",
+    "windows",
+    "windows_of",
+]
 
 F64 = npt.NDArray[np.float64]
 
@@ -40,67 +54,114 @@ def capacity(
     mode: LoadMode | None = None,
     slos: Sequence[str] = (),
 ) -> Capacity:
-    """Capacity from ``(offered load, attainment)`` pairs (sorted here by load).
+    """Capacity from ``(offered load, attainment)`` pairs (sorted here by load; a tie keeps
+    the given order).
 
-    Outcomes (``status``):
+    The capacity is where attainment first drops below ``target`` going up in load: it can
+    never lie above a level that missed it, even when a higher level meets it again (a
+    noisy or non-monotone sweep). Outcomes (``status``):
 
-    - ``"ok"``: the highest load whose attainment is >= ``target`` is followed by a
-      failing level; ``value`` is the load where the straight line between those two
-      levels crosses ``target``, ``between`` their two loads.
-    - ``"not_reached"``: the highest load tested passes; ``value`` is that load, so the
-      true capacity is at least this (``between`` is None).
-    - ``"never_met"``: no level passes, even the lowest (``value`` and ``between`` None).
+    - ``"ok"``: the first level that misses ``target`` follows one that meets it; ``value``
+      is the load where the straight line between those two levels crosses ``target``,
+      ``between`` their two loads.
+    - ``"not_reached"``: every level meets ``target``; ``value`` is the highest load, so
+      the true capacity is at least this (``between`` is None).
+    - ``"never_met"``: the lowest level misses it (``value`` and ``between`` None).
 
-    A level whose attainment is None or NaN (no requests) counts as failing with
-    attainment 0. ``mode`` and ``slos`` (the load's mode, the per-request SLOs) are
-    carried into the result. Raises ``ValueError`` when ``levels`` is empty.
+    A level whose attainment is None or NaN (no requests) misses with attainment 0.
+    ``mode`` and ``slos`` (the load's mode, the per-request SLOs) are carried into the
+    result. Raises ``ValueError`` when ``levels`` is empty.
     """
     if not levels:
         raise ValueError("capacity() needs at least one level")
-    pts = sorted((float(load), _num(att)) for load, att in levels)
+    pts = sorted(((float(load), _num(att)) for load, att in levels), key=lambda p: p[0])
     pts = [(load, att if math.isfinite(att) else 0.0) for load, att in pts]
-    passing = [i for i, (_, att) in enumerate(pts) if att >= target]
+    missed = next((i for i, (_, att) in enumerate(pts) if att < target), None)
 
     def result(status: str, value: float | None = None, between: list[float] | None = None) -> Capacity:
         return Capacity(status=status, value=value, between=between, target=target, mode=mode, slos=list(slos))
 
-    if not passing:
+    if missed is None:
+        return result("not_reached", pts[-1][0])
+    if missed == 0:
         return result("never_met")
-    i = passing[-1]
-    if i == len(pts) - 1:
-        return result("not_reached", pts[i][0])
-    (lo, a_lo), (hi, a_hi) = pts[i], pts[i + 1]
+    (lo, a_lo), (hi, a_hi) = pts[missed - 1], pts[missed]
     return result("ok", lo + (a_lo - target) / (a_lo - a_hi) * (hi - lo), [lo, hi])
 
 
-def slo_verdict(level: LevelSummary, target: float) -> str:
-    """``"pass"``, ``"fail"`` or ``"undecided"``: whether ``level`` meets the attainment
-    ``target``. A non-stationary level fails. With an attainment interval the level passes
-    when the interval lies at or above the target, fails when it lies below, and is
-    undecided otherwise; without one (a summary written before they existed, or an
-    unbounded interval) its point attainment decides."""
+Verdict = Literal["pass", "fail", "undecided"]
+
+
+@dataclass(frozen=True, slots=True)
+class LevelVerdict:
+    """One level judged against the attainment target by :func:`level_verdict`.
+
+    ``verdict``: ``"pass"``/``"fail"`` when the level decides it, else ``"undecided"``;
+    ``attainment``: the attainment the capacity interpolates on (0 for a non-stationary
+    level or one without requests); ``meets``: ``attainment >= target`` (a pass always
+    meets, a fail never does; an undecided level either); ``reason``: why it failed or is
+    undecided (``"non-stationary"``, ``"no requests"``, ``"interval"``; ``""`` for a pass)."""
+
+    load: float
+    verdict: Verdict
+    attainment: float
+    meets: bool
+    reason: str
+
+
+def level_verdict(level: LevelSummary, target: float) -> LevelVerdict:
+    """``level`` against the attainment ``target``.
+
+    A non-stationary level fails (its attainment depends on how long it ran). A level
+    without requests (no attainment) is undecided. With a bounded attainment interval the
+    level passes when the interval and its attainment lie at or above the target, fails
+    when both lie below, and is undecided otherwise; without one (a summary written before
+    they existed, or an unbounded interval) its attainment decides."""
+    load = float(level.load.value)
+    att = _num(level.goodput.slo_attainment)
     if not level.stationary:
-        return "fail"
+        return LevelVerdict(load, "fail", 0.0, False, "non-stationary")
+    if not math.isfinite(att):
+        return LevelVerdict(load, "undecided", 0.0, False, "no requests")
+    meets = att >= target
     iv = level.attainment_interval
     if iv is None or iv.low is None or iv.high is None:
-        att = level.goodput.slo_attainment
-        return "pass" if att is not None and att >= target else "fail"
-    if iv.low >= target:
-        return "pass"
-    return "fail" if iv.high < target else "undecided"
+        return LevelVerdict(load, "pass" if meets else "fail", att, meets, "" if meets else "attainment")
+    if meets and iv.low >= target:
+        return LevelVerdict(load, "pass", att, True, "")
+    if not meets and iv.high < target:
+        return LevelVerdict(load, "fail", att, False, "interval")
+    return LevelVerdict(load, "undecided", att, meets, "interval")
+
+
+def slo_verdict(level: LevelSummary, target: float) -> Verdict:
+    """``"pass"``, ``"fail"`` or ``"undecided"``: :func:`level_verdict`'s verdict."""
+    return level_verdict(level, target).verdict
+
+
+def judged_levels(levels: Sequence[LevelSummary], mode: LoadMode | None) -> list[LevelSummary]:
+    """The levels a capacity over ``mode`` judges, in load order: those of that mode, the
+    last run at each load (the capacity search runs an undecided rate again with more
+    requests: the second run decides)."""
+    last: dict[float, LevelSummary] = {}
+    for lv in levels:
+        if mode is None or lv.load.mode == mode:
+            last[float(lv.load.value)] = lv
+    return [last[v] for v in sorted(last)]
 
 
 def capacity_interval(levels: Sequence[LevelSummary], target: float) -> list[float | None] | None:
-    """``[highest load that passed, lowest load above it that failed]`` by :func:`slo_verdict`
-    (undecided levels lie between; ``None`` on a side nothing decided), or ``None`` when no
-    level carries an attainment interval."""
+    """``[highest load that passed below the first that failed, the lowest load that
+    failed]`` by :func:`level_verdict` over ``levels`` (undecided levels lie between;
+    ``None`` on a side nothing decided), or ``None`` when no level carries an attainment
+    interval. A pass above a fail never raises the low end: the capacity cannot lie above a
+    level shown to fail."""
     if not any(lv.attainment_interval is not None for lv in levels):
         return None
-    verdicts = sorted((float(lv.load.value), slo_verdict(lv, target)) for lv in levels)
-    passed = [v for v, k in verdicts if k == "pass"]
-    low = max(passed) if passed else None
-    failed = [v for v, k in verdicts if k == "fail" and (low is None or v > low)]
-    return [low, min(failed) if failed else None]
+    verdicts = sorted(((float(lv.load.value), level_verdict(lv, target).verdict) for lv in levels), key=lambda p: p[0])
+    high = next((v for v, k in verdicts if k == "fail"), None)
+    passed = [v for v, k in verdicts if k == "pass" and (high is None or v < high)]
+    return [max(passed) if passed else None, high]
 
 
 def _growth(prev: float, cur: float) -> float | None:

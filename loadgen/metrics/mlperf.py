@@ -3,7 +3,9 @@
 A latency percentile ``p`` at confidence ``c`` passes for ``n`` queries, ``t`` of them over
 the bound, when ``P(Bin(h + t, 1 − p) <= t) = I_p(h, t + 1) < 1 − c``; the minimum query
 count is the least such ``h`` plus ``t`` (459, 662, 2,010 at p99 and 99% for ``t`` = 0, 1,
-10), and the early-stopping estimate is the ``t``-th largest latency.
+10), and the early-stopping estimate is the ``t``-th largest latency. The mirror rule,
+:func:`early_stopping_failed`, says when ``t`` of ``n`` are too many for the percentile to
+lie within the bound at that confidence (LoadGen itself only ever asks for more queries).
 
 The rule, its source in mlcommons/inference and its numbers: docs/metrics.md,
 "Uncertainty" (MLPerf early stopping).
@@ -23,7 +25,13 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["EarlyStopping", "early_stopping_estimate", "early_stopping_min_queries", "early_stopping_verdict"]
+__all__ = [
+    "EarlyStopping",
+    "early_stopping_estimate",
+    "early_stopping_failed",
+    "early_stopping_min_queries",
+    "early_stopping_verdict",
+]
 
 
 EXACT_TERMS = 256
@@ -64,6 +72,17 @@ def early_stopping_min_queries(percentile: float = 0.99, confidence: float = 0.9
     if overlatency < 0:
         raise ValueError(f"overlatency must be >= 0, got {overlatency}")
     return _min_queries(percentile, confidence, overlatency)
+
+
+def early_stopping_failed(n: int, overlatency: int, percentile: float = 0.99, confidence: float = 0.99) -> bool:
+    """Whether ``overlatency`` of ``n`` queries over the bound show the ``percentile`` above
+    it at ``confidence``: were the share over it ``1 − p``, ``overlatency`` or more of ``n``
+    would have odds ``P(Bin(n, 1 − p) >= t) < 1 − c`` (early stopping's rule, mirrored)."""
+    _check(percentile, confidence)
+    if overlatency <= 0 or n <= 0:
+        return False
+    t = min(overlatency, n)
+    return 1.0 - _odds(n - t + 1, t - 1, percentile) < 1 - confidence
 
 
 @lru_cache(maxsize=4096)

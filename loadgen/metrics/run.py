@@ -4,11 +4,12 @@ The run-wide answers come from the levels of one load mode, in load order: the c
 at the SLO-attainment target (:func:`~loadgen.metrics.capacity.capacity`) and the
 saturation knee (:func:`~loadgen.metrics.capacity.knee`, throughput = output tokens/s,
 latency = the profile's ``knee_metric``). A sweep that mixes modes (``sweep-rate``
-starts with two closed-loop levels) is judged on its rate levels. A non-stationary level
-(its latencies trend: overloaded) fails the capacity with attainment 0, as the capacity
-search fails it. ``capacity.interval`` brackets the capacity between the highest level
-shown to pass and the lowest shown to fail by their attainment intervals
-(:func:`~loadgen.metrics.capacity.slo_verdict`).
+starts with two closed-loop levels) is judged on its rate levels; a load run twice (the
+capacity search's rerun) on its last run (:func:`~loadgen.metrics.capacity.judged_levels`).
+Every level is judged once, by :func:`~loadgen.metrics.capacity.level_verdict`: a
+non-stationary level (its latencies trend: overloaded) fails with attainment 0, as the
+capacity search fails it. ``capacity.interval`` brackets the capacity between the highest
+level shown to pass below the lowest shown to fail, and that one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from loadgen.metrics.answers import knee_latency, knee_throughput
-from loadgen.metrics.capacity import capacity, capacity_interval, knee
+from loadgen.metrics.capacity import capacity, capacity_interval, judged_levels, knee, level_verdict
 from loadgen.metrics.results import LevelSummary, LoadMode, RunSummary
 
 __all__ = ["DEFAULT_KNEE_METRIC", "summarize_run"]
@@ -41,11 +42,12 @@ def summarize_run(
     sweep whose plan changes mode) the rate levels are judged when there are any."""
     if mixed_modes and any(lv.load.mode == "rate" for lv in levels):
         mode = "rate"
-    pts = sorted((lv for lv in levels if lv.load.mode == mode), key=lambda lv: lv.load.value)
+    pts = judged_levels(levels, mode)
     if not pts:
         return RunSummary(levels=list(levels), stopped=stopped, interrupted=interrupted)
+    verdicts = [level_verdict(lv, attainment_target) for lv in pts]
     cap = capacity(
-        [(lv.load.value, lv.goodput.slo_attainment if lv.stationary else None) for lv in pts],
+        [(v.load, v.attainment) for v in verdicts],
         attainment_target,
         mode=mode,
         slos=pts[0].goodput.slos,

@@ -26,7 +26,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from loadgen.metrics.catalog import Metric, per_request
-from loadgen.metrics.mlperf import early_stopping_verdict
+from loadgen.metrics.mlperf import early_stopping_failed, early_stopping_verdict
 from loadgen.metrics.steady import mser5_truncation, stationarity
 from loadgen.records import RequestRecord
 
@@ -84,6 +84,16 @@ class MlperfCheck:
     level's ``n`` queries reach ``min_queries`` (those needed at ``percentile`` and
     ``confidence`` with ``overlatency`` queries over ``bound_ms``); ``estimate_ms`` is the
     early-stopping estimate of the percentile (``None`` when too few queries)."""
+
+    @property
+    def outcome(self) -> str:
+        """``"met"`` (``passed``), ``"failed"`` (the overlatency queries show the percentile
+        above the bound: :func:`~loadgen.metrics.mlperf.early_stopping_failed`) or
+        ``"undecided"`` (too few queries to say either)."""
+        if self.passed:
+            return "met"
+        failed = early_stopping_failed(self.n, self.overlatency, self.percentile, self.confidence)
+        return "failed" if failed else "undecided"
 
     slo: str
     metric: str

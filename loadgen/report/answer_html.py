@@ -15,7 +15,7 @@ from loadgen.report.console import fmt_ms, inputs_noun
 from loadgen.report.error_bars import pm_cell
 from loadgen.report.page import esc, fmt
 
-__all__ = ["answered", "answers_table_html"]
+__all__ = ["answered", "answers_table_html", "verdict_html"]
 
 
 def answered(levels: Sequence[LevelSummary]) -> bool:
@@ -23,11 +23,22 @@ def answered(levels: Sequence[LevelSummary]) -> bool:
     return bool(levels) and all(lv.non_streamed is not None for lv in levels)
 
 
-def answers_table_html(levels: Sequence[LevelSummary], api: str = "") -> str:
-    """One row per level of a non-streamed API: E2E, req/s, inputs/s, input tok/s, goodput."""
+def verdict_html(verdict: str) -> str:
+    """A level's SLO verdict (``pass``, ``fail``, ``undecided``; in parentheses when the
+    capacity does not judge the level) as a level table's cell."""
+    bare = verdict.strip("()")
+    tone = "good" if bare == "pass" else "bad" if bare == "fail" else ""
+    return f'<span class="verdict {tone}">{esc(verdict)}</span>'
+
+
+def answers_table_html(levels: Sequence[LevelSummary], api: str = "", verdicts: Sequence[str] = ()) -> str:
+    """One row per level of a non-streamed API: E2E, req/s, inputs/s, input tok/s, goodput,
+    and each level's SLO verdict (``verdicts``, one per level) when given."""
     noun = inputs_noun(api)
     head = ["#", "load", "ok/fail", "req/s", "req/s ±", f"{noun}/s", "input tok/s", f"{noun}/request"]
     head += ["E2E p50", "E2E p90", "E2E p99", "E2E p99 ±", "attain", "goodput", "client"]
+    if any(verdicts):
+        head.insert(head.index("attain") + 1, "SLO verdict")
     rows = []
     for i, lv in enumerate(levels):
         req, thr, good, ns, verdict = lv.requests, lv.throughput, lv.goodput, lv.non_streamed, lv.client.verdict
@@ -49,6 +60,8 @@ def answers_table_html(levels: Sequence[LevelSummary], api: str = "") -> str:
             fmt(good.requests_per_s),
             f'<span class="{"bad" if verdict != "ok" else "good"}">{esc(verdict)}</span>',
         ]
+        if any(verdicts):
+            cells.insert(13, verdict_html(verdicts[i]))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     ths = "".join(f"<th>{esc(h)}</th>" for h in head)
     return (

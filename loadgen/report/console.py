@@ -20,7 +20,15 @@ from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, Stat
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
 from loadgen.report.page import fmt
 from loadgen.report.task_lines import task_lines
-from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_line, mlperf_line, steady_line
+from loadgen.report.verdict_lines import (
+    attainment_confidence,
+    capacity_interval_line,
+    capacity_words,
+    level_verdict_cells,
+    mlperf_line,
+    mlperf_undecided_line,
+    steady_line,
+)
 
 __all__ = [
     "LiveStats",
@@ -209,7 +217,12 @@ def metrics_table(level: LevelSummary, title: str = "", api: str = "") -> Group:
             "connection before answering (docs/client.md)\n",
             style="yellow",
         )
-    for text, style in ((steady_line(level), "bold red" if not level.stationary else "dim"), (mlperf_line(level), "")):
+    texts = (
+        (steady_line(level), "bold red" if not level.stationary else "dim"),
+        (mlperf_line(level), ""),
+        (mlperf_undecided_line([level]), "dim"),
+    )
+    for text, style in texts:
         if text:
             lines.append(text + "\n", style=style)
     lines.append(client_line(level), style="bold red" if client.client_bound else "dim")
@@ -244,10 +257,12 @@ _LEVEL_LATENCIES = (
 _ANSWER_LATENCIES = (("E2E p50", "e2e_ms", "p50"), ("E2E p90", "e2e_ms", "p90"), ("E2E p99", "e2e_ms", "p99"))
 
 
-def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "") -> Table:
+def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "", verdicts: Sequence[str] = ()) -> Table:
     """One row per load level (the rising-load view); every header names its unit (under
     the name), and a latency column is in seconds only when one of its cells is 10 s or more.
-    Levels of a non-streamed API show E2E and their inputs (named as ``api``'s) per second."""
+    Levels of a non-streamed API show E2E and their inputs (named as ``api``'s) per second.
+    ``verdicts`` (one per level, :func:`~loadgen.report.verdict_lines.level_verdict_cells`)
+    is shown beside the attainment when given."""
     tab = Table(title=title or None, title_justify="left", header_style="bold")
     columns: list[tuple[str, list[Any]]] = [
         ("load", [lv.load.label() for lv in levels]),
@@ -267,6 +282,8 @@ def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "") 
         columns.append((f"{name}\n{unit}", cells))
     att = [lv.goodput.slo_attainment for lv in levels]
     columns.append(("attain\n%", ["–" if a is None else f"{100 * a:.0f}" for a in att]))
+    if any(verdicts):
+        columns.append(("SLO\nverdict", list(verdicts)))
     columns.append(("goodput\nreq/s", [_num(lv.goodput.requests_per_s, 2) for lv in levels]))
     if any(n_eff_text(lv) for lv in levels):
         columns.append(("\nn_eff", [n_eff_text(lv).removeprefix("n_eff ").split(" ")[0] or "–" for lv in levels]))
@@ -280,8 +297,8 @@ def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "") 
     columns.append(
         ("client", [Text(lv.client.verdict, style="red" if lv.client.verdict != "ok" else "green") for lv in levels])
     )
-    for header, _ in columns:
-        tab.add_column(header, justify="right")
+    for header, _ in columns:  # a verdict is never cut to "undecid…" on a narrow terminal
+        tab.add_column(header, justify="right", min_width=11 if header == "SLO\nverdict" else None)
     for row in zip(*(cells for _, cells in columns)):
         tab.add_row(*row)
     return tab
@@ -289,8 +306,9 @@ def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "") 
 
 def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
     """Under the level table: why a level was client-bound or non-stationary, the late sends
-    of rate levels, MLPerf's early-stopping verdicts, why a latency shown is :data:`UNBOUNDED`,
-    and the level's notes (``client.notes``)."""
+    of rate levels, MLPerf's early-stopping verdicts that decide (then one line for those
+    that do not), why a latency shown is :data:`UNBOUNDED`, and the level's notes
+    (``client.notes``)."""
     out: list[str] = []
     for lv in levels:
         if lv.client.client_bound:
@@ -302,7 +320,8 @@ def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
         shown = tuple(dict.fromkeys(s for _, _, s in _LEVEL_LATENCIES))
         out.extend(f"{lv.load.label()}: {line}" for line in interval_lines(lv, shown)[1:])
         out.extend(f"{lv.load.label()}: note: {note}" for note in lv.client.notes or ())
-    return out
+    undecided = mlperf_undecided_line(levels)
+    return [*out, undecided] if undecided else out
 
 
 def level_line(level: LevelSummary) -> str:
@@ -332,25 +351,19 @@ def level_line(level: LevelSummary) -> str:
         + ("" if not level.client.client_bound else f"; {client_line(level)}")
         + ("" if level.stopped is None else f"; stopped: {level.stopped}")
         + ("" if level.stationary else f"; {steady_line(level)}")
-        + (f"\n  {mlperf_line(level)}" if level.mlperf else "")
+        + (f"\n  {mlperf_line(level)}" if mlperf_line(level) else "")
     )
 
 
 def answer_lines(summary: RunSummary) -> list[str]:
     """The capacity and knee lines printed under the level table (and used in reports)."""
     out: list[str] = []
-    cap = summary.capacity
-    if cap is not None and cap.slos:
-        unit = unit_label(cap.mode)
-        slos = ", ".join(cap.slos)
-        tgt = f"{100 * cap.target:.0f}%"
-        if cap.status == "ok" and cap.between is not None and cap.value is not None:
-            lo, hi = cap.between
-            out.append(f"capacity at {slos} ({tgt} attainment): {cap.value:.3g} {unit} (between {lo:g} and {hi:g})")
-        elif cap.status == "not_reached":
-            out.append(f"capacity at {slos}: not reached — every level met {tgt} (at least {cap.value:g} {unit})")
-        else:
-            out.append(f"capacity at {slos}: never met — even the lowest level missed {tgt} attainment")
+    cap, words = summary.capacity, capacity_words(summary)
+    if cap is not None and words is not None:
+        out.append(
+            f"capacity at {', '.join(cap.slos)} ({100 * cap.target:.0f}% attainment): {words.value} — {words.verdict}"
+        )
+        out.extend(f"  {note}" for note in words.notes)
         if cap.interval is not None:
             out.append(capacity_interval_line(cap, attainment_confidence(summary.levels)))
     sat = summary.saturation
@@ -432,7 +445,8 @@ def show_summary(summary: RunSummary, console: Console, folder: Path, api: str =
         lv = levels[0]
         console.print(metrics_table(lv, title=f"Results — {lv.load.label()}", api=api))
     elif levels:
-        console.print(level_table(levels, title="Results per load level", api=api))
+        table = level_table(levels, title="Results per load level", api=api, verdicts=level_verdict_cells(summary))
+        console.print(table)
         for line in level_notes(levels):
             console.print(line, style="yellow", highlight=False, markup=False, soft_wrap=True)
         for line in answer_lines(summary):

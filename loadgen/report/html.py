@@ -24,13 +24,21 @@ from loadgen.report import figures as F
 from loadgen.report import request_figures as R
 from loadgen.report import server_figures as S
 from loadgen.report import time_figures as T
-from loadgen.report.answer_html import answered, answers_table_html
+from loadgen.report.answer_html import answered, answers_table_html, verdict_html
 from loadgen.report.console import fmt_ms, inputs_noun, session_lines, token_source_line
 from loadgen.report.error_bars import interval_note, pm_cell
 from loadgen.report.page import Page, esc, fmt, write_page
 from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run
 from loadgen.report.task_figures import task_section
-from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_range, mlperf_line, steady_line
+from loadgen.report.verdict_lines import (
+    attainment_confidence,
+    capacity_interval_range,
+    capacity_words,
+    level_verdict_cells,
+    mlperf_line,
+    mlperf_undecided_line,
+    steady_line,
+)
 from loadgen.runinfo import Calibration, RunInfo
 
 __all__ = ["SECTIONS", "answer_cards", "build_run_page", "client_banner", "level_table_html", "render_run_report"]
@@ -86,23 +94,21 @@ def answer_cards(summary: RunSummary) -> str:
     levels = summary.levels
     cap = summary.capacity
     cards = []
+    words = capacity_words(summary)
     if cap is not None:
-        unit = unit_label(cap.mode)
-        slos = ", ".join(cap.slos)
-        tgt = f"{100 * cap.target:.0f}%"
-        if not slos:
+        if words is None:
             value, sub = "no SLO given", "pass <code>--slo</code> (e.g. ttft=500ms) to find the capacity"
-        elif cap.status == "ok":
-            lo, hi = cap.between or (None, None)
-            value = f"{fmt(cap.value)} {unit}"
-            sub = f"{esc(slos)} met by {tgt} of requests; between {fmt(lo)} and {fmt(hi)} {unit}"
-        elif cap.status == "not_reached":
-            value = f"≥ {fmt(cap.value)} {unit}"
-            sub = f"not reached: every level met {esc(slos)} for {tgt} of requests"
         else:
-            value = "never met"
-            sub = f"even the lowest level missed {esc(slos)} for {tgt} of requests"
-        cards.append(_card("capacity at the SLO", value, sub, "answer-capacity", _capacity_interval(summary)))
+            value = esc(words.value)
+            head = f"{esc(', '.join(cap.slos))} for {100 * cap.target:.0f}% of requests"
+            if cap.status == "ok" and cap.between is not None:
+                head += f"; between {fmt(cap.between[0])} and {fmt(cap.between[1])} {unit_label(cap.mode)}"
+            sub = head
+        extra = _capacity_interval(summary)
+        if words is not None:
+            notes = "".join(f'<div class="s capacity-note">{esc(n)}</div>' for n in words.notes)
+            extra = f'<div class="s" id="capacity-verdict">{esc(words.verdict)}</div>{extra}{notes}'
+        cards.append(_card("capacity at the SLO", value, sub, "answer-capacity", extra))
     sat = summary.saturation
     if sat is not None:
         if sat.found:
@@ -145,13 +151,18 @@ def steady_banner(levels: Sequence[LevelSummary]) -> str:
 
 
 def mlperf_notes(levels: Sequence[LevelSummary]) -> str:
-    """MLPerf's early-stopping verdict of each level with per-request SLOs ("" when none)."""
+    """MLPerf's early-stopping verdicts that decide (met or failed), one item per level, and
+    one line for the checks that decide nothing ("" when no level has a check)."""
     items = "".join(
         f"<li>level {i + 1} ({esc(lv.load.label())}): {esc(mlperf_line(lv))}</li>"
         for i, lv in enumerate(levels)
-        if lv.mlperf
+        if mlperf_line(lv)
     )
-    return f'<div class="banner" id="mlperf-verdict">MLPerf early stopping<ul>{items}</ul></div>' if items else ""
+    undecided = mlperf_undecided_line(levels)
+    if not items:
+        return f'<div class="banner" id="mlperf-verdict">{esc(undecided)}</div>' if undecided else ""
+    rest = f"<div>{esc(undecided)}</div>" if undecided else ""
+    return f'<div class="banner" id="mlperf-verdict">MLPerf early stopping<ul>{items}</ul>{rest}</div>'
 
 
 def client_banner(levels: Sequence[LevelSummary]) -> str:
@@ -176,8 +187,10 @@ def _pct(v: Any) -> str:
     return "–" if not isinstance(v, (int, float)) else f"{100 * v:.0f}%"
 
 
-def level_table_html(levels: Sequence[LevelSummary]) -> str:
-    """One row per level, the console table's columns (and open-loop lateness)."""
+def level_table_html(levels: Sequence[LevelSummary], verdicts: Sequence[str] = ()) -> str:
+    """One row per level, the console table's columns (and open-loop lateness); ``verdicts``
+    (one per level, :func:`~loadgen.report.verdict_lines.level_verdict_cells`) in a column
+    after the attainment when given."""
     has_sched = any(lv.schedule is not None for lv in levels)
     head = [
         "#",
@@ -195,6 +208,9 @@ def level_table_html(levels: Sequence[LevelSummary]) -> str:
         "goodput",
         "client",
     ]
+    has_verdict = any(verdicts)
+    if has_verdict:
+        head.insert(head.index("attain") + 1, "SLO verdict")
     if has_sched:
         head += ["late/dropped"]
     has_iv = any(lv.ttft_ms.intervals for lv in levels)
@@ -220,6 +236,8 @@ def level_table_html(levels: Sequence[LevelSummary]) -> str:
             fmt(good.requests_per_s),
             f'<span class="{"bad" if verdict != "ok" else "good"}">{esc(verdict)}</span>',
         ]
+        if has_verdict:
+            cells.insert(12, verdict_html(verdicts[i]))
         if has_sched:
             sch = lv.schedule
             cells.append(f"{sch.late}/{sch.dropped}" if sch is not None else "–")
@@ -370,7 +388,11 @@ def build_run_page(data: RunData) -> Page:
     page.section("headline", "Answer", _headline(data))
     turns = "".join(f'<p class="note session-line">{esc(line)}</p>' for line in session_lines(levels))
     pooled = answered(levels)  # a non-streamed API: no tokens streamed, no TTFT or ITL
-    table = answers_table_html(levels, target.api if target else "") if pooled else level_table_html(levels)
+    table = (
+        answers_table_html(levels, target.api if target else "")
+        if pooled
+        else level_table_html(levels, level_verdict_cells(s))
+    )
     page.section("levels", "Levels", table + turns)
     _mode, idx = F.plotted_levels(levels)
     other = len(levels) - len(idx)

@@ -65,11 +65,14 @@ def test_capacity_never_met():
     }
 
 
-def test_capacity_non_monotone_uses_the_highest_passing_level():
+def test_capacity_non_monotone_stops_at_the_first_miss():
+    # 4 meets the target again above 2, which missed it: the capacity never lies above a miss
     out = capacity([(1, 1.0), (2, 0.5), (4, 0.95), (8, 0.2)], target=0.9)
-    assert out["between"] == [4.0, 8.0]
-    assert out["value"] == pytest.approx(4 + 0.05 / 0.75 * 4)
-    assert capacity([(1, 1.0), (2, 0.5), (4, 0.95)])["status"] == "not_reached"
+    assert out["between"] == [1.0, 2.0]
+    assert out["value"] == pytest.approx(1 + 0.1 / 0.5 * 1)
+    again = capacity([(1, 1.0), (2, 0.5), (4, 0.95)])
+    assert again["status"] == "ok" and again["between"] == [1.0, 2.0]
+    assert capacity([(1, 0.5), (2, 0.95)])["status"] == "never_met"
 
 
 def test_capacity_level_without_attainment_fails():

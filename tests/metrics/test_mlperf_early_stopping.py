@@ -7,7 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.metrics.mlperf import early_stopping_estimate, early_stopping_min_queries, early_stopping_verdict
+from loadgen.metrics.mlperf import (
+    early_stopping_estimate,
+    early_stopping_failed,
+    early_stopping_min_queries,
+    early_stopping_verdict,
+)
 
 
 def passes(n: int, t: int, p: float, c: float) -> bool:
@@ -80,3 +85,15 @@ def test_many_overlatency_queries_sum_vectorised_to_the_term_by_term_odds() -> N
         for t in (mlperf.EXACT_TERMS + 1, 1000, 4000):
             for h in (int(t * p / (1 - p) * f) for f in (0.95, 1.0, 1.05)):
                 assert mlperf._odds(h, t, p) == pytest.approx(by_terms(h, t, p), rel=1e-7)
+
+
+def test_failed_mirrors_the_rule() -> None:
+    """p99 at 99%: with 100 queries, 5 over has odds P(Bin(100, 0.01) >= 5) = 0.0034 < 0.01
+    (p99 shown above the bound), 4 over has 0.018 (not shown); none over never fails."""
+    assert early_stopping_failed(100, 5) and not early_stopping_failed(100, 4)
+    assert not early_stopping_failed(100, 0) and not early_stopping_failed(0, 0)
+    assert early_stopping_failed(393, 211)  # the 256-user level of issue 37's run
+    # a count that passes never fails: both need the odds on opposite sides of 1 - c
+    for n in (459, 662, 2010):
+        t = max(k for k in range(11) if early_stopping_min_queries(0.99, 0.99, k) <= n)
+        assert not early_stopping_failed(n, t)

@@ -129,7 +129,10 @@ def test_without_interval_no_band_no_line(browser: Any, decided: Path, tmp_path:
     try:
         got = page.page.evaluate(_SHAPES, "fig-throughput")
         assert _bands(got["shapes"]) == [] and not any("capacity interval" in t for t in got["legend"])
-        assert page.page.inner_text("#answer-capacity").count("\n") == 2  # key, value, sub: as before
+        card = page.page.inner_text("#answer-capacity").split("\n")
+        # key, value, sub, then the verdict and which levels it judged: no interval line
+        assert len(card) == 5 and card[4].startswith("judged: 6 concurrency levels"), card
+        assert not any("interval" in line for line in card)
         assert not page.errors
     finally:
         page.page.close()
