@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from loadgen.metrics.results import LevelSummary, StatInterval
+from loadgen.numfmt import fmt_n_eff
 from loadgen.report.error_bars import NO_BAR
 from loadgen.report.files import read_summary
 from loadgen.report.html import render_run_report
@@ -133,7 +134,7 @@ def test_level_table_column_and_n_eff_line(opened: Any, mixed: Path) -> None:
     col, tok = head.index("TTFT p99 ±"), head.index("out tok/s ±")
     assert head[col - 1] == "TTFT p99" and head[tok - 1] == "out tok/s"
     for row, lv in zip(rows, levels):
-        assert row[col] == "—"  # p99 of 60 requests: unbounded
+        assert row[col] == "±—"  # p99 of 60 requests: unbounded
         iv = (lv.throughput.intervals or {})["output_tokens_per_s"]
         rel = iv.relative_half_width(lv.throughput.output_tokens_per_s)
         assert rel is not None and row[tok] == f"±{100 * rel:.0f}%"
@@ -141,8 +142,8 @@ def test_level_table_column_and_n_eff_line(opened: Any, mixed: Path) -> None:
     assert "95% intervals" in note
     for i, lv in enumerate(levels):
         n_eff = (lv.ttft_ms.intervals or {})["mean"].n_eff
-        assert f"{i + 1}: {n_eff:.0f} of {lv.ttft_ms.count}" in note
-    assert "TTFT p99 cannot be bounded at level 1, 2, 3, 4" in note
+        assert f"{i + 1}: {fmt_n_eff(n_eff)} of {lv.ttft_ms.count}" in note
+    assert "±— not bounded: TTFT p99 at levels 1, 2, 3, 4" in note
 
 
 def _strip(obj: Any) -> Any:
