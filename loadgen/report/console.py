@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -296,11 +297,44 @@ _LEVEL_LATENCIES = (
 _ANSWER_LATENCIES = (("E2E p50", "e2e_ms", "p50"), ("E2E p90", "e2e_ms", "p90"), ("E2E p99", "e2e_ms", "p99"))
 
 
+class _SnugTable(Table):
+    """A table that fits the console without cutting a cell or a header (a rate sweep's level
+    table on 120 columns): when its natural width is too wide, its cells lose their left
+    padding, and each column gets at least its longest word (it wraps, never shows ``…``),
+    the room left going to the columns that need the least of it to fit whole."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        self._fit(console, options)
+        yield from super().__rich_console__(console, options)
+
+    def _fit(self, console: Console, options: ConsoleOptions) -> None:
+        wide = options.update_width(1 << 16)
+        spans = []
+        for col in self.columns:
+            ms = [Measurement.get(console, wide, c) for c in (col.header, *col.cells)]
+            hi = max(m.maximum for m in ms)
+            spans.append((hi if col.no_wrap else max(m.minimum for m in ms), hi))
+        borders = len(spans) + 1
+        if sum(hi for _, hi in spans) + borders + 2 * len(spans) <= options.max_width:
+            return  # fits as it is
+        room = options.max_width - borders - len(spans) - sum(lo for lo, _ in spans)  # right padding only
+        if room < 0:
+            return  # not even the longest words fit: rich's own reduction
+        self.padding = (0, 1, 0, 0)
+        widths = [lo for lo, _ in spans]
+        for i in sorted(range(len(spans)), key=lambda k: spans[k][1] - spans[k][0]):
+            give = min(room, spans[i][1] - spans[i][0])
+            widths[i] += give
+            room -= give
+        for col, width in zip(self.columns, widths):
+            col.width = width
+
+
 def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "") -> Table:
     """One row per load level (the rising-load view); every header names its unit (under
     the name), and a latency column is in seconds only when one of its cells is 10 s or more.
     Levels of a non-streamed API show E2E and their inputs (named as ``api``'s) per second."""
-    tab = Table(title=title or None, title_justify="left", header_style="bold")
+    tab = _SnugTable(title=title or None, title_justify="left", header_style="bold")
     columns: list[tuple[str, list[Any]]] = [
         ("load", [lv.load.label() for lv in levels]),
         ("requests\nok/failed", [f"{lv.requests.ok}/{lv.requests.failed}" for lv in levels]),

@@ -14,8 +14,10 @@ from loadgen.metrics.client import WorkerStats
 from loadgen.metrics.results import LevelSummary
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
 from loadgen.report.console import level_line, level_notes, level_table, metrics_table, show_summary, token_source_line
+from loadgen.report.files import read_summary
 from loadgen.report.live import LiveStats, level_heading
 from tests.metrics.helpers import rec
+from tests.report.synth import Spec, make_run
 
 
 def _level(value: int, sources: list[TokenSource]) -> LevelSummary:
@@ -228,3 +230,54 @@ def test_a_value_is_never_hidden_and_a_wide_interval_shows_its_bounds() -> None:
     assert with_pm("24.9 ms", 24.9, narrow) == "24.9 ms ±7.6%"
     big = StatInterval(low=1.0, high=14_500.0, n_eff=9.0, confidence=0.95)
     assert "e+" not in with_pm("1,450 ms", 1450.0, big)  # no exponent form
+
+
+# --- issue 37: one formatting rule, one n_eff per level, the reason once per table ------------------
+
+
+def _synth_levels(tmp_path: Path, spec: Spec) -> list[LevelSummary]:
+    folder = make_run(tmp_path / "run", spec)
+    return [LevelSummary.from_json(lv) for lv in read_summary(folder)["levels"]]
+
+
+def test_a_rate_sweep_table_keeps_each_load_label_and_client_verdict_whole(tmp_path: Path) -> None:
+    """A rate sweep's levels (3.6336, 12.8241 req/s) were labelled ``12.8241 req/s``, wrapped
+    over two lines, and the client column was cut to ``client-b…`` on a 120-column terminal."""
+    rates = (1.0127, 3.6336, 6.2545, 8.8754, 11.4963, 12.8241)
+    levels = _synth_levels(tmp_path, Spec(loads=rates, mode="rate", client_bound_level=4))
+    console = Console(width=120, record=True, color_system=None)
+    console.print(level_table(levels))
+    text = console.export_text()
+    rows = [line for line in text.splitlines() if line.startswith("│")]
+    firsts = [row.strip("│").split("│")[0].strip() for row in rows]
+    labels = [lv.load.label() for lv in levels]
+    assert labels[1] == "3.63 req/s" and labels[-1] == "12.8 req/s"
+    assert [f for f in firsts if f] == labels  # each label on one line, none cut
+    assert "…" not in text
+    verdicts = [row.strip("│").split("│")[-1].strip() for row in rows if row.strip("│").split("│")[0].strip()]
+    assert verdicts == [lv.client.verdict for lv in levels] and "client-bound" in verdicts
+
+
+def test_one_n_eff_per_level_and_the_reason_once_per_table(tmp_path: Path) -> None:
+    """Issue 37 item 4: the level line said "n_eff 26 of 53" (TTFT mean's) and the reason
+    under it "(n_eff = 41)" (TTFT p99's), unlabelled; and the reason came once per level."""
+    levels = _synth_levels(tmp_path, Spec(loads=(1, 4, 16, 32), client_bound_level=None))
+    assert all(not (lv.ttft_ms.intervals or {})["p99"].bounded for lv in levels)  # 60 requests: p99 unbounded
+    for lv in levels:
+        line = level_line(lv)
+        assert line.count("n_eff") == 1 and "n_eff" in line and "(TTFT mean)" in line, line
+        assert " ±—" in line  # TTFT p99's value with its unbounded mark, never a bare "—"
+    notes = level_notes(levels)
+    unbounded = [n for n in notes if "not bounded" in n]
+    assert len(unbounded) == 1, notes  # once for the table
+    assert "TTFT p99 at 1 user, 4 users, 16 users, 32 users" in unbounded[0]
+    text = "\n".join(notes)
+    assert "(n_eff = " not in text  # the metric's reason keeps its n_eff, printed labelled instead
+    # each n_eff value printed names whose it is: the table's column (TTFT mean) or one statistic's
+    labelled = re.findall(r"n_eff: each level's TTFT mean|TTFT p\d+ at [^:]+: [^;)]*its n_eff \d+", text)
+    assert len(labelled) == 2 and len(re.findall(r"n_eff \d", text)) == 1, text
+    one = Console(width=150, record=True, color_system=None)
+    one.print(metrics_table(levels[0]))
+    single = one.export_text()
+    assert "(n_eff = " not in single and single.count("(TTFT mean)") == 1
+    assert sum("not bounded" in line for line in single.splitlines()) == 1

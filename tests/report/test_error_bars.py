@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from loadgen.metrics.results import LevelSummary, StatInterval
-from loadgen.numfmt import fmt_n_eff
+from loadgen.numfmt import fmt_n_eff, fmt_rel
 from loadgen.report.error_bars import NO_BAR
 from loadgen.report.files import read_summary
 from loadgen.report.html import render_run_report
@@ -137,7 +137,7 @@ def test_level_table_column_and_n_eff_line(opened: Any, mixed: Path) -> None:
         assert row[col] == "±—"  # p99 of 60 requests: unbounded
         iv = (lv.throughput.intervals or {})["output_tokens_per_s"]
         rel = iv.relative_half_width(lv.throughput.output_tokens_per_s)
-        assert rel is not None and row[tok] == f"±{100 * rel:.0f}%"
+        assert rel is not None and row[tok] == f"±{fmt_rel(rel)}"
     note = page.inner_text("#interval-note")
     assert "95% intervals" in note
     for i, lv in enumerate(levels):
