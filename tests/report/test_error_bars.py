@@ -18,6 +18,7 @@ from loadgen.numfmt import fmt_n_eff, fmt_rel
 from loadgen.report.error_bars import NO_BAR
 from loadgen.report.files import read_summary
 from loadgen.report.html import render_run_report
+from loadgen.report.live import fmt_ms
 from loadgen.report.page import esc
 from tests.report.synth import Spec, make_run
 from tests.report.test_browser import Opened, browser, pytestmark  # noqa: F401 (the fixture and the skips)
@@ -174,3 +175,27 @@ def test_summary_without_intervals_draws_as_before(browser: Any, mixed: Path, tm
     finally:
         page.page.close()
     assert re.search(r'"error_y"', html) is None
+
+
+def test_a_value_whose_interval_is_not_bounded_is_shown_and_the_reason_once(opened: Any, mixed: Path) -> None:
+    """Issue 37 items 3 and 4: TTFT p99 of 60 requests cannot be bounded; the report prints
+    its value with ``±—`` beside it, says why once for the table (not once per level), and
+    the caption's n_eff values are each level's one (TTFT mean), none a second unlabelled one."""
+    levels = _levels(mixed)
+    page = opened.page
+    head = page.eval_on_selector_all("#level-table thead th", "els => els.map(e => e.textContent)")
+    rows = page.eval_on_selector_all(
+        "#level-table tbody tr", "rows => rows.map(r => Array.from(r.cells).map(c => c.innerText))"
+    )
+    col = head.index("TTFT p99")
+    for row, lv in zip(rows, levels):
+        assert row[col] == fmt_ms(lv.ttft_ms.p99) and re.fullmatch(r"[\d.,]+", row[col])  # the value, shown
+        assert row[col + 1] == "±—"
+    section = page.eval_on_selector("#level-table", "t => t.closest('section').innerText")
+    assert section.count("not bounded") == 1 and section.count("too few effective values") == 1
+    note = page.inner_text("#unbounded-note")
+    assert note.startswith("±— not bounded: TTFT p99 at levels 1, 2, 3, 4 (")
+    iv = (levels[0].ttft_ms.intervals or {})["p99"]
+    assert "TTFT p99 at level 1: p99 needs n_eff ≥" in note and f"its n_eff {fmt_n_eff(iv.n_eff)})" in note
+    caption = page.inner_text("#interval-note")
+    assert "(n_eff = " not in caption and "n_eff of each level's TTFT mean" in caption
