@@ -1,21 +1,17 @@
-"""How loadgen writes a number, on every surface: the console, the reports, the comparison,
-the matrix, the dashboard (whose script follows the same rule) and load labels.
+"""How loadgen writes a number on every surface: the console, the reports, the comparison,
+the matrix, the dashboard (its script follows the same rule), load labels and prose lines.
 
-The rule (docs/report.md, "How numbers are written"):
+The rule (docs/metrics.md, "How numbers are written"):
 
-- a value has 3 significant digits (``0.842``, ``12.3``, ``152``), never an exponent
-  (``0.000123``, not ``1.23e-04``); from 1,000 up, every whole digit, thousands separated
-  (``1,450``, ``12,345``); a value that rounds up to the next power of ten is written there
-  (``999.6`` → ``1,000``, ``9.996`` → ``10``); trailing zeros are dropped (``7.5``, ``16``);
-- a relative width or change (an interval's ``±``, a comparison's change) has 2 significant
-  digits, whole percents from 10% up (``±6.2%``, ``±12%``, ``+0.48%``, ``+326%``);
-- an effective sample size ``n_eff``, itself an estimate, has 2 significant digits like a
-  width (``41``, ``265``, ``1.3``);
-- a share (SLO attainment) is a percentage with 3 significant digits (``98.5%``), and a share
-  short of 100% is never written as ``100%`` (``99.96%``);
-- a unit follows its number after one space (``12.3 ms``, ``7.48 req/s``); a latency from
-  10 s up is written in seconds (``10.8 s``); ``%`` is written against its number;
-- a missing value is written ``–``.
+- a value: 3 significant digits (``0.842``, ``12.3``, ``152``), never an exponent
+  (``0.000123``); from 1,000 up every whole digit, thousands separated (``1,450``); one that
+  rounds up a decade is written there (``999.6`` → ``1,000``); trailing zeros dropped (``7.5``);
+- a relative width or change (an interval's ``±``, a comparison's change) and an ``n_eff``
+  (itself an estimate): 2 significant digits, whole from 10 up (``±6.2%``, ``±12%``, ``41``);
+- a share (SLO attainment): a percentage of 3 significant digits (``98.5%``), never ``100%``
+  short of all (``99.96%``);
+- a unit after one space (``12.3 ms``, ``7.48 req/s``; from 10 s up a latency in seconds,
+  ``10.8 s``), ``%`` against its number; a missing value ``–``.
 """
 
 from __future__ import annotations
