@@ -58,7 +58,7 @@ def test_a_cold_start_is_cut_and_mlperf_counts_are_loadgens(tmp_path: Path) -> N
     assert (m.slo, m.n, m.overlatency) == ("ttft=40ms", len(kept), over)
     assert m.min_queries == early_stopping_min_queries(0.9, 0.95, over)
     assert m.passed == (len(kept) >= m.min_queries)
-    assert "MLPerf early stopping (95% confidence): TTFT p90 ≤ 40.0 ms: " in out.getvalue()
+    assert "MLPerf early stopping (95% confidence): TTFT p90 ≤ 40 ms: " in out.getvalue()
 
 
 def test_an_overloaded_open_loop_is_non_stationary_and_fails_the_capacity_search(tmp_path: Path) -> None:
