@@ -44,6 +44,7 @@ __all__ = [
     "token_source_line",
     "unbounded_cells",
     "unbounded_line",
+    "unbounded_reason",
     "with_pm",
 ]
 
@@ -132,7 +133,7 @@ def n_eff_text(level: LevelSummary) -> str:
 _NEFF_TAIL = re.compile(r"\s*\(n_eff = [0-9.,]+\)")
 
 
-def _reason(iv: StatInterval) -> str:
+def unbounded_reason(iv: StatInterval) -> str:
     """Why ``iv`` is not bounded, its own ``n_eff`` named as its statistic's by the caller:
     ``"p99 needs n_eff ≥ 460 for a 95% interval"`` and, when the reason gave one, ``", its n_eff 41"``."""
     reason = (iv.reason or "too few effective values").replace(">=", "≥")
@@ -160,7 +161,9 @@ def unbounded_line(found: Sequence[tuple[str, str, StatInterval]], noun: str = "
     which = "; ".join(f"{stat}{at(ws)}" for stat, ws in places.items())
     stat, where, iv = found[0]
     eg = "e.g. " if len(found) > 1 else ""
-    return f"±{UNBOUNDED} not bounded: {which} (too few effective values; {eg}{stat}{at([where])}: {_reason(iv)})"
+    return (
+        f"±{UNBOUNDED} not bounded: {which} (too few effective values; {eg}{stat}{at([where])}: {unbounded_reason(iv)})"
+    )
 
 
 def unbounded_cells(

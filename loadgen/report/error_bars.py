@@ -18,7 +18,7 @@ from typing import Any
 
 from loadgen.metrics.results import LevelSummary, StatInterval
 from loadgen.numfmt import NONE, fmt, fmt_n_eff
-from loadgen.report.console import N_EFF_SERIES, level_n_eff, unbounded_cells, unbounded_line, with_pm
+from loadgen.report.console import N_EFF_SERIES, level_n_eff, unbounded_cells, unbounded_line, unbounded_reason, with_pm
 from loadgen.report.page import esc
 
 __all__ = ["NO_BAR", "add_error_bars", "error_bar", "interval_note", "pm_cell"]
@@ -46,7 +46,7 @@ def error_bar(
         elif iv.low is None or iv.high is None:
             plus.append(NO_BAR)
             minus.append(NO_BAR)
-            notes.append(esc(f"cannot bound: {iv.reason or 'too few effective values'}"))
+            notes.append(esc(f"cannot bound: {unbounded_reason(iv)}"))
         else:
             plus.append(max(iv.high - point, 0.0) * scale)
             minus.append(max(point - iv.low, 0.0) * scale)
