@@ -55,7 +55,7 @@ def test_run_writes_the_run_folder(server: ScriptedServerProcess, tmp_path: Path
         ],
     )
     assert res.exit_code == 0, res.output
-    assert "TTFT" in res.output and "attainment 100.0%" in res.output
+    assert "TTFT" in res.output and "attainment 100%" in res.output
     assert {p.name for p in out.iterdir()} == {"run.json", "records.jsonl", "events.bin", "summary.json", "report.html"}
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert len(records) == 20 and all(r["status"] == "ok" for r in records)

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loadgen.cli import app
+from loadgen.numfmt import fmt_latency
 from tests.scripted_server import Script, ScriptedServerProcess
 
 runner = CliRunner()
@@ -51,7 +52,7 @@ def test_a_trace_replays_late_sends_are_on_the_console(server: ScriptedServerPro
     level = json.loads((out / "summary.json").read_text())["levels"][0]
     sch = level["schedule"]
     assert sch["scheduled"] == 43
-    line = f"sends: {sch['late']} of {sch['scheduled']} late (over {sch['late_threshold_ms']:.2f} ms), {sch['dropped']} dropped"
+    line = f"sends: {sch['late']} of {sch['scheduled']} late (over {fmt_latency(sch['late_threshold_ms'])}), {sch['dropped']} dropped"
     assert line in res.output.splitlines()
     assert f"{sch['late']} of {sch['scheduled']} sends late, {sch['dropped']} dropped" in res.output  # the level line
     client = level["client"]

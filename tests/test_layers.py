@@ -20,15 +20,16 @@ ALLOWED: dict[str, set[str]] = {
     "paths": set(),
     "inputs": set(),
     "aio": set(),
+    "numfmt": set(),
     "signals": {"errors"},
     "workload": {"records", "errors", "inputs", "workload"},
-    "metrics": {"records", "errors", "metrics"},
+    "metrics": {"records", "errors", "metrics", "numfmt"},
     "client": {"records", "errors", "client"},
-    "load": {"records", "errors", "inputs", "load", "metrics", "aio", "signals"},
-    "report": {"", "records", "errors", "report", "metrics", "runinfo"},
+    "load": {"records", "errors", "inputs", "load", "metrics", "aio", "signals", "numfmt"},
+    "report": {"", "records", "errors", "report", "metrics", "runinfo", "numfmt"},
     "runinfo": {"errors", "load", "metrics"},
     "server": {"errors", "server", "aio"},
-    "dashboard": {"", "records", "errors", "inputs", "metrics", "report", "dashboard"},
+    "dashboard": {"", "records", "errors", "inputs", "metrics", "report", "dashboard", "numfmt"},
 }
 # may wire everything together: the wiring package and the faces that parse and call it
 WIRING = {"orchestrate", "cli", "api", "__init__", "__main__"}

@@ -141,7 +141,7 @@ def test_the_toy_is_an_slo_a_precision_target_and_a_console_row(
     assert re.search(r"^│ Decode\s*│\s*[\d.]+ ms", output, re.MULTILINE), output  # its row in the level's table
     # more than half over the bound: MLPerf's early stopping shows p99 above it, and says so
     (m,) = level["mlperf"]
-    failed = f"MLPerf early stopping (99% confidence): Decode p99 ≤ 0.50 ms: failed ({m['overlatency']:,} of {m['n']:,}"
+    failed = f"MLPerf early stopping (99% confidence): Decode p99 ≤ 0.5 ms: failed ({m['overlatency']:,} of {m['n']:,}"
     assert failed in output, output
     assert "MLPerf early stopping: undecided" not in output
 

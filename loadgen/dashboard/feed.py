@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.numfmt import fmt
 from loadgen.records import ErrorKind, RequestRecord
 
 __all__ = ["ITL_CAP", "SERIES", "SERVER_KEYS", "Feed", "level_point"]
@@ -57,9 +58,9 @@ def level_point(level: dict[str, Any], index: int) -> dict[str, Any]:
     if x is None:
         label = str(value)
     elif mode == "concurrency":
-        label = f"{x:g} {'user' if x == 1 else 'users'}"
+        label = f"{fmt(x)} {'user' if x == 1 else 'users'}"
     else:
-        label = f"{x:g} req/s"
+        label = f"{fmt(x)} req/s"
     p99 = ("ttft_ms", "intervals", "p99")
     tput = ("throughput", "intervals", "output_tokens_per_s")
     return {

@@ -134,8 +134,10 @@ var q=token?('?token='+encodeURIComponent(token)):'';
 var pc={displaylogo:false,responsive:true};
 var levels=[],errT=[],errK={},serverShown=false,lastState='';
 function $(id){return document.getElementById(id);}
-function num(v){if(typeof v!=='number'||!isFinite(v))return '–';var a=Math.abs(v);
- if(a>=1000)return Math.round(v).toLocaleString('en-US');return String(Number(v.toPrecision(3)));}
+function num(v){if(typeof v!=='number'||!isFinite(v))return '–';if(v===0)return '0';
+ var r=Number(v.toPrecision(3));if(Math.abs(r)>=1000)return Math.round(v).toLocaleString('en-US');
+ var t=r.toFixed(Math.max(0,2-Math.floor(Math.log10(Math.abs(r)))));
+ if(t.indexOf('.')>=0)t=t.replace(/0+$/,'').replace(/[.]$/,'');return t==='-0'?'0':t;}
 function put(id,v){var e=$(id);if(e)e.textContent=(v===null||v===undefined||v==='')?'–':String(v);}
 function bar(id,p){var e=$(id);if(e)e.style.width=(typeof p==='number'?Math.max(0,Math.min(1,p))*100:0)+'%';}
 function series(f,s){return f.traces.map(function(tr){return {type:'scatter',mode:'lines',x:(s.t||[]).slice(),
@@ -177,7 +179,7 @@ function status(m){var r=m.run||{},lv=m.level,tot=m.totals||{};put('lg-title',r.
   put('lg-heading',h);put('lg-target',lv.target);put('lg-done',lv.done);put('lg-failed',lv.failed);put('lg-warm',lv.warm);
   put('lg-inflight',lv.in_flight);put('lg-left',typeof lv.left_s==='number'?num(lv.left_s)+' s left':'');bar('lg-lbar',lv.progress);}
  else{put('lg-heading',r.state==='starting'?'starting…':'between levels');bar('lg-lbar',0);}
- bar('lg-rbar',m.progress);put('lg-rprog',typeof m.progress==='number'?Math.round(m.progress*100)+' % of the run':'');
+ bar('lg-rbar',m.progress);put('lg-rprog',typeof m.progress==='number'?Math.round(m.progress*100)+'% of the run':'');
  put('lg-tdone',tot.done);put('lg-tfailed',typeof tot.failed==='number'?tot.failed+' failed':'');
  var c=r.controls||{},live=(r.state==='running'||r.state==='starting');
  $('lg-stop').hidden=!(c.stop&&live);$('lg-skip').hidden=!(c.skip&&live);

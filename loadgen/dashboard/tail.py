@@ -25,6 +25,7 @@ import numpy as np
 
 from loadgen.dashboard.feed import Feed
 from loadgen.inputs import InputError, open_input
+from loadgen.numfmt import fmt
 from loadgen.records import RequestRecord
 from loadgen.report.recordio import EVENTS_FILE, EVENTS_MAGIC, EventsCorrupt, events_ref, fill_events, parse_line
 
@@ -135,7 +136,7 @@ class _Json:
 def _label(mode: Any, value: Any) -> str:
     if not isinstance(value, (int, float)):
         return "?"
-    return f"{value:g} {('user' if value == 1 else 'users') if mode == 'concurrency' else 'req/s'}"
+    return f"{fmt(value)} {('user' if value == 1 else 'users') if mode == 'concurrency' else 'req/s'}"
 
 
 def _dict(x: Any) -> dict[str, Any]:

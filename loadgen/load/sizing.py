@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadgen.load.profiles import Profile
+from loadgen.numfmt import fmt
 
 __all__ = [
     "BUSY_SAMPLE_S",
@@ -65,7 +66,7 @@ def level_need(profile: Profile, output_tokens: float) -> Need:
     if profile.kind == "capacity":  # the search's ceiling: rate_high, or as far as it may double
         rates.append(profile.rate_high or profile.rate_low * 2 ** (profile.max_levels - 1))
     rate = max(rates or [1.0])
-    need = Need(rate * output_tokens, f"{rate:g} requests/s × ~{output_tokens:,.0f} output tokens")
+    need = Need(rate * output_tokens, f"{fmt(rate)} requests/s × ~{fmt(output_tokens)} output tokens")
     if cap is not None and cap * EVENTS_PER_STREAM_S < need.events_per_s:
         return Need(cap * EVENTS_PER_STREAM_S, f"--max-in-flight {cap} × ~{EVENTS_PER_STREAM_S:g} events/s")
     return need
@@ -117,12 +118,12 @@ def size_workers(need: Need, free: int | Callable[[], int]) -> tuple[int, str]:
     not enough, so a light run does not wait for the CPU sample."""
     want = max(1, math.ceil(need.events_per_s / EVENTS_PER_WORKER_S))
     if want == 1:
-        return 1, f"{need.basis} ≈ {need.events_per_s:,.0f} events/s, within one worker's ~{EVENTS_PER_WORKER_S:,.0f}"
+        return 1, f"{need.basis} ≈ {fmt(need.events_per_s)} events/s, within one worker's ~{fmt(EVENTS_PER_WORKER_S)}"
     if callable(free):
         free = free()
     n = min(want, max(free, 1))
     why = (
-        f"{need.basis} ≈ {need.events_per_s:,.0f} events/s at ~{EVENTS_PER_WORKER_S:,.0f} per worker; "
+        f"{need.basis} ≈ {fmt(need.events_per_s)} events/s at ~{fmt(EVENTS_PER_WORKER_S)} per worker; "
         f"{free} free core{'s' if free != 1 else ''}"
     )
     return n, why + (f", so {n} instead of {want}" if want > n else "")

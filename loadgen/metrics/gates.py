@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from loadgen.errors import ConfigError
 from loadgen.metrics.results import LevelSummary
+from loadgen.numfmt import fmt_latency
 
 __all__ = [
     "EXIT_CODES",
@@ -99,7 +100,7 @@ def level_failures(level: LevelSummary, index: int, gates: Gates) -> list[GateFa
             )
         for check in level.goodput.checks:
             if not check.passed:
-                value = "no samples" if check.value_ms is None else f"{check.value_ms:.4g} ms"
+                value = "no samples" if check.value_ms is None else fmt_latency(check.value_ms)
                 out.append(GateFailure("slo", index, f"{name}: {check.slo} failed ({value})"))
     if "client-bound" in gates.reasons and level.client.verdict == "client-bound":
         why = "; ".join(level.client.reasons) or "the client did not keep up"

@@ -21,6 +21,7 @@ from typing import Any, Literal, get_args
 
 from loadgen.metrics._json import JSONRecord, encode_json, key
 from loadgen.metrics.verdicts import MlperfCheck, SteadyState
+from loadgen.numfmt import fmt
 
 __all__ = [
     "LOAD_MODES",
@@ -159,8 +160,9 @@ class Load(JSONRecord):
         return unit_label(self.mode)
 
     def label(self) -> str:
-        """``"16 users"``, ``"1 user"``, ``"12.5 req/s"``."""
-        return f"{self.value:g} {unit_label(self.mode, self.value)}"
+        """``"16 users"``, ``"1 user"``, ``"12.5 req/s"``, ``"3.63 req/s"`` (by the one rule of
+        :mod:`loadgen.numfmt`: 3 significant digits, so a rate sweep's ``3.6336`` stays short)."""
+        return f"{fmt(self.value)} {unit_label(self.mode, self.value)}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ from loadgen.metrics.stats import distribution, distribution_of_counts
 from loadgen.metrics.tasks import with_tasks
 from loadgen.metrics.turns import by_turn, images_of, reasoning_of, sessions_of
 from loadgen.metrics.verdicts import auto_cut, level_verdicts
+from loadgen.numfmt import fmt_latency
 from loadgen.records import RequestRecord
 
 __all__ = ["level_window_ns", "summarize_level"]
@@ -203,9 +204,9 @@ def _events(ev: EventArrays, ok: npt.NDArray[np.bool_], okf: pd.DataFrame) -> Ev
 def _bound(lag: Distribution, late: Distribution, client_bound_ms: float) -> list[str]:
     reasons = []
     if lag.p99 is not None and lag.p99 > client_bound_ms:
-        reasons.append(f"event-loop lag p99 {lag.p99:.3g} ms > {client_bound_ms:g} ms")
+        reasons.append(f"event-loop lag p99 {fmt_latency(lag.p99)} > {fmt_latency(client_bound_ms)}")
     if late.p99 is not None and late.p99 > client_bound_ms:
-        reasons.append(f"send lateness p99 {late.p99:.3g} ms > {client_bound_ms:g} ms")
+        reasons.append(f"send lateness p99 {fmt_latency(late.p99)} > {fmt_latency(client_bound_ms)}")
     return reasons
 
 
@@ -282,7 +283,7 @@ def _client(
     notes = None
     if clock_uncertainty_ms is not None and clock_uncertainty_ms > CLOCK_NOTE_MS:
         notes = [
-            f"worker clock offsets are known to ±{clock_uncertainty_ms:.3g} ms only (> {CLOCK_NOTE_MS:g} ms): "
+            f"worker clock offsets are known to ±{fmt_latency(clock_uncertainty_ms)} only (> {fmt_latency(CLOCK_NOTE_MS)}): "
             "the workers' common start and the level's time window are that uncertain; per-request "
             "latencies are not"
         ]

@@ -21,10 +21,10 @@ from rich.table import Table
 from loadgen.load.profiles import Profile, with_budget
 from loadgen.metrics.results import LevelSummary, RunSummary
 from loadgen.metrics.slo import parse_slo
+from loadgen.numfmt import fmt, fmt_latency, fmt_ms, fmt_rel
 from loadgen.orchestrate.config import RunConfig
 from loadgen.orchestrate.execution import execute
 from loadgen.paths import search_dirs
-from loadgen.report.console import fmt_ms
 from loadgen.server.process import ServerProcess
 from loadgen.workload.spec import load_workload
 
@@ -104,23 +104,23 @@ def _headline(results: dict[str, RunSummary], console: Console) -> None:
         p99 = {name: max(_chat(lv, "itl_ms", "p99") or 0 for lv in levels[name]) for name in levels}
         console.print(
             f"Without chunked prefill a long prompt stalls every running decode for its whole prefill: "
-            f"worst chat ITL {fmt_ms(worst['unchunked'])} ms (p99 up to {fmt_ms(p99['unchunked'])} ms). "
-            f"With chunking a stall is one {CHUNK_BUDGET}-token step: worst {fmt_ms(worst['chunked'])} ms "
-            f"(p99 up to {fmt_ms(p99['chunked'])} ms) — more, shorter stalls; the long prompts' TTFT pays."
+            f"worst chat ITL {fmt_latency(worst['unchunked'])} (p99 up to {fmt_latency(p99['unchunked'])}). "
+            f"With chunking a stall is one {CHUNK_BUDGET}-token step: worst {fmt_latency(worst['chunked'])} "
+            f"(p99 up to {fmt_latency(p99['chunked'])}) — more, shorter stalls; the long prompts' TTFT pays."
         )
     for name, s in results.items():
         knee = s.saturation
         cap = s.capacity
         knee_text = (
             (
-                f"saturates at {knee.load:g} users (throughput {100 * (knee.throughput_gain or 0):+.0f}%, "
-                f"TTFT p99 {100 * (knee.latency_growth or 0):+.0f}%)"
+                f"saturates at {fmt(knee.load)} users (throughput {fmt_rel(knee.throughput_gain or 0, signed=True)}, "
+                f"TTFT p99 {fmt_rel(knee.latency_growth or 0, signed=True)})"
             )
             if knee and knee.found
             else "no knee"
         )
         cap_text = (
-            f"capacity {cap.value:.1f} users at the SLOs"
+            f"capacity {fmt(cap.value)} users at the SLOs"
             if cap and cap.status == "ok" and cap.value
             else f"capacity {cap.status if cap else 'unknown'}"
         )

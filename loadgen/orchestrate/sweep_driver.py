@@ -26,6 +26,7 @@ from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
 from loadgen.metrics.trials import trial_summary
+from loadgen.numfmt import fmt_latency
 from loadgen.orchestrate.config import RunConfig
 from loadgen.report.console import LiveStats, level_heading, level_line
 from loadgen.report.files import RunWriter
@@ -199,7 +200,7 @@ def connect_line(level: LevelSummary) -> str:
     c = level.connect
     assert c is not None
     ms = c.connect_ms
-    took = f" (connect p50 {ms.p50:.3g} ms, max {ms.max:.3g} ms)" if ms.count else ""
+    took = f" (connect p50 {fmt_latency(ms.p50)}, max {fmt_latency(ms.max)})" if ms.count else ""
     return (
         f"level {level.load.label()}: {c.new} of {c.known} measured requests opened a new connection{took}; "
         "their TTFT includes the connect"

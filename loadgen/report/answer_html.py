@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from loadgen.metrics.results import LevelSummary
-from loadgen.report.console import fmt_ms, inputs_noun
+from loadgen.numfmt import fmt_share
+from loadgen.report.console import fmt_ms, inputs_noun, unbounded_cells, unbounded_line
 from loadgen.report.error_bars import pm_cell
 from loadgen.report.page import esc, fmt
 
@@ -56,7 +57,7 @@ def answers_table_html(levels: Sequence[LevelSummary], api: str = "", verdicts: 
             fmt_ms(e2e.p90),
             fmt_ms(e2e.p99),
             pm_cell(e2e.p99, (e2e.intervals or {}).get("p99")),
-            "–" if good.slo_attainment is None else f"{100 * good.slo_attainment:.0f}%",
+            fmt_share(good.slo_attainment),
             fmt(good.requests_per_s),
             f'<span class="{"bad" if verdict != "ok" else "good"}">{esc(verdict)}</span>',
         ]
@@ -64,9 +65,13 @@ def answers_table_html(levels: Sequence[LevelSummary], api: str = "", verdicts: 
             cells.insert(13, verdict_html(verdicts[i]))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     ths = "".join(f"<th>{esc(h)}</th>" for h in head)
+    named = [(str(i + 1), lv) for i, lv in enumerate(levels)]
+    why = unbounded_line(unbounded_cells(named, [("E2E p99", "e2e_ms", "p99")]), noun="level")
     return (
         f'<div class="scroll"><table id="level-table"><thead><tr>{ths}</tr></thead><tbody>{"".join(rows)}'
         '</tbody></table></div><p class="note">One JSON answer per request (not streamed): no TTFT, ITL or TPOT. '
         f"E2E in ms from the send to the answer's last byte; {esc(noun)} and input tokens (the server's usage) "
-        "per second over each level's window; goodput = requests meeting every SLO per second.</p>"
+        "per second over each level's window; goodput = requests meeting every SLO per second."
+        + (f' <span id="unbounded-note">{esc(why)}.</span>' if why else "")
+        + "</p>"
     )

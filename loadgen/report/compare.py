@@ -21,6 +21,7 @@ from loadgen.errors import ConfigError
 from loadgen.metrics import compare as C
 from loadgen.metrics.compare import MIN_EFFECT, Row, common_levels, compare_level
 from loadgen.metrics.results import Load
+from loadgen.numfmt import fmt_rel
 from loadgen.report import compare_figures as CF
 from loadgen.report.html import answer_cards
 from loadgen.report.page import Page, esc, fmt, write_page
@@ -96,12 +97,9 @@ def fmt_change(diff: float, *values: float | None) -> str:
 
 
 def fmt_pct(rel: float) -> str:
-    """A relative change: whole percents from 10% up, two significant digits below,
-    "±0%" when it rounds to nothing at 0.01%."""
-    pct = 100 * rel
-    if abs(pct) < 0.005:
-        return "±0%"
-    return f"{pct:+.0f}%" if abs(pct) >= 10 else f"{pct:+.2g}%"
+    """A relative change by the one rule (:func:`loadgen.numfmt.fmt_rel`): whole percents from
+    10% up, two significant digits below, "±0%" when it rounds to nothing at 0.01%."""
+    return fmt_rel(rel, signed=True)
 
 
 def _verdict_cell(d: C.Difference) -> str:

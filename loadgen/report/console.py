@@ -6,19 +6,21 @@ display (the reported numbers come from :mod:`loadgen.metrics`).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from loadgen.metrics.catalog import Metric, metrics
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, StatInterval, unit_label
+from loadgen.numfmt import NONE, fmt, fmt_n_eff, fmt_rel, fmt_share
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
-from loadgen.report.page import fmt
 from loadgen.report.task_lines import task_lines
 from loadgen.report.verdict_lines import (
     attainment_confidence,
@@ -31,6 +33,8 @@ from loadgen.report.verdict_lines import (
 )
 
 __all__ = [
+    "N_EFF_SERIES",
+    "UNBOUNDED",
     "LiveStats",
     "answer_lines",
     "client_line",
@@ -39,18 +43,18 @@ __all__ = [
     "interval_lines",
     "level_heading",
     "level_line",
+    "level_n_eff",
     "level_notes",
     "level_table",
     "metrics_table",
     "schedule_line",
     "show_summary",
     "token_source_line",
+    "unbounded_cells",
+    "unbounded_line",
+    "unbounded_reason",
     "with_pm",
 ]
-
-
-def _num(v: Any, digits: int = 1) -> str:
-    return "–" if v is None else f"{float(v):,.{digits}f}"
 
 
 def _shown(level: LevelSummary) -> list[tuple[Metric, Distribution]]:
@@ -82,25 +86,22 @@ def answers_line(level: LevelSummary, api: str = "") -> str:
         return ""
     noun = inputs_noun(api)
     return (
-        f"{_num(ns.inputs_per_s)} {noun}/s   {_num(ns.input_tokens_per_s)} input tok/s   "
-        f"{_num(ns.inputs.mean)} {noun}/request"
+        f"{fmt(ns.inputs_per_s)} {noun}/s   {fmt(ns.input_tokens_per_s)} input tok/s   "
+        f"{fmt(ns.inputs.mean)} {noun}/request"
     )
 
 
 UNBOUNDED = "—"
-"""Shown instead of a value whose interval the data cannot bound (the reason is printed below)."""
-
-
-def _pct(rel: float) -> str:
-    return f"{100 * rel:.0f}%" if rel >= 0.01 else f"{100 * rel:.1f}%"
+"""Shown after ``±`` beside a value whose interval the data cannot bound (the value is still
+shown; the reason is printed once under the table)."""
 
 
 def with_pm(text: str, value: float | None, iv: StatInterval | None) -> str:
-    """``text`` (the formatted ``value``) with its interval: ``±6%`` (the larger side of
-    the interval, relative to the value) up to ±100%; wider, the bounds themselves
-    (``24.9 ms [0.51, 413]``, by the pages' :func:`~loadgen.report.page.fmt`: a percentage over 100 reads as noise); ``±—`` when the data
-    cannot bound it (the value is still shown; the reason is printed once, below); ``text``
-    alone without an interval."""
+    """``text`` (the formatted ``value``) with its interval: ``±6.2%`` (the larger side of
+    the interval, relative to the value, by :func:`~loadgen.numfmt.fmt_rel`) up to ±100%;
+    wider, the bounds themselves (``24.9 ms [0.51, 413]``: a percentage over 100 reads as
+    noise); ``±—`` when the data cannot bound it (the value is still shown; the reason is
+    printed once, under the table); ``text`` alone without an interval."""
     if iv is None or value is None:
         return text
     if not iv.bounded:
@@ -110,42 +111,100 @@ def with_pm(text: str, value: float | None, iv: StatInterval | None) -> str:
         return text
     if rel > 1 and iv.low is not None and iv.high is not None:
         return f"{text} [{fmt(iv.low)}, {fmt(iv.high)}]"
-    return f"{text} ±{_pct(rel)}"
+    return f"{text} ±{fmt_rel(rel)}"
 
 
-def _dist_cell(d: Distribution, stat: str, fmt: Any = fmt_latency) -> str:
+def _dist_cell(d: Distribution, stat: str, show: Any = fmt_latency) -> str:
     value = d.stat(stat)
-    return with_pm(fmt(value), value, (d.intervals or {}).get(stat))
+    return with_pm(show(value), value, (d.intervals or {}).get(stat))
+
+
+N_EFF_SERIES = "TTFT mean"
+"""Whose ``n_eff`` a caption shows, once per level: the mean's of the level's TTFT series
+(the requests in send order). Each statistic has its own (a quantile's counts its
+indicator series), so any other ``n_eff`` printed names its statistic."""
+
+
+def level_n_eff(level: LevelSummary) -> tuple[float, int] | None:
+    """The level's :data:`N_EFF_SERIES` ``n_eff`` and its request count (None without intervals)."""
+    iv = (level.ttft_ms.intervals or {}).get("mean")
+    return None if iv is None else (iv.n_eff, level.ttft_ms.count)
 
 
 def n_eff_text(level: LevelSummary) -> str:
-    """``"n_eff 180 of 200"``: the effective sample size of the level's TTFT series (the
-    requests in send order; their mean's interval), "" without intervals."""
-    iv = (level.ttft_ms.intervals or {}).get("mean")
-    return "" if iv is None else f"n_eff {iv.n_eff:.0f} of {level.ttft_ms.count}"
+    """``"n_eff 180 of 200 (TTFT mean)"``: the level's one ``n_eff`` (:data:`N_EFF_SERIES`),
+    "" without intervals."""
+    found = level_n_eff(level)
+    return "" if found is None else f"n_eff {fmt_n_eff(found[0])} of {found[1]} ({N_EFF_SERIES})"
+
+
+_NEFF_TAIL = re.compile(r"\s*\(n_eff = [0-9.,]+\)")
+
+
+def unbounded_reason(iv: StatInterval) -> str:
+    """Why ``iv`` is not bounded, its own ``n_eff`` named as its statistic's by the caller:
+    ``"p99 needs n_eff ≥ 460 for a 95% interval"`` and, when the reason gave one, ``", its n_eff 41"``."""
+    reason = (iv.reason or "too few effective values").replace(">=", "≥")
+    core = _NEFF_TAIL.sub("", reason)
+    return core if core == reason else f"{core}, its n_eff {fmt_n_eff(iv.n_eff)}"
+
+
+def unbounded_line(found: Sequence[tuple[str, str, StatInterval]], noun: str = "") -> str:
+    """One line for a table: which values it shows with ``±—`` (``found``: the statistic, as
+    ``"TTFT p99"``, where it is, as a level's label or number, and its interval), grouped by
+    statistic with the levels named, and one reason, its ``n_eff`` named as that statistic's
+    at that level ("" when every value is bounded). ``noun`` prefixes the places (``"level"``)."""
+    if not found:
+        return ""
+    places: dict[str, list[str]] = {}
+    for stat, where, _ in found:
+        places.setdefault(stat, []).append(where)
+
+    def at(ws: Sequence[str]) -> str:
+        named = [w for w in ws if w]
+        if not named:
+            return ""
+        return f" at {noun}{'s' if noun and len(named) > 1 else ''}{' ' if noun else ''}{', '.join(named)}"
+
+    which = "; ".join(f"{stat}{at(ws)}" for stat, ws in places.items())
+    stat, where, iv = found[0]
+    eg = "e.g. " if len(found) > 1 else ""
+    return (
+        f"±{UNBOUNDED} not bounded: {which} (too few effective values; {eg}{stat}{at([where])}: {unbounded_reason(iv)})"
+    )
+
+
+def unbounded_cells(
+    named: Sequence[tuple[str, LevelSummary]], cells: Sequence[tuple[str, str, str]]
+) -> list[tuple[str, str, StatInterval]]:
+    """The shown ``cells`` (label, distribution, statistic) of each named level whose
+    interval is not bounded, in table order (statistic, then level)."""
+    out = []
+    for label, key, stat in cells:
+        for where, lv in named:
+            try:
+                iv = (lv.dist(key).intervals or {}).get(stat)
+            except KeyError:
+                continue
+            if iv is not None and not iv.bounded:
+                out.append((label, where, iv))
+    return out
 
 
 def interval_lines(level: LevelSummary, stats: Sequence[str] = ("mean", "p50", "p90", "p99", "p99.9")) -> list[str]:
-    """Under a level's numbers: the confidence and ``n_eff``, and which of the ``stats``
-    shown with ``±—`` have no interval, with one reason ([] without intervals)."""
+    """Under a level's numbers: the confidence and its one ``n_eff``, and which of the
+    ``stats`` shown with ``±—`` have no interval, with one reason ([] without intervals)."""
     neff = n_eff_text(level)
     if not neff:
         return []
     conf = (level.ttft_ms.intervals or {})["mean"].confidence  # there is one: n_eff_text found it
     out = [
         f"±: {100 * conf:g}% intervals (the larger side, relative; wider than the value: [low, high]); "
-        f"{neff} requests (TTFT, send order)"
+        f"{neff}, requests in send order"
     ]
-    which, reasons = [], []
-    for m, d in _shown(level):  # those with intervals: TTFT, ITL, TPOT, E2E
-        ivs = d.intervals or {}
-        bad = [s for s in stats if s in ivs and not ivs[s].bounded]
-        if bad:
-            which.append(f"{m.console} {', '.join(bad)}")
-            reasons.append(f"{bad[-1]}: {ivs[bad[-1]].reason}" if bad[-1] == "mean" else str(ivs[bad[-1]].reason))
-    if which:
-        out.append(f"±{UNBOUNDED} not bounded: {'; '.join(which)} (too few effective values; {reasons[0]})")
-    return out
+    cells = [(f"{m.console} {s}", m.name, s) for m, _ in _shown(level) for s in stats]
+    line = unbounded_line(unbounded_cells([("", level)], cells))
+    return out + ([line] if line else [])
 
 
 def client_line(level: LevelSummary) -> str:
@@ -185,12 +244,10 @@ def metrics_table(level: LevelSummary, title: str = "", api: str = "") -> Group:
     req, thr, good, client = level.requests, level.throughput, level.goodput, level.client
     lines = Text()
     tivs, givs = thr.intervals or {}, good.intervals or {}
-    rps = with_pm(_num(thr.requests_per_s, 2), thr.requests_per_s, tivs.get("requests_per_s"))
-    tps = with_pm(_num(thr.output_tokens_per_s), thr.output_tokens_per_s, tivs.get("output_tokens_per_s"))
-    rates = answers_line(level, api) if answered else f"{tps} out tok/s   {_num(thr.total_tokens_per_s)} total tok/s"
-    lines.append(
-        f"requests {req.ok} ok / {req.failed} failed in {_num(level.duration_s, 2)} s   {rps} req/s   {rates}\n"
-    )
+    rps = with_pm(fmt(thr.requests_per_s), thr.requests_per_s, tivs.get("requests_per_s"))
+    tps = with_pm(fmt(thr.output_tokens_per_s), thr.output_tokens_per_s, tivs.get("output_tokens_per_s"))
+    rates = answers_line(level, api) if answered else f"{tps} out tok/s   {fmt(thr.total_tokens_per_s)} total tok/s"
+    lines.append(f"requests {req.ok} ok / {req.failed} failed in {fmt(level.duration_s)} s   {rps} req/s   {rates}\n")
     if answered:
         lines.append("one JSON answer per request (not streamed): no TTFT, ITL or TPOT\n", style="dim")
     sends, sch = schedule_line(level), level.schedule
@@ -198,11 +255,10 @@ def metrics_table(level: LevelSummary, title: str = "", api: str = "") -> Group:
         lines.append(sends + "\n", style="yellow" if sch is not None and (sch.late or sch.dropped) else "")
     if good.slos:
         att = givs.get("slo_attainment")
-        span = "" if att is None or not att.bounded else f" [{100 * (att.low or 0):.1f}–{100 * (att.high or 0):.1f}%]"
-        gps = with_pm(_num(good.requests_per_s, 2), good.requests_per_s, givs.get("requests_per_s"))
+        span = "" if att is None or not att.bounded else f" [{fmt_share(att.low)}, {fmt_share(att.high)}]"
+        gps = with_pm(fmt(good.requests_per_s), good.requests_per_s, givs.get("requests_per_s"))
         lines.append(
-            f"SLO {', '.join(good.slos)}: attainment {100 * (good.slo_attainment or 0):.1f}%{span}"
-            f"   goodput {gps} req/s\n"
+            f"SLO {', '.join(good.slos)}: attainment {fmt_share(good.slo_attainment)}{span}   goodput {gps} req/s\n"
         )
     for line in interval_lines(level, _STATS):
         lines.append(line + "\n", style="dim")
@@ -238,7 +294,7 @@ def _latency_column(
     of them is 10 s or more; each cell with its interval (:func:`with_pm`) when given."""
     known = [v for v in values if v is not None]
     if known and max(known) >= 10_000:
-        unit, cells = "s", ["–" if v is None else f"{v / 1000:,.1f}" for v in values]
+        unit, cells = "s", [fmt(None if v is None else v / 1000) for v in values]
     else:
         unit, cells = "ms", [fmt_ms(v) for v in values]
     ivs = intervals or [None] * len(values)
@@ -257,36 +313,70 @@ _LEVEL_LATENCIES = (
 _ANSWER_LATENCIES = (("E2E p50", "e2e_ms", "p50"), ("E2E p90", "e2e_ms", "p90"), ("E2E p99", "e2e_ms", "p99"))
 
 
+class _SnugTable(Table):
+    """A table that fits the console without cutting a cell or a header (a rate sweep's level
+    table on 120 columns): when its natural width is too wide, its cells lose their left
+    padding, and each column gets at least its longest word (it wraps, never shows ``…``),
+    the room left going to the columns that need the least of it to fit whole."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        self._fit(console, options)
+        yield from super().__rich_console__(console, options)
+
+    def _fit(self, console: Console, options: ConsoleOptions) -> None:
+        wide = options.update_width(1 << 16)
+        spans = []
+        for col in self.columns:
+            ms = [Measurement.get(console, wide, c) for c in (col.header, *col.cells)]
+            hi = max(m.maximum for m in ms)
+            spans.append((hi if col.no_wrap else max(m.minimum for m in ms), hi))
+        borders = len(spans) + 1
+        if sum(hi for _, hi in spans) + borders + 2 * len(spans) <= options.max_width:
+            return  # fits as it is
+        room = options.max_width - borders - len(spans) - sum(lo for lo, _ in spans)  # right padding only
+        if room < 0:
+            return  # not even the longest words fit: rich's own reduction
+        self.padding = (0, 1, 0, 0)
+        widths = [lo for lo, _ in spans]
+        for i in sorted(range(len(spans)), key=lambda k: spans[k][1] - spans[k][0]):
+            give = min(room, spans[i][1] - spans[i][0])
+            widths[i] += give
+            room -= give
+        for col, width in zip(self.columns, widths):
+            col.width = width
+
+
 def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "", verdicts: Sequence[str] = ()) -> Table:
     """One row per load level (the rising-load view); every header names its unit (under
     the name), and a latency column is in seconds only when one of its cells is 10 s or more.
     Levels of a non-streamed API show E2E and their inputs (named as ``api``'s) per second.
     ``verdicts`` (one per level, :func:`~loadgen.report.verdict_lines.level_verdict_cells`)
     is shown beside the attainment when given."""
-    tab = Table(title=title or None, title_justify="left", header_style="bold")
+    tab = _SnugTable(title=title or None, title_justify="left", header_style="bold")
     columns: list[tuple[str, list[Any]]] = [
         ("load", [lv.load.label() for lv in levels]),
         ("requests\nok/failed", [f"{lv.requests.ok}/{lv.requests.failed}" for lv in levels]),
-        ("\nreq/s", [_num(lv.throughput.requests_per_s, 2) for lv in levels]),
+        ("\nreq/s", [fmt(lv.throughput.requests_per_s) for lv in levels]),
     ]
     answered = any(lv.non_streamed is not None for lv in levels)
     if answered:
         ns = [lv.non_streamed for lv in levels]
-        columns.append((f"{inputs_noun(api)}\n/s", [_num(None if n is None else n.inputs_per_s) for n in ns]))
-        columns.append(("input\ntok/s", [_num(None if n is None else n.input_tokens_per_s, 0) for n in ns]))
+        columns.append((f"{inputs_noun(api)}\n/s", [fmt(None if n is None else n.inputs_per_s) for n in ns]))
+        columns.append(("input\ntok/s", [fmt(None if n is None else n.input_tokens_per_s) for n in ns]))
     else:
-        columns.append(("out\ntok/s", [_num(lv.throughput.output_tokens_per_s, 0) for lv in levels]))
+        columns.append(("out\ntok/s", [fmt(lv.throughput.output_tokens_per_s) for lv in levels]))
     for name, key, stat in _ANSWER_LATENCIES if answered else _LEVEL_LATENCIES:
         ivs = [(lv.dist(key).intervals or {}).get(stat) for lv in levels]
         unit, cells = _latency_column([lv.dist(key).stat(stat) for lv in levels], ivs)
         columns.append((f"{name}\n{unit}", cells))
     att = [lv.goodput.slo_attainment for lv in levels]
-    columns.append(("attain\n%", ["–" if a is None else f"{100 * a:.0f}" for a in att]))
+    columns.append(("attain\n%", [fmt_share(a).removesuffix("%") for a in att]))
     if any(verdicts):
         columns.append(("SLO\nverdict", list(verdicts)))
-    columns.append(("goodput\nreq/s", [_num(lv.goodput.requests_per_s, 2) for lv in levels]))
-    if any(n_eff_text(lv) for lv in levels):
-        columns.append(("\nn_eff", [n_eff_text(lv).removeprefix("n_eff ").split(" ")[0] or "–" for lv in levels]))
+    columns.append(("goodput\nreq/s", [fmt(lv.goodput.requests_per_s) for lv in levels]))
+    neffs = [level_n_eff(lv) for lv in levels]
+    if any(neffs):  # one per level: the TTFT mean's (N_EFF_SERIES), as the line under the table says
+        columns.append(("n_eff\nTTFT", [NONE if n is None else fmt_n_eff(n[0]) for n in neffs]))
     if any(lv.schedule is not None for lv in levels):
         columns.append(
             (
@@ -297,8 +387,11 @@ def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "", 
     columns.append(
         ("client", [Text(lv.client.verdict, style="red" if lv.client.verdict != "ok" else "green") for lv in levels])
     )
-    for header, _ in columns:  # a verdict is never cut to "undecid…" on a narrow terminal
-        tab.add_column(header, justify="right", min_width=11 if header == "SLO\nverdict" else None)
+    for header, cells in columns:
+        # a load's label and the client's verdict are never wrapped or cut: the other columns give way
+        keep = header in ("load", "client", "SLO\nverdict")  # never "undecid…"
+        widest = max((len(str(c)) for c in cells), default=0)
+        tab.add_column(header, justify="right", no_wrap=keep, min_width=widest if keep else None)
     for row in zip(*(cells for _, cells in columns)):
         tab.add_row(*row)
     return tab
@@ -307,9 +400,11 @@ def level_table(levels: Sequence[LevelSummary], title: str = "", api: str = "", 
 def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
     """Under the level table: why a level was client-bound or non-stationary, the late sends
     of rate levels, MLPerf's early-stopping verdicts that decide (then one line for those
-    that do not), why a latency shown is :data:`UNBOUNDED`, and the level's notes
-    (``client.notes``)."""
+    that do not) and the level's notes (``client.notes``); then, once for the table, the
+    intervals' confidence and whose ``n_eff`` its column shows, and which latencies shown
+    with ``±—`` cannot be bounded, at which levels, and why."""
     out: list[str] = []
+    answered = any(lv.non_streamed is not None for lv in levels)
     for lv in levels:
         if lv.client.client_bound:
             out.append(f"{lv.load.label()}: {client_line(lv)}")
@@ -317,11 +412,18 @@ def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
         sch = lv.schedule
         if sch is not None and (sch.late or sch.dropped):
             out.append(f"{lv.load.label()}: {schedule_line(lv)}")
-        shown = tuple(dict.fromkeys(s for _, _, s in _LEVEL_LATENCIES))
-        out.extend(f"{lv.load.label()}: {line}" for line in interval_lines(lv, shown)[1:])
         out.extend(f"{lv.load.label()}: note: {note}" for note in lv.client.notes or ())
+    confs = sorted({iv.confidence for lv in levels if (iv := (lv.ttft_ms.intervals or {}).get("mean")) is not None})
+    if confs:
+        conf = " / ".join(f"{100 * c:g}%" for c in confs)
+        out.append(
+            f"±: {conf} intervals (the larger side, relative; wider than the value: [low, high]); "
+            f"n_eff: each level's {N_EFF_SERIES}, requests in send order"
+        )
+    named = [(lv.load.label(), lv) for lv in levels]
+    line = unbounded_line(unbounded_cells(named, _ANSWER_LATENCIES if answered else _LEVEL_LATENCIES))
     undecided = mlperf_undecided_line(levels)
-    return [*out, undecided] if undecided else out
+    return out + ([undecided] if undecided else []) + ([line] if line else [])
 
 
 def level_line(level: LevelSummary) -> str:
@@ -333,12 +435,12 @@ def level_line(level: LevelSummary) -> str:
     ns = level.non_streamed
     if ns is not None:  # not streamed: no tokens out, no TTFT or ITL
         middle = (
-            f"{thr.requests_per_s or 0:.2f} req/s, {ns.inputs_per_s or 0:.1f} inputs/s, "
+            f"{fmt(thr.requests_per_s)} req/s, {fmt(ns.inputs_per_s)} inputs/s, "
             f"E2E p50 {_dist_cell(level.e2e_ms, 'p50')}, p99 {_dist_cell(level.e2e_ms, 'p99')}, "
         )
     else:
         middle = (
-            f"{thr.requests_per_s or 0:.2f} req/s, {thr.output_tokens_per_s or 0:.0f} out tok/s, "
+            f"{fmt(thr.requests_per_s)} req/s, {fmt(thr.output_tokens_per_s)} out tok/s, "
             f"TTFT p50 {_dist_cell(level.ttft_ms, 'p50')}, p99 {_dist_cell(level.ttft_ms, 'p99')}, "
             f"ITL p50 {_dist_cell(level.itl_ms, 'p50')}, "
         )
@@ -347,7 +449,7 @@ def level_line(level: LevelSummary) -> str:
     return (
         f"level {level.load.label()}: "
         f"{req.ok} ok / {req.failed} failed, {middle}"
-        f"attainment {'–' if att is None else f'{100 * att:.0f}%'}{neff}{late}"
+        f"attainment {fmt_share(att)}{neff}{late}"
         + ("" if not level.client.client_bound else f"; {client_line(level)}")
         + ("" if level.stopped is None else f"; stopped: {level.stopped}")
         + ("" if level.stationary else f"; {steady_line(level)}")
@@ -361,7 +463,7 @@ def answer_lines(summary: RunSummary) -> list[str]:
     cap, words = summary.capacity, capacity_words(summary)
     if cap is not None and words is not None:
         out.append(
-            f"capacity at {', '.join(cap.slos)} ({100 * cap.target:.0f}% attainment): {words.value} — {words.verdict}"
+            f"capacity at {', '.join(cap.slos)} ({fmt_share(cap.target)} attainment): {words.value} — {words.verdict}"
         )
         out.extend(f"  {note}" for note in words.notes)
         if cap.interval is not None:
@@ -370,8 +472,9 @@ def answer_lines(summary: RunSummary) -> list[str]:
     if sat is not None:
         if sat.found:
             out.append(
-                f"saturation (knee) at {sat.load:g} {unit_label(sat.mode)}: throughput "
-                f"{100 * (sat.throughput_gain or 0):+.0f}% while {sat.metric} {100 * (sat.latency_growth or 0):+.0f}%"
+                f"saturation (knee) at {fmt(sat.load)} {unit_label(sat.mode)}: throughput "
+                f"{fmt_rel(sat.throughput_gain or 0, signed=True)} while {sat.metric} "
+                f"{fmt_rel(sat.latency_growth or 0, signed=True)}"
             )
         else:
             out.append("saturation: no knee within the levels run")
@@ -424,15 +527,15 @@ def session_lines(levels: Sequence[LevelSummary]) -> list[str]:
             lines.append(
                 f"{where}reasoning in {r.requests} answers: first answer token p50 "
                 f"{_with_unit(r.time_to_first_answer_ms.p50)} (TTFT p50 {_with_unit(lv.ttft_ms.p50)}); tokens p50 "
-                f"{_num(r.reasoning_tokens.p50, 0)} reasoning, {_num(r.answer_tokens.p50, 0)} answer"
+                f"{fmt(r.reasoning_tokens.p50)} reasoning, {fmt(r.answer_tokens.p50)} answer"
             )
         if lv.images is not None:
             im = lv.images
-            counted = "not reported" if im.prompt_tokens_reported is None else _num(im.prompt_tokens_reported, 0)
+            counted = "not reported" if im.prompt_tokens_reported is None else fmt(im.prompt_tokens_reported)
             lines.append(
-                f"{where}images: {_num(im.images_per_request, 2)} a request ({_num(im.bytes_per_request / 1e3, 1)} kB); "
+                f"{where}images: {fmt(im.images_per_request)} a request ({fmt(im.bytes_per_request / 1e3)} kB); "
                 f"prompt tokens mean {counted} as the server counted them (images included), "
-                f"{_num(im.prompt_tokens_text, 0)} text tokens sent"
+                f"{fmt(im.prompt_tokens_text)} text tokens sent"
             )
         lines.extend(task_lines(lv, where))  # agentic levels
     return lines

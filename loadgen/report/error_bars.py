@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadgen.metrics.results import LevelSummary, StatInterval
-from loadgen.report.console import UNBOUNDED, with_pm
+from loadgen.numfmt import NONE, fmt, fmt_n_eff
+from loadgen.report.console import N_EFF_SERIES, level_n_eff, unbounded_cells, unbounded_line, unbounded_reason, with_pm
 from loadgen.report.page import esc
 
 __all__ = ["NO_BAR", "add_error_bars", "error_bar", "interval_note", "pm_cell"]
@@ -45,14 +46,14 @@ def error_bar(
         elif iv.low is None or iv.high is None:
             plus.append(NO_BAR)
             minus.append(NO_BAR)
-            notes.append(esc(f"cannot bound: {iv.reason or 'too few effective values'}"))
+            notes.append(esc(f"cannot bound: {unbounded_reason(iv)}"))
         else:
             plus.append(max(iv.high - point, 0.0) * scale)
             minus.append(max(point - iv.low, 0.0) * scale)
             notes.append(
                 esc(
-                    f"{100 * iv.confidence:g}% interval {iv.low * scale:.4g} – {iv.high * scale:.4g}{unit}"
-                    f" (n_eff {iv.n_eff:.0f})"
+                    f"{100 * iv.confidence:g}% interval {fmt(iv.low * scale)} – {fmt(iv.high * scale)}{unit}"
+                    f" (n_eff {fmt_n_eff(iv.n_eff)})"
                 )
             )
     bar = {
@@ -89,40 +90,39 @@ def add_error_bars(
 
 
 def pm_cell(value: float | None, iv: StatInterval | None) -> str:
-    """A table cell: the interval's larger side relative to ``value`` (``±6%``),
-    :data:`~loadgen.report.console.UNBOUNDED` when it cannot be bounded, ``–`` without one."""
+    """A table cell for the interval of ``value`` shown beside it: ``±6.2%`` (the larger
+    side, relative), ``[low, high]`` when wider than the value, ``±—`` when it cannot be
+    bounded (the value is still shown in its own column; the table's note says why), ``–``
+    without one."""
     if iv is None or value is None:
-        return "–"
-    if not iv.bounded:
-        return UNBOUNDED
-    return with_pm("", value, iv).strip() or "–"
+        return NONE
+    return with_pm("", value, iv).strip() or NONE
 
 
-def interval_note(levels: Sequence[LevelSummary]) -> str:
-    """The line under the level table: the intervals' confidence and each level's
-    ``n_eff`` (of its TTFT series), and why a TTFT p99 shows ``—`` ("" without intervals)."""
+def interval_note(
+    levels: Sequence[LevelSummary], shown: Sequence[tuple[str, str, str]] = (("TTFT p99", "ttft_ms", "p99"),)
+) -> str:
+    """The line under a level table: the intervals' confidence, each level's one ``n_eff``
+    (:data:`~loadgen.report.console.N_EFF_SERIES`), and, once for the table, which of the
+    ``shown`` intervals (label, distribution, statistic) print ``±—``, at which levels and
+    why ("" without intervals)."""
     neffs: list[str] = []
     confidence: set[float] = set()
-    reasons: list[tuple[str, str]] = []
     for i, lv in enumerate(levels):
-        ivs = lv.ttft_ms.intervals or {}
-        mean = ivs.get("mean")
-        if mean is None:
+        mean = (lv.ttft_ms.intervals or {}).get("mean")
+        found = level_n_eff(lv)
+        if mean is None or found is None:
             continue
         confidence.add(mean.confidence)
-        neffs.append(f"{i + 1}: {mean.n_eff:.0f} of {lv.ttft_ms.count}")
-        p99 = ivs.get("p99")
-        if p99 is not None and not p99.bounded:
-            reasons.append((str(i + 1), p99.reason or "too few effective values"))
+        neffs.append(f"{i + 1}: {fmt_n_eff(found[0])} of {found[1]}")
     if not neffs:
         return ""
     conf = " / ".join(f"{100 * c:g}%" for c in sorted(confidence))
-    why = ""
-    if reasons:  # one reason: the others differ in their numbers only
-        at = ", ".join(n for n, _ in reasons)
-        why = f" {UNBOUNDED}: TTFT p99 cannot be bounded at level {at} (level {reasons[0][0]}: {reasons[0][1]})."
+    why = unbounded_line(unbounded_cells([(str(i + 1), lv) for i, lv in enumerate(levels)], shown), noun="level")
     return (
         f'<p class="note" id="interval-note">±: {conf} intervals, the larger side relative to the value '
-        f"(error bars in the figures below). Effective sample size n_eff of each level's TTFT series, in send "
-        f"order — {esc(', '.join(neffs))}.{esc(why)}</p>"
+        f"(wider than the value: [low, high]; error bars in the figures below). n_eff of each level's "
+        f"{N_EFF_SERIES} (requests in send order) — {esc(', '.join(neffs))}."
+        + (f' <span id="unbounded-note">{esc(why)}.</span>' if why else "")
+        + "</p>"
     )

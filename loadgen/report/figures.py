@@ -16,6 +16,7 @@ from loadgen.errors import ConfigError
 from loadgen.metrics.catalog import by_slo, metrics
 from loadgen.metrics.results import LOAD_MODES, Capacity, LevelSummary, LoadMode, Saturation
 from loadgen.metrics.slo import parse_slo
+from loadgen.numfmt import fmt
 from loadgen.report.error_bars import add_error_bars
 from loadgen.report.page import esc
 from loadgen.report.plotdata import log_ticks, palette
@@ -382,7 +383,7 @@ def throughput_vs_load(
         # background so the curve under it stays readable
         layout["annotations"].append(
             {
-                "text": f"{name} {value:.3g}",
+                "text": f"{name} {fmt(value)}",
                 "xref": refs[2][0],
                 "yref": f"{refs[2][1]} domain",
                 "x": pos,

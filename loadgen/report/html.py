@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.metrics.results import LevelSummary, RunSummary, unit_label
+from loadgen.numfmt import fmt_rel, fmt_share
 from loadgen.report import figures as F
 from loadgen.report import request_figures as R
 from loadgen.report import server_figures as S
@@ -100,7 +101,7 @@ def answer_cards(summary: RunSummary) -> str:
             value, sub = "no SLO given", "pass <code>--slo</code> (e.g. ttft=500ms) to find the capacity"
         else:
             value = esc(words.value)
-            head = f"{esc(', '.join(cap.slos))} for {100 * cap.target:.0f}% of requests"
+            head = f"{esc(', '.join(cap.slos))} for {fmt_share(cap.target)} of requests"
             if cap.status == "ok" and cap.between is not None:
                 head += f"; between {fmt(cap.between[0])} and {fmt(cap.between[1])} {unit_label(cap.mode)}"
             sub = head
@@ -114,8 +115,8 @@ def answer_cards(summary: RunSummary) -> str:
         if sat.found:
             value = f"{fmt(sat.load)} {unit_label(sat.mode)}"
             sub = (
-                f"throughput {100 * (sat.throughput_gain or 0):+.0f}% while "
-                f"{esc(sat.metric)} {100 * (sat.latency_growth or 0):+.0f}%"
+                f"throughput {fmt_rel(sat.throughput_gain or 0, signed=True)} while "
+                f"{esc(sat.metric)} {fmt_rel(sat.latency_growth or 0, signed=True)}"
             )
         else:
             value, sub = "none", "no knee within the levels run"
@@ -184,7 +185,7 @@ def client_banner(levels: Sequence[LevelSummary]) -> str:
 
 
 def _pct(v: Any) -> str:
-    return "–" if not isinstance(v, (int, float)) else f"{100 * v:.0f}%"
+    return fmt_share(v)
 
 
 def level_table_html(levels: Sequence[LevelSummary], verdicts: Sequence[str] = ()) -> str:
@@ -337,9 +338,7 @@ def _gpu(page: Page, data: RunData) -> str:
     if fig is None:
         return ""
     rows = "".join(
-        f"<tr><td>{esc(label)}</td><td>{'—' if w is None else f'{w:,.0f}'}</td>"
-        f"<td>{'—' if j is None else f'{j:.3g}'}</td></tr>"
-        for label, w, j in S.level_energy(data)
+        f"<tr><td>{esc(label)}</td><td>{fmt(w)}</td><td>{fmt(j)}</td></tr>" for label, w, j in S.level_energy(data)
     )
     table = (
         (

@@ -17,32 +17,12 @@ from typing import Any, Protocol
 from rich.text import Text
 
 from loadgen.metrics.client import late_sends
+from loadgen.numfmt import fmt, fmt_latency, fmt_ms
 from loadgen.records import RequestRecord
 
 __all__ = ["LevelTap", "LiveStats", "fmt_duration", "fmt_latency", "fmt_ms", "level_heading"]
 
 _TOK_WINDOW_S = 5.0  # the display's tokens/s is over this many seconds
-
-
-def fmt_ms(v: Any) -> str:
-    """A latency in ms for a column headed "ms": ``"0.84"``, ``"12.3"``, ``"152"``; from 10 s
-    on in seconds, ``"10.8s"`` (``"–"``: none)."""
-    if v is None:
-        return "–"
-    v = float(v)
-    if v >= 10_000:
-        return f"{v / 1000:.1f}s"
-    if v >= 100:
-        return f"{v:.0f}"
-    return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
-
-
-def fmt_latency(ms: float | None) -> str:
-    """A latency with its unit: ``"0.84 ms"``, ``"12.3 ms"``, ``"152 ms"``, ``"10.8 s"`` (``"–"``: none);
-    the digits of :func:`fmt_ms`."""
-    if ms is not None and float(ms) >= 10_000:
-        return f"{float(ms) / 1000:,.1f} s"
-    return "–" if ms is None else f"{fmt_ms(ms)} ms"
 
 
 def fmt_duration(s: float) -> str:
@@ -213,7 +193,7 @@ class LiveStats:
         t.append(str(self.failed), style="red" if self.failed else "")
         if self.sends_s is not None:
             t.append(f"  late sends {self.late}", style="yellow" if self.late else "")
-        t.append(f"  in flight {self._in_flight()}  {self._tokens_per_s(now):,.0f} tok/s")
+        t.append(f"  in flight {self._in_flight()}  {fmt(self._tokens_per_s(now))} tok/s")
         ttft, tpot = fmt_latency(self._median(self._ttft)), fmt_latency(self._median(self._tpot))
         t.append(f"  TTFT p50 {ttft}  TPOT p50 {tpot}")
         left = self.time_left()

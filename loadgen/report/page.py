@@ -28,6 +28,7 @@ from typing import Any
 
 from loadgen import __version__
 from loadgen.errors import ConfigError
+from loadgen.numfmt import fmt
 
 __all__ = [
     "FIGURE_CLASS",
@@ -99,18 +100,6 @@ code{background:#f3f4f6;padding:1px 4px;border-radius:4px;font-size:.9em}
 def esc(text: Any) -> str:
     """HTML-escaped text (quotes too); None becomes an empty string."""
     return "" if text is None else html.escape(str(text), quote=True)
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """A number for a page: ``digits`` significant digits (thousands separated), or "–"."""
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "–"
-    v = float(value)
-    if v != v:
-        return "–"
-    if abs(v) >= 10**digits:
-        return f"{v:,.0f}"
-    return f"{v:.{digits}g}"
 
 
 def script_json(obj: Any) -> str:

@@ -6,13 +6,14 @@ Reads the summary's ``tasks`` entry only (:mod:`loadgen.metrics.tasks` computes 
 from __future__ import annotations
 
 from loadgen.metrics.results import LevelSummary, TaskStep
+from loadgen.numfmt import fmt, fmt_share
 from loadgen.report.live import fmt_latency
 
 __all__ = ["task_lines"]
 
 
 def _share(v: float | None) -> str:
-    return "–" if v is None else f"{100 * v:.0f}%"
+    return fmt_share(v)
 
 
 def _ttft(table: dict[str, TaskStep], first: int = 4) -> str:
@@ -32,12 +33,10 @@ def task_lines(level: LevelSummary, where: str = "") -> list[str]:
         f"{where}tasks {t.tasks}: {t.completed} completed, {t.failed} failed"
         + (f" ({failed})" if failed else "")
         + f", {t.incomplete} cut short by the load loop; completion p50 {fmt_latency(t.completion_ms.p50)} "
-        f"p99 {fmt_latency(t.completion_ms.p99)}; "
-        + ("–" if t.tasks_per_s is None else f"{t.tasks_per_s:.3g}")
-        + " tasks/s"
+        f"p99 {fmt_latency(t.completion_ms.p99)}; " + fmt(t.tasks_per_s) + " tasks/s"
     )
     if t.slos:
-        goodput = "–" if t.goodput_tasks_per_s is None else f"{t.goodput_tasks_per_s:.3g}"
+        goodput = fmt(t.goodput_tasks_per_s)
         head += f"; {' '.join(t.slos)} met by {_share(t.slo_attainment)} (goodput {goodput} tasks/s)"
     head += f"; time in LLM {_share(t.llm_share)} · tools {_share(t.tool_share)} · waiting {_share(t.wait_share)}"
     lines = [head]

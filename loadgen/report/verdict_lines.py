@@ -113,8 +113,8 @@ def capacity_interval_line(cap: Capacity, confidence: float | None = None) -> st
         return ""
     low, high = cap.interval
     unit = unit_label(cap.mode)
-    lo = "no level shown to pass" if low is None else f"shown to pass at {low:g} {unit}"
-    hi = "none shown to fail above it" if high is None else f"shown to fail at {high:g} {unit}"
+    lo = "no level shown to pass" if low is None else f"shown to pass at {fmt(low)} {unit}"
+    hi = "none shown to fail above it" if high is None else f"shown to fail at {fmt(high)} {unit}"
     pct = f"{100 * (0.95 if confidence is None else confidence):g}%"
     return f"capacity interval ({pct} attainment intervals; non-stationary levels fail): {lo}, {hi}"
 

@@ -171,3 +171,20 @@ def test_the_csp_blocks_an_injected_script(
         assert any("Content Security Policy" in e for e in w.errors), w.errors
     finally:
         w.page.close()
+
+
+def test_the_pages_numbers_follow_the_one_rule(browser: Any) -> None:  # noqa: F811
+    """The page formats its counters in the browser; its ``num`` writes what
+    :func:`loadgen.numfmt.fmt` writes (issue 37 item 7: ``1000`` for 999.6, ``1.23e-7``)."""
+    from loadgen.dashboard.page import _JS
+    from loadgen.numfmt import fmt
+
+    start = _JS.index("function num(v){")
+    source = _JS[start : _JS.index("function put(", start)]
+    values = [0, 0.8424, 7.5, 7.4849, 12.8241, 152.4, 999.4, 999.6, 9.996, 1450.2, 12345.6, 1.234e-7, -0.0001, -1234.5]
+    page = browser.new_page()
+    try:
+        shown = page.evaluate(f"(vals) => {{ {source} return vals.map(num); }}", values)
+    finally:
+        page.close()
+    assert shown == [fmt(v) for v in values]

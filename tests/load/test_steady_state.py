@@ -59,7 +59,7 @@ def test_a_cold_start_is_cut_and_mlperf_counts_are_loadgens(tmp_path: Path) -> N
     assert m.min_queries == early_stopping_min_queries(0.9, 0.95, over)
     assert m.passed == (len(kept) >= m.min_queries)
     # the verdict is printed where it decides (met, or failed: too many over), else one line says so
-    decided = "MLPerf early stopping (95% confidence): TTFT p90 ≤ 40.0 ms: "
+    decided = "MLPerf early stopping (95% confidence): TTFT p90 ≤ 40 ms: "
     assert m.outcome in ("met", "failed", "undecided")
     if m.outcome == "undecided":
         assert decided not in out.getvalue() and "MLPerf early stopping: undecided at its level" in out.getvalue()

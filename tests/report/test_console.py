@@ -14,8 +14,10 @@ from loadgen.metrics.client import WorkerStats
 from loadgen.metrics.results import LevelSummary
 from loadgen.records import ErrorKind, RequestRecord, TokenSource
 from loadgen.report.console import level_line, level_notes, level_table, metrics_table, show_summary, token_source_line
+from loadgen.report.files import read_summary
 from loadgen.report.live import LiveStats, level_heading
 from tests.metrics.helpers import rec
+from tests.report.synth import Spec, make_run
 
 
 def _level(value: int, sources: list[TokenSource]) -> LevelSummary:
@@ -100,13 +102,13 @@ def test_live_counters_start_again_with_each_level() -> None:
     stats.add(_finished(0, ok=False))
     line = _line(stats)
     assert line.startswith("level 1 of 4 · target 8 users  warm-up 2/2  done 6/10  failed 1  in flight 3")
-    assert "TTFT p50 50.0 ms" in line and "TPOT p50 2.00 ms" in line
+    assert "TTFT p50 50 ms" in line and "TPOT p50 2 ms" in line
     stats.start_level(level_heading(1, (4, True)), "16 users", level=1, requests=10)
     stats.add(_finished(0))  # a late record of the level before: not this level's
     stats.add(_finished(1, ttft_ms=20.0))
     line = _line(stats)
     assert line.startswith("level 2 of 4 · target 16 users  done 1/10  failed 0") and "warm-up" not in line
-    assert "TTFT p50 20.0 ms" in line
+    assert "TTFT p50 20 ms" in line
     assert stats.done == 1 and stats.failed == 0 and stats.warm == 0
 
 
@@ -175,8 +177,8 @@ def test_one_level_table_has_a_unit_in_every_cell() -> None:
         # where it has one: ±6%, the bounds when wider than the value, "±—" when it cannot be bounded
         assert cells and all(re.fullmatch(r"–|[\d.,]+ (ms|s)( ±[\d.]+%| ±—| \[[^\]]+\])?", c) for c in cells), row
     e2e = next(r for r in rows if r.startswith("│ E2E"))
-    assert "20.0 s" in e2e  # seconds-long, in seconds, said so
-    assert f"sends: {lv.schedule.late} of 12 late (over 2.00 ms), 2 dropped" in text  # type: ignore[union-attr]
+    assert "20 s" in e2e  # seconds-long, in seconds, said so
+    assert f"sends: {lv.schedule.late} of 12 late (over 2 ms), 2 dropped" in text  # type: ignore[union-attr]
     assert lv.schedule is not None and lv.schedule.late == 3
 
 
@@ -191,7 +193,7 @@ def test_level_table_headers_name_their_units() -> None:
     assert head.count(" ms ") + head.count(" s ") >= 5  # a unit under each latency
     # TTFT p50 is 10 ms and 10 s: one unit for the column, seconds, and each cell in it
     body = [line for line in text.splitlines() if line.startswith("│")]
-    assert "10.0" in body[1] and "10,000" not in body[1]
+    assert "10 ±" in body[1] and "10,000" not in body[1]
     assert "3/12" in body[0] and "3/12" in body[1]  # the late sends of each level
 
 
@@ -207,9 +209,9 @@ def test_the_console_gives_the_summarys_client_bound_reason() -> None:
     other = _level(4, [TokenSource.EVENTS] * 2)
     assert "4 users: client-bound" not in "\n".join(level_notes([lv, other]))
     assert level_notes([lv, other])[0] == "2 users: client-bound: waited for a CPU 8% of the time"
-    assert all(
-        n.startswith(("2 users: ±— not bounded", "4 users: ±— not bounded")) for n in level_notes([lv, other])[1:]
-    )
+    # then, once for the table, the intervals and whose n_eff, and what is not bounded where
+    assert level_notes([lv, other])[1].startswith("±: 95% intervals")
+    assert all(n.startswith("±— not bounded: ") for n in level_notes([lv, other])[2:])
     assert level_line(lv).endswith("; client-bound: waited for a CPU 8% of the time")
 
 
@@ -225,6 +227,57 @@ def test_a_value_is_never_hidden_and_a_wide_interval_shows_its_bounds() -> None:
     wide = StatInterval(low=0.51, high=413.2, n_eff=9.0, confidence=0.95)
     assert with_pm("24.9 ms", 24.9, wide) == "24.9 ms [0.51, 413]"
     narrow = StatInterval(low=23.0, high=26.0, n_eff=90.0, confidence=0.95)
-    assert with_pm("24.9 ms", 24.9, narrow) == "24.9 ms ±8%"
+    assert with_pm("24.9 ms", 24.9, narrow) == "24.9 ms ±7.6%"
     big = StatInterval(low=1.0, high=14_500.0, n_eff=9.0, confidence=0.95)
     assert "e+" not in with_pm("1,450 ms", 1450.0, big)  # no exponent form
+
+
+# --- issue 37: one formatting rule, one n_eff per level, the reason once per table ------------------
+
+
+def _synth_levels(tmp_path: Path, spec: Spec) -> list[LevelSummary]:
+    folder = make_run(tmp_path / "run", spec)
+    return [LevelSummary.from_json(lv) for lv in read_summary(folder)["levels"]]
+
+
+def test_a_rate_sweep_table_keeps_each_load_label_and_client_verdict_whole(tmp_path: Path) -> None:
+    """A rate sweep's levels (3.6336, 12.8241 req/s) were labelled ``12.8241 req/s``, wrapped
+    over two lines, and the client column was cut to ``client-b…`` on a 120-column terminal."""
+    rates = (1.0127, 3.6336, 6.2545, 8.8754, 11.4963, 12.8241)
+    levels = _synth_levels(tmp_path, Spec(loads=rates, mode="rate", client_bound_level=4))
+    console = Console(width=120, record=True, color_system=None)
+    console.print(level_table(levels))
+    text = console.export_text()
+    rows = [line for line in text.splitlines() if line.startswith("│")]
+    firsts = [row.strip("│").split("│")[0].strip() for row in rows]
+    labels = [lv.load.label() for lv in levels]
+    assert labels[1] == "3.63 req/s" and labels[-1] == "12.8 req/s"
+    assert [f for f in firsts if f] == labels  # each label on one line, none cut
+    assert "…" not in text
+    verdicts = [row.strip("│").split("│")[-1].strip() for row in rows if row.strip("│").split("│")[0].strip()]
+    assert verdicts == [lv.client.verdict for lv in levels] and "client-bound" in verdicts
+
+
+def test_one_n_eff_per_level_and_the_reason_once_per_table(tmp_path: Path) -> None:
+    """Issue 37 item 4: the level line said "n_eff 26 of 53" (TTFT mean's) and the reason
+    under it "(n_eff = 41)" (TTFT p99's), unlabelled; and the reason came once per level."""
+    levels = _synth_levels(tmp_path, Spec(loads=(1, 4, 16, 32), client_bound_level=None))
+    assert all(not (lv.ttft_ms.intervals or {})["p99"].bounded for lv in levels)  # 60 requests: p99 unbounded
+    for lv in levels:
+        line = level_line(lv)
+        assert line.count("n_eff") == 1 and "n_eff" in line and "(TTFT mean)" in line, line
+        assert " ±—" in line  # TTFT p99's value with its unbounded mark, never a bare "—"
+    notes = level_notes(levels)
+    unbounded = [n for n in notes if "not bounded" in n]
+    assert len(unbounded) == 1, notes  # once for the table
+    assert "TTFT p99 at 1 user, 4 users, 16 users, 32 users" in unbounded[0]
+    text = "\n".join(notes)
+    assert "(n_eff = " not in text  # the metric's reason keeps its n_eff, printed labelled instead
+    # each n_eff value printed names whose it is: the table's column (TTFT mean) or one statistic's
+    labelled = re.findall(r"n_eff: each level's TTFT mean|TTFT p\d+ at [^:]+: [^;)]*its n_eff \d+", text)
+    assert len(labelled) == 2 and len(re.findall(r"n_eff \d", text)) == 1, text
+    one = Console(width=150, record=True, color_system=None)
+    one.print(metrics_table(levels[0]))
+    single = one.export_text()
+    assert "(n_eff = " not in single and single.count("(TTFT mean)") == 1
+    assert sum("not bounded" in line for line in single.splitlines()) == 1

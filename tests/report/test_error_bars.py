@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 
 from loadgen.metrics.results import LevelSummary, StatInterval
+from loadgen.numfmt import fmt_n_eff, fmt_rel
+from loadgen.report.console import unbounded_reason
 from loadgen.report.error_bars import NO_BAR
 from loadgen.report.files import read_summary
 from loadgen.report.html import render_run_report
+from loadgen.report.live import fmt_ms
 from loadgen.report.page import esc
 from tests.report.synth import Spec, make_run
 from tests.report.test_browser import Opened, browser, pytestmark  # noqa: F401 (the fixture and the skips)
@@ -74,7 +77,7 @@ def _check(trace: dict[str, Any], points: list[Any], ivs: list[StatInterval | No
         assert iv is not None
         if plus is None:
             assert bar["array"][k] == bar["arrayminus"][k] == NO_BAR
-            assert trace["text"][k].startswith("cannot bound: ") and iv.reason and esc(iv.reason) in trace["text"][k]
+            assert trace["text"][k].startswith("cannot bound: ") and esc(unbounded_reason(iv)) in trace["text"][k]
         else:
             bounded += 1
             assert (bar["array"][k], bar["arrayminus"][k]) == (plus, minus)
@@ -119,8 +122,10 @@ def test_unbounded_point_says_why_on_hover(opened: Any, mixed: Path) -> None:
     page.mouse.move(x, y, steps=3)
     page.wait_for_selector("#fig-latency g.hoverlayer g.hovertext", timeout=10_000)
     shown = page.eval_on_selector("#fig-latency g.hoverlayer", "g => g.textContent")
-    reason = _levels(mixed)[1].ttft_ms.intervals["p99"].reason  # type: ignore[index]
-    assert "p99" in shown and "cannot bound: " in shown and reason.split(" (")[0] in shown
+    iv = _levels(mixed)[1].ttft_ms.intervals["p99"]  # type: ignore[index]
+    # the reason, its n_eff named as this statistic's ("its n_eff 41", not a bare "(n_eff = 41)")
+    assert "p99" in shown and "cannot bound: " in shown and unbounded_reason(iv) in shown
+    assert "its n_eff" in shown and "(n_eff = " not in shown
 
 
 def test_level_table_column_and_n_eff_line(opened: Any, mixed: Path) -> None:
@@ -133,16 +138,16 @@ def test_level_table_column_and_n_eff_line(opened: Any, mixed: Path) -> None:
     col, tok = head.index("TTFT p99 ±"), head.index("out tok/s ±")
     assert head[col - 1] == "TTFT p99" and head[tok - 1] == "out tok/s"
     for row, lv in zip(rows, levels):
-        assert row[col] == "—"  # p99 of 60 requests: unbounded
+        assert row[col] == "±—"  # p99 of 60 requests: unbounded
         iv = (lv.throughput.intervals or {})["output_tokens_per_s"]
         rel = iv.relative_half_width(lv.throughput.output_tokens_per_s)
-        assert rel is not None and row[tok] == f"±{100 * rel:.0f}%"
+        assert rel is not None and row[tok] == f"±{fmt_rel(rel)}"
     note = page.inner_text("#interval-note")
     assert "95% intervals" in note
     for i, lv in enumerate(levels):
         n_eff = (lv.ttft_ms.intervals or {})["mean"].n_eff
-        assert f"{i + 1}: {n_eff:.0f} of {lv.ttft_ms.count}" in note
-    assert "TTFT p99 cannot be bounded at level 1, 2, 3, 4" in note
+        assert f"{i + 1}: {fmt_n_eff(n_eff)} of {lv.ttft_ms.count}" in note
+    assert "±— not bounded: TTFT p99 at levels 1, 2, 3, 4" in note
 
 
 def _strip(obj: Any) -> Any:
@@ -173,3 +178,27 @@ def test_summary_without_intervals_draws_as_before(browser: Any, mixed: Path, tm
     finally:
         page.page.close()
     assert re.search(r'"error_y"', html) is None
+
+
+def test_a_value_whose_interval_is_not_bounded_is_shown_and_the_reason_once(opened: Any, mixed: Path) -> None:
+    """Issue 37 items 3 and 4: TTFT p99 of 60 requests cannot be bounded; the report prints
+    its value with ``±—`` beside it, says why once for the table (not once per level), and
+    the caption's n_eff values are each level's one (TTFT mean), none a second unlabelled one."""
+    levels = _levels(mixed)
+    page = opened.page
+    head = page.eval_on_selector_all("#level-table thead th", "els => els.map(e => e.textContent)")
+    rows = page.eval_on_selector_all(
+        "#level-table tbody tr", "rows => rows.map(r => Array.from(r.cells).map(c => c.innerText))"
+    )
+    col = head.index("TTFT p99")
+    for row, lv in zip(rows, levels):
+        assert row[col] == fmt_ms(lv.ttft_ms.p99) and re.fullmatch(r"[\d.,]+", row[col])  # the value, shown
+        assert row[col + 1] == "±—"
+    section = page.eval_on_selector("#level-table", "t => t.closest('section').innerText")
+    assert section.count("not bounded") == 1 and section.count("too few effective values") == 1
+    note = page.inner_text("#unbounded-note")
+    assert note.startswith("±— not bounded: TTFT p99 at levels 1, 2, 3, 4 (")
+    iv = (levels[0].ttft_ms.intervals or {})["p99"]
+    assert "TTFT p99 at level 1: p99 needs n_eff ≥" in note and f"its n_eff {fmt_n_eff(iv.n_eff)})" in note
+    caption = page.inner_text("#interval-note")
+    assert "(n_eff = " not in caption and "n_eff of each level's TTFT mean" in caption

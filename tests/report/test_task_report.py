@@ -43,8 +43,8 @@ def test_console_lines_name_the_tasks(agent_run: Path) -> None:
     summary = RunSummary.from_json(json.loads((agent_run / "summary.json").read_text()))
     lines = session_lines(summary.levels)
     assert lines[0].startswith("2 users: tasks 6: 2 completed, 1 failed (http_error 1), 3 cut short by the load loop")
-    assert "task=150ms met by 33%" in lines[0] and "time in LLM" in lines[0]
-    assert lines[1].startswith("2 users: TTFT p50 by step 1: 5.00 ms · 2: 10.0 ms · 3: 15.0 ms; by context <2k")
+    assert "task=150ms met by 33.3%" in lines[0] and "time in LLM" in lines[0]
+    assert lines[1].startswith("2 users: TTFT p50 by step 1: 5 ms · 2: 10 ms · 3: 15 ms; by context <2k")
     assert lines[2].startswith(f"4 users: tasks {N_FANNED}: {N_FANNED} completed, 0 failed, 0 cut")
 
 
