@@ -40,6 +40,7 @@ __all__ = [
     "Load",
     "LoadMode",
     "NonStreamed",
+    "RateWindow",
     "Reasoning",
     "Requests",
     "RunSummary",
@@ -54,6 +55,7 @@ __all__ = [
     "TrialStat",
     "Trials",
     "TurnSummary",
+    "WholeRates",
     "Window",
     "WorkerHealth",
     "encode_json",
@@ -61,9 +63,13 @@ __all__ = [
     "unit_label",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """2 added ``intervals`` (a :class:`StatInterval` per statistic) to the level's latency
-distributions, throughput and goodput; a version 1 file reads as before (no intervals)."""
+distributions, throughput and goodput; a version 1 file reads as before (no intervals).
+3 measures throughput's and goodput's rates over the window in which the load was held
+(``throughput.window``) and keeps the whole window's beside them (``throughput.whole``,
+``goodput.whole_requests_per_s``); a file before 3 reads with neither, its rates being
+the whole window's (:meth:`Throughput.whole_rates` says so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,16 +197,51 @@ class Steady(JSONRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class RateWindow(JSONRecord):
+    """The window a level's headline rates are measured over, in seconds from the level's
+    first send. ``rule``: ``"held"`` (a closed loop: from the moment every user was busy
+    to the first completion after the last send), ``"arrivals"`` (an open loop: its
+    arrival window, from one fill time after the first arrival to the last arrival) or
+    ``"whole"`` (first send to last completion: no load was held, and ``note`` says why).
+    The rules: docs/metrics.md, "Throughput windows"."""
+
+    rule: Literal["held", "arrivals", "whole"]
+    start_s: float
+    end_s: float
+    note: str | None = field(default=None, metadata=key("note", omit_none=True))
+
+    @property
+    def window_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True, slots=True)
+class WholeRates(JSONRecord):
+    """Successful requests and their tokens over the level's whole window (first send to
+    last completion: the ramp and the drain tail included; what ``vllm bench serve``
+    reports as ``completed / duration``), with the intervals of the request and
+    output-token rates."""
+
+    window_s: float = 0.0
+    requests_per_s: float | None = None
+    output_tokens_per_s: float | None = None
+    total_tokens_per_s: float | None = None
+    intervals: dict[str, StatInterval] | None = field(default=None, metadata=key("intervals", omit_none=True))
+
+
+@dataclass(frozen=True, slots=True)
 class Throughput(JSONRecord):
-    """Successful requests and their tokens over the level's window.
+    """Successful requests and their tokens per second over the window in which the load
+    was held (``window``; the headline), and over the whole window (``whole``).
 
     ``output_tokens_per_s_se``: the noise of ``output_tokens_per_s``, the standard error of
     the mean of its rate over ten equal time blocks of the steady window (None with no
     window).
 
     ``intervals``: ``"requests_per_s"`` and ``"output_tokens_per_s"`` with their
-    intervals by batch means over equal time blocks of the level window
-    (:mod:`loadgen.metrics.level_intervals`)."""
+    intervals by batch means over equal time blocks of ``window``
+    (:mod:`loadgen.metrics.level_intervals`). ``window`` and ``whole`` are ``None`` in
+    files before schema version 3, whose rates are over the whole window."""
 
     requests_per_s: float | None = None
     output_tokens_per_s: float | None = None
@@ -208,6 +249,22 @@ class Throughput(JSONRecord):
     steady: Steady = field(default_factory=Steady)
     output_tokens_per_s_se: float | None = None
     intervals: dict[str, StatInterval] | None = field(default=None, metadata=key("intervals", omit_none=True))
+    window: RateWindow | None = field(default=None, metadata=key("window", omit_none=True))
+    whole: WholeRates | None = field(default=None, metadata=key("whole", omit_none=True))
+
+    def whole_rates(self, duration_s: float) -> WholeRates:
+        """The whole window's rates: ``whole``, or in a file before schema version 3 (no
+        ``whole``) the headline itself, which was measured over the whole window
+        (``duration_s``, the level's)."""
+        if self.whole is not None:
+            return self.whole
+        return WholeRates(
+            window_s=duration_s,
+            requests_per_s=self.requests_per_s,
+            output_tokens_per_s=self.output_tokens_per_s,
+            total_tokens_per_s=self.total_tokens_per_s,
+            intervals=self.intervals,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +278,8 @@ class Check(JSONRecord):
 
 @dataclass(frozen=True, slots=True)
 class Goodput(JSONRecord):
-    """Requests meeting every per-request SLO per second, their share, and the checks.
+    """Requests meeting every per-request SLO per second (over throughput's ``window``),
+    their share, and the checks; ``whole_requests_per_s`` is the rate over the whole window.
 
     ``intervals``: ``"slo_attainment"`` (Wilson's interval on ``n_eff`` of the per-request
     success series in send order) and ``"requests_per_s"`` (batch means, as throughput's)."""
@@ -231,6 +289,7 @@ class Goodput(JSONRecord):
     slos: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     intervals: dict[str, StatInterval] | None = field(default=None, metadata=key("intervals", omit_none=True))
+    whole_requests_per_s: float | None = field(default=None, metadata=key("whole_requests_per_s", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,6 +121,16 @@ def test_shape_is_the_public_contract(summary):
         "steady",
         "output_tokens_per_s_se",
         "intervals",
+        "window",
+        "whole",
+    }
+    assert set(summary["throughput"]["window"]) == {"rule", "start_s", "end_s", "note"}  # 4 users never held
+    assert set(summary["throughput"]["whole"]) == {
+        "window_s",
+        "requests_per_s",
+        "output_tokens_per_s",
+        "total_tokens_per_s",
+        "intervals",
     }
     assert set(summary["throughput"]["intervals"]) == {"requests_per_s", "output_tokens_per_s"}
     assert set(summary["throughput"]["steady"]) == {
@@ -129,7 +139,14 @@ def test_shape_is_the_public_contract(summary):
         "output_tokens_per_s",
         "total_tokens_per_s",
     }
-    assert set(summary["goodput"]) == {"requests_per_s", "slo_attainment", "slos", "checks", "intervals"}
+    assert set(summary["goodput"]) == {
+        "requests_per_s",
+        "slo_attainment",
+        "slos",
+        "checks",
+        "intervals",
+        "whole_requests_per_s",
+    }
     assert set(summary["goodput"]["intervals"]) == {"slo_attainment", "requests_per_s"}
     for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
         assert set(summary[key]["intervals"]) == {"mean", "p50", "p90", "p95", "p99", "p99.9"}
@@ -234,7 +251,13 @@ def test_warmup_records_change_nothing():
 def test_no_slos_attainment_is_the_ok_fraction():
     good = summarize_level(level(), load=LOAD)["goodput"]
     att = good.pop("intervals")["slo_attainment"]
-    assert good == {"requests_per_s": 4.0, "slo_attainment": pytest.approx(4 / 6), "slos": [], "checks": []}
+    assert good == {
+        "requests_per_s": 4.0,
+        "whole_requests_per_s": 4.0,
+        "slo_attainment": pytest.approx(4 / 6),
+        "slos": [],
+        "checks": [],
+    }
     assert 0 <= att["low"] < 4 / 6 < att["high"] <= 1 and att["n_eff"] <= 6
 
 
