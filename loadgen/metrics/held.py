@@ -6,7 +6,8 @@ the run's length. The headline rates count what the server delivered while the l
 held:
 
 - a closed loop of ``N`` users: from the ``N``-th send (every user busy) to the first
-  completion after the level's last send (the first user out of work);
+  user out of work: the earliest of the users' last completions (each user has its own
+  quota of requests), and of the first completion after the level's last send;
 - an open loop: its arrival window, from one fill time after the first arrival (the
   90th percentile of the ok requests' E2E, at most half the window: a steady server has
   reached its steady in-flight count by then) to the last arrival.
@@ -22,6 +23,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from loadgen.metrics.results import LoadMode
@@ -37,9 +39,16 @@ HeldWindow = tuple[int, int, Rule, str | None]
 """``(start_ns, end_ns, rule, note)``: rule ``"held"``, ``"arrivals"`` or ``"whole"``."""
 
 
-def held_window(frame: pd.DataFrame, mode: LoadMode, users: float, whole: tuple[int, int] | None) -> HeldWindow | None:
+def held_window(
+    frame: pd.DataFrame,
+    mode: LoadMode,
+    users: float,
+    whole: tuple[int, int] | None,
+    user_of: npt.NDArray[np.int64] | None = None,
+) -> HeldWindow | None:
     """The headline window of a level's measured requests (``frame``); ``users`` is a
-    closed loop's offered concurrency, ``whole`` the level's whole window. None without one."""
+    closed loop's offered concurrency, ``user_of`` the user of each frame row (records'
+    ``worker``), ``whole`` the level's whole window. None without one."""
     if whole is None:
         return None
     sent = frame["sent_ns"].to_numpy()
@@ -53,6 +62,10 @@ def held_window(frame: pd.DataFrame, mode: LoadMode, users: float, whole: tuple[
         start = int(sent[n - 1])
         after = done[done > sent[-1]]
         end = int(after.min()) if after.size else whole[1]
+        if user_of is not None and user_of.size == done.size:
+            last = np.full(int(user_of.max()) + 1, -1, dtype=np.int64)
+            np.maximum.at(last, user_of, done)
+            end = min(end, int(last[last > 0].min()))
         rule: Rule = "held"
     else:
         sched = frame["scheduled_ns"].to_numpy()

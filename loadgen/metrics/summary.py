@@ -410,7 +410,8 @@ def summarize_level(
     window = level_window_ns(frame)
     failed = frame.loc[~ok, "status"].value_counts()
     level_load = _load(load)
-    held = held_window(frame, level_load.mode, float(level_load.value), window)
+    users = np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured))
+    held = held_window(frame, level_load.mode, float(level_load.value), window, users)
     duration, throughput = _throughput(frame, ev, ok, window, held, trim, confidence)
 
     attained, attainment = slo_attainment(frame, slos)
@@ -467,7 +468,7 @@ def summarize_level(
             None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns),
             workers,
             lost_workers,
-            np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured)),
+            users,
             clock_uncertainty_ms,
             retried,
             silent_workers,

@@ -21,6 +21,7 @@ from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
 from loadgen.report.page import fmt
 from loadgen.report.task_lines import task_lines
 from loadgen.report.verdict_lines import attainment_confidence, capacity_interval_line, mlperf_line, steady_line
+from loadgen.report.window_lines import rate_window_line
 
 __all__ = [
     "LiveStats",
@@ -183,6 +184,8 @@ def metrics_table(level: LevelSummary, title: str = "", api: str = "") -> Group:
     lines.append(
         f"requests {req.ok} ok / {req.failed} failed in {_num(level.duration_s, 2)} s   {rps} req/s   {rates}\n"
     )
+    if rate_window_line(level):
+        lines.append(rate_window_line(level) + "\n", style="dim")
     if answered:
         lines.append("one JSON answer per request (not streamed): no TTFT, ITL or TPOT\n", style="dim")
     sends, sch = schedule_line(level), level.schedule
