@@ -5,7 +5,8 @@ which fewer requests are in flight than the load asked for, so a rate over it de
 the run's length. The headline rates count what the server delivered while the load was
 held:
 
-- a closed loop of ``N`` users: from the ``N``-th send (every user busy) to the first
+- a closed loop of ``N`` users: from the ``N``-th send (every user busy), or the last
+  warm-up completion if later (every request in flight a measured one), to the first
   user out of work: the earliest of the users' last completions (each user has its own
   quota of requests), and of the first completion after the level's last send;
 - an open loop: its arrival window, from one fill time after the first arrival (the
@@ -45,10 +46,12 @@ def held_window(
     users: float,
     whole: tuple[int, int] | None,
     user_of: npt.NDArray[np.int64] | None = None,
+    warm_done: int = 0,
 ) -> HeldWindow | None:
     """The headline window of a level's measured requests (``frame``); ``users`` is a
     closed loop's offered concurrency, ``user_of`` the user of each frame row (records'
-    ``worker``), ``whole`` the level's whole window. None without one."""
+    ``worker``), ``warm_done`` the last warm-up completion (0: none), ``whole`` the
+    level's whole window. None without one."""
     if whole is None:
         return None
     sent = frame["sent_ns"].to_numpy()
@@ -59,7 +62,7 @@ def held_window(
         n = max(int(users), 1)
         if sent.size < n:
             return _whole(whole, f"{sent.size} request(s) for {n} users: the load was never held")
-        start = int(sent[n - 1])
+        start = max(int(sent[n - 1]), warm_done)
         after = done[done > sent[-1]]
         end = int(after.min()) if after.size else whole[1]
         if user_of is not None and user_of.size == done.size:

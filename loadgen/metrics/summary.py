@@ -411,7 +411,8 @@ def summarize_level(
     failed = frame.loc[~ok, "status"].value_counts()
     level_load = _load(load)
     users = np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured))
-    held = held_window(frame, level_load.mode, float(level_load.value), window, users)
+    warm_done = max((r.done_ns for r in records if r.warmup), default=0)
+    held = held_window(frame, level_load.mode, float(level_load.value), window, users, warm_done)
     duration, throughput = _throughput(frame, ev, ok, window, held, trim, confidence)
 
     attained, attainment = slo_attainment(frame, slos)

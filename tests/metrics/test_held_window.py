@@ -73,6 +73,17 @@ def test_the_headline_does_not_depend_on_the_run_length() -> None:
     assert whole == [pytest.approx(40 / 3.0), pytest.approx(100 / 6.0)]
 
 
+def test_a_closed_loop_window_opens_when_the_warm_up_is_over() -> None:
+    """User 0 spends 0–300 ms on a warm-up request while user 1 is already measured: the
+    window opens at 300 ms, when every request in flight is a measured one."""
+    warm = dataclasses.replace(_request(99, 0, 0.0, 300.0), warmup=True)
+    recs = _closed_loop([[], [100.0] * 10])
+    recs += [_request(50 + k, 0, 300.0 + 100.0 * k, 400.0 + 100.0 * k) for k in range(7)]
+    tp = summarize_level([warm, *recs], load={"mode": "concurrency", "value": 2}).throughput
+    assert tp.window is not None and (tp.window.start_s, tp.window.end_s) == (0.3, 1.0)
+    assert tp.requests_per_s == pytest.approx(14 / 0.7)  # 400 … 1,000 ms: seven per user
+
+
 def test_an_open_loop_headline_is_its_arrival_window() -> None:
     """Arrivals every 100 ms from 0 to 1,900 ms (10 req/s), each answered in 250 ms but the
     last, in 3,000 ms. The arrival window starts one fill time (E2E p90: 250 ms) after the

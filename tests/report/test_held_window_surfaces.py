@@ -27,8 +27,9 @@ USERS = 4
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """Four users with ten requests each, their output lengths long-tailed (seeded): the
-    users run out of work at different times, so the level ends in a drain tail."""
+    """Four users with ten requests each, their output lengths long-tailed and seeded (the
+    users' output tokens add up to 208, 405, 407 and 912): the users run out of work at
+    different times, so the level ends in a long drain tail."""
     out = tmp_path_factory.mktemp("held") / "run"
     with ScriptedServerProcess(Script(ttft_s=0.005, itl_s=0.002)) as srv:
         res = CliRunner().invoke(
@@ -46,9 +47,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
                 "--prompt-tokens",
                 "16",
                 "--output-tokens",
-                "lognormal:median=30,sigma=1.0,max=300",
+                "lognormal:median=20,sigma=1.5,max=1000",
                 "--seed",
-                "3",
+                "4",
                 "--out",
                 str(out),
                 "--quiet",
@@ -80,7 +81,9 @@ def test_the_headline_is_completions_in_the_held_window_over_its_length(run: tup
     whole = tp["whole"]
     assert whole["window_s"] == (int(done.max()) - first) / 1e9
     assert whole["requests_per_s"] == pytest.approx(len(recs) / whole["window_s"], rel=1e-9)
-    assert whole["requests_per_s"] < 0.9 * tp["requests_per_s"]  # the drain tail the headline leaves out
+    per_user = [sum(r.completion_tokens or 0 for r in recs if r.worker == u) for u in sorted(last)]
+    assert sorted(per_user) == [208, 405, 407, 912]  # the seeded work: one user has twice the others'
+    assert whole["requests_per_s"] < 0.8 * tp["requests_per_s"]  # the drain tail the headline leaves out
     low, high = tp["intervals"]["requests_per_s"]["low"], tp["intervals"]["requests_per_s"]["high"]
     assert low <= tp["requests_per_s"] <= high
 
