@@ -3,7 +3,7 @@
 Such a request answers once (its record has ``inputs`` > 0 and no events), so a level has
 no TTFT, ITL or TPOT (their distributions are empty: ``None``), and its output-token rate
 means nothing: :func:`non_streamed` leaves ``throughput.output_tokens_per_s`` (and its
-steady and interval forms) out (``None``) and adds ``non_streamed``: the ok requests'
+steady, whole-window and interval forms) out (``None``) and adds ``non_streamed``: the ok requests'
 inputs and input tokens (the server's ``usage``, else the target) per second over the
 level's headline window (``throughput.window``, as its requests/s), and the inputs per request. An ok answer whose usage count was invalid
 (``token_source`` ``usage_rejected``) counts its target prompt tokens instead; the level's
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from loadgen.metrics.results import LevelSummary, NonStreamed
+from loadgen.metrics.results import LevelSummary, NonStreamed, WholeRates
 from loadgen.metrics.stats import distribution
 from loadgen.records import RequestRecord, TokenSource
 
@@ -52,6 +52,7 @@ def non_streamed(level: LevelSummary, measured: Sequence[RequestRecord], ok: npt
         output_tokens_per_s_se=None,
         steady=dataclasses.replace(tp.steady, output_tokens_per_s=None),
         intervals=intervals,
+        whole=None if tp.whole is None else _no_output_rate(tp.whole),
     )
     summary = NonStreamed(
         inputs_per_s=rate(float(inputs[counted].sum())),
@@ -67,6 +68,11 @@ def non_streamed(level: LevelSummary, measured: Sequence[RequestRecord], ok: npt
         )
         client = dataclasses.replace(client, notes=[*(client.notes or []), note])
     return dataclasses.replace(level, throughput=throughput, non_streamed=summary, client=client)
+
+
+def _no_output_rate(whole: WholeRates) -> WholeRates:
+    intervals = {k: v for k, v in (whole.intervals or {}).items() if k != "output_tokens_per_s"} or None
+    return dataclasses.replace(whole, output_tokens_per_s=None, intervals=intervals)
 
 
 def knee_throughput(level: LevelSummary) -> float:
