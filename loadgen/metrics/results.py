@@ -417,8 +417,8 @@ class Connections(JSONRecord):
 @dataclass(frozen=True, slots=True)
 class NonStreamed(JSONRecord):
     """A level of a non-streamed API (embeddings, rerank, score): no TTFT or ITL, its ok
-    requests' inputs (texts, documents) and input tokens per second over the level's window,
-    and the inputs per request."""
+    requests' inputs (texts, documents) and input tokens per second over the level's
+    headline window (as its requests/s), and the inputs per request."""
 
     inputs_per_s: float | None
     input_tokens_per_s: float | None
