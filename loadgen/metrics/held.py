@@ -81,6 +81,12 @@ def held_window(
         fill = float(np.quantile(e2e, FILL_QUANTILE)) if e2e.size else 0.0
         start = first + int(min(fill, (end - first) / 2))
         rule = "arrivals"
+    if rule == "held" and warm_done >= end:
+        late = (warm_done - whole[0]) / 1e9
+        why = (
+            f"a warm-up request ended at {late:.2f} s, after the first user ran out of work: no measured load was held"
+        )
+        return _whole(whole, why)
     inside = ok & (done > start) & (done <= end)
     if end <= start or not inside.any():
         return _whole(whole, f"no request completed inside the {rule} window")

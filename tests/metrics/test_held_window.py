@@ -111,6 +111,11 @@ def test_an_open_loop_headline_is_its_arrival_window() -> None:
             2,
             "no request completed inside the held window",
         ),
+        (  # user 0's warm-up outlasts user 1's measured work
+            [dataclasses.replace(_request(9, 0, 0.0, 2000.0), warmup=True), *_closed_loop([[], [100.0] * 10])[:10]],
+            2,
+            "a warm-up request ended at 2.00 s, after the first user ran out of work: no measured load was held",
+        ),
     ],
 )
 def test_a_level_that_held_no_load_says_so_and_keeps_the_whole_window(
