@@ -159,10 +159,11 @@ def test_save_result_writes_vllms_headline_keys(server: ScriptedServerProcess, t
     assert doc["completed"] == 10 and doc["failed"] == 0
     assert doc["total_input_tokens"] == 160 and doc["total_output_tokens"] == 50
     assert doc["duration"] == level["duration_s"]
-    assert doc["request_throughput"] == level["throughput"]["requests_per_s"]
-    assert doc["output_throughput"] == level["throughput"]["output_tokens_per_s"]
-    assert doc["total_token_throughput"] == level["throughput"]["total_tokens_per_s"]
-    assert doc["request_goodput"] == level["goodput"]["requests_per_s"]
+    whole = level["throughput"]["whole"]  # vLLM's completed / duration: the whole window, not the headline
+    assert doc["request_throughput"] == whole["requests_per_s"] == pytest.approx(10 / level["duration_s"])
+    assert doc["output_throughput"] == whole["output_tokens_per_s"]
+    assert doc["total_token_throughput"] == whole["total_tokens_per_s"]
+    assert doc["request_goodput"] == level["goodput"]["whole_requests_per_s"]
     for vllm, ours in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "inter_chunk_ms"), ("e2el", "e2e_ms")):
         assert doc[f"mean_{vllm}_ms"] == level[ours]["mean"] and doc[f"median_{vllm}_ms"] == level[ours]["p50"]
         assert doc[f"std_{vllm}_ms"] == level[ours]["std"] and doc[f"p99_{vllm}_ms"] == level[ours]["p99"]

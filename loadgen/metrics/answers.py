@@ -3,9 +3,9 @@
 Such a request answers once (its record has ``inputs`` > 0 and no events), so a level has
 no TTFT, ITL or TPOT (their distributions are empty: ``None``), and its output-token rate
 means nothing: :func:`non_streamed` leaves ``throughput.output_tokens_per_s`` (and its
-steady and interval forms) out (``None``) and adds ``non_streamed``: the ok requests'
+steady, whole-window and interval forms) out (``None``) and adds ``non_streamed``: the ok requests'
 inputs and input tokens (the server's ``usage``, else the target) per second over the
-level's window, and the inputs per request. An ok answer whose usage count was invalid
+level's headline window (``throughput.window``, as its requests/s), and the inputs per request. An ok answer whose usage count was invalid
 (``token_source`` ``usage_rejected``) counts its target prompt tokens instead; the level's
 ``client.notes`` say how many did. E2E latency, requests/s, SLO attainment
 (``e2e=``), goodput and capacity are the same as any level's.
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from loadgen.metrics.results import LevelSummary, NonStreamed
+from loadgen.metrics.results import LevelSummary, NonStreamed, WholeRates
 from loadgen.metrics.stats import distribution
 from loadgen.records import RequestRecord, TokenSource
 
@@ -37,9 +37,14 @@ def non_streamed(level: LevelSummary, measured: Sequence[RequestRecord], ok: npt
         dtype=np.float64,
         count=len(measured),
     )
-    seconds = level.duration_s
-    rate = (lambda x: x / seconds) if seconds > 0 else (lambda x: None)
     tp = level.throughput
+    seconds, counted = level.duration_s, ok
+    if tp.window is not None and tp.window.rule != "whole":  # the headline's window, as requests/s
+        first = min(r.sent_ns for r in measured if r.sent_ns)
+        lo, hi = first + round(tp.window.start_s * 1e9), first + round(tp.window.end_s * 1e9)
+        done = np.fromiter((r.done_ns for r in measured), dtype=np.int64, count=len(measured))
+        seconds, counted = tp.window.window_s, ok & (done > lo) & (done <= hi)
+    rate = (lambda x: x / seconds) if seconds > 0 else (lambda x: None)
     intervals = {k: v for k, v in (tp.intervals or {}).items() if k != "output_tokens_per_s"} or None
     throughput = dataclasses.replace(
         tp,
@@ -47,10 +52,11 @@ def non_streamed(level: LevelSummary, measured: Sequence[RequestRecord], ok: npt
         output_tokens_per_s_se=None,
         steady=dataclasses.replace(tp.steady, output_tokens_per_s=None),
         intervals=intervals,
+        whole=None if tp.whole is None else _no_output_rate(tp.whole),
     )
     summary = NonStreamed(
-        inputs_per_s=rate(float(inputs[ok].sum())),
-        input_tokens_per_s=rate(float(tokens[ok].sum())),
+        inputs_per_s=rate(float(inputs[counted].sum())),
+        input_tokens_per_s=rate(float(tokens[counted].sum())),
         inputs=distribution(inputs[ok]),
     )
     client = level.client
@@ -62,6 +68,11 @@ def non_streamed(level: LevelSummary, measured: Sequence[RequestRecord], ok: npt
         )
         client = dataclasses.replace(client, notes=[*(client.notes or []), note])
     return dataclasses.replace(level, throughput=throughput, non_streamed=summary, client=client)
+
+
+def _no_output_rate(whole: WholeRates) -> WholeRates:
+    intervals = {k: v for k, v in (whole.intervals or {}).items() if k != "output_tokens_per_s"} or None
+    return dataclasses.replace(whole, output_tokens_per_s=None, intervals=intervals)
 
 
 def knee_throughput(level: LevelSummary) -> float:

@@ -232,22 +232,37 @@ def _attained(lv: LevelSamples) -> npt.NDArray[np.bool_] | None:
     return mask
 
 
+def _headline_window(lv: LevelSamples) -> tuple[tuple[int, int], bool] | None:
+    """The level's headline window in ns (``throughput.window``; the whole window in a
+    summary without one) and whether it is a part of the whole window."""
+    whole = level_window_ns(lv.frame[lv.rows])
+    win = lv.summary.throughput.window
+    if whole is None or win is None or win.rule == "whole":
+        return None if whole is None else (whole, False)
+    return (whole[0] + round(win.start_s * 1e9), whole[0] + round(win.end_s * 1e9)), True
+
+
 def _blocks(lv: LevelSamples, key: str) -> F64:
-    """Block rates over the level's window: output tokens, ok requests or requests
-    meeting the SLOs (goodput) per second; their mean is the summary's number."""
-    window = level_window_ns(lv.frame[lv.rows])
-    if window is None:
+    """Block rates over the level's headline window (docs/metrics.md, "Throughput
+    windows"): output tokens, ok requests or requests meeting the SLOs (goodput) per
+    second; their mean is the summary's number."""
+    found = _headline_window(lv)
+    if found is None:
         return np.zeros(0)
+    window, part = found
     ok = lv.ok_rows
     if key == "output_tokens_per_s":
         mask = lv.ev.chunk_mask(ok)  # a chunk's events share its time: its tokens count at once
-        return block_rates(lv.ev.ch_t[mask], window, N_BLOCKS, weights=lv.ev.ch_n[mask])
+        t, n = lv.ev.ch_t[mask], lv.ev.ch_n[mask]
+        inside = (t > window[0]) & (t <= window[1]) if part else slice(None)
+        return block_rates(t[inside], window, N_BLOCKS, weights=n[inside])
     if key == "goodput":
         attained = _attained(lv)
         if attained is None:
             return np.zeros(0)
         ok = attained
-    return block_rates(lv.frame["done_ns"].to_numpy()[ok], window, N_BLOCKS)
+    done = lv.frame["done_ns"].to_numpy()[ok]
+    return block_rates(done[(done > window[0]) & (done <= window[1])] if part else done, window, N_BLOCKS)
 
 
 def _proportion(level: LevelSummary) -> tuple[float, float | None]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from loadgen.metrics._json import JSONRecord, encode_json, key
+from loadgen.metrics.rate_windows import RateWindow, StatInterval, WholeRates
 from loadgen.metrics.verdicts import MlperfCheck, SteadyState
 from loadgen.numfmt import fmt
 
@@ -41,6 +42,7 @@ __all__ = [
     "Load",
     "LoadMode",
     "NonStreamed",
+    "RateWindow",
     "Reasoning",
     "Requests",
     "RunSummary",
@@ -55,6 +57,7 @@ __all__ = [
     "TrialStat",
     "Trials",
     "TurnSummary",
+    "WholeRates",
     "Window",
     "WorkerHealth",
     "encode_json",
@@ -62,34 +65,13 @@ __all__ = [
     "unit_label",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """2 added ``intervals`` (a :class:`StatInterval` per statistic) to the level's latency
-distributions, throughput and goodput; a version 1 file reads as before (no intervals)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StatInterval(JSONRecord):
-    """The ``confidence`` interval ``[low, high]`` of the point value beside it, computed on
-    ``n_eff`` effective values (see :mod:`loadgen.metrics.uncertainty`). ``low``/``high``
-    are ``None`` on a side the data cannot bound, and then ``reason`` says why (e.g.
-    ``"p99.9 needs n_eff >= 3688 for a 95% interval (n_eff = 265)"``)."""
-
-    low: float | None
-    high: float | None
-    n_eff: float
-    confidence: float
-    reason: str | None = field(default=None, metadata=key("reason", omit_none=True))
-
-    @property
-    def bounded(self) -> bool:
-        return self.low is not None and self.high is not None
-
-    def relative_half_width(self, point: float | None) -> float | None:
-        """The larger distance from ``point`` to a bound, over ``|point|`` (``0.06`` for
-        ``412 ms ±6%``); ``None`` when not bounded or the point is 0 or unknown."""
-        if point is None or not point or self.low is None or self.high is None:
-            return None
-        return max(point - self.low, self.high - point, 0.0) / abs(point)
+distributions, throughput and goodput; a version 1 file reads as before (no intervals).
+3 measures throughput's and goodput's rates over the window in which the load was held
+(``throughput.window``) and keeps the whole window's beside them (``throughput.whole``,
+``goodput.whole_requests_per_s``); a file before 3 reads with neither, its rates being
+the whole window's (:meth:`Throughput.whole_rates` says so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,15 +176,17 @@ class Steady(JSONRecord):
 
 @dataclass(frozen=True, slots=True)
 class Throughput(JSONRecord):
-    """Successful requests and their tokens over the level's window.
+    """Successful requests and their tokens per second over the window in which the load
+    was held (``window``; the headline), and over the whole window (``whole``).
 
     ``output_tokens_per_s_se``: the noise of ``output_tokens_per_s``, the standard error of
     the mean of its rate over ten equal time blocks of the steady window (None with no
     window).
 
     ``intervals``: ``"requests_per_s"`` and ``"output_tokens_per_s"`` with their
-    intervals by batch means over equal time blocks of the level window
-    (:mod:`loadgen.metrics.level_intervals`)."""
+    intervals by batch means over equal time blocks of ``window``
+    (:mod:`loadgen.metrics.level_intervals`). ``window`` and ``whole`` are ``None`` in
+    files before schema version 3, whose rates are over the whole window."""
 
     requests_per_s: float | None = None
     output_tokens_per_s: float | None = None
@@ -210,6 +194,22 @@ class Throughput(JSONRecord):
     steady: Steady = field(default_factory=Steady)
     output_tokens_per_s_se: float | None = None
     intervals: dict[str, StatInterval] | None = field(default=None, metadata=key("intervals", omit_none=True))
+    window: RateWindow | None = field(default=None, metadata=key("window", omit_none=True))
+    whole: WholeRates | None = field(default=None, metadata=key("whole", omit_none=True))
+
+    def whole_rates(self, duration_s: float) -> WholeRates:
+        """The whole window's rates: ``whole``, or in a file before schema version 3 (no
+        ``whole``) the headline itself, which was measured over the whole window
+        (``duration_s``, the level's)."""
+        if self.whole is not None:
+            return self.whole
+        return WholeRates(
+            window_s=duration_s,
+            requests_per_s=self.requests_per_s,
+            output_tokens_per_s=self.output_tokens_per_s,
+            total_tokens_per_s=self.total_tokens_per_s,
+            intervals=self.intervals,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +223,8 @@ class Check(JSONRecord):
 
 @dataclass(frozen=True, slots=True)
 class Goodput(JSONRecord):
-    """Requests meeting every per-request SLO per second, their share, and the checks.
+    """Requests meeting every per-request SLO per second (over throughput's ``window``),
+    their share, and the checks; ``whole_requests_per_s`` is the rate over the whole window.
 
     ``intervals``: ``"slo_attainment"`` (Wilson's interval on ``n_eff`` of the per-request
     success series in send order) and ``"requests_per_s"`` (batch means, as throughput's)."""
@@ -233,6 +234,7 @@ class Goodput(JSONRecord):
     slos: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     intervals: dict[str, StatInterval] | None = field(default=None, metadata=key("intervals", omit_none=True))
+    whole_requests_per_s: float | None = field(default=None, metadata=key("whole_requests_per_s", omit_none=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,8 +419,8 @@ class Connections(JSONRecord):
 @dataclass(frozen=True, slots=True)
 class NonStreamed(JSONRecord):
     """A level of a non-streamed API (embeddings, rerank, score): no TTFT or ITL, its ok
-    requests' inputs (texts, documents) and input tokens per second over the level's window,
-    and the inputs per request."""
+    requests' inputs (texts, documents) and input tokens per second over the level's
+    headline window (as its requests/s), and the inputs per request."""
 
     inputs_per_s: float | None
     input_tokens_per_s: float | None

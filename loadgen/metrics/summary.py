@@ -1,9 +1,10 @@
 """One load level's records -> the level entry of ``summary.json`` (a public contract).
 
 Warm-up records are dropped first; ``requests`` counts every other record; latency, token
-and event statistics come from the ``ok`` ones only. The window runs from the first
-``sent_ns`` to the last ``done_ns`` of all measured records; the ``steady`` window trims
-it by the profile's ``trim``. Multi-turn and reasoning levels add ``by_turn``,
+and event statistics come from the ``ok`` ones only. The whole window runs from the first
+``sent_ns`` to the last ``done_ns`` of all measured records; the headline rates are over
+the window in which the load was held (:mod:`loadgen.metrics.held`), the whole window's
+beside them; the ``steady`` window trims the whole one by the profile's ``trim``. Multi-turn and reasoning levels add ``by_turn``,
 ``sessions`` and ``reasoning`` (:mod:`loadgen.metrics.turns`), non-streamed ones
 ``non_streamed`` (:mod:`loadgen.metrics.answers`).
 
@@ -25,6 +26,7 @@ from loadgen.metrics.answers import non_streamed
 from loadgen.metrics.capacity import windows_of
 from loadgen.metrics.catalog import metrics, per_request
 from loadgen.metrics.client import LATE_NS, WorkerStats, lag_over_time, late_sends
+from loadgen.metrics.held import HeldWindow, held_window
 from loadgen.metrics.level_intervals import proportion, rate_interval, with_intervals
 from loadgen.metrics.per_request import EventArrays, frame_and_events, frame_and_events_from_columns
 from loadgen.metrics.results import (
@@ -37,10 +39,12 @@ from loadgen.metrics.results import (
     Lengths,
     LevelSummary,
     Load,
+    RateWindow,
     Requests,
     Schedule,
     Steady,
     Throughput,
+    WholeRates,
     WorkerHealth,
     load_mode,
 )
@@ -80,56 +84,89 @@ def _prompt_tokens(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
     return np.asarray(np.where(np.isnan(reported), target, reported), dtype=np.float64)
 
 
+def _rates(
+    frame: pd.DataFrame,
+    ok: npt.NDArray[np.bool_],
+    chunks: tuple[npt.NDArray[np.int64], npt.NDArray[np.integer[Any]]],
+    window: tuple[int, int],
+    whole: bool,
+    confidence: float,
+) -> WholeRates:
+    """The ok requests completed, and their chunks streamed, in ``window`` (all of them
+    when ``whole``; else in ``(start, end]``) per second, with their intervals."""
+    prompt = _prompt_tokens(frame)
+    done = frame["done_ns"].to_numpy()
+    t, n = chunks
+    if whole:
+        inside, out_sum = ok, float(frame["output_tokens"].to_numpy(dtype=np.float64)[ok].sum())
+    else:
+        inside = ok & (done > window[0]) & (done <= window[1])
+        streamed = (t > window[0]) & (t <= window[1])
+        t, n = t[streamed], n[streamed]
+        out_sum = float(n.sum())
+    seconds = (window[1] - window[0]) / 1e9
+    rps, out_rate = _rate(float(inside.sum()), seconds), _rate(out_sum, seconds)
+    intervals = {
+        "requests_per_s": rate_interval(done[inside], None, window, rps, confidence),
+        "output_tokens_per_s": rate_interval(t, n, window, out_rate, confidence),
+    }
+    return WholeRates(
+        window_s=seconds,
+        requests_per_s=rps,
+        output_tokens_per_s=out_rate,
+        total_tokens_per_s=_rate(out_sum + float(prompt[inside].sum()), seconds),
+        intervals={k: v for k, v in intervals.items() if v is not None} or None,
+    )
+
+
 def _throughput(
     frame: pd.DataFrame,
     ev: EventArrays,
     ok: npt.NDArray[np.bool_],
     window: tuple[int, int] | None,
+    held: HeldWindow | None,
     trim: tuple[float, float],
     confidence: float,
 ) -> tuple[float, Throughput]:
-    """The window's length in seconds and the throughput over it (and its steady part),
-    with the intervals of the request and output-token rates."""
+    """The whole window's length in seconds and the throughput: over the ``held`` window
+    (the headline), over the whole ``window``, and over its steady part."""
     prompt = _prompt_tokens(frame)
-    out_tok = frame["output_tokens"].to_numpy(dtype=np.float64)
     duration = (window[1] - window[0]) / 1e9 if window else 0.0
-    n_ok = int(ok.sum())
-    out_sum, prompt_sum = float(out_tok[ok].sum()), float(prompt[ok].sum())
-    steady = Steady()
-    noise = None
-    rps, out_rate = _rate(n_ok, duration), _rate(out_sum, duration)
+    if not window or held is None:
+        empty = _rate(float(ok.sum()), duration)
+        return duration, Throughput(requests_per_s=empty, whole=WholeRates(window_s=duration, requests_per_s=empty))
     ok_chunks = ev.chunk_mask(ok)
-    ok_t, ok_n = (ev.ch_t, ev.ch_n) if ok_chunks.all() else (ev.ch_t[ok_chunks], ev.ch_n[ok_chunks])
+    chunks = (ev.ch_t, ev.ch_n) if ok_chunks.all() else (ev.ch_t[ok_chunks], ev.ch_n[ok_chunks])
     del ok_chunks
-    intervals = {
-        "requests_per_s": rate_interval(frame["done_ns"].to_numpy()[ok], None, window, rps, confidence),
-        "output_tokens_per_s": rate_interval(ok_t, ok_n, window, out_rate, confidence),
-    }
-    if window:
-        span_ns = window[1] - window[0]
-        lo = window[0] + round(span_ns * trim[0])
-        hi = window[1] - round(span_ns * trim[1])
-        done = frame["done_ns"].to_numpy()
-        inside = ok & (done >= lo) & (done <= hi)
-        ch_in = ok_t >= lo  # of the ok chunks (a chunk's events share its time)
-        ch_in &= ok_t <= hi
-        in_t, in_n = ok_t[ch_in], ok_n[ch_in]
-        span = (hi - lo) / 1e9
-        steady_out = float(in_n.sum())
-        steady = Steady(
-            window_s=span,
-            requests_per_s=_rate(float(inside.sum()), span),
-            output_tokens_per_s=_rate(steady_out, span),
-            total_tokens_per_s=_rate(steady_out + float(prompt[inside].sum()), span),
-        )
-        noise = _rate_noise(in_t, in_n, (lo, hi))
+    whole = _rates(frame, ok, chunks, window, True, confidence)
+    start, end, rule, note = held
+    head = whole if rule == "whole" else _rates(frame, ok, chunks, (start, end), False, confidence)
+    span_ns = window[1] - window[0]
+    lo = window[0] + round(span_ns * trim[0])
+    hi = window[1] - round(span_ns * trim[1])
+    done = frame["done_ns"].to_numpy()
+    inside = ok & (done >= lo) & (done <= hi)
+    ok_t, ok_n = chunks
+    ch_in = ok_t >= lo  # of the ok chunks (a chunk's events share its time)
+    ch_in &= ok_t <= hi
+    in_t, in_n = ok_t[ch_in], ok_n[ch_in]
+    span = (hi - lo) / 1e9
+    steady_out = float(in_n.sum())
+    steady = Steady(
+        window_s=span,
+        requests_per_s=_rate(float(inside.sum()), span),
+        output_tokens_per_s=_rate(steady_out, span),
+        total_tokens_per_s=_rate(steady_out + float(prompt[inside].sum()), span),
+    )
     return duration, Throughput(
-        requests_per_s=rps,
-        output_tokens_per_s=out_rate,
-        total_tokens_per_s=_rate(out_sum + prompt_sum, duration),
+        requests_per_s=head.requests_per_s,
+        output_tokens_per_s=head.output_tokens_per_s,
+        total_tokens_per_s=head.total_tokens_per_s,
         steady=steady,
-        output_tokens_per_s_se=noise,
-        intervals={k: v for k, v in intervals.items() if v is not None} or None,
+        output_tokens_per_s_se=_rate_noise(in_t, in_n, (lo, hi)),
+        intervals=head.intervals,
+        window=RateWindow(rule=rule, start_s=(start - window[0]) / 1e9, end_s=(end - window[0]) / 1e9, note=note),
+        whole=whole,
     )
 
 
@@ -373,7 +410,11 @@ def summarize_level(
     retried = sum(1 for r in measured if r.retries)
     window = level_window_ns(frame)
     failed = frame.loc[~ok, "status"].value_counts()
-    duration, throughput = _throughput(frame, ev, ok, window, trim, confidence)
+    level_load = _load(load)
+    users = np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured))
+    warm_done = max((r.done_ns for r in records if r.warmup), default=0)
+    held = held_window(frame, level_load.mode, float(level_load.value), window, users, warm_done)
+    duration, throughput = _throughput(frame, ev, ok, window, held, trim, confidence)
 
     attained, attainment = slo_attainment(frame, slos)
     gaps, itl, itl_t = _itl_samples(ev, ok)
@@ -399,7 +440,7 @@ def summarize_level(
         for k, d in plain.items()
     }
     level = LevelSummary(
-        load=_load(load),
+        load=level_load,
         requests=Requests(
             total=len(frame),
             ok=int(ok.sum()),
@@ -409,7 +450,7 @@ def summarize_level(
         ),
         duration_s=duration,
         throughput=throughput,
-        goodput=_goodput(frame, slos, samples, attained, attainment, duration, window, confidence),
+        goodput=_goodput(frame, slos, samples, attained, attainment, duration, window, held, confidence),
         ttft_ms=latency["ttft_ms"],
         ttft_queued_ms=distribution(samples["ttft_queued"]),
         itl_ms=latency["itl_ms"],
@@ -429,7 +470,7 @@ def summarize_level(
             None if loop_lag_t_ns is None else (loop_lag_t_ns, anchor_ns),
             workers,
             lost_workers,
-            np.fromiter((r.worker for r in measured), dtype=np.int64, count=len(measured)),
+            users,
             clock_uncertainty_ms,
             retried,
             silent_workers,
@@ -471,16 +512,25 @@ def _goodput(
     attainment: float | None,
     duration: float,
     window: tuple[int, int] | None,
+    held: HeldWindow | None,
     confidence: float,
 ) -> Goodput:
-    """SLO attainment and goodput, with their intervals (attainment in send order)."""
-    rate = _rate(float(attained.sum()), duration)
+    """SLO attainment and goodput (over the ``held`` window, and over the whole one), with
+    their intervals (attainment in send order)."""
+    whole_rate = _rate(float(attained.sum()), duration)
+    done = frame["done_ns"].to_numpy()
+    rate, span, done_in = whole_rate, window, done[attained]
+    if held is not None and held[2] != "whole":
+        span = held[0], held[1]
+        done_in = done_in[(done_in > span[0]) & (done_in <= span[1])]
+        rate = _rate(float(done_in.size), (span[1] - span[0]) / 1e9)
     by_send = np.argsort(frame["sent_ns"].to_numpy(), kind="stable")
     intervals = {
         "slo_attainment": proportion(attained[by_send], confidence, slo_scores(frame, slos)[by_send]),
-        "requests_per_s": rate_interval(frame["done_ns"].to_numpy()[attained], None, window, rate, confidence),
+        "requests_per_s": rate_interval(done_in, None, span, rate, confidence),
     }
     return Goodput(
+        whole_requests_per_s=whole_rate,
         requests_per_s=rate,
         slo_attainment=attainment,
         slos=[str(s) for s in slos if s.stat is None],

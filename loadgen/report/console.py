@@ -31,6 +31,7 @@ from loadgen.report.verdict_lines import (
     mlperf_undecided_line,
     steady_line,
 )
+from loadgen.report.window_lines import rate_window_line
 
 __all__ = [
     "N_EFF_SERIES",
@@ -248,6 +249,8 @@ def metrics_table(level: LevelSummary, title: str = "", api: str = "") -> Group:
     tps = with_pm(fmt(thr.output_tokens_per_s), thr.output_tokens_per_s, tivs.get("output_tokens_per_s"))
     rates = answers_line(level, api) if answered else f"{tps} out tok/s   {fmt(thr.total_tokens_per_s)} total tok/s"
     lines.append(f"requests {req.ok} ok / {req.failed} failed in {fmt(level.duration_s)} s   {rps} req/s   {rates}\n")
+    if rate_window_line(level):
+        lines.append(rate_window_line(level) + "\n", style="dim")
     if answered:
         lines.append("one JSON answer per request (not streamed): no TTFT, ITL or TPOT\n", style="dim")
     sends, sch = schedule_line(level), level.schedule

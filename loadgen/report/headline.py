@@ -3,7 +3,8 @@ result JSON, so scripts written for vLLM's files read loadgen's.
 
 One level gives one object; a sweep gives a list of them, one per level, in order. Each
 object has vLLM's keys (``completed``, ``request_throughput``, ``mean_ttft_ms``,
-``p99_itl_ms``…; the mapping and its caveats are in docs/metrics.md) and one key of its
+``p99_itl_ms``…; the mapping and its caveats are in docs/metrics.md; the rates are vLLM's
+``completed / duration``, the whole window's, not loadgen's headline) and one key of its
 own, ``loadgen``, that names the level and the run folder. vLLM's per-request lists
 (``--save-detailed``) are left out: they are in the run folder's records.
 """
@@ -37,6 +38,12 @@ def _total(d: Distribution) -> int:
     return 0 if d.mean is None else round(d.mean * d.count)
 
 
+def _whole_goodput(level: LevelSummary) -> float | None:
+    """Goodput over the whole window (a file before schema version 3: its only goodput)."""
+    good = level.goodput
+    return good.requests_per_s if good.whole_requests_per_s is None else good.whole_requests_per_s
+
+
 def vllm_result(level: LevelSummary, run: RunInfo, folder: Path | None = None) -> dict[str, Any]:
     """One level as ``vllm bench serve`` writes its result (``run`` is the run's run.json)."""
     target, profile = run.target, run.profile
@@ -48,6 +55,7 @@ def vllm_result(level: LevelSummary, run: RunInfo, folder: Path | None = None) -
         date = time.strftime("%Y%m%d-%H%M%S", time.strptime(started, "%Y-%m-%dT%H:%M:%S%z")) if started else None
     except ValueError:
         date = None
+    whole = level.throughput.whole_rates(level.duration_s)
     out: dict[str, Any] = {
         "date": date,
         "backend": None if target is None else _BACKENDS.get(target.api, target.api),
@@ -64,10 +72,11 @@ def vllm_result(level: LevelSummary, run: RunInfo, folder: Path | None = None) -
         "failed": level.requests.failed,
         "total_input_tokens": _total(level.prompt_tokens),
         "total_output_tokens": _total(level.output_tokens),
-        "request_throughput": level.throughput.requests_per_s,
-        "request_goodput": level.goodput.requests_per_s if level.goodput.slos else None,
-        "output_throughput": level.throughput.output_tokens_per_s,
-        "total_token_throughput": level.throughput.total_tokens_per_s,
+        # vLLM's rates are completed / duration: the whole window's, not loadgen's headline
+        "request_throughput": whole.requests_per_s,
+        "request_goodput": _whole_goodput(level) if level.goodput.slos else None,
+        "output_throughput": whole.output_tokens_per_s,
+        "total_token_throughput": whole.total_tokens_per_s,
     }
     for name, key in _LATENCIES:
         d = level.dist(key)

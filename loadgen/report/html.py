@@ -40,6 +40,7 @@ from loadgen.report.verdict_lines import (
     mlperf_undecided_line,
     steady_line,
 )
+from loadgen.report.window_lines import held_text, window_note
 from loadgen.runinfo import Calibration, RunInfo
 
 __all__ = ["SECTIONS", "answer_cards", "build_run_page", "client_banner", "level_table_html", "render_run_report"]
@@ -128,12 +129,21 @@ def answer_cards(summary: RunSummary) -> str:
         what = (
             f"requests/s meeting {esc(', '.join(good_slos))}" if good_slos else "successful requests/s (no SLO given)"
         )
-        cards.append(_card("peak goodput", f"{fmt(g)} req/s", f"{what}, at {esc(lv.load.label())}", "answer-goodput"))
+        cards.append(
+            _card(
+                "peak goodput", f"{fmt(g)} req/s", f"{what}, at {esc(lv.load.label())}{held_text(lv)}", "answer-goodput"
+            )
+        )
     peak = _peak(levels, "throughput.output_tokens_per_s")
     if peak is not None:
         lv, t = peak
         cards.append(
-            _card("peak output throughput", f"{fmt(t)} tok/s", f"at {esc(lv.load.label())}", "answer-throughput")
+            _card(
+                "peak output throughput",
+                f"{fmt(t)} tok/s",
+                f"at {esc(lv.load.label())}{held_text(lv)}",
+                "answer-throughput",
+            )
         )
     return f'<div class="cards">{"".join(cards)}</div>'
 
@@ -250,8 +260,8 @@ def level_table_html(levels: Sequence[LevelSummary], verdicts: Sequence[str] = (
     return (
         f'<div class="scroll"><table id="level-table"><thead><tr>{ths}</tr></thead><tbody>{"".join(rows)}'
         '</tbody></table></div><p class="note">Latencies in ms (TTFT and E2E from the send; the queue-inclusive '
-        "values are in summary.json). Throughput over each level's window; goodput = requests meeting every SLO "
-        "per second.</p>" + interval_note(levels)
+        f"values are in summary.json). {esc(window_note(levels))} Goodput = requests meeting every SLO per second.</p>"
+        + interval_note(levels)
     )
 
 

@@ -118,7 +118,8 @@ def test_an_answer_over_the_cap_is_invalid(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_inputs_per_second_and_input_tokens_from_a_real_level() -> None:
     """A closed loop of 3 users, 24 requests of 1-6 inputs: inputs/s and input tokens/s are
-    the ok requests' sums over the level's window; no TTFT, ITL or output-token rate."""
+    the ok requests' sums over the level's headline window (the held window, as its
+    requests/s: docs/metrics.md, "Throughput windows"); no TTFT, ITL or output-token rate."""
     counts = (1, 2, 3, 4, 5, 6)
 
     async def main() -> list[RequestRecord]:
@@ -130,7 +131,7 @@ def test_inputs_per_second_and_input_tokens_from_a_real_level() -> None:
             async def user(u: int) -> None:
                 for k in range(8):
                     i = u * 8 + k
-                    rec = RequestRecord(index=i)
+                    rec = RequestRecord(index=i, worker=u)
                     await t.send(RequestSpec(index=i, prompt=WORDS, prompt_tokens=40, max_tokens=1), rec)
                     records.append(rec)
 
@@ -141,16 +142,21 @@ def test_inputs_per_second_and_input_tokens_from_a_real_level() -> None:
     records = asyncio.run(main())
     assert all(r.ok for r in records) and len(records) == 24
     level = summarize_level(records, load={"mode": "concurrency", "value": 3})
-    window_s = (max(r.done_ns for r in records) - min(r.sent_ns for r in records)) / 1e9
+    win, first = level.throughput.window, min(r.sent_ns for r in records)
+    assert win is not None and win.rule == "held"
+    inside = [r for r in records if first + round(win.start_s * 1e9) < r.done_ns <= first + round(win.end_s * 1e9)]
     ns = level.non_streamed
-    assert ns is not None
-    assert ns.inputs_per_s == pytest.approx(sum(counts) * 4 / window_s)
-    assert ns.input_tokens_per_s == pytest.approx(24 * 40 / window_s)  # 40 words, one token each
+    assert ns is not None and inside
+    assert ns.inputs_per_s == pytest.approx(sum(r.inputs for r in inside) / win.window_s)
+    assert ns.input_tokens_per_s == pytest.approx(len(inside) * 40 / win.window_s)  # 40 words, one token each
+    assert level.throughput.requests_per_s == pytest.approx(len(inside) / win.window_s)
     assert ns.inputs.mean == pytest.approx(3.5)
     assert level.e2e_ms.p50 is not None and level.e2e_ms.p50 >= 20.0
     assert level.ttft_ms.p50 is None and level.itl_ms.p50 is None and level.tpot_ms.p50 is None
     assert level.throughput.output_tokens_per_s is None
-    assert level.throughput.requests_per_s == pytest.approx(24 / window_s)
+    assert level.throughput.whole is not None and level.throughput.whole.requests_per_s == pytest.approx(
+        24 / level.duration_s
+    )
 
 
 def test_generation_levels_have_no_non_streamed_part() -> None:

@@ -47,7 +47,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
 
 def test_a_real_levels_intervals_contain_their_points(run: tuple[dict[str, Any], str]) -> None:
     summary, _ = run
-    assert summary["schema_version"] == SCHEMA_VERSION == 2
+    assert summary["schema_version"] == SCHEMA_VERSION == 3
     jsonschema.Draft202012Validator(summary_schema()).validate(summary)
     level = summary["levels"][0]
     for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):

@@ -121,6 +121,16 @@ def test_shape_is_the_public_contract(summary):
         "steady",
         "output_tokens_per_s_se",
         "intervals",
+        "window",
+        "whole",
+    }
+    assert set(summary["throughput"]["window"]) == {"rule", "start_s", "end_s", "note"}  # 4 users never held
+    assert set(summary["throughput"]["whole"]) == {
+        "window_s",
+        "requests_per_s",
+        "output_tokens_per_s",
+        "total_tokens_per_s",
+        "intervals",
     }
     assert set(summary["throughput"]["intervals"]) == {"requests_per_s", "output_tokens_per_s"}
     assert set(summary["throughput"]["steady"]) == {
@@ -129,7 +139,14 @@ def test_shape_is_the_public_contract(summary):
         "output_tokens_per_s",
         "total_tokens_per_s",
     }
-    assert set(summary["goodput"]) == {"requests_per_s", "slo_attainment", "slos", "checks", "intervals"}
+    assert set(summary["goodput"]) == {
+        "requests_per_s",
+        "slo_attainment",
+        "slos",
+        "checks",
+        "intervals",
+        "whole_requests_per_s",
+    }
     assert set(summary["goodput"]["intervals"]) == {"slo_attainment", "requests_per_s"}
     for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
         assert set(summary[key]["intervals"]) == {"mean", "p50", "p90", "p95", "p99", "p99.9"}
@@ -228,13 +245,24 @@ def test_single_class_repeats_the_level():
 
 def test_warmup_records_change_nothing():
     kw = {"load": LOAD, "slos": SLOS, "trim": (0.1, 0.1)}
-    assert summarize_level(level() + warmup(), **kw) == summarize_level(level(), **kw)
+    warm, plain = summarize_level(level() + warmup(), **kw), summarize_level(level(), **kw)
+    # but the note on the throughput window: neither level held its load, and with the warm-up
+    # request still in flight at the end (done at 2 s) the note names it
+    notes = [lv["throughput"]["window"].pop("note") for lv in (warm, plain)]
+    assert notes[0].startswith("a warm-up request ended at 2.00 s") and notes[1].startswith("no request completed")
+    assert warm == plain
 
 
 def test_no_slos_attainment_is_the_ok_fraction():
     good = summarize_level(level(), load=LOAD)["goodput"]
     att = good.pop("intervals")["slo_attainment"]
-    assert good == {"requests_per_s": 4.0, "slo_attainment": pytest.approx(4 / 6), "slos": [], "checks": []}
+    assert good == {
+        "requests_per_s": 4.0,
+        "whole_requests_per_s": 4.0,
+        "slo_attainment": pytest.approx(4 / 6),
+        "slos": [],
+        "checks": [],
+    }
     assert 0 <= att["low"] < 4 / 6 < att["high"] <= 1 and att["n_eff"] <= 6
 
 
