@@ -91,12 +91,12 @@ def test_the_headline_is_completions_in_the_held_window_over_its_length(run: tup
 def test_the_console_prints_the_headline(run: tuple[Path, str]) -> None:
     folder, output = run
     tp = _level(folder)["throughput"]
-    line = re.search(r"level 4 users: 40 ok / 0 failed, ([\d.]+) req/s, (\d+) out tok/s", output)
+    line = re.search(r"level 4 users: 40 ok / 0 failed, ([\d.,]+) req/s, ([\d.,]+) out tok/s", output)
     assert line is not None, output
-    assert line[1] == f"{tp['requests_per_s']:.2f}" != f"{tp['whole']['requests_per_s']:.2f}"
-    assert line[2] == f"{tp['output_tokens_per_s']:.0f}"
+    assert line[1] == fmt(tp["requests_per_s"]) != fmt(tp["whole"]["requests_per_s"])
+    assert line[2] == fmt(tp["output_tokens_per_s"])
     win = tp["window"]
-    assert f"rates over {win['start_s']:.2f}–{win['end_s']:.2f} s of " in output
+    assert f"rates over {fmt(win['start_s'])}–{fmt(win['end_s'])} s of " in output
     assert f"whole window {fmt(tp['whole']['requests_per_s'])} req/s" in output
 
 
