@@ -18,14 +18,29 @@ from loadgen.report.figures import base_layout
 from loadgen.report.page import PAGE_CSS, esc, plotly_hash, plotly_js, script_hash, script_json
 from loadgen.report.plotdata import palette
 
-__all__ = ["FIGURES", "page_csp", "render_page"]
+__all__ = ["FIGURES", "WAITS", "page_csp", "render_page"]
 
 MAX_POINTS = 3600  # points a live trace keeps (the feed's series keep as many)
 
-_T_AXIS = {"title": {"text": "time since the run started (s)"}}
+_T_AXIS = {
+    "title": {"text": "time since the run started (s)"},
+    "rangemode": "tozero",
+    "autorangeoptions": {"minallowed": 0},  # a bar at t=0 does not pull the axis below 0
+}
 
 
-def _fig(fig_id: str, title: str, traces: list[tuple[str, str, str]], y_title: str, **extra: Any) -> dict[str, Any]:
+def _fig(
+    fig_id: str,
+    title: str,
+    traces: list[tuple[str, str, str]],
+    y_title: str,
+    wait: str,
+    *,
+    zero_waits: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A live figure; ``wait``: what it says while none of its values is there (with
+    ``zero_waits``, while every value is 0: a rate before anything finished)."""
     layout = base_layout(
         title={"text": title, "x": 0, "font": {"size": 14}},
         xaxis=dict(_T_AXIS),
@@ -38,6 +53,8 @@ def _fig(fig_id: str, title: str, traces: list[tuple[str, str, str]], y_title: s
     return {
         "id": fig_id,
         "layout": layout,
+        "wait": wait,
+        "zero_waits": zero_waits,
         "traces": [{"key": k, "name": n, "color": c, "yaxis": "y2" if k == "req_s" else "y"} for k, n, c in traces],
     }
 
@@ -51,13 +68,22 @@ def _figures() -> list[dict[str, Any]]:
             "TTFT over the last seconds",
             [("ttft_p50", "p50", "#0072B2"), ("ttft_p90", "p90", "#E69F00"), ("ttft_p99", "p99", "#D55E00")],
             "TTFT (ms)",
+            "no request has finished yet",
         ),
-        _fig("fig-itl", "ITL", [("itl_p50", "p50", "#0072B2"), ("itl_p99", "p99", "#D55E00")], "ITL (ms)"),
+        _fig(
+            "fig-itl",
+            "ITL",
+            [("itl_p50", "p50", "#0072B2"), ("itl_p99", "p99", "#D55E00")],
+            "ITL (ms)",
+            "no request with two or more chunks has finished yet",
+        ),
         _fig(
             "fig-tput",
             "Throughput",
             [("out_tok_s", "output tok/s", "#009E73"), ("req_s", "req/s", "#CC79A7")],
             "output tokens/s",
+            "no request has finished yet",
+            zero_waits=True,
             yaxis2=right,
         ),
         _fig(
@@ -69,8 +95,15 @@ def _figures() -> list[dict[str, Any]]:
                 ("waiting", "server waiting", c[2]),
             ],
             "requests",
+            "no count of requests in flight yet",
         ),
-        _fig("fig-lag", "Client event-loop lag", [("loop_lag_ms", "loop lag", "#6b7280")], "lag (ms)"),
+        _fig(
+            "fig-lag",
+            "Client event-loop lag",
+            [("loop_lag_ms", "loop lag", "#6b7280")],
+            "lag (ms)",
+            "no lag measured yet",
+        ),
         _fig(
             "fig-server",
             "Server: KV cache, prefix hits, GPU",
@@ -80,6 +113,7 @@ def _figures() -> list[dict[str, Any]]:
                 ("gpu_util", "GPU util", c[5]),
             ],
             "fraction",
+            "no server sample yet",
         ),
     ]
 
@@ -110,6 +144,14 @@ _OTHER_LAYOUTS = {
     ),
 }
 
+WAITS = {  # what an empty panel says it waits for (a live figure's own: its "wait")
+    "first": "waiting for the first point (one a second)",
+    "no_failure_yet": "no failures yet",
+    "no_failure": "no request failed",
+    "no_level_yet": "no level finished yet",
+    "no_level": "no level finished",
+}
+
 _EXTRA_CSS = """
 .badge{display:inline-block;border-radius:999px;padding:2px 10px;font-size:.8em;font-weight:600;
  margin-left:10px;vertical-align:middle;background:#374151;color:#f9fafb}
@@ -132,7 +174,18 @@ var cfg=JSON.parse(document.getElementById('lg-config').textContent);
 var token=new URLSearchParams(location.search).get('token');
 var q=token?('?token='+encodeURIComponent(token)):'';
 var pc={displaylogo:false,responsive:true};
-var levels=[],errT=[],errK={},serverShown=false,lastState='';
+var levels=[],errT=[],errK={},serverShown=false,lastState='',filled={},waiting={},blanks={};
+function ended(){return lastState==='finished'||lastState==='interrupted'||lastState==='failed';}
+function blank(id,layout,text){var key=id+'\n'+text;if(blanks[key])return blanks[key];
+ var l=JSON.parse(JSON.stringify(layout));['xaxis','yaxis','yaxis2'].forEach(function(a){
+  if(a!=='yaxis2'||l[a]){l[a]=l[a]||{};l[a].visible=false;}});
+ l.showlegend=false;l.annotations=[{text:text,xref:'paper',yref:'paper',x:0.5,y:0.5,showarrow:false,
+  font:{size:15,color:'#6b7280'}}];blanks[key]=l;return l;}
+function hasData(f,ys){for(var i=0;i<ys.length;i++){for(var j=0;j<ys[i].length;j++){var v=ys[i][j];
+ if(typeof v==='number'&&isFinite(v)&&(!f.zero_waits||v!==0))return true;}}return false;}
+function drawLive(f,data,n){var d=$(f.id);if(filled[f.id]){waiting[f.id]='';Plotly.react(d,data,f.layout,pc);return;}
+ var text=n?f.wait:cfg.waits.first;if(data===d.data&&waiting[f.id]===text)return;waiting[f.id]=text;
+ Plotly.react(d,data,blank(f.id,f.layout,text),pc);}
 function $(id){return document.getElementById(id);}
 function num(v){if(typeof v!=='number'||!isFinite(v))return '–';if(v===0)return '0';
  var r=Number(v.toPrecision(3));if(Math.abs(r)>=1000)return Math.round(v).toLocaleString('en-US');
@@ -145,22 +198,30 @@ function series(f,s){return f.traces.map(function(tr){return {type:'scatter',mod
 function hasServer(vals){for(var i=0;i<vals.length;i++){if(vals[i]!==null&&vals[i]!==undefined)return true;}return false;}
 function showServer(){if(serverShown)return;serverShown=true;var d=$('fig-server');d.parentNode.classList.remove('hidden');
  Plotly.Plots.resize(d);}
-function drawErrors(){var kinds=Object.keys(errK).sort();var tr=kinds.map(function(k,i){return {type:'bar',x:errT.slice(),
+function drawErrors(){var kinds=Object.keys(errK).sort(),d=$('fig-errors'),l=cfg.layouts['fig-errors'];
+ if(!kinds.length){var text=!errT.length?cfg.waits.first:(ended()?cfg.waits.no_failure:cfg.waits.no_failure_yet);
+  if(waiting['fig-errors']!==text){waiting['fig-errors']=text;Plotly.react(d,[],blank('fig-errors',l,text),pc);}return;}
+ waiting['fig-errors']='';var tr=kinds.map(function(k,i){return {type:'bar',x:errT.slice(),
  y:errK[k].slice(),name:k,meta:'errors.'+k,marker:{color:cfg.colours[i%cfg.colours.length]}};});
- if(!tr.length&&errT.length)tr=[{type:'bar',x:errT.slice(),y:errT.map(function(){return 0;}),name:'none',
-  meta:'errors.none',showlegend:false,hoverinfo:'skip'}];
- Plotly.react($('fig-errors'),tr,cfg.layouts['fig-errors'],pc);}
+ Plotly.react(d,tr,l,pc);}
 function addErrors(t,e){errT.push(t);var n=errT.length;e=e||{};Object.keys(e).forEach(function(k){
  if(!errK[k]){errK[k]=[];for(var i=0;i<n-1;i++)errK[k].push(0);}});
  Object.keys(errK).forEach(function(k){errK[k].push(e[k]||0);});
  if(n>cfg.max_points){errT.shift();Object.keys(errK).forEach(function(k){errK[k].shift();});}}
+function loadAxis(mode,x){var a={title:{text:mode==='concurrency'?'concurrency (users)':
+ (mode==='rate'?'offered rate (req/s)':'load')},gridcolor:'#eeeeee',zerolinecolor:'#cccccc',rangemode:'tozero'};
+ var pos=x.filter(function(v){return typeof v==='number'&&v>0;});
+ if(pos.length===x.length&&pos.length>=3&&Math.max.apply(null,pos)/Math.min.apply(null,pos)>=8){a.type='log';delete a.rangemode;}
+ if(pos.length&&pos.length<=12){a.tickvals=pos;a.ticktext=pos.map(function(v){return String(Number(v.toPrecision(4)));});}
+ return a;}
 function drawSweeps(){var ls=levels.slice().sort(function(a,b){return a.x-b.x;});var x=ls.map(function(l){return l.x;});
+ if(!ls.length){var text=ended()?cfg.waits.no_level:cfg.waits.no_level_yet;['fig-sweep-ttft','fig-sweep-tput'].forEach(
+  function(id){Plotly.react($(id),[],blank(id,cfg.layouts[id],text),pc);});return;}
  function g(k){return ls.map(function(l){return (typeof l[k]==='number')?l[k]:null;});}
  function eb(vk,k){var v=g(vk),lo=g(k+'_lo'),hi=g(k+'_hi');return {type:'data',symmetric:false,
   array:v.map(function(y,i){return (y!==null&&hi[i]!==null)?hi[i]-y:NaN;}),
   arrayminus:v.map(function(y,i){return (y!==null&&lo[i]!==null)?y-lo[i]:NaN;}),thickness:1.5,width:4};}
- var mode=ls.length?ls[0].mode:'';var xt={title:{text:mode==='concurrency'?'concurrency (users)':
-  (mode==='rate'?'offered rate (req/s)':'load')},gridcolor:'#eeeeee'};var text=ls.map(function(l){return l.label;});
+ var xt=loadAxis(ls[0].mode,x);var text=ls.map(function(l){return l.label;});
  var lt=JSON.parse(JSON.stringify(cfg.layouts['fig-sweep-ttft']));lt.xaxis=xt;
  var lp=JSON.parse(JSON.stringify(cfg.layouts['fig-sweep-tput']));lp.xaxis=xt;
  Plotly.react($('fig-sweep-ttft'),[{type:'scatter',mode:'lines+markers',x:x,y:g('ttft_p50_ms'),name:'TTFT p50',
@@ -183,11 +244,13 @@ function status(m){var r=m.run||{},lv=m.level,tot=m.totals||{};put('lg-title',r.
  put('lg-tdone',tot.done);put('lg-tfailed',typeof tot.failed==='number'?tot.failed+' failed':'');
  var c=r.controls||{},live=(r.state==='running'||r.state==='starting');
  $('lg-stop').hidden=!(c.stop&&live);$('lg-skip').hidden=!(c.skip&&live);
- var ended=!!r.state&&!live;$('lg-banner').hidden=!ended;
- if(ended&&r.state!==lastState){put('lg-banner-text','run '+r.state);}
- var a=$('lg-report');a.hidden=!(ended&&r.report);if(r.report){a.href='/report'+q;}lastState=r.state;}
+ var over=!!r.state&&!live;$('lg-banner').hidden=!over;
+ if(over&&r.state!==lastState){put('lg-banner-text','run '+r.state);}
+ var a=$('lg-report');a.hidden=!(over&&r.report);if(r.report){a.href='/report'+q;}
+ var was=lastState;lastState=r.state;if(over&&was!==lastState){drawErrors();drawSweeps();}}
 function onSnapshot(e){var s=JSON.parse(e.data),ser=s.series||{};
- cfg.figures.forEach(function(f){Plotly.react($(f.id),series(f,ser),f.layout,pc);});
+ var n=(ser.t||[]).length;cfg.figures.forEach(function(f){var data=series(f,ser);
+  filled[f.id]=hasData(f,data.map(function(tr){return tr.y;}));drawLive(f,data,n);});
  if(hasServer([].concat(ser.running||[],ser.waiting||[],ser.kv_usage||[],ser.prefix_hit_rate||[],ser.gpu_util||[])))showServer();
  errT=[];errK={};var t=ser.t||[],er=ser.errors||[];for(var i=0;i<t.length;i++)addErrors(t[i],er[i]);drawErrors();
  levels=(s.levels||[]).slice();drawSweeps();status(s);put('lg-conn','live');}
@@ -195,7 +258,9 @@ function onPoint(e){var m=JSON.parse(e.data),p=m.point;
  if(!p){if(m.levels&&m.levels.length){levels=levels.concat(m.levels);drawSweeps();}status(m);return;}
  cfg.figures.forEach(function(f){var ix=f.traces.map(function(_,i){return i;});
   Plotly.extendTraces($(f.id),{x:f.traces.map(function(){return [p.t];}),y:f.traces.map(function(tr){
-   var v=p[tr.key];return [v===undefined?null:v];})},ix,cfg.max_points);});
+   var v=p[tr.key];return [v===undefined?null:v];})},ix,cfg.max_points);
+  if(!filled[f.id]){filled[f.id]=hasData(f,f.traces.map(function(tr){return [p[tr.key]];}));
+   drawLive(f,$(f.id).data,1);}});
  if(hasServer([p.running,p.waiting,p.kv_usage,p.prefix_hit_rate,p.gpu_util]))showServer();
  addErrors(p.t,p.errors);drawErrors();
  if(m.levels&&m.levels.length){levels=levels.concat(m.levels);drawSweeps();}status(m);}
@@ -240,6 +305,7 @@ def render_page(control_token: str, title: str) -> str:
         "figures": FIGURES,
         "layouts": _OTHER_LAYOUTS,
         "colours": palette(14),
+        "waits": WAITS,
     }
     figs = "".join(
         f'<div{" class=hidden" if f["id"] == "fig-server" else ""}><div id="{f["id"]}" style="height:300px"></div></div>'

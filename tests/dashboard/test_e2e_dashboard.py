@@ -16,7 +16,7 @@ import pytest
 
 from loadgen.server.process import ServerProcess
 from tests.dashboard.conftest import Loadgen
-from tests.dashboard.test_page_browser import Watched, xs
+from tests.dashboard.test_page_browser import NEGATIVE_TICKS, WAIT_TEXT, Watched, xs
 from tests.report.test_browser import browser, pytestmark  # noqa: F401  (the fixture; skipped without a browser)
 
 
@@ -74,6 +74,44 @@ def test_a_run_with_its_dashboard_skip_and_stop(browser: Any, sim: str, tmp_path
     report = (out / "report.html").read_text()
     assert "interrupted" in report.lower()
     assert "token" not in url  # on loopback: no token in the URL
+
+
+def test_the_first_level_of_a_run_before_and_after_it_ends(browser: Any, sim: str, tmp_path: Path) -> None:  # noqa: F811
+    """While the first level runs, the panels with nothing to draw say what they wait for
+    (no axis from -1 to 6); once it ends (Skip), the sweep curves show it on real axes."""
+    out = tmp_path / "run"
+    run = Loadgen(_run_args(sim, out, "--levels", "1,2", "--duration", "120", "--dashboard-port", "0"))
+    try:
+        w = Watched(browser, run.url("dashboard: "))
+        page = w.page
+        w.wait("document.getElementById('lg-heading').textContent.startsWith('level 1 of 2')")
+        w.wait(f"({WAIT_TEXT})('fig-errors').join() === 'no failures yet'")  # the sim fails none
+        for fig in ("fig-sweep-ttft", "fig-sweep-tput"):
+            assert page.evaluate(f"({WAIT_TEXT})('{fig}')") == ["no level finished yet"]
+            assert page.evaluate(f"document.getElementById('{fig}')._fullLayout.xaxis.visible") is False
+        w.wait(f"({WAIT_TEXT})('fig-ttft').length === 0")  # a request finished: TTFT drawn
+        assert page.evaluate(NEGATIVE_TICKS) == []
+        w.shot("e2e-first-level")
+        page.click("#lg-skip")
+        w.wait(f"{xs('fig-sweep-ttft', 1)} === 1")
+        for fig in ("fig-sweep-ttft", "fig-sweep-tput"):
+            w.wait(f"({WAIT_TEXT})('{fig}').length === 0")
+            axis = page.evaluate(f"document.getElementById('{fig}')._fullLayout.xaxis")
+            assert axis["visible"] and axis["title"]["text"] == "concurrency (users)"
+            assert 0 <= axis["range"][0] < 1 < axis["range"][1], axis["range"]
+        assert page.evaluate("document.getElementById('fig-sweep-tput').data[0].x") == [1]
+        assert page.evaluate(NEGATIVE_TICKS) == []
+        w.shot("e2e-first-level-done")
+        page.click("#lg-skip")  # the last level: the run ends as finished, no request failed
+        w.wait("document.getElementById('lg-state').textContent === 'finished'")
+        w.wait(f"({WAIT_TEXT})('fig-errors').join() === 'no request failed'")
+        assert w.errors == [] and w.dialogs == []
+        code = run.wait()
+    finally:
+        run.close()
+    assert code == 0, run.text()[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [lv["requests"]["failed"] for lv in summary["levels"]] == [0, 0]
 
 
 def test_loadgen_watch_follows_a_folder_being_written(browser: Any, sim: str, tmp_path: Path) -> None:  # noqa: F811

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.conftest import EVIL, Controls, RecordFeed, ThreadedDashboard
+from loadgen.dashboard.feed import Feed
+from loadgen.records import ErrorKind, RequestRecord
+from tests.dashboard.conftest import EVIL, MS, Controls, RecordFeed, ThreadedDashboard, level_summary
 from tests.report.test_browser import browser, pytestmark  # noqa: F401  (the fixture; skipped without a browser)
 
 SHOTS = Path(os.environ.get("LOADGEN_SHOTS") or tempfile.gettempdir()) / "loadgen-shots"  # PNGs for a human
@@ -188,3 +190,83 @@ def test_the_pages_numbers_follow_the_one_rule(browser: Any) -> None:  # noqa: F
     finally:
         page.close()
     assert shown == [fmt(v) for v in values]
+
+
+WAIT_TEXT = "(id) => Array.from(document.querySelectorAll('#' + id + ' .annotation-text')).map(e => e.textContent)"
+TICKS = "(id) => Array.from(document.querySelectorAll('#' + id + ' .xtick text, #' + id + ' .ytick text'))"
+NEGATIVE_TICKS = f"""() => Array.from(document.querySelectorAll('.js-plotly-plot')).flatMap(d =>
+    ({TICKS})(d.id).map(e => e.textContent).filter(t => /^[-\\u2212]/.test(t)).map(t => d.id + ': ' + t))"""
+
+
+def _waits(page: Any, fig: str) -> list[str]:
+    return list(page.evaluate(WAIT_TEXT, fig))
+
+
+def test_each_panel_says_what_it_waits_for_until_its_data_comes(
+    browser: Any,  # noqa: F811 - the fixture imported above
+    threaded: Callable[..., ThreadedDashboard],
+) -> None:
+    """A run's first level, nothing finished yet: each panel says so, with no axes drawn
+    (none from -1 to 6); a finished request fills the live panels, a failed one the
+    failures, the level's summary the sweep curves, on real axes from 0."""
+    now = [1000.0]
+    feed = Feed(clock=lambda: now[0])
+    feed.plan(
+        title="t", api="chat", model="m", url="http://127.0.0.1:9/v1", out="o", levels_planned=2, levels_exact=True
+    )
+    feed.start_level(
+        index=0, trial=0, heading="level 1 of 2", target="1 user", requests=None, warmup=0, duration_s=60.0
+    )
+    d = threaded(feed, interval_s=0.2)  # the clock stands still: one point, at t=0, and no more
+    w = Watched(browser, d.url)
+    page = w.page
+    try:
+        w.wait(f"{xs('fig-lag')} === 1")
+        assert _waits(page, "fig-ttft") == ["no request has finished yet"]
+        assert _waits(page, "fig-itl") == ["no request with two or more chunks has finished yet"]
+        assert _waits(page, "fig-tput") == ["no request has finished yet"]
+        assert _waits(page, "fig-flight") == ["no count of requests in flight yet"]
+        assert _waits(page, "fig-errors") == ["no failures yet"]
+        assert _waits(page, "fig-sweep-ttft") == _waits(page, "fig-sweep-tput") == ["no level finished yet"]
+        assert _waits(page, "fig-lag") == []  # its one value is there
+        for fig in ("fig-ttft", "fig-errors", "fig-sweep-ttft", "fig-sweep-tput"):
+            assert page.evaluate(f"({TICKS})('{fig}').length") == 0, fig
+        assert page.evaluate(NEGATIVE_TICKS) == []
+        w.shot("waiting")
+
+        def finish_two() -> None:  # one request answered, one failed, in the second second
+            now[0] += 1.0
+            done = int(now[0] * 1e9)
+            sent = done - 300 * MS
+            events = [[sent + 50 * MS, 1], [sent + 70 * MS, 1], [sent + 90 * MS, 1]]
+            feed.add(RequestRecord(index=0, sent_ns=sent, done_ns=done, events=events))
+            failed = RequestRecord(index=1, sent_ns=sent, done_ns=done)
+            failed.fail(ErrorKind.HTTP_ERROR, "HTTP 500", done, 500)
+            feed.add(failed)
+
+        d.call(finish_two)
+        w.wait(f"{xs('fig-lag')} === 2")
+        w.wait("document.getElementById('fig-errors').data.some(t => t.meta === 'errors.http_error')")
+        for fig in ("fig-ttft", "fig-itl", "fig-tput", "fig-errors"):
+            w.wait(f"({WAIT_TEXT})('{fig}').length === 0")
+            assert page.evaluate(f"({TICKS})('{fig}').length") > 0, fig
+        assert page.evaluate("document.getElementById('fig-ttft').data[0].y[1]") == pytest.approx(50.0)
+        assert _waits(page, "fig-sweep-ttft") == ["no level finished yet"]
+
+        def level_ends() -> None:
+            feed.level_done(level_summary(0))  # concurrency 1
+            now[0] += 1.0
+
+        d.call(level_ends)
+        w.wait(f"{xs('fig-sweep-ttft', 1)} === 1")
+        for fig in ("fig-sweep-ttft", "fig-sweep-tput"):
+            w.wait(f"({WAIT_TEXT})('{fig}').length === 0")
+            axis = page.evaluate(f"document.getElementById('{fig}')._fullLayout.xaxis")
+            assert axis["visible"] and axis["title"]["text"] == "concurrency (users)"
+            assert axis["range"][0] >= 0 and axis["range"][0] < 1 < axis["range"][1], axis["range"]
+        assert page.evaluate("document.getElementById('fig-sweep-tput').data[0].x") == [1]
+        assert page.evaluate(NEGATIVE_TICKS) == []
+        w.shot("first-level")
+        assert w.errors == [] and w.dialogs == []
+    finally:
+        page.close()
