@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 import pytest
 from aiohttp import web
 from typer.testing import CliRunner
@@ -157,3 +158,24 @@ def test_a_run_reports_gpu_power_and_energy_per_token(tmp_path: Path) -> None:
     ((label, watts, joules),) = level_energy(load_run(out))
     assert label == "8 users" and watts is not None and joules is not None
     assert 70.0 < watts <= 700.0 and joules > 0
+    # the summary holds the level's energy, and the report prints that value (one number)
+    level = json.loads((out / "summary.json").read_text())["levels"][0]
+    energy = level["energy"]
+    assert energy["mean_power_w"] == watts and energy["joules_per_output_token"] == joules
+    assert 0 < energy["window_s"] <= level["duration_s"] + 1e-9
+    from loadgen.report.page import fmt
+
+    assert f"<td>{fmt(watts)}</td><td>{fmt(joules)}</td>" in html
+
+
+def test_a_level_the_power_samples_do_not_cover_has_no_energy() -> None:
+    from loadgen.metrics.energy import level_energy
+
+    t = np.array([0, 1_000_000_000, 2_000_000_000], dtype=np.int64)
+    p = np.array([100.0, 300.0, 100.0])
+    chunk_t = np.array([500_000_000, 1_500_000_000, 5_000_000_000], dtype=np.int64)
+    chunk_n = np.array([10, 30, 99])
+    e = level_energy(t, p, (0, 4_000_000_000), chunk_t, chunk_n)  # covered up to 2 s: 400 J, 40 tokens
+    assert e is not None and e.window_s == 2.0 and e.mean_power_w == pytest.approx(200.0)
+    assert e.joules_per_output_token == pytest.approx(10.0)
+    assert level_energy(t, p, (3_000_000_000, 4_000_000_000), chunk_t, chunk_n) is None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from loadgen.metrics._json import JSONRecord, encode_json, key
+from loadgen.metrics.energy import LevelEnergy
 from loadgen.metrics.rate_windows import RateWindow, StatInterval, WholeRates
 from loadgen.metrics.verdicts import MlperfCheck, SteadyState
 from loadgen.numfmt import fmt
@@ -38,6 +39,7 @@ __all__ = [
     "Images",
     "LagSeries",
     "Lengths",
+    "LevelEnergy",
     "LevelSummary",
     "Load",
     "LoadMode",
@@ -71,7 +73,8 @@ distributions, throughput and goodput; a version 1 file reads as before (no inte
 3 measures throughput's and goodput's rates over the window in which the load was held
 (``throughput.window``) and keeps the whole window's beside them (``throughput.whole``,
 ``goodput.whole_requests_per_s``); a file before 3 reads with neither, its rates being
-the whole window's (:meth:`Throughput.whole_rates` says so)."""
+the whole window's (:meth:`Throughput.whole_rates` says so). 3 also adds a level's ``energy``
+(mean power, energy per output token) when the server's power was scraped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,6 +504,7 @@ class LevelSummary(JSONRecord):
     tasks: Tasks | None = field(default=None, metadata=key("tasks", omit_none=True))
     # metrics registered beyond the built-in ones (loadgen.metrics.catalog), by name
     extra: dict[str, Distribution] | None = field(default=None, metadata=key("extra", omit_none=True))
+    energy: LevelEnergy | None = field(default=None, metadata=key("energy", omit_none=True))
 
     @property
     def attainment_interval(self) -> StatInterval | None:

@@ -446,6 +446,27 @@ class _RunFolder:
     def write_error(self) -> str | None:
         return None if self.writer.error is None else _write_error(self.writer.error)
 
+    def _with_energy(self, summary: RunSummary) -> RunSummary:
+        """``summary`` with each level's energy (docs/metrics.md, "Energy") when the server's
+        scraped metrics hold power samples: the one value the report and every other
+        surface print. The records are read back for it (only then); a folder that cannot
+        be read keeps the summary as it is."""
+        from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run, read_server_metrics
+        from loadgen.report.server_figures import levels_energy
+
+        folder = self.writer.folder
+        server = read_server_metrics(folder / SERVER_METRICS_FILE)
+        if sum(isinstance(ln.get("power_w"), (int, float)) for ln in server) < 2:
+            return summary
+        self.writer.write_summary(summary.to_json())  # what the folder's reader reads
+        try:
+            data: RunData = load_run(folder)
+        except (ConfigError, OSError, ValueError):
+            return summary
+        energies = levels_energy(data)
+        levels = [dataclasses.replace(lv, energy=e) for lv, e in zip(summary.levels, energies)]
+        return dataclasses.replace(summary, levels=levels)
+
     def finish(self, summary: RunSummary) -> RunSummary:
         """The final summary.json, and run.json's ``finished``: what ``loadgen report`` and
         ``--resume`` go by. After a full disk both are attempted (they may fit)."""
@@ -457,6 +478,7 @@ class _RunFolder:
             summary = dataclasses.replace(
                 summary, interrupted=True, stopped=f"the run folder could not be written: {self.write_error}"
             )
+        summary = self._with_energy(summary)
         self.writer.write_summary(summary.to_json())
         assert self.info is not None
         stops = [lv.stopped for lv in summary.levels]

@@ -13,14 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.metrics.energy import energy_j
+from loadgen.metrics.energy import LevelEnergy
+from loadgen.metrics.energy import level_energy as energy_of_level
 from loadgen.metrics.summary import level_window_ns
 from loadgen.report.figures import base_layout, grid
 from loadgen.report.plotdata import rounded, spread
 from loadgen.report.rundata import RunData
 from loadgen.report.time_figures import level_bands
 
-__all__ = ["gpu_telemetry", "level_energy", "server_metrics"]
+__all__ = ["gpu_telemetry", "has_power", "level_energy", "levels_energy", "server_metrics"]
 
 
 def _series(lines: Sequence[dict[str, Any]], key: str) -> list[float | None]:
@@ -47,29 +48,39 @@ def _timeline_axes(
     layout["shapes"] = shapes
 
 
-def level_energy(data: RunData) -> list[tuple[str, float | None, float | None]]:
-    """Per level: its label, mean power (W) and energy per output token (J), over the part
-    of its window that the power samples cover (None when they cover none of it)."""
+def has_power(data: RunData) -> bool:
+    """Whether the run's scraped server metrics hold power samples (two or more)."""
+    return sum(isinstance(ln.get("power_w"), (int, float)) for ln in data.server) >= 2
+
+
+def levels_energy(data: RunData) -> list[LevelEnergy | None]:
+    """Each level's :class:`~loadgen.metrics.energy.LevelEnergy` from the power samples
+    over its window (first send to last answer): what the run writes into summary.json."""
     lines = [ln for ln in data.server if isinstance(ln.get("power_w"), (int, float))]
     if len(lines) < 2:
-        return []
+        return [None] * len(data.levels)
     t = np.array([ln["t_ns"] for ln in lines], dtype=np.int64)
     p = np.array([ln["power_w"] for ln in lines], dtype=np.float64)
     ev = data.ev
-    out = []
-    for i, level in enumerate(data.levels):
-        rows = data.frame[data.level_rows(i)]
-        window = level_window_ns(rows)
-        watts = joules = None
-        if window is not None:
-            lo, hi = max(window[0], int(t.min())), min(window[1], int(t.max()))
-            energy = energy_j(t, p, lo, hi) if hi > lo else None
-            if energy is not None:
-                watts = energy / ((hi - lo) / 1e9)
-                tokens = float(ev.ch_n[(ev.ch_t >= lo) & (ev.ch_t <= hi)].sum())
-                joules = energy / tokens if tokens > 0 else None
-        out.append((level.load.label(), watts, joules))
+    out: list[LevelEnergy | None] = []
+    for i in range(len(data.levels)):
+        window = level_window_ns(data.frame[data.level_rows(i)])
+        out.append(None if window is None else energy_of_level(t, p, window, ev.ch_t, ev.ch_n))
     return out
+
+
+def level_energy(data: RunData) -> list[tuple[str, float | None, float | None]]:
+    """Per level: its label, mean power (W) and energy per output token (J), as its summary
+    holds them (``level.energy``; a folder written before summaries held it: computed here
+    the same way). [] when no power was scraped."""
+    if not has_power(data):
+        return []
+    held = [lv.energy for lv in data.levels]
+    energies = held if any(e is not None for e in held) else levels_energy(data)
+    return [
+        (lv.load.label(), None if e is None else e.mean_power_w, None if e is None else e.joules_per_output_token)
+        for lv, e in zip(data.levels, energies)
+    ]
 
 
 def gpu_telemetry(data: RunData) -> dict[str, Any] | None:

@@ -91,15 +91,27 @@ def check_cards(summary: RunSummary, cards: Sequence[dict[str, Any]], where: str
 
 
 def check_energy(summary: RunSummary, rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The GPU energy table (mean power, energy per output token per level): its numbers must be
-    the summary's, and the summary has no such field (the report computes them itself)."""
-    fields = [f for f in ("energy", "power_w", "energy_per_token_j") if hasattr(summary.levels[0], f)]
-    if not fields:
-        return [
-            "report energy table: mean power and energy per token have no summary field "
-            "(report/server_figures.py level_energy computes them)"
-        ]
-    return [f"report energy table: summary fields {fields} exist: add them to the map"]
+    """The GPU energy table: a row per level (its label), its mean power and energy per
+    output token equal to the level's ``energy`` in the summary."""
+    cells = [r["cells"] for r in rows]
+    if cells[0] != ["level", "mean power (W)", "energy per output token (J)"]:
+        return [f"report energy table: header {cells[0]} is not in the map"]
+    bad = []
+    by_label = {lv.load.label(): lv for lv in summary.levels}
+    for label, watts, joules in cells[1:]:
+        lv = by_label.get(label)
+        if lv is None:
+            bad.append(f"report energy table: level {label!r} is not in the summary")
+            continue
+        e = lv.energy
+        if e is None:
+            bad.append(f"report energy table: {label} has no energy in the summary")
+            continue
+        if not _shows(watts, e.mean_power_w):
+            bad.append(f"report energy table: {label} mean power {watts} is not {e.mean_power_w}")
+        if not _shows(joules, e.joules_per_output_token):
+            bad.append(f"report energy table: {label} energy per token {joules} is not {e.joules_per_output_token}")
+    return bad
 
 
 def check_errors_table(summary: RunSummary, rows: Sequence[Sequence[str]]) -> list[str]:

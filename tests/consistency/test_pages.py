@@ -69,11 +69,6 @@ def test_the_demos_pages_show_its_summaries(browser: Any, demo: Ran) -> None:  #
     assert bad == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="remains: the report's energy table (mean power, energy per output token) is computed by "
-    "report/server_figures.py level_energy from server_metrics.jsonl; the summary has no such field to read",
-)
 def test_the_energy_table_reads_the_summary(browser: Any, demo: Ran) -> None:  # noqa: F811
     folder = demo.path / "chunked"
     tables = {t["id"]: t["rows"] for t in shown(browser, folder / "report.html")["tables"]}
