@@ -5,15 +5,17 @@
   average the series in batches of 5, and cut the ``d`` batches that minimise
   ``MSER(d) = Σ_{j>d} (z_j − z̄_d)² / (k − d)²`` over ``d`` in the first half of the ``k``
   batches. A minimum in the second half means no steady state was reached.
-- :func:`stationarity` — a trend test that holds up under correlation: the series in
-  ``10`` non-overlapping batches, the least-squares slope of the batch means against the
-  batch index, and its t statistic on 8 degrees of freedom (batch means of long enough
-  batches are nearly independent and normal: Schmeiser 1982, "Batch size effects in the
-  analysis of simulation output", *Operations Research* 30(3); the regression test is
-  that of Law & Kelton, *Simulation Modeling and Analysis*, §9.5). ``stationary`` is false
-  when the slope is significant at 1% *and* the fitted drift across the sample exceeds
-  ``min_drift`` of the mean (a statistically visible 1% drift on a long run is no
-  queue building up).
+- :func:`stationarity` — two trend tests that hold up under correlation, on ``10``
+  non-overlapping batches: the least-squares slope against the batch index of (1) the
+  batch medians and (2) the batch medians of the spread ``|x[i+1] − x[i]|`` between
+  consecutive values, both on the log scale, each with its t statistic on 8 degrees of
+  freedom (batch statistics of long enough batches are nearly independent and normal:
+  Schmeiser 1982, *Operations Research* 30(3); the regression test of Law & Kelton,
+  *Simulation Modeling and Analysis*, §9.5). Medians keep bursts from hiding a trend; the
+  spread sees a drift under queueing noise, whose level wanders for thousands of requests
+  while its consecutive differences (service minus inter-arrival time) do not. A test
+  flags when its slope is significant at ``level`` (two-sided) *and* its fitted change
+  exceeds ``min_drift``. The study: ``benchmarks/steady_detection.py``; docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -76,9 +78,11 @@ def mser5(values_in_time_order: npt.ArrayLike) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Stationarity:
-    """The trend test's verdict. ``drift`` is the fitted change from the first to the last
-    batch over the mean (0.2 = rose by 20%); ``t`` the slope's t statistic; ``batches``
-    the number of batch means used (0 when the series was too short to test)."""
+    """The trend tests' verdict. ``drift`` is the fitted change of the batch medians from the
+    first to the last batch (0.2 = rose by 20%); ``t`` the slope's t statistic; ``batches``
+    the number of batches used (0 when the series was too short to test). ``spread_drift`` and
+    ``spread_t`` are the same for the spread between consecutive values (0 when not tested:
+    a batch without spread)."""
 
     stationary: bool
     drift: float
@@ -86,28 +90,59 @@ class Stationarity:
     critical: float
     batches: int
     reason: str | None = None
+    spread_drift: float = 0.0
+    spread_t: float = 0.0
+
+
+def _trend(z: npt.NDArray[np.float64], log: bool) -> tuple[float, float]:
+    """The least-squares slope of ``z`` against its index as the fitted change across it
+    (``log``: ``z`` are logs and the change a ratio − 1; else over the mean), and its t."""
+    b = z.size
+    i = np.arange(b, dtype=np.float64) - (b - 1) / 2
+    zc = z - z.mean()
+    slope = float((i * zc).sum() / (i * i).sum())
+    resid = zc - slope * i
+    se = math.sqrt(float((resid * resid).sum()) / (b - 2) / float((i * i).sum()))
+    t = slope / se if se > 0.0 else (0.0 if slope == 0.0 else math.copysign(math.inf, slope))
+    if log:
+        return math.expm1(slope * (b - 1)), t
+    mean = float(z.mean())
+    drift = slope * (b - 1) / mean if mean != 0.0 else (0.0 if slope == 0.0 else math.copysign(math.inf, slope))
+    return drift, t
+
+
+def _batch_medians(x: npt.NDArray[np.float64], b: int) -> tuple[npt.NDArray[np.float64], bool]:
+    """The medians of ``b`` equal consecutive batches of ``x``, as logs when all are positive."""
+    size = x.size // b
+    med = np.median(x[: b * size].reshape(b, size), axis=1)
+    if (med > 0).all():
+        return np.log(med), True
+    return med, False
 
 
 def stationarity(values_in_time_order: npt.ArrayLike, *, level: float = 0.01, min_drift: float = 0.05) -> Stationarity:
-    """Test the series (after any warm-up cut) for a trend in its batch means."""
+    """Test the series (after any warm-up cut) for a trend in its batch medians and in the
+    spread between consecutive values (module docstring)."""
     x = _values(values_in_time_order)
     b = TREND_BATCHES
     critical = t_ppf(1 - level / 2, b - 2)
     if x.size < 2 * b:
         return Stationarity(True, 0.0, 0.0, critical, 0, f"too short to test ({x.size} values < {2 * b})")
-    size = x.size // b
-    z = x[: b * size].reshape(b, size).mean(axis=1)
-    i = np.arange(b, dtype=np.float64) - (b - 1) / 2
-    slope = float((i * (z - z.mean())).sum() / (i * i).sum())
-    resid = z - z.mean() - slope * i
-    se = math.sqrt(float((resid * resid).sum()) / (b - 2) / float((i * i).sum()))
-    t = math.inf if se == 0.0 and slope != 0.0 else (0.0 if se == 0.0 else slope / se)
-    mean = float(z.mean())
-    drift = slope * (b - 1) / mean if mean != 0.0 else (0.0 if slope == 0.0 else math.copysign(math.inf, slope))
-    trending = abs(t) > critical and abs(drift) > min_drift
-    reason = None
-    if trending:
-        reason = (
-            f"batch means {'rise' if slope > 0 else 'fall'} by {100 * abs(drift):.0f}% across the level (t = {t:.1f})"
+    z, log = _batch_medians(x, b)
+    drift, t = _trend(z, log)
+    spread_drift = spread_t = 0.0
+    dz, dlog = _batch_medians(np.abs(np.diff(x)), b)
+    if dlog:  # every batch has a spread (a constant stretch has none: its trend is in the medians)
+        spread_drift, spread_t = _trend(dz, True)
+    reasons = []
+    if abs(t) > critical and abs(drift) > min_drift:
+        word = "rise" if t > 0 else "fall"
+        reasons.append(f"batch medians {word} by {100 * abs(drift):.0f}% across the level (t = {t:.1f})")
+    if abs(spread_t) > critical and abs(spread_drift) > min_drift:
+        word = "rises" if spread_t > 0 else "falls"
+        reasons.append(
+            f"the spread between consecutive requests {word} by {100 * abs(spread_drift):.0f}% "
+            f"across the level (t = {spread_t:.1f})"
         )
-    return Stationarity(not trending, drift, t, critical, b, reason)
+    reason = "; ".join(reasons) or None
+    return Stationarity(reason is None, drift, t, critical, b, reason, spread_drift, spread_t)

@@ -1,9 +1,11 @@
 """Per-level verdicts on the time-ordered requests: steady state and MLPerf early stopping.
 
 - :func:`steady_state_of`: the MSER-5 warm-up cut (:mod:`loadgen.metrics.steady`) on the
-  ok requests' TTFT and E2E in send order, then a trend test after it; a significant
-  *rise* (a drift of at least :data:`MIN_RISE`) in either makes the level non-stationary.
-- :func:`auto_cut`: the same cut applied as warm-up (only with ``auto_warmup = true``).
+  ok requests' TTFT and E2E in send order, and the trend tests on the whole level (a queue
+  that keeps filling is no warm-up to cut); a significant *rise* (of at least
+  :data:`MIN_RISE`) in either makes the level non-stationary.
+- :func:`auto_cut`: the same cut applied as warm-up (only with ``auto_warmup = true``, and
+  only when MSER-5 found a steady state).
 - :func:`mlperf_of`: per per-request latency SLO, MLPerf LoadGen's early-stopping verdict
   (:func:`~loadgen.metrics.mlperf.early_stopping_verdict`) at the profile's percentile
   and confidence.
@@ -51,7 +53,9 @@ class Trend:
     """One series' trend test: ``metric`` (a per-request column, e.g. ``"ttft_queued_ms"``),
     ``drift`` (fitted change across the level over its mean; 0.2 = rose 20%), the slope's
     ``t`` against ``critical`` (``None`` for an infinite value: a perfectly straight line, or a
-    zero mean), the ``batches`` used (0: too short to test) and ``reason``."""
+    zero mean), the ``batches`` used (0: too short to test) and ``reason``; ``spread_drift``
+    and ``spread_t`` the same for the spread between consecutive requests
+    (:func:`~loadgen.metrics.steady.stationarity`)."""
 
     metric: str
     stationary: bool
@@ -60,6 +64,8 @@ class Trend:
     critical: float
     batches: int
     reason: str | None = None
+    spread_drift: float | None = None
+    spread_t: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +139,9 @@ def steady_state_of(
 ) -> SteadyState:
     """The level's :class:`SteadyState`. ``applied`` is the number of requests
     :func:`auto_cut` already removed from ``frame`` (``None``: no cut applied; the cut is
-    found here and the trend tests run on what follows it)."""
+    found and recorded here). The trend tests run on all of ``frame``: a warm-up is a fall or
+    a first batch or two that the slope's residuals absorb, while a queue that keeps filling
+    rises throughout, and cutting half of it would halve the evidence."""
     sent_all = frame["sent_ns"].to_numpy()
     keep = np.ones(len(frame), dtype=bool)
     n_cut = applied or 0
@@ -142,13 +150,30 @@ def steady_state_of(
         if t_cut is not None:
             keep = (sent_all >= t_cut) | (sent_all == 0)  # never sent: not before the cut
         n_cut = int((~keep).sum())
-    series = _series(frame[keep], ok[keep], open_loop)
-    trends = []
+    # the whole level, not what follows the recorded cut: MSER-5 cuts up to half of a queue that
+    # keeps filling, and with it half the evidence (docs/metrics.md, "Steady state and MLPerf verdicts")
+    series = _series(frame, ok, open_loop)
+    trends, reasons = [], []
     for col, x in series.items():
         st = stationarity(x, min_drift=MIN_RISE)
-        trends.append(Trend(col, st.stationary, _finite(st.drift), _finite(st.t), st.critical, st.batches, st.reason))
-    rising = [t for t in trends if not t.stationary and t.reason and (t.drift is None or t.drift > 0)]
-    reasons = [f"{t.metric}: {t.reason}" for t in rising]
+        trends.append(
+            Trend(
+                col,
+                st.stationary,
+                _finite(st.drift),
+                _finite(st.t),
+                st.critical,
+                st.batches,
+                st.reason,
+                _finite(st.spread_drift),
+                _finite(st.spread_t),
+            )
+        )
+        rises = (st.t > st.critical and st.drift > MIN_RISE) or (
+            st.spread_t > st.critical and st.spread_drift > MIN_RISE
+        )
+        if rises and st.reason:
+            reasons.append(f"{col}: {st.reason}")
     return SteadyState(
         warmup_cut=n_cut,
         warmup_applied=applied is not None,
@@ -166,8 +191,8 @@ def auto_cut(
     """``records`` with the measured ones sent before MSER-5's cut marked warm-up (copies;
     the caller's records are untouched), and how many were marked; nothing is cut when
     MSER-5 found no steady state. ``frame`` is the per-request frame of the measured records."""
-    t_cut, _ = _cut_time(frame, frame["ok"].to_numpy(dtype=bool), open_loop)
-    if t_cut is None:
+    t_cut, found = _cut_time(frame, frame["ok"].to_numpy(dtype=bool), open_loop)
+    if t_cut is None or not found:
         return list(records), 0
     out, n = [], 0
     for r in records:
