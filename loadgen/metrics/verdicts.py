@@ -4,8 +4,7 @@
   ok requests' TTFT and E2E in send order, and the trend tests on the whole level (a queue
   that keeps filling is no warm-up to cut); a significant *rise* (of at least
   :data:`MIN_RISE`) in either makes the level non-stationary.
-- :func:`auto_cut`: the same cut applied as warm-up (only with ``auto_warmup = true``, and
-  only when MSER-5 found a steady state).
+- :func:`auto_cut`: the same cut applied as warm-up (only with ``auto_warmup = true``).
 - :func:`mlperf_of`: per per-request latency SLO, MLPerf LoadGen's early-stopping verdict
   (:func:`~loadgen.metrics.mlperf.early_stopping_verdict`) at the profile's percentile
   and confidence.
@@ -135,13 +134,19 @@ def _cut_time(frame: pd.DataFrame, ok: npt.NDArray[np.bool_], open_loop: bool) -
 
 
 def steady_state_of(
-    frame: pd.DataFrame, ok: npt.NDArray[np.bool_], *, open_loop: bool, applied: int | None = None
+    frame: pd.DataFrame,
+    ok: npt.NDArray[np.bool_],
+    *,
+    open_loop: bool,
+    applied: int | None = None,
+    whole: pd.DataFrame | None = None,
 ) -> SteadyState:
     """The level's :class:`SteadyState`. ``applied`` is the number of requests
     :func:`auto_cut` already removed from ``frame`` (``None``: no cut applied; the cut is
-    found and recorded here). The trend tests run on all of ``frame``: a warm-up is a fall or
-    a first batch or two that the slope's residuals absorb, while a queue that keeps filling
-    rises throughout, and cutting half of it would halve the evidence."""
+    found and recorded here), and ``whole`` the level's frame before that cut. The trend tests
+    run on the whole level (``whole``, else ``frame``): a warm-up is a fall, or a first batch or
+    two that the slope's residuals absorb, while a queue that keeps filling rises throughout,
+    and cutting half of it would halve the evidence."""
     sent_all = frame["sent_ns"].to_numpy()
     keep = np.ones(len(frame), dtype=bool)
     n_cut = applied or 0
@@ -152,7 +157,9 @@ def steady_state_of(
         n_cut = int((~keep).sum())
     # the whole level, not what follows the recorded cut: MSER-5 cuts up to half of a queue that
     # keeps filling, and with it half the evidence (docs/metrics.md, "Steady state and MLPerf verdicts")
-    series = _series(frame, ok, open_loop)
+    series = (
+        _series(frame, ok, open_loop) if whole is None else _series(whole, whole["ok"].to_numpy(dtype=bool), open_loop)
+    )
     trends, reasons = [], []
     for col, x in series.items():
         st = stationarity(x, min_drift=MIN_RISE)
@@ -191,8 +198,8 @@ def auto_cut(
     """``records`` with the measured ones sent before MSER-5's cut marked warm-up (copies;
     the caller's records are untouched), and how many were marked; nothing is cut when
     MSER-5 found no steady state. ``frame`` is the per-request frame of the measured records."""
-    t_cut, found = _cut_time(frame, frame["ok"].to_numpy(dtype=bool), open_loop)
-    if t_cut is None or not found:
+    t_cut, _ = _cut_time(frame, frame["ok"].to_numpy(dtype=bool), open_loop)
+    if t_cut is None:
         return list(records), 0
     out, n = [], 0
     for r in records:
@@ -246,11 +253,13 @@ def level_verdicts(
     cut: int | None,
     mlperf: tuple[float, float],
     attained: npt.NDArray[np.bool_],
+    whole: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The ``steady_state`` and ``mlperf`` fields of a level summary (``mlperf`` ``None``
     without a per-request SLO, ``bounds`` as :func:`mlperf_of` takes them); ``cut`` is what
-    :func:`auto_cut` removed (0 or ``None``: nothing) and ``attained`` which requests met every SLO."""
+    :func:`auto_cut` removed (0 or ``None``: nothing), ``whole`` the frame before it (the trend
+    tests' series) and ``attained`` which requests met every SLO."""
     return {
-        "steady_state": steady_state_of(frame, ok, open_loop=open_loop, applied=cut or None),
+        "steady_state": steady_state_of(frame, ok, open_loop=open_loop, applied=cut or None, whole=whole),
         "mlperf": mlperf_of(frame, bounds, *mlperf) if bounds else None,
     }
