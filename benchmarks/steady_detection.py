@@ -14,8 +14,9 @@ with 0.5 × the family's mean added linearly (the level rises, its spread does n
 empty (non-stationary throughout). Each cell: percent flagged ± binomial s.e., for the rule
 before issue 38 ("before": MSER-5 cut, 10 batch means, 1%) and today's
 :func:`~loadgen.metrics.verdicts.steady_state_of` on the same levels ("now").
+``--candidates``: the rules it was chosen among, on whole levels, vectorised (see ``RULES``).
 
-    python benchmarks/steady_detection.py [--reps 500] [--sizes 200,1000,10000] [--seed 38]
+    python benchmarks/steady_detection.py [--reps 500] [--sizes 200,1000,10000] [--seed 38] [--candidates]
 """
 
 from __future__ import annotations
@@ -136,6 +137,82 @@ def now(x: np.ndarray) -> bool:
     return not steady_state_of(frame, np.ones(n, dtype=bool), open_loop=False).stationary
 
 
+def _slope_t(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the least-squares slope of ``z`` against its index, and its t."""
+    b = z.shape[1]
+    i = np.arange(b) - (b - 1) / 2
+    zc = z - z.mean(axis=1, keepdims=True)
+    slope = (zc * i).sum(axis=1) / (i * i).sum()
+    resid = zc - slope[:, None] * i
+    se = np.sqrt((resid * resid).sum(axis=1) / (b - 2) / (i * i).sum())
+    return slope, slope / se
+
+
+def _medians(x: np.ndarray, b: int) -> np.ndarray:
+    s = x.shape[1] // b
+    return np.log(np.median(x[:, : b * s].reshape(x.shape[0], b, s), axis=2))
+
+
+CRIT = t_ppf(0.995, 8)
+
+
+def means(x: np.ndarray) -> np.ndarray:
+    s = x.shape[1] // 10
+    z = x[:, : 10 * s].reshape(x.shape[0], 10, s).mean(axis=2)
+    slope, t = _slope_t(z)
+    return (t > CRIT) & (slope * 9 / z.mean(axis=1) > MIN_RISE)
+
+
+def medians(x: np.ndarray) -> np.ndarray:
+    slope, t = _slope_t(_medians(x, 10))
+    return (t > CRIT) & (np.expm1(slope * 9) > MIN_RISE)
+
+
+def spread(x: np.ndarray) -> np.ndarray:
+    slope, t = _slope_t(_medians(np.abs(np.diff(x, axis=1)), 10))
+    return (t > CRIT) & (np.expm1(slope * 9) > MIN_RISE)
+
+
+def self_normalised(x: np.ndarray, critical: float = 68.6) -> np.ndarray:
+    """Shao & Zhang (2010, *JASA* 105(491)) self-normalised CUSUM for a change in the mean, on 100
+    batch medians (log), a rise only; 68.6 is their 1% critical value (two-sided)."""
+    z = _medians(x, 100)
+    m = z.shape[1]
+    s = np.cumsum(z, axis=1)
+    tot = s[:, -1:]
+    t = np.arange(1, m + 1)
+    best = np.full(z.shape[0], -np.inf)
+    for k in range(2, m - 1):
+        sk, sk1 = s[:, k - 1 : k], tot - s[:, k - 1 : k]
+        a = s[:, :k] - (t[:k] / k) * sk
+        b = (tot - s[:, k - 1 : m - 1]) - ((m - t[k:] + 1) / (m - k)) * sk1
+        v = ((a * a).sum(axis=1) + (b * b).sum(axis=1)) / m**2
+        d = (k * (m - k) / m**1.5) * (sk1[:, 0] / (m - k) - sk[:, 0] / k)
+        best = np.maximum(best, np.sign(d) * d * d / v)
+    return best > critical
+
+
+RULES = {
+    "means": means,  # the test before issue 38 on the whole level
+    "medians": medians,
+    "spread": spread,
+    "med|spr": lambda x: medians(x) | spread(x),  # today's rule
+    "SN-CUSUM": self_normalised,
+}
+
+
+def candidates(rng: np.random.Generator, reps: int, sizes: list[int]) -> None:
+    print(f"\ncandidate rules on whole levels: % flagged, {reps} levels a cell (s.e. <= {50 / math.sqrt(reps):.1f})")
+    print(f"{'family':<13}{'n':>6} {'condition':<8}" + "".join(f"{r:>9}" for r in RULES))
+    for fam, gen in [*FAMILIES.items(), ("filling", lambda r, k, n: lindley(r, k, n, 1.05, empty=True))]:
+        for n in sizes:
+            x = gen(rng, reps, n)
+            conds = {"none": x} if fam in ("filling", "mm1-0.7-cold") else conditions(x, MEANS.get(fam, x.mean()))
+            for c, xs in conds.items():
+                rates = "".join(f"{100 * rule(xs).mean():>9.1f}" for rule in RULES.values())
+                print(f"{fam:<13}{n:>6} {c:<8}{rates}", flush=True)
+
+
 def cell(flags: list[bool]) -> str:
     p = float(np.mean(flags))
     return f"{100 * p:5.1f}±{100 * math.sqrt(p * (1 - p) / len(flags)):3.1f}"
@@ -146,10 +223,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=500)
     ap.add_argument("--sizes", default="200,1000,10000")
     ap.add_argument("--seed", type=int, default=38)
+    ap.add_argument("--candidates", action="store_true", help="the candidate rules' table instead")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
+    if args.candidates:
+        candidates(rng, args.reps, sizes)
+        print(f"\nwall {time.perf_counter() - start:.0f} s")
+        return
     names = ("none", "×drift", "+drift", "step")
     print(f"% of levels flagged non-stationary (± binomial s.e.), {args.reps} levels a cell; before → now")
     print(f"{'family':<13}{'n':>6}" + "".join(f"{c:>26}" for c in names))
