@@ -168,9 +168,19 @@ def medians(x: np.ndarray) -> np.ndarray:
     return (t > CRIT) & (np.expm1(slope * 9) > MIN_RISE)
 
 
-def spread(x: np.ndarray) -> np.ndarray:
+def spread_medians(x: np.ndarray) -> np.ndarray:
+    """The spread as the median |x[i+1] − x[i]| of 10 batches."""
     slope, t = _slope_t(_medians(np.abs(np.diff(x, axis=1)), 10))
     return (t > CRIT) & (np.expm1(slope * 9) > MIN_RISE)
+
+
+def spread(x: np.ndarray) -> np.ndarray:
+    """The spread as (mean √|x[i+1] − x[i]|)² of 10 to 20 batches of at least 50 (as today's)."""
+    d = np.sqrt(np.abs(np.diff(x, axis=1)))
+    b = min(20, max(10, d.shape[1] // 50))
+    s = d.shape[1] // b
+    slope, t = _slope_t(2 * np.log(d[:, : b * s].reshape(d.shape[0], b, s).mean(axis=2)))
+    return (t > t_ppf(0.995, b - 2)) & (np.expm1(slope * (b - 1)) > MIN_RISE)
 
 
 def self_normalised(x: np.ndarray, critical: float = 68.6) -> np.ndarray:
@@ -195,6 +205,7 @@ def self_normalised(x: np.ndarray, critical: float = 68.6) -> np.ndarray:
 RULES = {
     "means": means,  # the test before issue 38 on the whole level
     "medians": medians,
+    "spr-med": spread_medians,
     "spread": spread,
     "med|spr": lambda x: medians(x) | spread(x),  # today's rule
     "SN-CUSUM": self_normalised,

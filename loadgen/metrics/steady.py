@@ -5,17 +5,17 @@
   average the series in batches of 5, and cut the ``d`` batches that minimise
   ``MSER(d) = Σ_{j>d} (z_j − z̄_d)² / (k − d)²`` over ``d`` in the first half of the ``k``
   batches. A minimum in the second half means no steady state was reached.
-- :func:`stationarity` — two trend tests that hold up under correlation, on ``10``
-  non-overlapping batches: the least-squares slope against the batch index of (1) the
-  batch medians and (2) the batch medians of the spread ``|x[i+1] − x[i]|`` between
-  consecutive values, both on the log scale, each with its t statistic on 8 degrees of
-  freedom (batch statistics of long enough batches are nearly independent and normal:
-  Schmeiser 1982, *Operations Research* 30(3); the regression test of Law & Kelton,
-  *Simulation Modeling and Analysis*, §9.5). Medians keep bursts from hiding a trend; the
-  spread sees a drift under queueing noise, whose level wanders for thousands of requests
-  while its consecutive differences (service minus inter-arrival time) do not. A test
-  flags when its slope is significant at ``level`` (two-sided) *and* its fitted change
-  exceeds ``min_drift``. The study: ``benchmarks/steady_detection.py``; docs/metrics.md.
+- :func:`stationarity` — two trend tests that hold up under correlation: the least-squares
+  slope against the batch index, with its t on ``b − 2`` degrees of freedom, of (1) the log
+  medians of ``b = 10`` batches and (2) the log spread ``(mean √|x[i+1] − x[i]|)²`` of
+  ``b`` = 10 to 20 batches of at least 50 values (statistics of long enough batches are
+  nearly independent and normal: Schmeiser 1982, *Operations Research* 30(3); the
+  regression test of Law & Kelton, *Simulation Modeling and Analysis*, §9.5). Medians
+  keep bursts from hiding a trend; the spread sees a drift under queueing noise, whose level
+  wanders for thousands of requests while its consecutive differences (service minus
+  inter-arrival time) do not. A test flags when its slope is significant at ``level``
+  (two-sided) *and* its fitted change exceeds ``min_drift``. The study behind the choice:
+  ``benchmarks/steady_detection.py``; docs/metrics.md, "Steady state and MLPerf verdicts".
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ __all__ = ["Stationarity", "Truncation", "mser5", "mser5_truncation", "stationar
 
 BATCH = 5
 TREND_BATCHES = 10
+SPREAD_BATCHES = 20
+SPREAD_BATCH_MIN = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +82,9 @@ def mser5(values_in_time_order: npt.ArrayLike) -> int:
 class Stationarity:
     """The trend tests' verdict. ``drift`` is the fitted change of the batch medians from the
     first to the last batch (0.2 = rose by 20%); ``t`` the slope's t statistic; ``batches``
-    the number of batches used (0 when the series was too short to test). ``spread_drift`` and
-    ``spread_t`` are the same for the spread between consecutive values (0 when not tested:
-    a batch without spread)."""
+    the number of batches used (0 when the series was too short to test). ``spread_drift``,
+    ``spread_t`` and ``spread_critical`` are the same for the spread between consecutive
+    values (drift and t 0 when not tested: a batch without spread)."""
 
     stationary: bool
     drift: float
@@ -92,6 +94,7 @@ class Stationarity:
     reason: str | None = None
     spread_drift: float = 0.0
     spread_t: float = 0.0
+    spread_critical: float = 0.0
 
 
 def _trend(z: npt.NDArray[np.float64], log: bool) -> tuple[float, float]:
@@ -131,18 +134,22 @@ def stationarity(values_in_time_order: npt.ArrayLike, *, level: float = 0.01, mi
     z, log = _batch_medians(x, b)
     drift, t = _trend(z, log)
     spread_drift = spread_t = 0.0
-    dz, dlog = _batch_medians(np.abs(np.diff(x)), b)
-    if dlog:  # every batch has a spread (a constant stretch has none: its trend is in the medians)
-        spread_drift, spread_t = _trend(dz, True)
+    root = np.sqrt(np.abs(np.diff(x)))
+    sb = min(SPREAD_BATCHES, max(b, root.size // SPREAD_BATCH_MIN))
+    spread_critical = t_ppf(1 - level / 2, sb - 2)
+    size = root.size // sb
+    dz = root[: sb * size].reshape(sb, size).mean(axis=1)
+    if size and (dz > 0).all():  # a constant stretch has no spread: its trend is in the medians
+        spread_drift, spread_t = _trend(2 * np.log(dz), True)
     reasons = []
     if abs(t) > critical and abs(drift) > min_drift:
         word = "rise" if t > 0 else "fall"
         reasons.append(f"batch medians {word} by {100 * abs(drift):.0f}% across the level (t = {t:.1f})")
-    if abs(spread_t) > critical and abs(spread_drift) > min_drift:
+    if abs(spread_t) > spread_critical and abs(spread_drift) > min_drift:
         word = "rises" if spread_t > 0 else "falls"
         reasons.append(
             f"the spread between consecutive requests {word} by {100 * abs(spread_drift):.0f}% "
             f"across the level (t = {spread_t:.1f})"
         )
     reason = "; ".join(reasons) or None
-    return Stationarity(reason is None, drift, t, critical, b, reason, spread_drift, spread_t)
+    return Stationarity(reason is None, drift, t, critical, b, reason, spread_drift, spread_t, spread_critical)

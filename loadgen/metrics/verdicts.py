@@ -52,8 +52,8 @@ class Trend:
     """One series' trend test: ``metric`` (a per-request column, e.g. ``"ttft_queued_ms"``),
     ``drift`` (fitted change across the level over its mean; 0.2 = rose 20%), the slope's
     ``t`` against ``critical`` (``None`` for an infinite value: a perfectly straight line, or a
-    zero mean), the ``batches`` used (0: too short to test) and ``reason``; ``spread_drift``
-    and ``spread_t`` the same for the spread between consecutive requests
+    zero mean), the ``batches`` used (0: too short to test) and ``reason``; ``spread_drift``,
+    ``spread_t`` and ``spread_critical`` the same for the spread between consecutive requests
     (:func:`~loadgen.metrics.steady.stationarity`)."""
 
     metric: str
@@ -65,6 +65,7 @@ class Trend:
     reason: str | None = None
     spread_drift: float | None = None
     spread_t: float | None = None
+    spread_critical: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +175,11 @@ def steady_state_of(
                 st.reason,
                 _finite(st.spread_drift),
                 _finite(st.spread_t),
+                st.spread_critical,
             )
         )
         rises = (st.t > st.critical and st.drift > MIN_RISE) or (
-            st.spread_t > st.critical and st.spread_drift > MIN_RISE
+            st.spread_t > st.spread_critical and st.spread_drift > MIN_RISE
         )
         if rises and st.reason:
             reasons.append(f"{col}: {st.reason}")
