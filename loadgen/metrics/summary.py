@@ -363,7 +363,7 @@ def summarize_level(
     if not 0.5 < confidence < 1.0:
         raise ConfigError(f"confidence {confidence!r} must be between 0.5 and 1 (0.95 for 95%)", key="confidence")
     frame, ev = _frame(records, events)
-    cut, uncut = None, frame  # the trend tests see the whole level, cut or not
+    cut, uncut = None, frame  # where MSER-5 found no steady state the trend tests see the uncut level
     if auto_warmup:
         records, cut = auto_cut(records, frame, open_loop=scheduled is not None)
         frame, ev = _frame(records, events) if cut else (frame, ev)

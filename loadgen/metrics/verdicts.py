@@ -1,9 +1,9 @@
 """Per-level verdicts on the time-ordered requests: steady state and MLPerf early stopping.
 
 - :func:`steady_state_of`: the MSER-5 warm-up cut (:mod:`loadgen.metrics.steady`) on the
-  ok requests' TTFT and E2E in send order, and the trend tests on the whole level (a queue
-  that keeps filling is no warm-up to cut); a significant *rise* (of at least
-  :data:`MIN_RISE`) in either makes the level non-stationary.
+  ok requests' TTFT and E2E in send order, then the trend tests after it, or on the whole
+  level where MSER-5 found no steady state (a queue that keeps filling is no warm-up); a
+  significant *rise* (of at least :data:`MIN_RISE`) in either makes the level non-stationary.
 - :func:`auto_cut`: the same cut applied as warm-up (only with ``auto_warmup = true``).
 - :func:`mlperf_of`: per per-request latency SLO, MLPerf LoadGen's early-stopping verdict
   (:func:`~loadgen.metrics.mlperf.early_stopping_verdict`) at the profile's percentile
@@ -144,23 +144,23 @@ def steady_state_of(
 ) -> SteadyState:
     """The level's :class:`SteadyState`. ``applied`` is the number of requests
     :func:`auto_cut` already removed from ``frame`` (``None``: no cut applied; the cut is
-    found and recorded here), and ``whole`` the level's frame before that cut. The trend tests
-    run on the whole level (``whole``, else ``frame``): a warm-up is a fall, or a first batch or
-    two that the slope's residuals absorb, while a queue that keeps filling rises throughout,
-    and cutting half of it would halve the evidence."""
-    sent_all = frame["sent_ns"].to_numpy()
-    keep = np.ones(len(frame), dtype=bool)
+    found and recorded here), and ``whole`` the level's frame before that cut (``None``:
+    ``frame``). Where MSER-5 found a steady state the trend tests run after its cut (a
+    closed loop's first requests meet an empty server); where it found none, on the whole
+    level: a queue that keeps filling is no warm-up, and cutting up to half of it would
+    remove half the evidence."""
+    base = frame if whole is None else whole
+    base_ok = ok if whole is None else whole["ok"].to_numpy(dtype=bool)
+    t_cut, found = _cut_time(base, base_ok, open_loop)
     n_cut = applied or 0
-    t_cut, found = _cut_time(frame, ok, open_loop)  # after an applied cut: is what is left steady?
-    if applied is None:
-        if t_cut is not None:
-            keep = (sent_all >= t_cut) | (sent_all == 0)  # never sent: not before the cut
-        n_cut = int((~keep).sum())
-    # the whole level, not what follows the recorded cut: MSER-5 cuts up to half of a queue that
-    # keeps filling, and with it half the evidence (docs/metrics.md, "Steady state and MLPerf verdicts")
-    series = (
-        _series(frame, ok, open_loop) if whole is None else _series(whole, whole["ok"].to_numpy(dtype=bool), open_loop)
-    )
+    if applied is None and t_cut is not None:
+        sent = frame["sent_ns"].to_numpy()
+        n_cut = int(((sent < t_cut) & (sent != 0)).sum())  # never sent: not before the cut
+    tested = np.ones(len(base), dtype=bool)
+    if found and t_cut is not None:
+        sent = base["sent_ns"].to_numpy()
+        tested = (sent >= t_cut) | (sent == 0)
+    series = _series(base[tested], base_ok[tested], open_loop)
     trends, reasons = [], []
     for col, x in series.items():
         st = stationarity(x, min_drift=MIN_RISE)
@@ -260,7 +260,7 @@ def level_verdicts(
     """The ``steady_state`` and ``mlperf`` fields of a level summary (``mlperf`` ``None``
     without a per-request SLO, ``bounds`` as :func:`mlperf_of` takes them); ``cut`` is what
     :func:`auto_cut` removed (0 or ``None``: nothing), ``whole`` the frame before it (the trend
-    tests' series) and ``attained`` which requests met every SLO."""
+    tests' series where MSER-5 found no steady state) and ``attained`` which requests met every SLO."""
     return {
         "steady_state": steady_state_of(frame, ok, open_loop=open_loop, applied=cut or None, whole=whole),
         "mlperf": mlperf_of(frame, bounds, *mlperf) if bounds else None,
