@@ -157,7 +157,7 @@ def steady_state_of(
         sent = frame["sent_ns"].to_numpy()
         n_cut = int(((sent < t_cut) & (sent != 0)).sum())  # never sent: not before the cut
     tested = np.ones(len(base), dtype=bool)
-    if found and t_cut is not None:
+    if found and t_cut is not None and not (applied is not None and whole is None):  # not cut twice
         sent = base["sent_ns"].to_numpy()
         tested = (sent >= t_cut) | (sent == 0)
     series = _series(base[tested], base_ok[tested], open_loop)
