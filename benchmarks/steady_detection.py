@@ -14,7 +14,10 @@ with 0.5 × the family's mean added linearly (the level rises, its spread does n
 empty (non-stationary throughout). Each cell: percent flagged ± binomial s.e., for the rule
 before issue 38 ("before": MSER-5 cut, 10 batch means, 1%) and today's
 :func:`~loadgen.metrics.verdicts.steady_state_of` on the same levels ("now").
-``--candidates``: the rules it was chosen among, on whole levels, vectorised (see ``RULES``).
+``--candidates``: the rules it was chosen among, on whole levels, vectorised (see ``RULES``):
+batch means (the rule before), the batch medians, 10th percentiles, the spread as the median
+``|x[i+1] − x[i]|`` of 10 batches and as today's, medians or spread, today's three, and a
+self-normalised CUSUM (Shao & Zhang 2010).
 
     python benchmarks/steady_detection.py [--reps 500] [--sizes 200,1000,10000] [--seed 38] [--candidates]
 """
@@ -168,6 +171,13 @@ def medians(x: np.ndarray) -> np.ndarray:
     return (t > CRIT) & (np.expm1(slope * 9) > MIN_RISE)
 
 
+def tenth(x: np.ndarray) -> np.ndarray:
+    """The batches' 10th percentiles (10 batches, log)."""
+    s = x.shape[1] // 10
+    slope, t = _slope_t(np.log(np.quantile(x[:, : 10 * s].reshape(x.shape[0], 10, s), 0.1, axis=2)))
+    return (t > CRIT) & (np.expm1(slope * 9) > MIN_RISE)
+
+
 def spread_medians(x: np.ndarray) -> np.ndarray:
     """The spread as the median |x[i+1] − x[i]| of 10 batches."""
     slope, t = _slope_t(_medians(np.abs(np.diff(x, axis=1)), 10))
@@ -205,9 +215,11 @@ def self_normalised(x: np.ndarray, critical: float = 68.6) -> np.ndarray:
 RULES = {
     "means": means,  # the test before issue 38 on the whole level
     "medians": medians,
+    "p10": tenth,
     "spr-med": spread_medians,
     "spread": spread,
-    "med|spr": lambda x: medians(x) | spread(x),  # today's rule
+    "med|spr": lambda x: medians(x) | spread(x),
+    "now": lambda x: medians(x) | tenth(x) | spread(x),  # today's rule, on whole levels
     "SN-CUSUM": self_normalised,
 }
 

@@ -5,17 +5,17 @@
   average the series in batches of 5, and cut the ``d`` batches that minimise
   ``MSER(d) = Σ_{j>d} (z_j − z̄_d)² / (k − d)²`` over ``d`` in the first half of the ``k``
   batches. A minimum in the second half means no steady state was reached.
-- :func:`stationarity` — two trend tests that hold up under correlation: the least-squares
-  slope against the batch index, with its t on ``b − 2`` degrees of freedom, of (1) the log
-  medians of ``b = 10`` batches and (2) the log spread ``(mean √|x[i+1] − x[i]|)²`` of
-  ``b`` = 10 to 20 batches of at least 50 values (statistics of long enough batches are
-  nearly independent and normal: Schmeiser 1982, *Operations Research* 30(3); the
-  regression test of Law & Kelton, *Simulation Modeling and Analysis*, §9.5). Medians
-  keep bursts from hiding a trend; the spread sees a drift under queueing noise, whose level
-  wanders for thousands of requests while its consecutive differences (service minus
-  inter-arrival time) do not. A test flags when its slope is significant at ``level``
-  (two-sided) *and* its fitted change exceeds ``min_drift``. The study behind the choice:
-  ``benchmarks/steady_detection.py``; docs/metrics.md, "Steady state and MLPerf verdicts".
+- :func:`stationarity` — three trend tests that hold up under correlation: the least-squares
+  slope against the batch index, with its t on ``b − 2`` degrees of freedom, of the log
+  medians and log 10th percentiles of ``b = 10`` batches, and of the log spread
+  ``(mean √|x[i+1] − x[i]|)²`` of ``b`` = 10 to 20 batches of at least 50 values (batch
+  statistics are nearly independent and normal when batches are long: Schmeiser 1982,
+  *Operations Research* 30(3); the regression test of Law & Kelton, §9.5). Quantiles keep
+  bursts from hiding a trend; the 10th percentile rises when every request waits longer (a
+  growing backlog); the spread sees latencies scale up under queueing noise, whose level
+  wanders for thousands of requests while its consecutive differences do not. Each flags at
+  ``level`` (two-sided) *and* a fitted change over ``min_drift``. The study behind the
+  choice: ``benchmarks/steady_detection.py``; docs/metrics.md, "Steady state and MLPerf verdicts".
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ BATCH = 5
 TREND_BATCHES = 10
 SPREAD_BATCHES = 20
 SPREAD_BATCH_MIN = 50
+LOW_QUANTILE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +83,11 @@ def mser5(values_in_time_order: npt.ArrayLike) -> int:
 class Stationarity:
     """The trend tests' verdict. ``drift`` is the fitted change of the batch medians from the
     first to the last batch (0.2 = rose by 20%); ``t`` the slope's t statistic; ``batches``
-    the number of batches used (0 when the series was too short to test). ``spread_drift``,
-    ``spread_t`` and ``spread_critical`` are the same for the spread between consecutive
-    values (drift and t 0 when not tested: a batch without spread)."""
+    the number of batches used (0 when the series was too short to test). ``low_drift`` and
+    ``low_t`` are the same for the batches' 10th percentiles (against ``critical``; 0 when not
+    tested: a batch whose 10th percentile is not positive); ``spread_drift``, ``spread_t`` and
+    ``spread_critical`` for the spread between consecutive values (drift and t 0 when not
+    tested: a batch without spread)."""
 
     stationary: bool
     drift: float
@@ -95,6 +98,8 @@ class Stationarity:
     spread_drift: float = 0.0
     spread_t: float = 0.0
     spread_critical: float = 0.0
+    low_drift: float = 0.0
+    low_t: float = 0.0
 
 
 def _trend(z: npt.NDArray[np.float64], log: bool) -> tuple[float, float]:
@@ -114,13 +119,17 @@ def _trend(z: npt.NDArray[np.float64], log: bool) -> tuple[float, float]:
     return drift, t
 
 
-def _batch_medians(x: npt.NDArray[np.float64], b: int) -> tuple[npt.NDArray[np.float64], bool]:
-    """The medians of ``b`` equal consecutive batches of ``x``, as logs when all are positive."""
+def _batch_quantiles(
+    x: npt.NDArray[np.float64], b: int
+) -> tuple[npt.NDArray[np.float64], bool, npt.NDArray[np.float64] | None]:
+    """The medians of ``b`` equal consecutive batches of ``x`` (as logs when all are positive),
+    whether they are logs, and the log 10th percentiles (``None`` unless all are positive)."""
     size = x.size // b
-    med = np.median(x[: b * size].reshape(b, size), axis=1)
+    low, med = np.quantile(x[: b * size].reshape(b, size), [LOW_QUANTILE, 0.5], axis=1)
+    low_log = np.log(low) if (low > 0).all() else None
     if (med > 0).all():
-        return np.log(med), True
-    return med, False
+        return np.log(med), True, low_log
+    return med, False, low_log
 
 
 def stationarity(values_in_time_order: npt.ArrayLike, *, level: float = 0.01, min_drift: float = 0.05) -> Stationarity:
@@ -131,8 +140,9 @@ def stationarity(values_in_time_order: npt.ArrayLike, *, level: float = 0.01, mi
     critical = t_ppf(1 - level / 2, b - 2)
     if x.size < 2 * b:
         return Stationarity(True, 0.0, 0.0, critical, 0, f"too short to test ({x.size} values < {2 * b})")
-    z, log = _batch_medians(x, b)
+    z, log, zlow = _batch_quantiles(x, b)
     drift, t = _trend(z, log)
+    low_drift, low_t = _trend(zlow, True) if zlow is not None else (0.0, 0.0)
     spread_drift = spread_t = 0.0
     root = np.sqrt(np.abs(np.diff(x)))
     sb = min(SPREAD_BATCHES, max(b, root.size // SPREAD_BATCH_MIN))
@@ -145,6 +155,11 @@ def stationarity(values_in_time_order: npt.ArrayLike, *, level: float = 0.01, mi
     if abs(t) > critical and abs(drift) > min_drift:
         word = "rise" if t > 0 else "fall"
         reasons.append(f"batch medians {word} by {100 * abs(drift):.0f}% across the level (t = {t:.1f})")
+    if abs(low_t) > critical and abs(low_drift) > min_drift:
+        word = "rise" if low_t > 0 else "fall"
+        reasons.append(
+            f"batch 10th percentiles {word} by {100 * abs(low_drift):.0f}% across the level (t = {low_t:.1f})"
+        )
     if abs(spread_t) > spread_critical and abs(spread_drift) > min_drift:
         word = "rises" if spread_t > 0 else "falls"
         reasons.append(
@@ -152,4 +167,6 @@ def stationarity(values_in_time_order: npt.ArrayLike, *, level: float = 0.01, mi
             f"across the level (t = {spread_t:.1f})"
         )
     reason = "; ".join(reasons) or None
-    return Stationarity(reason is None, drift, t, critical, b, reason, spread_drift, spread_t, spread_critical)
+    return Stationarity(
+        reason is None, drift, t, critical, b, reason, spread_drift, spread_t, spread_critical, low_drift, low_t
+    )

@@ -52,8 +52,9 @@ class Trend:
     """One series' trend test: ``metric`` (a per-request column, e.g. ``"ttft_queued_ms"``),
     ``drift`` (fitted change across the level over its mean; 0.2 = rose 20%), the slope's
     ``t`` against ``critical`` (``None`` for an infinite value: a perfectly straight line, or a
-    zero mean), the ``batches`` used (0: too short to test) and ``reason``; ``spread_drift``,
-    ``spread_t`` and ``spread_critical`` the same for the spread between consecutive requests
+    zero mean), the ``batches`` used (0: too short to test) and ``reason``; ``low_drift`` and
+    ``low_t`` the same for the batches' 10th percentiles, ``spread_drift``, ``spread_t`` and
+    ``spread_critical`` for the spread between consecutive requests
     (:func:`~loadgen.metrics.steady.stationarity`)."""
 
     metric: str
@@ -66,6 +67,8 @@ class Trend:
     spread_drift: float | None = None
     spread_t: float | None = None
     spread_critical: float | None = None
+    low_drift: float | None = None
+    low_t: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +179,14 @@ def steady_state_of(
                 _finite(st.spread_drift),
                 _finite(st.spread_t),
                 st.spread_critical,
+                _finite(st.low_drift),
+                _finite(st.low_t),
             )
         )
-        rises = (st.t > st.critical and st.drift > MIN_RISE) or (
-            st.spread_t > st.spread_critical and st.spread_drift > MIN_RISE
+        rises = (
+            (st.t > st.critical and st.drift > MIN_RISE)
+            or (st.low_t > st.critical and st.low_drift > MIN_RISE)
+            or (st.spread_t > st.spread_critical and st.spread_drift > MIN_RISE)
         )
         if rises and st.reason:
             reasons.append(f"{col}: {st.reason}")
