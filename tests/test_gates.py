@@ -128,7 +128,7 @@ def test_non_stationary_gate_names_the_trend() -> None:
         steady_state=dataclasses.replace(
             level.steady_state,
             stationary=False,
-            reasons=["ttft_ms: batch means rise by 80% across the level (t = 9.0)"],
+            reasons=["ttft_ms: batch medians rise by 80% across the level (t = 9.0)"],
         ),
     )
     (failure,) = level_failures(rising, 0, gates)

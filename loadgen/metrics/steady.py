@@ -5,15 +5,17 @@
   average the series in batches of 5, and cut the ``d`` batches that minimise
   ``MSER(d) = Σ_{j>d} (z_j − z̄_d)² / (k − d)²`` over ``d`` in the first half of the ``k``
   batches. A minimum in the second half means no steady state was reached.
-- :func:`stationarity` — a trend test that holds up under correlation: the series in
-  ``10`` non-overlapping batches, the least-squares slope of the batch means against the
-  batch index, and its t statistic on 8 degrees of freedom (batch means of long enough
-  batches are nearly independent and normal: Schmeiser 1982, "Batch size effects in the
-  analysis of simulation output", *Operations Research* 30(3); the regression test is
-  that of Law & Kelton, *Simulation Modeling and Analysis*, §9.5). ``stationary`` is false
-  when the slope is significant at 1% *and* the fitted drift across the sample exceeds
-  ``min_drift`` of the mean (a statistically visible 1% drift on a long run is no
-  queue building up).
+- :func:`stationarity` — three trend tests that hold up under correlation: the least-squares
+  slope against the batch index, with its t on ``b − 2`` degrees of freedom, of the log
+  medians and log 10th percentiles of ``b = 10`` batches, and of the log spread
+  ``(mean √|x[i+1] − x[i]|)²`` of ``b`` = 10 to 20 batches of at least 50 values (batch
+  statistics are nearly independent and normal when batches are long: Schmeiser 1982,
+  *Operations Research* 30(3); the regression test of Law & Kelton, §9.5). Quantiles keep
+  bursts from hiding a trend; the 10th percentile rises when every request waits longer (a
+  growing backlog); the spread sees latencies scale up under queueing noise, whose level
+  wanders for thousands of requests while its consecutive differences do not. Each flags at
+  ``level`` (two-sided) *and* a fitted change over ``min_drift``. The study behind the
+  choice: ``benchmarks/steady_detection.py``; docs/metrics.md, "Steady state and MLPerf verdicts".
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ __all__ = ["Stationarity", "Truncation", "mser5", "mser5_truncation", "stationar
 
 BATCH = 5
 TREND_BATCHES = 10
+SPREAD_BATCHES = 20
+SPREAD_BATCH_MIN = 50
+LOW_QUANTILE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +81,13 @@ def mser5(values_in_time_order: npt.ArrayLike) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Stationarity:
-    """The trend test's verdict. ``drift`` is the fitted change from the first to the last
-    batch over the mean (0.2 = rose by 20%); ``t`` the slope's t statistic; ``batches``
-    the number of batch means used (0 when the series was too short to test)."""
+    """The trend tests' verdict. ``drift`` is the fitted change of the batch medians from the
+    first to the last batch (0.2 = rose by 20%); ``t`` the slope's t statistic; ``batches``
+    the number of batches used (0 when the series was too short to test). ``low_drift`` and
+    ``low_t`` are the same for the batches' 10th percentiles (against ``critical``; 0 when not
+    tested: a batch whose 10th percentile is not positive); ``spread_drift``, ``spread_t`` and
+    ``spread_critical`` for the spread between consecutive values (drift and t 0 when not
+    tested: a batch without spread)."""
 
     stationary: bool
     drift: float
@@ -86,28 +95,78 @@ class Stationarity:
     critical: float
     batches: int
     reason: str | None = None
+    spread_drift: float = 0.0
+    spread_t: float = 0.0
+    spread_critical: float = 0.0
+    low_drift: float = 0.0
+    low_t: float = 0.0
+
+
+def _trend(z: npt.NDArray[np.float64], log: bool) -> tuple[float, float]:
+    """The least-squares slope of ``z`` against its index as the fitted change across it
+    (``log``: ``z`` are logs and the change a ratio − 1; else over the mean), and its t."""
+    b = z.size
+    i = np.arange(b, dtype=np.float64) - (b - 1) / 2
+    zc = z - z.mean()
+    slope = float((i * zc).sum() / (i * i).sum())
+    resid = zc - slope * i
+    se = math.sqrt(float((resid * resid).sum()) / (b - 2) / float((i * i).sum()))
+    t = slope / se if se > 0.0 else (0.0 if slope == 0.0 else math.copysign(math.inf, slope))
+    if log:
+        return math.expm1(slope * (b - 1)), t
+    mean = float(z.mean())
+    drift = slope * (b - 1) / mean if mean != 0.0 else (0.0 if slope == 0.0 else math.copysign(math.inf, slope))
+    return drift, t
+
+
+def _batch_quantiles(
+    x: npt.NDArray[np.float64], b: int
+) -> tuple[npt.NDArray[np.float64], bool, npt.NDArray[np.float64] | None]:
+    """The medians of ``b`` equal consecutive batches of ``x`` (as logs when all are positive),
+    whether they are logs, and the log 10th percentiles (``None`` unless all are positive)."""
+    size = x.size // b
+    low, med = np.quantile(x[: b * size].reshape(b, size), [LOW_QUANTILE, 0.5], axis=1)
+    low_log = np.log(low) if (low > 0).all() else None
+    if (med > 0).all():
+        return np.log(med), True, low_log
+    return med, False, low_log
 
 
 def stationarity(values_in_time_order: npt.ArrayLike, *, level: float = 0.01, min_drift: float = 0.05) -> Stationarity:
-    """Test the series (after any warm-up cut) for a trend in its batch means."""
+    """Test the series (after any warm-up cut) for a trend in its batch medians and in the
+    spread between consecutive values (module docstring)."""
     x = _values(values_in_time_order)
     b = TREND_BATCHES
     critical = t_ppf(1 - level / 2, b - 2)
     if x.size < 2 * b:
         return Stationarity(True, 0.0, 0.0, critical, 0, f"too short to test ({x.size} values < {2 * b})")
-    size = x.size // b
-    z = x[: b * size].reshape(b, size).mean(axis=1)
-    i = np.arange(b, dtype=np.float64) - (b - 1) / 2
-    slope = float((i * (z - z.mean())).sum() / (i * i).sum())
-    resid = z - z.mean() - slope * i
-    se = math.sqrt(float((resid * resid).sum()) / (b - 2) / float((i * i).sum()))
-    t = math.inf if se == 0.0 and slope != 0.0 else (0.0 if se == 0.0 else slope / se)
-    mean = float(z.mean())
-    drift = slope * (b - 1) / mean if mean != 0.0 else (0.0 if slope == 0.0 else math.copysign(math.inf, slope))
-    trending = abs(t) > critical and abs(drift) > min_drift
-    reason = None
-    if trending:
-        reason = (
-            f"batch means {'rise' if slope > 0 else 'fall'} by {100 * abs(drift):.0f}% across the level (t = {t:.1f})"
+    z, log, zlow = _batch_quantiles(x, b)
+    drift, t = _trend(z, log)
+    low_drift, low_t = _trend(zlow, True) if zlow is not None else (0.0, 0.0)
+    spread_drift = spread_t = 0.0
+    root = np.sqrt(np.abs(np.diff(x)))
+    sb = min(SPREAD_BATCHES, max(b, root.size // SPREAD_BATCH_MIN))
+    spread_critical = t_ppf(1 - level / 2, sb - 2)
+    size = root.size // sb
+    dz = root[: sb * size].reshape(sb, size).mean(axis=1)
+    if size and (dz > 0).all():  # a constant stretch has no spread: its trend is in the medians
+        spread_drift, spread_t = _trend(2 * np.log(dz), True)
+    reasons = []
+    if abs(t) > critical and abs(drift) > min_drift:
+        word = "rise" if t > 0 else "fall"
+        reasons.append(f"batch medians {word} by {100 * abs(drift):.0f}% across the level (t = {t:.1f})")
+    if abs(low_t) > critical and abs(low_drift) > min_drift:
+        word = "rise" if low_t > 0 else "fall"
+        reasons.append(
+            f"batch 10th percentiles {word} by {100 * abs(low_drift):.0f}% across the level (t = {low_t:.1f})"
         )
-    return Stationarity(not trending, drift, t, critical, b, reason)
+    if abs(spread_t) > spread_critical and abs(spread_drift) > min_drift:
+        word = "rises" if spread_t > 0 else "falls"
+        reasons.append(
+            f"the spread between consecutive requests {word} by {100 * abs(spread_drift):.0f}% "
+            f"across the level (t = {spread_t:.1f})"
+        )
+    reason = "; ".join(reasons) or None
+    return Stationarity(
+        reason is None, drift, t, critical, b, reason, spread_drift, spread_t, spread_critical, low_drift, low_t
+    )

@@ -401,7 +401,7 @@ def summarize_level(
     if not 0.5 < confidence < 1.0:
         raise ConfigError(f"confidence {confidence!r} must be between 0.5 and 1 (0.95 for 95%)", key="confidence")
     frame, ev = _frame(records, events)
-    cut = None
+    cut, uncut = None, frame  # where MSER-5 found no steady state the trend tests see the uncut level
     if auto_warmup:
         records, cut = auto_cut(records, frame, open_loop=scheduled is not None)
         frame, ev = _frame(records, events) if cut else (frame, ev)
@@ -483,7 +483,7 @@ def summarize_level(
         reasoning=reasoning_of(okf),
         connect=_connections(measured),
         images=images_of(measured),
-        **level_verdicts(frame, ok, mlperf_bounds(slos), scheduled is not None, cut, mlperf, attained),
+        **level_verdicts(frame, ok, mlperf_bounds(slos), scheduled is not None, cut, mlperf, attained, uncut),
         extra=_extra(okf, sent_ok, confidence),
     )
     level = with_tasks(level, measured, frame, ev, ok, itl, slos, confidence)  # agentic levels: tasks

@@ -1,8 +1,9 @@
 """Per-level verdicts on the time-ordered requests: steady state and MLPerf early stopping.
 
 - :func:`steady_state_of`: the MSER-5 warm-up cut (:mod:`loadgen.metrics.steady`) on the
-  ok requests' TTFT and E2E in send order, then a trend test after it; a significant
-  *rise* (a drift of at least :data:`MIN_RISE`) in either makes the level non-stationary.
+  ok requests' TTFT and E2E in send order, then the trend tests after it, or on the whole
+  level where MSER-5 found no steady state (a queue that keeps filling is no warm-up); a
+  significant *rise* (of at least :data:`MIN_RISE`) in either makes the level non-stationary.
 - :func:`auto_cut`: the same cut applied as warm-up (only with ``auto_warmup = true``).
 - :func:`mlperf_of`: per per-request latency SLO, MLPerf LoadGen's early-stopping verdict
   (:func:`~loadgen.metrics.mlperf.early_stopping_verdict`) at the profile's percentile
@@ -51,7 +52,10 @@ class Trend:
     """One series' trend test: ``metric`` (a per-request column, e.g. ``"ttft_queued_ms"``),
     ``drift`` (fitted change across the level over its mean; 0.2 = rose 20%), the slope's
     ``t`` against ``critical`` (``None`` for an infinite value: a perfectly straight line, or a
-    zero mean), the ``batches`` used (0: too short to test) and ``reason``."""
+    zero mean), the ``batches`` used (0: too short to test) and ``reason``; ``low_drift`` and
+    ``low_t`` the same for the batches' 10th percentiles, ``spread_drift``, ``spread_t`` and
+    ``spread_critical`` for the spread between consecutive requests
+    (:func:`~loadgen.metrics.steady.stationarity`)."""
 
     metric: str
     stationary: bool
@@ -60,6 +64,11 @@ class Trend:
     critical: float
     batches: int
     reason: str | None = None
+    spread_drift: float | None = None
+    spread_t: float | None = None
+    spread_critical: float | None = None
+    low_drift: float | None = None
+    low_t: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,26 +148,58 @@ def _cut_time(frame: pd.DataFrame, ok: npt.NDArray[np.bool_], open_loop: bool) -
 
 
 def steady_state_of(
-    frame: pd.DataFrame, ok: npt.NDArray[np.bool_], *, open_loop: bool, applied: int | None = None
+    frame: pd.DataFrame,
+    ok: npt.NDArray[np.bool_],
+    *,
+    open_loop: bool,
+    applied: int | None = None,
+    whole: pd.DataFrame | None = None,
 ) -> SteadyState:
     """The level's :class:`SteadyState`. ``applied`` is the number of requests
     :func:`auto_cut` already removed from ``frame`` (``None``: no cut applied; the cut is
-    found here and the trend tests run on what follows it)."""
-    sent_all = frame["sent_ns"].to_numpy()
-    keep = np.ones(len(frame), dtype=bool)
+    found and recorded here), and ``whole`` the level's frame before that cut (``None``:
+    ``frame``). Where MSER-5 found a steady state the trend tests run after its cut (a
+    closed loop's first requests meet an empty server); where it found none, on the whole
+    level: a queue that keeps filling is no warm-up, and cutting up to half of it would
+    remove half the evidence."""
+    base = frame if whole is None else whole
+    base_ok = ok if whole is None else whole["ok"].to_numpy(dtype=bool)
+    t_cut, found = _cut_time(base, base_ok, open_loop)
     n_cut = applied or 0
-    t_cut, found = _cut_time(frame, ok, open_loop)  # after an applied cut: is what is left steady?
-    if applied is None:
-        if t_cut is not None:
-            keep = (sent_all >= t_cut) | (sent_all == 0)  # never sent: not before the cut
-        n_cut = int((~keep).sum())
-    series = _series(frame[keep], ok[keep], open_loop)
-    trends = []
+    if applied is None and t_cut is not None:
+        sent = frame["sent_ns"].to_numpy()
+        n_cut = int(((sent < t_cut) & (sent != 0)).sum())  # never sent: not before the cut
+    tested = np.ones(len(base), dtype=bool)
+    if found and t_cut is not None and not (applied is not None and whole is None):  # not cut twice
+        sent = base["sent_ns"].to_numpy()
+        tested = (sent >= t_cut) | (sent == 0)
+    series = _series(base[tested], base_ok[tested], open_loop)
+    trends, reasons = [], []
     for col, x in series.items():
         st = stationarity(x, min_drift=MIN_RISE)
-        trends.append(Trend(col, st.stationary, _finite(st.drift), _finite(st.t), st.critical, st.batches, st.reason))
-    rising = [t for t in trends if not t.stationary and t.reason and (t.drift is None or t.drift > 0)]
-    reasons = [f"{t.metric}: {t.reason}" for t in rising]
+        trends.append(
+            Trend(
+                col,
+                st.stationary,
+                _finite(st.drift),
+                _finite(st.t),
+                st.critical,
+                st.batches,
+                st.reason,
+                _finite(st.spread_drift),
+                _finite(st.spread_t),
+                st.spread_critical,
+                _finite(st.low_drift),
+                _finite(st.low_t),
+            )
+        )
+        rises = (
+            (st.t > st.critical and st.drift > MIN_RISE)
+            or (st.low_t > st.critical and st.low_drift > MIN_RISE)
+            or (st.spread_t > st.spread_critical and st.spread_drift > MIN_RISE)
+        )
+        if rises and st.reason:
+            reasons.append(f"{col}: {st.reason}")
     return SteadyState(
         warmup_cut=n_cut,
         warmup_applied=applied is not None,
@@ -231,11 +272,13 @@ def level_verdicts(
     cut: int | None,
     mlperf: tuple[float, float],
     attained: npt.NDArray[np.bool_],
+    whole: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The ``steady_state`` and ``mlperf`` fields of a level summary (``mlperf`` ``None``
     without a per-request SLO, ``bounds`` as :func:`mlperf_of` takes them); ``cut`` is what
-    :func:`auto_cut` removed (0 or ``None``: nothing) and ``attained`` which requests met every SLO."""
+    :func:`auto_cut` removed (0 or ``None``: nothing), ``whole`` the frame before it (the trend
+    tests' series where MSER-5 found no steady state) and ``attained`` which requests met every SLO."""
     return {
-        "steady_state": steady_state_of(frame, ok, open_loop=open_loop, applied=cut or None),
+        "steady_state": steady_state_of(frame, ok, open_loop=open_loop, applied=cut or None, whole=whole),
         "mlperf": mlperf_of(frame, bounds, *mlperf) if bounds else None,
     }

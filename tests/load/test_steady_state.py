@@ -98,12 +98,12 @@ def test_an_overloaded_open_loop_is_non_stationary_and_fails_the_capacity_search
     assert high.steady_state is not None and high.steady_state.ttft.metric == "ttft_queued_ms"
     drift = high.steady_state.ttft.drift
     assert drift is not None and drift > 0.2
-    assert any(r.startswith("ttft_queued_ms: batch means rise") for r in high.steady_state.reasons)
+    assert any(r.startswith("ttft_queued_ms: batch medians rise") for r in high.steady_state.reasons)
     cap = outcome.summary.capacity
     assert cap is not None and cap.status == "ok" and cap.between == [12.0, 54.0]
     assert cap.interval == [12.0, 54.0]  # 40 of 40 met: Wilson's lower bound 0.907 is above 90%
     text = out.getvalue()
-    assert "96 req/s: non-stationary: ttft_queued_ms: batch means rise" in text
+    assert "96 req/s: non-stationary: ttft_queued_ms: batch medians rise" in text
     assert "shown to pass at 12 req/s, shown to fail at 54 req/s" in text
     page = render_run_report(tmp_path / "cap").read_text(encoding="utf-8")
     assert 'id="steady-verdict"' in page and "level 2 (96 req/s): non-stationary" in page

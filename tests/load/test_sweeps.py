@@ -314,7 +314,7 @@ def test_capacity_search_decides_on_the_attainment_interval() -> None:
         n = p.requests or 0
         s = _with_interval(summary(p.value, mode="rate"), round(share[p.value] * n), n, seed=p.index)
         if p.value == 10.0:
-            trend = Trend("ttft_queued_ms", False, 0.8, 9.0, 3.36, 10, "batch means rise by 80% across the level")
+            trend = Trend("ttft_queued_ms", False, 0.8, 9.0, 3.36, 10, "batch medians rise by 80% across the level")
             steady = SteadyState(0, False, True, False, trend, trend, [f"ttft_queued_ms: {trend.reason}"])
             s = replace(s, steady_state=steady)
         return s
