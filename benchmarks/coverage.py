@@ -7,10 +7,9 @@ regime-switching bursts (a Markov chain of normal and ×5 periods) and rare burs
 requests); fractional Gaussian noise with H = 0.7 and 0.9 (exact, Davies–Harte); a closed
 loop of 10 users near capacity with 1% requests 10× longer. For each, n = 200, 1,000 and
 10,000 and ``--reps`` independent levels: p50, p99 and SLO attainment (the SLO at the true
-p90, so attainment 0.9; each request's latency/limit as its score). Each cell gives coverage
-of the *printed* intervals ± its binomial standard error, the share of levels printed
-(bounded), and the median width relative to the truth, for "new" (loadgen's functions
-now) and "today" (Geyer's n_eff, the method before, rebuilt from its parts).
+p90, so attainment 0.9; latency/limit as the score). Each cell: coverage of the *printed*
+intervals ± binomial s.e., the share printed, the median width / truth, for "new" (loadgen's
+functions now) and "today" (Geyer's n_eff, the method before, rebuilt from its parts).
 
 ``--candidates`` adds the comparison that chose the method (benchmarks/_candidates.py,
 vectorised across levels, ``--cand-reps`` levels a cell): each estimator through the same
