@@ -22,6 +22,7 @@ coverage study: docs/metrics.md, "Uncertainty".
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,7 @@ __all__ = [
     "min_bounded_n",
     "needed_n_eff",
     "percentile_interval",
+    "percentile_intervals",
     "proportion_interval",
     "quantile_effective_size",
 ]
@@ -259,10 +261,13 @@ def _label(q: float) -> str:
     return f"p{100 * q:.10g}"
 
 
-def _percentile_from_ranks(x: Array, q: float, confidence: float, n_eff: float, discount: float = 1.0) -> Interval:
-    """The order-statistic interval on ``m = ⌊n_eff · discount⌋`` effective values."""
+def _percentile_from_ranks(
+    x: Array, q: float, confidence: float, n_eff: float, discount: float = 1.0, srt: Array | None = None
+) -> Interval:
+    """The order-statistic interval on ``m = ⌊n_eff · discount⌋`` effective values (``srt``:
+    ``x`` sorted, when the caller has it)."""
     n = x.size
-    srt = np.sort(x)
+    srt = np.sort(x) if srt is None else srt
     point = float(np.percentile(srt, 100 * q))
     m = max(1, min(n, math.floor(n_eff * discount + 1e-9)))
     l_m, u_m = order_statistic_ranks(m, q, confidence)
@@ -295,17 +300,34 @@ def percentile_interval(values: npt.ArrayLike, q: float, confidence: float = 0.9
     bounds on ``n_eff`` (:func:`quantile_effective_size`, values in time order), discounted
     for the batches' degrees of freedom; refused where :func:`correlation_check` fails on
     the indicator at the median."""
+    return percentile_intervals(values, (q,), confidence)[0]
+
+
+def percentile_intervals(values: npt.ArrayLike, qs: Sequence[float], confidence: float = 0.95) -> list[Interval]:
+    """:func:`percentile_interval` for each of ``qs``, sorting and judging the series' median
+    indicator once for all of them."""
     _check_confidence(confidence)
-    if not 0.0 < q < 1.0:
-        raise ValueError(f"q must be between 0 and 1 (0.99 for p99), got {q}")
+    for q in qs:
+        if not 0.0 < q < 1.0:
+            raise ValueError(f"q must be between 0 and 1 (0.99 for p99), got {q}")
     x = _array(values)
     if x.size == 0:
-        return _empty(confidence)
-    n_eff = quantile_effective_size(x, q)
-    refused = correlation_check(_median_indicator(x))
-    if refused is not None:
-        return _refused(float(np.percentile(x, 100 * q)), x.size, n_eff, confidence, refused)
-    return _percentile_from_ranks(x, q, confidence, n_eff, _discount(x.size, confidence))
+        return [_empty(confidence) for _ in qs]
+    mid = _median_indicator(x)
+    refused = correlation_check(mid)
+    mid_n_eff = _n_eff(mid) if any(q != 0.5 for q in qs) else float(x.size)
+    srt = np.sort(x)
+    out = []
+    for q in qs:
+        point = float(np.percentile(srt, 100 * q))
+        n_eff = _rare_capped(x, x <= point, q)
+        if q != 0.5 and mid_n_eff * MEDIAN_TAU <= x.size:
+            n_eff = min(n_eff, mid_n_eff)
+        if refused is not None:
+            out.append(_refused(point, x.size, n_eff, confidence, refused))
+        else:
+            out.append(_percentile_from_ranks(x, q, confidence, n_eff, _discount(x.size, confidence), srt))
+    return out
 
 
 def quantile_effective_size(values: npt.ArrayLike, q: float) -> float:
