@@ -32,7 +32,7 @@ import numpy.typing as npt
 from loadgen.metrics.catalog import Metric, by_precision, metrics, per_request
 from loadgen.metrics.per_request import per_request_frame
 from loadgen.metrics.sequential import Decision, PrecisionRule, Target
-from loadgen.metrics.uncertainty import Interval, min_bounded_n
+from loadgen.metrics.uncertainty import REFUSED, Interval, needed_n_eff
 from loadgen.records import RequestRecord
 
 __all__ = ["BLOCK", "LevelWatch", "Spec", "parse_target", "precision_rule"]
@@ -170,7 +170,9 @@ class LevelWatch:
             return f"{spec.label}: no values"
         if hw is None or not iv.point > 0:
             q = spec.target.q
-            need = f" (needs n_eff >= {min_bounded_n(q, iv.confidence)}, has {iv.n_eff:.0f})" if q is not None else ""
+            if iv.reason is not None and iv.reason.startswith(REFUSED):
+                return f"{spec.label} not bounded ({iv.reason})"
+            need = f" (needs n_eff >= {needed_n_eff(q, iv.confidence)}, has {iv.n_eff:.0f})" if q is not None else ""
             return f"{spec.label} not bounded{need}"
         rel = hw / iv.point
         return None if rel <= spec.target.relative else f"{spec.label} ±{_pct(rel)} > {want}"

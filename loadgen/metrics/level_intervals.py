@@ -3,7 +3,7 @@
 Every series is taken **in time order** before its interval is computed (TTFT, TPOT, E2E
 and SLO attainment in send order, ITL in chunk-arrival order). Latency statistics use
 :func:`~loadgen.metrics.uncertainty.mean_interval` and
-:func:`~loadgen.metrics.uncertainty.percentile_interval` on ``n_eff``; attainment
+:func:`~loadgen.metrics.uncertainty.percentile_intervals` on ``n_eff``; attainment
 :func:`~loadgen.metrics.uncertainty.proportion_interval`; rates batch means over
 :data:`RATE_BATCHES` time blocks. A series longer than :data:`MAX_SERIES` is thinned first.
 
@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from loadgen.metrics._dist import t_ppf
 from loadgen.metrics.results import Distribution, StatInterval
-from loadgen.metrics.uncertainty import Interval, mean_interval, percentile_interval, proportion_interval
+from loadgen.metrics.uncertainty import Interval, mean_interval, percentile_intervals, proportion_interval
 
 __all__ = [
     "MAX_SERIES",
@@ -74,8 +74,9 @@ def distribution_intervals(
     if x.size == 0:
         return None
     out = {"mean": _stat(mean_interval(x, confidence), None if points is None else points.mean)}
-    for key, q in _QUANTILES:
-        out[key] = _stat(percentile_interval(x, q, confidence), None if points is None else points.stat(key))
+    ivs = percentile_intervals(x, [q for _, q in _QUANTILES], confidence)
+    for (key, _), iv in zip(_QUANTILES, ivs, strict=True):
+        out[key] = _stat(iv, None if points is None else points.stat(key))
     return out
 
 

@@ -18,7 +18,8 @@ class StatInterval(JSONRecord):
     """The ``confidence`` interval ``[low, high]`` of the point value beside it, computed on
     ``n_eff`` effective values (see :mod:`loadgen.metrics.uncertainty`). ``low``/``high``
     are ``None`` on a side the data cannot bound, and then ``reason`` says why (e.g.
-    ``"p99.9 needs n_eff >= 3688 for a 95% interval (n_eff = 265)"``)."""
+    ``"p99.9 needs n_eff >= 4913 for a 95% interval from 10 batch means (n_eff = 265)"``, or
+    ``"correlation spans the level: run longer, or use --trials (…)"``)."""
 
     low: float | None
     high: float | None

@@ -11,10 +11,12 @@ import pytest
 from loadgen.metrics._dist import binom_cdf, norm_ppf, t_ppf
 from loadgen.metrics.uncertainty import (
     autocorrelation_time,
+    batch_effective_size,
     effective_sample_size,
     iid_percentile_interval,
     mean_interval,
     min_bounded_n,
+    needed_n_eff,
     order_statistic_ranks,
     percentile_interval,
     proportion_interval,
@@ -73,7 +75,7 @@ def test_p999_of_300_requests_cannot_be_bounded() -> None:
     x = np.random.default_rng(3).lognormal(0, 0.5, 300)
     iv = percentile_interval(x, 0.999)
     assert not iv.bounded and iv.high is None and iv.half_width is None
-    assert iv.reason is not None and "p99.9" in iv.reason and str(min_bounded_n(0.999)) in iv.reason
+    assert iv.reason is not None and "p99.9" in iv.reason and str(needed_n_eff(0.999)) in iv.reason
     assert not iid_percentile_interval(x, 0.999).bounded  # 0.999^300 = 0.74 > 0.025 even i.i.d.
     assert min_bounded_n(0.999) == math.ceil(math.log(0.025) / math.log(0.999))
 
@@ -143,12 +145,17 @@ def test_few_misses_take_n_eff_from_the_scores_as_a_tail_quantile_does() -> None
     met = y <= bound
     plain = proportion_interval(met)
     scored = proportion_interval(met, scores=y / bound)
-    ref = effective_sample_size((y <= np.percentile(y, 75)).astype(float))
-    assert scored.point == plain.point == 197 / 200
-    assert scored.n_eff == pytest.approx(min(plain.n_eff, ref))
+
+    def n_eff(ind: np.ndarray) -> float:  # the smaller of batch means' and Geyer's
+        return min(batch_effective_size(ind.astype(float)), effective_sample_size(ind.astype(float)))
+
+    ref = n_eff(y <= np.percentile(y, 75))
+    mid = n_eff(y <= np.median(y))  # correlated: it caps
+    assert mid < 100 and scored.point == plain.point == 197 / 200
+    assert scored.n_eff == pytest.approx(min(plain.n_eff, ref, mid))
     assert scored.n_eff < plain.n_eff / 3  # the handful of misses looked nearly independent
     assert scored.low is not None and plain.low is not None and scored.low < plain.low
-    # many misses: the scores change nothing
+    # many misses: the scores change nothing (the median's indicator is the series itself)
     half = y <= np.median(y)
     assert proportion_interval(half, scores=y).n_eff == proportion_interval(half).n_eff
 
