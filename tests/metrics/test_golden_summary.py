@@ -130,13 +130,15 @@ def _as_schema_2(summary: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_whole_window_is_schema_2s(name: str) -> None:
-    """Schema 3 keeps schema 2's whole-window rates (and everything else) beside the headline."""
+    """Schema 3 keeps schema 2's whole-window rates (and every other point value) beside the
+    headline; the intervals and the steady-state verdicts are compared in the schema 3 files
+    only (their methods changed: docs/metrics.md, "Uncertainty" and "Steady state")."""
     want = json.loads((GOLDEN / f"summary_{name}_v2.json").read_text())
     for lv in want["levels"]:
         lv["goodput"].get("intervals", {}).pop("requests_per_s", None)
     got = json.loads(json.dumps(CASES[name]().to_json(), allow_nan=False))
     got.pop("schema_version")
-    _same(_as_schema_2(got), want)
+    _same(_without_intervals(_as_schema_2(got)), _without_intervals(want))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
