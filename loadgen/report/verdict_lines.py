@@ -101,6 +101,14 @@ def mlperf_undecided_line(levels: Sequence[LevelSummary]) -> str:
         some = any(len(ms) < len(lv.mlperf or ()) for lv, ms in open_)
         if len(decided) < len(open_) and decided and not some:
             where = "at every level but " + ", ".join(decided)
+        elif some:  # a level with a decided check: name its open ones
+            whole = [lv.load.label() for lv, ms in open_ if len(ms) == len(lv.mlperf or ())]
+            part = [
+                f"{', '.join(f'{_name(m.metric)} p{100 * m.percentile:.10g}' for m in ms)} at {lv.load.label()}"
+                for lv, ms in open_
+                if len(ms) < len(lv.mlperf or ())
+            ]
+            where = "; ".join(([f"at {', '.join(whole)}"] if whole else []) + part)
         else:
             where = "at " + ", ".join(lv.load.label() for lv, _ in open_)
     return f"MLPerf early stopping: undecided {where} (needs ≥ {need:,} queries at {pcts})"

@@ -411,3 +411,18 @@ def test_issue_37_report_card() -> None:
     assert "9.85 req/s" in card and "95% interval 6.41–12.8 req/s" in card
     notes = mlperf_notes(summary.levels)
     assert notes.count("<li>") == 1 and "not shown" not in notes
+
+
+def test_the_undecided_mlperf_line_names_the_open_checks_of_a_level_with_a_decided_one() -> None:
+    """The demo's case: at 32 users the TTFT check failed and the TPOT check is still open;
+    the one line must not say the whole level is undecided."""
+    from loadgen.report.verdict_lines import mlperf_line, mlperf_undecided_line
+
+    quiet = make_level("concurrency", 4, 1.0, (0.95, 1.0))
+    busy = make_level("concurrency", 32, 0.27, (0.2, 0.35), mlperf=(93, 68))
+    tpot = dataclasses.replace(quiet.mlperf[0], metric="tpot_ms") if quiet.mlperf else None
+    assert tpot is not None and busy.mlperf
+    busy = dataclasses.replace(busy, mlperf=[busy.mlperf[0], tpot])
+    assert "failed (68 of 93" in mlperf_line(busy)
+    line = mlperf_undecided_line([quiet, busy])
+    assert line.startswith("MLPerf early stopping: undecided at 4 users; TPOT p99 at 32 users (needs ≥"), line
