@@ -411,3 +411,23 @@ def test_issue_37_report_card() -> None:
     assert "9.85 req/s" in card and "95% interval 6.41–12.8 req/s" in card
     notes = mlperf_notes(summary.levels)
     assert notes.count("<li>") == 1 and "not shown" not in notes
+
+
+def test_the_capacity_words_write_shares_by_the_one_rule() -> None:
+    """A target of 99.9% and a level at 99.6%: the words say so, as the capacity line's head and
+    the level table do (fmt_share), never "missed 100% attainment (attainment 100%, fail)"."""
+    levels = [
+        make_level("rate", 1, 0.996, (0.99, 0.997)),
+        make_level("rate", 2, 0.99, (0.98, 0.995)),
+    ]
+    summary = summarize_run(levels, mode="rate", attainment_target=0.999)
+    console = Console(width=500, record=True, color_system=None)
+    show_summary(summary, console, Path("run"))
+    text = console.export_text()
+    assert (
+        "capacity at ttft=500ms (99.9% attainment): never met — the lowest of the 2 rate levels, 1 req/s, "
+        "missed 99.9% attainment (attainment 99.6%, fail)"
+    ) in text
+    assert "undecided" not in text.split("capacity at")[1] and "100%" not in text
+    card = _text(answer_cards(summary).split('id="answer-capacity">')[1].split('id="answer-knee"')[0])
+    assert "missed 99.9% attainment (attainment 99.6%, fail)" in card and "100%" not in card
