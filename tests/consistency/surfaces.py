@@ -275,7 +275,8 @@ def check_level_line(lv: LevelSummary, line: str) -> list[str]:
                 break
         else:
             bad.append(f"level {lv.load.label()}: {seg!r} is not in the map")
-    bad += [f"level {lv.load.label()}: {t!r}" for t in tails if not summary_words(lv, t)]
+    tail = "; ".join(tails)  # a verdict's reasons are joined by "; " too: the tail is read whole
+    bad += [f"level {lv.load.label()}: {tail!r}"] if tail and not summary_words(lv, tail) else []
     return bad
 
 
