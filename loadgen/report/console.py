@@ -555,8 +555,8 @@ def show_summary(summary: RunSummary, console: Console, folder: Path, api: str =
         console.print(table)
         for line in level_notes(levels):
             console.print(line, style="yellow", highlight=False, markup=False, soft_wrap=True)
-        for line in answer_lines(summary):
-            console.print(line)
+        for line in answer_lines(summary):  # one line each, as the notes: never cut inside a verdict
+            console.print(line, soft_wrap=True)
     for line in session_lines(levels):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     tokens = "" if all(lv.non_streamed is not None for lv in levels) else token_source_line(levels)

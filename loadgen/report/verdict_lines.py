@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from loadgen.metrics.capacity import LevelVerdict, judged_levels, level_verdict
 from loadgen.metrics.catalog import METRICS
 from loadgen.metrics.results import Capacity, LevelSummary, RunSummary, unit_label
+from loadgen.numfmt import fmt_share
 from loadgen.report.live import fmt_latency
 from loadgen.report.page import fmt
 
@@ -191,7 +192,7 @@ def capacity_words(summary: RunSummary) -> CapacityWords | None:
     judged = _judged(summary)
     if cap is None or not cap.slos or not judged:
         return None
-    unit, tgt = unit_label(cap.mode), f"{100 * cap.target:.0f}%"
+    unit, tgt = unit_label(cap.mode), fmt_share(cap.target)  # as the capacity line heads it
     verdicts = [level_verdict(lv, cap.target) for lv in judged]
     kind = f"{cap.mode} " if cap.mode else ""
     scope = f"{len(judged)} {kind}level{'s' if len(judged) != 1 else ''}"
@@ -232,5 +233,4 @@ def _why(level: LevelSummary, v: LevelVerdict) -> str:
     """Why a level missed, as the level table shows it: its attainment and verdict."""
     if v.reason in ("non-stationary", "no requests"):
         return f"{v.reason}: {v.verdict}"
-    att = level.goodput.slo_attainment
-    return f"attainment {'–' if att is None else f'{100 * att:.0f}%'}, {v.verdict}"
+    return f"attainment {fmt_share(level.goodput.slo_attainment)}, {v.verdict}"  # as the level table's

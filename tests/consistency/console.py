@@ -17,8 +17,13 @@ from tests.consistency.surfaces import (
     CONSOLE_LEVEL_COLUMNS,
     Check,
     capacity_truths,
+    check_capacity_value,
+    check_capacity_words,
     check_level_line,
     check_level_table,
+    check_mlperf_undecided,
+    check_unbounded_line,
+    check_window_line,
     confidence_truths,
     mlperf_truths,
     numbers_among,
@@ -39,12 +44,15 @@ def _among(truths: Callable[[RunSummary, LevelSummary | None], list[float | None
 
 
 def _capacity(s: RunSummary, _: LevelSummary | None, m: re.Match[str]) -> list[str]:
+    """``capacity at SLOS (90% attainment): VALUE — VERDICT``: the SLOs, target and value are
+    the capacity's, the verdict its words (:func:`check_capacity_words`)."""
     cap = s.capacity
-    bad = _among(lambda s, lv: capacity_truths(s))(s, None, m)
-    v = re.search(r": ([\d.,e+]+) (?:users?|req/s) \(between", m[0])
-    if cap is not None and cap.status == "ok" and (v is None or not number(v.group(1)).agrees(cap.value)):
-        bad.append(f"{m[0]!r}: the capacity is {cap.value}")
-    return bad
+    if cap is None:
+        return [f"{m[0]!r}: the summary has no capacity"]
+    bad = [] if m["slos"] == ", ".join(cap.slos) else [f"{m[0]!r}: the SLOs are {cap.slos}"]
+    if not number(m["t"]).agrees(cap.target, 100.0):
+        bad.append(f"{m[0]!r}: the target is {cap.target}")
+    return bad + check_capacity_value(s, m["value"]) + check_capacity_words(s, m["verdict"])
 
 
 def steady_truths(lv: LevelSummary) -> list[float | None]:
@@ -60,24 +68,34 @@ def steady_truths(lv: LevelSummary) -> list[float | None]:
 
 
 def _steady(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
+    """A steady-state note: the summary's reasons (each trend found: a level may rise in its
+    batch medians and its 10th percentiles, only one of them in ``steady_state.ttft``) and
+    the warm-up cut or a trend's drift and t."""
     assert lv is not None
-    left = numbers_among(m["rest"], steady_truths(lv))
+    rest = m["rest"]
+    for reason in sorted(lv.steady_state.reasons if lv.steady_state else (), key=len, reverse=True):
+        rest = rest.replace(reason, "")
+    left = numbers_among(rest, steady_truths(lv))
     return [f"{m[0]!r}: {left} not in the steady-state verdict"] if left else []
 
 
 def _unbounded(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
-    """``±— not bounded: TTFT p99; ITL p99 (…; REASON)``: the reason is one of the level's."""
+    """One level's ``±— not bounded: TTFT p99; ITL p99 (…; e.g. TTFT p99: REASON, its n_eff 7.1)``."""
     assert lv is not None
-    reasons = [
-        iv.reason
-        for d in (lv.ttft_ms, lv.itl_ms, lv.tpot_ms, lv.e2e_ms)
-        for iv in (d.intervals or {}).values()
-        if iv.reason
-    ]
-    rest = m["rest"]
-    for r in sorted(reasons, key=len, reverse=True):
-        rest = rest.replace(r, "")
-    return [f"{m[0]!r}: numbers not in the level's interval reasons"] if numbers(rest) else []
+    return check_unbounded_line([("", lv)], m["rest"])
+
+
+def _unbounded_table(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
+    """The level table's ``±— not bounded: TTFT p99 at 1 user, 4 users (…)``: levels by their labels."""
+    return check_unbounded_line([(x.load.label(), x) for x in s.levels], m[0])
+
+
+def _intervals_table(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
+    """``±: 95% intervals (…); n_eff: each level's TTFT mean, …``: the levels' confidences."""
+    confs = sorted({iv.confidence for x in s.levels if (iv := (x.ttft_ms.intervals or {}).get("mean")) is not None})
+    shown = m["conf"].split(" / ")
+    ok = len(shown) == len(confs) and all(number(t.removesuffix("%")).agrees(c, 100.0) for t, c in zip(shown, confs))
+    return [] if ok else [f"{m[0]!r}: the confidences are {confs}"]
 
 
 def _words(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
@@ -105,7 +123,6 @@ def _schedule(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[
 # a level's note: "LABEL: ..." (report/console.py level_notes)
 NOTE_RULES: list[tuple[str, LineCheck]] = [
     (r"MLPerf early stopping.*", _among(lambda s, lv: mlperf_truths(lv) if lv else [])),
-    (r"±— not bounded: .*", _unbounded),
     (r"client-bound: .*", _words),
     (r"(?:non-stationary|warm-up): .*", _steady),
     (r"note: .*", _words),
@@ -117,7 +134,12 @@ LINE_RULES: list[tuple[str, LineCheck | None]] = [
     (r"workers: .*", None),  # the worker plan: estimates for sizing, not measurements
     (r"(?:run folder|report|result|comparison): .*", None),  # paths
     (r"─+ .* ─+", None),  # the demo's section rules (server flags)
-    (r"capacity at .*", _capacity),
+    (r"capacity at (?P<slos>.+) \((?P<t>\S+)% attainment\): (?P<value>.+?) — (?P<verdict>.+)", _capacity),
+    # the capacity's notes, indented under it
+    (r"(?:judged|not judged|undecided|met \S+ again).*", lambda s, lv, m: check_capacity_words(s, m[0])),
+    (r"MLPerf early stopping: undecided .*", lambda s, lv, m: check_mlperf_undecided(s.levels, m[0])),
+    (r"±— not bounded: .*", _unbounded_table),
+    (r"±: (?P<conf>.+?) intervals \(.*\); n_eff: each level's TTFT mean, requests in send order", _intervals_table),
     (r"capacity interval .*", _among(lambda s, lv: capacity_truths(s) + confidence_truths(s))),
     (r"saturation.*", _among(lambda s, lv: saturation_truths(s))),
     (r"output tokens .*", _no_numbers),
@@ -301,12 +323,17 @@ ONE_LEVEL_RULES: list[tuple[str, LineCheck | None]] = [
         _requests_line,
     ),
     (
-        rf"SLO (?P<slos>.+): attainment (?P<att>\S+)%(?: \[(?P<lo>[\d.]+)–(?P<hi>[\d.]+)%\])?\s+goodput (?P<good>{_V}) req/s",
+        rf"SLO (?P<slos>.+): attainment (?P<att>\S+)%(?: \[(?P<lo>[\d.]+)%, (?P<hi>[\d.]+)%\])?\s+goodput (?P<good>{_V}) req/s",
         _slo_line,
     ),
-    (r"±: (?P<conf>\S+)% intervals .*; n_eff (?P<neff>\S+) of (?P<n>\d+) requests \(TTFT, send order\)", _pm_line),
+    (
+        r"±: (?P<conf>\S+)% intervals .*; n_eff (?P<neff>\S+) of (?P<n>\d+) \(TTFT mean\), requests in send order",
+        _pm_line,
+    ),
+    (r"rates over .*", lambda s, lv, m: [] if lv is None else check_window_line(lv, m[0])),
     (r"check (?P<slo>\S+): (?P<v>\S+) (?P<unit>ms|s) (?P<verdict>pass|FAIL)", _check_line),
     (r"client: (?P<verdict>\S+) \(event-loop lag p99 (?P<v>\S+) (?P<unit>ms|s)\)", _client_ok),
+    (r"MLPerf early stopping: undecided .*", lambda s, lv, m: check_mlperf_undecided(s.levels, m[0])),
     (r"(?P<rest>MLPerf early stopping.*)", _among(lambda s, lv: mlperf_truths(lv) if lv else [])),
     (r"(?P<rest>±— not bounded: .*)", _unbounded),
     (r"(?P<rest>client-bound: .*)", _words),

@@ -20,9 +20,10 @@ def _total(d: Any) -> int:
     return 0 if d.mean is None else round(d.mean * d.count)
 
 
-def _per_s(n: Callable[[LevelSummary], float]) -> Callable[[LevelSummary, RunInfo], float | None]:
-    """vLLM's throughput: a count over the level's duration (``completed / duration``)."""
-    return lambda lv, run: n(lv) / lv.duration_s if lv.duration_s else None
+def _whole(key: str) -> Callable[[LevelSummary, RunInfo], float | None]:
+    """vLLM's throughput (``completed / duration``): the summary's whole-window rate
+    (``throughput.whole``), not the headline's held window (docs/metrics.md)."""
+    return lambda lv, run: getattr(lv.throughput.whole_rates(lv.duration_s), key)
 
 
 # vLLM's latency names -> loadgen's distributions (docs/metrics.md: vLLM's ITL is one sample
@@ -64,11 +65,12 @@ SAVE_RESULT: dict[str, SaveCheck] = {
     "duration": lambda lv, run: lv.duration_s,
     "total_input_tokens": lambda lv, run: _total(lv.prompt_tokens),
     "total_output_tokens": lambda lv, run: _total(lv.output_tokens),
-    # vLLM's definitions: completed (or tokens) over the level's duration
-    "request_throughput": _per_s(lambda lv: lv.requests.ok),
-    "output_throughput": _per_s(lambda lv: _total(lv.output_tokens)),
-    "total_token_throughput": _per_s(lambda lv: _total(lv.output_tokens) + _total(lv.prompt_tokens)),
-    "request_goodput": lambda lv, run: lv.goodput.requests_per_s if lv.goodput.slos else None,
+    # vLLM's definitions: completed (or tokens) over the level's whole window, and goodput
+    # over the same window (never the held window's goodput beside the whole window's rates)
+    "request_throughput": _whole("requests_per_s"),
+    "output_throughput": _whole("output_tokens_per_s"),
+    "total_token_throughput": _whole("total_tokens_per_s"),
+    "request_goodput": lambda lv, run: lv.goodput.whole_requests_per_s if lv.goodput.slos else None,
     **{
         f"{word}_{name}_ms": _stat(key, stat)
         for name, key in _VLLM_LATENCIES.items()

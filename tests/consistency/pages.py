@@ -11,8 +11,11 @@ from loadgen.metrics.results import LevelSummary, RunSummary, unit_label
 from tests.consistency.parse import cell, number, numbers
 from tests.consistency.surfaces import (
     REPORT_LEVEL_COLUMNS,
-    capacity_truths,
+    check_capacity_value,
+    check_capacity_words,
     check_level_table,
+    check_mlperf_undecided,
+    check_unbounded_line,
     confidence_truths,
     numbers_among,
     saturation_truths,
@@ -58,15 +61,8 @@ def check_cards(summary: RunSummary, cards: Sequence[dict[str, Any]], where: str
     for c in cards:
         text = " ".join([c["value"], *c["subs"]])
         if c["id"] == "answer-capacity":
-            cap = summary.capacity
-            assert cap is not None
-            unit = unit_label(cap.mode)
-            m = re.fullmatch(rf"(≥ )?(\S+) {re.escape(unit)}|never met|no SLO given", c["value"].strip())
-            if m is None or (m.group(2) and not number(m.group(2)).agrees(cap.value)):
-                bad.append(f"{where}: capacity {c['value']!r} vs {cap.value} ({cap.status})")
-            elif bool(m.group(1)) != (cap.status == "not_reached"):
-                bad.append(f"{where}: capacity {c['value']!r} vs status {cap.status}")
-            left = numbers_among(text, capacity_truths(summary) + confidence_truths(summary))
+            bad += [f"{where}: {x}" for x in check_capacity_card(summary, c["value"], c["subs"])]
+            continue
         elif c["id"] == "answer-knee":
             left = numbers_among(text, saturation_truths(summary))
         else:
@@ -81,12 +77,57 @@ def check_cards(summary: RunSummary, cards: Sequence[dict[str, Any]], where: str
             shown = re.match(r"(\S+) (?:req|tok)/s$", c["value"].strip())
             if shown is None or not number(shown.group(1)).agrees(v):
                 bad.append(f"{where}: {c['id']} {c['value']!r} is not {v}")
-            if not any(s.endswith(f"at {lv.load.label()}") for s in c["subs"]):
-                bad.append(f"{where}: {c['id']} not at {lv.load.label()}: {c['subs']}")
+            at = f"at {lv.load.label()}{_held(lv)}"
+            if not any(s.endswith(at) for s in c["subs"]):
+                bad.append(f"{where}: {c['id']} not {at!r}: {c['subs']}")
             slo_numbers = [float(x) for s in lv.goodput.slos for x in numbers(s)]
-            left = numbers_among(" ".join(c["subs"]).replace(f"at {lv.load.label()}", ""), slo_numbers)
+            left = numbers_among(" ".join(c["subs"]).replace(at, ""), slo_numbers)
         if left:
             bad.append(f"{where}: {c['id']}: {left} in {text!r} not in the summary")
+    return bad
+
+
+def _held(lv: LevelSummary) -> str:
+    """A headline card's window, as the level's ``throughput.window`` has it: its held window
+    (closed loop), its arrival window (open loop), or nothing (the whole window)."""
+    win = lv.throughput.window
+    if win is None or win.rule == "whole":
+        return ""
+    return ", over its held window" if win.rule == "held" else ", over its arrival window"
+
+
+def check_capacity_card(summary: RunSummary, value: str, subs: Sequence[str]) -> list[str]:
+    """The capacity card: its value, the SLOs and target (and the levels it lies between),
+    its verdict and notes in words, and its interval."""
+    cap = summary.capacity
+    assert cap is not None
+    if value.strip() == "no SLO given":
+        return [] if not cap.slos else [f"capacity card: 'no SLO given' for {cap.slos}"]
+    bad = [f"capacity card: {x}" for x in check_capacity_value(summary, value)]
+    unit = unit_label(cap.mode)
+    head = re.fullmatch(
+        rf"(?P<slos>.+) for (?P<t>\S+)% of requests(?:; between (?P<a>\S+) and (?P<b>\S+) {re.escape(unit)})?",
+        subs[0].strip(),
+    )
+    if head is None or head["slos"] != ", ".join(cap.slos) or not number(head["t"]).agrees(cap.target, 100.0):
+        bad.append(f"capacity card: {subs[0]!r} is not {cap.slos} at {cap.target}")
+    elif (head["a"] is None) != (cap.status != "ok" or cap.between is None) or (
+        head["a"] is not None
+        and cap.between is not None
+        and not (number(head["a"]).agrees(cap.between[0]) and number(head["b"]).agrees(cap.between[1]))
+    ):
+        bad.append(f"capacity card: {subs[0]!r}: between {cap.between} ({cap.status})")
+    conf = [c / 100 for c in confidence_truths(summary) if c is not None]
+    for sub in subs[1:]:
+        iv = re.fullmatch(r"(?:(?P<conf>\S+)% )?interval(?P<span>.*)", sub.strip())
+        if iv is None:
+            bad += [f"capacity card: {x}" for x in check_capacity_words(summary, sub)]
+            continue
+        if iv["conf"] is not None and not any(number(iv["conf"]).agrees(c, 100.0) for c in conf):
+            bad.append(f"capacity card: {sub!r}: confidence not the levels'")
+        left = numbers_among(iv["span"], [*(cap.interval or ())])
+        if left or cap.interval is None:
+            bad.append(f"capacity card: {sub!r}: {left} not the capacity interval {cap.interval}")
     return bad
 
 
@@ -171,7 +212,12 @@ def check_banners(summary: RunSummary, banners: Sequence[dict[str, Any]]) -> lis
             if numbers(b["head"] + " ".join(b["items"])):
                 bad.append(f"report: banner {b['id']!r} is not in the map")
             continue
-        left = numbers_among(b["head"], [flagged[b["id"]], len(levels)])
+        head = b["head"]
+        if b["id"] == "mlperf-verdict" and "MLPerf early stopping: undecided" in head:
+            undecided = head[head.index("MLPerf early stopping: undecided") :]
+            bad += [f"report mlperf-verdict: {x}" for x in check_mlperf_undecided(levels, undecided)]
+            head = head.removesuffix(undecided)
+        left = numbers_among(head, [flagged[b["id"]], len(levels)])
         if left:
             bad.append(f"report {b['id']}: {left} in {b['head']!r}")
         for item in b["items"]:
@@ -207,6 +253,11 @@ def check_interval_note(summary: RunSummary, text: str) -> list[str]:
         ):
             bad.append(f"report interval note: level {i + 1}: {want} vs {iv} of {lv.ttft_ms.count}")
     rest = re.sub(r"(\d+): (\S+) of (\d+)", "", text)
+    unbounded = re.search(r"±— not bounded: .*\.$", rest)
+    if unbounded is not None:
+        named = [(str(i + 1), lv) for i, lv in enumerate(summary.levels)]
+        bad += [f"report interval note: {x}" for x in check_unbounded_line(named, unbounded[0], noun="level")]
+        rest = rest[: unbounded.start()]
     for lv in summary.levels:
         for iv in (lv.ttft_ms.intervals or {}).values():
             if iv.reason:

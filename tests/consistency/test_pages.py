@@ -87,3 +87,22 @@ def test_a_page_number_off_in_its_last_digit_is_found(browser: Any, concurrency:
     page["cards"][-1]["value"] = "1 tok/s"
     bad = check_report(summary, page)
     assert len(bad) == 2 and "TTFT p99" in bad[0] and "answer-throughput" in bad[1], bad
+
+
+def test_a_page_verdict_word_or_window_off_is_found(browser: Any, concurrency: Ran) -> None:  # noqa: F811
+    """The report's SLO verdict column, the capacity card's words, a headline card's window and
+    the interval note's unbounded levels: each changed is reported."""
+    page = shown(browser, concurrency.path / "report.html")
+    summary = read_summary(concurrency.path)
+    assert check_report(summary, page) == []
+    rows = next(t for t in page["tables"] if t["id"] == "level-table")["rows"]
+    col = rows[0]["cells"].index("SLO verdict")
+    rows[1]["cells"][col] = "fail" if "pass" in rows[1]["cells"][col] else "pass"
+    card = next(c for c in page["cards"] if c["id"] == "answer-capacity")
+    card["subs"] = [s.replace("judged: 2 ", "judged: 3 ") for s in card["subs"]]
+    card = next(c for c in page["cards"] if c["id"] == "answer-throughput")
+    card["subs"] = [s.replace("held window", "arrival window") for s in card["subs"]]
+    page["notes"]["interval-note"] = page["notes"]["interval-note"].replace("at levels 1, 2", "at level 2", 1)
+    bad = check_report(summary, page)
+    for found in ("SLO verdict: ", "judged 2 levels", "not 'at 4 users, over its held window'", "unbounded at"):
+        assert any(found in x for x in bad), (found, bad)

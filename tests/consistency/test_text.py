@@ -89,3 +89,35 @@ def test_the_demo_prints_each_runs_summary_and_the_lesson(demo: Ran) -> None:
 
     bad += check_lesson(summaries, "The lesson" + lesson)
     assert bad == []
+
+
+def test_a_level_with_several_trends_reads_as_its_summarys_words(concurrency: Ran) -> None:
+    """A non-stationary level whose reasons are several trends (joined by "; ", as the demo's
+    overloaded level prints them: its batch medians and its 10th percentiles) is mapped whole:
+    the reasons are the summary's own words, a changed number in them is not."""
+    import dataclasses
+    import io
+
+    from rich.console import Console
+
+    from loadgen.report.console import level_line, show_summary
+
+    summary = read_summary(concurrency.path)
+    lv = summary.levels[-1]
+    assert lv.steady_state is not None
+    reasons = [
+        "ttft_ms: batch medians rise by 5364% across the level (t = 6.0)",
+        "batch 10th percentiles rise by 6825% across the level (t = 6.4)",
+    ]
+    steady = dataclasses.replace(lv.steady_state, stationary=False, reasons=reasons)
+    levels = [*summary.levels[:-1], dataclasses.replace(lv, steady_state=steady)]
+    summary = dataclasses.replace(summary, levels=levels, capacity=None)  # the capacity judged it stationary
+    console = Console(width=200, record=True, color_system=None, file=io.StringIO())
+    for level in summary.levels:
+        console.print(level_line(level), soft_wrap=True, highlight=False, markup=False)
+    show_summary(summary, console, Path("run"))
+    text = console.export_text()
+    assert text.count("6825%") == 2  # the level line and the note under the table
+    assert check_run_console(summary, text) == [], text
+    bad = check_run_console(summary, text.replace("6825%", "6826%"))
+    assert len(bad) == 2 and all("6826%" in x for x in bad), bad

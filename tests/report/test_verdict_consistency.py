@@ -426,3 +426,23 @@ def test_the_undecided_mlperf_line_names_the_open_checks_of_a_level_with_a_decid
     assert "failed (68 of 93" in mlperf_line(busy)
     line = mlperf_undecided_line([quiet, busy])
     assert line.startswith("MLPerf early stopping: undecided at 4 users; TPOT p99 at 32 users (needs ≥"), line
+
+
+def test_the_capacity_words_write_shares_by_the_one_rule() -> None:
+    """A target of 99.9% and a level at 99.6%: the words say so, as the capacity line's head and
+    the level table do (fmt_share), never "missed 100% attainment (attainment 100%, fail)"."""
+    levels = [
+        make_level("rate", 1, 0.996, (0.99, 0.997)),
+        make_level("rate", 2, 0.99, (0.98, 0.995)),
+    ]
+    summary = summarize_run(levels, mode="rate", attainment_target=0.999)
+    console = Console(width=500, record=True, color_system=None)
+    show_summary(summary, console, Path("run"))
+    text = console.export_text()
+    assert (
+        "capacity at ttft=500ms (99.9% attainment): never met — the lowest of the 2 rate levels, 1 req/s, "
+        "missed 99.9% attainment (attainment 99.6%, fail)"
+    ) in text
+    assert "undecided" not in text.split("capacity at")[1] and "100%" not in text
+    card = _text(answer_cards(summary).split('id="answer-capacity">')[1].split('id="answer-knee"')[0])
+    assert "missed 99.9% attainment (attainment 99.6%, fail)" in card and "100%" not in card
