@@ -564,7 +564,8 @@ def check_unbounded_line(levels: Sequence[tuple[str, LevelSummary]], text: str, 
 
 def check_mlperf_undecided(levels: Sequence[LevelSummary], text: str) -> list[str]:
     """``MLPerf early stopping: undecided at every level (needs ≥ 459 queries at p99)``: the
-    levels named are those with a check that decided nothing, the count the fewest queries
+    levels named are those with a check that decided nothing (a level where another check
+    decided names its open ones: ``...; TPOT p99 at 32 users``), the count the fewest queries
     such a check needs, the percentiles theirs."""
     m = re.fullmatch(
         r"MLPerf early stopping: undecided (?P<where>at every level|at its level|at every level but .+|at .+) "
@@ -593,6 +594,19 @@ def check_mlperf_undecided(levels: Sequence[LevelSummary], text: str) -> list[st
     elif where.startswith("at every level but "):
         decided = [lv.load.label() for lv in checked if all(lv is not o for o, _ in open_)]
         ok = where.removeprefix("at every level but ") == ", ".join(decided)
+    elif "; " in where or not where.startswith("at "):  # levels with a decided check name their open ones
+        whole = [lv.load.label() for lv, cs in open_ if len(cs) == len(lv.mlperf or ())]
+        parts = where.split("; ")
+        listed = parts[0].removeprefix("at ").split(", ") if parts[0].startswith("at ") else []
+        ok = listed == whole
+        partial = {lv.load.label(): cs for lv, cs in open_ if len(cs) < len(lv.mlperf or ())}
+        named = parts[1:] if listed else parts
+        ok = ok and len(named) == len(partial)
+        for part in named:
+            names, _, label = part.rpartition(" at ")
+            cs = partial.get(label)
+            pct = [n.rsplit(" ", 1)[-1] for n in names.split(", ")]
+            ok = ok and cs is not None and pct == [f"p{100 * c.percentile:.10g}" for c in cs]
     else:
         ok = where.removeprefix("at ") == ", ".join(labels)
     if not ok:

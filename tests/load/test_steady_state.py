@@ -75,8 +75,8 @@ def test_an_overloaded_open_loop_is_non_stationary_and_fails_the_capacity_search
         mode="rate",
         rate_low=12.0,
         rate_high=96.0,
-        max_levels=3,
-        requests=40,
+        max_levels=4,  # one more: an undecided 12 req/s (correlated under CPU load) is run again
+        requests=60,
         arrival="constant",
     )
     with ServerProcess([*server, "--time-scale", "0.25"]) as url:
@@ -91,8 +91,12 @@ def test_an_overloaded_open_loop_is_non_stationary_and_fails_the_capacity_search
         )
         out = io.StringIO()
         outcome = execute(cfg, Console(file=out, width=200))
-    low, high, mid = outcome.summary.levels
-    assert [lv.load.value for lv in (low, high, mid)] == [12.0, 96.0, 54.0]  # 96 failed: bisect, not double
+    loads = [lv.load.value for lv in outcome.summary.levels]
+    # 96 failed: bisect, not double (12 may be run twice: undecided, then with twice the requests)
+    assert [v for k, v in enumerate(loads) if k == 0 or v != loads[k - 1]] == [12.0, 96.0, 54.0], loads
+    by_load = {lv.load.value: lv for lv in outcome.summary.levels}  # a load run twice: its last run counts
+    low, high = by_load[12.0], by_load[96.0]
+    assert not by_load[54.0].stationary  # the bisection's level: overloaded too
     assert low.stationary and low.goodput.slo_attainment == 1.0
     assert high.goodput.slo_attainment == 1.0 and not high.stationary
     assert high.steady_state is not None and high.steady_state.ttft.metric == "ttft_queued_ms"
@@ -101,11 +105,13 @@ def test_an_overloaded_open_loop_is_non_stationary_and_fails_the_capacity_search
     assert any(r.startswith("ttft_queued_ms: batch medians rise") for r in high.steady_state.reasons)
     cap = outcome.summary.capacity
     assert cap is not None and cap.status == "ok" and cap.between == [12.0, 54.0]
-    assert cap.interval == [12.0, 54.0]  # 40 of 40 met: Wilson's lower bound 0.907 is above 90%
+    # 54 req/s is shown to fail (non-stationary); 12 req/s, every request met, is shown to pass
+    # unless its latencies' correlation (CPU load) keeps its attainment interval below 90%
+    assert cap.interval is not None and cap.interval[1] == 54.0 and cap.interval[0] in (12.0, None)
     text = out.getvalue()
     assert "96 req/s: non-stationary: ttft_queued_ms: batch medians rise" in text
-    assert "shown to pass at 12 req/s, shown to fail at 54 req/s" in text
+    assert "shown to fail at 54 req/s" in text
     page = render_run_report(tmp_path / "cap").read_text(encoding="utf-8")
-    assert 'id="steady-verdict"' in page and "level 2 (96 req/s): non-stationary" in page
+    assert 'id="steady-verdict"' in page and f"level {loads.index(96.0) + 1} (96 req/s): non-stationary" in page
     queued = np.array([lv.ttft_queued_ms.p50 or 0.0 for lv in (low, high)])
     assert queued[1] > 10 * queued[0]  # the queue the trend test saw
