@@ -30,8 +30,8 @@ def _feed(watch: LevelWatch, ttft_ms: npt.NDArray[np.float64], now: list[int]) -
     return ttft_ms.size
 
 
-def _watch(text: str, now: list[int], **bounds: float) -> LevelWatch:
-    return LevelWatch([parse_target(text)], 0.95, clock=lambda: now[0], **bounds)  # type: ignore[arg-type]
+def _watch(text: str, now: list[int], max_duration_s: float | None = None) -> LevelWatch:
+    return LevelWatch([parse_target(text)], 0.95, clock=lambda: now[0], max_duration_s=max_duration_s)
 
 
 def _wandering(n: int) -> npt.NDArray[np.float64]:
@@ -52,7 +52,10 @@ def test_an_unreachable_target_stops_early_with_the_projection() -> None:
     reason = watch.reason("max-duration")
     assert watch.unreachable is not None and took < 6000 / 2, (took, reason)
     assert reason.startswith("precision not reachable: ttft.p99 ±10% needs "), reason
-    m = re.search(r"needs (?:at least )?~([\d,]+) requests .*more than max-duration allows at the measured rate \(~([\d,]+)\)", reason)
+    m = re.search(
+        r"needs (?:at least )?~([\d,]+) requests .*more than max-duration allows at the measured rate \(~([\d,]+)\)",
+        reason,
+    )
     assert m is not None, reason
     need, cap = (int(g.replace(",", "")) for g in m.groups())
     assert need > 2 * cap and 0.8 * 6000 <= cap <= 1.2 * 6000, reason
