@@ -1,5 +1,6 @@
 """Run until precise (``--precision``): targets parsed, errors on one line, and levels that
-stop when precise (a quiet server) or at ``--max-duration`` (a server with random stalls),
+stop when precise (a quiet server), at ``--max-duration`` (a server with random stalls), or
+early where the target is out of reach (the reference sim's p99 at 8 users),
 closed and open loop, in process and over worker processes, single requests, sessions and
 trace replays (one that runs out before its targets are met says so).
 
@@ -8,6 +9,7 @@ Every run is bounded in time (``--max-duration``) and requests (``--requests``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from loadgen.load.precision import parse_target
 from loadgen.metrics.sequential import Target
 from loadgen.records import LEVEL_STRIDE
 from loadgen.report.files import read_records
+from loadgen.server.process import ServerProcess
 from tests.scripted_server import Script, ScriptedServerProcess
 
 runner = CliRunner()
@@ -44,7 +47,7 @@ def noisy() -> Iterator[ScriptedServerProcess]:
 
 
 def _run(url: str, out: Path, *args: str) -> list[dict[str, Any]]:
-    lengths = [] if "--workload" in args or "--trace" in args else SHORT
+    lengths = [] if {"--workload", "--trace", "--prompt-tokens"} & set(args) else SHORT
     res = runner.invoke(app, ["run", "--url", url, *COMMON, *lengths, "--out", str(out), *args])
     assert res.exit_code == 0, res.output
     levels: list[dict[str, Any]] = json.loads((out / "summary.json").read_text())["levels"]
@@ -99,20 +102,62 @@ def test_a_quiet_server_stops_when_precise(quiet: ScriptedServerProcess, tmp_pat
 
 
 def test_a_noisy_server_hits_the_maximum_and_says_what_it_missed(noisy: ScriptedServerProcess, tmp_path: Path) -> None:
+    """4 users of requests that take >= 20 ms send at most 400 in 2 s: too few for the third
+    look, so no projection ends the level early; the maximum does, with the missed target
+    and the requests it would need."""
     (level,) = _run(
         noisy.url,
         tmp_path / "n",
         "--concurrency",
-        "16",
+        "4",
         "--precision",
         "ttft.p99=5%",
         "--max-duration",
-        "3",
+        "2",
         "--requests",
         "100000",
     )
-    assert str(level["stopped"]).startswith("max-duration: ttft.p99 "), level["stopped"]
-    assert "> 5%" in str(level["stopped"]) or "not bounded" in str(level["stopped"])
+    stopped = str(level["stopped"])
+    assert stopped.startswith("max-duration: ttft.p99 "), stopped
+    assert "> 5%" in stopped or "not bounded" in stopped
+    assert re.search(r"; ttft\.p99 ±5% needs (at least )?~[\d,]+ requests \(n_eff/n = ", stopped), stopped
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[str]:
+    with ServerProcess(["--engine", "sim", "--gpu", "h100", "--model", "llama-3.1-8b"]) as url:
+        yield url
+
+
+def test_an_unreachable_p99_on_the_sim_stops_early_and_says_why(sim: str, tmp_path: Path) -> None:
+    """Issue 38: the reference sim at 8 users correlates its TTFTs over thousands of
+    requests, so a 10% p99 is out of reach of a 60 s level; the level ends at an early look
+    with the requests it would need, not at the maximum."""
+    (level,) = _run(
+        sim,
+        tmp_path / "sim",
+        "--concurrency",
+        "8",
+        "--prompt-tokens",
+        "128",
+        "--output-tokens",
+        "16",
+        "--precision",
+        "ttft.p99=10%",
+        "--max-duration",
+        "60",
+        "--requests",
+        "100000",
+    )
+    stopped = str(level["stopped"])
+    m = re.fullmatch(
+        r"precision not reachable: ttft\.p99 ±10% needs (?:at least )?~([\d,]+) requests \(n_eff/n = [\d.e-]+ at "
+        r"[\d,]+, look \d+\), more than max-duration allows at the measured rate \(~([\d,]+)\); .* use --trials",
+        stopped,
+    )
+    assert m is not None, stopped
+    need, allows = (int(g.replace(",", "")) for g in m.groups())
+    assert need > 2 * allows > level["requests"]["total"], stopped
 
 
 def test_open_loop_over_worker_processes_stops_when_precise(quiet: ScriptedServerProcess, tmp_path: Path) -> None:

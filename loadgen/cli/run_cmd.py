@@ -215,7 +215,10 @@ MaxDuration = Annotated[
     _opt(
         "--max-duration",
         panel=_LOAD,
-        help="With --precision: seconds after which a level stops, precise or not (default 600)",
+        help=(
+            "With --precision: seconds after which a level stops, precise or not (default 600); "
+            "it stops sooner, saying so, once a target needs over twice the requests this allows"
+        ),
     ),
 ]
 Warmup = Annotated[OptInt, _opt("--warmup", panel=_LOAD, help="Requests sent first in each level and excluded")]

@@ -11,7 +11,13 @@ requests), each look at its own spent confidence, so that the interval where the
 stops is valid although the level was looked at many times. When a look finds every
 target met and the level has lasted ``min_duration_s``, :meth:`LevelWatch.add` says so
 once, and the executor ends the level as its duration would (no new request; those in
-flight finish). :meth:`LevelWatch.reason` says why the level stopped, for its summary.
+flight finish). From the third look on (and :data:`PROJECT_MIN` measured requests), each look
+also projects the requests every unmet target needs at its measured ``n_eff / n``
+(:meth:`~loadgen.metrics.sequential.PrecisionRule.project`); when one needs over
+:data:`MARGIN` times what ``--max-duration`` allows at the measured rate (or ``--requests``),
+the level ends early, after ``min_duration_s``, as ``precision not reachable: …``.
+:meth:`LevelWatch.reason` says why the level stopped, for its summary (docs/metrics.md,
+"Uncertainty": Run until precise).
 
 Values are the level summary's own (:func:`~loadgen.metrics.per_request.per_request_frame`
 of the successful, non-warm-up records, in send order); records are framed in blocks of
@@ -31,13 +37,16 @@ import numpy.typing as npt
 
 from loadgen.metrics.catalog import Metric, by_precision, metrics, per_request
 from loadgen.metrics.per_request import per_request_frame
-from loadgen.metrics.sequential import Decision, PrecisionRule, Target
+from loadgen.metrics.sequential import Decision, PrecisionRule, Projection, Target
 from loadgen.metrics.uncertainty import REFUSED, Interval, needed_n_eff
 from loadgen.records import RequestRecord
 
-__all__ = ["BLOCK", "LevelWatch", "Spec", "parse_target", "precision_rule"]
+__all__ = ["BLOCK", "MARGIN", "PROJECT_LOOKS", "PROJECT_MIN", "LevelWatch", "Spec", "parse_target", "precision_rule"]
 
 BLOCK = 256  # records framed at a time
+PROJECT_LOOKS = 3  # looks before a projection may end a level (n_eff of the first ones is noise)
+PROJECT_MIN = 450  # measured requests before a projection may end a level (the third look's)
+MARGIN = 2.0  # a level ends early when a target needs more than this many times what its bounds allow
 _STAT = re.compile(r"p(\d+(?:\.\d+)?)")
 
 
@@ -95,7 +104,9 @@ def _pct(x: float) -> str:
 class LevelWatch:
     """One level's records against its precision targets (see the module docstring).
 
-    ``clock`` is the monotonic clock the records' times are on (``perf_counter_ns``)."""
+    ``clock`` is the monotonic clock the records' times are on (``perf_counter_ns``);
+    ``max_duration_s`` and ``max_requests`` (measured) bound the level, None where unbounded:
+    what a projection is held against."""
 
     def __init__(
         self,
@@ -103,10 +114,15 @@ class LevelWatch:
         confidence: float = 0.95,
         min_duration_s: float = 0.0,
         clock: Callable[[], int] = time.perf_counter_ns,
+        *,
+        max_duration_s: float | None = None,
+        max_requests: int | None = None,
     ) -> None:
         self.specs = list(specs)
         self.rule = precision_rule(self.specs, confidence)
         self.min_ns = int(min_duration_s * 1e9)
+        self.max_ns = None if max_duration_s is None else int(max_duration_s * 1e9)
+        self.max_requests = max_requests
         self._clock = clock
         # the targets' metrics by --precision spelling (parse_target found each)
         self._metrics: dict[str, Metric] = {
@@ -118,10 +134,12 @@ class LevelWatch:
         self._looks = self.rule.looks(1 << 62)
         self._next = next(self._looks)
         self._first_ns = 0  # the earliest send seen: the level's start, near enough
+        self._measured_ns = 0  # the earliest measured (not warm-up) send seen
         self.measured = 0  # finished non-warm-up records
         self.looks = 0
         self.decision: Decision | None = None  # the last look's
         self.met = False  # a look found every target met after min_duration_s: the level ends
+        self.unreachable: str | None = None  # a look projected a target out of reach: why (the level ends)
 
     def add(self, records: Iterable[RequestRecord]) -> bool:
         """Take finished records; True once, when the level should end now."""
@@ -130,17 +148,69 @@ class LevelWatch:
             if t and (not self._first_ns or t < self._first_ns):
                 self._first_ns = t
             if not rec.warmup:
+                if t and (not self._measured_ns or t < self._measured_ns):
+                    self._measured_ns = t
                 self.measured += 1
                 self._pending.append(rec)
         if len(self._pending) >= BLOCK:
             self._frame()
-        if self.met or self.measured < self._next:
+        if self.met or self.unreachable is not None or self.measured < self._next:
             return False
         self.decision = self._look()
         while self._next <= self.measured:
             self._next = next(self._looks)
-        self.met = self.decision.stop and self._clock() - self._first_ns >= self.min_ns
-        return self.met
+        lasted = self._clock() - self._first_ns >= self.min_ns
+        if self.decision.stop:
+            self.met = lasted
+            return self.met
+        if lasted:
+            self.unreachable = self._out_of_reach(self.decision)
+        return self.unreachable is not None
+
+    def _out_of_reach(self, d: Decision) -> str | None:
+        """``precision not reachable: …`` when an unmet target's projection needs over
+        :data:`MARGIN` times the requests the level's bounds allow (None otherwise, and
+        before :data:`PROJECT_LOOKS` looks and :data:`PROJECT_MIN` requests)."""
+        now = self._clock()
+        measuring = now - self._measured_ns
+        if self.looks < PROJECT_LOOKS or self.measured < PROJECT_MIN or measuring <= 0:
+            return None
+        bounds = []
+        if self.max_ns is not None:  # those measured, and the measured rate over the time left
+            left = max(0, self.max_ns - (now - self._first_ns))
+            bounds.append((self.measured * (1 + left / measuring), "max-duration allows at the measured rate"))
+        if self.max_requests is not None:
+            bounds.append((float(self.max_requests), "--requests allows"))
+        if not bounds:
+            return None
+        cap, allows = min(bounds)
+        worst = self._worst(d)
+        if worst is None or worst[0] <= MARGIN * cap:
+            return None
+        return (
+            f"precision not reachable: {self._needs(d, *worst)}, more than {allows} (~{cap:,.0f}){self._why(worst[1])}"
+        )
+
+    def _worst(self, d: Decision) -> tuple[float, Projection] | None:
+        """The unmet target that needs the most requests (those without a value too), and how many."""
+        out = [(p.needed_n * self.measured / p.n, p) for p in self.rule.project(d)]
+        return max(out, key=lambda t: t[0]) if out else None
+
+    def _needs(self, d: Decision, need: float, p: Projection) -> str:
+        spec = next(s for s in self.specs if s.target == p.target)
+        at = "at least " if p.floor else ""
+        return (
+            f"{spec.label} ±{spec.text.partition('=')[2].strip()} needs {at}~{need:,.0f} requests "
+            f"(n_eff/n = {p.ratio:.2g} at {d.n:,}, look {d.look})"
+        )
+
+    @staticmethod
+    def _why(p: Projection) -> str:
+        if p.refused:
+            return "; correlation spans the level — use --trials"
+        if p.ratio < 0.1:
+            return f"; correlation too long (τ ≈ {1 / p.ratio:,.0f} requests) — use --trials"
+        return ""
 
     def _frame(self) -> None:
         if not self._pending:
@@ -186,13 +256,17 @@ class LevelWatch:
         return f"{', '.join(parts)} at {d.n:,} requests (look {d.look})"
 
     def reason(self, end: str) -> str:
-        """Why the level stopped: ``precision met: …``, or ``END: `` (``max-duration``,
+        """Why the level stopped: ``precision met: …``, ``precision not reachable: …``, or ``END: `` (``max-duration``,
         ``requests``, ``interrupted``…) and each target it missed, by how much, at a last
         look over all its records."""
         if self.met and self.decision is not None:
             return f"precision met: {self._met(self.decision)}"
+        if self.unreachable is not None:
+            return self.unreachable
         d = self._look()
         misses = [m for s in self.specs if (m := self._miss(s, d.intervals[s.target.name])) is not None]
         if not misses:
             return f"{end}: precision met at the end: {self._met(d)}"
-        return f"{end}: {'; '.join(misses)}"
+        worst = self._worst(d) if d.n else None
+        needs = "" if worst is None else f"; {self._needs(d, *worst)}{self._why(worst[1])}"
+        return f"{end}: {'; '.join(misses)}{needs}"

@@ -494,7 +494,7 @@ class LevelSummary(JSONRecord):
     sessions: Sessions | None = field(default=None, metadata=key("sessions", omit_none=True))
     by_turn: dict[str, TurnSummary] | None = field(default=None, metadata=key("by_turn", omit_none=True))
     reasoning: Reasoning | None = field(default=None, metadata=key("reasoning", omit_none=True))
-    # run until precise: why the level stopped ("precision met: ...", "max-duration: ttft.p99 ±8.1% > 5%")
+    # run until precise: why the level stopped ("precision met: ...", "precision not reachable: ...", "max-duration: ...")
     stopped: str | None = field(default=None, metadata=key("stopped", omit_none=True))
     steady_state: SteadyState | None = field(default=None, metadata=key("steady_state", omit_none=True))
     mlperf: list[MlperfCheck] | None = field(default=None, metadata=key("mlperf", omit_none=True))

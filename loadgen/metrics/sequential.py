@@ -5,7 +5,9 @@ A level is checked at a fixed schedule of looks (``first``, then growing by ``gr
 confidence ``1 − α / (k (k + 1))``; these spend at most ``α`` in all, so the interval where
 the level stops covers with probability ≥ ``1 − α`` however many looks it took (Bonferroni
 alpha spending). Why not a confidence sequence, and the price in width: docs/metrics.md,
-"Uncertainty" (Run until precise).
+"Uncertainty" (Run until precise). :meth:`PrecisionRule.project` says, from one look, how many
+values a target not yet met would need at the look's ``n_eff / n`` (so that a level whose
+target is out of reach can stop early and say so).
 
 Example::
 
@@ -25,9 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from loadgen.metrics.uncertainty import Interval, mean_interval, percentile_interval
+from loadgen.metrics._dist import t_ppf
+from loadgen.metrics.uncertainty import BATCHES, REFUSED, Interval, mean_interval, needed_n_eff, percentile_interval
 
-__all__ = ["Decision", "PrecisionRule", "Target"]
+__all__ = ["Decision", "PrecisionRule", "Projection", "Target"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,31 @@ class Decision:
     confidence: float
     intervals: Mapping[str, Interval]
     stop: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """What a target not met at a look would need: ``needed_n_eff`` effective values, which
+    at the look's ratio ``n_eff / n`` is ``needed_n`` values. ``floor``: the interval was not
+    bounded, so its width is unknown and ``needed_n`` is the least count that could bound
+    it; ``refused``: the correlation check refused the interval (correlation spans the level)."""
+
+    target: Target
+    n: int
+    n_eff: float
+    needed_n_eff: float
+    needed_n: float
+    floor: bool
+    refused: bool
+
+    @property
+    def ratio(self) -> float:
+        """``n_eff / n`` at the look."""
+        return self.n_eff / self.n
+
+
+def _t(confidence: float) -> float:
+    return t_ppf(1 - (1 - confidence) / 2, BATCHES - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +126,47 @@ class PrecisionRule:
             hw = iv.half_width
             precise = precise and hw is not None and iv.point > 0 and hw / iv.point <= target.relative
         return Decision(look, n, conf, out, precise)
+
+    def look_at(self, n: float) -> int:
+        """The index (from 1) of the first look at ``n`` values or more."""
+        k, at = 1, float(self.first)
+        while int(at) < n:
+            k, at = k + 1, at * self.growth
+        return k
+
+    def project(self, decision: Decision) -> list[Projection]:
+        """For each target ``decision`` did not find met, the values it would need at the
+        same ``n_eff / n``: the half-width shrinks as ``1 / √n_eff``, widened by the later
+        look's spent confidence (Student's ``t`` on the batches' degrees of freedom), and a
+        quantile needs at least :func:`~loadgen.metrics.uncertainty.needed_n_eff` at that
+        confidence to be bounded at all. Where the interval was not bounded only that floor
+        is known (``floor``). Targets without values are left out."""
+        out = []
+        for target in self.targets:
+            iv = decision.intervals[target.name]
+            if iv.n == 0 or not iv.n_eff > 0:
+                continue
+            hw = iv.half_width
+            rel = hw / iv.point if hw is not None and iv.point > 0 else None
+            if rel is not None and rel <= target.relative:
+                continue
+            refused = iv.reason is not None and iv.reason.startswith(REFUSED)
+            ratio = iv.n_eff / iv.n
+            need, k = iv.n_eff, decision.look
+            for _ in range(4):  # the look that reaches the count spends less: iterate to it
+                conf = 1 - self.spent(k)
+                floor = float(BATCHES if refused else 0)  # the check refuses under BATCHES effective values
+                if target.q is not None:
+                    floor = max(floor, float(needed_n_eff(target.q, conf)))
+                wide = (
+                    0.0
+                    if rel is None
+                    else iv.n_eff * (rel / target.relative) ** 2 * (_t(conf) / _t(decision.confidence)) ** 2
+                )
+                need = max(iv.n_eff, floor, wide)
+                k = max(k, self.look_at(need / ratio))
+            out.append(Projection(target, iv.n, iv.n_eff, need, need / ratio, rel is None, refused))
+        return out
 
     def run(self, values_at: Callable[[int], Mapping[str, npt.ArrayLike]], max_n: int) -> Decision:
         """Look along the schedule until precise or ``max_n``; the last decision."""

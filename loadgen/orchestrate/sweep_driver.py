@@ -154,7 +154,15 @@ async def sweep_levels(
                 duration_s=plan.duration_s,
                 sends_s=trial.last_send_s(),
             )
-            watch = None if not prof.precision else LevelWatch(prof.precision, prof.confidence, prof.min_duration_s)
+            watch = None
+            if prof.precision:
+                watch = LevelWatch(
+                    prof.precision,
+                    prof.confidence,
+                    prof.min_duration_s,
+                    max_duration_s=plan.duration_s,
+                    max_requests=plan.requests,
+                )
             results.append(await (runner.run_level(trial) if watch is None else runner.run_level(trial, watch)))
             if watch is not None:
                 reasons.append(watch.reason(_end(results[-1])))
