@@ -201,10 +201,11 @@ def effective_size(values_in_time_order: F64, q: float) -> float:
     (:func:`~loadgen.metrics.level_intervals.time_ordered`'s thinning, blind to the values).
     A thinned series carries less information, so that ``n_eff`` is at most the whole
     series' (equal when the correlation spans more than the step): the interval is wider,
-    never narrower."""
+    never narrower. The median's cap of the summaries' intervals is left out (a tail's
+    difference is judged by the tails' own exceedances: docs/metrics.md, "Comparing runs")."""
     if values_in_time_order.size > MAX_SERIES:  # already in time order: positions are the times
         values_in_time_order, _ = time_ordered(values_in_time_order, np.arange(values_in_time_order.size))
-    return quantile_effective_size(values_in_time_order, q)
+    return quantile_effective_size(values_in_time_order, q, median_cap=False)
 
 
 def quantile_difference(

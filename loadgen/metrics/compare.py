@@ -202,7 +202,11 @@ def _samples(lv: LevelSamples, metric: Metric, ordered: bool = True) -> F64:
 
 def _summary_n_eff(lv: LevelSamples, key: str, stat: str, values: F64) -> float | None:
     """The level summary's ``n_eff`` of ``key``'s ``stat`` (its interval's), when the summary's
-    series is these ``values`` (as many non-NaN ones); None otherwise (or without intervals)."""
+    series is these ``values`` (as many non-NaN ones); None otherwise (or without intervals).
+    A tail's (any percentile but the median) is computed again without the median's cap
+    (:func:`~loadgen.metrics.bootstrap.effective_size`): None."""
+    if stat != "p50":
+        return None
     try:
         dist = lv.summary.dist(key)
     except KeyError:  # a metric registered after the summary was written

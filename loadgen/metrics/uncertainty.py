@@ -330,7 +330,7 @@ def percentile_intervals(values: npt.ArrayLike, qs: Sequence[float], confidence:
     return out
 
 
-def quantile_effective_size(values: npt.ArrayLike, q: float) -> float:
+def quantile_effective_size(values: npt.ArrayLike, q: float, *, median_cap: bool = True) -> float:
     """``n_eff`` for the ``q``-quantile of ``values`` (in time order): that of the
     indicator series ``1{x <= q̂}`` (the smaller of batch means' and Geyer's; as
     Vehtari et al. 2021, *Bayesian Analysis* 16(2), take the indicator for quantiles), at
@@ -338,13 +338,15 @@ def quantile_effective_size(values: npt.ArrayLike, q: float) -> float:
     burst the tail is reached by the bulk's long excursions, which the few tail values cannot
     show; :data:`MEDIAN_TAU`), and in a tail with
     fewer than :data:`RARE_EVENTS` values beyond ``q̂`` at most that of the level with that
-    many (a handful of exceedances cannot show their own clustering)."""
+    many (a handful of exceedances cannot show their own clustering). ``median_cap=False``
+    leaves out the median's cap: the comparison's resampling of a tail (docs/metrics.md,
+    "Comparing runs") judges a difference between two runs' tails by their own exceedances."""
     x = _array(values)
     if x.size == 0:
         return 0.0
     point = float(np.percentile(x, 100 * q))
     n_eff = _rare_capped(x, x <= point, q)
-    return n_eff if q == 0.5 else _median_capped(x, n_eff)
+    return n_eff if q == 0.5 or not median_cap else _median_capped(x, n_eff)
 
 
 def _median_capped(x: Array, n_eff: float) -> float:
