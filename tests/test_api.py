@@ -32,7 +32,7 @@ def test_the_statistics_example_runs_and_says_what_it_cannot_bound(tmp_path: Pat
     assert proc.returncode == 0, proc.stderr[-2000:]
     first, second, third = proc.stdout.splitlines()
     n_eff = float(first.split("n_eff ")[1].split(" of ")[0])
-    assert first.startswith("p99 ") and n_eff < 5_000 / 5  # strongly correlated: far fewer effective samples
+    assert first.startswith("p99 ") and n_eff < 20_000 / 5  # strongly correlated: far fewer effective samples
     assert "bounded=False" in second and third.endswith(" 662")
 
 
