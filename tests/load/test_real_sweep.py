@@ -24,7 +24,7 @@ def test_knee_and_capacity_land_where_the_script_puts_them(tmp_path: Path) -> No
             url=srv.url,
             api="completions",
             workload=workload_from_flags("16", "10"),
-            profile=Profile(levels=[2, 4, 8], requests=24, warmup_requests=0, trim=(0.0, 0.0)),
+            profile=Profile(levels=[2, 4, 8], requests=60, warmup_requests=0, trim=(0.0, 0.0)),
             out=tmp_path / "sweep",
             slos=[parse_slo("ttft=100ms")],
             live=False,
