@@ -452,11 +452,10 @@ class _RunFolder:
         surface print. The records are read back for it (only then); a folder that cannot
         be read keeps the summary as it is."""
         from loadgen.report.rundata import SERVER_METRICS_FILE, RunData, load_run, read_server_metrics
-        from loadgen.report.server_figures import levels_energy
+        from loadgen.report.server_figures import levels_energy, power_samples
 
         folder = self.writer.folder
-        server = read_server_metrics(folder / SERVER_METRICS_FILE)
-        if sum(isinstance(ln.get("power_w"), (int, float)) for ln in server) < 2:
+        if len(power_samples(read_server_metrics(folder / SERVER_METRICS_FILE))) < 2:
             return summary
         self.writer.write_summary(summary.to_json())  # what the folder's reader reads
         try:

@@ -21,7 +21,7 @@ from loadgen.report.plotdata import rounded, spread
 from loadgen.report.rundata import RunData
 from loadgen.report.time_figures import level_bands
 
-__all__ = ["gpu_telemetry", "has_power", "level_energy", "levels_energy", "server_metrics"]
+__all__ = ["gpu_telemetry", "has_power", "level_energy", "levels_energy", "power_samples", "server_metrics"]
 
 
 def _series(lines: Sequence[dict[str, Any]], key: str) -> list[float | None]:
@@ -48,15 +48,20 @@ def _timeline_axes(
     layout["shapes"] = shapes
 
 
+def power_samples(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scraped ``server_metrics.jsonl`` lines that carry a power reading."""
+    return [ln for ln in lines if isinstance(ln.get("power_w"), (int, float))]
+
+
 def has_power(data: RunData) -> bool:
     """Whether the run's scraped server metrics hold power samples (two or more)."""
-    return sum(isinstance(ln.get("power_w"), (int, float)) for ln in data.server) >= 2
+    return len(power_samples(data.server)) >= 2
 
 
 def levels_energy(data: RunData) -> list[LevelEnergy | None]:
     """Each level's :class:`~loadgen.metrics.energy.LevelEnergy` from the power samples
     over its window (first send to last answer): what the run writes into summary.json."""
-    lines = [ln for ln in data.server if isinstance(ln.get("power_w"), (int, float))]
+    lines = power_samples(data.server)
     if len(lines) < 2:
         return [None] * len(data.levels)
     t = np.array([ln["t_ns"] for ln in lines], dtype=np.int64)
