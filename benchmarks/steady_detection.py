@@ -26,31 +26,28 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import _processes as proc
 
 from loadgen.metrics._dist import t_ppf
 from loadgen.metrics.steady import mser5_truncation
 from loadgen.metrics.verdicts import MIN_RISE, steady_state_of
 
-SIGMA = 0.5
 Gen = Callable[[np.random.Generator, int, int], np.ndarray]
-
-
-def iid(rng: np.random.Generator, reps: int, n: int) -> np.ndarray:
-    return np.exp(SIGMA * rng.standard_normal((reps, n)))
+iid = proc.iid  # lognormal, σ = 0.5 on the log scale: the coverage study's generators
 
 
 def ar1(rng: np.random.Generator, reps: int, n: int, phi: float = 0.9) -> np.ndarray:
-    e = rng.standard_normal((reps, n)) * SIGMA * math.sqrt(1 - phi * phi)
-    y = np.empty((reps, n))
-    y[:, 0] = SIGMA * rng.standard_normal(reps)
-    for t in range(1, n):
-        y[:, t] = phi * y[:, t - 1] + e[:, t]
-    return np.exp(y)
+    return proc.ar1(phi)(rng, reps, n)
 
 
 def lindley(
@@ -83,13 +80,7 @@ def bursts(rng: np.random.Generator, reps: int, n: int, p_in: float, p_out: floa
 
 def fgn(rng: np.random.Generator, reps: int, n: int, hurst: float) -> np.ndarray:
     """exp(σ · fractional Gaussian noise) by circulant embedding (Davies & Harte 1987)."""
-    k = np.arange(n + 1, dtype=np.float64)
-    h2 = 2 * hurst
-    g = 0.5 * ((k + 1) ** h2 - 2 * k**h2 + np.abs(k - 1) ** h2)
-    lam = np.maximum(np.fft.fft(np.concatenate([g, g[-2:0:-1]])).real, 0.0)
-    m = lam.size
-    z = rng.standard_normal((reps, m)) + 1j * rng.standard_normal((reps, m))
-    return np.exp(SIGMA * np.fft.fft(np.sqrt(lam / m) * z, axis=1).real[:, :n])
+    return proc.fgn(hurst)(rng, reps, n)
 
 
 FAMILIES: dict[str, Gen] = {
