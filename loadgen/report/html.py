@@ -194,10 +194,6 @@ def client_banner(levels: Sequence[LevelSummary]) -> str:
     )
 
 
-def _pct(v: Any) -> str:
-    return fmt_share(v)
-
-
 def level_table_html(levels: Sequence[LevelSummary], verdicts: Sequence[str] = ()) -> str:
     """One row per level, the console table's columns (and open-loop lateness); ``verdicts``
     (one per level, :func:`~loadgen.report.verdict_lines.level_verdict_cells`) in a column
@@ -243,7 +239,7 @@ def level_table_html(levels: Sequence[LevelSummary], verdicts: Sequence[str] = (
             fmt_ms(lv.itl_ms.p99),
             fmt_ms(lv.tpot_ms.p50),
             fmt_ms(lv.e2e_ms.p50),
-            _pct(good.slo_attainment),
+            fmt_share(good.slo_attainment),
             fmt(good.requests_per_s),
             f'<span class="{"bad" if verdict != "ok" else "good"}">{esc(verdict)}</span>',
         ]
