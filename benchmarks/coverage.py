@@ -17,7 +17,14 @@ order-statistic / Wilson interval, then loadgen's steps one by one (BM10 ∧ Gey
 median cap, the correlation check). ``--sim-runs 25`` adds TTFT of the sim engine (the
 earlier study's family, slow: ~500 s), ``--seq-reps 100`` the sequential rule's check.
 
-    python benchmarks/coverage.py [--reps 500] [--only M/M/1,fGn] [--candidates]
+``--trials 3,5,10`` adds the study of intervals between ``--trials``
+(:func:`loadgen.metrics.trials.trial_interval`, the function a level's summary calls): each
+of ``--trial-reps`` levels runs N independent trials of n; the interval is the pooled value
+± t on the trials' spread, widened to the pooled series' own interval (loadgen's
+within-level one, the trials concatenated in time order). ``study`` can be skipped with
+``--reps 0``.
+
+    python benchmarks/coverage.py [--reps 500] [--only M/M/1,fGn] [--candidates] [--trials 3,5,10]
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ import _candidates as cand
 import _processes as proc
 
 from loadgen.metrics._dist import t_ppf
+from loadgen.metrics.rate_windows import StatInterval
 from loadgen.metrics.sequential import PrecisionRule, Target
+from loadgen.metrics.trials import trial_interval
 from loadgen.metrics.uncertainty import (
     REFUSED,
     Interval,
@@ -195,6 +204,49 @@ def candidates(fams: list[proc.Family], rng: np.random.Generator, reps: int) -> 
                 print(f"{fam.name:<26}{n:>6} {key:<7}" + "".join(out), flush=True)
 
 
+def _stat_interval(iv: Interval) -> StatInterval:
+    return StatInterval(iv.low, iv.high, iv.n_eff, iv.confidence, iv.reason)
+
+
+def trials_study(fams: list[proc.Family], rng: np.random.Generator, reps: int, counts: list[int]) -> None:
+    """Coverage of the intervals between trials, as a level's summary prints them."""
+    most = max(counts)
+    print(
+        f"\nbetween trials ({reps} levels a cell, each of N independent trials of n): "
+        "coverage of printed % ± s.e. (printed %), median width / truth;\n"
+        "'within': the pooled series' own interval alone (the trials in time order, no trials model)"
+    )
+    head = "".join(f"  {f'N={c}':^29}" for c in counts)
+    print(f"{'process':<26}{'n':>6} {'stat':<7}{head}  {'within, N=' + str(counts[0]):^29}")
+    for fam in fams:
+        for n in SIZES:
+            X = fam.gen(rng, reps * most, n).reshape(reps, most, n)
+            slo = fam.truth["p90"]
+            for key, q in STATS:
+                truth = 0.9 if q is None else fam.truth[key]
+                cells = []
+                for c in [*counts, -counts[0]]:
+                    k = abs(c)
+                    lo, hi = np.full(reps, np.nan), np.full(reps, np.nan)
+                    for r in range(reps):
+                        trials = X[r, :k]
+                        pooled = trials.reshape(-1)
+                        if q is None:
+                            within = proportion_interval(pooled <= slo, scores=pooled / slo)
+                            per: list[float | None] = [float(np.mean(t <= slo)) for t in trials]
+                            beyond = None
+                        else:
+                            within = percentile_interval(pooled, q)
+                            per = [float(np.percentile(t, 100 * q)) for t in trials]
+                            beyond = [n * min(q, 1 - q)] * k
+                        w = _stat_interval(within)
+                        iv = w if c < 0 else trial_interval(within.point, per, 0.95, w, beyond=beyond) or w
+                        if iv.low is not None and iv.high is not None:
+                            lo[r], hi[r] = iv.low, iv.high
+                    cells.append(cell(lo, hi, truth, ~np.isnan(lo)))
+                print(f"{fam.name:<26}{n:>6} {key:<7}" + "".join(f"  {x}" for x in cells), flush=True)
+
+
 def sim_ttft(requests: int, users: int, seed: int, warmup: int = 2000) -> np.ndarray:
     """TTFT in send order from one run of the sim engine core, the first ``warmup`` dropped."""
     import random
@@ -260,6 +312,8 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=64)
     ap.add_argument("--seq-reps", type=int, default=0, help="levels for the sequential rule's check (0: none)")
     ap.add_argument("--seq-max", type=int, default=60000)
+    ap.add_argument("--trials", default="", help="trial counts for the between-trials study (3,5,10); none: skipped")
+    ap.add_argument("--trial-reps", type=int, default=300)
     args = ap.parse_args()
     start = time.perf_counter()
     rng = np.random.default_rng(args.seed)
@@ -282,7 +336,10 @@ def main() -> None:
         truth = {k: float(np.percentile(ref, 100 * q)) for k, q in proc.QS.items()}
         how = f"{args.truth_runs} runs of {args.sim_requests:,} (p99 s.e. {1e3 * se:.2f} ms); levels: stretches of {args.sim_runs} runs"
         fams.append(proc.Family("sim TTFT", sim_gen, truth, how))
-    study(fams, rng, args.reps)
+    if args.reps:
+        study(fams, rng, args.reps)
+    if args.trials:
+        trials_study(fams, rng, args.trial_reps, [int(c) for c in args.trials.split(",")])
     if args.seq_reps:
         sequential(rng, args.seq_reps, args.seq_max)
     if args.candidates:

@@ -228,8 +228,8 @@ Trials = Annotated[
         "--trials",
         panel=_LOAD,
         help="Repeat each level this many times (default 1; new "
-        "requests, arrival seed + i); summary.json and compare then use between-trial "
-        "variation",
+        "requests, arrival seed + i); summary.json, the level's intervals (from 3 trials), "
+        "--precision and compare then use between-trial variation",
     ),
 ]
 Slo = Annotated[

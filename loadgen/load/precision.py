@@ -37,11 +37,23 @@ import numpy.typing as npt
 
 from loadgen.metrics.catalog import Metric, by_precision, metrics, per_request
 from loadgen.metrics.per_request import per_request_frame
+from loadgen.metrics.results import LevelSummary
 from loadgen.metrics.sequential import Decision, PrecisionRule, Projection, Target
 from loadgen.metrics.uncertainty import REFUSED, Interval, needed_n_eff
+from loadgen.numfmt import fmt_rel
 from loadgen.records import RequestRecord
 
-__all__ = ["BLOCK", "MARGIN", "PROJECT_LOOKS", "PROJECT_MIN", "LevelWatch", "Spec", "parse_target", "precision_rule"]
+__all__ = [
+    "BLOCK",
+    "MARGIN",
+    "PROJECT_LOOKS",
+    "PROJECT_MIN",
+    "LevelWatch",
+    "Spec",
+    "parse_target",
+    "precision_rule",
+    "trials_precision",
+]
 
 BLOCK = 256  # records framed at a time
 PROJECT_LOOKS = 3  # looks before a projection may end a level (n_eff of the first ones is noise)
@@ -99,6 +111,38 @@ def precision_rule(specs: Sequence[Spec], confidence: float) -> PrecisionRule:
 
 def _pct(x: float) -> str:
     return f"{100 * x:.2g}%" if x < 0.1 else f"{100 * x:.1f}%"
+
+
+def trials_precision(specs: Sequence[Spec], level: LevelSummary) -> str | None:
+    """With ``--trials`` (three or more), each target judged on the level's interval between
+    trials (:func:`loadgen.metrics.trials.between_trials`), which needs no within-level
+    correlation model: ``"between 5 trials: ttft.p99 ±6.2% <= 10% (met)"``; ``None``
+    when no target's interval is between trials."""
+    parts = []
+    n = 0
+    for s in specs:
+        metric = by_precision(s.target.metric)
+        stat = "mean" if s.target.q is None else f"p{100 * s.target.q:.10g}"
+        if metric is None:
+            continue
+        try:
+            dist = level.dist(metric.path)
+        except KeyError:
+            continue
+        iv = (dist.intervals or {}).get(stat)
+        if iv is None or iv.trials is None:
+            parts.append(f"{s.label} not between trials (the pooled level's interval stands)")
+            continue
+        n = iv.trials
+        rel = iv.relative_half_width(dist.stat(stat))
+        if rel is None:
+            parts.append(f"{s.label} not bounded")
+            continue
+        met = rel <= s.target.relative
+        parts.append(
+            f"{s.label} ±{fmt_rel(rel)} {'<=' if met else '>'} {fmt_rel(s.target.relative)} ({'met' if met else 'not met'})"
+        )
+    return None if n == 0 else f"between {n} trials: " + "; ".join(parts)
 
 
 class LevelWatch:

@@ -26,6 +26,11 @@ class StatInterval(JSONRecord):
     n_eff: float
     confidence: float
     reason: str | None = field(default=None, metadata=key("reason", omit_none=True))
+    trials: int | None = field(default=None, metadata=key("trials", omit_none=True))
+    """Set when the interval is between ``--trials`` (their count): the pooled value ± Student's
+    t on ``trials − 1`` degrees of freedom times the trials' standard error, with no
+    within-level correlation model (:func:`loadgen.metrics.trials.between_trials`); ``n_eff``
+    stays the pooled series' own."""
 
     @property
     def bounded(self) -> bool:

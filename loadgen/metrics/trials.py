@@ -7,17 +7,37 @@ in :mod:`loadgen.metrics.catalog`) the level keeps every trial's value, their me
 95% interval of the mean (Student t with ``N - 1`` degrees of freedom). Two runs with trials are compared on the
 difference of the means with Welch's t-interval (unequal variances), the verdict rule
 being the comparison's own (:func:`~loadgen.metrics.compare.verdict`).
+
+With three trials or more the level's own intervals are between trials too
+(:func:`between_trials`): the pooled value ± Student's t on ``N − 1`` degrees of freedom
+times the trials' standard error, no within-level correlation model needed; when to run
+trials, and where even trials fall short: docs/metrics.md, "Trials".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from loadgen.metrics._dist import t_ppf
 from loadgen.metrics.catalog import trial_paths
-from loadgen.metrics.results import LevelSummary, Trials, TrialStat
+from loadgen.metrics.results import Distribution, LevelSummary, StatInterval, Trials, TrialStat
+from loadgen.metrics.uncertainty import RARE_EVENTS
 
-__all__ = ["t_quantile", "trial_stat", "trial_summary", "welch_interval"]
+__all__ = [
+    "MIN_TRIALS",
+    "between_trials",
+    "t_quantile",
+    "trial_interval",
+    "trial_stat",
+    "trial_summary",
+    "welch_interval",
+]
+
+MIN_TRIALS = 3
+"""Trials from which a level's intervals are between trials (two give t on one degree of
+freedom: 12.7 standard errors wide at 95%)."""
 
 # two-sided 95%: the 0.975 quantile of Student's t for 1..30 degrees of freedom
 _T975 = (
@@ -114,3 +134,116 @@ def welch_interval(a: Sequence[float | None], b: Sequence[float | None]) -> tupl
     df = (qa + qb) ** 2 / (qa * qa / (len(va) - 1) + qb * qb / (len(vb) - 1))
     half = t_quantile(max(1.0, df)) * se
     return (diff - half, diff + half)
+
+
+def _quantile_of(stat: str) -> float | None:
+    return None if stat == "mean" else float(stat[1:]) / 100
+
+
+def trial_interval(
+    point: float | None,
+    values: Sequence[float | None],
+    confidence: float,
+    within: StatInterval | None,
+    *,
+    beyond: Sequence[float] | None = None,
+    label: str = "",
+) -> StatInterval | None:
+    """The interval of ``point`` (the pooled value) between trials whose own values are
+    ``values``: ``point ± t_{N−1} · sd / √N``, widened to contain ``within`` (the pooled
+    series' own interval) where that one is bounded, so neither method's blind spot is
+    printed alone. ``None`` (the caller keeps ``within``) with fewer than
+    :data:`MIN_TRIALS` values, when the trials agree exactly (no spread to judge), or when
+    ``beyond`` (each trial's count of values past a tail quantile) has a trial with fewer
+    than :data:`~loadgen.metrics.uncertainty.RARE_EVENTS`: a trial's tail quantile from a
+    handful of values is biased, and the trials' mean with it (the coverage study:
+    docs/metrics.md, "Trials")."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    n = len(vals)
+    if point is None or not math.isfinite(point) or n < MIN_TRIALS or len(vals) < len(values):
+        return None
+    if beyond is not None and min(beyond) < RARE_EVENTS:
+        return None
+    mean = sum(vals) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
+    if sd == 0.0:
+        return None
+    half = t_ppf(1 - (1 - confidence) / 2, n - 1) * sd / math.sqrt(n)
+    low, high = point - half, point + half
+    if within is not None and within.low is not None and within.high is not None:
+        low, high = min(low, within.low), max(high, within.high)
+    n_eff = within.n_eff if within is not None else float(n)
+    return StatInterval(low, high, n_eff, confidence, trials=n)
+
+
+def _replaced(
+    ivs: dict[str, StatInterval] | None,
+    point: Callable[[str], float | None],
+    values: Callable[[str], list[float | None]],
+    confidence: float,
+    beyond: Callable[[str], list[float] | None] = lambda _k: None,
+) -> dict[str, StatInterval] | None:
+    if not ivs:
+        return ivs
+    out = dict(ivs)
+    for k, iv in ivs.items():
+        got = trial_interval(point(k), values(k), confidence, iv, beyond=beyond(k))
+        if got is not None:
+            out[k] = got
+    return out
+
+
+def between_trials(level: LevelSummary, per_trial: Sequence[LevelSummary], confidence: float) -> LevelSummary:
+    """``level`` (the trials pooled) with each interval it carries replaced, where
+    :func:`trial_interval` can judge it, by the interval between its ``per_trial``
+    summaries (each trial summarised on its own): the latency distributions' statistics,
+    SLO attainment, goodput and throughput rates. Fewer than :data:`MIN_TRIALS` trials:
+    ``level`` as it is."""
+    if len(per_trial) < MIN_TRIALS:
+        return level
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(level):
+        dist = getattr(level, f.name)
+        if not isinstance(dist, Distribution) or not dist.intervals:
+            continue
+        trial_dists = [t.dist(f.name) for t in per_trial]
+
+        def beyond(k: str, ds: list[Distribution] = trial_dists) -> list[float] | None:
+            q = _quantile_of(k)
+            return None if q is None else [d.count * min(q, 1 - q) for d in ds]
+
+        changes[f.name] = dataclasses.replace(
+            dist,
+            intervals=_replaced(
+                dist.intervals,
+                dist.stat,
+                lambda k, ds=trial_dists: [d.stat(k) for d in ds],  # type: ignore[misc]
+                confidence,
+                beyond,
+            ),
+        )
+    gp = level.goodput
+    goodput_values = {
+        "slo_attainment": [t.goodput.slo_attainment for t in per_trial],
+        "requests_per_s": [t.goodput.requests_per_s for t in per_trial],
+    }
+    changes["goodput"] = dataclasses.replace(
+        gp,
+        intervals=_replaced(
+            gp.intervals,
+            lambda k: getattr(gp, k, None),
+            lambda k: goodput_values.get(k, []),
+            confidence,
+        ),
+    )
+    tp = level.throughput
+    changes["throughput"] = dataclasses.replace(
+        tp,
+        intervals=_replaced(
+            tp.intervals,
+            lambda k: getattr(tp, k, None),
+            lambda k: [getattr(t.throughput, k, None) for t in per_trial],
+            confidence,
+        ),
+    )
+    return dataclasses.replace(level, **changes)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ import numpy as np
 from rich.console import Console
 
 from loadgen.load.executor import LevelExecutor
-from loadgen.load.precision import LevelWatch
+from loadgen.load.precision import LevelWatch, trials_precision
 from loadgen.load.profiles import Profile
 from loadgen.load.runner import LevelPlan, LevelResult
 from loadgen.load.sweeps import planned_levels, sweep
@@ -25,7 +25,7 @@ from loadgen.metrics.results import SCHEMA_VERSION, LevelSummary, RunSummary
 from loadgen.metrics.run import summarize_run
 from loadgen.metrics.slo import SLO, level_slos
 from loadgen.metrics.summary import summarize_level
-from loadgen.metrics.trials import trial_summary
+from loadgen.metrics.trials import between_trials, trial_summary
 from loadgen.numfmt import fmt_latency
 from loadgen.orchestrate.config import RunConfig
 from loadgen.report.console import LiveStats, level_heading, level_line
@@ -178,7 +178,13 @@ async def sweep_levels(
             level = dataclasses.replace(level, stopped=empty)
         if len(results) > 1:
             per_trial = [summarize_result(r, cfg.profile, cfg.slos, anchor_ns) for r in results]
-            level = dataclasses.replace(level, trials=trial_summary(per_trial))
+            level = between_trials(
+                dataclasses.replace(level, trials=trial_summary(per_trial)), per_trial, prof.confidence
+            )
+            if prof.precision and (judged := trials_precision(prof.precision, level)) is not None:
+                level = dataclasses.replace(
+                    level, stopped=judged if level.stopped is None else f"{level.stopped}; {judged}"
+                )
         levels.append(level)
         if stats.taps:
             stats.level_done(level.to_json())

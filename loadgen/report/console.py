@@ -51,6 +51,7 @@ __all__ = [
     "schedule_line",
     "show_summary",
     "token_source_line",
+    "trials_note",
     "unbounded_cells",
     "unbounded_line",
     "unbounded_reason",
@@ -192,6 +193,30 @@ def unbounded_cells(
     return out
 
 
+def _trial_counts(levels: Sequence[LevelSummary]) -> list[int]:
+    counts: set[int] = set()
+    for lv in levels:
+        ivs = [*(lv.goodput.intervals or {}).values(), *(lv.throughput.intervals or {}).values()]
+        for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+            ivs.extend((getattr(lv, key).intervals or {}).values())
+        counts.update(iv.trials for iv in ivs if iv.trials is not None)
+    return sorted(counts)
+
+
+def trials_note(levels: Sequence[LevelSummary]) -> str:
+    """What intervals between ``--trials`` are, once, where any level has them ("" else):
+    ``"intervals between 5 trials: …"`` (:func:`loadgen.metrics.trials.between_trials`)."""
+    counts = _trial_counts(levels)
+    if not counts:
+        return ""
+    n = " / ".join(str(c) for c in counts)
+    return (
+        f"intervals between {n} trials: the pooled value ± Student's t on the trials' spread, "
+        "widened to the pooled level's own interval where that is wider (no within-level correlation model; "
+        "a tail with under 50 values past it in a trial keeps the pooled level's interval)"
+    )
+
+
 def interval_lines(level: LevelSummary, stats: Sequence[str] = ("mean", "p50", "p90", "p99", "p99.9")) -> list[str]:
     """Under a level's numbers: the confidence and its one ``n_eff``, and which of the
     ``stats`` shown with ``±—`` have no interval, with one reason ([] without intervals)."""
@@ -203,6 +228,8 @@ def interval_lines(level: LevelSummary, stats: Sequence[str] = ("mean", "p50", "
         f"±: {100 * conf:g}% intervals (the larger side, relative; wider than the value: [low, high]); "
         f"{neff}, requests in send order"
     ]
+    if note := trials_note([level]):
+        out.append(note)
     cells = [(f"{m.console} {s}", m.name, s) for m, _ in _shown(level) for s in stats]
     line = unbounded_line(unbounded_cells([("", level)], cells))
     return out + ([line] if line else [])
@@ -423,6 +450,8 @@ def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
             f"±: {conf} intervals (the larger side, relative; wider than the value: [low, high]); "
             f"n_eff: each level's {N_EFF_SERIES}, requests in send order"
         )
+        if note := trials_note(levels):
+            out.append(note)
     named = [(lv.load.label(), lv) for lv in levels]
     line = unbounded_line(unbounded_cells(named, _ANSWER_LATENCIES if answered else _LEVEL_LATENCIES))
     undecided = mlperf_undecided_line(levels)

@@ -18,7 +18,15 @@ from typing import Any
 
 from loadgen.metrics.results import LevelSummary, StatInterval
 from loadgen.numfmt import NONE, fmt, fmt_n_eff
-from loadgen.report.console import N_EFF_SERIES, level_n_eff, unbounded_cells, unbounded_line, unbounded_reason, with_pm
+from loadgen.report.console import (
+    N_EFF_SERIES,
+    level_n_eff,
+    trials_note,
+    unbounded_cells,
+    unbounded_line,
+    unbounded_reason,
+    with_pm,
+)
 from loadgen.report.page import esc
 
 __all__ = ["NO_BAR", "add_error_bars", "error_bar", "interval_note", "pm_cell"]
@@ -123,6 +131,7 @@ def interval_note(
         f'<p class="note" id="interval-note">±: {conf} intervals, the larger side relative to the value '
         f"(wider than the value: [low, high]; error bars in the figures below). n_eff of each level's "
         f"{N_EFF_SERIES} (requests in send order) — {esc(', '.join(neffs))}."
+        + (f' <span id="trials-note">{esc(trials_note(levels))}.</span>' if trials_note(levels) else "")
         + (f' <span id="unbounded-note">{esc(why)}.</span>' if why else "")
         + "</p>"
     )
