@@ -234,13 +234,15 @@ def trials_study(fams: list[proc.Family], rng: np.random.Generator, reps: int, c
                         if q is None:
                             within = proportion_interval(pooled <= slo, scores=pooled / slo)
                             per: list[float | None] = [float(np.mean(t <= slo)) for t in trials]
-                            beyond = None
+                            beyond, own = None, None
                         else:
                             within = percentile_interval(pooled, q)
                             per = [float(np.percentile(t, 100 * q)) for t in trials]
                             beyond = [n * min(q, 1 - q)] * k
+                            own = [_stat_interval(percentile_interval(t, q)) for t in trials]
                         w = _stat_interval(within)
-                        iv = w if c < 0 else trial_interval(within.point, per, 0.95, w, beyond=beyond) or w
+                        tails = {"beyond": beyond, "own": own} if q not in (None, 0.5) else {}
+                        iv = w if c < 0 else trial_interval(within.point, per, 0.95, w, **tails) or w
                         if iv.low is not None and iv.high is not None:
                             lo[r], hi[r] = iv.low, iv.high
                     cells.append(cell(lo, hi, truth, ~np.isnan(lo)))

@@ -147,23 +147,40 @@ def trial_interval(
     within: StatInterval | None,
     *,
     beyond: Sequence[float] | None = None,
+    own: Sequence[StatInterval | None] | None = None,
     label: str = "",
 ) -> StatInterval | None:
     """The interval of ``point`` (the pooled value) between trials whose own values are
     ``values``: ``point ± t_{N−1} · sd / √N``, widened to contain ``within`` (the pooled
     series' own interval) where that one is bounded, so neither method's blind spot is
     printed alone. ``None`` (the caller keeps ``within``) with fewer than
-    :data:`MIN_TRIALS` values, when the trials agree exactly (no spread to judge), or when
-    ``beyond`` (each trial's count of values past a tail quantile) has a trial with fewer
-    than :data:`~loadgen.metrics.uncertainty.RARE_EVENTS`: a trial's tail quantile from a
-    handful of values is biased, and the trials' mean with it (the coverage study:
+    :data:`MIN_TRIALS` values or when the trials agree exactly (no spread to judge).
+
+    A tail (``beyond``: each trial's count of values past the quantile; ``own``: each
+    trial's own interval of it) is refused, with its reason, where a trial has fewer than
+    :data:`~loadgen.metrics.uncertainty.RARE_EVENTS` values past it or cannot bound it on
+    its own: a trial's tail quantile from a handful of values, or from a few clustered
+    excursions, is biased, and the trials' mean with it (the coverage study:
     docs/metrics.md, "Trials")."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
     n = len(vals)
     if point is None or not math.isfinite(point) or n < MIN_TRIALS or len(vals) < len(values):
         return None
+    n_eff = within.n_eff if within is not None else float(n)
+    name = f"{label} " if label else ""
     if beyond is not None and min(beyond) < RARE_EVENTS:
-        return None
+        why = (
+            f"{name}between {n} trials needs {RARE_EVENTS} values past it in each trial "
+            f"(fewest {min(beyond):.0f}): run longer trials"
+        )
+        return StatInterval(None, None, n_eff, confidence, why, trials=n)
+    if own is not None and any(iv is None or not iv.bounded for iv in own):
+        unbounded = sum(iv is None or not iv.bounded for iv in own)
+        why = (
+            f"{name}between {n} trials needs each trial to bound it on its own ({unbounded} of {n} cannot: "
+            "its excursions cluster): run longer trials"
+        )
+        return StatInterval(None, None, n_eff, confidence, why, trials=n)
     mean = sum(vals) / n
     sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
     if sd == 0.0:
@@ -172,7 +189,6 @@ def trial_interval(
     low, high = point - half, point + half
     if within is not None and within.low is not None and within.high is not None:
         low, high = min(low, within.low), max(high, within.high)
-    n_eff = within.n_eff if within is not None else float(n)
     return StatInterval(low, high, n_eff, confidence, trials=n)
 
 
@@ -182,12 +198,13 @@ def _replaced(
     values: Callable[[str], list[float | None]],
     confidence: float,
     beyond: Callable[[str], list[float] | None] = lambda _k: None,
+    own: Callable[[str], list[StatInterval | None] | None] = lambda _k: None,
 ) -> dict[str, StatInterval] | None:
     if not ivs:
         return ivs
     out = dict(ivs)
     for k, iv in ivs.items():
-        got = trial_interval(point(k), values(k), confidence, iv, beyond=beyond(k))
+        got = trial_interval(point(k), values(k), confidence, iv, beyond=beyond(k), own=own(k), label=k)
         if got is not None:
             out[k] = got
     return out
@@ -210,7 +227,11 @@ def between_trials(level: LevelSummary, per_trial: Sequence[LevelSummary], confi
 
         def beyond(k: str, ds: list[Distribution] = trial_dists) -> list[float] | None:
             q = _quantile_of(k)
-            return None if q is None else [d.count * min(q, 1 - q) for d in ds]
+            return None if q is None or q == 0.5 else [d.count * min(q, 1 - q) for d in ds]
+
+        def own(k: str, ds: list[Distribution] = trial_dists) -> list[StatInterval | None] | None:
+            q = _quantile_of(k)
+            return None if q is None or q == 0.5 else [(d.intervals or {}).get(k) for d in ds]
 
         changes[f.name] = dataclasses.replace(
             dist,
@@ -220,6 +241,7 @@ def between_trials(level: LevelSummary, per_trial: Sequence[LevelSummary], confi
                 lambda k, ds=trial_dists: [d.stat(k) for d in ds],  # type: ignore[misc]
                 confidence,
                 beyond,
+                own,
             ),
         )
     gp = level.goodput

@@ -213,7 +213,7 @@ def trials_note(levels: Sequence[LevelSummary]) -> str:
     return (
         f"intervals between {n} trials: the pooled value ± Student's t on the trials' spread, "
         "widened to the pooled level's own interval where that is wider (no within-level correlation model; "
-        "a tail with under 50 values past it in a trial keeps the pooled level's interval)"
+        "a tail some trial cannot bound on its own, or with under 50 values past it, is refused)"
     )
 
 

@@ -46,16 +46,24 @@ def test_a_wider_pooled_interval_widens_it_and_keeps_its_n_eff() -> None:
 
 
 @pytest.mark.parametrize(
-    ("values", "beyond", "why"),
-    [
-        ([10.0, 12.0], None, "two trials"),
-        ([10.0, 12.0, None], None, "a trial without a value"),
-        ([1.0, 1.0, 1.0], None, "no spread between the trials"),
-        ([10.0, 12.0, 14.0], [60.0, 49.0, 80.0], "a trial with 49 values past a tail quantile"),
-    ],
+    ("values", "why"),
+    [([10.0, 12.0], "two trials"), ([10.0, 12.0, None], "a trial without a value"), ([1.0, 1.0, 1.0], "no spread")],
 )
-def test_refused_where_trials_cannot_judge(values: list[float | None], beyond: list[float] | None, why: str) -> None:
-    assert trial_interval(11.5, values, 0.95, None, beyond=beyond) is None, why
+def test_left_to_the_pooled_level_where_trials_cannot_judge(values: list[float | None], why: str) -> None:
+    assert trial_interval(11.5, values, 0.95, None) is None, why
+
+
+def test_a_tail_a_trial_cannot_reach_is_refused_with_its_reason() -> None:
+    within = StatInterval(9.0, 13.0, 250.0, 0.95)
+    few = trial_interval(11.5, [10.0, 12.0, 14.0], 0.95, within, beyond=[60.0, 49.0, 80.0], label="p99")
+    assert few is not None and few.low is None and few.high is None and few.trials == 3 and few.n_eff == 250.0
+    assert few.reason == "p99 between 3 trials needs 50 values past it in each trial (fewest 49): run longer trials"
+    alone = [within, StatInterval(None, 20.0, 30.0, 0.95, "p99 needs n_eff >= 460"), within]
+    clustered = trial_interval(11.5, [10.0, 12.0, 14.0], 0.95, within, beyond=[60.0] * 3, own=alone, label="p99")
+    assert clustered is not None and not clustered.bounded
+    assert clustered.reason is not None and "needs each trial to bound it on its own (1 of 3 cannot" in clustered.reason
+    ok = trial_interval(11.5, [10.0, 12.0, 14.0], 0.95, within, beyond=[60.0] * 3, own=[within] * 3, label="p99")
+    assert ok is not None and ok.bounded and ok.trials == 3
 
 
 def test_a_level_with_three_trials_carries_them_where_each_trial_has_the_values() -> None:
@@ -74,8 +82,12 @@ def test_a_level_with_three_trials_carries_them_where_each_trial_has_the_values(
     assert p50.trials == 3 and p50.low is not None and p50.high is not None
     spread = t_ppf(0.975, 2) * 0.1 * base.ttft_ms.p50 / math.sqrt(3)
     assert p50.low <= base.ttft_ms.p50 - spread + 1e-9 and p50.high >= base.ttft_ms.p50 + spread - 1e-9
-    # a trial of 1,000 has 1 value past its p99.9: that tail keeps the pooled level's interval
-    assert ivs["p99.9"] == before["p99.9"] and ivs["p99.9"].trials is None
+    # a trial of 1,000 has 1 value past its p99.9: that tail is refused between trials, saying why
+    assert before["p99.9"] is not None and ivs["p99.9"].trials == 3 and not ivs["p99.9"].bounded
+    assert (
+        ivs["p99.9"].reason
+        == "p99.9 between 3 trials needs 50 values past it in each trial (fewest 1): run longer trials"
+    )
     att = (pooled.goodput.intervals or {})["slo_attainment"]
     assert att.trials == 3 and att.low is not None and att.low <= 0.85 - t_ppf(0.975, 2) * 0.05 / math.sqrt(3) + 1e-9
     assert between_trials(base, trials[:2], 0.95) is base  # two trials: as it was
