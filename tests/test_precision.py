@@ -132,7 +132,8 @@ def sim() -> Iterator[str]:
 def test_an_unreachable_p99_on_the_sim_stops_early_and_says_why(sim: str, tmp_path: Path) -> None:
     """Issue 38: the reference sim at 8 users correlates its TTFTs over thousands of
     requests, so a 10% p99 is out of reach of a 60 s level; the level ends at an early look
-    with the requests it would need, not at the maximum."""
+    with the requests it would need, not at the maximum (the sim runs in real time on a
+    shared machine, so the look and the numbers vary; the stop does not)."""
     (level,) = _run(
         sim,
         tmp_path / "sim",
@@ -152,12 +153,16 @@ def test_an_unreachable_p99_on_the_sim_stops_early_and_says_why(sim: str, tmp_pa
     stopped = str(level["stopped"])
     m = re.fullmatch(
         r"precision not reachable: ttft\.p99 ±10% needs (?:at least )?~([\d,]+) requests \(n_eff/n = [\d.e-]+ at "
-        r"[\d,]+, look \d+\), more than max-duration allows at the measured rate \(~([\d,]+)\); .* use --trials",
+        r"[\d,]+, look \d+\), more than max-duration allows at the measured rate \(~([\d,]+)\)(; .* use --trials)?",
         stopped,
     )
     assert m is not None, stopped
-    need, allows = (int(g.replace(",", "")) for g in m.groups())
+    need, allows = (int(g.replace(",", "")) for g in m.groups()[:2])
     assert need > 2 * allows > level["requests"]["total"], stopped
+    # the "use --trials" hint follows when the correlation check saw the correlation at that
+    # look (it does in most runs; at n_eff/n near 0.2 it may not): then it names the correlation
+    if m.group(3):
+        assert "correlation" in m.group(3), stopped
 
 
 def test_open_loop_over_worker_processes_stops_when_precise(quiet: ScriptedServerProcess, tmp_path: Path) -> None:
