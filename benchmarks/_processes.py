@@ -197,6 +197,29 @@ def fgn(hurst: float) -> Gen:
     return gen
 
 
+# --- diurnal drift -------------------------------------------------------------------
+def diurnal(period: float, amplitude: float) -> tuple[Gen, dict[str, float]]:
+    """Lognormal latencies (σ = 0.5) times ``1 + amplitude · sin(2π k / period + φ)``, ``k`` the
+    request's index and ``φ`` uniform per level: a daily swing much slower than a level, met
+    at a random time of day. Truth: the mixture over the phase (the marginal law), by a
+    4,096-point average over φ of the lognormal CDF."""
+    phases = np.linspace(0.0, 2 * math.pi, 4096, endpoint=False)
+    scale = 1.0 + amplitude * np.sin(phases)
+
+    def gen(rng: np.random.Generator, reps: int, n: int) -> np.ndarray:
+        phi = rng.uniform(0.0, 2 * math.pi, (reps, 1))
+        k = np.arange(n, dtype=np.float64)[None, :]
+        return np.exp(SIGMA * rng.standard_normal((reps, n))) * (
+            1.0 + amplitude * np.sin(2 * math.pi * k / period + phi)
+        )
+
+    def cdf(t: float) -> float:
+        z = np.log(t / scale) / (SIGMA * math.sqrt(2))
+        return float(np.mean(0.5 * (1.0 + np.vectorize(math.erf)(z))))
+
+    return gen, {k: _invert(cdf, q, 10.0) for k, q in QS.items()}
+
+
 def long_run_truth(gen: Gen, rng: np.random.Generator, runs: int, n: int) -> tuple[dict[str, float], float]:
     """Quantiles of ``runs`` pooled independent runs of ``n``; and the s.e. of p99 over the runs."""
     x = gen(rng, runs, n)
@@ -222,6 +245,8 @@ def families(rng: np.random.Generator, quick: bool = False) -> list[Family]:
         out.append(Family(f"rare bursts {100 * bl / (nl + bl):.0f}% {bl} x{f:g}", g, t))
     for h in (0.7, 0.9):
         out.append(Family(f"fGn H={h}", fgn(h), lognormal_truth()))
+    g, t = diurnal(20_000, 0.3)
+    out.append(Family("diurnal 20k ±30%", g, t, "closed form (the mixture over the phase)"))
     g = closed_loop(10, 10.0, 0.01, 10.0)
     runs, n = (20, 50_000) if quick else (64, 200_000)
     t, se = long_run_truth(g, rng, runs, n)
