@@ -140,8 +140,20 @@ def test_with_the_servers_tokenizer_the_template_overhead_is_counted_not_fitted(
         ]
         tokenizer = ["--tokenizer", str(tmp_path / "tokenizer.json")]
         res = CliRunner().invoke(app, ["run", "--url", srv.url, *flags, *tokenizer, "--out", str(out)])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 0 and "the tokenizer counts" not in res.output, res.output
     assert json.loads((out / "run.json").read_text())["calibration"]["overhead_tokens"] == 3.0
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     short = [r["target_prompt_tokens"] - r["prompt_tokens"] for r in records]
     assert len(records) == 16 and all(0 <= d < per_word for d in short), short
+
+
+def test_a_tokenizer_that_is_not_the_servers_is_one_warning_line(tmp_path: Path) -> None:
+    _bpe(tmp_path / "tokenizer.json")  # the server counts 1.3 tokens per word, not with this
+    out = tmp_path / "r"
+    with ScriptedServerProcess(Script(ttft_s=0.002, itl_s=0.001, tokens_per_word=1.3)) as srv:
+        flags = ["--api", "chat", "--prompt-tokens", "64", "--output-tokens", "2", "--requests", "2", "--quiet"]
+        tokenizer = ["--tokenizer", str(tmp_path / "tokenizer.json")]
+        res = CliRunner().invoke(app, ["run", "--url", srv.url, *flags, *tokenizer, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    warnings = [line for line in res.output.splitlines() if "the tokenizer counts the calibration prompts" in line]
+    assert len(warnings) == 1 and "is not the served model's?" in warnings[0], res.output
