@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import random
 import time
@@ -72,6 +73,7 @@ class Script:
     flaw_at: int = 1  # (k: a flaw deep inside a large answer)
     tokens_per_word: float = 1.0  # the stand-in tokenizer's prompt tokens per whitespace word
     template_tokens: int = 3  # chat: tokens a template adds per message
+    tokenizer: str | None = None  # a tokenizer.json: prompt tokens counted with it (needs tokenizers), not words
     log_path: str | None = None  # append {"stream", "prompt_tokens"} per request as a JSON line
     tool_calls: bool = False  # chat: the output streams as one tool call's argument deltas
     reasoning: int = 0  # chat: the first this many output events stream delta.reasoning_content
@@ -356,7 +358,16 @@ class ScriptedServer:
 
 
 def _count(text: str, sc: Script) -> int:
+    if sc.tokenizer is not None:
+        return len(_tokenizer(sc.tokenizer).encode(text, add_special_tokens=False).ids)
     return round(len(text.split()) * sc.tokens_per_word)
+
+
+@functools.cache
+def _tokenizer(path: str) -> Any:
+    import tokenizers
+
+    return tokenizers.Tokenizer.from_file(path)
 
 
 def _answer(chat: bool, n_out: int, n_prompt: int | None) -> dict[str, Any]:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from loadgen.cli import app
 from loadgen.client.dialects import DialectOptions, get_dialect
 from loadgen.client.probe import ProbeResult, probe_prompt_tokens
 from loadgen.client.transports import TransportConfig, make_transport
 from loadgen.errors import TargetError
 from loadgen.orchestrate.calibration import calibrate
 from loadgen.records import RequestSpec
-from loadgen.workload.prompts import PromptSynthesizer
-from tests.scripted_server import Script, ScriptedServer
+from loadgen.workload.prompts import PromptSynthesizer, default_corpus
+from tests.scripted_server import Script, ScriptedServer, ScriptedServerProcess
 
 # llama.cpp's server as seen by a client: no usage in streams (whatever stream_options
 # says), usage in every non-streamed answer, a role-only first chunk, one token per event
@@ -98,3 +102,58 @@ async def test_a_failed_stream_still_stops_the_run(llama_cpp: Calibration) -> No
     with pytest.raises(TargetError, match="calibration request failed"):
         await llama_cpp.run(PromptSynthesizer(seed=0))
     assert llama_cpp.probes == 0
+
+
+def _bpe(path: Path) -> Any:
+    """A BPE tokenizer trained here on the prompt words: most words one token, some two."""
+    tokenizers = pytest.importorskip("tokenizers", reason="optional extra loadgen[tokenizer] is not installed")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=3000, special_tokens=["[UNK]"], show_progress=False)
+    tok.train_from_iterator([" ".join(default_corpus())] * 4, trainer)
+    tok.save(str(path))
+    return tok
+
+
+def test_with_the_servers_tokenizer_the_template_overhead_is_counted_not_fitted(tmp_path: Path) -> None:
+    # issue 39, defect 5: words of one or two tokens bend the two-point fit (its intercept
+    # was 7 here for a 3-token template), so every prompt came out 4 tokens short
+    tok = _bpe(tmp_path / "tokenizer.json")
+    per_word = max(len(tok.encode(w, add_special_tokens=False).ids) for w in default_corpus())
+    assert per_word <= 3  # a word boundary misses a target by less than a word's tokens
+    out = tmp_path / "r"
+    with ScriptedServerProcess(
+        Script(ttft_s=0.002, itl_s=0.001, tokenizer=str(tmp_path / "tokenizer.json"), template_tokens=3)
+    ) as srv:
+        flags = [
+            "--api",
+            "chat",
+            "--prompt-tokens",
+            "200",
+            "--output-tokens",
+            "2",
+            "--concurrency",
+            "4",
+            "--requests",
+            "16",
+            "--quiet",
+        ]
+        tokenizer = ["--tokenizer", str(tmp_path / "tokenizer.json")]
+        res = CliRunner().invoke(app, ["run", "--url", srv.url, *flags, *tokenizer, "--out", str(out)])
+    assert res.exit_code == 0 and "the tokenizer counts" not in res.output, res.output
+    assert json.loads((out / "run.json").read_text())["calibration"]["overhead_tokens"] == 3.0
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    short = [r["target_prompt_tokens"] - r["prompt_tokens"] for r in records]
+    assert len(records) == 16 and all(0 <= d < per_word for d in short), short
+
+
+def test_a_tokenizer_that_is_not_the_servers_is_one_warning_line(tmp_path: Path) -> None:
+    _bpe(tmp_path / "tokenizer.json")  # the server counts 1.3 tokens per word, not with this
+    out = tmp_path / "r"
+    with ScriptedServerProcess(Script(ttft_s=0.002, itl_s=0.001, tokens_per_word=1.3)) as srv:
+        flags = ["--api", "chat", "--prompt-tokens", "64", "--output-tokens", "2", "--requests", "2", "--quiet"]
+        tokenizer = ["--tokenizer", str(tmp_path / "tokenizer.json")]
+        res = CliRunner().invoke(app, ["run", "--url", srv.url, *flags, *tokenizer, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    warnings = [line for line in res.output.splitlines() if "the tokenizer counts the calibration prompts" in line]
+    assert len(warnings) == 1 and "is not the served model's?" in warnings[0], res.output

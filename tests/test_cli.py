@@ -535,3 +535,24 @@ def test_serve_refuses_a_budget_below_the_context_without_chunking() -> None:
     assert res.exit_code == 2
     assert "--max-num-batched-tokens: 4096 is smaller than max_model_len (131072)" in res.output
     assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_a_flags_only_run_is_named_by_its_workload_and_load(server: ScriptedServerProcess, tmp_path: Path) -> None:
+    # issue 39, defect 6: the report of a run made of flags alone was titled "loadgen report — cli"
+    lengths = ["--prompt-tokens", "16", "--output-tokens", "2", "--requests", "4", "--quiet"]
+    res = runner.invoke(app, ["run", "--url", server.url, *lengths, "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert (
+        "<title>loadgen report — prompt 16, output 2, 8 users</title>" in (tmp_path / "a" / "report.html").read_text()
+    )
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["label"] == "prompt 16, output 2, 8 users"
+    res = runner.invoke(app, ["run", "--url", server.url, "--rate", "50", *lengths[4:], "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    assert "<title>loadgen report — chat, 50 req/s</title>" in (tmp_path / "b" / "report.html").read_text()
+
+
+def test_help_says_the_default_load() -> None:
+    res = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "400"}, terminal_width=400)
+    assert res.exit_code == 0, res.output
+    assert "(default 8 when no --rate, --levels or --profile sets the load;" in res.output
+    assert "default: one level of 8 users" in res.output

@@ -148,7 +148,8 @@ Concurrency = Annotated[
     _opt(
         "--concurrency",
         panel=_LOAD,
-        help="Closed loop: number of concurrent users (vllm bench serve's --max-concurrency is --max-in-flight)",
+        help="Closed loop: number of concurrent users (default 8 when no --rate, --levels or --profile sets "
+        "the load; vllm bench serve's --max-concurrency is --max-in-flight)",
     ),
 ]
 Rate = Annotated[
@@ -178,7 +179,14 @@ MaxInFlight = Annotated[
 ProfileOpt = Annotated[
     OptStr, _opt("--profile", panel=_LOAD, help="Named load profile (profiles/NAME.toml) or a .toml path")
 ]
-Levels = Annotated[OptStr, _opt("--levels", panel=_LOAD, help="Load levels, e.g. 1,2,4,8 (with --profile or alone)")]
+Levels = Annotated[
+    OptStr,
+    _opt(
+        "--levels",
+        panel=_LOAD,
+        help="Load levels, e.g. 1,2,4,8 (with --profile or alone; default: one level of 8 users)",
+    ),
+]
 Requests = Annotated[
     OptInt,
     _opt(

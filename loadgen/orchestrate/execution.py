@@ -261,6 +261,14 @@ async def _calibration(
         calib = Calibration.from_json(fit)
     else:
         calib = Calibration(reason="--no-calibrate")
+    if synth.counter is not None and calib.calibrated and synth.exact_overhead(calib.samples or []) is None:
+        console.print(
+            f"[yellow]warning: the tokenizer counts the calibration prompts otherwise than the server "
+            f"({escape(str(cfg.tokenizer))} is not the served model's?): the template overhead is fitted "
+            "and prompt lengths may miss their targets[/yellow]",
+            highlight=False,
+            soft_wrap=True,
+        )
     if cfg.calibrate and not calib.calibrated:
         console.print(
             f"[yellow]warning: prompt lengths not calibrated: {escape(calib.reason or '')}; prompts assume "

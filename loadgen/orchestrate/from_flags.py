@@ -175,7 +175,7 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
     keys.update(
         {f"profile.{name}": flag for name, (attr, flag) in _PROFILE_FLAGS.items() if getattr(f, attr) not in (None, [])}
     )
-    label = f.label or wl.name
+    label = f.label or (wl.name if replay is not None else _default_label(wl, prof, f))
     return RunConfig(
         url=base,
         api=api,
@@ -212,6 +212,21 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
         dashboard=dashboard_at(f),
         origin=Origin(keys={**keys, "dashboard": "--dashboard"}),
     )
+
+
+def _default_label(wl: Workload, prof: Profile, f: RunFlags) -> str:
+    """A run's name when ``--label`` is not given: the workload (what the length flags ask
+    for, when they made it) and, without a profile file, the load: ``chat, 8 users``,
+    ``prompt 256, output 128, 2 req/s``, ``chat, 1–16 users``."""
+    from loadgen.metrics.results import Load, unit_label
+    from loadgen.numfmt import fmt
+
+    name = wl.description if wl.source == "command line" else wl.name
+    if f.profile or not prof.levels:
+        return name
+    lo, hi = min(prof.levels), max(prof.levels)
+    load = Load(prof.mode, lo).label() if lo == hi else f"{fmt(lo)}–{fmt(hi)} {unit_label(prof.mode, hi)}"
+    return f"{name}, {load}"
 
 
 def dashboard_at(f: RunFlags) -> DashboardAt | None:

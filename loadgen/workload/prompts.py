@@ -141,6 +141,10 @@ class PromptSynthesizer:
 
         Two or more distinct word counts: least-squares line. Otherwise: the ratio, with
         no overhead. Non-positive inputs or a non-positive slope raise ``ConfigError``.
+        With a counter, ``samples`` are the answers to :meth:`calibration_texts` of their
+        word counts, in order, and the overhead is exact instead of fitted: the server's
+        count less the counter's for the same text, when every sample agrees on it (a
+        fitted intercept is off by whole tokens when words are not all one token each).
         """
         pairs = [(float(w), float(t)) for w, t in samples]
         if not pairs:
@@ -165,6 +169,19 @@ class PromptSynthesizer:
                 key="calibration",
             )
         self.tokens_per_word, self.overhead_tokens = slope, intercept
+        exact = self.exact_overhead(samples)
+        if exact is not None:
+            self.overhead_tokens = float(exact)
+
+    def exact_overhead(self, samples: Sequence[tuple[int, int]]) -> int | None:
+        """The tokens the server adds to a prompt (its chat template, BOS), counted: each
+        sample's prompt tokens less the counter's count of its calibration text; None
+        without a counter, or when the samples disagree (the counter is not the server's)."""
+        if self.counter is None or not samples:
+            return None
+        texts = self.calibration_texts([int(w) for w, _ in samples])
+        added = {int(t) - self.counter.count(text) for (_, t), (_, text) in zip(samples, texts)}
+        return added.pop() if len(added) == 1 else None
 
     # ------------------------------------------------------------ word ids
 
