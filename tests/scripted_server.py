@@ -88,6 +88,10 @@ class Script:
     # more (or fewer) than the inputs sent, and its dimension of embedding
     results_delta: int = 0
     dimensions: int = 8
+    # one kind of request served slower: a prompt of at least slow_from_tokens tokens waits
+    # slow_ttft_s more for its first token (a workload class the server treats worse)
+    slow_from_tokens: int | None = None
+    slow_ttft_s: float = 0.0
 
 
 @dataclass
@@ -245,6 +249,8 @@ class ScriptedServer:
             n_prompt = sum(_count(t, sc) + sc.template_tokens for t in texts)
         else:
             n_prompt = _count(texts[0], sc)
+        if sc.slow_from_tokens is not None and n_prompt >= sc.slow_from_tokens:
+            sc = replace(sc, ttft_s=sc.ttft_s + sc.slow_ttft_s)
         max_field = "max_tokens" if typed is None else typed.max_field
         n_out = sc.output_tokens if sc.output_tokens is not None else int(body.get(max_field, 16))
         stream = body.get("stream", True) is not False

@@ -142,7 +142,8 @@ def compare(
 ) -> None:
     """Compare runs side by side: overlaid curves, differences with 95% bootstrap intervals.
 
-    Prints the verdict (the largest significant changes, then the tally) and the page's path."""
+    Prints the verdict (the largest significant changes, then the tally), per request class when
+    the workload has several (docs/metrics.md, "Comparing runs"), and the page's path."""
     from loadgen.report.compare import compare_runs
 
     result = compare_runs(folders, out, labels=label or None, force=force)

@@ -8,8 +8,9 @@ ran repeated trials, the difference of the trials' means with its Welch interval
 from the interval alone (:func:`~loadgen.metrics.bootstrap.verdict`): one that excludes 0 is
 "better" or "worse", one that contains 0 never is; :func:`largest_changes` lists the
 significant ones, largest first. :func:`common_levels` pairs the levels two runs
-share; :func:`tail_evidence` says what the requests show on a tail the bootstrap cannot
-settle. The primitives are re-exported here.
+share; :func:`compare_classes` judges the latencies of each request class two levels both
+ran (docs/metrics.md, "Comparing runs"); :func:`tail_evidence` says what the requests show
+on a tail the bootstrap cannot settle. The primitives are re-exported here.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ from loadgen.metrics.trials import welch_interval
 
 __all__ = [
     "BETTER",
+    "CLASS_METRICS",
+    "CLASS_QUANTILES",
     "DEFAULT_RESAMPLES",
     "EQUIVALENCE",
     "INCONCLUSIVE",
@@ -64,6 +67,8 @@ __all__ = [
     "NOT_AVAILABLE",
     "NO_CHANGE",
     "WORSE",
+    "ClassComparison",
+    "ClassRow",
     "Difference",
     "LevelSamples",
     "Row",
@@ -71,12 +76,15 @@ __all__ = [
     "bootstrap_quantile",
     "by_verdict",
     "common_levels",
+    "compare_classes",
     "compare_level",
     "compared_metrics",
     "largest_changes",
+    "of_class",
     "proportion_difference",
     "quantile_difference",
     "rate_difference",
+    "several_classes",
     "tail_evidence",
     "verdict",
 ]
@@ -276,6 +284,44 @@ def _proportion(level: LevelSummary) -> tuple[float, float | None]:
     return (level.requests.total if iv is None else iv.n_eff), level.goodput.slo_attainment
 
 
+def _quantile_rows(
+    a: LevelSamples,
+    b: LevelSamples,
+    metric: Metric,
+    quantiles: Sequence[tuple[float, str]],
+    position: int,
+    seed: int,
+    resamples: int,
+    min_effect: float,
+) -> list[Row]:
+    """``metric``'s ``quantiles`` of ``a`` (the baseline) against ``b``, bootstrapped on n_eff
+    (the j-th seeded ``seed + j``); an inconclusive tail gets the requests' tail evidence."""
+    key, label, higher = metric.name, metric.label, metric.higher_is_better
+    xa, xb = _samples(a, metric, ordered=False), _samples(b, metric, ordered=False)
+    known = [(_summary_n_eff(a, key, stat, xa), _summary_n_eff(b, key, stat, xb)) for _, stat in quantiles]
+    if any(None in pair for pair in known):  # n_eff to compute: it needs the values in time order
+        xa, xb = _samples(a, metric), _samples(b, metric)
+    rows = []
+    for j, (q, stat) in enumerate(quantiles):
+        d = quantile_difference(
+            xa,
+            xb,
+            q,
+            higher_is_better=higher,
+            seed=seed + j,
+            resamples=resamples,
+            min_effect=min_effect,
+            n_eff=known[j],
+        )
+        if d.verdict == INCONCLUSIVE and q >= 0.99:  # the tail: what the requests themselves say
+            what = f"largest {label}" if metric.per_token else label
+            evidence = tail_evidence(_per_request(a, metric), _per_request(b, metric), what)
+            if evidence:
+                d = replace(d, note="; ".join(x for x in (d.note, evidence) if x))
+        rows.append(Row(position, key, label, stat, metric.unit, d))
+    return rows
+
+
 def trial_rows(
     a: LevelSummary, b: LevelSummary, position: int = 0, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95
 ) -> list[Row]:
@@ -334,27 +380,7 @@ def compare_level(
         if answered and metric.streamed_only:  # one JSON answer: no first token, no tokens out
             continue
         if metric.kind == "latency":
-            xa, xb = _samples(a, metric, ordered=False), _samples(b, metric, ordered=False)
-            known = [(_summary_n_eff(a, key, stat, xa), _summary_n_eff(b, key, stat, xb)) for _, stat in _QUANTILES]
-            if any(None in pair for pair in known):  # n_eff to compute: it needs the values in time order
-                xa, xb = _samples(a, metric), _samples(b, metric)
-            for j, (q, stat) in enumerate(_QUANTILES):
-                d = quantile_difference(
-                    xa,
-                    xb,
-                    q,
-                    higher_is_better=higher,
-                    seed=seed + j,
-                    resamples=resamples,
-                    min_effect=min_effect,
-                    n_eff=known[j],
-                )
-                if d.verdict == INCONCLUSIVE and q >= 0.99:  # the tail: what the requests themselves say
-                    what = f"largest {label}" if metric.per_token else label
-                    evidence = tail_evidence(_per_request(a, metric), _per_request(b, metric), what)
-                    if evidence:
-                        d = replace(d, note="; ".join(x for x in (d.note, evidence) if x))
-                rows.append(Row(position, key, label, stat, unit, d))
+            rows += _quantile_rows(a, b, metric, _QUANTILES, position, seed, resamples, min_effect)
         elif metric.kind == "rate":
             d = rate_difference(
                 _blocks(a, key),
@@ -378,3 +404,75 @@ def compare_level(
             )
             rows.append(Row(position, key, label, "value", unit, d))
     return rows
+
+
+CLASS_METRICS = ("ttft_ms", "itl_ms", "e2e_ms")
+"""The metrics a per-class comparison judges, at :data:`CLASS_QUANTILES`."""
+CLASS_QUANTILES = ((0.5, "p50"), (0.99, "p99"))
+
+
+@dataclass(frozen=True, slots=True)
+class ClassRow:
+    """One row of the per-class comparison: ``row`` restricted to the requests of class
+    ``request_class`` on both sides."""
+
+    request_class: str
+    row: Row
+
+
+@dataclass(frozen=True, slots=True)
+class ClassComparison:
+    """Two levels' request classes compared: a :class:`ClassRow` per class both levels ran
+    (in name order), and the classes only the baseline (``only_a``) or only the other
+    level (``only_b``) ran."""
+
+    rows: list[ClassRow]
+    only_a: list[str]
+    only_b: list[str]
+
+
+def _classes(lv: LevelSamples) -> list[str]:
+    """The level's request classes: its summary's ``by_class``, else its records'."""
+    if lv.summary.by_class:
+        return sorted(lv.summary.by_class)
+    return sorted({str(c) for c in lv.frame["request_class"].to_numpy(dtype=str)[lv.rows]})
+
+
+def several_classes(a: LevelSamples, b: LevelSamples) -> bool:
+    """Did two levels run more than one request class between them (so that a per-class
+    view says more than the level's own rows)?"""
+    return len(set(_classes(a)) | set(_classes(b))) > 1
+
+
+def of_class(lv: LevelSamples, name: str) -> LevelSamples:
+    """The level restricted to its requests of class ``name`` (its summary kept: a class's
+    ``n_eff`` is computed on the class's own series)."""
+    mask = lv.frame["request_class"].to_numpy(dtype=str) == name
+    return replace(lv, rows=np.asarray(lv.rows & mask))
+
+
+def compare_classes(
+    a: LevelSamples,
+    b: LevelSamples,
+    position: int = 0,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    min_effect: float = MIN_EFFECT,
+) -> ClassComparison:
+    """Level ``a`` (the baseline) against level ``b``, class by class: for each class both
+    ran, :data:`CLASS_METRICS` at :data:`CLASS_QUANTILES` on that class's requests alone,
+    bootstrapped on n_eff as :func:`compare_level` does (also when the levels ran trials:
+    the trials keep no per-class means). Streamed-only metrics are left out when either
+    side's answers were not streamed."""
+    names_a, names_b = _classes(a), _classes(b)
+    common = [n for n in names_a if n in names_b]
+    answered = a.summary.non_streamed is not None or b.summary.non_streamed is not None
+    chosen = [m for m in metrics() if m.name in CLASS_METRICS and not (answered and m.streamed_only)]
+    rows = []
+    for c, name in enumerate(common):
+        ca, cb = of_class(a, name), of_class(b, name)
+        for i, metric in enumerate(chosen):
+            seed = 7919 * position + 1009 * (c + 1) + 101 * i
+            for row in _quantile_rows(ca, cb, metric, CLASS_QUANTILES, position, seed, resamples, min_effect):
+                rows.append(ClassRow(name, row))
+    return ClassComparison(rows, [n for n in names_a if n not in names_b], [n for n in names_b if n not in names_a])

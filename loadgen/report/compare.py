@@ -7,7 +7,10 @@ names the methods (bootstrap on n_eff / block bootstrap over time, or Welch over
 run's label), tabulates each metric at each load level the runs share — the first run is
 the baseline, every other run gets its difference, a 95% bootstrap confidence interval
 of that difference and a verdict (:mod:`loadgen.metrics.compare`) — and puts the
-capacities side by side. Runs of different workloads are refused unless ``force``.
+capacities side by side. When a common level has more than one request class, a section
+"By request class" (and :func:`class_lines` on the console) judges each class both runs ran
+on its own (:func:`loadgen.metrics.compare.compare_classes`). Runs of different workloads
+are refused unless ``force``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from loadgen.runinfo import RunInfo, WorkloadInfo
 
 __all__ = [
     "Comparison",
+    "class_lines",
     "compare_runs",
     "fmt_change",
     "fmt_pct",
@@ -269,10 +273,141 @@ def _capacity_table(runs: Sequence[RunData], labels: Sequence[str]) -> str:
     return "".join(parts)
 
 
+_CLASS_STATS = [stat for _, stat in C.CLASS_QUANTILES]
+
+
+def _class_key(r: C.ClassRow) -> tuple[int, str, int, int]:
+    """Level, class, metric and statistic: the per-class table's order."""
+    return (r.row.level, r.request_class, C.CLASS_METRICS.index(r.row.metric), _CLASS_STATS.index(r.row.stat))
+
+
+def _only(found: Sequence[C.ClassComparison], side: str) -> list[str]:
+    """The classes of one side only (``"a"``: the baseline) at any common level, in name order."""
+    return sorted({n for c in found for n in (c.only_a if side == "a" else c.only_b)})
+
+
+def class_lines(
+    found: Sequence[C.ClassComparison],
+    levels: Sequence[tuple[str, float, list[int]]],
+    base: RunData,
+    label: str,
+    base_label: str,
+) -> list[str]:
+    """The per-class verdict as plain text, for the console: per class both runs ran, its
+    largest significant changes (at most :data:`HEADLINE_ITEMS`) and the tally of its cells;
+    then the classes of one run only."""
+    rows = [r for c in found for r in c.rows]
+    names = sorted({r.request_class for r in rows})
+    out = [f"by class, {base_label} (baseline) against {label}: " + (", ".join(names) or "no class") + " in both"]
+    for name in names:
+        mine = [r.row for r in rows if r.request_class == name]
+        changes = C.largest_changes(mine)
+        tally = ", ".join(f"{n} {v}" for v, n, _ in _tally(C.by_verdict(mine)))
+        lead = f"{len(changes)} significant change(s), the largest first" if changes else "no significant change"
+        out.append(f"  {name}: {lead}; all {len(mine)} cells across {len(levels)} common level(s): {tally}")
+        for r in changes[:HEADLINE_ITEMS]:
+            d = r.diff
+            what, lv = _where(r, levels, base)
+            rel = "" if d.rel is None else f" ({fmt_pct(d.rel)})"
+            ci = (
+                ""
+                if d.ci is None
+                else f", 95% CI of Δ [{fmt_change(d.ci[0], d.a, d.b)}, {fmt_change(d.ci[1], d.a, d.b)}]"
+            )
+            out.append(f"    {d.verdict}: {what} at {lv}: {fmt(d.a)} → {fmt(d.b)} {r.unit}{rel}{ci}")
+        if len(changes) > HEADLINE_ITEMS:
+            out.append(f"    … and {len(changes) - HEADLINE_ITEMS} more in the table")
+    for side, who in (("a", base_label), ("b", label)):
+        if _only(found, side):
+            out.append(f"  only in {who} (not compared): " + ", ".join(_only(found, side)))
+    return out
+
+
+def _class_table(
+    levels: Sequence[tuple[str, float, list[int]]],
+    runs: Sequence[RunData],
+    labels: Sequence[str],
+    found_by_run: Sequence[Sequence[C.ClassComparison]],
+) -> str:
+    """The per-class rows, one row per level, class, metric and statistic that any run
+    shares with the baseline; a run without that class shows dashes."""
+    keyed = [{_class_key(r): r for c in found for r in c.rows} for found in found_by_run]
+    head = (
+        '<tr><th class="l k k0">level</th><th class="l k k1">class</th><th class="l">metric</th>'
+        f'<th class="l">stat</th><th>{esc(labels[0])}<br>(baseline)</th>'
+    )
+    for label in labels[1:]:
+        head += f'<th>{esc(label)}</th><th>Δ vs baseline</th><th>95% CI of Δ</th><th class="l">verdict</th>'
+    body = []
+    for key in sorted({k for m in keyed for k in m}):
+        first = next(m[key] for m in keyed if key in m)
+        row = first.row
+        lv = runs[0].levels[levels[row.level][2][0]]
+        cells = (
+            f'<td class="l k k0">{esc(lv.load.label())}</td><td class="l k k1">{esc(first.request_class)}</td>'
+            f'<td class="l">{esc(row.label)} ({esc(row.unit)})</td><td class="l">{esc(row.stat)}</td>'
+            f"<td>{fmt(row.diff.a)}</td>"
+        )
+        for m in keyed:
+            r = m.get(key)
+            cells += (
+                _diff_cells(r.row.diff, r.row.unit)
+                if r is not None
+                else '<td>–</td><td>–</td><td>–</td><td class="l same">not in this run</td>'
+            )
+        body.append(
+            f'<tr data-level="{row.level}" data-class="{esc(first.request_class)}" data-metric="{esc(row.metric)}" '
+            f'data-stat="{esc(row.stat)}">{cells}</tr>'
+        )
+    return (
+        f'<div class="scroll table-box"><table id="class-comparison-table"><thead>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _class_section(
+    levels: Sequence[tuple[str, float, list[int]]],
+    runs: Sequence[RunData],
+    labels: Sequence[str],
+    found_by_run: Sequence[Sequence[C.ClassComparison]],
+) -> str:
+    """The per-class section: each run's per-class tally, the classes of one run only,
+    the method and the table."""
+    out = []
+    for found, label in zip(found_by_run, labels[1:]):
+        rows = [r for c in found for r in c.rows]
+        parts = []
+        for name in sorted({r.request_class for r in rows}):
+            groups = C.by_verdict([r.row for r in rows if r.request_class == name])
+            counts = ", ".join(f'<span class="{cls}">{n} {esc(v)}</span>' for v, n, cls in _tally(groups))
+            parts.append(f"<b>{esc(name)}</b>: {counts}")
+        out.append(
+            f'<p class="class-tally"><b>{esc(labels[0])}</b> (baseline) → <b>{esc(label)}</b>: '
+            + ("; ".join(parts) or "no class in both runs")
+            + ".</p>"
+        )
+        for side, who in (("a", labels[0]), ("b", label)):
+            if _only(found, side):
+                out.append(
+                    f'<p class="note class-only">Only in {esc(who)} (not compared): '
+                    f"{esc(', '.join(_only(found, side)))}.</p>"
+                )
+    stats = " and ".join(_CLASS_STATS)
+    out.append(
+        '<p class="note" id="class-method">Each request class (the workload\'s <code>[[classes]]</code>, '
+        "<code>by_class</code> in summary.json) on its own: its requests' TTFT, ITL and E2E latency at "
+        f"{esc(stats)}, each run resampled on the class's own n_eff (<b>{esc(C.METHOD_NEFF)}</b>, as the level "
+        "rows), also when the runs ran trials (the trials keep no per-class means). The verdicts follow the "
+        "same rules as the level rows.</p>"
+    )
+    return "".join(out) + _class_table(levels, runs, labels, found_by_run)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Comparison:
     """A written comparison page: its ``path`` and the verdict as plain text ``lines``
-    (:func:`verdict_lines` for each run against the baseline)."""
+    (:func:`verdict_lines` for each run against the baseline, then its :func:`class_lines`
+    when the runs have several request classes)."""
 
     path: Path
     lines: list[str]
@@ -336,6 +471,17 @@ def compare_runs(
             )
         ]
         for k, other in enumerate(runs[1:], start=1)
+    ]
+    pairs = [
+        [(runs[0].level_samples(idx[0]), other.level_samples(idx[k])) for _, _, idx in levels]
+        for k, other in enumerate(runs[1:], start=1)
+    ]
+    by_class = any(C.several_classes(a, b) for pair in pairs for a, b in pair)
+    found_by_run = [
+        [C.compare_classes(a, b, pos, resamples=resamples, min_effect=min_effect) for pos, (a, b) in enumerate(pair)]
+        if by_class
+        else []
+        for pair in pairs
     ]
     page = Page(
         title="loadgen comparison — " + f"{names[0]} (baseline) vs " + " vs ".join(names[1:]),
@@ -404,9 +550,12 @@ def compare_runs(
     else:
         table = '<p class="note">The runs share no load level, so no metric can be compared level by level.</p>'
     page.section("table", "Metrics at each common load level", table)
+    if by_class:
+        page.section("classes", "By request class", _class_section(levels, runs, names, found_by_run))
     lines = [
         line
-        for rows, label in zip(rows_by_run, names[1:])
+        for rows, found, label in zip(rows_by_run, found_by_run, names[1:])
         for line in verdict_lines(rows, levels, runs[0], label, names[0])
+        + (class_lines(found, levels, runs[0], label, names[0]) if by_class else [])
     ]
     return Comparison(write_page(Path(out), page.render()), lines)

@@ -315,36 +315,95 @@ def check_comparison_table(
             bad.append(f"{where}: baseline {cells[3]!r} is not {a}")
         for k, lv in enumerate(lvs[1:]):
             b, _ = _value_of(lv, metric, stat)
-            shown_b, delta, ci, verdict = cells[4 + 4 * k : 8 + 4 * k]
             exp = expected[k][r]
             if (exp.metric, exp.stat) != (metric, stat):
                 bad.append(f"{where}: row order differs from the comparison's ({exp.metric} {exp.stat})")
                 continue
-            if not _shows(shown_b, b, scale):
-                bad.append(f"{where}: {labels[k + 1]} {shown_b!r} is not {b}")
-            if exp.diff.diff is None or exp.diff.ci is None:  # nothing to compare: dashes
-                if (delta, ci) != ("–", "–") or verdict.split("\n")[0] != exp.diff.verdict:
-                    bad.append(f"{where}: {delta!r} {ci!r} {verdict!r} for a difference the comparison lacks")
+            bad += _check_diff(cells[4 + 4 * k : 8 + 4 * k], a, b, scale, exp, f"{where} {labels[k + 1]}")
+    return bad
+
+
+def _check_diff(
+    cells: Sequence[str], a: float | None, b: float | None, scale: float, exp: Any, where: str
+) -> list[str]:
+    """One run's four cells of a comparison row (its value, Δ with the relative change, the
+    interval of Δ and the verdict): ``a`` and ``b`` the summaries' values, the rest ``exp``'s."""
+    bad: list[str] = []
+    shown_b, delta, ci, verdict = cells
+    if not _shows(shown_b, b, scale):
+        bad.append(f"{where}: {shown_b!r} is not {b}")
+    if exp.diff.diff is None or exp.diff.ci is None:  # nothing to compare: dashes
+        if (delta, ci) != ("–", "–") or verdict.split("\n")[0] != exp.diff.verdict:
+            bad.append(f"{where}: {delta!r} {ci!r} {verdict!r} for a difference the comparison lacks")
+        return bad
+    m = re.fullmatch(r"(\S+) \((\S+)%\)", delta)
+    if a is None or b is None or m is None:
+        return [*bad, f"{where}: Δ {delta!r} unparsed"]
+    d = (b - a) * scale
+    if not number(m.group(1)).agrees(d):
+        bad.append(f"{where}: Δ {m.group(1)!r} is not the run's value - the baseline's = {d}")
+    rel = 100 * (b - a) / a if a else None
+    if not number(m.group(2)).agrees(rel):
+        bad.append(f"{where}: relative change {m.group(2)!r}% is not {rel}%")
+    ci_m = re.fullmatch(r"\[(\S+), (\S+)\]", ci)
+    if (
+        exp.diff.ci is None
+        or ci_m is None
+        or not (number(ci_m.group(1)).agrees(exp.diff.ci[0]) and number(ci_m.group(2)).agrees(exp.diff.ci[1]))
+    ):
+        bad.append(f"{where}: CI {ci!r} is not the comparison's {exp.diff.ci}")
+    if verdict.split("\n")[0] != exp.diff.verdict:
+        bad.append(f"{where}: verdict {verdict!r} is not {exp.diff.verdict!r}")
+    return bad
+
+
+def _class_value(lv: LevelSummary, request_class: str, metric: str, stat: str) -> float | None:
+    """A per-class row's statistic in a level's ``by_class``."""
+    dist = getattr(lv.by_class[request_class], metric)
+    return dist.stat(stat)  # type: ignore[no-any-return]
+
+
+def check_class_table(
+    summaries: Sequence[RunSummary],
+    labels: Sequence[str],
+    rows: Sequence[dict[str, Any]],
+    classes: Sequence[Sequence[Any]],
+) -> list[str]:
+    """The per-class table: each run's value is its level's ``by_class`` one; Δ, its
+    relative change, interval and verdict as :func:`check_comparison_table` checks them,
+    against ``classes`` (:func:`class_rows`); a class a run lacks shows dashes."""
+    bad: list[str] = []
+    want = ["level", "class", "metric", "stat", f"{labels[0]}\n(baseline)"]
+    for label in labels[1:]:
+        want += [label, "Δ vs baseline", "95% CI of Δ", "verdict"]
+    if rows[0]["cells"] != want:
+        bad.append(f"class table: header {rows[0]['cells']} is not {want}")
+    keyed = [
+        {(_level_label(summaries, r.row), r.request_class, r.row.metric, r.row.stat): r.row for r in run}
+        for run in classes
+    ]
+    seen = 0
+    for row in rows[1:]:
+        cells, data = row["cells"], row["data"]
+        key = (cells[0], data["class"], data["metric"], data["stat"])
+        where = "class table " + " ".join(key)
+        if cells[1] != data["class"]:
+            bad.append(f"{where}: class cell {cells[1]!r}")
+        a = _class_value(_level_at(summaries[0], key[0]), *key[1:])
+        if not _shows(cells[4], a):
+            bad.append(f"{where}: baseline {cells[4]!r} is not {a}")
+        for k, run in enumerate(summaries[1:]):
+            four = cells[5 + 4 * k : 9 + 4 * k]
+            exp = keyed[k].get(key)
+            if exp is None:
+                if four != ["–", "–", "–", "not in this run"]:
+                    bad.append(f"{where}: {four} for a class {labels[k + 1]} did not run")
                 continue
-            m = re.fullmatch(r"(\S+) \((\S+)%\)", delta)
-            if a is None or b is None or m is None:
-                bad.append(f"{where}: Δ {delta!r} unparsed")
-                continue
-            d = (b - a) * scale
-            if not number(m.group(1)).agrees(d):
-                bad.append(f"{where}: Δ {m.group(1)!r} is not {labels[k + 1]} - baseline = {d}")
-            rel = 100 * (b - a) / a if a else None
-            if not number(m.group(2)).agrees(rel):
-                bad.append(f"{where}: relative change {m.group(2)!r}% is not {rel}%")
-            ci_m = re.fullmatch(r"\[(\S+), (\S+)\]", ci)
-            if (
-                exp.diff.ci is None
-                or ci_m is None
-                or not (number(ci_m.group(1)).agrees(exp.diff.ci[0]) and number(ci_m.group(2)).agrees(exp.diff.ci[1]))
-            ):
-                bad.append(f"{where}: CI {ci!r} is not the comparison's {exp.diff.ci}")
-            if verdict.split("\n")[0] != exp.diff.verdict:
-                bad.append(f"{where}: verdict {verdict!r} is not {exp.diff.verdict!r}")
+            seen += 1
+            b = _class_value(_level_at(run, key[0]), *key[1:])
+            bad += _check_diff(four, a, b, 1.0, exp, f"{where} {labels[k + 1]}")
+    if seen != sum(len(run) for run in classes):
+        bad.append(f"class table: {seen} cells for {sum(len(run) for run in classes)} per-class rows")
     return bad
 
 
@@ -366,6 +425,24 @@ def comparison_rows(folders: Sequence[Any]) -> list[list[Any]]:
     ]
 
 
+def class_rows(folders: Sequence[Any]) -> list[list[Any]]:
+    """The comparison's per-class rows (:class:`loadgen.metrics.compare.ClassRow`), per run
+    after the first, every common level, when ``loadgen compare`` shows them (a level of
+    either side with more than one class); empty lists otherwise."""
+    from loadgen.metrics.compare import common_levels, compare_classes, several_classes
+    from loadgen.report.rundata import load_run
+
+    runs = [load_run(f) for f in folders]
+    levels = common_levels([r.summary for r in runs])
+    pairs = [
+        [(runs[0].level_samples(idx[0]), other.level_samples(idx[k])) for _, _, idx in levels]
+        for k, other in enumerate(runs[1:], start=1)
+    ]
+    if not any(several_classes(a, b) for pair in pairs for a, b in pair):
+        return [[] for _ in pairs]
+    return [[r for pos, (a, b) in enumerate(pair) for r in compare_classes(a, b, pos).rows] for pair in pairs]
+
+
 _BULLET = re.compile(
     r"(?:(?P<verdict>[a-z ]+): )?(?P<name>.+?) at (?P<level>.+?): (?P<a>\S+) → (?P<b>\S+) (?P<unit>\S*) ?"
     r"(?:\((?P<rel>\S+)%\))?(?:, 95% CI of Δ \[(?P<lo>\S+), (?P<hi>\S+)\])?(?P<note>.*)"
@@ -376,9 +453,17 @@ def _row_name(row: Any) -> str:
     return str(row.label) + ("" if row.stat in ("rate", "value") else f" {row.stat}")
 
 
-def check_bullet(summaries: Sequence[RunSummary], k: int, rows: Sequence[Any], text: str, where: str) -> list[str]:
+def check_bullet(
+    summaries: Sequence[RunSummary],
+    k: int,
+    rows: Sequence[Any],
+    text: str,
+    where: str,
+    request_class: str | None = None,
+) -> list[str]:
     """``better: TTFT p99 at 1 user: 3.72 → 2.56 ms (-31%), 95% CI of Δ [-1.53, -0.31]``: the
-    two values are the runs' summaries', the rest the comparison's row."""
+    two values are the runs' summaries' (a class's ``by_class`` ones for ``request_class``),
+    the rest the comparison's row."""
     m = _BULLET.fullmatch(text.strip())
     if m is None:
         return [f"{where}: bullet {text!r} unparsed"]
@@ -389,7 +474,11 @@ def check_bullet(summaries: Sequence[RunSummary], k: int, rows: Sequence[Any], t
     bad = []
     for run, shown in ((summaries[0], m["a"]), (summaries[k + 1], m["b"])):
         lv = _level_at(run, _level_label(summaries, r))
-        v, scale = _value_of(lv, r.metric, r.stat)
+        v, scale = (
+            _value_of(lv, r.metric, r.stat)
+            if request_class is None
+            else (_class_value(lv, request_class, r.metric, r.stat), 1.0)
+        )
         if lv is None or not number(shown).agrees(v, scale):
             bad.append(f"{where}: {text!r}: {shown} is not {v}")
     if m["rel"] is not None and not number(m["rel"]).agrees(None if r.diff.rel is None else 100 * r.diff.rel):
@@ -435,15 +524,63 @@ def check_tally(rows: Sequence[Any], text: str, where: str) -> list[str]:
     return bad
 
 
+def _check_class_line(
+    summaries: Sequence[RunSummary], k: int, rows: Sequence[Any], line: str, name: str | None
+) -> tuple[list[str], str | None]:
+    """One line of ``loadgen compare``'s per-class lines (``rows``: the run's class rows);
+    returns what is wrong and the class the next bullets belong to."""
+    where = "compare console by class"
+    head = re.match(r"  (\S+): (?:(\d+) significant change\(s\), the largest first|no significant change); (.*)", line)
+    if head is not None:
+        name = head.group(1)
+        mine = [r.row for r in rows if r.request_class == name]
+        changes = sum(r.diff.verdict in ("better", "worse") for r in mine)
+        bad = [] if mine else [f"{where}: {line!r}: no class {name!r} compared"]
+        if int(head.group(2) or 0) != changes:
+            bad.append(f"{where}: {line!r}: {changes} significant changes")
+        bad += check_tally(mine, head.group(3), where)
+        m = re.match(r"all (\d+) cells across (\d+) common", head.group(3))
+        if m is None or int(m.group(1)) != len(mine):
+            bad.append(f"{where}: {line!r}: {len(mine)} cells")
+        return bad, name
+    mine = [r.row for r in rows if r.request_class == name]
+    if line.startswith("    … and "):
+        changes = sum(r.diff.verdict in ("better", "worse") for r in mine)
+        m = re.match(r"    … and (\d+) more", line)
+        return ([] if m is not None and int(m.group(1)) == changes - 5 else [f"{where}: {line!r}"]), name
+    if line.startswith("    ") and name is not None:
+        return check_bullet(summaries, k, mine, line, f"{where} {name}", request_class=name), name
+    if line.startswith(("by class, ", "  only in ")):
+        return [], None
+    return ([f"{where}: line {line!r} is not in the map"] if numbers(line) else []), name
+
+
 def check_comparison_console(
-    summaries: Sequence[RunSummary], labels: Sequence[str], expected: Sequence[Sequence[Any]], text: str
+    summaries: Sequence[RunSummary],
+    labels: Sequence[str],
+    expected: Sequence[Sequence[Any]],
+    text: str,
+    classes: Sequence[Sequence[Any]] | None = None,
 ) -> list[str]:
-    """``loadgen compare``'s verdict lines: per run, a head line, the largest changes, the tally."""
+    """``loadgen compare``'s verdict lines: per run, a head line, the largest changes, the tally;
+    then, when it compares classes (``classes``: :func:`class_rows`), per class a head line
+    with its tally and its largest changes."""
     bad: list[str] = []
     k = -1
+    by_class: str | None = None  # in a run's per-class lines: the class of the bullets below
+    in_classes = False
     for line in text.splitlines():
         if not line.strip():
             continue
+        if line.startswith("by class, "):
+            in_classes = True
+            if classes is None or not classes[k]:
+                bad.append(f"compare console: {line!r}: per-class lines the comparison does not show")
+        if in_classes and "(baseline) → " not in line and not line.startswith("comparison: "):
+            more, by_class = _check_class_line(summaries, k, classes[k] if classes else [], line, by_class)
+            bad += more
+            continue
+        in_classes = False
         if "(baseline) → " in line:
             k += 1
             m = re.search(r"(\d+) significant change", line)
@@ -466,18 +603,28 @@ def check_comparison_console(
             continue
         elif numbers(line):
             bad.append(f"compare console: line {line!r} is not in the map")
+    if classes and any(classes) and "\nby class, " not in "\n" + text:
+        bad.append("compare console: no per-class lines although the comparison compares classes")
     return bad
 
 
 def check_comparison_page(
-    summaries: Sequence[RunSummary], labels: Sequence[str], expected: Sequence[Sequence[Any]], page: dict[str, Any]
+    summaries: Sequence[RunSummary],
+    labels: Sequence[str],
+    expected: Sequence[Sequence[Any]],
+    page: dict[str, Any],
+    classes: Sequence[Sequence[Any]] | None = None,
 ) -> list[str]:
-    """The comparison page: its table, tally, bullets and each run's answer cards."""
+    """The comparison page: its table, tally, bullets and each run's answer cards; its
+    per-class table when it has one (``classes``: :func:`class_rows`)."""
     bad: list[str] = []
     tables = {t["id"]: t["rows"] for t in page["tables"]}
-    if set(tables) != {"comparison-table"}:
+    shows_classes = any(classes or [])
+    if set(tables) != {"comparison-table"} | ({"class-comparison-table"} if shows_classes else set()):
         bad.append(f"comparison: tables {sorted(tables)} are not all in the map")
     bad += check_comparison_table(summaries, labels, tables["comparison-table"], expected)
+    if classes is not None and shows_classes and "class-comparison-table" in tables:
+        bad += check_class_table(summaries, labels, tables["class-comparison-table"], classes)
     if len(page["tally"]) != len(expected):
         bad.append(f"comparison: {len(page['tally'])} tallies for {len(expected)} runs")
     for k, text in enumerate(page["tally"]):

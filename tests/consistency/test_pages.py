@@ -12,7 +12,14 @@ import pytest
 
 from loadgen.api import read_summary
 from tests.consistency.conftest import Ran, loadgen
-from tests.consistency.pages import PAGE_TEXT, check_comparison_page, check_energy, check_report, comparison_rows
+from tests.consistency.pages import (
+    PAGE_TEXT,
+    check_comparison_page,
+    check_energy,
+    check_report,
+    class_rows,
+    comparison_rows,
+)
 from tests.report.test_browser import Opened, browser, pytestmark  # noqa: F401 - the fixture and skips
 
 
@@ -61,9 +68,10 @@ def test_the_matrix_page_shows_each_configurations_summary(browser: Any, matrix:
 def test_the_demos_pages_show_its_summaries(browser: Any, demo: Ran) -> None:  # noqa: F811
     folders = [demo.path / "chunked", demo.path / "unchunked"]
     summaries = [read_summary(f) for f in folders]
-    bad = check_comparison_page(
-        summaries, ["chunked", "unchunked"], comparison_rows(folders), shown(browser, demo.path / "comparison.html")
-    )
+    page = shown(browser, demo.path / "comparison.html")
+    classes = class_rows(folders)  # chat and long prompts: the page compares them class by class
+    assert any(classes)
+    bad = check_comparison_page(summaries, ["chunked", "unchunked"], comparison_rows(folders), page, classes)
     for f, s in zip(folders, summaries):
         bad += check_report(s, shown(browser, f / "report.html"))
     assert bad == []
