@@ -265,6 +265,7 @@ class WorkloadInfo(_Record):
     tools: int | None = field(default=None, metadata=_OMIT)
     dataset: DatasetInfo | None = field(default=None, metadata=_OMIT)
     images: ImagesInfo | None = field(default=None, metadata=_OMIT)
+    overrides: list[str] | None = field(default=None, metadata=_OMIT)  # flags that set its lengths
 
 
 @dataclass(frozen=True, slots=True)

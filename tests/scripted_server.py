@@ -49,6 +49,7 @@ class Script:
     include_usage: bool | None = None  # None: as the request asks (stream_options)
     usage_tokens: int | None = None  # report this completion_tokens instead of the truth
     status: int = 200
+    error_message: str = "scripted failure"  # a status other than 200: the answer's error.message
     disconnect_after: int | None = None  # close the connection after this many events
     malformed_after: int | None = None  # send broken JSON after this many events
     error_after: int | None = None  # report an error in the stream after this many events
@@ -154,7 +155,7 @@ class ScriptedServer:
             sc = replace(sc, **{k: v for k, v in body["script"].items() if k in known})
         await asyncio.sleep(sc.ttft_s)
         if sc.status != 200:
-            return web.json_response({"error": {"message": "scripted failure"}}, status=sc.status)
+            return web.json_response({"error": {"message": sc.error_message}}, status=sc.status)
         if sc.raw_body is not None:
             return web.Response(body=sc.raw_body.encode(), content_type="application/json")
         path = request.path
@@ -232,7 +233,7 @@ class ScriptedServer:
         if sc.raw_body is not None:
             return web.Response(text=sc.raw_body, content_type="text/html")
         if sc.status != 200:
-            return web.json_response({"error": {"message": "scripted failure"}}, status=sc.status)
+            return web.json_response({"error": {"message": sc.error_message}}, status=sc.status)
         chat = request.path.endswith("/chat/completions")
         typed = FORMATS.get(request.path)  # the Responses / Messages formats, else OpenAI's
         if typed is not None:

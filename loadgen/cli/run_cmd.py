@@ -70,7 +70,13 @@ WorkloadOpt = Annotated[
     _opt("--workload", panel=_WORKLOAD, help="Named workload (workloads/NAME.toml) or a .toml path (default chat)"),
 ]
 PromptTokens = Annotated[
-    OptStr, _opt("--prompt-tokens", panel=_WORKLOAD, help="Prompt length: 256 or e.g. normal:mean=512,std=128,min=16")
+    OptStr,
+    _opt(
+        "--prompt-tokens",
+        panel=_WORKLOAD,
+        help="Prompt length: 256 or e.g. normal:mean=512,std=128,min=16; with --workload, every class's "
+        "whole prompt (a shared prefix kept)",
+    ),
 ]
 BatchSize = Annotated[
     OptStr,
@@ -80,7 +86,12 @@ Documents = Annotated[
     OptStr, _opt("--documents", panel=_WORKLOAD, help="--api rerank/score: documents per request, 16 or a distribution")
 ]
 OutputTokens = Annotated[
-    OptStr, _opt("--output-tokens", panel=_WORKLOAD, help="Output length: 64 or e.g. lognormal:median=200,sigma=0.5")
+    OptStr,
+    _opt(
+        "--output-tokens",
+        panel=_WORKLOAD,
+        help="Output length: 64 or e.g. lognormal:median=200,sigma=0.5; with --workload, every class's",
+    ),
 ]
 Dataset = Annotated[
     OptStr,

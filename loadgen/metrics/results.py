@@ -154,13 +154,15 @@ class Load(JSONRecord):
 class Requests(JSONRecord):
     """Measured requests (warm-up excluded), the failed ones by error kind, and how many
     were sent again after the server closed their kept-alive connection unanswered
-    (``retried``; see :mod:`loadgen.client.keepalive`)."""
+    (``retried``; see :mod:`loadgen.client.keepalive`), and the first message of each error kind."""
 
     total: int
     ok: int
     failed: int
     by_error: dict[str, int] = field(default_factory=dict)
     retried: int = 0
+    # the first failed request's message of each error kind (the server's own words for an HTTP error)
+    first_error: dict[str, str] | None = field(default=None, metadata=key("first_error", omit_none=True))
 
     @property
     def error_rate(self) -> float:

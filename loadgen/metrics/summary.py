@@ -343,6 +343,16 @@ def _client(
     )
 
 
+def _first_errors(measured: Sequence[RequestRecord]) -> dict[str, str] | None:
+    """The message of the first-sent failed request of each error kind (None: none failed)."""
+    first: dict[str, RequestRecord] = {}
+    for r in measured:
+        kind = r.status.value
+        if not r.ok and r.error and (kind not in first or r.sent_ns < first[kind].sent_ns):
+            first[kind] = r
+    return {k: str(first[k].error) for k in sorted(first)} or None
+
+
 def _load(load: Load | Mapping[str, Any]) -> Load:
     return load if isinstance(load, Load) else Load(mode=load_mode(load["mode"]), value=load["value"])
 
@@ -447,6 +457,7 @@ def summarize_level(
             failed=int((~ok).sum()),
             by_error={str(k): int(v) for k, v in sorted(failed.items())},
             retried=retried,
+            first_error=_first_errors(measured),
         ),
         duration_s=duration,
         throughput=throughput,

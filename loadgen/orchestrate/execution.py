@@ -32,6 +32,7 @@ from loadgen.load.share import WorkerSetup
 from loadgen.load.sizing import free_cores, level_need, max_streams, size_workers
 from loadgen.load.workers import WorkerPool, auto_workers
 from loadgen.metrics.results import RunSummary
+from loadgen.numfmt import fmt, fmt_share
 from loadgen.orchestrate.calibration import calibrate, dialect_options, probe_for
 from loadgen.orchestrate.config import RunConfig
 from loadgen.orchestrate.run_json import run_json
@@ -50,6 +51,7 @@ from loadgen.runinfo import (
 from loadgen.signals import cancel_on_stop, raise_on_sigterm, stop_signals
 from loadgen.workload.agent_trace import AgentTraceSource
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
+from loadgen.workload.lengths import over_context
 from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
 from loadgen.workload.sessions import SessionSource
 from loadgen.workload.source import WorkloadSource
@@ -203,6 +205,7 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
     loop = asyncio.get_running_loop()
     with cancel_on_stop(loop):  # no levels yet: a signal ends the start as Ctrl-C would
         info = await discover(cfg.url, get_dialect(cfg.api).request_headers(cfg.headers), cfg.model)
+    _check_lengths(cfg, info, console)  # before the calibration's requests
     tcfg = _transport_config(cfg, info)
     transport = make_transport(cfg.transport, tcfg)
     synth = PromptSynthesizer(seed=cfg.seed, counter=counter)
@@ -245,6 +248,31 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
     return RunOutcome(
         cfg.out, summary, summary.interrupted, folder.writer.count, stop.signum, folder.write_error, folder.writer.lost
     )
+
+
+def _check_lengths(cfg: RunConfig, info: ServerInfo, console: Console) -> None:
+    """Say the flags that set the workload's lengths; refuse lengths over the server's
+    context window (``max_model_len`` from /v1/models) before a request is sent."""
+    wl = cfg.workload
+    if wl.overrides:
+        console.print(
+            f"[dim]workload {escape(wl.name)}: lengths set by {escape(', '.join(wl.overrides))}[/dim]",
+            highlight=False,
+            soft_wrap=True,
+        )
+    over = None if cfg.trace or cfg.agent_trace else over_context(wl, info.max_model_len, cfg.seed)
+    if over is not None:
+        window = f"the server's max_model_len of {fmt(info.max_model_len)} (from /v1/models)"
+        most = fmt(over.bound) if over.bound is not None else f"{fmt(over.longest)} or more"
+        what = (
+            f"every request asks for {fmt(over.shortest)} tokens or more (prompt + max_tokens), over {window}"
+            if over.every
+            else f"about {fmt_share(over.share)} of the requests (prompt + max_tokens up to {most} tokens) are "
+            f"over {window} and would be rejected"
+        )
+        raise ConfigError(
+            f"workload {wl.name!r}, class {over.cls!r}: {what}: lower the lengths (--prompt-tokens, --output-tokens)"
+        )
 
 
 async def _calibration(

@@ -273,14 +273,17 @@ def resume_run_config(f: RunFlags, given: list[str], command: list[str], *, live
 
 
 def _workload(f: RunFlags) -> Workload:
-    """--workload, or --prompt-tokens/--output-tokens, or the ``chat`` workload."""
+    """--workload, or --prompt-tokens/--output-tokens, or the ``chat`` workload; with both,
+    the flags set the workload's lengths (:func:`loadgen.workload.lengths.override_lengths`)."""
+    from loadgen.workload.lengths import override_lengths
     from loadgen.workload.spec import load_workload, workload_from_flags
 
-    if f.workload and (f.prompt_tokens or f.output_tokens):
-        raise ConfigError("give either --workload or --prompt-tokens/--output-tokens, not both")
+    if f.workload:
+        wl = load_workload(str(shipped(f.workload)), search_dirs("workloads"))
+        return override_lengths(wl, f.prompt_tokens, f.output_tokens)
     if f.prompt_tokens or f.output_tokens:
         return workload_from_flags(f.prompt_tokens or "256", f.output_tokens or "128")
-    return load_workload(str(shipped(f.workload)) if f.workload else "chat", search_dirs("workloads"))
+    return load_workload("chat", search_dirs("workloads"))
 
 
 def _level_values(text: str) -> list[float]:

@@ -199,6 +199,7 @@ def workload_of(run: RunInfo) -> Workload:
         source=wl.source or "run.json",
         dataset=None if wl.dataset is None else _dataset_of(wl.dataset),
         images=None if wl.images is None else _images_of(wl.images),
+        overrides=None if wl.overrides is None else list(wl.overrides),
     )
 
 

@@ -53,6 +53,7 @@ def _workload_info(wl: Workload) -> WorkloadInfo:
         tools=None if wl.tools is None else len(wl.tools),
         dataset=dataset,
         images=None if wl.images is None else ImagesInfo.from_json(wl.images.describe()),
+        overrides=None if wl.overrides is None else list(wl.overrides),
     )
 
 

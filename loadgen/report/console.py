@@ -6,6 +6,7 @@ display (the reported numbers come from :mod:`loadgen.metrics`).
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -74,6 +75,25 @@ def _shown(level: LevelSummary) -> list[tuple[Metric, Distribution]]:
 
 _STATS = ("mean", "p50", "p90", "p99", "p99.9", "max")
 _DOCUMENTS = frozenset({"rerank", "score"})  # APIs whose inputs are documents
+
+
+def error_line(message: str, width: int = 240) -> str:
+    """A failed request's message on one line: an HTTP error's JSON body by its own
+    ``message`` (vLLM's, OpenAI's ``error.message``), quoted and cut to ``width``."""
+    text = message
+    status, _, body = message.partition(": ")
+    found = _MESSAGE_RE.search(body) if status.startswith("HTTP ") else None
+    if found is not None:
+        quoted = '"' + found.group(1) + '"'
+        try:
+            text = f"{status}: {json.loads(quoted)}"
+        except ValueError:  # cut off inside an escape
+            text = f"{status}: {found.group(1)}"
+    text = " ".join(text.split())
+    return '"' + (text if len(text) <= width else text[: width - 1] + "…") + '"'
+
+
+_MESSAGE_RE = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)')
 
 
 def inputs_noun(api: str) -> str:
@@ -297,6 +317,8 @@ def metrics_table(level: LevelSummary, title: str = "", api: str = "") -> Group:
     if req.by_error:
         errs = ", ".join(f"{k} {v}" for k, v in sorted(req.by_error.items()))
         lines.append(f"failures: {errs}\n", style="red")
+        for kind, message in sorted((req.first_error or {}).items()):
+            lines.append(f"first {kind}: {error_line(message)}\n", style="red")
     if req.retried:
         lines.append(
             f"{req.retried} request(s) sent again on a new connection: the server closed a kept-alive "
@@ -443,6 +465,12 @@ def level_notes(levels: Sequence[LevelSummary]) -> list[str]:
         if sch is not None and (sch.late or sch.dropped):
             out.append(f"{lv.load.label()}: {schedule_line(lv)}")
         out.extend(f"{lv.load.label()}: note: {note}" for note in lv.client.notes or ())
+    said: set[str] = set()  # each error kind's first message, once for the table
+    for lv in levels:
+        for kind, message in sorted((lv.requests.first_error or {}).items()):
+            if kind not in said:
+                said.add(kind)
+                out.append(f"{lv.load.label()}: first {kind}: {error_line(message)}")
     confs = sorted({iv.confidence for lv in levels if (iv := (lv.ttft_ms.intervals or {}).get("mean")) is not None})
     if confs:
         conf = " / ".join(f"{100 * c:g}%" for c in confs)

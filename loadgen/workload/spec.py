@@ -144,6 +144,7 @@ class Workload:
     arrivals: Arrivals | None = None
     images: ImageConfig | None = None  # images sent with each request
     agent: AgentConfig | None = None  # agentic tasks (loadgen.workload.agent)
+    overrides: list[str] | None = None  # the flags that set its lengths (loadgen.workload.lengths)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able description (for ``run.json``)."""
@@ -171,6 +172,7 @@ class Workload:
             ),
             **({} if self.images is None else {"images": self.images.describe()}),
             **({} if self.agent is None else {"agent": self.agent.to_dict()}),
+            **({} if self.overrides is None else {"overrides": list(self.overrides)}),
         }
 
 
