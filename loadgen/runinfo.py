@@ -273,6 +273,8 @@ class ClientConfig(_Record):
     """The client's settings (``header_names``: names only, values are never written)."""
 
     seed: int = 0
+    # the prompts' per-run salt (16 hex digits); absent: the seed's unsalted prompts, the same every run
+    prompt_salt: str | None = field(default=None, metadata=_OMIT)
     transport: str = "aiohttp"
     http2: bool = False
     strict: bool = False
@@ -292,6 +294,9 @@ class ClientConfig(_Record):
         w = self.workers
         if w != "auto" and (not isinstance(w, int) or isinstance(w, bool) or not 1 <= w <= MAX_WORKERS):
             raise _Invalid("workers", f'must be a whole number in [1, {MAX_WORKERS}] or "auto", got {_kind(w)}')
+        salt = self.prompt_salt
+        if salt is not None and not (len(salt) == 16 and all(c in "0123456789abcdef" for c in salt) and int(salt, 16)):
+            raise _Invalid("prompt_salt", f"must be 16 hex digits, not all zero, got {salt!r}")
         if self.trials < 1:
             raise _Invalid("trials", f"must be a whole number >= 1, got {self.trials}")
         for name in ("read_timeout_s", "request_timeout_s"):

@@ -113,9 +113,11 @@ def test_resume_after_sigkill_keeps_finished_levels_byte_for_byte(sim: str, kill
     first = b"".join(line for line in lines if json.loads(line)["level"] == 0)
     assert (folder / "records.jsonl").read_bytes().startswith(first) and len(first) < len(b"".join(lines))
     events_before = (folder / "events.bin").read_bytes()
+    salt = json.loads((folder / "run.json").read_text())["config"]["prompt_salt"]
     res = _run("run", "--resume", str(folder), "--url", sim, "--quiet")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "resuming" in res.stdout and "at level 2" in res.stdout
+    assert f"prompts salted per run (salt {salt};" in res.stdout  # the run's own prompt text goes on
     after = (folder / "records.jsonl").read_bytes()
     assert after.startswith(first)
     level0_events = sum(json.loads(line)["events"]["bytes"] for line in first.splitlines())

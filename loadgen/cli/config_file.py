@@ -13,7 +13,7 @@ __all__ = ["config_callback", "config_defaults"]
 
 # a run.json's command repeats the run, without what a new run must not reuse and the
 # values never stored
-_NOT_REPEATED = ("--out", "--header", "--config", "--label", "--save-result")
+_NOT_REPEATED = ("--out", "--header", "--config", "--label", "--save-result", "--prompt-salt", "--repeat-prompts")
 
 
 def _read(path: Path) -> str:
@@ -48,15 +48,19 @@ def config_defaults(command: Any, path: Path) -> dict[str, Any]:
         from loadgen.runinfo import RunInfo
 
         try:
-            argv = RunInfo.from_json(json.loads(text), source=str(path)).command[2:]  # a run's own command line
+            run = RunInfo.from_json(json.loads(text), source=str(path))
         except (ValueError, ConfigError) as exc:
             raise typer.BadParameter(f"{path} is not a loadgen run.json ({exc})") from None
+        argv = run.command[2:]  # a run's own command line
         if not argv:
             raise typer.BadParameter(f"{path} is not a loadgen run.json (no 'command' list)")
         sub = command.make_context("run", _repeated(argv), resilient_parsing=True)
-        return {
+        given = {
             k: v for k, v in sub.params.items() if getattr(sub.get_parameter_source(k), "name", "") == "COMMANDLINE"
         }
+        # the same prompt text: the run's salt, or none when it sent them unsalted (--repeat-prompts, or before salts)
+        salt = run.config.prompt_salt
+        return {**given, **({"prompt_salt": salt} if salt is not None else {"repeat_prompts": True})}
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

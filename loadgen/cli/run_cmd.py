@@ -154,6 +154,23 @@ Speed = Annotated[
 ]
 Window = Annotated[OptStr, _opt("--window", panel=_WORKLOAD, help="With --trace: START:END seconds of the trace")]
 Seed = Annotated[OptInt, _opt("--seed", panel=_WORKLOAD, help="Seed for lengths, prompts and arrivals (default 0)")]
+RepeatPrompts = Annotated[
+    bool,
+    _opt(
+        "--repeat-prompts",
+        panel=_WORKLOAD,
+        help="Send the seed's same prompt text every run (default: each run salts its prompts, so a server's "
+        "prefix cache holds nothing from an earlier run)",
+    ),
+]
+PromptSalt = Annotated[
+    OptStr,
+    _opt(
+        "--prompt-salt",
+        panel=_ADVANCED,
+        help="The prompts' salt (16 hex digits, as run.json's config.prompt_salt): the prompt text of that run again",
+    ),
+]
 Concurrency = Annotated[
     OptInt,
     _opt(
@@ -380,8 +397,8 @@ Config = Annotated[
         is_eager=True,
         callback=config_callback,
         rich_help_panel=_ADVANCED,
-        help="Options from a TOML file, or a run folder's run.json to repeat that run (same seed, same requests); flags "
-        "given here win. Header values and API keys are never in run.json: pass them again",
+        help="Options from a TOML file, or a run folder's run.json to repeat that run (same seed, requests and "
+        "prompt text); flags given here win. Header values and API keys are never in run.json: pass them again",
     ),
 ]
 Transport = Annotated[
@@ -452,6 +469,7 @@ def run(
     speed: Speed = None,
     window: Window = None,
     seed: Seed = None,
+    repeat_prompts: RepeatPrompts = False,
     concurrency: Concurrency = None,
     rate: Rate = None,
     arrival: Arrival = None,
@@ -487,6 +505,7 @@ def run(
     strict: Strict = False,
     continuous_usage: ContinuousUsage = False,
     calibrate: Calibrate = True,
+    prompt_salt: PromptSalt = None,
     timeout: Timeout = None,
     read_timeout: ReadTimeout = None,
     warm_connections: WarmConnections = True,

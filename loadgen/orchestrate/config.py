@@ -108,6 +108,10 @@ class RunConfig:
     model: str | None = None  # None: the first of /v1/models
     slos: list[SLO] = field(default_factory=list)
     seed: int = 0
+    # the prompt text's per-run salt (docs: workloads/README.md, "Prompt text and calibration"):
+    # None draws a fresh one when the run starts; repeat_prompts sends the unsalted text of the seed
+    prompt_salt: int | None = None
+    repeat_prompts: bool = False
     transport: str = DEFAULT_TRANSPORT  # "fast"; --http2 needs httpx
     http2: bool = False
     headers: dict[str, str] = field(default_factory=dict)
@@ -169,6 +173,13 @@ class RunConfig:
             raise o.error("ramp_up_s", "spreads closed-loop users: it needs a concurrency profile (--concurrency)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise o.error("seed", f"must be an integer, got {self.seed!r}")
+        salt = self.prompt_salt
+        if salt is not None and (isinstance(salt, bool) or not isinstance(salt, int) or not 0 < salt < 1 << 64):
+            raise o.error("prompt_salt", f"must be a 64-bit whole number > 0, got {salt!r}")
+        if not isinstance(self.repeat_prompts, bool):
+            raise o.error("repeat_prompts", f"must be true or false, got {self.repeat_prompts!r}")
+        if self.repeat_prompts and salt is not None:
+            raise o.error("prompt_salt", "give a prompt salt or repeat the prompts unsalted, not both")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or not 1 <= self.trials <= MAX_TRIALS:
             raise o.error("trials", f"must be an integer in [1, {MAX_TRIALS}], got {self.trials!r}")
         _check_workers(self.workers, o)

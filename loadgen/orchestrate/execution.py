@@ -52,7 +52,7 @@ from loadgen.signals import cancel_on_stop, raise_on_sigterm, stop_signals
 from loadgen.workload.agent_trace import AgentTraceSource
 from loadgen.workload.datasets import Dataset, DatasetSource, load_dataset, measure
 from loadgen.workload.lengths import over_context
-from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter
+from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter, format_salt, new_salt
 from loadgen.workload.sessions import SessionSource
 from loadgen.workload.source import WorkloadSource
 from loadgen.workload.spec import Workload
@@ -190,7 +190,29 @@ def _write_error(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def _salted(cfg: RunConfig) -> RunConfig:
+    """The run with its prompt salt: a fresh one unless given or ``repeat_prompts``
+    (docs: workloads/README.md, "Prompt text and calibration")."""
+    if not cfg.repeat_prompts and cfg.prompt_salt is None:
+        return dataclasses.replace(cfg, prompt_salt=new_salt())
+    return cfg
+
+
+def _say_salt(cfg: RunConfig, console: Console) -> None:
+    """The console line that says whether the prompts are salted per run or repeated."""
+    if cfg.workload.dataset is not None:  # its own text, sent as it is
+        line = "dataset prompts sent as they are, the same every run (a server's prefix cache may hold them)"
+    elif cfg.prompt_salt is None:
+        line = f"prompts repeated across runs (seed {cfg.seed}, unsalted: a server's prefix cache may hold them)"
+    else:
+        line = (
+            f"prompts salted per run (salt {format_salt(cfg.prompt_salt)}; --repeat-prompts sends the same every run)"
+        )
+    console.print(f"[dim]{line}[/dim]", highlight=False, soft_wrap=True)
+
+
 async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
+    cfg = _salted(cfg)
     counter = None
     if cfg.tokenizer is not None:
         counter = TokenizerCounter(cfg.tokenizer)
@@ -208,11 +230,12 @@ async def _execute_locked(cfg: RunConfig, console: Console) -> RunOutcome:
     _check_lengths(cfg, info, console)  # before the calibration's requests
     tcfg = _transport_config(cfg, info)
     transport = make_transport(cfg.transport, tcfg)
-    synth = PromptSynthesizer(seed=cfg.seed, counter=counter)
+    synth = PromptSynthesizer(seed=cfg.seed, counter=counter, salt=cfg.prompt_salt)
     started = time.time()
     try:
         with cancel_on_stop(loop):
             calib = await _calibration(cfg, transport, synth, info, console)
+        _say_salt(cfg, console)
         dataset_stats: dict[str, Any] = {}
         make_source = _source_factory(cfg, synth, data, console, dataset_stats)
         with contextlib.ExitStack() as files:

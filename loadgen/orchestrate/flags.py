@@ -40,6 +40,8 @@ class RunFlags:
     speed: float | None = None
     window: str | None = None
     seed: int | None = None
+    prompt_salt: str | None = None
+    repeat_prompts: bool = False
     concurrency: int | None = None
     rate: float | None = None
     arrival: str | None = None

@@ -23,6 +23,7 @@ from loadgen.orchestrate.flags import RunFlags
 from loadgen.paths import search_dirs, shipped
 from loadgen.workload.agent_trace import AgentTrace
 from loadgen.workload.distributions import Distribution, parse_distribution
+from loadgen.workload.prompts import parse_salt
 from loadgen.workload.spec import Workload
 from loadgen.workload.traces import Trace
 
@@ -35,6 +36,8 @@ CLI_KEYS = {
     "transport": "--transport",
     "http2": "--http2",
     "seed": "--seed",
+    "prompt_salt": "--prompt-salt",
+    "repeat_prompts": "--repeat-prompts",
     "read_timeout_s": "--read-timeout",
     "request_timeout_s": "--timeout",
     "trials": "--trials",
@@ -185,6 +188,8 @@ def build_run_config(f: RunFlags, command: list[str], *, live: bool) -> RunConfi
         model=f.model,
         slos=[parse_slo(s) for s in (f.slo or prof.slos)],
         seed=0 if f.seed is None else f.seed,
+        prompt_salt=None if f.repeat_prompts else parse_salt(f.prompt_salt),
+        repeat_prompts=f.repeat_prompts,
         transport=f.transport or ("httpx" if f.http2 else DEFAULT_TRANSPORT),  # --http2 alone: httpx
         http2=f.http2,
         headers={**url_auth, **headers(f.header, f.api_key_env, api)},

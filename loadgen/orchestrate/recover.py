@@ -38,6 +38,7 @@ from loadgen.runinfo import DatasetInfo, ImagesInfo, RunInfo
 from loadgen.workload.datasets import DatasetOptions
 from loadgen.workload.distributions import Distribution, parse_distribution
 from loadgen.workload.images import ImageConfig, files_digest, parse_images
+from loadgen.workload.prompts import parse_salt
 from loadgen.workload.spec import RequestClass, Workload
 
 __all__ = ["Recovered", "needs_rebuild", "rebuild_summary", "recover", "resume_config", "workload_of"]
@@ -259,6 +260,8 @@ def resume_config(
         model=target.model,
         slos=rec.slos,
         seed=conf.seed,
+        prompt_salt=parse_salt(conf.prompt_salt, key="config.prompt_salt"),
+        repeat_prompts=conf.prompt_salt is None,  # a run that sent its prompts unsalted goes on without
         transport=conf.transport,
         http2=conf.http2,
         headers=headers,
@@ -288,7 +291,7 @@ def _resume_origin(folder: Path, url_given: bool) -> Origin:
         name: f"config.{name}"
         for name in (
             *("seed", "transport", "http2", "read_timeout_s", "request_timeout_s", "workers", "ray", "trials"),
-            *("warm_connections", "ramp_up_s"),
+            *("warm_connections", "ramp_up_s", "prompt_salt", "repeat_prompts"),
         )
     }
     keys.update(api="target.api", model="target.model", url="--url" if url_given else "target.url", headers="--header")

@@ -25,6 +25,7 @@ from loadgen.runinfo import (
     TraceInfo,
     WorkloadInfo,
 )
+from loadgen.workload.prompts import format_salt
 from loadgen.workload.spec import Workload
 
 __all__ = ["run_json"]
@@ -71,6 +72,7 @@ def run_json(
         slos=[str(s) for s in cfg.slos],
         config=ClientConfig(
             seed=cfg.seed,
+            prompt_salt=None if cfg.prompt_salt is None else format_salt(cfg.prompt_salt),
             transport=cfg.transport,
             http2=cfg.http2,
             strict=cfg.strict,

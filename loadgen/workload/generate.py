@@ -11,7 +11,8 @@ prefix owns groups ``0..g1-1``, the next ``g1..g1+g2-1``, and so on, so two clas
 never share a prefix by accident.
 
 Give each load level of a run its own ``start_index`` range (or seed): the same index
-with the same seed is the same prompt, which a prefix cache would serve from memory.
+with the same seed (and the synthesiser's salt) is the same prompt, which a prefix cache
+would serve from memory.
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@ corrected from the server's own count: send :meth:`PromptSynthesizer.calibration
 read ``usage.prompt_tokens`` and call :meth:`PromptSynthesizer.calibrate`, which fits
 ``tokens = tokens_per_word * words + overhead_tokens``. The first three words spell the
 request index, so no two prompts of a run share a first KV block (a shared-prefix
-``group`` starts with its group's words instead). Text depends only on ``(seed, index,
-group)`` and the lengths.
+``group`` starts with its group's words instead). Text depends only on ``(seed, salt,
+index, group)`` and the lengths. The ``salt`` (a run's own random number, or None) keys
+every word from the first, so two runs with different salts share no prompt text, not
+even a group's shared prefix, while the prompts of one run share what they did.
 
 Docs: workloads/README.md, "Prompt text and calibration".
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import secrets
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -26,13 +29,43 @@ import numpy as np
 
 from loadgen.errors import ConfigError
 
-__all__ = ["PromptSynthesizer", "TokenCounter", "TokenizerCounter", "default_corpus"]
+__all__ = [
+    "PromptSynthesizer",
+    "TokenCounter",
+    "TokenizerCounter",
+    "default_corpus",
+    "format_salt",
+    "new_salt",
+    "parse_salt",
+]
 
 _UNIQUE, _GROUP, _CALIB, _DIGIT = 1, 2, 3, 4  # hash streams
 _DIGITS = 3  # leading words that spell the key
 _G1 = np.uint64(0x9E3779B97F4A7C15)
 _G2 = np.uint64(0xD1B54A32D192ED03)
 _M64 = (1 << 64) - 1
+
+
+def new_salt() -> int:
+    """A fresh prompt salt: 64 random bits from the operating system (never 0)."""
+    return secrets.randbits(64) or 1
+
+
+def format_salt(salt: int) -> str:
+    """A salt as run.json and ``--prompt-salt`` write it: 16 hex digits."""
+    return f"{salt:016x}"
+
+
+def parse_salt(text: str | None, key: str = "--prompt-salt") -> int | None:
+    """A salt from :func:`format_salt`'s form (1 to 16 hex digits, not all zero); None: none given."""
+    if text is None:
+        return None
+    t = text.strip().lower()
+    if not 1 <= len(t) <= 16 or any(c not in "0123456789abcdef" for c in t) or int(t, 16) == 0:
+        raise ConfigError(
+            f"a prompt salt is 1 to 16 hex digits, not all zero (as run.json writes it), got {text!r}", key=key
+        )
+    return int(t, 16)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -106,11 +139,27 @@ class PromptSynthesizer:
 
     ``tokens_per_word`` and ``overhead_tokens`` start at 1 and 0 and are set by
     :meth:`calibrate`. With a ``counter`` (argument or attribute), :meth:`text` trims or
-    extends to the exact count instead.
+    extends to the exact count instead. A ``salt`` (None: unsalted) changes every word of
+    every text but none of the lengths: the same word counts, other words.
     """
 
-    def __init__(self, seed: int, corpus: Sequence[str] | None = None, *, counter: TokenCounter | None = None) -> None:
+    def __init__(
+        self,
+        seed: int,
+        corpus: Sequence[str] | None = None,
+        *,
+        counter: TokenCounter | None = None,
+        salt: int | None = None,
+    ) -> None:
         self.seed = int(seed)
+        if salt is not None and (isinstance(salt, bool) or not isinstance(salt, int) or not 0 <= salt <= _M64):
+            raise ConfigError(f"a prompt salt is a 64-bit whole number, got {salt!r}", key="prompt_salt")
+        self.salt = salt
+        # every word is drawn from this key: the seed alone when unsalted (the texts before salts), else both
+        self._key = self.seed & _M64
+        if salt is not None:
+            mixed = (int(_mix(np.array([self._key], dtype=np.uint64))[0]) ^ salt) + int(_G1)
+            self._key = int(_mix(np.array([mixed & _M64], dtype=np.uint64))[0])
         self.tokens_per_word: float = 1.0
         self.overhead_tokens: float = 0.0
         self.counter = counter
@@ -192,12 +241,12 @@ class PromptSynthesizer:
 
     def _perm(self, stream: int) -> np.ndarray:
         if stream not in self._perms:
-            rng = np.random.default_rng([self.seed & _M64, stream])
+            rng = np.random.default_rng([self._key, stream])
             self._perms[stream] = rng.permutation(len(self._words()))
         return self._perms[stream]
 
     def _base(self, stream: int) -> np.uint64:
-        return np.uint64(_mix(np.array([(self.seed * 0x100000001B3 + stream) & _M64], dtype=np.uint64))[0])
+        return np.uint64(_mix(np.array([(self._key * 0x100000001B3 + stream) & _M64], dtype=np.uint64))[0])
 
     def _segment(self, stream: int, keys: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Word ids of one segment per key (``counts[i]`` words), concatenated."""

@@ -132,6 +132,7 @@ NOTE_RULES: list[tuple[str, LineCheck]] = [
 # whole lines (None: no statistic on it, by design)
 LINE_RULES: list[tuple[str, LineCheck | None]] = [
     (r"workers: .*", None),  # the worker plan: estimates for sizing, not measurements
+    (r"(?:dataset )?prompts (?:salted per run|repeated across runs|sent as they are)\b.*", None),  # a salt: an id
     (r"(?:run folder|report|result|comparison): .*", None),  # paths
     (r"─+ .* ─+", None),  # the demo's section rules (server flags)
     (r"capacity at (?P<slos>.+) \((?P<t>\S+)% attainment\): (?P<value>.+?) — (?P<verdict>.+)", _capacity),

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 from pathlib import Path
 
 import pytest
 
 from loadgen.errors import ConfigError
-from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter, default_corpus
+from loadgen.workload.prompts import PromptSynthesizer, TokenizerCounter, default_corpus, format_salt, parse_salt
 
 HAS_TOKENIZERS = importlib.util.find_spec("tokenizers") is not None
 
@@ -227,3 +228,49 @@ def test_tokenizer_counter_bad_file(tmp_path: Path) -> None:
     path.write_text("not json", encoding="utf-8")
     with pytest.raises(ConfigError, match="cannot load tokenizer"):
         TokenizerCounter(path).count("hello")
+
+
+# ---------------------------------------------------------------- a run's salt
+
+
+def test_a_salt_changes_every_prompt_from_its_first_words_but_no_length() -> None:
+    plain, a, b = PromptSynthesizer(seed=4), PromptSynthesizer(seed=4, salt=1), PromptSynthesizer(seed=4, salt=2)
+    n, idx = [40, 300, 7, 90], [0, 1, 2, 3]
+    texts = [s.texts(n, idx) for s in (plain, a, b)]
+    for x, y in itertools.combinations(texts, 2):  # other words, as many
+        assert [len(words(t)) for t in x] == [len(words(t)) for t in y]
+        assert all(words(p)[:3] != words(q)[:3] for p in x for q in y)
+    calib = [s.calibration_texts() for s in (plain, a, b)]
+    assert len({c[1][1] for c in calib}) == 3 and [w for w, _ in calib[1]] == [32, 256]
+
+
+def test_a_salted_group_still_shares_its_prefix_within_the_salt() -> None:
+    a, b = PromptSynthesizer(seed=4, salt=9), PromptSynthesizer(seed=4, salt=10)
+    x = [words(a.text(200, i, group=2, shared_tokens=120)) for i in range(3)]
+    assert x[0][:120] == x[1][:120] == x[2][:120] and x[0][120:123] != x[1][120:123]
+    assert words(a.group_text(2, 120)) == x[0][:120]
+    assert words(b.text(200, 0, group=2, shared_tokens=120))[:3] != x[0][:3]  # another run's prefix: another text
+
+
+def test_a_salted_prompt_keeps_its_exact_length() -> None:
+    counter = LengthCounter()
+    s = PromptSynthesizer(seed=9, counter=counter, salt=0xFEED)
+    plain = PromptSynthesizer(seed=9, salt=0xFEED)
+    for n in range(20, 400, 37):
+        text = s.text(n, index=n)
+        nxt = counter.count(plain.text(len(words(text)) + 1, index=n))
+        assert counter.count(text) == n or counter.count(text) < n < nxt
+
+
+@pytest.mark.parametrize("bad", [-1, 1 << 64, True, 1.5])
+def test_a_salt_is_a_64_bit_whole_number(bad: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        PromptSynthesizer(seed=0, salt=bad)  # type: ignore[arg-type]
+    assert info.value.key == "prompt_salt"
+
+
+@pytest.mark.parametrize("text", ["", "0", "00000000", "xyz", "1" * 17, "-1"])
+def test_salts_written_wrong_are_refused(text: str) -> None:
+    with pytest.raises(ConfigError, match="1 to 16 hex digits"):
+        parse_salt(text)
+    assert parse_salt(format_salt(0xABC)) == 0xABC and format_salt(0xABC) == "0000000000000abc"
