@@ -3,8 +3,9 @@
 ``CACHE`` is the folder ``benchmarks/live/vllm_cpu.sh`` prints last (``venv/`` and
 ``model/``). :func:`serve` starts ``vllm serve`` in a process group of its own, waits for
 ``/health`` (at most ``start_timeout_s``; vLLM's start-up on this CPU is 72-150 s, mostly
-torch.compile's warm-up) and stops it on exit: SIGINT to the group (vLLM's own clean
-shutdown of its engine process), then SIGKILL after a grace period.
+torch.compile's warm-up) and stops it on exit: SIGTERM to the group (vLLM's own clean
+shutdown; not SIGINT, which a shell's background job ignores and passes on ignored), then
+SIGKILL after a grace period.
 
 By hand::
 
@@ -84,7 +85,7 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
@@ -130,8 +131,16 @@ def main(argv: list[str]) -> int:
         return 2
     cache = Path(argv[0])
     log = cache / "server.log"
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     with serve(cache, log, int(argv[1]) if len(argv) > 1 else None) as srv:
-        print(f"vLLM serving {srv.model} at {srv.url} (healthy after {srv.start_s:.0f} s; log {log}); Ctrl-C stops it")
+        print(
+            f"vLLM serving {srv.model} at {srv.url} (healthy after {srv.start_s:.0f} s; log {log}); Ctrl-C or SIGTERM stops it"
+        )
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(3600)
