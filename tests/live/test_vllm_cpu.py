@@ -23,8 +23,8 @@ checked to be).
   client that queues or stamps late would add (one decode step here is ~17 ms per token,
   one prefill ~80 ms). Calibration is off for these runs, so vLLM's histogram holds
   exactly the measured requests.
-- ``--scrape-metrics``: the run folder's ``server_metrics.jsonl`` holds vLLM's gauges and
-  counters, read during the run.
+- ``--scrape-metrics``: the run folder's ``server_metrics.jsonl`` holds vLLM's gauges,
+  counters and latency histograms (sums and counts), read during the run.
 """
 
 from __future__ import annotations
@@ -52,14 +52,14 @@ pytestmark = pytest.mark.skipif(
 
 TTFT_MARGIN_MS = 60.0
 RUN_TIMEOUT_S = 300
+HISTOGRAMS = ("time_to_first_token", "inter_token_latency", "e2e_request_latency", "request_queue_time")
 # vLLM's names (their _sum and _count samples are plain series in the text format)
 COUNTERS = dict.fromkeys(
     (
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
         "vllm:time_to_first_token_seconds_sum",
-        "vllm:time_to_first_token_seconds_count",
-        "vllm:e2e_request_latency_seconds_count",
+        *(f"vllm:{name}_seconds_count" for name in HISTOGRAMS),
     ),
     "sum",
 )
@@ -85,6 +85,7 @@ class LiveRun:
     records: list[dict[str, Any]]
     summary: dict[str, Any]
     run_json: dict[str, Any]
+    after: dict[str, float]  # each of COUNTERS after the run
     delta: dict[str, float]  # each of COUNTERS, after the run minus before
 
 
@@ -103,6 +104,7 @@ def run_loadgen(srv: VllmServer, folder: Path, *args: str) -> LiveRun:
         records=records,
         summary=json.loads((folder / "summary.json").read_text()),
         run_json=json.loads((folder / "run.json").read_text()),
+        after=after,
         delta={k: after.get(k, 0.0) - before.get(k, 0.0) for k in COUNTERS},
     )
 
@@ -150,6 +152,13 @@ def test_scraped_metrics_are_vllms(token_run: LiveRun) -> None:
     assert all(0.0 <= ln["kv_usage"] <= 1.0 for ln in lines)
     generated = [ln["raw"]["vllm:generation_tokens_total"] for ln in lines]
     assert generated == sorted(generated) and generated[-1] > generated[0]
+    # vLLM's latency histograms (sums and counts), as /metrics has them: never more requests
+    # than vLLM had counted when the run ended, and requests counted during it
+    for name in HISTOGRAMS:
+        counts = [ln["raw"][f"vllm:{name}_seconds_count"] for ln in lines]
+        sums = [ln["raw"][f"vllm:{name}_seconds_sum"] for ln in lines]
+        assert counts == sorted(counts) and sums == sorted(sums), name
+        assert counts[-1] > counts[0] and counts[-1] <= token_run.after[f"vllm:{name}_seconds_count"], name
 
 
 @pytest.mark.parametrize("users", [1, 4])
