@@ -3,8 +3,9 @@
 Every ``interval_s`` (on an absolute schedule; a missed tick is skipped, not queued) one GET
 of the target and of each of ``extra_urls``; the samples this module understands (running
 and waiting requests, KV-cache usage, prefix-cache hit rate, DCGM GPU telemetry, and
-``raw``) are appended as one JSON line to ``server_metrics.jsonl``, stamped with
-``time.perf_counter_ns()`` (the records' clock). Nothing here raises out of a scrape:
+``raw``, which also keeps the sums and counts of vLLM's latency histograms) are appended as
+one JSON line to ``server_metrics.jsonl``, stamped with ``time.perf_counter_ns()`` (the
+records' clock). Nothing here raises out of a scrape:
 failures are counted in :attr:`MetricsScraper.failures`. The line's format and every name
 understood: docs/client.md, "Scraping the server's ``/metrics``".
 """
@@ -41,6 +42,18 @@ KNOWN_METRICS: dict[str, str] = {
     "vllm:num_preemptions_total": _SUM,
     "vllm:prompt_tokens_total": _SUM,
     "vllm:generation_tokens_total": _SUM,
+    **{
+        f"vllm:{name}_seconds_{part}": _SUM
+        for name in (
+            "time_to_first_token",
+            "inter_token_latency",
+            "e2e_request_latency",
+            "request_queue_time",
+            "request_prefill_time",
+            "request_decode_time",
+        )
+        for part in ("sum", "count")
+    },
     "sglang:num_running_reqs": _SUM,
     "sglang:num_queue_reqs": _SUM,
     "sglang:token_usage": _MEAN,

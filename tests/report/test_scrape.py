@@ -26,6 +26,10 @@ vllm:prefix_cache_hits_total{{model_name="m"}} {hits}
 vllm:generation_tokens_total{{model_name="m"}} 1234.0
 vllm:time_to_first_token_seconds_bucket{{model_name="m",le="0.1"}} 3.0
 vllm:e2e_request_latency_seconds_sum{{model_name="m"}} 12.5
+vllm:time_to_first_token_seconds_sum{{model_name="m",engine="0"}} 1.5
+vllm:time_to_first_token_seconds_sum{{model_name="m",engine="1"}} 0.5
+vllm:time_to_first_token_seconds_count{{model_name="m",engine="0"}} 30.0
+vllm:time_to_first_token_seconds_count{{model_name="m",engine="1"}} 10.0
 """
 
 SGLANG = """sglang:num_running_reqs{model_name="s"} 7
@@ -121,6 +125,10 @@ async def test_scrapes_vllm_names_and_counts_failures(
     assert second["prefix_hit_rate"] == pytest.approx(300 / 500)  # (700-400) / (1500-1000)
     assert second["raw"]["vllm:generation_tokens_total"] == 1234.0
     assert "vllm:time_to_first_token_seconds_bucket" not in second["raw"]
+    # the latency histograms' sums and counts, engines summed: vLLM's own means between scrapes
+    assert second["raw"]["vllm:e2e_request_latency_seconds_sum"] == 12.5
+    assert second["raw"]["vllm:time_to_first_token_seconds_sum"] == 2.0
+    assert second["raw"]["vllm:time_to_first_token_seconds_count"] == 40.0
     assert first["t_ns"] < second["t_ns"]
     assert srv.auth[0] == "Bearer secret"
     assert "secret" not in out.read_text()
