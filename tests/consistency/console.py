@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loadgen.metrics.results import LevelSummary, RunSummary
+from loadgen.report.console import error_line
 from tests.consistency.parse import number, numbers, rich_tables
 from tests.consistency.surfaces import (
     CONSOLE_LEVEL_COLUMNS,
@@ -120,6 +121,15 @@ def _schedule(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[
     return _among(lambda s, lv: truths)(s, lv, m)
 
 
+def _first_error(s: RunSummary, lv: LevelSummary | None, m: re.Match[str]) -> list[str]:
+    """The server's own first message of an error kind: the summary's words, quoted, no statistic."""
+    assert lv is not None
+    said = (lv.requests.first_error or {}).get(m["kind"])
+    return (
+        [] if said is not None and error_line(said) == m["msg"] else [f"{m[0]!r}: not the summary's first {m['kind']}"]
+    )
+
+
 # a level's note: "LABEL: ..." (report/console.py level_notes)
 NOTE_RULES: list[tuple[str, LineCheck]] = [
     (r"MLPerf early stopping.*", _among(lambda s, lv: mlperf_truths(lv) if lv else [])),
@@ -127,6 +137,7 @@ NOTE_RULES: list[tuple[str, LineCheck]] = [
     (r"(?:non-stationary|warm-up): .*", _steady),
     (r"note: .*", _words),
     (r"sends: .*", _schedule),
+    (r"first (?P<kind>\S+): (?P<msg>.*)", _first_error),
 ]
 
 # whole lines (None: no statistic on it, by design)
