@@ -147,7 +147,7 @@ def client_mean(client: str, folder: pathlib.Path) -> float | None:
         return None
 
 
-lines = [f"{'client':<13} {'users':>5} {'reqs':>5} {'round':>5} {'client ms':>10} {'vLLM ms':>10} {'added ms':>9}  note"]
+lines = [f"{'client':<15} {'users':>5} {'reqs':>5} {'round':>5} {'client ms':>10} {'vLLM ms':>10} {'added ms':>9}  note"]
 def signed(v: float | None) -> str:
     return "-" if v is None else ("+" if v >= 0 else "") + fmt_ms(v)
 
@@ -166,19 +166,19 @@ for line in rows_path.read_text().splitlines():
         added.setdefault((client, int(users)), []).append(diff)
     cells = [fmt_ms(v) if v is not None else "-" for v in (mine, server)]
     lines.append(
-        f"{client:<13} {users:>5} {n:>5} {rnd:>5} {cells[0]:>10} {cells[1]:>10} "
+        f"{client:<15} {users:>5} {n:>5} {rnd:>5} {cells[0]:>10} {cells[1]:>10} "
         f"{signed(diff):>9}  {note}".rstrip()
     )
 levels = sorted({u for _, u in added})
 clients = list(dict.fromkeys(c for c, _ in added))
 lines += ["", "client-added TTFT (client mean - vLLM's histogram mean), ms, mean over rounds:"]
-lines.append(f"{'client':<13} " + " ".join(f"{f'{u} users':>9}" for u in levels))
+lines.append(f"{'client':<15} " + " ".join(f"{f'{u} users':>9}" for u in levels))
 for c in clients:
     cells = []
     for u in levels:
         v = added.get((c, u))
         cells.append(f"{signed(sum(v) / len(v) if v else None):>9}")
-    lines.append(f"{c:<13} " + " ".join(cells))
+    lines.append(f"{c:<15} " + " ".join(cells))
 text = "\n".join(lines)
 print(text)
 dest.write_text(
