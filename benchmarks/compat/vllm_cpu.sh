@@ -20,7 +20,7 @@
 # benchmarks/results/compat-vllm-cpu.txt with the commands: client x users, the client's TTFT
 # mean, vLLM's, and the difference (what the client adds: loopback HTTP, parsing, its event
 # loop, its share of the 2 cores). ROUNDS=N repeats the whole table N times (default 1);
-# LOADGEN_TRANSPORTS="fast aiohttp httpx" runs loadgen once per transport (default: fast).
+# LOADGEN_TRANSPORTS="fast aiohttp httpx" runs loadgen once per transport (default: its default).
 # On a shared machine, run it under the live tier's lock: flock /tmp/loadgen-vllm.lock bash ...
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -59,8 +59,9 @@ run_guidellm() {
         --disable-console-interactive
 }
 # loadgen once per transport in LOADGEN_TRANSPORTS (default: its default transport only)
+default_transport=$("$PYTHON" -c "from loadgen.orchestrate.config import DEFAULT_TRANSPORT; print(DEFAULT_TRANSPORT)")
 clients=()
-for t in ${LOADGEN_TRANSPORTS:-fast}; do clients+=("loadgen:$t"); done
+for t in ${LOADGEN_TRANSPORTS:-$default_transport}; do clients+=("loadgen:$t"); done
 clients+=(vllm_bench guidellm)
 run_client() {  # CLIENT USERS REQUESTS SEED OUT
     case "$1" in
@@ -99,7 +100,7 @@ else
 fi
 model=$(curl -sf "$url/v1/models" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
 # a warm-up the table leaves out (the first requests after start-up are slower)
-run_client "loadgen:fast" 4 16 3900 "$out/warmup" >"$out/warmup.log" 2>&1
+run_client "loadgen:$default_transport" 4 16 3900 "$out/warmup" >"$out/warmup.log" 2>&1
 
 ttft() {  # the TTFT histogram's sum and count, as "SUM COUNT"
     curl -sf "$url/metrics" | awk '/^vllm:time_to_first_token_seconds_sum/ {s += $2}
