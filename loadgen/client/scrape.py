@@ -210,22 +210,37 @@ class MetricsScraper:
         await self.stop()
 
     async def start(self) -> None:
-        """Open the output file and start polling (the first scrape happens at once)."""
+        """Open the output file, scrape once (awaited: the run's first line is before its first
+        request) and start polling every ``interval_s`` from then."""
         if self._task is not None:
             return
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.out_path, "a", encoding="utf-8")  # noqa: ASYNC230, SIM115 - once per run, closed on exit
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         self._session = aiohttp.ClientSession(timeout=timeout)  # headers go to the target only
+        await self.scrape_now()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
+    async def scrape_now(self) -> None:
+        """One scrape now, off the schedule (failures counted, never raised): the run calls it
+        when a level's requests have all ended, so each level's counters and histogram sums
+        have a line after its last answer (docs/client.md)."""
+        if self._session is None or self._file is None:
+            return
+        try:
+            await self.scrape_once()
+        except Exception as exc:
+            self._fail(f"{type(exc).__name__}: {exc}")
+
     async def stop(self) -> None:
-        """Stop polling, close the connection and the file. Safe to call twice."""
+        """Stop polling, scrape once more (the run's last line, after its last answer), close
+        the connection and the file. Safe to call twice."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            await self.scrape_now()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -237,14 +252,14 @@ class MetricsScraper:
         interval_ns = round(self.interval_s * 1e9)
         start = time.perf_counter_ns()
         tick = 0
-        while True:
+        while True:  # start() scraped at tick 0
+            now = time.perf_counter_ns()
+            tick = max(tick + 1, (now - start) // interval_ns + 1)  # skip ticks already missed
+            await asyncio.sleep(max(0.0, (start + tick * interval_ns - now) / 1e9))
             try:
                 await self.scrape_once()
             except Exception as exc:
                 self._fail(f"{type(exc).__name__}: {exc}")
-            now = time.perf_counter_ns()
-            tick = max(tick + 1, (now - start) // interval_ns + 1)  # skip ticks already missed
-            await asyncio.sleep(max(0.0, (start + tick * interval_ns - now) / 1e9))
 
     async def scrape_once(self) -> dict[str, Any] | None:
         """One scrape: the line written, or None when it failed (counted, not raised)."""

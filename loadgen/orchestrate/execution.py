@@ -402,7 +402,14 @@ async def _drive(
         if cfg.live:
             stack.enter_context(Live(stats, console=console, refresh_per_second=4, transient=True))
         summary = await sweep_levels(
-            cfg, levels, folder.writer, stats, console, anchor_ns, lambda: folder.clocks(levels)
+            cfg,
+            levels,
+            folder.writer,
+            stats,
+            console,
+            anchor_ns,
+            lambda: folder.clocks(levels),
+            level_end=None if scraper is None else scraper.scrape_now,
         )
     if scraper is not None and scraper.failures and not scraper.scrapes:
         console.print(f"[yellow]warning: no server metrics scraped: {scraper.last_error}[/yellow]")

@@ -9,7 +9,7 @@ ones ``loadgen report`` rebuilds from a killed run's records (:mod:`loadgen.orch
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -123,8 +123,11 @@ async def sweep_levels(
     console: Console,
     anchor_ns: int,
     after_level: Callable[[], None] = lambda: None,
+    level_end: Callable[[], Awaitable[object]] | None = None,
 ) -> RunSummary:
-    """Drive the profile's sweep: run each level, summarise it, feed the summary back."""
+    """Drive the profile's sweep: run each level, summarise it, feed the summary back.
+    ``level_end`` is awaited when a level's requests have all ended (``--scrape-metrics``:
+    a last scrape of the server's counters after the level's last answer)."""
     prof = cfg.profile
     levels: list[LevelSummary] = []
     plan: LevelPlan | None
@@ -168,6 +171,8 @@ async def sweep_levels(
                 reasons.append(watch.reason(_end(results[-1])))
             if runner.interrupted:
                 break
+        if level_end is not None:
+            await level_end()
         result = merge_trials(results)
         level = with_causes(summarize_result(result, cfg.profile, cfg.slos, anchor_ns), stats.causes)
         if reasons:

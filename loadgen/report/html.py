@@ -338,6 +338,29 @@ def _maybe(page: Page, fig_id: str, fig: dict[str, Any] | None, empty: str, heig
     return page.figure(fig_id, fig, height) if fig is not None else f'<p class="note">{esc(empty)}</p>'
 
 
+def _server_latencies(data: RunData) -> str:
+    """The server's own latency means per level (vLLM's histograms, scraped), when scraped."""
+    levels = S.server_latency_means(data)
+    if not levels:
+        return ""
+    head = "".join(f"<th>server {esc(label)} mean</th>" for _, label in S.SERVER_LATENCIES)
+    rows = "".join(
+        f"<tr><td>{esc(level)}</td>"
+        + "".join(f"<td>{fmt_ms(means[label])}</td>" for _, label in S.SERVER_LATENCIES)
+        + "</tr>"
+        for level, means in levels
+    )
+    note = (
+        '<p class="note">The server\'s own latency means per level, from its scraped histograms '
+        "(vLLM's <code>_sum</code> and <code>_count</code>): the change over the level, from the last scrape "
+        "before its first request to the first after its last answer, sum over count. The client's TTFT "
+        "less the server's is what the network and the client add.</p>"
+    )
+    return (
+        note + f'<table id="server-latency"><thead><tr><th>level</th>{head}</tr></thead><tbody>{rows}</tbody></table>'
+    )
+
+
 def _gpu(page: Page, data: RunData) -> str:
     """GPU telemetry (DCGM names) and each level's energy per output token, when scraped."""
     fig = S.gpu_telemetry(data)
@@ -493,6 +516,7 @@ def _rest(page: Page, data: RunData) -> Page:
             "Prometheus /metrics.",
             600,
         )
+        + _server_latencies(data)
         + _gpu(page, data),
     )
     return page

@@ -21,7 +21,25 @@ from loadgen.report.plotdata import rounded, spread
 from loadgen.report.rundata import RunData
 from loadgen.report.time_figures import level_bands
 
-__all__ = ["gpu_telemetry", "has_power", "level_energy", "levels_energy", "power_samples", "server_metrics"]
+__all__ = [
+    "SERVER_LATENCIES",
+    "gpu_telemetry",
+    "has_power",
+    "level_energy",
+    "levels_energy",
+    "power_samples",
+    "server_latency_means",
+    "server_metrics",
+]
+
+SERVER_LATENCIES = (
+    ("time_to_first_token", "TTFT"),
+    ("inter_token_latency", "ITL"),
+    ("e2e_request_latency", "E2E"),
+    ("request_queue_time", "queue"),
+)
+"""vLLM's latency histograms (``vllm:NAME_seconds_sum`` and ``_count``) whose per-level means
+the report shows, with their short labels."""
 
 
 def _series(lines: Sequence[dict[str, Any]], key: str) -> list[float | None]:
@@ -217,3 +235,33 @@ def server_metrics(data: RunData) -> dict[str, Any] | None:
         )
     _timeline_axes(data, layout, refs, percent=(2, 3))
     return {"data": traces, "layout": base_layout(layout, height=600)}
+
+
+def server_latency_means(data: RunData) -> list[tuple[str, dict[str, float | None]]]:
+    """Per level: its label and the server's own mean of each of :data:`SERVER_LATENCIES`
+    (ms), from the scraped histogram sums and counts: (sum at the level's end - sum at its
+    start) / (count at its end - count at its start), where the start is the last scrape at
+    or before the level's first send and the end the first scrape at or after its last
+    answer (the run scrapes once more when a level ends). None where the scrapes do not
+    bracket the level or no request was counted in it; [] when no scrape holds a histogram."""
+    keys = [f"vllm:{name}_seconds_{part}" for name, _ in SERVER_LATENCIES for part in ("sum", "count")]
+    lines = [ln for ln in data.server if any(k in (ln.get("raw") or {}) for k in keys)]
+    if not lines:
+        return []
+    t = np.array([ln["t_ns"] for ln in lines], dtype=np.int64)
+    out: list[tuple[str, dict[str, float | None]]] = []
+    for i, lv in enumerate(data.levels):
+        means: dict[str, float | None] = dict.fromkeys((label for _, label in SERVER_LATENCIES), None)
+        window = level_window_ns(data.frame[data.level_rows(i)])
+        if window is not None:
+            a = int(np.searchsorted(t, window[0], side="right")) - 1  # last scrape at or before the first send
+            b = int(np.searchsorted(t, window[1], side="left"))  # first scrape at or after the last answer
+            if a >= 0 and b < len(lines):
+                ra, rb = lines[a]["raw"], lines[b]["raw"]
+                for name, label in SERVER_LATENCIES:
+                    s0, s1 = ra.get(f"vllm:{name}_seconds_sum"), rb.get(f"vllm:{name}_seconds_sum")
+                    c0, c1 = ra.get(f"vllm:{name}_seconds_count"), rb.get(f"vllm:{name}_seconds_count")
+                    if None not in (s0, s1, c0, c1) and c1 > c0:
+                        means[label] = 1000.0 * (s1 - s0) / (c1 - c0)
+        out.append((lv.load.label(), means))
+    return out

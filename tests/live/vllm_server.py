@@ -98,9 +98,17 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def serve(cache: Path, log: Path, port: int | None = None, start_timeout_s: float = 300.0) -> Iterator[VllmServer]:
+def serve(
+    cache: Path,
+    log: Path,
+    port: int | None = None,
+    start_timeout_s: float = 300.0,
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[VllmServer]:
     """vLLM serving ``cache``/model on 127.0.0.1 until the block ends; RuntimeError (with
-    the log's tail) when it exits or is not healthy within ``start_timeout_s``."""
+    the log's tail) when it exits or is not healthy within ``start_timeout_s``.
+    ``extra_args`` go on ``vllm serve``'s command line after the tier's own (e.g.
+    ``("--max-num-batched-tokens", "256")`` or ``("--no-enable-prefix-caching",)``)."""
     vllm = cache / "venv" / "bin" / "vllm"
     model = cache / "model"
     port = port or free_port()
@@ -109,6 +117,7 @@ def serve(cache: Path, log: Path, port: int | None = None, start_timeout_s: floa
         str(vllm), "serve", str(model),
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "bfloat16", "--max-model-len", str(MAX_MODEL_LEN),
+        *extra_args,
     ]  # fmt: skip
     t0 = time.monotonic()
     with log.open("wb") as out:

@@ -104,21 +104,19 @@ async def test_scrapes_vllm_names_and_counts_failures(
     scraper = MetricsScraper(url + "/", out, interval_s=3600.0, headers={"Authorization": "Bearer secret"})
     await scraper.start()
     try:
-        for _ in range(200):  # the first scrape happens at start
-            if srv.hits >= 1 and scraper.scrapes + scraper.failures >= 1:
-                break
-            await asyncio.sleep(0.01)
+        assert srv.hits == 1 and scraper.scrapes == 1  # the first scrape is done when start() returns
         assert await scraper.scrape_once() is None  # HTTP 500
         assert await scraper.scrape_once() is None  # nothing known in the answer
         last = await scraper.scrape_once()
     finally:
         await scraper.stop()
         await scraper.stop()  # twice is fine
-    assert scraper.scrapes == 2 and scraper.failures == 2
+    # start() scrapes before it returns, stop() once more: the last answer twice
+    assert scraper.scrapes == 3 and scraper.failures == 2
     assert scraper.last_error is not None and scraper.last_error.startswith("no known metric in the answer")
     lines = _lines(out)
-    assert len(lines) == 2 and lines[1] == last
-    first, second = lines
+    assert len(lines) == 3 and lines[1] == last and lines[2]["raw"] == last["raw"]
+    first, second, _ = lines
     assert first["running"] == 5.0 and first["waiting"] == 2.0  # two engines' running summed
     assert first["kv_usage"] == 0.25  # kv_cache_usage_perc preferred, engines averaged
     assert first["prefix_hit_rate"] is None  # no earlier scrape to difference against
@@ -181,3 +179,59 @@ async def test_unreachable_target_is_counted_not_raised(tmp_path: Path) -> None:
 def test_bad_interval() -> None:
     with pytest.raises(ValueError):
         MetricsScraper("http://127.0.0.1:1", Path("x"), interval_s=0)
+
+
+def test_the_report_shows_the_servers_own_latency_means_per_level(tmp_path: Path) -> None:
+    """A two-level run against the reference server (its /metrics has vLLM's latency
+    histograms) with ``--scrape-metrics``: each level's server means in the report are
+    (sum delta) / (count delta) of its scrapes bracketing the level, and the counts are the
+    level's own requests: the run scrapes once more when a level ends (without it the last
+    level has no scrape after its last answer)."""
+    from typer.testing import CliRunner
+
+    from loadgen.cli import app
+    from loadgen.metrics.summary import level_window_ns
+    from loadgen.numfmt import fmt_ms
+    from loadgen.report.rundata import load_run
+    from loadgen.report.server_figures import server_latency_means
+    from loadgen.server.process import ServerProcess
+
+    out = tmp_path / "run"
+    with ServerProcess(["--engine", "sim"]) as url:
+        res = CliRunner().invoke(
+            app,
+            [
+                "run", "--url", url, "--api", "completions", "--prompt-tokens", "64", "--output-tokens", "16",
+                "--levels", "1,4", "--requests", "12", "--warmup", "0", "--no-calibrate",
+                "--scrape-metrics", "--quiet", "--out", str(out),
+            ],
+        )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = load_run(out)
+    lines = data.server
+    t = [ln["t_ns"] for ln in lines]
+    assert t == sorted(t)
+    found = server_latency_means(data)
+    assert [label for label, _ in found] == [lv.load.label() for lv in data.levels] and len(found) == 2
+    html = (out / "report.html").read_text()
+    assert 'id="server-latency"' in html and "server TTFT mean" in html
+    for i, (_, means) in enumerate(found):
+        rows = data.level_rows(i)
+        window = level_window_ns(data.frame[rows])
+        assert window is not None
+        before = [ln for ln in lines if ln["t_ns"] <= window[0]][-1]
+        after = next(ln for ln in lines if ln["t_ns"] >= window[1])
+        for name, label in (
+            ("time_to_first_token", "TTFT"),
+            ("inter_token_latency", "ITL"),
+            ("e2e_request_latency", "E2E"),
+            ("request_queue_time", "queue"),
+        ):
+            s = after["raw"][f"vllm:{name}_seconds_sum"] - before["raw"][f"vllm:{name}_seconds_sum"]
+            n = after["raw"][f"vllm:{name}_seconds_count"] - before["raw"][f"vllm:{name}_seconds_count"]
+            if name != "inter_token_latency":  # one per request: the level's own 12
+                assert n == int(rows.sum()) == 12, (i, name, n)
+            else:  # one per token after the first
+                assert n == 12 * 15, (i, name, n)
+            assert means[label] == pytest.approx(1000.0 * s / n)
+            assert f"<td>{fmt_ms(means[label])}</td>" in html
