@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadgen.metrics.results import LevelSummary, RunSummary, unit_label
+from loadgen.numfmt import NONE
 from tests.consistency.parse import cell, number, numbers
 from tests.consistency.surfaces import (
     REPORT_LEVEL_COLUMNS,
@@ -171,13 +172,33 @@ def check_errors_table(summary: RunSummary, rows: Sequence[Sequence[str]]) -> li
     return bad
 
 
+def check_server_latency(summary: RunSummary, rows: Sequence[Sequence[str]]) -> list[str]:
+    """The server's own latency means (scraped histograms, not the client's measurement, so
+    not in the summary): a row per level of the summary, by its label, each cell a number
+    of ms (numfmt.fmt_ms) or numfmt's NONE. Their values are the scrape's (sum delta over count delta), checked by
+    tests/report/test_scrape.py against the histograms themselves (a known gap here: this
+    map reads the summary, not the run folder's server_metrics.jsonl)."""
+    if not rows or rows[0][0] != "level" or not all(h.startswith("server ") for h in rows[0][1:]):
+        return [f"report server-latency table: header {rows[0] if rows else []} is not in the map"]
+    labels = [lv.load.label() for lv in summary.levels]
+    shown = [r[0] for r in rows[1:]]
+    bad = [] if shown == labels else [f"report server-latency table: levels {shown}, the summary's {labels}"]
+    for r in rows[1:]:
+        for value in r[1:]:
+            if value != NONE and not re.fullmatch(r"[0-9][0-9.,]*", value):
+                bad.append(f"report server-latency table: {r[0]} value {value!r} is not a number of ms")
+    return bad
+
+
 def check_report(summary: RunSummary, page: dict[str, Any]) -> list[str]:
     bad: list[str] = []
     tables = {t["id"]: t["rows"] for t in page["tables"]}
-    if set(tables) - {"level-table", "energy", "error-messages"}:
+    if set(tables) - {"level-table", "energy", "error-messages", "server-latency"}:
         bad.append(f"report: tables {sorted(tables)} are not all in the map")
     if "error-messages" in tables:
         bad += check_errors_table(summary, [r["cells"] for r in tables["error-messages"]])
+    if "server-latency" in tables:
+        bad += check_server_latency(summary, [r["cells"] for r in tables["server-latency"]])
     # the energy table: test_pages.py's test_the_energy_table_reads_the_summary (a known gap)
     rows = tables.get("level-table", [])
     headers, body = rows[0]["cells"], [r["cells"] for r in rows[1:]]
