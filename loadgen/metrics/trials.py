@@ -28,6 +28,7 @@ from loadgen.metrics.uncertainty import RARE_EVENTS
 __all__ = [
     "MIN_TRIALS",
     "between_trials",
+    "level_trials",
     "t_quantile",
     "trial_interval",
     "trial_stat",
@@ -174,8 +175,8 @@ def trial_interval(
             f"(fewest {min(beyond):.0f}): run longer trials"
         )
         return StatInterval(None, None, n_eff, confidence, why, trials=n)
-    if own is not None and any(iv is None or not iv.bounded for iv in own):
-        unbounded = sum(iv is None or not iv.bounded for iv in own)
+    unbounded = 0 if own is None else sum(iv is None or not iv.bounded for iv in own)
+    if unbounded:
         why = (
             f"{name}between {n} trials needs each trial to bound it on its own ({unbounded} of {n} cannot: "
             "its excursions cluster): run longer trials"
@@ -269,3 +270,14 @@ def between_trials(level: LevelSummary, per_trial: Sequence[LevelSummary], confi
         ),
     )
     return dataclasses.replace(level, **changes)  # type: ignore[arg-type]
+
+
+def level_trials(level: LevelSummary) -> int | None:
+    """How many trials the level's intervals are between (:func:`between_trials`), ``None``
+    where none is: the latency distributions', goodput's and throughput's, as it replaces them."""
+    ivs = [*(level.goodput.intervals or {}).values(), *(level.throughput.intervals or {}).values()]
+    for f in dataclasses.fields(level):
+        dist = getattr(level, f.name)
+        if isinstance(dist, Distribution):
+            ivs.extend((dist.intervals or {}).values())
+    return next((iv.trials for iv in ivs if iv.trials is not None), None)

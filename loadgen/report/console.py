@@ -20,6 +20,8 @@ from rich.text import Text
 
 from loadgen.metrics.catalog import Metric, metrics
 from loadgen.metrics.results import Distribution, LevelSummary, RunSummary, StatInterval, unit_label
+from loadgen.metrics.trials import level_trials
+from loadgen.metrics.uncertainty import RARE_EVENTS
 from loadgen.numfmt import NONE, fmt, fmt_n_eff, fmt_rel, fmt_share
 from loadgen.report.live import LiveStats, fmt_latency, fmt_ms, level_heading
 from loadgen.report.task_lines import task_lines
@@ -213,27 +215,17 @@ def unbounded_cells(
     return out
 
 
-def _trial_counts(levels: Sequence[LevelSummary]) -> list[int]:
-    counts: set[int] = set()
-    for lv in levels:
-        ivs = [*(lv.goodput.intervals or {}).values(), *(lv.throughput.intervals or {}).values()]
-        for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
-            ivs.extend((getattr(lv, key).intervals or {}).values())
-        counts.update(iv.trials for iv in ivs if iv.trials is not None)
-    return sorted(counts)
-
-
 def trials_note(levels: Sequence[LevelSummary]) -> str:
     """What intervals between ``--trials`` are, once, where any level has them ("" else):
     ``"intervals between 5 trials: …"`` (:func:`loadgen.metrics.trials.between_trials`)."""
-    counts = _trial_counts(levels)
+    counts = sorted({n for lv in levels if (n := level_trials(lv)) is not None})
     if not counts:
         return ""
-    n = " / ".join(str(c) for c in counts)
+    shown = " / ".join(str(c) for c in counts)
     return (
-        f"intervals between {n} trials: the pooled value ± Student's t on the trials' spread, "
+        f"intervals between {shown} trials: the pooled value ± Student's t on the trials' spread, "
         "widened to the pooled level's own interval where that is wider (no within-level correlation model; "
-        "a tail some trial cannot bound on its own, or with under 50 values past it, is refused)"
+        f"a tail some trial cannot bound on its own, or with under {RARE_EVENTS} values past it, is refused)"
     )
 
 

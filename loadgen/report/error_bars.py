@@ -131,7 +131,7 @@ def interval_note(
         f'<p class="note" id="interval-note">±: {conf} intervals, the larger side relative to the value '
         f"(wider than the value: [low, high]; error bars in the figures below). n_eff of each level's "
         f"{N_EFF_SERIES} (requests in send order) — {esc(', '.join(neffs))}."
-        + (f' <span id="trials-note">{esc(trials_note(levels))}.</span>' if trials_note(levels) else "")
+        + (f' <span id="trials-note">{esc(trials)}.</span>' if (trials := trials_note(levels)) else "")
         + (f' <span id="unbounded-note">{esc(why)}.</span>' if why else "")
         + "</p>"
     )
